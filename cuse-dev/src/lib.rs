@@ -1,0 +1,1 @@
+//! The CUSE wire protocol on `/dev/cuse`, implemented natively.

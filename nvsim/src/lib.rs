@@ -1,0 +1,2 @@
+//! A simulated NVIDIA kernel driver. Filled by the frontend-proxy issue; nothing here is usable yet.
+#![forbid(unsafe_code)]

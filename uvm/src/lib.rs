@@ -1,0 +1,2 @@
+//! `/dev/nvidia-uvm` handlers. Filled by the UVM/mmap issue; nothing here is usable yet.
+#![forbid(unsafe_code)]
