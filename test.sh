@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The project's test command (README "Test it"; .ci/run calls it after installing prerequisites):
+# formatting, lints, every unit/integration test (including the ABI parity test for every
+# supported driver version), then the real-kernel CUSE suites (natively or in a VM).
+set -euo pipefail
+cd "$(dirname "$0")"
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n=== %s\n' "$*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test (unit, integration, ABI parity)"
+cargo test --workspace
+
+step "real-kernel CUSE tests"
+tests/run-kernel-tests.sh
+
+printf '\n=== all test stages passed\n' >&2

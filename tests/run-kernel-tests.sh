@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the test binaries that need a real kernel CUSE (/dev/cuse), with `--ignored`:
+#   - natively, where /dev/cuse exists (or `modprobe cuse` makes it appear) and we are root;
+#   - otherwise inside a throwaway VM whose kernel has CUSE (tests/vm/cuse-vm).
+# These tests are never skipped: a missing /dev/cuse in the chosen mode is a failure.
+#
+# Usage: tests/run-kernel-tests.sh [TEST_TARGET...]     (default: every target in KERNEL_TESTS)
+# Environment: NVPROXY_KERNEL_TESTS=auto|native|vm (default auto)
+#              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd -P)
+
+# Integration test targets of the `tests` crate whose tests are #[ignore]d because they need /dev/cuse.
+KERNEL_TESTS=(cuse_kernel)
+targets=("$@")
+((${#targets[@]})) || targets=("${KERNEL_TESTS[@]}")
+
+mode=${NVPROXY_KERNEL_TESTS:-auto}
+if [[ $mode == auto ]]; then
+  mode=vm
+  if [[ $(id -u) == 0 ]]; then
+    [[ -c /dev/cuse ]] || modprobe cuse 2>/dev/null || true
+    [[ -c /dev/cuse ]] && mode=native
+  fi
+fi
+echo "run-kernel-tests: mode=$mode targets=${targets[*]}" >&2
+
+args=()
+for t in "${targets[@]}"; do args+=(--test "$t"); done
+# Build the test binaries (and the crate's bins, which the tests start) and collect their paths.
+mapfile -t bins < <(cargo test -p tests "${args[@]}" --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"].get("test"):
+        print(m["executable"])
+')
+if ((${#bins[@]} != ${#targets[@]})); then
+  echo "run-kernel-tests: expected ${#targets[@]} test binaries, cargo built ${#bins[@]}" >&2
+  cargo test -p tests "${args[@]}" --no-run  # show the build error
+  exit 1
+fi
+
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+status=0
+for bin in "${bins[@]}"; do
+  echo "run-kernel-tests: $(basename "$bin") ($mode)" >&2
+  case $mode in
+    native) "$bin" --ignored --test-threads=1 || status=1 ;;
+    vm)
+      rw=()
+      [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
+      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${rw[@]}" -- \
+        "$bin" --ignored --test-threads=1 || status=1 ;;
+    *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; exit 2 ;;
+  esac
+done
+exit $status
