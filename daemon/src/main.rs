@@ -1,1 +1,59 @@
-fn main() {}
+//! `nvproxy`: the daemon and its command line.
+
+mod doctor;
+mod sys;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// nvproxy: proxied NVIDIA device nodes for containers.
+#[derive(Parser)]
+#[command(name = "nvproxy", version, about)]
+struct Cli {
+    /// Log filter (tracing-subscriber EnvFilter syntax); RUST_LOG is used when absent.
+    #[arg(long, global = true)]
+    log: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check whether this host can run nvproxy (CUSE, pidfd, Yama, Landlock, driver).
+    Doctor,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = match &cli.log {
+        Some(f) => EnvFilter::new(f),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let result: anyhow::Result<ExitCode> = match &cli.command {
+        Command::Doctor => {
+            let checks = doctor::run_checks();
+            for c in &checks {
+                println!("{c}");
+            }
+            Ok(if checks.iter().all(|c| c.ok) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nvproxy: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

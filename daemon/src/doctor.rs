@@ -1,0 +1,134 @@
+//! `nvproxy doctor`: reports whether this host can run nvproxy, and what is missing.
+
+use std::fmt;
+use std::fs;
+use std::path::Path;
+
+use crate::sys;
+
+/// One finding of `nvproxy doctor`.
+pub struct Check {
+    /// What was checked.
+    pub name: &'static str,
+    /// Whether nvproxy can work with what was found.
+    pub ok: bool,
+    /// What was found, and what to do about it when not ok.
+    pub detail: String,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = if self.ok { "ok  " } else { "FAIL" };
+        write!(f, "[{mark}] {:<26} {}", self.name, self.detail)
+    }
+}
+
+fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        ok,
+        detail: detail.into(),
+    }
+}
+
+/// Runs every check. None of them changes the system.
+pub fn run_checks() -> Vec<Check> {
+    let mut out = Vec::new();
+
+    let cuse = Path::new("/dev/cuse");
+    out.push(if cuse.exists() {
+        check("/dev/cuse", true, "present")
+    } else if Path::new("/sys/module/cuse").exists() {
+        check(
+            "/dev/cuse",
+            false,
+            "cuse module loaded but /dev/cuse is missing (no devtmpfs?)",
+        )
+    } else {
+        check(
+            "/dev/cuse",
+            false,
+            "missing: run `modprobe cuse` (systemd/ ships a modules-load.d entry)",
+        )
+    });
+
+    // The effective uid, from /proc/self/status (third field of "Uid:").
+    let root = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    out.push(check(
+        "running as root",
+        root,
+        if root {
+            "yes"
+        } else {
+            "no: /dev/cuse and pidfd_getfd on other users' processes need root"
+        },
+    ));
+
+    out.push(match sys::pidfd_thread_supported() {
+        Ok(()) => check("pidfd_open(PIDFD_THREAD)", true, "supported"),
+        Err(e) => check(
+            "pidfd_open(PIDFD_THREAD)",
+            false,
+            format!("not supported ({e}): fd identity resolution needs Linux 6.9 or newer"),
+        ),
+    });
+
+    let yama = fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
+    out.push(match yama.as_deref().map(str::trim) {
+        None => check("yama ptrace_scope", true, "Yama not present"),
+        Some("3") => check(
+            "yama ptrace_scope",
+            false,
+            "3: no process may attach, so pidfd_getfd and process_vm_readv fail; set it to 0-2",
+        ),
+        Some(v) => check(
+            "yama ptrace_scope",
+            true,
+            format!("{v} (needs CAP_SYS_PTRACE at 1-2)"),
+        ),
+    });
+
+    out.push(match sys::landlock_abi_version() {
+        Ok(v) if v >= 5 => check("landlock", true, format!("ABI {v} (IOCTL_DEV available)")),
+        Ok(v) => check(
+            "landlock",
+            false,
+            format!("ABI {v}: LANDLOCK_ACCESS_FS_IOCTL_DEV needs ABI 5 (Linux 6.10); the RM mmap path will be refused"),
+        ),
+        Err(e) => check("landlock", false, format!("unavailable ({e}); the RM mmap path will be refused")),
+    });
+
+    out.push(match host_driver_version() {
+        Some(v) => check("host NVIDIA driver", true, format!("version {v}")),
+        None => check(
+            "host NVIDIA driver",
+            true,
+            "not loaded (only `--driver sim` can serve on this host)",
+        ),
+    });
+    out
+}
+
+/// The loaded NVIDIA kernel module's version, from sysfs or procfs.
+pub fn host_driver_version() -> Option<String> {
+    if let Ok(v) = fs::read_to_string("/sys/module/nvidia/version") {
+        return Some(v.trim().to_owned());
+    }
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed ..."
+    let text = fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+    line.split_whitespace()
+        .find(|w| {
+            w.split('.').count() >= 2
+                && w.split('.')
+                    .all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
+        })
+        .map(str::to_owned)
+}
