@@ -1,0 +1,65 @@
+//! The boundary to the driver: the real one on a GPU host, or `nvsim`.
+//!
+//! A proxied call reaches the driver as a [`HostCall`]: the top-level parameter struct (with its
+//! fd fields already replaced by host file ids) plus the daemon-side buffers that its embedded
+//! pointers name. The real implementation patches each buffer's address into its parent before
+//! the `ioctl`; the simulated driver reads the buffers by position instead of dereferencing
+//! anything, so neither the trait nor `nvsim` needs `unsafe`.
+
+use std::io;
+use std::sync::Arc;
+
+/// Which host device node a file is open on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeKind {
+    /// `/dev/nvidiactl`.
+    Ctl,
+    /// `/dev/nvidia<minor>`.
+    Gpu(u32),
+    /// `/dev/nvidia-uvm`.
+    Uvm,
+}
+
+/// A daemon-side buffer that an embedded pointer of a [`HostCall`] refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NestedBuf {
+    /// The buffer holding the pointer: `None` for the top-level params, `Some(i)` for
+    /// `nested[i]` (pointers inside pointed-to buffers, e.g. RM_CONTROL params that carry their
+    /// own pointers).
+    pub parent: Option<usize>,
+    /// Byte offset of the 8-byte pointer inside its parent.
+    pub offset: usize,
+    /// The buffer itself; the driver reads and writes it in place.
+    pub data: Vec<u8>,
+}
+
+/// One ioctl as the driver sees it, after translation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCall {
+    /// The full ioctl command number (`_IOWR('F', nr, size)` or a UVM number).
+    pub cmd: u32,
+    /// The top-level parameter struct, read and written in place.
+    pub params: Vec<u8>,
+    /// Buffers named by pointers in `params` or in other nested buffers.
+    pub nested: Vec<NestedBuf>,
+}
+
+/// A file the daemon holds open on a host node.
+pub trait HostFile: Send + Sync + std::fmt::Debug {
+    /// The node this file is open on.
+    fn node(&self) -> NodeKind;
+    /// The number that stands for this file inside translated params (fd fields such as
+    /// `REGISTER_FD.ctl_fd` carry it): the real fd number for the host driver.
+    fn id(&self) -> i32;
+    /// Performs the ioctl. `Ok(ret)` is the syscall's non-negative return; driver-level failures
+    /// are NV status codes inside the params, as on the real driver.
+    fn ioctl(&self, call: &mut HostCall) -> io::Result<i32>;
+}
+
+/// The driver behind the proxy.
+pub trait HostDriver: Send + Sync {
+    /// The driver's version string, e.g. `535.261.03`; selects the ABI table.
+    fn version(&self) -> &str;
+    /// Opens a new host file on `node` (every client open gets its own).
+    fn open(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>>;
+}

@@ -1,0 +1,330 @@
+//! The object table: every RM client and object an instance's clients created, with its parent
+//! and the objects it depends on.
+//!
+//! It mirrors the driver's resource tree closely enough to answer, before anything reaches the
+//! driver, whether a handle belongs to this instance, and to know what a free or a client file's
+//! release takes with it. As in RM, freeing an object frees its children and every object that
+//! depends on it (recursively); freeing a client frees all its objects; releasing an open file
+//! frees the clients allocated through it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use thiserror::Error;
+
+/// Identifies the open file (one client `open()` of a frontend node) that allocated a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(pub u64);
+
+/// Why a table operation was refused. Each maps to the NV status the driver would give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ObjectError {
+    /// The client handle is not one of ours.
+    #[error("client {0:#x} unknown to this instance")]
+    UnknownClient(u32),
+    /// The object handle is not in the client.
+    #[error("object {1:#x} of client {0:#x} unknown")]
+    UnknownObject(u32, u32),
+    /// The parent named by an allocation does not exist in the client.
+    #[error("parent {1:#x} of client {0:#x} unknown")]
+    UnknownParent(u32, u32),
+    /// The handle is already in use in the client (or, for clients, globally).
+    #[error("handle {1:#x} already used in client {0:#x}")]
+    Duplicate(u32, u32),
+    /// Handle 0 is never a valid object.
+    #[error("handle 0 is not a valid object handle")]
+    NullHandle,
+}
+
+impl ObjectError {
+    /// The NV status code the real driver returns in the same situation (nvstatuscodes.h).
+    pub fn nv_status(&self) -> u32 {
+        match self {
+            Self::UnknownClient(_) => 0x23,  // NV_ERR_INVALID_CLIENT
+            Self::UnknownObject(..) => 0x33, // NV_ERR_INVALID_OBJECT_HANDLE
+            Self::UnknownParent(..) => 0x36, // NV_ERR_INVALID_OBJECT_PARENT
+            Self::Duplicate(..) => 0x19,     // NV_ERR_INSERT_DUPLICATE_NAME
+            Self::NullHandle => 0x34,        // NV_ERR_INVALID_OBJECT_NEW
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Object {
+    parent: u32,
+    class: u32,
+    deps: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    owner: OwnerId,
+    class: u32,
+    objects: HashMap<u32, Object>,
+}
+
+/// The per-instance table of RM clients and objects.
+#[derive(Debug, Default)]
+pub struct ObjectTable {
+    clients: BTreeMap<u32, Client>,
+}
+
+impl ObjectTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a new RM client `h_client` (class `NV01_ROOT*`) allocated through `owner`.
+    pub fn add_client(
+        &mut self,
+        owner: OwnerId,
+        h_client: u32,
+        class: u32,
+    ) -> Result<(), ObjectError> {
+        if h_client == 0 {
+            return Err(ObjectError::NullHandle);
+        }
+        if self.clients.contains_key(&h_client) {
+            return Err(ObjectError::Duplicate(h_client, h_client));
+        }
+        self.clients.insert(
+            h_client,
+            Client {
+                owner,
+                class,
+                objects: HashMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Records object `h_new` of `class` under `h_parent` (the client itself or one of its
+    /// objects), depending also on `deps` (objects of the same client its params name).
+    pub fn add_object(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_new: u32,
+        class: u32,
+        deps: &[u32],
+    ) -> Result<(), ObjectError> {
+        let client = self
+            .clients
+            .get_mut(&h_client)
+            .ok_or(ObjectError::UnknownClient(h_client))?;
+        if h_new == 0 {
+            return Err(ObjectError::NullHandle);
+        }
+        if h_new == h_client || client.objects.contains_key(&h_new) {
+            return Err(ObjectError::Duplicate(h_client, h_new));
+        }
+        if h_parent != h_client && !client.objects.contains_key(&h_parent) {
+            return Err(ObjectError::UnknownParent(h_client, h_parent));
+        }
+        if let Some(&d) = deps
+            .iter()
+            .find(|&&d| d != h_client && !client.objects.contains_key(&d))
+        {
+            return Err(ObjectError::UnknownObject(h_client, d));
+        }
+        client.objects.insert(
+            h_new,
+            Object {
+                parent: h_parent,
+                class,
+                deps: deps.to_vec(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Whether `h_object` is the client itself or one of its objects.
+    pub fn contains(&self, h_client: u32, h_object: u32) -> bool {
+        self.clients
+            .get(&h_client)
+            .is_some_and(|c| h_object == h_client || c.objects.contains_key(&h_object))
+    }
+
+    /// The class of `h_object` (the client's own class for `h_object == h_client`).
+    pub fn class_of(&self, h_client: u32, h_object: u32) -> Result<u32, ObjectError> {
+        let client = self
+            .clients
+            .get(&h_client)
+            .ok_or(ObjectError::UnknownClient(h_client))?;
+        if h_object == h_client {
+            return Ok(client.class);
+        }
+        client
+            .objects
+            .get(&h_object)
+            .map(|o| o.class)
+            .ok_or(ObjectError::UnknownObject(h_client, h_object))
+    }
+
+    /// The open file that allocated `h_client`.
+    pub fn owner_of(&self, h_client: u32) -> Result<OwnerId, ObjectError> {
+        self.clients
+            .get(&h_client)
+            .map(|c| c.owner)
+            .ok_or(ObjectError::UnknownClient(h_client))
+    }
+
+    /// Frees `h_object` of `h_client` with its subtree and dependants; freeing the client handle
+    /// frees the client. Returns the freed handles (the client's own handle last).
+    pub fn free(&mut self, h_client: u32, h_object: u32) -> Result<Vec<u32>, ObjectError> {
+        let client = self
+            .clients
+            .get_mut(&h_client)
+            .ok_or(ObjectError::UnknownClient(h_client))?;
+        if h_object == h_client {
+            let c = self.clients.remove(&h_client).expect("looked up above");
+            let mut freed: Vec<u32> = c.objects.keys().copied().collect();
+            freed.sort_unstable();
+            freed.push(h_client);
+            return Ok(freed);
+        }
+        if !client.objects.contains_key(&h_object) {
+            return Err(ObjectError::UnknownObject(h_client, h_object));
+        }
+        // Everything reachable from h_object through "child of" and "depends on" edges.
+        let mut doomed = BTreeSet::from([h_object]);
+        loop {
+            let before = doomed.len();
+            for (&h, o) in &client.objects {
+                if doomed.contains(&o.parent) || o.deps.iter().any(|d| doomed.contains(d)) {
+                    doomed.insert(h);
+                }
+            }
+            if doomed.len() == before {
+                break;
+            }
+        }
+        for h in &doomed {
+            client.objects.remove(h);
+        }
+        Ok(doomed.into_iter().collect())
+    }
+
+    /// Frees every client allocated through `owner` (its file was released). Returns the freed
+    /// client handles.
+    pub fn release_owner(&mut self, owner: OwnerId) -> Vec<u32> {
+        let gone: Vec<u32> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.owner == owner)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in &gone {
+            self.clients.remove(h);
+        }
+        gone
+    }
+
+    /// Number of clients plus objects: zero when everything was freed.
+    pub fn len(&self) -> usize {
+        self.clients.values().map(|c| 1 + c.objects.len()).sum()
+    }
+
+    /// Whether the table holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT: u32 = 0x41;
+    const DEVICE: u32 = 0x80;
+    const SUBDEVICE: u32 = 0x2080;
+    const VASPACE: u32 = 0x90f1;
+    const CTXSHARE: u32 = 0x9067;
+
+    fn table_with_device() -> ObjectTable {
+        let mut t = ObjectTable::new();
+        t.add_client(OwnerId(1), 0xc1d0_0001, ROOT).unwrap();
+        t.add_object(0xc1d0_0001, 0xc1d0_0001, 0x10, DEVICE, &[])
+            .unwrap();
+        t.add_object(0xc1d0_0001, 0x10, 0x11, SUBDEVICE, &[])
+            .unwrap();
+        t
+    }
+
+    #[test]
+    fn test_add_object_under_unknown_parent_is_invalid_parent() {
+        let mut t = table_with_device();
+        let err = t
+            .add_object(0xc1d0_0001, 0x99, 0x12, SUBDEVICE, &[])
+            .unwrap_err();
+        assert_eq!(err.nv_status(), 0x36);
+    }
+
+    #[test]
+    fn test_add_object_in_unknown_client_is_invalid_client() {
+        let mut t = table_with_device();
+        let err = t
+            .add_object(0xc1d0_0002, 0xc1d0_0002, 0x12, DEVICE, &[])
+            .unwrap_err();
+        assert_eq!(err, ObjectError::UnknownClient(0xc1d0_0002));
+    }
+
+    #[test]
+    fn test_duplicate_handle_is_refused() {
+        let mut t = table_with_device();
+        let err = t
+            .add_object(0xc1d0_0001, 0xc1d0_0001, 0x10, DEVICE, &[])
+            .unwrap_err();
+        assert_eq!(err.nv_status(), 0x19);
+    }
+
+    #[test]
+    fn test_free_removes_subtree_and_dependants() {
+        let mut t = table_with_device();
+        t.add_object(0xc1d0_0001, 0x10, 0x20, VASPACE, &[]).unwrap();
+        t.add_object(0xc1d0_0001, 0x11, 0x21, CTXSHARE, &[0x20])
+            .unwrap();
+        let freed = t.free(0xc1d0_0001, 0x20).unwrap();
+        assert_eq!(freed, vec![0x20, 0x21]);
+        assert!(t.contains(0xc1d0_0001, 0x11));
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn test_free_device_takes_children() {
+        let mut t = table_with_device();
+        assert_eq!(t.free(0xc1d0_0001, 0x10).unwrap(), vec![0x10, 0x11]);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn test_double_free_is_invalid_object_handle() {
+        let mut t = table_with_device();
+        t.free(0xc1d0_0001, 0x11).unwrap();
+        assert_eq!(t.free(0xc1d0_0001, 0x11).unwrap_err().nv_status(), 0x33);
+    }
+
+    #[test]
+    fn test_free_client_frees_everything() {
+        let mut t = table_with_device();
+        let freed = t.free(0xc1d0_0001, 0xc1d0_0001).unwrap();
+        assert_eq!(freed, vec![0x10, 0x11, 0xc1d0_0001]);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn test_release_owner_frees_only_its_clients() {
+        let mut t = table_with_device();
+        t.add_client(OwnerId(2), 0xc1d0_0002, ROOT).unwrap();
+        assert_eq!(t.release_owner(OwnerId(1)), vec![0xc1d0_0001]);
+        assert_eq!(t.owner_of(0xc1d0_0002), Ok(OwnerId(2)));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn test_class_of_client_and_object() {
+        let t = table_with_device();
+        assert_eq!(t.class_of(0xc1d0_0001, 0xc1d0_0001), Ok(ROOT));
+        assert_eq!(t.class_of(0xc1d0_0001, 0x11), Ok(SUBDEVICE));
+    }
+}
