@@ -1,0 +1,265 @@
+//! Plain-text rendering of the tree and the tables, for `nvproxy abi versions | show | diff`.
+//! Pure functions: they return `String`s and print nothing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::tree::{AbiNode, Support, children, nodes};
+use crate::{DriverAbi, DriverVersion, ParamSize};
+
+fn support_name(s: Support) -> &'static str {
+    match s {
+        Support::Supported => "supported",
+        Support::Unqualified => "unqualified",
+    }
+}
+
+/// The version tree, one node per line, children indented under their parent:
+/// version, support, installer checksum (or `-`), parent (or `-`) and a note.
+pub fn versions() -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<34} {:<11}  {:<8}  {:<10}  note",
+        "version", "support", "sha256", "parent"
+    );
+    for root in nodes().iter().filter(|n| n.parent.is_none()) {
+        tree_lines(&mut out, root, "", "");
+    }
+    out
+}
+
+fn tree_lines(out: &mut String, node: &'static AbiNode, first: &str, rest: &str) {
+    let label = format!("{first}{}", node.version);
+    let sum = node.installer_sha256.unwrap_or("-");
+    let parent = node
+        .parent
+        .map_or_else(|| "-".to_owned(), |p| p.to_string());
+    let alias = if node.same_as_parent {
+        " (same tables as parent)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "{label:<34} {:<11}  {sum:<8}  {parent:<10}  {}{alias}",
+        support_name(node.support),
+        node.note
+    );
+    let kids: Vec<_> = children(&node.version).collect();
+    for (i, kid) in kids.iter().enumerate() {
+        let last = i + 1 == kids.len();
+        let (branch, pad) = if last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        tree_lines(
+            out,
+            kid,
+            &format!("{rest}{branch}"),
+            &format!("{rest}{pad}"),
+        );
+    }
+}
+
+/// A size rule as text: `48`, `32|48`, `72*n`.
+pub fn param_size_text(size: &ParamSize) -> String {
+    match size {
+        ParamSize::Fixed(n) => n.to_string(),
+        ParamSize::OneOf(ns) => ns.iter().map(u32::to_string).collect::<Vec<_>>().join("|"),
+        ParamSize::Array { elem } => format!("{elem}*n"),
+    }
+}
+
+/// One uniform row of any of the four tables.
+#[derive(Clone, PartialEq, Eq)]
+struct Row {
+    number: u32,
+    name: &'static str,
+    params: String,
+    size: String,
+    translation: &'static str,
+    caps: String,
+}
+
+fn rows(abi: &DriverAbi) -> [(&'static str, BTreeMap<u32, Row>); 4] {
+    let opt = |p: Option<&str>| p.unwrap_or("-").to_owned();
+    [
+        (
+            "escapes",
+            abi.escapes
+                .values()
+                .map(|e| {
+                    let row = Row {
+                        number: u32::from(e.nr),
+                        name: e.name,
+                        params: e.params.join("|"),
+                        size: param_size_text(&e.size),
+                        translation: e.translation.name(),
+                        caps: e.caps.to_string(),
+                    };
+                    (row.number, row)
+                })
+                .collect(),
+        ),
+        (
+            "uvm",
+            abi.uvm
+                .values()
+                .map(|e| {
+                    let row = Row {
+                        number: e.cmd,
+                        name: e.name,
+                        params: opt(e.params),
+                        size: e.param_size.to_string(),
+                        translation: e.translation.name(),
+                        caps: e.caps.to_string(),
+                    };
+                    (row.number, row)
+                })
+                .collect(),
+        ),
+        (
+            "controls",
+            abi.controls
+                .values()
+                .map(|e| {
+                    let row = Row {
+                        number: e.cmd,
+                        name: e.name,
+                        params: opt(e.params),
+                        size: e.param_size.to_string(),
+                        translation: e.translation.name(),
+                        caps: e.caps.to_string(),
+                    };
+                    (row.number, row)
+                })
+                .collect(),
+        ),
+        (
+            "classes",
+            abi.classes
+                .values()
+                .map(|e| {
+                    let row = Row {
+                        number: e.class,
+                        name: e.name,
+                        params: opt(e.params),
+                        size: e.param_size.to_string(),
+                        translation: e.translation.name(),
+                        caps: e.caps.to_string(),
+                    };
+                    (row.number, row)
+                })
+                .collect(),
+        ),
+    ]
+}
+
+/// One version's four tables: name, number in hex, param size, translation, caps.
+pub fn show(version: &DriverVersion, abi: &DriverAbi) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "driver {version}");
+    for (title, table) in rows(abi) {
+        let _ = writeln!(out, "\n{title} ({})", table.len());
+        let _ = writeln!(
+            out,
+            "  {:<10}  {:<64}  {:>7}  {:<8}  caps",
+            "number", "name", "size", "transl"
+        );
+        for r in table.values() {
+            let _ = writeln!(
+                out,
+                "  {:<10}  {:<64}  {:>7}  {:<8}  {}",
+                format!("{:#x}", r.number),
+                r.name,
+                r.size,
+                r.translation,
+                r.caps
+            );
+        }
+    }
+    out
+}
+
+/// The difference from version `a` to version `b`, per table: entries added, removed, renumbered
+/// (same name, new number) and changed (old → new size, name, params, translation or caps).
+pub fn diff(a: (&DriverVersion, &DriverAbi), b: (&DriverVersion, &DriverAbi)) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} -> {}", a.0, b.0);
+    let mut total = 0;
+    for ((title, old), (_, new)) in rows(a.1).into_iter().zip(rows(b.1)) {
+        let mut lines = Vec::new();
+        let removed: Vec<&Row> = old
+            .values()
+            .filter(|r| !new.contains_key(&r.number))
+            .collect();
+        let added: Vec<&Row> = new
+            .values()
+            .filter(|r| !old.contains_key(&r.number))
+            .collect();
+        for r in &removed {
+            match added.iter().find(|x| x.name == r.name) {
+                Some(x) => lines.push(format!(
+                    "  renumbered {}: {:#x} -> {:#x}{}",
+                    r.name,
+                    r.number,
+                    x.number,
+                    if x.size == r.size {
+                        String::new()
+                    } else {
+                        format!(", size {} -> {}", r.size, x.size)
+                    }
+                )),
+                None => lines.push(format!("  - {:#x} {} ({})", r.number, r.name, r.size)),
+            }
+        }
+        for r in &added {
+            if !removed.iter().any(|x| x.name == r.name) {
+                lines.push(format!(
+                    "  + {:#x} {} ({}, {}, {})",
+                    r.number, r.name, r.size, r.translation, r.caps
+                ));
+            }
+        }
+        for (k, o) in &old {
+            let Some(n) = new.get(k) else { continue };
+            if o == n {
+                continue;
+            }
+            let mut what = Vec::new();
+            if o.name != n.name {
+                what.push(format!("now {} (was {})", n.name, o.name));
+            }
+            if o.size != n.size {
+                what.push(format!("size {} -> {}", o.size, n.size));
+            }
+            if o.params != n.params {
+                what.push(format!("params {} -> {}", o.params, n.params));
+            }
+            if o.translation != n.translation {
+                what.push(format!(
+                    "translation {} -> {}",
+                    o.translation, n.translation
+                ));
+            }
+            if o.caps != n.caps {
+                what.push(format!("caps {} -> {}", o.caps, n.caps));
+            }
+            lines.push(format!("  ~ {k:#x} {}: {}", o.name, what.join(", ")));
+        }
+        lines.sort_by(|x, y| x[4..].cmp(&y[4..]));
+        total += lines.len();
+        if !lines.is_empty() {
+            let _ = writeln!(out, "\n{title}:");
+            for l in lines {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+    }
+    if total == 0 {
+        let _ = writeln!(out, "\nno differences in the tables");
+    }
+    out
+}
