@@ -1,0 +1,401 @@
+//! The [`Handler`] trait and the types it sees and returns.
+
+use std::fmt;
+use std::fs::File;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use crate::error::{CuseError, HandlerReplyError};
+use crate::wire::{
+    self, FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT, FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES,
+    FUSE_IOCTL_MAX_IOV, FUSE_IOCTL_RETRY, FUSE_IOCTL_UNRESTRICTED, ReplyBody, fuse_ioctl_iovec,
+    fuse_ioctl_out,
+};
+use crate::{Errno, InitInfo};
+
+/// The device's behaviour. One value serves every open file of the device, from many worker
+/// threads at once, so methods take `&self`.
+///
+/// Every method runs on a worker thread and may block (syscalls, host ioctls, even requests to
+/// this very device: the reader thread keeps serving other requests meanwhile). Reply with
+/// `Err(Errno::EINTR)` when [`Request::is_interrupted`] says the caller gave up. A panic is
+/// caught and answered with `EIO`.
+pub trait Handler: Send + Sync + 'static {
+    /// `CUSE_INIT` was answered. Runs on the reader thread: do not block here.
+    ///
+    /// This does not prove the device was registered: a name or number that is taken shows only
+    /// as the connection ending right after (the session then returns `Ok`).
+    fn init_done(&self, info: &InitInfo) {
+        let _ = info;
+    }
+
+    /// `open(2)` of the device node. `flags` are the caller's `open` flags. The returned `fh`
+    /// names this open file in every later request.
+    fn open(&self, req: &Request, flags: u32) -> Result<Opened, Errno>;
+
+    /// The last reference to an open file went away. The kernel waits for this reply (the
+    /// closing thread blocks in `close`), and it cannot be interrupted. `req.pid()` is 0.
+    fn release(&self, req: &Request, fh: u64, flags: u32) {
+        let _ = (req, fh, flags);
+    }
+
+    /// `read(2)`: return at most `size` bytes.
+    fn read(&self, req: &Request, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let _ = (req, fh, offset, size);
+        Err(Errno::ENOSYS)
+    }
+
+    /// `write(2)`: return how many bytes of `data` were taken.
+    fn write(&self, req: &Request, fh: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let _ = (req, fh, offset, data);
+        Err(Errno::ENOSYS)
+    }
+
+    /// `ioctl(2)`. The kernel turns `ENOSYS` into `ENOTTY` for the caller.
+    fn ioctl(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
+        let _ = (req, io);
+        Err(Errno::ENOTTY)
+    }
+
+    /// `poll(2)`/`select`/`epoll`: return the ready events (`POLLIN`, ...). When `notify` is
+    /// `Some`, the kernel waits for a wake-up: keep the handle and call [`PollHandle::notify`]
+    /// when readiness changes (from any thread). Answering `ENOSYS` makes the kernel stop
+    /// asking and treat the device as always ready.
+    fn poll(
+        &self,
+        req: &Request,
+        fh: u64,
+        events: u32,
+        notify: Option<PollHandle>,
+    ) -> Result<u32, Errno> {
+        let _ = (req, fh, events, notify);
+        Err(Errno::ENOSYS)
+    }
+
+    /// `FUSE_FLUSH` (the CUSE kernel does not send it as of 6.12; kept for completeness).
+    fn flush(&self, req: &Request, fh: u64) -> Result<(), Errno> {
+        let _ = (req, fh);
+        Ok(())
+    }
+
+    /// `FUSE_FSYNC`.
+    fn fsync(&self, req: &Request, fh: u64, datasync: bool) -> Result<(), Errno> {
+        let _ = (req, fh, datasync);
+        Ok(())
+    }
+
+    /// `FUSE_DESTROY` (the CUSE kernel does not send it as of 6.12; kept for completeness).
+    fn destroy(&self) {}
+}
+
+/// The interrupt state of one request, shared by the reader (which sets it when a
+/// `FUSE_INTERRUPT` names the request) and the handler (which reads or waits for it).
+#[derive(Debug, Default)]
+pub(crate) struct InterruptFlag {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl InterruptFlag {
+    pub(crate) fn raise(&self) {
+        *self.set.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_all();
+    }
+
+    fn is_set(&self) -> bool {
+        *self.set.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*set {
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            set = self
+                .cv
+                .wait_timeout(set, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
+/// Who sent a request, and whether they are still waiting for it.
+#[derive(Clone)]
+pub struct Request {
+    pub(crate) unique: u64,
+    pub(crate) opcode: u32,
+    pub(crate) pid: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) interrupt: Arc<InterruptFlag>,
+}
+
+impl Request {
+    /// A request not tied to a session, for calling handlers directly in tests.
+    pub fn detached(unique: u64, pid: u32, uid: u32, gid: u32) -> Self {
+        Request {
+            unique,
+            opcode: 0,
+            pid,
+            uid,
+            gid,
+            interrupt: Arc::default(),
+        }
+    }
+
+    /// The kernel's request id.
+    pub fn unique(&self) -> u64 {
+        self.unique
+    }
+
+    /// The FUSE opcode.
+    pub fn opcode(&self) -> u32 {
+        self.opcode
+    }
+
+    /// The calling **thread** id, in the pid namespace of the process that opened `/dev/cuse`.
+    /// 0 when the caller is outside that namespace, and always 0 for RELEASE.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The caller's fs uid.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The caller's fs gid.
+    pub fn gid(&self) -> u32 {
+        self.gid
+    }
+
+    /// Whether the kernel sent `FUSE_INTERRUPT` for this request (the caller got a signal; on
+    /// a fatal one it cannot exit until we reply, so reply `EINTR` soon).
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupt.is_set()
+    }
+
+    /// Blocks until the request is interrupted (`true`) or `timeout` passes (`false`).
+    pub fn wait_interrupted(&self, timeout: Duration) -> bool {
+        self.interrupt.wait(timeout)
+    }
+
+    /// Marks the request interrupted, as a `FUSE_INTERRUPT` would (for handler tests).
+    pub fn interrupt(&self) {
+        self.interrupt.raise();
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("unique", &self.unique)
+            .field("opcode", &self.opcode)
+            .field("pid", &self.pid)
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .field("interrupted", &self.is_interrupted())
+            .finish()
+    }
+}
+
+/// A successful open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Opened {
+    /// Our handle for the open file, passed back in every later request on it.
+    pub fh: u64,
+    /// `FOPEN_*` flags ([`wire::FOPEN_NONSEEKABLE`], ...); usually 0.
+    pub open_flags: u32,
+}
+
+/// One ioctl round as the handler sees it.
+///
+/// Restricted ioctls (no [`Ioctl::is_unrestricted`]) carry exactly the bytes `_IOC_SIZE(cmd)`
+/// names for `_IOW`, and `out_size` is `_IOC_SIZE(cmd)` for `_IOR`. Unrestricted ioctls start
+/// with no data; the handler asks for client memory with [`IoctlReply::Retry`] and is called
+/// again (a new request) with `in_data` = the named input regions concatenated and `out_size` =
+/// the total length of the named output regions. There is no round counter: tell rounds apart
+/// by `in_data.len()` and `out_size`, as the kernel resends the same `cmd`, `arg` and `flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ioctl<'a> {
+    /// The open file's handle.
+    pub fh: u64,
+    /// The command.
+    pub cmd: u32,
+    /// The raw argument: a pointer in the caller's address space, or a value.
+    pub arg: u64,
+    /// `FUSE_IOCTL_*` flags of the request.
+    pub flags: u32,
+    /// Input bytes copied from the caller.
+    pub in_data: &'a [u8],
+    /// The most output bytes the kernel copies back.
+    pub out_size: u32,
+}
+
+impl Ioctl<'_> {
+    /// Whether the device runs with unrestricted ioctls (retry allowed).
+    pub fn is_unrestricted(&self) -> bool {
+        self.flags & FUSE_IOCTL_UNRESTRICTED != 0
+    }
+
+    /// Whether this is a 32-bit compat call. The session refuses these with `ENOTTY` before a
+    /// handler sees them, so handlers never get `true` here.
+    pub fn is_compat(&self) -> bool {
+        self.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32) != 0
+    }
+}
+
+/// A region of the caller's memory, named in a retry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoVec {
+    /// Address in the caller's address space.
+    pub base: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl IoVec {
+    /// A region of `len` bytes at `base`.
+    pub fn new(base: u64, len: u64) -> Self {
+        IoVec { base, len }
+    }
+}
+
+/// A handler's answer to an ioctl round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IoctlReply {
+    /// The ioctl is finished: `result` is what `ioctl(2)` returns (must be >= 0; errors are
+    /// `Err(Errno)`), `out` is copied to the caller (restricted: to `arg`; unrestricted: across
+    /// the output regions of the last retry, in order). At most `out_size` bytes.
+    Done {
+        /// The return value (>= 0).
+        result: i32,
+        /// Output bytes.
+        out: Vec<u8>,
+    },
+    /// Unrestricted only: copy these regions in (their bytes become the next round's
+    /// `in_data`) and prepare these regions for output, then call again. At most
+    /// [`FUSE_IOCTL_MAX_IOV`] regions in all, and [`FUSE_IOCTL_MAX_BYTES`] bytes per direction;
+    /// larger requests are refused with `E2BIG` and an error log line.
+    Retry {
+        /// Regions to read from the caller.
+        in_iovs: Vec<IoVec>,
+        /// Regions the final output will be written to.
+        out_iovs: Vec<IoVec>,
+    },
+}
+
+impl IoctlReply {
+    /// `Done` with a result and no output.
+    pub fn result(result: i32) -> Self {
+        IoctlReply::Done {
+            result,
+            out: Vec::new(),
+        }
+    }
+}
+
+/// Checks a handler's ioctl answer against what the kernel accepts, and encodes it.
+pub(crate) fn ioctl_reply_body(
+    io: &Ioctl<'_>,
+    reply: IoctlReply,
+) -> Result<ReplyBody, HandlerReplyError> {
+    match reply {
+        IoctlReply::Done { result, out } => {
+            if result < 0 {
+                return Err(HandlerReplyError::NegativeResult(result));
+            }
+            if u32::try_from(out.len()).map_or(true, |n| n > io.out_size) {
+                return Err(HandlerReplyError::OutTooLong {
+                    got: out.len(),
+                    max: io.out_size,
+                });
+            }
+            let hdr = fuse_ioctl_out {
+                result,
+                flags: 0,
+                in_iovs: 0,
+                out_iovs: 0,
+            };
+            Ok(ReplyBody::Ioctl(hdr, out))
+        }
+        IoctlReply::Retry { in_iovs, out_iovs } => {
+            if !io.is_unrestricted() {
+                return Err(HandlerReplyError::RetryRestricted);
+            }
+            let count = in_iovs.len().saturating_add(out_iovs.len());
+            if count > FUSE_IOCTL_MAX_IOV {
+                return Err(HandlerReplyError::TooManyIovecs {
+                    got: count,
+                    max: FUSE_IOCTL_MAX_IOV,
+                });
+            }
+            for (direction, iovs) in [("input", &in_iovs), ("output", &out_iovs)] {
+                let bytes = iovs.iter().try_fold(0u64, |acc, v| acc.checked_add(v.len));
+                match bytes {
+                    Some(b) if b <= FUSE_IOCTL_MAX_BYTES => {}
+                    _ => {
+                        return Err(HandlerReplyError::RetryTooLarge {
+                            direction,
+                            bytes: bytes.unwrap_or(u64::MAX),
+                            max: FUSE_IOCTL_MAX_BYTES,
+                        });
+                    }
+                }
+            }
+            // Both counts are <= 256 here, so they fit in u32.
+            let hdr = fuse_ioctl_out {
+                result: 0,
+                flags: FUSE_IOCTL_RETRY,
+                in_iovs: in_iovs.len() as u32,
+                out_iovs: out_iovs.len() as u32,
+            };
+            let iovs = in_iovs
+                .iter()
+                .chain(out_iovs.iter())
+                .map(|v| fuse_ioctl_iovec {
+                    base: v.base,
+                    len: v.len,
+                })
+                .collect();
+            Ok(ReplyBody::IoctlRetry(hdr, iovs))
+        }
+    }
+}
+
+/// A kernel poll handle: call [`PollHandle::notify`] to wake the callers polling the file.
+/// Cheap to clone, usable from any thread, and it does not keep the session alive.
+#[derive(Clone)]
+pub struct PollHandle {
+    pub(crate) kh: u64,
+    pub(crate) chan: Weak<File>,
+}
+
+impl PollHandle {
+    /// The kernel's handle number (`fuse_poll_in.kh`); one per open file.
+    pub fn kh(&self) -> u64 {
+        self.kh
+    }
+
+    /// Sends `FUSE_NOTIFY_POLL`: the kernel wakes the pollers, which then send a new POLL.
+    /// Fails with [`CuseError::Disconnected`] once the session is gone.
+    pub fn notify(&self) -> Result<(), CuseError> {
+        let chan = self.chan.upgrade().ok_or(CuseError::Disconnected)?;
+        let msg = wire::encode_poll_wakeup(self.kh);
+        crate::session::write_all_once(&chan, &[&msg]).map_err(CuseError::Write)
+    }
+}
+
+impl fmt::Debug for PollHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PollHandle").field("kh", &self.kh).finish()
+    }
+}

@@ -1,0 +1,961 @@
+//! The session: one `/dev/cuse` channel, its reader loop and its worker pool.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use tracing::{Span, debug, debug_span, error, info, trace, warn};
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::error::{CuseError, HandlerReplyError};
+use crate::handler::{Handler, InterruptFlag, Ioctl, PollHandle, Request, ioctl_reply_body};
+use crate::sys;
+use crate::wire::{
+    self, CUSE_INIT, CUSE_MIN_MINOR, CUSE_UNRESTRICTED_IOCTL, FUSE_INTERRUPT, FUSE_IOCTL_32BIT,
+    FUSE_IOCTL_COMPAT, FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_KERNEL_MINOR_VERSION,
+    FUSE_KERNEL_VERSION, FUSE_POLL_SCHEDULE_NOTIFY, Op, ReplyBody, cuse_init_in, cuse_init_out,
+    fuse_in_header, fuse_ioctl_in, fuse_open_out, fuse_poll_out, fuse_write_out,
+};
+use crate::{Errno, Opened};
+
+/// The largest `max_read`/`max_write` a [`DeviceConfig`] accepts.
+pub const MAX_IO_SIZE: u32 = 1 << 20;
+/// The largest char device major (`MKDEV` has 12 bits for it).
+pub const MAX_DEV_MAJOR: u32 = (1 << 12) - 1;
+/// The largest char device minor (`MINORBITS` is 20).
+pub const MAX_DEV_MINOR: u32 = (1 << 20) - 1;
+
+/// How to register the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// The node's path below `/dev` (`DEVNAME=`); may contain `/` (devtmpfs creates the
+    /// directories). Checked by [`wire::validate_devname`].
+    pub devname: String,
+    /// Char device major; 0 = dynamic (the kernel picks; learn it from `stat` of the node).
+    pub dev_major: u32,
+    /// Char device minor.
+    pub dev_minor: u32,
+    /// Ask for unrestricted ioctls (`CUSE_UNRESTRICTED_IOCTL`): handlers may answer
+    /// [`IoctlReply::Retry`](crate::IoctlReply::Retry) and `_IOC` encodings are ignored.
+    pub unrestricted_ioctl: bool,
+    /// Largest READ the kernel sends (it raises values below 4096 to 4096).
+    pub max_read: u32,
+    /// Largest WRITE the kernel sends (it raises values below 4096 to 4096).
+    pub max_write: u32,
+    /// Most worker threads running handlers at once (at least 1). See the crate docs: this
+    /// bounds how many handlers may block at the same time.
+    pub max_workers: usize,
+    /// An idle worker exits after this long (one worker always stays).
+    pub idle_timeout: Duration,
+}
+
+impl DeviceConfig {
+    /// Defaults: dynamic number, unrestricted ioctls, 128 KiB reads/writes, 64 workers, 10 s
+    /// idle timeout.
+    pub fn new(devname: impl Into<String>) -> Self {
+        DeviceConfig {
+            devname: devname.into(),
+            dev_major: 0,
+            dev_minor: 0,
+            unrestricted_ioctl: true,
+            max_read: 128 * 1024,
+            max_write: 128 * 1024,
+            max_workers: 64,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), CuseError> {
+        wire::validate_devname(&self.devname).map_err(|reason| CuseError::InvalidName {
+            name: self.devname.clone(),
+            reason,
+        })?;
+        if self.dev_major > MAX_DEV_MAJOR || self.dev_minor > MAX_DEV_MINOR {
+            return Err(CuseError::InvalidConfig(format!(
+                "device number {}:{} out of range (major <= {MAX_DEV_MAJOR}, minor <= {MAX_DEV_MINOR})",
+                self.dev_major, self.dev_minor
+            )));
+        }
+        if self.max_read > MAX_IO_SIZE || self.max_write > MAX_IO_SIZE {
+            return Err(CuseError::InvalidConfig(format!(
+                "max_read {} / max_write {} above {MAX_IO_SIZE}",
+                self.max_read, self.max_write
+            )));
+        }
+        if self.max_workers == 0 {
+            return Err(CuseError::InvalidConfig(
+                "max_workers must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Size of the buffer one request is read into: large enough for the biggest WRITE and
+    /// the biggest ioctl input, and at least the kernel's `FUSE_MIN_READ_BUFFER` (8192).
+    fn read_buffer_size(&self) -> usize {
+        let hdr = size_of::<fuse_in_header>();
+        let write = hdr + size_of::<wire::fuse_write_in>() + self.max_write.max(4096) as usize;
+        let ioctl = hdr + size_of::<fuse_ioctl_in>() + FUSE_IOCTL_MAX_BYTES as usize;
+        write.max(ioctl).max(8192)
+    }
+}
+
+/// What `CUSE_INIT` settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitInfo {
+    /// The kernel's FUSE major.
+    pub kernel_major: u32,
+    /// The kernel's FUSE minor.
+    pub kernel_minor: u32,
+    /// The minor we answered (`min(kernel, ours)`).
+    pub minor: u32,
+    /// The flags we answered (`CUSE_UNRESTRICTED_IOCTL` or 0).
+    pub flags: u32,
+    /// `max_read` we answered.
+    pub max_read: u32,
+    /// `max_write` we answered.
+    pub max_write: u32,
+    /// The major we asked for (0 = dynamic: the kernel does not tell us its choice).
+    pub dev_major: u32,
+    /// The minor we asked for.
+    pub dev_minor: u32,
+}
+
+#[derive(Debug)]
+struct ControlInner {
+    stop_fd: File,
+    stopped: AtomicBool,
+    init: Mutex<Option<InitInfo>>,
+    init_cv: Condvar,
+    workers: AtomicUsize,
+}
+
+/// Controls a running [`Session`] from other threads. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SessionControl {
+    inner: Arc<ControlInner>,
+}
+
+impl SessionControl {
+    fn new() -> Result<Self, CuseError> {
+        let stop_fd = File::from(sys::eventfd().map_err(CuseError::Setup)?);
+        Ok(SessionControl {
+            inner: Arc::new(ControlInner {
+                stop_fd,
+                stopped: AtomicBool::new(false),
+                init: Mutex::new(None),
+                init_cv: Condvar::new(),
+                workers: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// Asks [`Session::run`] to return: it stops reading, lets running handlers finish (their
+    /// replies are still written) and returns `Ok`. The channel closes, and so the device goes
+    /// away, once the last worker is done.
+    pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        if let Err(e) = (&self.inner.stop_fd).write(&1u64.to_ne_bytes()) {
+            // EAGAIN means the counter is already non-zero: the reader is woken anyway.
+            if e.kind() != io::ErrorKind::WouldBlock {
+                warn!(error = %e, "cannot signal the session reader to stop");
+            }
+        }
+    }
+
+    /// Whether [`SessionControl::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::SeqCst)
+    }
+
+    /// The `CUSE_INIT` outcome, once it was answered.
+    pub fn init_info(&self) -> Option<InitInfo> {
+        *self
+            .inner
+            .init
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits up to `timeout` for `CUSE_INIT` to be answered.
+    pub fn wait_init(&self, timeout: Duration) -> Option<InitInfo> {
+        let guard = self
+            .inner
+            .init
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (guard, _) = self
+            .inner
+            .init_cv
+            .wait_timeout_while(guard, timeout, |i| i.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        *guard
+    }
+
+    /// Worker threads alive right now (busy or idle).
+    pub fn worker_count(&self) -> usize {
+        self.inner.workers.load(Ordering::SeqCst)
+    }
+
+    fn set_init(&self, info: InitInfo) {
+        *self
+            .inner
+            .init
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(info);
+        self.inner.init_cv.notify_all();
+    }
+}
+
+/// One CUSE device: the channel to the kernel and its configuration.
+#[derive(Debug)]
+pub struct Session {
+    chan: Arc<File>,
+    cfg: DeviceConfig,
+    control: SessionControl,
+}
+
+/// What one read attempt gave.
+enum ReadOutcome {
+    Message(usize),
+    Stopped,
+    Ended,
+}
+
+impl Session {
+    /// Opens `/dev/cuse` for a new device. The kernel sends `CUSE_INIT` right away; the device
+    /// appears once [`Session::run`] has answered it.
+    pub fn open(cfg: DeviceConfig) -> Result<Self, CuseError> {
+        cfg.validate()?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/cuse")
+            .map_err(CuseError::Open)?;
+        Self::with_file(file, cfg)
+    }
+
+    /// Serves a channel that is already open: `/dev/cuse` opened elsewhere (inherited, or
+    /// from a file-descriptor store), or one end of [`seqpacket_pair`](crate::seqpacket_pair)
+    /// whose other end plays the kernel (tests).
+    pub fn from_fd(fd: OwnedFd, cfg: DeviceConfig) -> Result<Self, CuseError> {
+        cfg.validate()?;
+        Self::with_file(File::from(fd), cfg)
+    }
+
+    fn with_file(file: File, cfg: DeviceConfig) -> Result<Self, CuseError> {
+        Ok(Session {
+            chan: Arc::new(file),
+            cfg,
+            control: SessionControl::new()?,
+        })
+    }
+
+    /// A handle to stop the session and to learn when `CUSE_INIT` was answered.
+    pub fn control(&self) -> SessionControl {
+        self.control.clone()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// Answers `CUSE_INIT`, then serves requests until the kernel ends the connection
+    /// (`Ok`; this includes a failed registration, see the crate docs), the session is stopped
+    /// (`Ok`), or reading fails (`Err`). Runs the reader loop on the calling thread; handlers
+    /// run on the worker pool.
+    pub fn run(self, handler: Arc<dyn Handler>) -> Result<(), CuseError> {
+        let mut buf = vec![0u8; self.cfg.read_buffer_size()];
+        let info = loop {
+            let n = match self.read_one(&mut buf)? {
+                ReadOutcome::Message(n) => n,
+                ReadOutcome::Stopped | ReadOutcome::Ended => {
+                    return Err(CuseError::EndedBeforeInit);
+                }
+            };
+            let Some(bytes) = buf.get(..n) else { continue };
+            if let Some(info) = self.handle_pre_init(bytes)? {
+                break info;
+            }
+        };
+        info!(
+            devname = %self.cfg.devname,
+            minor = info.minor,
+            kernel_minor = info.kernel_minor,
+            unrestricted = info.flags & CUSE_UNRESTRICTED_IOCTL != 0,
+            "CUSE_INIT answered"
+        );
+        self.control.set_init(info);
+        handler.init_done(&info);
+
+        let shared = Arc::new(Shared {
+            chan: Arc::clone(&self.chan),
+            handler,
+            inflight: Mutex::new(HashMap::new()),
+        });
+        let pool = Pool::new(Arc::clone(&shared), &self.cfg, self.control.clone());
+        let result = loop {
+            match self.read_one(&mut buf) {
+                Ok(ReadOutcome::Message(n)) => {
+                    if let Some(bytes) = buf.get(..n) {
+                        dispatch(&shared, &pool, bytes);
+                    }
+                }
+                Ok(ReadOutcome::Stopped) => {
+                    debug!("session stopped");
+                    break Ok(());
+                }
+                Ok(ReadOutcome::Ended) => {
+                    debug!("connection ended");
+                    break Ok(());
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        pool.shutdown();
+        result
+    }
+
+    /// Reads one request. Waits in `poll` on the channel and the stop eventfd, so
+    /// [`SessionControl::stop`] works even while no requests come.
+    fn read_one(&self, buf: &mut [u8]) -> Result<ReadOutcome, CuseError> {
+        loop {
+            if self.control.is_stopped() {
+                return Ok(ReadOutcome::Stopped);
+            }
+            match sys::poll2(self.chan.as_fd(), self.control.inner.stop_fd.as_fd(), None) {
+                Ok(r) if r.second => return Ok(ReadOutcome::Stopped),
+                Ok(r) if !r.first => continue,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(CuseError::Read(e)),
+            }
+            match (&*self.chan).read(buf) {
+                Ok(0) => return Ok(ReadOutcome::Ended),
+                Ok(n) => {
+                    trace!(bytes = ?buf.get(..n), "request");
+                    return Ok(ReadOutcome::Message(n));
+                }
+                Err(e) => match e.raw_os_error() {
+                    // ENOENT: the request was interrupted/withdrawn before we got it.
+                    Some(libc::ENOENT | libc::EINTR | libc::EAGAIN) => continue,
+                    Some(libc::ENODEV) => return Ok(ReadOutcome::Ended),
+                    _ => return Err(CuseError::Read(e)),
+                },
+            }
+        }
+    }
+
+    /// Handles a message that arrives before `CUSE_INIT` was answered: `Some` once it was.
+    fn handle_pre_init(&self, bytes: &[u8]) -> Result<Option<InitInfo>, CuseError> {
+        let msg = match wire::parse_request(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                match fuse_in_header::read_from_prefix(bytes) {
+                    Ok((hdr, _)) if hdr.opcode == CUSE_INIT => {
+                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                        return Err(CuseError::BadInit(e));
+                    }
+                    Ok((hdr, _)) => reply_direct(&self.chan, &hdr, Err(e.errno())),
+                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                }
+                return Ok(None);
+            }
+        };
+        let Op::Init(arg) = msg.op else {
+            warn!(
+                opcode = msg.header.opcode,
+                "request before CUSE_INIT; answering EIO"
+            );
+            reply_direct(&self.chan, &msg.header, Err(Errno::EIO));
+            return Ok(None);
+        };
+        match self.negotiate(&arg) {
+            Ok((out, info)) => {
+                let body = ReplyBody::Init(out, wire::devinfo(&self.cfg.devname));
+                send_reply(&self.chan, msg.header.unique, Ok(&body)).map_err(CuseError::Write)?;
+                Ok(Some(info))
+            }
+            Err(e) => {
+                error!(error = %e, "cannot serve this kernel");
+                reply_direct(&self.chan, &msg.header, Err(Errno::EPROTO));
+                Err(e)
+            }
+        }
+    }
+
+    /// Chooses the `CUSE_INIT` answer.
+    fn negotiate(&self, arg: &cuse_init_in) -> Result<(cuse_init_out, InitInfo), CuseError> {
+        negotiate(&self.cfg, arg)
+    }
+}
+
+/// Chooses the `CUSE_INIT` answer for `cfg` given the kernel's offer.
+pub(crate) fn negotiate(
+    cfg: &DeviceConfig,
+    arg: &cuse_init_in,
+) -> Result<(cuse_init_out, InitInfo), CuseError> {
+    let minor = arg.minor.min(FUSE_KERNEL_MINOR_VERSION);
+    if arg.major != FUSE_KERNEL_VERSION || minor < CUSE_MIN_MINOR {
+        return Err(CuseError::UnsupportedProtocol {
+            major: arg.major,
+            minor: arg.minor,
+            ours: FUSE_KERNEL_MINOR_VERSION,
+        });
+    }
+    let flags = if cfg.unrestricted_ioctl {
+        CUSE_UNRESTRICTED_IOCTL
+    } else {
+        0
+    };
+    if cfg.unrestricted_ioctl && arg.flags & CUSE_UNRESTRICTED_IOCTL == 0 {
+        warn!(
+            kernel_flags = arg.flags,
+            "kernel did not offer CUSE_UNRESTRICTED_IOCTL; asking anyway"
+        );
+    }
+    let out = cuse_init_out {
+        major: FUSE_KERNEL_VERSION,
+        minor,
+        unused: 0,
+        flags,
+        max_read: cfg.max_read,
+        max_write: cfg.max_write,
+        dev_major: cfg.dev_major,
+        dev_minor: cfg.dev_minor,
+        spare: [0; 10],
+    };
+    let info = InitInfo {
+        kernel_major: arg.major,
+        kernel_minor: arg.minor,
+        minor,
+        flags,
+        max_read: cfg.max_read,
+        max_write: cfg.max_write,
+        dev_major: cfg.dev_major,
+        dev_minor: cfg.dev_minor,
+    };
+    Ok((out, info))
+}
+
+/// Writes `parts` as one message with one `writev`, retrying only on EINTR.
+pub(crate) fn write_all_once(chan: &File, parts: &[&[u8]]) -> io::Result<()> {
+    let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let want: usize = parts.iter().map(|p| p.len()).sum();
+    loop {
+        match (&*chan).write_vectored(&slices) {
+            Ok(n) if n == want => return Ok(()),
+            Ok(n) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write to CUSE channel: {n} of {want} bytes"),
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes one reply (header + body) with one `writev`.
+fn send_reply(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) -> io::Result<()> {
+    let (hdr, [a, b]) = match reply {
+        Ok(body) => (wire::reply_header(unique, None, body.len()), body.parts()),
+        Err(e) => (wire::reply_header(unique, Some(e), 0), [&[][..], &[][..]]),
+    };
+    let hdr = hdr.map_err(io::Error::other)?;
+    write_all_once(chan, &[hdr.as_bytes(), a, b])
+}
+
+/// Sends a reply and logs a failure: ENOENT (the request is gone: interrupted, aborted) at
+/// debug, anything else as an error.
+fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
+    match send_reply(chan, unique, reply) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            debug!("reply target gone (ENOENT): request was interrupted or aborted");
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            debug!("reply after the connection ended (ENODEV)");
+        }
+        Err(e) => error!(error = %e, "cannot write reply"),
+    }
+}
+
+/// A reply written by the reader itself (protocol errors); never for unique 0 or INTERRUPT.
+fn reply_direct(chan: &File, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
+    if hdr.unique == 0 || hdr.opcode == FUSE_INTERRUPT {
+        warn!(
+            opcode = hdr.opcode,
+            unique = hdr.unique,
+            "not answering this request"
+        );
+        return;
+    }
+    send_logged(chan, hdr.unique, reply);
+}
+
+/// What the reader and all workers share.
+struct Shared {
+    chan: Arc<File>,
+    handler: Arc<dyn Handler>,
+    /// Requests handed to workers and not yet answered, by `unique`, so that `FUSE_INTERRUPT`
+    /// can reach them.
+    inflight: Mutex<HashMap<u64, Arc<InterruptFlag>>>,
+}
+
+impl Shared {
+    fn inflight(&self) -> MutexGuard<'_, HashMap<u64, Arc<InterruptFlag>>> {
+        self.inflight.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one request on a worker and writes its reply.
+    fn execute(&self, job: Job) {
+        let _enter = job.span.enter();
+        let req = Request {
+            unique: job.header.unique,
+            opcode: job.header.opcode,
+            pid: job.header.pid,
+            uid: job.header.uid,
+            gid: job.header.gid,
+            interrupt: job.interrupt,
+        };
+        let interruptible = !matches!(job.op, Op::Release(_) | Op::Destroy);
+        let result = if interruptible && req.is_interrupted() {
+            debug!("interrupted before a handler ran");
+            Err(Errno::EINTR)
+        } else {
+            match catch_unwind(AssertUnwindSafe(|| self.call(&req, job.op))) {
+                Ok(Ok(body)) => Ok(body),
+                Ok(Err(Reject::Errno(e))) => {
+                    debug!(errno = e.raw(), "handler error");
+                    Err(e)
+                }
+                Ok(Err(Reject::Bad(e))) => {
+                    error!(error = %e, "handler reply refused");
+                    Err(e.errno())
+                }
+                Err(_) => {
+                    error!("handler panicked; answering EIO");
+                    Err(HandlerReplyError::Panicked.errno())
+                }
+            }
+        };
+        self.inflight().remove(&req.unique);
+        send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
+    }
+
+    fn call(&self, req: &Request, op: Op<'static>) -> Result<ReplyBody, Reject> {
+        let h = &*self.handler;
+        match op {
+            Op::Open(a) => {
+                let Opened { fh, open_flags } = h.open(req, a.flags)?;
+                debug!(fh, "opened");
+                Ok(ReplyBody::Open(fuse_open_out {
+                    fh,
+                    open_flags,
+                    padding: 0,
+                }))
+            }
+            Op::Release(a) => {
+                h.release(req, a.fh, a.flags);
+                Ok(ReplyBody::Empty)
+            }
+            Op::Read(a) => {
+                let data = h.read(req, a.fh, a.offset, a.size)?;
+                if u32::try_from(data.len()).map_or(true, |n| n > a.size) {
+                    return Err(HandlerReplyError::ReadTooLong {
+                        got: data.len(),
+                        max: a.size,
+                    }
+                    .into());
+                }
+                Ok(ReplyBody::Data(data))
+            }
+            Op::Write(a, data) => {
+                let n = h.write(req, a.fh, a.offset, &data)?;
+                if usize::try_from(n).map_or(true, |n| n > data.len()) {
+                    return Err(HandlerReplyError::WriteTooLong {
+                        got: n,
+                        max: data.len(),
+                    }
+                    .into());
+                }
+                Ok(ReplyBody::Write(fuse_write_out {
+                    size: n,
+                    padding: 0,
+                }))
+            }
+            Op::Flush(a) => {
+                h.flush(req, a.fh)?;
+                Ok(ReplyBody::Empty)
+            }
+            Op::Fsync(a) => {
+                h.fsync(req, a.fh, a.fsync_flags & 1 != 0)?;
+                Ok(ReplyBody::Empty)
+            }
+            Op::Ioctl(a, data) => {
+                let io = Ioctl {
+                    fh: a.fh,
+                    cmd: a.cmd,
+                    arg: a.arg,
+                    flags: a.flags,
+                    in_data: &data,
+                    out_size: a.out_size,
+                };
+                let reply = h.ioctl(req, &io)?;
+                Ok(ioctl_reply_body(&io, reply)?)
+            }
+            Op::Poll(a) => {
+                let notify = (a.flags & FUSE_POLL_SCHEDULE_NOTIFY != 0).then(|| PollHandle {
+                    kh: a.kh,
+                    chan: Arc::downgrade(&self.chan),
+                });
+                let revents = h.poll(req, a.fh, a.events, notify)?;
+                Ok(ReplyBody::Poll(fuse_poll_out {
+                    revents,
+                    padding: 0,
+                }))
+            }
+            Op::Destroy => {
+                h.destroy();
+                Ok(ReplyBody::Empty)
+            }
+            // The reader answers these itself; reaching here would be our bug.
+            Op::Init(_) | Op::Interrupt(_) | Op::Unknown(_) => Err(Reject::Errno(Errno::EIO)),
+            #[allow(unreachable_patterns)] // Op is non_exhaustive for other crates only
+            _ => Err(Reject::Errno(Errno::ENOSYS)),
+        }
+    }
+}
+
+/// Why a handler call did not produce a reply body.
+enum Reject {
+    Errno(Errno),
+    Bad(HandlerReplyError),
+}
+
+impl From<Errno> for Reject {
+    fn from(e: Errno) -> Self {
+        Reject::Errno(e)
+    }
+}
+
+impl From<HandlerReplyError> for Reject {
+    fn from(e: HandlerReplyError) -> Self {
+        Reject::Bad(e)
+    }
+}
+
+/// Routes one request read from the channel. Runs on the reader thread: it parses, answers
+/// protocol-level errors itself (a `write` to the channel, which never waits for a handler),
+/// records interrupts, and queues everything else for the workers. It never runs handler code.
+fn dispatch(shared: &Shared, pool: &Pool, bytes: &[u8]) {
+    let msg = match wire::parse_request(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            match fuse_in_header::read_from_prefix(bytes) {
+                Ok((hdr, _)) => {
+                    let span = debug_span!(
+                        "cuse",
+                        unique = hdr.unique,
+                        opcode = hdr.opcode,
+                        pid = hdr.pid
+                    );
+                    let _enter = span.enter();
+                    warn!(error = %e, "malformed request");
+                    reply_direct(&shared.chan, &hdr, Err(e.errno()));
+                }
+                Err(_) => warn!(error = %e, "dropping malformed request"),
+            }
+            return;
+        }
+    };
+    let hdr = msg.header;
+    let span = debug_span!(
+        "cuse",
+        unique = hdr.unique,
+        opcode = hdr.opcode,
+        pid = hdr.pid
+    );
+    let enter = span.enter();
+    match msg.op {
+        Op::Interrupt(arg) => {
+            // No reply: the kernel does not expect one.
+            match shared.inflight().get(&arg.unique) {
+                Some(flag) => {
+                    debug!(target_unique = arg.unique, "interrupt");
+                    flag.raise();
+                }
+                None => debug!(
+                    target_unique = arg.unique,
+                    "interrupt for a finished request"
+                ),
+            }
+            return;
+        }
+        Op::Init(_) => {
+            warn!("second CUSE_INIT; answering EIO");
+            reply_direct(&shared.chan, &hdr, Err(Errno::EIO));
+            return;
+        }
+        Op::Unknown(opcode) => {
+            debug!(opcode, "unknown opcode; answering ENOSYS");
+            reply_direct(&shared.chan, &hdr, Err(Errno::ENOSYS));
+            return;
+        }
+        Op::Ioctl(ref a, _)
+            if a.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32) != 0 =>
+        {
+            warn!(
+                cmd = format_args!("{:#010x}", a.cmd),
+                flags = format_args!("{:#x}", a.flags),
+                "32-bit compat ioctl refused with ENOTTY"
+            );
+            reply_direct(&shared.chan, &hdr, Err(Errno::ENOTTY));
+            return;
+        }
+        _ => {}
+    }
+    if hdr.unique == 0 {
+        warn!(op = msg.op.name(), "request with unique 0 dropped");
+        return;
+    }
+    let interrupt = Arc::new(InterruptFlag::default());
+    {
+        let mut inflight = shared.inflight();
+        if inflight.contains_key(&hdr.unique) {
+            warn!(
+                op = msg.op.name(),
+                "duplicate unique of a request in flight; dropped"
+            );
+            return;
+        }
+        inflight.insert(hdr.unique, Arc::clone(&interrupt));
+    }
+    trace!(op = msg.op.name(), "queued");
+    drop(enter);
+    pool.submit(Job {
+        header: hdr,
+        op: msg.op.into_owned(),
+        interrupt,
+        span,
+    });
+}
+
+/// A request on its way to a worker.
+struct Job {
+    header: fuse_in_header,
+    op: Op<'static>,
+    interrupt: Arc<InterruptFlag>,
+    span: Span,
+}
+
+/// Worker threads started on demand up to `max`, exiting after `idle_timeout` idle (one stays).
+/// The reader only ever takes `state` for a few instructions, never waits on `cv`.
+struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    shared: Arc<Shared>,
+    state: Mutex<PoolState>,
+    cv: Condvar,
+    max: usize,
+    idle_timeout: Duration,
+    control: SessionControl,
+}
+
+#[derive(Default)]
+struct PoolState {
+    queue: VecDeque<Job>,
+    idle: usize,
+    total: usize,
+    shutdown: bool,
+    warned_full: bool,
+}
+
+impl PoolInner {
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Pool {
+    fn new(shared: Arc<Shared>, cfg: &DeviceConfig, control: SessionControl) -> Self {
+        Pool {
+            inner: Arc::new(PoolInner {
+                shared,
+                state: Mutex::new(PoolState::default()),
+                cv: Condvar::new(),
+                max: cfg.max_workers,
+                idle_timeout: cfg.idle_timeout,
+                control,
+            }),
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        let mut st = self.inner.state();
+        st.queue.push_back(job);
+        if st.idle >= st.queue.len() {
+            drop(st);
+            self.inner.cv.notify_one();
+            return;
+        }
+        if st.total >= self.inner.max {
+            if !st.warned_full {
+                st.warned_full = true;
+                warn!(
+                    workers = st.total,
+                    queued = st.queue.len(),
+                    "all workers busy; requests wait in the queue (a handler that waits for \
+                     another request to this device can deadlock now: raise max_workers)"
+                );
+            }
+            return;
+        }
+        st.total += 1;
+        self.inner
+            .control
+            .inner
+            .workers
+            .store(st.total, Ordering::SeqCst);
+        drop(st);
+        let inner = Arc::clone(&self.inner);
+        let spawned = thread::Builder::new()
+            .name("cuse-worker".into())
+            .spawn(move || worker(inner));
+        if let Err(e) = spawned {
+            let mut st = self.inner.state();
+            st.total -= 1;
+            self.inner
+                .control
+                .inner
+                .workers
+                .store(st.total, Ordering::SeqCst);
+            error!(error = %e, workers = st.total, "cannot start a worker thread");
+            if st.total == 0 {
+                // Nobody would ever run the queued requests: fail them now.
+                let jobs: Vec<Job> = st.queue.drain(..).collect();
+                drop(st);
+                for job in jobs {
+                    self.inner.shared.inflight().remove(&job.header.unique);
+                    send_logged(
+                        &self.inner.shared.chan,
+                        job.header.unique,
+                        Err(Errno::EAGAIN),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Lets the workers drain the queue and exit; does not wait for them.
+    fn shutdown(&self) {
+        self.inner.state().shutdown = true;
+        self.inner.cv.notify_all();
+    }
+}
+
+fn worker(inner: Arc<PoolInner>) {
+    let mut st = inner.state();
+    loop {
+        if let Some(job) = st.queue.pop_front() {
+            drop(st);
+            inner.shared.execute(job);
+            st = inner.state();
+            continue;
+        }
+        if st.shutdown {
+            break;
+        }
+        st.idle += 1;
+        st.warned_full = false;
+        let (guard, timeout) = inner
+            .cv
+            .wait_timeout(st, inner.idle_timeout)
+            .unwrap_or_else(PoisonError::into_inner);
+        st = guard;
+        st.idle -= 1;
+        if timeout.timed_out() && st.queue.is_empty() && st.total > 1 {
+            debug!(workers = st.total - 1, "idle worker exits");
+            break;
+        }
+    }
+    st.total -= 1;
+    inner
+        .control
+        .inner
+        .workers
+        .store(st.total, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        let cfg = DeviceConfig::new("x");
+        let offer = |major, minor| cuse_init_in {
+            major,
+            minor,
+            unused: 0,
+            flags: 1,
+        };
+        let (out, info) = negotiate(&cfg, &offer(7, 41)).unwrap();
+        assert_eq!((out.major, out.minor), (7, FUSE_KERNEL_MINOR_VERSION));
+        assert_eq!(info.kernel_minor, 41);
+        assert_eq!(out.flags, CUSE_UNRESTRICTED_IOCTL);
+        let (out, _) = negotiate(&cfg, &offer(7, 12)).unwrap();
+        assert_eq!(out.minor, 12);
+        assert!(matches!(
+            negotiate(&cfg, &offer(7, 10)),
+            Err(CuseError::UnsupportedProtocol {
+                major: 7,
+                minor: 10,
+                ..
+            })
+        ));
+        assert!(matches!(
+            negotiate(&cfg, &offer(8, 0)),
+            Err(CuseError::UnsupportedProtocol { major: 8, .. })
+        ));
+        let restricted = DeviceConfig {
+            unrestricted_ioctl: false,
+            ..cfg
+        };
+        assert_eq!(negotiate(&restricted, &offer(7, 41)).unwrap().0.flags, 0);
+    }
+
+    #[test]
+    fn config_validation() {
+        assert!(DeviceConfig::new("nvproxy/a/nvidiactl").validate().is_ok());
+        for bad in ["", "a/../b", "/a", "a/", "a//b", ".", "a b", "a\0b", "ä"] {
+            assert!(DeviceConfig::new(bad).validate().is_err(), "{bad:?}");
+        }
+        assert!(DeviceConfig::new("x".repeat(200)).validate().is_err());
+        let cfg = DeviceConfig {
+            dev_minor: 1 << 20,
+            ..DeviceConfig::new("x")
+        };
+        assert!(cfg.validate().is_err());
+        let cfg = DeviceConfig {
+            max_workers: 0,
+            ..DeviceConfig::new("x")
+        };
+        assert!(cfg.validate().is_err());
+        assert!(DeviceConfig::new("x").read_buffer_size() >= 40 + 32 + 128 * 1024);
+    }
+}
