@@ -694,3 +694,26 @@ const _: () = assert!(offset_of!(nv_ioctl_export_to_dma_buf_fd_t_V570, handles) 
 const _: () = assert!(offset_of!(nv_ioctl_export_to_dma_buf_fd_t_V570, offsets) == 552);
 const _: () = assert!(offset_of!(nv_ioctl_export_to_dma_buf_fd_t_V570, sizes) == 1576);
 const _: () = assert!(offset_of!(nv_ioctl_export_to_dma_buf_fd_t_V570, status) == 2600);
+
+/// `NVOS32_FUNCTION_ALLOC_SIZE`: the only `NV_ESC_RM_VID_HEAP_CONTROL` function gVisor allows.
+pub const NVOS32_FUNCTION_ALLOC_SIZE: u32 = 2;
+
+impl NVOS32_PARAMETERS {
+    /// Offset of `data.AllocSize.address` within `data` (120 in the struct).
+    pub const ALLOC_SIZE_ADDRESS_OFFSET: usize = 80;
+
+    /// `data.AllocSize.address`: for `NVOS32_FUNCTION_ALLOC_SIZE`, a pointer to a client `NvU64`
+    /// (or 0).
+    pub fn alloc_size_address(&self) -> NvP64 {
+        let at = Self::ALLOC_SIZE_ADDRESS_OFFSET;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.data[at..at + 8]);
+        u64::from_ne_bytes(b)
+    }
+
+    /// Sets `data.AllocSize.address` (to redirect it to a daemon buffer).
+    pub fn set_alloc_size_address(&mut self, address: NvP64) {
+        let at = Self::ALLOC_SIZE_ADDRESS_OFFSET;
+        self.data[at..at + 8].copy_from_slice(&address.to_ne_bytes());
+    }
+}

@@ -20,2389 +20,317 @@ use crate::table::{DriverAbi, ParamSize};
 /// Builds the 535.216.03 tables.
 pub(crate) fn v535_216_03() -> DriverAbi {
     let mut abi = DriverAbi::default();
-    abi.add_escape(
-        0x27,
-        "NV_ESC_RM_ALLOC_MEMORY",
-        &["nv_ioctl_nvos02_parameters_with_fd"],
-        ParamSize::Fixed(56),
-        Special,
-        CUG,
-    );
-    abi.add_escape(
-        0x29,
-        "NV_ESC_RM_FREE",
-        &["NVOS00_PARAMETERS"],
-        ParamSize::Fixed(16),
-        Special,
-        CU,
-    );
-    abi.add_escape(
-        0x2a,
-        "NV_ESC_RM_CONTROL",
-        &["NVOS54_PARAMETERS"],
-        ParamSize::Fixed(32),
-        Pointer,
-        CU,
-    );
-    abi.add_escape(
-        0x2b,
-        "NV_ESC_RM_ALLOC",
-        &["NVOS21_PARAMETERS", "NVOS64_PARAMETERS"],
-        ParamSize::OneOf(&[32, 48]),
-        Pointer,
-        CU,
-    );
-    abi.add_escape(
-        0x34,
-        "NV_ESC_RM_DUP_OBJECT",
-        &["NVOS55_PARAMETERS"],
-        ParamSize::Fixed(28),
-        Special,
-        CU,
-    );
-    abi.add_escape(
-        0x35,
-        "NV_ESC_RM_SHARE",
-        &["NVOS57_PARAMETERS"],
-        ParamSize::Fixed(24),
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0x41,
-        "NV_ESC_RM_IDLE_CHANNELS",
-        &["NVOS30_PARAMETERS"],
-        ParamSize::Fixed(56),
-        Pointer,
-        G,
-    );
-    abi.add_escape(
-        0x4a,
-        "NV_ESC_RM_VID_HEAP_CONTROL",
-        &["NVOS32_PARAMETERS"],
-        ParamSize::Fixed(184),
-        Pointer,
-        CU,
-    );
-    abi.add_escape(
-        0x4e,
-        "NV_ESC_RM_MAP_MEMORY",
-        &["nv_ioctl_nvos33_parameters_with_fd"],
-        ParamSize::Fixed(56),
-        Fd,
-        CU,
-    );
-    abi.add_escape(
-        0x4f,
-        "NV_ESC_RM_UNMAP_MEMORY",
-        &["NVOS34_PARAMETERS"],
-        ParamSize::Fixed(32),
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0x54,
-        "NV_ESC_RM_ALLOC_CONTEXT_DMA2",
-        &["NVOS39_PARAMETERS"],
-        ParamSize::Fixed(56),
-        Special,
-        G,
-    );
-    abi.add_escape(
-        0x57,
-        "NV_ESC_RM_MAP_MEMORY_DMA",
-        &["NVOS46_PARAMETERS"],
-        ParamSize::Fixed(56),
-        Simple,
-        GV,
-    );
-    abi.add_escape(
-        0x58,
-        "NV_ESC_RM_UNMAP_MEMORY_DMA",
-        &["NVOS47_PARAMETERS"],
-        ParamSize::Fixed(40),
-        Simple,
-        GV,
-    );
-    abi.add_escape(
-        0x5e,
-        "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO",
-        &["NVOS56_PARAMETERS"],
-        ParamSize::Fixed(40),
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0xc8,
-        "NV_ESC_CARD_INFO",
-        &["nv_ioctl_card_info_t"],
-        ParamSize::Array { elem: 72 },
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0xc9,
-        "NV_ESC_REGISTER_FD",
-        &["nv_ioctl_register_fd_t"],
-        ParamSize::Fixed(4),
-        Fd,
-        CU,
-    );
-    abi.add_escape(
-        0xce,
-        "NV_ESC_ALLOC_OS_EVENT",
-        &["nv_ioctl_alloc_os_event_t"],
-        ParamSize::Fixed(16),
-        Fd,
-        CU,
-    );
-    abi.add_escape(
-        0xcf,
-        "NV_ESC_FREE_OS_EVENT",
-        &["nv_ioctl_free_os_event_t"],
-        ParamSize::Fixed(16),
-        Fd,
-        CU,
-    );
-    abi.add_escape(
-        0xd2,
-        "NV_ESC_CHECK_VERSION_STR",
-        &["nv_ioctl_rm_api_version_t"],
-        ParamSize::Fixed(72),
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0xd4,
-        "NV_ESC_ATTACH_GPUS_TO_FD",
-        &["NvU32[]"],
-        ParamSize::Array { elem: 4 },
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0xd6,
-        "NV_ESC_SYS_PARAMS",
-        &["nv_ioctl_sys_params_t"],
-        ParamSize::Fixed(8),
-        Simple,
-        CU,
-    );
-    abi.add_escape(
-        0xd9,
-        "NV_ESC_EXPORT_TO_DMABUF_FD",
-        &["nv_ioctl_export_to_dma_buf_fd_t"],
-        ParamSize::Fixed(2600),
-        Fd,
-        RDMA,
-    );
-    abi.add_uvm(
-        0x17,
-        "UVM_CREATE_RANGE_GROUP",
-        Some("UVM_CREATE_RANGE_GROUP_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x18,
-        "UVM_DESTROY_RANGE_GROUP",
-        Some("UVM_DESTROY_RANGE_GROUP_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x19,
-        "UVM_REGISTER_GPU_VASPACE",
-        Some("UVM_REGISTER_GPU_VASPACE_PARAMS"),
-        32,
-        Fd,
-        CU,
-    );
-    abi.add_uvm(
-        0x1a,
-        "UVM_UNREGISTER_GPU_VASPACE",
-        Some("UVM_UNREGISTER_GPU_VASPACE_PARAMS"),
-        20,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x1b,
-        "UVM_REGISTER_CHANNEL",
-        Some("UVM_REGISTER_CHANNEL_PARAMS"),
-        56,
-        Fd,
-        CU,
-    );
-    abi.add_uvm(
-        0x1c,
-        "UVM_UNREGISTER_CHANNEL",
-        Some("UVM_UNREGISTER_CHANNEL_PARAMS"),
-        28,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x1d,
-        "UVM_ENABLE_PEER_ACCESS",
-        Some("UVM_ENABLE_PEER_ACCESS_PARAMS"),
-        36,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x1e,
-        "UVM_DISABLE_PEER_ACCESS",
-        Some("UVM_DISABLE_PEER_ACCESS_PARAMS"),
-        36,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x1f,
-        "UVM_SET_RANGE_GROUP",
-        Some("UVM_SET_RANGE_GROUP_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x21,
-        "UVM_MAP_EXTERNAL_ALLOCATION",
-        Some("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS"),
-        1200,
-        Fd,
-        CU,
-    );
+    abi.add_escape(0x27, "NV_ESC_RM_ALLOC_MEMORY", &["nv_ioctl_nvos02_parameters_with_fd"], ParamSize::Fixed(56), Special, CUG);
+    abi.add_escape(0x29, "NV_ESC_RM_FREE", &["NVOS00_PARAMETERS"], ParamSize::Fixed(16), Special, CU);
+    abi.add_escape(0x2a, "NV_ESC_RM_CONTROL", &["NVOS54_PARAMETERS"], ParamSize::Fixed(32), Pointer, CU);
+    abi.add_escape(0x2b, "NV_ESC_RM_ALLOC", &["NVOS21_PARAMETERS", "NVOS64_PARAMETERS"], ParamSize::OneOf(&[32, 48]), Pointer, CU);
+    abi.add_escape(0x34, "NV_ESC_RM_DUP_OBJECT", &["NVOS55_PARAMETERS"], ParamSize::Fixed(28), Special, CU);
+    abi.add_escape(0x35, "NV_ESC_RM_SHARE", &["NVOS57_PARAMETERS"], ParamSize::Fixed(24), Simple, CU);
+    abi.add_escape(0x41, "NV_ESC_RM_IDLE_CHANNELS", &["NVOS30_PARAMETERS"], ParamSize::Fixed(56), Pointer, G);
+    abi.add_escape(0x4a, "NV_ESC_RM_VID_HEAP_CONTROL", &["NVOS32_PARAMETERS"], ParamSize::Fixed(184), Pointer, CU);
+    abi.add_escape(0x4e, "NV_ESC_RM_MAP_MEMORY", &["nv_ioctl_nvos33_parameters_with_fd"], ParamSize::Fixed(56), Fd, CU);
+    abi.add_escape(0x4f, "NV_ESC_RM_UNMAP_MEMORY", &["NVOS34_PARAMETERS"], ParamSize::Fixed(32), Simple, CU);
+    abi.add_escape(0x54, "NV_ESC_RM_ALLOC_CONTEXT_DMA2", &["NVOS39_PARAMETERS"], ParamSize::Fixed(56), Special, G);
+    abi.add_escape(0x57, "NV_ESC_RM_MAP_MEMORY_DMA", &["NVOS46_PARAMETERS"], ParamSize::Fixed(56), Simple, GV);
+    abi.add_escape(0x58, "NV_ESC_RM_UNMAP_MEMORY_DMA", &["NVOS47_PARAMETERS"], ParamSize::Fixed(40), Simple, GV);
+    abi.add_escape(0x5e, "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO", &["NVOS56_PARAMETERS"], ParamSize::Fixed(40), Simple, CU);
+    abi.add_escape(0xc8, "NV_ESC_CARD_INFO", &["nv_ioctl_card_info_t"], ParamSize::Array { elem: 72 }, Simple, CU);
+    abi.add_escape(0xc9, "NV_ESC_REGISTER_FD", &["nv_ioctl_register_fd_t"], ParamSize::Fixed(4), Fd, CU);
+    abi.add_escape(0xce, "NV_ESC_ALLOC_OS_EVENT", &["nv_ioctl_alloc_os_event_t"], ParamSize::Fixed(16), Fd, CU);
+    abi.add_escape(0xcf, "NV_ESC_FREE_OS_EVENT", &["nv_ioctl_free_os_event_t"], ParamSize::Fixed(16), Fd, CU);
+    abi.add_escape(0xd2, "NV_ESC_CHECK_VERSION_STR", &["nv_ioctl_rm_api_version_t"], ParamSize::Fixed(72), Simple, CU);
+    abi.add_escape(0xd4, "NV_ESC_ATTACH_GPUS_TO_FD", &["NvU32[]"], ParamSize::Array { elem: 4 }, Simple, CU);
+    abi.add_escape(0xd6, "NV_ESC_SYS_PARAMS", &["nv_ioctl_sys_params_t"], ParamSize::Fixed(8), Simple, CU);
+    abi.add_escape(0xd9, "NV_ESC_EXPORT_TO_DMABUF_FD", &["nv_ioctl_export_to_dma_buf_fd_t"], ParamSize::Fixed(2600), Fd, RDMA);
+    abi.add_uvm(0x17, "UVM_CREATE_RANGE_GROUP", Some("UVM_CREATE_RANGE_GROUP_PARAMS"), 16, Simple, CU);
+    abi.add_uvm(0x18, "UVM_DESTROY_RANGE_GROUP", Some("UVM_DESTROY_RANGE_GROUP_PARAMS"), 16, Simple, CU);
+    abi.add_uvm(0x19, "UVM_REGISTER_GPU_VASPACE", Some("UVM_REGISTER_GPU_VASPACE_PARAMS"), 32, Fd, CU);
+    abi.add_uvm(0x1a, "UVM_UNREGISTER_GPU_VASPACE", Some("UVM_UNREGISTER_GPU_VASPACE_PARAMS"), 20, Simple, CU);
+    abi.add_uvm(0x1b, "UVM_REGISTER_CHANNEL", Some("UVM_REGISTER_CHANNEL_PARAMS"), 56, Fd, CU);
+    abi.add_uvm(0x1c, "UVM_UNREGISTER_CHANNEL", Some("UVM_UNREGISTER_CHANNEL_PARAMS"), 28, Simple, CU);
+    abi.add_uvm(0x1d, "UVM_ENABLE_PEER_ACCESS", Some("UVM_ENABLE_PEER_ACCESS_PARAMS"), 36, Simple, CU);
+    abi.add_uvm(0x1e, "UVM_DISABLE_PEER_ACCESS", Some("UVM_DISABLE_PEER_ACCESS_PARAMS"), 36, Simple, CU);
+    abi.add_uvm(0x1f, "UVM_SET_RANGE_GROUP", Some("UVM_SET_RANGE_GROUP_PARAMS"), 32, Simple, CU);
+    abi.add_uvm(0x21, "UVM_MAP_EXTERNAL_ALLOCATION", Some("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS"), 1200, Fd, CU);
     abi.add_uvm(0x22, "UVM_FREE", Some("UVM_FREE_PARAMS"), 24, Simple, CU);
-    abi.add_uvm(
-        0x25,
-        "UVM_REGISTER_GPU",
-        Some("UVM_REGISTER_GPU_PARAMS"),
-        40,
-        Fd,
-        CU,
-    );
-    abi.add_uvm(
-        0x26,
-        "UVM_UNREGISTER_GPU",
-        Some("UVM_UNREGISTER_GPU_PARAMS"),
-        20,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x27,
-        "UVM_PAGEABLE_MEM_ACCESS",
-        Some("UVM_PAGEABLE_MEM_ACCESS_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2a,
-        "UVM_SET_PREFERRED_LOCATION",
-        Some("UVM_SET_PREFERRED_LOCATION_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2b,
-        "UVM_UNSET_PREFERRED_LOCATION",
-        Some("UVM_UNSET_PREFERRED_LOCATION_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2c,
-        "UVM_ENABLE_READ_DUPLICATION",
-        Some("UVM_ENABLE_READ_DUPLICATION_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2d,
-        "UVM_DISABLE_READ_DUPLICATION",
-        Some("UVM_DISABLE_READ_DUPLICATION_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2e,
-        "UVM_SET_ACCESSED_BY",
-        Some("UVM_SET_ACCESSED_BY_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x2f,
-        "UVM_UNSET_ACCESSED_BY",
-        Some("UVM_UNSET_ACCESSED_BY_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x33,
-        "UVM_MIGRATE",
-        Some("UVM_MIGRATE_PARAMS"),
-        80,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x35,
-        "UVM_MIGRATE_RANGE_GROUP",
-        Some("UVM_MIGRATE_RANGE_GROUP_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x41,
-        "UVM_MAP_DYNAMIC_PARALLELISM_REGION",
-        Some("UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x42,
-        "UVM_UNMAP_EXTERNAL",
-        Some("UVM_UNMAP_EXTERNAL_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x44,
-        "UVM_ALLOC_SEMAPHORE_POOL",
-        Some("UVM_ALLOC_SEMAPHORE_POOL_PARAMS"),
-        1184,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x46,
-        "UVM_PAGEABLE_MEM_ACCESS_ON_GPU",
-        Some("UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS"),
-        24,
-        Simple,
-        V,
-    );
-    abi.add_uvm(
-        0x48,
-        "UVM_VALIDATE_VA_RANGE",
-        Some("UVM_VALIDATE_VA_RANGE_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x49,
-        "UVM_CREATE_EXTERNAL_RANGE",
-        Some("UVM_CREATE_EXTERNAL_RANGE_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_uvm(
-        0x4b,
-        "UVM_MM_INITIALIZE",
-        Some("UVM_MM_INITIALIZE_PARAMS"),
-        8,
-        Fd,
-        CU,
-    );
-    abi.add_uvm(
-        0x30000001,
-        "UVM_INITIALIZE",
-        Some("UVM_INITIALIZE_PARAMS"),
-        16,
-        Special,
-        CU,
-    );
+    abi.add_uvm(0x25, "UVM_REGISTER_GPU", Some("UVM_REGISTER_GPU_PARAMS"), 40, Fd, CU);
+    abi.add_uvm(0x26, "UVM_UNREGISTER_GPU", Some("UVM_UNREGISTER_GPU_PARAMS"), 20, Simple, CU);
+    abi.add_uvm(0x27, "UVM_PAGEABLE_MEM_ACCESS", Some("UVM_PAGEABLE_MEM_ACCESS_PARAMS"), 8, Simple, CU);
+    abi.add_uvm(0x2a, "UVM_SET_PREFERRED_LOCATION", Some("UVM_SET_PREFERRED_LOCATION_PARAMS"), 40, Simple, CU);
+    abi.add_uvm(0x2b, "UVM_UNSET_PREFERRED_LOCATION", Some("UVM_UNSET_PREFERRED_LOCATION_PARAMS"), 24, Simple, CU);
+    abi.add_uvm(0x2c, "UVM_ENABLE_READ_DUPLICATION", Some("UVM_ENABLE_READ_DUPLICATION_PARAMS"), 24, Simple, CU);
+    abi.add_uvm(0x2d, "UVM_DISABLE_READ_DUPLICATION", Some("UVM_DISABLE_READ_DUPLICATION_PARAMS"), 24, Simple, CU);
+    abi.add_uvm(0x2e, "UVM_SET_ACCESSED_BY", Some("UVM_SET_ACCESSED_BY_PARAMS"), 40, Simple, CU);
+    abi.add_uvm(0x2f, "UVM_UNSET_ACCESSED_BY", Some("UVM_UNSET_ACCESSED_BY_PARAMS"), 40, Simple, CU);
+    abi.add_uvm(0x33, "UVM_MIGRATE", Some("UVM_MIGRATE_PARAMS"), 80, Simple, CU);
+    abi.add_uvm(0x35, "UVM_MIGRATE_RANGE_GROUP", Some("UVM_MIGRATE_RANGE_GROUP_PARAMS"), 32, Simple, CU);
+    abi.add_uvm(0x41, "UVM_MAP_DYNAMIC_PARALLELISM_REGION", Some("UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS"), 40, Simple, CU);
+    abi.add_uvm(0x42, "UVM_UNMAP_EXTERNAL", Some("UVM_UNMAP_EXTERNAL_PARAMS"), 40, Simple, CU);
+    abi.add_uvm(0x44, "UVM_ALLOC_SEMAPHORE_POOL", Some("UVM_ALLOC_SEMAPHORE_POOL_PARAMS"), 1184, Simple, CU);
+    abi.add_uvm(0x46, "UVM_PAGEABLE_MEM_ACCESS_ON_GPU", Some("UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS"), 24, Simple, V);
+    abi.add_uvm(0x48, "UVM_VALIDATE_VA_RANGE", Some("UVM_VALIDATE_VA_RANGE_PARAMS"), 24, Simple, CU);
+    abi.add_uvm(0x49, "UVM_CREATE_EXTERNAL_RANGE", Some("UVM_CREATE_EXTERNAL_RANGE_PARAMS"), 24, Simple, CU);
+    abi.add_uvm(0x4b, "UVM_MM_INITIALIZE", Some("UVM_MM_INITIALIZE_PARAMS"), 8, Fd, CU);
+    abi.add_uvm(0x30000001, "UVM_INITIALIZE", Some("UVM_INITIALIZE_PARAMS"), 16, Special, CU);
     abi.add_uvm(0x30000002, "UVM_DEINITIALIZE", None, 0, Simple, CU);
-    abi.add_control(
-        0x101,
-        "NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION",
-        Some("NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS"),
-        40,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x102,
-        "NV0000_CTRL_CMD_SYSTEM_GET_CPU_INFO",
-        Some("NV0000_CTRL_SYSTEM_GET_CPU_INFO_PARAMS"),
-        104,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x127,
-        "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS",
-        Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS"),
-        168,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x12b,
-        "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_V2",
-        Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS"),
-        4252,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x136,
-        "NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS",
-        Some("NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x13a,
-        "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_MATRIX",
-        Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS"),
-        1352,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x1f0,
-        "NV0000_CTRL_CMD_SYSTEM_GET_FEATURES",
-        Some("NV0000_CTRL_SYSTEM_GET_FEATURES_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x201,
-        "NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS",
-        Some("NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS"),
-        128,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x202,
-        "NV0000_CTRL_CMD_GPU_GET_ID_INFO",
-        Some("NV0000_CTRL_GPU_GET_ID_INFO_PARAMS"),
-        40,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x204,
-        "NV0000_CTRL_CMD_GPU_GET_DEVICE_IDS",
-        Some("NV0000_CTRL_GPU_GET_DEVICE_IDS_PARAMS"),
-        4,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x205,
-        "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2",
-        Some("NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x214,
-        "NV0000_CTRL_CMD_GPU_GET_PROBED_IDS",
-        Some("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS"),
-        256,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x215,
-        "NV0000_CTRL_CMD_GPU_ATTACH_IDS",
-        Some("NV0000_CTRL_GPU_ATTACH_IDS_PARAMS"),
-        132,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x216,
-        "NV0000_CTRL_CMD_GPU_DETACH_IDS",
-        Some("NV0000_CTRL_GPU_DETACH_IDS_PARAMS"),
-        128,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x21b,
-        "NV0000_CTRL_CMD_GPU_GET_PCI_INFO",
-        Some("NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x275,
-        "NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID",
-        Some("NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS"),
-        268,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x279,
-        "NV0000_CTRL_CMD_GPU_QUERY_DRAIN_STATE",
-        Some("NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x27b,
-        "NV0000_CTRL_CMD_GPU_GET_MEMOP_ENABLE",
-        Some("NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x301,
-        "NV0000_CTRL_CMD_GSYNC_GET_ATTACHED_IDS",
-        Some("NV0000_CTRL_GSYNC_GET_ATTACHED_IDS_PARAMS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0xa04,
-        "NV0000_CTRL_CMD_SYNC_GPU_BOOST_GROUP_INFO",
-        Some("NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS"),
-        2244,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xb02,
-        "NV0000_CTRL_CMD_GPUACCT_GET_ACCOUNTING_STATE",
-        Some("NV0000_CTRL_GPUACCT_GET_ACCOUNTING_STATE_PARAMS"),
-        12,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0xd01,
-        "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE",
-        Some("NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xd04,
-        "NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY",
-        Some("NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x3d05,
-        "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD",
-        Some("NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS"),
-        24,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0x3d06,
-        "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD",
-        Some("NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS"),
-        20,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0x3d08,
-        "NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO",
-        Some("NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS"),
-        76,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0x3d0b,
-        "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD",
-        Some("NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS"),
-        2128,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0x3d0c,
-        "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD",
-        Some("NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS"),
-        652,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0x410110,
-        "NV0041_CTRL_CMD_GET_SURFACE_INFO",
-        Some("NV0041_CTRL_GET_SURFACE_INFO_PARAMS"),
-        16,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x800201,
-        "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
-        Some("NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS"),
-        16,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x800280,
-        "NV0080_CTRL_CMD_GPU_GET_NUM_SUBDEVICES",
-        Some("NV0080_CTRL_GPU_GET_NUM_SUBDEVICES_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x800288,
-        "NV0080_CTRL_CMD_GPU_QUERY_SW_STATE_PERSISTENCE",
-        Some("NV0080_CTRL_GPU_QUERY_SW_STATE_PERSISTENCE_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x800289,
-        "NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE",
-        Some("NV0080_CTRL_GPU_GET_VIRTUALIZATION_MODE_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x800292,
-        "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2",
-        Some("NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS"),
-        644,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x801102,
-        "NV0080_CTRL_CMD_GR_GET_CAPS",
-        Some("NV0080_CTRL_GR_GET_CAPS_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x801104,
-        "NV0080_CTRL_CMD_GR_GET_INFO",
-        Some("NV0080_CTRL_GR_GET_INFO_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x801108,
-        "NV0080_CTRL_CMD_GR_SET_TPC_PARTITION_MODE",
-        Some("NV0080_CTRL_GR_TPC_PARTITION_MODE_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x801109,
-        "NV0080_CTRL_CMD_GR_GET_CAPS_V2",
-        Some("NV0080_CTRL_GR_GET_CAPS_V2_PARAMS"),
-        48,
-        Simple,
-        GV,
-    );
-    abi.add_control(
-        0x801301,
-        "NV0080_CTRL_CMD_FB_GET_CAPS",
-        Some("NV0080_CTRL_FB_GET_CAPS_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x801307,
-        "NV0080_CTRL_CMD_FB_GET_CAPS_V2",
-        Some("NV0080_CTRL_FB_GET_CAPS_V2_PARAMS"),
-        3,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x801402,
-        "NV0080_CTRL_CMD_HOST_GET_CAPS_V2",
-        Some("NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS"),
-        3,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x801701,
-        "NV0080_CTRL_CMD_FIFO_GET_CAPS",
-        Some("NV0080_CTRL_FIFO_GET_CAPS_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x801707,
-        "NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES",
-        Some("NV0080_CTRL_FIFO_GET_ENGINE_CONTEXT_PROPERTIES_PARAMS"),
-        12,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x80170d,
-        "NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST",
-        Some("NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS"),
-        24,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x801713,
-        "NV0080_CTRL_CMD_FIFO_GET_CAPS_V2",
-        Some("NV0080_CTRL_FIFO_GET_CAPS_V2_PARAMS"),
-        2,
-        Simple,
-        V,
-    );
-    abi.add_control(
-        0x801806,
-        "NV0080_CTRL_CMD_DMA_ADV_SCHED_GET_VA_CAPS",
-        Some("NV0080_CTRL_DMA_ADV_SCHED_GET_VA_CAPS_PARAMS"),
-        192,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x80180d,
-        "NV0080_CTRL_CMD_DMA_GET_CAPS",
-        Some("NV0080_CTRL_DMA_GET_CAPS_PARAMS"),
-        12,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x801b01,
-        "NV0080_CTRL_CMD_MSENC_GET_CAPS",
-        Some("NV0080_CTRL_MSENC_GET_CAPS_PARAMS"),
-        16,
-        Pointer,
-        GV,
-    );
-    abi.add_control(
-        0x801c02,
-        "NV0080_CTRL_CMD_BSP_GET_CAPS_V2",
-        Some("NV0080_CTRL_BSP_GET_CAPS_PARAMS_V2"),
-        12,
-        Simple,
-        GV,
-    );
-    abi.add_control(
-        0x801f02,
-        "NV0080_CTRL_CMD_NVJPG_GET_CAPS_V2",
-        Some("NV0080_CTRL_NVJPG_GET_CAPS_V2_PARAMS"),
-        16,
-        Simple,
-        V,
-    );
-    abi.add_control(
-        0xda0002,
-        "NV_SEMAPHORE_SURFACE_CTRL_CMD_BIND_CHANNEL",
-        Some("NV_SEMAPHORE_SURFACE_CTRL_BIND_CHANNEL_PARAMS"),
-        24,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0xf80102,
-        "NV00F8_CTRL_CMD_DESCRIBE",
-        Some("NV00F8_CTRL_DESCRIBE_PARAMS"),
-        2072,
-        Simple,
-        IMEX,
-    );
-    abi.add_control(
-        0xf80103,
-        "NV00F8_CTRL_CMD_ATTACH_MEM",
-        Some("NV00F8_CTRL_ATTACH_MEM_PARAMS"),
-        2064,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xfd0101,
-        "NV00FD_CTRL_CMD_GET_INFO",
-        Some("NV00FD_CTRL_GET_INFO_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xfd0102,
-        "NV00FD_CTRL_CMD_ATTACH_MEM",
-        Some("NV00FD_CTRL_ATTACH_MEM_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xfd0104,
-        "NV00FD_CTRL_CMD_ATTACH_GPU",
-        Some("NV00FD_CTRL_ATTACH_GPU_PARAMS"),
-        16,
-        Fd,
-        CU,
-    );
-    abi.add_control(
-        0xfd0105,
-        "NV00FD_CTRL_CMD_DETACH_MEM",
-        Some("NV00FD_CTRL_DETACH_MEM_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800102,
-        "NV2080_CTRL_CMD_GPU_GET_INFO_V2",
-        Some("NV2080_CTRL_GPU_GET_INFO_V2_PARAMS"),
-        516,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800110,
-        "NV2080_CTRL_CMD_GPU_GET_NAME_STRING",
-        Some("NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS"),
-        132,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800111,
-        "NV2080_CTRL_CMD_GPU_GET_SHORT_NAME_STRING",
-        Some("NV2080_CTRL_GPU_GET_SHORT_NAME_STRING_PARAMS"),
-        64,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800119,
-        "NV2080_CTRL_CMD_GPU_GET_SIMULATION_INFO",
-        Some("NV2080_CTRL_GPU_GET_SIMULATION_INFO_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800122,
-        "NV2080_CTRL_CMD_GPU_EXEC_REG_OPS",
-        Some("NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS"),
-        48,
-        Pointer,
-        P,
-    );
-    abi.add_control(
-        0x20800123,
-        "NV2080_CTRL_CMD_GPU_GET_ENGINES",
-        Some("NV2080_CTRL_GPU_GET_ENGINES_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x2080012f,
-        "NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS",
-        Some("NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS"),
-        984,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800131,
-        "NV2080_CTRL_CMD_GPU_QUERY_COMPUTE_MODE_RULES",
-        Some("NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800133,
-        "NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION",
-        Some("NV2080_CTRL_GPU_QUERY_ECC_CONFIGURATION_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080013f,
-        "NV2080_CTRL_CMD_GPU_GET_OEM_BOARD_INFO",
-        Some("NV2080_CTRL_GPU_GET_OEM_BOARD_INFO_PARAMS"),
-        136,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800142,
-        "NV2080_CTRL_CMD_GPU_GET_ID",
-        Some("NV2080_CTRL_GPU_GET_ID_PARAMS"),
-        4,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x20800145,
-        "NV2080_CTRL_CMD_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800146,
-        "NV2080_CTRL_CMD_GPU_RELEASE_COMPUTE_MODE_RESERVATION",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800147,
-        "NV2080_CTRL_CMD_GPU_GET_ENGINE_PARTNERLIST",
-        Some("NV2080_CTRL_GPU_GET_ENGINE_PARTNERLIST_PARAMS"),
-        144,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x2080014a,
-        "NV2080_CTRL_CMD_GPU_GET_GID_INFO",
-        Some("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS"),
-        268,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080014b,
-        "NV2080_CTRL_CMD_GPU_GET_INFOROM_OBJECT_VERSION",
-        Some("NV2080_CTRL_GPU_GET_INFOROM_OBJECT_VERSION_PARAMS"),
-        5,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800156,
-        "NV2080_CTRL_CMD_GPU_GET_INFOROM_IMAGE_VERSION",
-        Some("NV2080_CTRL_GPU_GET_INFOROM_IMAGE_VERSION_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800157,
-        "NV2080_CTRL_CMD_GPU_QUERY_INFOROM_ECC_SUPPORT",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080016c,
-        "NV2080_CTRL_CMD_GPU_GET_ENCODER_CAPACITY",
-        Some("NV2080_CTRL_GPU_GET_ENCODER_CAPACITY_PARAMS"),
-        8,
-        Simple,
-        V,
-    );
-    abi.add_control(
-        0x2080016d,
-        "NV2080_CTRL_GPU_GET_NVENC_SW_SESSION_STATS",
-        Some("NV2080_CTRL_GPU_GET_NVENC_SW_SESSION_STATS_PARAMS"),
-        12,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20800170,
-        "NV2080_CTRL_CMD_GPU_GET_ENGINES_V2",
-        Some("NV2080_CTRL_GPU_GET_ENGINES_V2_PARAMS"),
-        252,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080017b,
-        "NV2080_CTRL_GPU_GET_NVFBC_SW_SESSION_STATS",
-        Some("NV2080_CTRL_GPU_GET_NVFBC_SW_SESSION_STATS_PARAMS"),
-        12,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x2080018b,
-        "NV2080_CTRL_CMD_GPU_GET_ACTIVE_PARTITION_IDS",
-        Some("NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080018d,
-        "NV2080_CTRL_CMD_GPU_GET_PIDS",
-        Some("NV2080_CTRL_GPU_GET_PIDS_PARAMS"),
-        3812,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080018e,
-        "NV2080_CTRL_CMD_GPU_GET_PID_INFO",
-        Some("NV2080_CTRL_GPU_GET_PID_INFO_PARAMS"),
-        14408,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800195,
-        "NV2080_CTRL_CMD_GPU_GET_COMPUTE_POLICY_CONFIG",
-        Some("NV2080_CTRL_GPU_GET_COMPUTE_POLICY_CONFIG_PARAMS"),
-        260,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x208001a3,
-        "NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO",
-        Some("NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO_PARAMS"),
-        40,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x208001a4,
-        "NV2080_CTRL_CMD_GPU_GET_CHIP_DETAILS",
-        Some("NV2080_CTRL_GPU_GET_CHIP_DETAILS_PARAMS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20800301,
-        "NV2080_CTRL_CMD_EVENT_SET_NOTIFICATION",
-        Some("NV2080_CTRL_EVENT_SET_NOTIFICATION_PARAMS"),
-        20,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800403,
-        "NV2080_CTRL_CMD_TIMER_GET_TIME",
-        Some("NV2080_CTRL_TIMER_GET_TIME_PARAMS"),
-        8,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x20800406,
-        "NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO",
-        Some("NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS"),
-        264,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800407,
-        "NV2080_CTRL_CMD_TIMER_SET_GR_TICK_FREQ",
-        Some("NV2080_CTRL_CMD_TIMER_SET_GR_TICK_FREQ_PARAMS"),
-        1,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20800802,
-        "NV2080_CTRL_CMD_BIOS_GET_INFO",
-        Some("NV2080_CTRL_BIOS_GET_INFO_PARAMS"),
-        16,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x2080110b,
-        "NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS",
-        Some("NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS"),
-        536,
-        Special,
-        CU,
-    );
-    abi.add_control(
-        0x20801201,
-        "NV2080_CTRL_CMD_GR_GET_INFO",
-        Some("NV2080_CTRL_GR_GET_INFO_PARAMS"),
-        32,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x20801206,
-        "NV2080_CTRL_CMD_GR_GET_ZCULL_INFO",
-        Some("NV2080_CTRL_GR_GET_ZCULL_INFO_PARAMS"),
-        40,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801208,
-        "NV2080_CTRL_CMD_GR_CTXSW_ZCULL_BIND",
-        Some("NV2080_CTRL_GR_CTXSW_ZCULL_BIND_PARAMS"),
-        24,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x2080120f,
-        "NV2080_CTRL_CMD_GR_GET_SM_TO_GPC_TPC_MAPPINGS",
-        Some("NV2080_CTRL_GR_GET_SM_TO_GPC_TPC_MAPPINGS_PARAMS"),
-        1176,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0x20801210,
-        "NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE",
-        Some("NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801218,
-        "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE",
-        Some("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080121b,
-        "NV2080_CTRL_CMD_GR_GET_GLOBAL_SM_ORDER",
-        Some("NV2080_CTRL_GR_GET_GLOBAL_SM_ORDER_PARAMS"),
-        6168,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801227,
-        "NV2080_CTRL_CMD_GR_GET_CAPS_V2",
-        Some("NV2080_CTRL_GR_GET_CAPS_V2_PARAMS"),
-        48,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080122a,
-        "NV2080_CTRL_CMD_GR_GET_GPC_MASK",
-        Some("NV2080_CTRL_GR_GET_GPC_MASK_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080122b,
-        "NV2080_CTRL_CMD_GR_GET_TPC_MASK",
-        Some("NV2080_CTRL_GR_GET_TPC_MASK_PARAMS"),
-        24,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801230,
-        "NV2080_CTRL_CMD_GR_GET_SM_ISSUE_RATE_MODIFIER",
-        Some("NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801301,
-        "NV2080_CTRL_CMD_FB_GET_INFO",
-        Some("NV2080_CTRL_FB_GET_INFO_PARAMS"),
-        16,
-        Pointer,
-        G,
-    );
-    abi.add_control(
-        0x20801303,
-        "NV2080_CTRL_CMD_FB_GET_INFO_V2",
-        Some("NV2080_CTRL_FB_GET_INFO_V2_PARAMS"),
-        436,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080130e,
-        "NV2080_CTRL_CMD_FB_FLUSH_GPU_CACHE",
-        Some("NV2080_CTRL_FB_FLUSH_GPU_CACHE_PARAMS"),
-        4024,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0x20801315,
-        "NV2080_CTRL_CMD_FB_GET_GPU_CACHE_INFO",
-        Some("NV2080_CTRL_FB_GET_GPU_CACHE_INFO_PARAMS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801320,
-        "NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO",
-        Some("NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS"),
-        776,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801322,
-        "NV2080_CTRL_CMD_FB_GET_OFFLINED_PAGES",
-        Some("NV2080_CTRL_FB_GET_OFFLINED_PAGES_PARAMS"),
-        2056,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801346,
-        "NV2080_CTRL_CMD_FB_GET_FS_INFO",
-        Some("NV2080_CTRL_FB_GET_FS_INFO_PARAMS"),
-        3080,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0x20801352,
-        "NV2080_CTRL_CMD_FB_GET_SEMAPHORE_SURFACE_LAYOUT",
-        Some("NV2080_CTRL_FB_GET_SEMAPHORE_SURFACE_LAYOUT_PARAMS"),
-        32,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801701,
-        "NV2080_CTRL_CMD_MC_GET_ARCH_INFO",
-        Some("NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801702,
-        "NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS",
-        Some("NV2080_CTRL_MC_SERVICE_INTERRUPTS_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801801,
-        "NV2080_CTRL_CMD_BUS_GET_PCI_INFO",
-        Some("NV2080_CTRL_BUS_GET_PCI_INFO_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801802,
-        "NV2080_CTRL_CMD_BUS_GET_INFO",
-        Some("NV2080_CTRL_BUS_GET_INFO_PARAMS"),
-        16,
-        Pointer,
-        CUV,
-    );
-    abi.add_control(
-        0x20801803,
-        "NV2080_CTRL_CMD_BUS_GET_PCI_BAR_INFO",
-        Some("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS"),
-        200,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801813,
-        "NV2080_CTRL_CMD_BUS_GET_PEX_COUNTERS",
-        Some("NV2080_CTRL_BUS_GET_PEX_COUNTERS_PARAMS"),
-        76,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801819,
-        "NV2080_CTRL_CMD_BUS_GET_PEX_UTIL_COUNTERS",
-        Some("NV2080_CTRL_BUS_GET_PEX_UTIL_COUNTERS_PARAMS"),
-        32,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20801823,
-        "NV2080_CTRL_CMD_BUS_GET_INFO_V2",
-        Some("NV2080_CTRL_BUS_GET_INFO_V2_PARAMS"),
-        420,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20801829,
-        "NV2080_CTRL_CMD_BUS_GET_PCIE_REQ_ATOMICS_CAPS",
-        Some("NV2080_CTRL_CMD_BUS_GET_PCIE_REQ_ATOMICS_CAPS_PARAMS"),
-        4,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x2080182a,
-        "NV2080_CTRL_CMD_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS",
-        Some("NV2080_CTRL_CMD_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS_PARAMS"),
-        104,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080182b,
-        "NV2080_CTRL_CMD_BUS_GET_C2C_INFO",
-        Some("NV2080_CTRL_CMD_BUS_GET_C2C_INFO_PARAMS"),
-        28,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080200a,
-        "NV2080_CTRL_CMD_PERF_BOOST",
-        Some("NV2080_CTRL_PERF_BOOST_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20802096,
-        "NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2",
-        Some("NV2080_CTRL_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2_PARAMS"),
-        34000,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20802209,
-        "NV2080_CTRL_CMD_RC_GET_WATCHDOG_INFO",
-        Some("NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x2080220c,
-        "NV2080_CTRL_CMD_RC_RELEASE_WATCHDOG_REQUESTS",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20802210,
-        "NV2080_CTRL_CMD_RC_SOFT_DISABLE_WATCHDOG",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20802a02,
-        "NV2080_CTRL_CMD_CE_GET_CE_PCE_MASK",
-        Some("NV2080_CTRL_CE_GET_CE_PCE_MASK_PARAMS"),
-        8,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x20802a03,
-        "NV2080_CTRL_CMD_CE_GET_CAPS_V2",
-        Some("NV2080_CTRL_CE_GET_CAPS_V2_PARAMS"),
-        8,
-        Simple,
-        CUG,
-    );
-    abi.add_control(
-        0x20802a0a,
-        "NV2080_CTRL_CMD_CE_GET_ALL_CAPS",
-        Some("NV2080_CTRL_CE_GET_ALL_CAPS_PARAMS"),
-        68,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803001,
-        "NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS",
-        Some("NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803002,
-        "NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS",
-        Some("NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS_PARAMS"),
-        5896,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803125,
-        "NV2080_CTRL_CMD_FLCN_GET_CTX_BUFFER_SIZE",
-        Some("NV2080_CTRL_FLCN_GET_CTX_BUFFER_SIZE_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803400,
-        "NV2080_CTRL_CMD_ECC_GET_CLIENT_EXPOSED_COUNTERS",
-        Some("NV2080_CTRL_ECC_GET_CLIENT_EXPOSED_COUNTERS_PARAMS"),
-        40,
-        Simple,
-        ADMIN,
-    );
-    abi.add_control(
-        0x20803401,
-        "NV2080_CTRL_CMD_ECC_GET_ECI_COUNTERS",
-        Some("NV2080_CTRL_ECC_GET_ECI_COUNTERS_PARAMS"),
-        96,
-        Simple,
-        ADMIN,
-    );
-    abi.add_control(
-        0x20803402,
-        "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS",
-        Some("NV2080_CTRL_ECC_GET_VOLATILE_COUNTS_PARAMS"),
-        40,
-        Simple,
-        ADMIN,
-    );
-    abi.add_control(
-        0x20803601,
-        "NV2080_CTRL_CMD_GSP_GET_FEATURES",
-        Some("NV2080_CTRL_GSP_GET_FEATURES_PARAMS"),
-        72,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803801,
-        "NV2080_CTRL_CMD_GRMGR_GET_GR_FS_INFO",
-        Some("NV2080_CTRL_GRMGR_GET_GR_FS_INFO_PARAMS"),
-        1928,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x20803d07,
-        "NV2080_CTRL_CMD_OS_UNIX_VIDMEM_PERSISTENCE_STATUS",
-        Some("NV2080_CTRL_OS_UNIX_VIDMEM_PERSISTENCE_STATUS_PARAMS"),
-        1,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x208f1105,
-        "NV208F_CTRL_CMD_GPU_VERIFY_INFOROM",
-        Some("NV208F_CTRL_GPU_VERIFY_INFOROM_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x503c0102,
-        "NV503C_CTRL_CMD_REGISTER_VA_SPACE",
-        Some("NV503C_CTRL_REGISTER_VA_SPACE_PARAMS"),
-        16,
-        Special,
-        CU,
-    );
-    abi.add_control(
-        0x503c0104,
-        "NV503C_CTRL_CMD_REGISTER_VIDMEM",
-        Some("NV503C_CTRL_REGISTER_VIDMEM_PARAMS"),
-        32,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x503c0105,
-        "NV503C_CTRL_CMD_UNREGISTER_VIDMEM",
-        Some("NV503C_CTRL_UNREGISTER_VIDMEM_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de0307,
-        "NV83DE_CTRL_CMD_DEBUG_SET_MODE_MMU_DEBUG",
-        Some("NV83DE_CTRL_DEBUG_SET_MODE_MMU_DEBUG_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de0309,
-        "NV83DE_CTRL_CMD_DEBUG_SET_EXCEPTION_MASK",
-        Some("NV83DE_CTRL_DEBUG_SET_EXCEPTION_MASK_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de030c,
-        "NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES",
-        Some("NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS"),
-        4824,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de0310,
-        "NV83DE_CTRL_CMD_DEBUG_CLEAR_ALL_SM_ERROR_STATES",
-        Some("NV83DE_CTRL_DEBUG_CLEAR_ALL_SM_ERROR_STATES_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de0315,
-        "NV83DE_CTRL_CMD_DEBUG_READ_MEMORY",
-        Some("NV83DE_CTRL_DEBUG_READ_MEMORY_PARAMS"),
-        24,
-        Pointer,
-        CU,
-    );
-    abi.add_control(
-        0x83de0317,
-        "NV83DE_CTRL_CMD_DEBUG_SUSPEND_CONTEXT",
-        Some("NV83DE_CTRL_CMD_DEBUG_SUSPEND_CONTEXT_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de0318,
-        "NV83DE_CTRL_CMD_DEBUG_RESUME_CONTEXT",
-        None,
-        0,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x83de031f,
-        "NV83DE_CTRL_CMD_DEBUG_SET_MODE_ERRBAR_DEBUG",
-        Some("NV83DE_CTRL_DEBUG_SET_MODE_ERRBAR_DEBUG_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x906f0101,
-        "NV906F_CTRL_GET_CLASS_ENGINEID",
-        Some("NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x906f0102,
-        "NV906F_CTRL_CMD_RESET_CHANNEL",
-        Some("NV906F_CTRL_CMD_RESET_CHANNEL_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x90960101,
-        "NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR",
-        Some("NV9096_CTRL_SET_ZBC_COLOR_CLEAR_PARAMS"),
-        40,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x90960106,
-        "NV9096_CTRL_CMD_GET_ZBC_CLEAR_TABLE_SIZE",
-        Some("NV9096_CTRL_GET_ZBC_CLEAR_TABLE_SIZE_PARAMS"),
-        12,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x90960107,
-        "NV9096_CTRL_CMD_GET_ZBC_CLEAR_TABLE_ENTRY",
-        Some("NV9096_CTRL_GET_ZBC_CLEAR_TABLE_ENTRY_PARAMS"),
-        56,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0x90cc0301,
-        "NV90CC_CTRL_CMD_POWER_REQUEST_FEATURES",
-        Some("NV90CC_CTRL_POWER_REQUEST_FEATURES_PARAMS"),
-        12,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0x90cc0302,
-        "NV90CC_CTRL_CMD_POWER_RELEASE_FEATURES",
-        Some("NV90CC_CTRL_POWER_RELEASE_FEATURES_PARAMS"),
-        4,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0x90e60102,
-        "NV90E6_CTRL_CMD_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK",
-        Some("NV90E6_CTRL_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0x90e70113,
-        "NV90E7_CTRL_CMD_BBX_GET_LAST_FLUSH_TIME",
-        Some("NV90E7_CTRL_BBX_GET_LAST_FLUSH_TIME_PARAMS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_control(
-        0xa06c0101,
-        "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE",
-        Some("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS"),
-        2,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xa06c0103,
-        "NVA06C_CTRL_CMD_SET_TIMESLICE",
-        Some("NVA06C_CTRL_TIMESLICE_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xa06c0104,
-        "NVA06C_CTRL_CMD_GET_TIMESLICE",
-        Some("NVA06C_CTRL_TIMESLICE_PARAMS"),
-        8,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xa06c0105,
-        "NVA06C_CTRL_CMD_PREEMPT",
-        Some("NVA06C_CTRL_PREEMPT_PARAMS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xa06f0103,
-        "NVA06F_CTRL_CMD_GPFIFO_SCHEDULE",
-        Some("NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS"),
-        2,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xa06f0104,
-        "NVA06F_CTRL_CMD_BIND",
-        Some("NVA06F_CTRL_BIND_PARAMS"),
-        4,
-        Simple,
-        GV,
-    );
-    abi.add_control(
-        0xb0cc0101,
-        "NVB0CC_CTRL_CMD_RESERVE_HWPM_LEGACY",
-        Some("NVB0CC_CTRL_RESERVE_HWPM_LEGACY_PARAMS"),
-        1,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0102,
-        "NVB0CC_CTRL_CMD_RELEASE_HWPM_LEGACY",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0103,
-        "NVB0CC_CTRL_CMD_RESERVE_PM_AREA_SMPC",
-        Some("NVB0CC_CTRL_RESERVE_PM_AREA_SMPC_PARAMS"),
-        1,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0104,
-        "NVB0CC_CTRL_CMD_RELEASE_PM_AREA_SMPC",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0105,
-        "NVB0CC_CTRL_CMD_ALLOC_PMA_STREAM",
-        Some("NVB0CC_CTRL_ALLOC_PMA_STREAM_PARAMS"),
-        56,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0106,
-        "NVB0CC_CTRL_CMD_FREE_PMA_STREAM",
-        Some("NVB0CC_CTRL_FREE_PMA_STREAM_PARAMS"),
-        4,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0107,
-        "NVB0CC_CTRL_CMD_BIND_PM_RESOURCES",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0108,
-        "NVB0CC_CTRL_CMD_UNBIND_PM_RESOURCES",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0109,
-        "NVB0CC_CTRL_CMD_PMA_STREAM_UPDATE_GET_PUT",
-        Some("NVB0CC_CTRL_PMA_STREAM_UPDATE_GET_PUT_PARAMS"),
-        48,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc010a,
-        "NVB0CC_CTRL_CMD_EXEC_REG_OPS",
-        Some("NVB0CC_CTRL_EXEC_REG_OPS_PARAMS"),
-        3980,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc010b,
-        "NVB0CC_CTRL_CMD_RESERVE_PM_AREA_PC_SAMPLER",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc010c,
-        "NVB0CC_CTRL_CMD_RELEASE_PM_AREA_PC_SAMPLER",
-        None,
-        0,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc010d,
-        "NVB0CC_CTRL_CMD_GET_TOTAL_HS_CREDITS",
-        Some("NVB0CC_CTRL_GET_TOTAL_HS_CREDITS_PARAMS"),
-        4,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc010e,
-        "NVB0CC_CTRL_CMD_SET_HS_CREDITS",
-        Some("NVB0CC_CTRL_SET_HS_CREDITS_PARAMS"),
-        256,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0301,
-        "NVB0CC_CTRL_CMD_POWER_REQUEST_FEATURES",
-        Some("NVB0CC_CTRL_POWER_REQUEST_FEATURES_PARAMS"),
-        12,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xb0cc0302,
-        "NVB0CC_CTRL_CMD_POWER_RELEASE_FEATURES",
-        Some("NVB0CC_CTRL_POWER_RELEASE_FEATURES_PARAMS"),
-        4,
-        Simple,
-        P,
-    );
-    abi.add_control(
-        0xc36f0101,
-        "NVC36F_CTRL_GET_CLASS_ENGINEID",
-        Some("NVC36F_CTRL_GET_CLASS_ENGINEID_PARAMS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xc36f0108,
-        "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
-        Some("NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xc36f010a,
-        "NVC36F_CTRL_CMD_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX",
-        Some("NVC36F_CTRL_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX_PARAMS"),
-        4,
-        Simple,
-        GV,
-    );
-    abi.add_control(
-        0xc56f010b,
-        "NVC56F_CTRL_CMD_GET_KMB",
-        Some("NVC56F_CTRL_CMD_GET_KMB_PARAMS"),
-        124,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xcb330101,
-        "NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_CAPABILITIES",
-        Some("NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_CAPABILITIES_PARAMS"),
-        5,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xcb330104,
-        "NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_GPUS_STATE",
-        Some("NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_GPUS_STATE_PARAMS"),
-        1,
-        Simple,
-        CU,
-    );
-    abi.add_control(
-        0xcb33010b,
-        "NV_CONF_COMPUTE_CTRL_CMD_GPU_GET_NUM_SECURE_CHANNELS",
-        Some("NV_CONF_COMPUTE_CTRL_CMD_GPU_GET_NUM_SECURE_CHANNELS_PARAMS"),
-        12,
-        Simple,
-        CU,
-    );
+    abi.add_control(0x101, "NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION", Some("NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS"), 40, Pointer, CU);
+    abi.add_control(0x102, "NV0000_CTRL_CMD_SYSTEM_GET_CPU_INFO", Some("NV0000_CTRL_SYSTEM_GET_CPU_INFO_PARAMS"), 104, Simple, CUG);
+    abi.add_control(0x127, "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS", Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS"), 168, Pointer, CU);
+    abi.add_control(0x12b, "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_V2", Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS"), 4252, Simple, CU);
+    abi.add_control(0x136, "NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS", Some("NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x13a, "NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_MATRIX", Some("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS"), 1352, Simple, CU);
+    abi.add_control(0x1f0, "NV0000_CTRL_CMD_SYSTEM_GET_FEATURES", Some("NV0000_CTRL_SYSTEM_GET_FEATURES_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x201, "NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS", Some("NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS"), 128, Simple, CU);
+    abi.add_control(0x202, "NV0000_CTRL_CMD_GPU_GET_ID_INFO", Some("NV0000_CTRL_GPU_GET_ID_INFO_PARAMS"), 40, Pointer, CU);
+    abi.add_control(0x204, "NV0000_CTRL_CMD_GPU_GET_DEVICE_IDS", Some("NV0000_CTRL_GPU_GET_DEVICE_IDS_PARAMS"), 4, Simple, CUG);
+    abi.add_control(0x205, "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2", Some("NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS"), 32, Simple, CU);
+    abi.add_control(0x214, "NV0000_CTRL_CMD_GPU_GET_PROBED_IDS", Some("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS"), 256, Simple, CU);
+    abi.add_control(0x215, "NV0000_CTRL_CMD_GPU_ATTACH_IDS", Some("NV0000_CTRL_GPU_ATTACH_IDS_PARAMS"), 132, Simple, CU);
+    abi.add_control(0x216, "NV0000_CTRL_CMD_GPU_DETACH_IDS", Some("NV0000_CTRL_GPU_DETACH_IDS_PARAMS"), 128, Simple, CU);
+    abi.add_control(0x21b, "NV0000_CTRL_CMD_GPU_GET_PCI_INFO", Some("NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS"), 12, Simple, CU);
+    abi.add_control(0x275, "NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID", Some("NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS"), 268, Simple, CUG);
+    abi.add_control(0x279, "NV0000_CTRL_CMD_GPU_QUERY_DRAIN_STATE", Some("NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS"), 12, Simple, CU);
+    abi.add_control(0x27b, "NV0000_CTRL_CMD_GPU_GET_MEMOP_ENABLE", Some("NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x301, "NV0000_CTRL_CMD_GSYNC_GET_ATTACHED_IDS", Some("NV0000_CTRL_GSYNC_GET_ATTACHED_IDS_PARAMS"), 16, Simple, G);
+    abi.add_control(0xa04, "NV0000_CTRL_CMD_SYNC_GPU_BOOST_GROUP_INFO", Some("NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS"), 2244, Simple, CU);
+    abi.add_control(0xb02, "NV0000_CTRL_CMD_GPUACCT_GET_ACCOUNTING_STATE", Some("NV0000_CTRL_GPUACCT_GET_ACCOUNTING_STATE_PARAMS"), 12, Simple, G);
+    abi.add_control(0xd01, "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE", Some("NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS"), 12, Simple, CU);
+    abi.add_control(0xd04, "NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY", Some("NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS"), 12, Simple, CU);
+    abi.add_control(0x3d05, "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD", Some("NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS"), 24, Fd, CU);
+    abi.add_control(0x3d06, "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD", Some("NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS"), 20, Fd, CU);
+    abi.add_control(0x3d08, "NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO", Some("NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS"), 76, Fd, CU);
+    abi.add_control(0x3d0b, "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD", Some("NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS"), 2128, Fd, CU);
+    abi.add_control(0x3d0c, "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD", Some("NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS"), 652, Fd, CU);
+    abi.add_control(0x410110, "NV0041_CTRL_CMD_GET_SURFACE_INFO", Some("NV0041_CTRL_GET_SURFACE_INFO_PARAMS"), 16, Pointer, CU);
+    abi.add_control(0x800201, "NV0080_CTRL_CMD_GPU_GET_CLASSLIST", Some("NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS"), 16, Pointer, CU);
+    abi.add_control(0x800280, "NV0080_CTRL_CMD_GPU_GET_NUM_SUBDEVICES", Some("NV0080_CTRL_GPU_GET_NUM_SUBDEVICES_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x800288, "NV0080_CTRL_CMD_GPU_QUERY_SW_STATE_PERSISTENCE", Some("NV0080_CTRL_GPU_QUERY_SW_STATE_PERSISTENCE_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x800289, "NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE", Some("NV0080_CTRL_GPU_GET_VIRTUALIZATION_MODE_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x800292, "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2", Some("NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS"), 644, Simple, CU);
+    abi.add_control(0x801102, "NV0080_CTRL_CMD_GR_GET_CAPS", Some("NV0080_CTRL_GR_GET_CAPS_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x801104, "NV0080_CTRL_CMD_GR_GET_INFO", Some("NV0080_CTRL_GR_GET_INFO_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x801108, "NV0080_CTRL_CMD_GR_SET_TPC_PARTITION_MODE", Some("NV0080_CTRL_GR_TPC_PARTITION_MODE_PARAMS"), 32, Simple, CU);
+    abi.add_control(0x801109, "NV0080_CTRL_CMD_GR_GET_CAPS_V2", Some("NV0080_CTRL_GR_GET_CAPS_V2_PARAMS"), 48, Simple, GV);
+    abi.add_control(0x801301, "NV0080_CTRL_CMD_FB_GET_CAPS", Some("NV0080_CTRL_FB_GET_CAPS_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x801307, "NV0080_CTRL_CMD_FB_GET_CAPS_V2", Some("NV0080_CTRL_FB_GET_CAPS_V2_PARAMS"), 3, Simple, CU);
+    abi.add_control(0x801402, "NV0080_CTRL_CMD_HOST_GET_CAPS_V2", Some("NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS"), 3, Simple, CU);
+    abi.add_control(0x801701, "NV0080_CTRL_CMD_FIFO_GET_CAPS", Some("NV0080_CTRL_FIFO_GET_CAPS_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x801707, "NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES", Some("NV0080_CTRL_FIFO_GET_ENGINE_CONTEXT_PROPERTIES_PARAMS"), 12, Simple, G);
+    abi.add_control(0x80170d, "NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST", Some("NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS"), 24, Pointer, CU);
+    abi.add_control(0x801713, "NV0080_CTRL_CMD_FIFO_GET_CAPS_V2", Some("NV0080_CTRL_FIFO_GET_CAPS_V2_PARAMS"), 2, Simple, V);
+    abi.add_control(0x801806, "NV0080_CTRL_CMD_DMA_ADV_SCHED_GET_VA_CAPS", Some("NV0080_CTRL_DMA_ADV_SCHED_GET_VA_CAPS_PARAMS"), 192, Simple, CUG);
+    abi.add_control(0x80180d, "NV0080_CTRL_CMD_DMA_GET_CAPS", Some("NV0080_CTRL_DMA_GET_CAPS_PARAMS"), 12, Simple, CUG);
+    abi.add_control(0x801b01, "NV0080_CTRL_CMD_MSENC_GET_CAPS", Some("NV0080_CTRL_MSENC_GET_CAPS_PARAMS"), 16, Pointer, GV);
+    abi.add_control(0x801c02, "NV0080_CTRL_CMD_BSP_GET_CAPS_V2", Some("NV0080_CTRL_BSP_GET_CAPS_PARAMS_V2"), 12, Simple, GV);
+    abi.add_control(0x801f02, "NV0080_CTRL_CMD_NVJPG_GET_CAPS_V2", Some("NV0080_CTRL_NVJPG_GET_CAPS_V2_PARAMS"), 16, Simple, V);
+    abi.add_control(0xda0002, "NV_SEMAPHORE_SURFACE_CTRL_CMD_BIND_CHANNEL", Some("NV_SEMAPHORE_SURFACE_CTRL_BIND_CHANNEL_PARAMS"), 24, Simple, G);
+    abi.add_control(0xf80102, "NV00F8_CTRL_CMD_DESCRIBE", Some("NV00F8_CTRL_DESCRIBE_PARAMS"), 2072, Simple, IMEX);
+    abi.add_control(0xf80103, "NV00F8_CTRL_CMD_ATTACH_MEM", Some("NV00F8_CTRL_ATTACH_MEM_PARAMS"), 2064, Simple, CU);
+    abi.add_control(0xfd0101, "NV00FD_CTRL_CMD_GET_INFO", Some("NV00FD_CTRL_GET_INFO_PARAMS"), 32, Simple, CU);
+    abi.add_control(0xfd0102, "NV00FD_CTRL_CMD_ATTACH_MEM", Some("NV00FD_CTRL_ATTACH_MEM_PARAMS"), 40, Simple, CU);
+    abi.add_control(0xfd0104, "NV00FD_CTRL_CMD_ATTACH_GPU", Some("NV00FD_CTRL_ATTACH_GPU_PARAMS"), 16, Fd, CU);
+    abi.add_control(0xfd0105, "NV00FD_CTRL_CMD_DETACH_MEM", Some("NV00FD_CTRL_DETACH_MEM_PARAMS"), 24, Simple, CU);
+    abi.add_control(0x20800102, "NV2080_CTRL_CMD_GPU_GET_INFO_V2", Some("NV2080_CTRL_GPU_GET_INFO_V2_PARAMS"), 516, Simple, CU);
+    abi.add_control(0x20800110, "NV2080_CTRL_CMD_GPU_GET_NAME_STRING", Some("NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS"), 132, Simple, CU);
+    abi.add_control(0x20800111, "NV2080_CTRL_CMD_GPU_GET_SHORT_NAME_STRING", Some("NV2080_CTRL_GPU_GET_SHORT_NAME_STRING_PARAMS"), 64, Simple, CU);
+    abi.add_control(0x20800119, "NV2080_CTRL_CMD_GPU_GET_SIMULATION_INFO", Some("NV2080_CTRL_GPU_GET_SIMULATION_INFO_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x20800122, "NV2080_CTRL_CMD_GPU_EXEC_REG_OPS", Some("NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS"), 48, Pointer, P);
+    abi.add_control(0x20800123, "NV2080_CTRL_CMD_GPU_GET_ENGINES", Some("NV2080_CTRL_GPU_GET_ENGINES_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x2080012f, "NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS", Some("NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS"), 984, Simple, CU);
+    abi.add_control(0x20800131, "NV2080_CTRL_CMD_GPU_QUERY_COMPUTE_MODE_RULES", Some("NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x20800133, "NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION", Some("NV2080_CTRL_GPU_QUERY_ECC_CONFIGURATION_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x2080013f, "NV2080_CTRL_CMD_GPU_GET_OEM_BOARD_INFO", Some("NV2080_CTRL_GPU_GET_OEM_BOARD_INFO_PARAMS"), 136, Simple, CU);
+    abi.add_control(0x20800142, "NV2080_CTRL_CMD_GPU_GET_ID", Some("NV2080_CTRL_GPU_GET_ID_PARAMS"), 4, Simple, CUG);
+    abi.add_control(0x20800145, "NV2080_CTRL_CMD_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION", None, 0, Simple, CU);
+    abi.add_control(0x20800146, "NV2080_CTRL_CMD_GPU_RELEASE_COMPUTE_MODE_RESERVATION", None, 0, Simple, CU);
+    abi.add_control(0x20800147, "NV2080_CTRL_CMD_GPU_GET_ENGINE_PARTNERLIST", Some("NV2080_CTRL_GPU_GET_ENGINE_PARTNERLIST_PARAMS"), 144, Simple, G);
+    abi.add_control(0x2080014a, "NV2080_CTRL_CMD_GPU_GET_GID_INFO", Some("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS"), 268, Simple, CU);
+    abi.add_control(0x2080014b, "NV2080_CTRL_CMD_GPU_GET_INFOROM_OBJECT_VERSION", Some("NV2080_CTRL_GPU_GET_INFOROM_OBJECT_VERSION_PARAMS"), 5, Simple, CU);
+    abi.add_control(0x20800156, "NV2080_CTRL_CMD_GPU_GET_INFOROM_IMAGE_VERSION", Some("NV2080_CTRL_GPU_GET_INFOROM_IMAGE_VERSION_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x20800157, "NV2080_CTRL_CMD_GPU_QUERY_INFOROM_ECC_SUPPORT", None, 0, Simple, CU);
+    abi.add_control(0x2080016c, "NV2080_CTRL_CMD_GPU_GET_ENCODER_CAPACITY", Some("NV2080_CTRL_GPU_GET_ENCODER_CAPACITY_PARAMS"), 8, Simple, V);
+    abi.add_control(0x2080016d, "NV2080_CTRL_GPU_GET_NVENC_SW_SESSION_STATS", Some("NV2080_CTRL_GPU_GET_NVENC_SW_SESSION_STATS_PARAMS"), 12, Simple, G);
+    abi.add_control(0x20800170, "NV2080_CTRL_CMD_GPU_GET_ENGINES_V2", Some("NV2080_CTRL_GPU_GET_ENGINES_V2_PARAMS"), 252, Simple, CU);
+    abi.add_control(0x2080017b, "NV2080_CTRL_GPU_GET_NVFBC_SW_SESSION_STATS", Some("NV2080_CTRL_GPU_GET_NVFBC_SW_SESSION_STATS_PARAMS"), 12, Simple, G);
+    abi.add_control(0x2080018b, "NV2080_CTRL_CMD_GPU_GET_ACTIVE_PARTITION_IDS", Some("NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS"), 40, Simple, CU);
+    abi.add_control(0x2080018d, "NV2080_CTRL_CMD_GPU_GET_PIDS", Some("NV2080_CTRL_GPU_GET_PIDS_PARAMS"), 3812, Simple, CU);
+    abi.add_control(0x2080018e, "NV2080_CTRL_CMD_GPU_GET_PID_INFO", Some("NV2080_CTRL_GPU_GET_PID_INFO_PARAMS"), 14408, Simple, CU);
+    abi.add_control(0x20800195, "NV2080_CTRL_CMD_GPU_GET_COMPUTE_POLICY_CONFIG", Some("NV2080_CTRL_GPU_GET_COMPUTE_POLICY_CONFIG_PARAMS"), 260, Simple, CU);
+    abi.add_control(0x208001a3, "NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO", Some("NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO_PARAMS"), 40, Simple, CU);
+    abi.add_control(0x208001a4, "NV2080_CTRL_CMD_GPU_GET_CHIP_DETAILS", Some("NV2080_CTRL_GPU_GET_CHIP_DETAILS_PARAMS"), 16, Simple, G);
+    abi.add_control(0x20800301, "NV2080_CTRL_CMD_EVENT_SET_NOTIFICATION", Some("NV2080_CTRL_EVENT_SET_NOTIFICATION_PARAMS"), 20, Simple, CU);
+    abi.add_control(0x20800403, "NV2080_CTRL_CMD_TIMER_GET_TIME", Some("NV2080_CTRL_TIMER_GET_TIME_PARAMS"), 8, Simple, CUG);
+    abi.add_control(0x20800406, "NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO", Some("NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS"), 264, Simple, CU);
+    abi.add_control(0x20800407, "NV2080_CTRL_CMD_TIMER_SET_GR_TICK_FREQ", Some("NV2080_CTRL_CMD_TIMER_SET_GR_TICK_FREQ_PARAMS"), 1, Simple, CU);
+    abi.add_control(0x20800802, "NV2080_CTRL_CMD_BIOS_GET_INFO", Some("NV2080_CTRL_BIOS_GET_INFO_PARAMS"), 16, Pointer, CU);
+    abi.add_control(0x2080110b, "NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS", Some("NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS"), 536, Special, CU);
+    abi.add_control(0x20801201, "NV2080_CTRL_CMD_GR_GET_INFO", Some("NV2080_CTRL_GR_GET_INFO_PARAMS"), 32, Pointer, CU);
+    abi.add_control(0x20801206, "NV2080_CTRL_CMD_GR_GET_ZCULL_INFO", Some("NV2080_CTRL_GR_GET_ZCULL_INFO_PARAMS"), 40, Simple, G);
+    abi.add_control(0x20801208, "NV2080_CTRL_CMD_GR_CTXSW_ZCULL_BIND", Some("NV2080_CTRL_GR_CTXSW_ZCULL_BIND_PARAMS"), 24, Simple, G);
+    abi.add_control(0x2080120f, "NV2080_CTRL_CMD_GR_GET_SM_TO_GPC_TPC_MAPPINGS", Some("NV2080_CTRL_GR_GET_SM_TO_GPC_TPC_MAPPINGS_PARAMS"), 1176, Simple, P);
+    abi.add_control(0x20801210, "NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE", Some("NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS"), 32, Simple, CU);
+    abi.add_control(0x20801218, "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE", Some("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x2080121b, "NV2080_CTRL_CMD_GR_GET_GLOBAL_SM_ORDER", Some("NV2080_CTRL_GR_GET_GLOBAL_SM_ORDER_PARAMS"), 6168, Simple, CU);
+    abi.add_control(0x20801227, "NV2080_CTRL_CMD_GR_GET_CAPS_V2", Some("NV2080_CTRL_GR_GET_CAPS_V2_PARAMS"), 48, Simple, CU);
+    abi.add_control(0x2080122a, "NV2080_CTRL_CMD_GR_GET_GPC_MASK", Some("NV2080_CTRL_GR_GET_GPC_MASK_PARAMS"), 24, Simple, CU);
+    abi.add_control(0x2080122b, "NV2080_CTRL_CMD_GR_GET_TPC_MASK", Some("NV2080_CTRL_GR_GET_TPC_MASK_PARAMS"), 24, Simple, CU);
+    abi.add_control(0x20801230, "NV2080_CTRL_CMD_GR_GET_SM_ISSUE_RATE_MODIFIER", Some("NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS"), 32, Simple, CU);
+    abi.add_control(0x20801301, "NV2080_CTRL_CMD_FB_GET_INFO", Some("NV2080_CTRL_FB_GET_INFO_PARAMS"), 16, Pointer, G);
+    abi.add_control(0x20801303, "NV2080_CTRL_CMD_FB_GET_INFO_V2", Some("NV2080_CTRL_FB_GET_INFO_V2_PARAMS"), 436, Simple, CU);
+    abi.add_control(0x2080130e, "NV2080_CTRL_CMD_FB_FLUSH_GPU_CACHE", Some("NV2080_CTRL_FB_FLUSH_GPU_CACHE_PARAMS"), 4024, Simple, P);
+    abi.add_control(0x20801315, "NV2080_CTRL_CMD_FB_GET_GPU_CACHE_INFO", Some("NV2080_CTRL_FB_GET_GPU_CACHE_INFO_PARAMS"), 16, Simple, G);
+    abi.add_control(0x20801320, "NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO", Some("NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS"), 776, Simple, G);
+    abi.add_control(0x20801322, "NV2080_CTRL_CMD_FB_GET_OFFLINED_PAGES", Some("NV2080_CTRL_FB_GET_OFFLINED_PAGES_PARAMS"), 2056, Simple, G);
+    abi.add_control(0x20801346, "NV2080_CTRL_CMD_FB_GET_FS_INFO", Some("NV2080_CTRL_FB_GET_FS_INFO_PARAMS"), 3080, Simple, P);
+    abi.add_control(0x20801352, "NV2080_CTRL_CMD_FB_GET_SEMAPHORE_SURFACE_LAYOUT", Some("NV2080_CTRL_FB_GET_SEMAPHORE_SURFACE_LAYOUT_PARAMS"), 32, Simple, G);
+    abi.add_control(0x20801701, "NV2080_CTRL_CMD_MC_GET_ARCH_INFO", Some("NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x20801702, "NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS", Some("NV2080_CTRL_MC_SERVICE_INTERRUPTS_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x20801801, "NV2080_CTRL_CMD_BUS_GET_PCI_INFO", Some("NV2080_CTRL_BUS_GET_PCI_INFO_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x20801802, "NV2080_CTRL_CMD_BUS_GET_INFO", Some("NV2080_CTRL_BUS_GET_INFO_PARAMS"), 16, Pointer, CUV);
+    abi.add_control(0x20801803, "NV2080_CTRL_CMD_BUS_GET_PCI_BAR_INFO", Some("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS"), 200, Simple, CU);
+    abi.add_control(0x20801813, "NV2080_CTRL_CMD_BUS_GET_PEX_COUNTERS", Some("NV2080_CTRL_BUS_GET_PEX_COUNTERS_PARAMS"), 76, Simple, G);
+    abi.add_control(0x20801819, "NV2080_CTRL_CMD_BUS_GET_PEX_UTIL_COUNTERS", Some("NV2080_CTRL_BUS_GET_PEX_UTIL_COUNTERS_PARAMS"), 32, Simple, G);
+    abi.add_control(0x20801823, "NV2080_CTRL_CMD_BUS_GET_INFO_V2", Some("NV2080_CTRL_BUS_GET_INFO_V2_PARAMS"), 420, Simple, CU);
+    abi.add_control(0x20801829, "NV2080_CTRL_CMD_BUS_GET_PCIE_REQ_ATOMICS_CAPS", Some("NV2080_CTRL_CMD_BUS_GET_PCIE_REQ_ATOMICS_CAPS_PARAMS"), 4, Simple, G);
+    abi.add_control(0x2080182a, "NV2080_CTRL_CMD_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS", Some("NV2080_CTRL_CMD_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS_PARAMS"), 104, Simple, CU);
+    abi.add_control(0x2080182b, "NV2080_CTRL_CMD_BUS_GET_C2C_INFO", Some("NV2080_CTRL_CMD_BUS_GET_C2C_INFO_PARAMS"), 28, Simple, CU);
+    abi.add_control(0x2080200a, "NV2080_CTRL_CMD_PERF_BOOST", Some("NV2080_CTRL_PERF_BOOST_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x20802096, "NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2", Some("NV2080_CTRL_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2_PARAMS"), 34000, Simple, CU);
+    abi.add_control(0x20802209, "NV2080_CTRL_CMD_RC_GET_WATCHDOG_INFO", Some("NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x2080220c, "NV2080_CTRL_CMD_RC_RELEASE_WATCHDOG_REQUESTS", None, 0, Simple, CU);
+    abi.add_control(0x20802210, "NV2080_CTRL_CMD_RC_SOFT_DISABLE_WATCHDOG", None, 0, Simple, CU);
+    abi.add_control(0x20802a02, "NV2080_CTRL_CMD_CE_GET_CE_PCE_MASK", Some("NV2080_CTRL_CE_GET_CE_PCE_MASK_PARAMS"), 8, Simple, G);
+    abi.add_control(0x20802a03, "NV2080_CTRL_CMD_CE_GET_CAPS_V2", Some("NV2080_CTRL_CE_GET_CAPS_V2_PARAMS"), 8, Simple, CUG);
+    abi.add_control(0x20802a0a, "NV2080_CTRL_CMD_CE_GET_ALL_CAPS", Some("NV2080_CTRL_CE_GET_ALL_CAPS_PARAMS"), 68, Simple, CU);
+    abi.add_control(0x20803001, "NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS", Some("NV2080_CTRL_CMD_NVLINK_GET_NVLINK_CAPS_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x20803002, "NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS", Some("NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS_PARAMS"), 5896, Simple, CU);
+    abi.add_control(0x20803125, "NV2080_CTRL_CMD_FLCN_GET_CTX_BUFFER_SIZE", Some("NV2080_CTRL_FLCN_GET_CTX_BUFFER_SIZE_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x20803400, "NV2080_CTRL_CMD_ECC_GET_CLIENT_EXPOSED_COUNTERS", Some("NV2080_CTRL_ECC_GET_CLIENT_EXPOSED_COUNTERS_PARAMS"), 40, Simple, ADMIN);
+    abi.add_control(0x20803401, "NV2080_CTRL_CMD_ECC_GET_ECI_COUNTERS", Some("NV2080_CTRL_ECC_GET_ECI_COUNTERS_PARAMS"), 96, Simple, ADMIN);
+    abi.add_control(0x20803402, "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS", Some("NV2080_CTRL_ECC_GET_VOLATILE_COUNTS_PARAMS"), 40, Simple, ADMIN);
+    abi.add_control(0x20803601, "NV2080_CTRL_CMD_GSP_GET_FEATURES", Some("NV2080_CTRL_GSP_GET_FEATURES_PARAMS"), 72, Simple, CU);
+    abi.add_control(0x20803801, "NV2080_CTRL_CMD_GRMGR_GET_GR_FS_INFO", Some("NV2080_CTRL_GRMGR_GET_GR_FS_INFO_PARAMS"), 1928, Simple, CU);
+    abi.add_control(0x20803d07, "NV2080_CTRL_CMD_OS_UNIX_VIDMEM_PERSISTENCE_STATUS", Some("NV2080_CTRL_OS_UNIX_VIDMEM_PERSISTENCE_STATUS_PARAMS"), 1, Simple, G);
+    abi.add_control(0x208f1105, "NV208F_CTRL_CMD_GPU_VERIFY_INFOROM", Some("NV208F_CTRL_GPU_VERIFY_INFOROM_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x503c0102, "NV503C_CTRL_CMD_REGISTER_VA_SPACE", Some("NV503C_CTRL_REGISTER_VA_SPACE_PARAMS"), 16, Special, CU);
+    abi.add_control(0x503c0104, "NV503C_CTRL_CMD_REGISTER_VIDMEM", Some("NV503C_CTRL_REGISTER_VIDMEM_PARAMS"), 32, Simple, CU);
+    abi.add_control(0x503c0105, "NV503C_CTRL_CMD_UNREGISTER_VIDMEM", Some("NV503C_CTRL_UNREGISTER_VIDMEM_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x83de0307, "NV83DE_CTRL_CMD_DEBUG_SET_MODE_MMU_DEBUG", Some("NV83DE_CTRL_DEBUG_SET_MODE_MMU_DEBUG_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x83de0309, "NV83DE_CTRL_CMD_DEBUG_SET_EXCEPTION_MASK", Some("NV83DE_CTRL_DEBUG_SET_EXCEPTION_MASK_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x83de030c, "NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES", Some("NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS"), 4824, Simple, CU);
+    abi.add_control(0x83de0310, "NV83DE_CTRL_CMD_DEBUG_CLEAR_ALL_SM_ERROR_STATES", Some("NV83DE_CTRL_DEBUG_CLEAR_ALL_SM_ERROR_STATES_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x83de0315, "NV83DE_CTRL_CMD_DEBUG_READ_MEMORY", Some("NV83DE_CTRL_DEBUG_READ_MEMORY_PARAMS"), 24, Pointer, CU);
+    abi.add_control(0x83de0317, "NV83DE_CTRL_CMD_DEBUG_SUSPEND_CONTEXT", Some("NV83DE_CTRL_CMD_DEBUG_SUSPEND_CONTEXT_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x83de0318, "NV83DE_CTRL_CMD_DEBUG_RESUME_CONTEXT", None, 0, Simple, CU);
+    abi.add_control(0x83de031f, "NV83DE_CTRL_CMD_DEBUG_SET_MODE_ERRBAR_DEBUG", Some("NV83DE_CTRL_DEBUG_SET_MODE_ERRBAR_DEBUG_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x906f0101, "NV906F_CTRL_GET_CLASS_ENGINEID", Some("NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS"), 16, Simple, CU);
+    abi.add_control(0x906f0102, "NV906F_CTRL_CMD_RESET_CHANNEL", Some("NV906F_CTRL_CMD_RESET_CHANNEL_PARAMS"), 12, Simple, CU);
+    abi.add_control(0x90960101, "NV9096_CTRL_CMD_SET_ZBC_COLOR_CLEAR", Some("NV9096_CTRL_SET_ZBC_COLOR_CLEAR_PARAMS"), 40, Simple, G);
+    abi.add_control(0x90960106, "NV9096_CTRL_CMD_GET_ZBC_CLEAR_TABLE_SIZE", Some("NV9096_CTRL_GET_ZBC_CLEAR_TABLE_SIZE_PARAMS"), 12, Simple, G);
+    abi.add_control(0x90960107, "NV9096_CTRL_CMD_GET_ZBC_CLEAR_TABLE_ENTRY", Some("NV9096_CTRL_GET_ZBC_CLEAR_TABLE_ENTRY_PARAMS"), 56, Simple, G);
+    abi.add_control(0x90cc0301, "NV90CC_CTRL_CMD_POWER_REQUEST_FEATURES", Some("NV90CC_CTRL_POWER_REQUEST_FEATURES_PARAMS"), 12, Simple, P);
+    abi.add_control(0x90cc0302, "NV90CC_CTRL_CMD_POWER_RELEASE_FEATURES", Some("NV90CC_CTRL_POWER_RELEASE_FEATURES_PARAMS"), 4, Simple, P);
+    abi.add_control(0x90e60102, "NV90E6_CTRL_CMD_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK", Some("NV90E6_CTRL_MASTER_GET_VIRTUAL_FUNCTION_ERROR_CONT_INTR_MASK_PARAMS"), 8, Simple, CU);
+    abi.add_control(0x90e70113, "NV90E7_CTRL_CMD_BBX_GET_LAST_FLUSH_TIME", Some("NV90E7_CTRL_BBX_GET_LAST_FLUSH_TIME_PARAMS"), 16, Simple, G);
+    abi.add_control(0xa06c0101, "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE", Some("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS"), 2, Simple, CU);
+    abi.add_control(0xa06c0103, "NVA06C_CTRL_CMD_SET_TIMESLICE", Some("NVA06C_CTRL_TIMESLICE_PARAMS"), 8, Simple, CU);
+    abi.add_control(0xa06c0104, "NVA06C_CTRL_CMD_GET_TIMESLICE", Some("NVA06C_CTRL_TIMESLICE_PARAMS"), 8, Simple, P);
+    abi.add_control(0xa06c0105, "NVA06C_CTRL_CMD_PREEMPT", Some("NVA06C_CTRL_PREEMPT_PARAMS"), 8, Simple, CU);
+    abi.add_control(0xa06f0103, "NVA06F_CTRL_CMD_GPFIFO_SCHEDULE", Some("NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS"), 2, Simple, CU);
+    abi.add_control(0xa06f0104, "NVA06F_CTRL_CMD_BIND", Some("NVA06F_CTRL_BIND_PARAMS"), 4, Simple, GV);
+    abi.add_control(0xb0cc0101, "NVB0CC_CTRL_CMD_RESERVE_HWPM_LEGACY", Some("NVB0CC_CTRL_RESERVE_HWPM_LEGACY_PARAMS"), 1, Simple, P);
+    abi.add_control(0xb0cc0102, "NVB0CC_CTRL_CMD_RELEASE_HWPM_LEGACY", None, 0, Simple, P);
+    abi.add_control(0xb0cc0103, "NVB0CC_CTRL_CMD_RESERVE_PM_AREA_SMPC", Some("NVB0CC_CTRL_RESERVE_PM_AREA_SMPC_PARAMS"), 1, Simple, P);
+    abi.add_control(0xb0cc0104, "NVB0CC_CTRL_CMD_RELEASE_PM_AREA_SMPC", None, 0, Simple, P);
+    abi.add_control(0xb0cc0105, "NVB0CC_CTRL_CMD_ALLOC_PMA_STREAM", Some("NVB0CC_CTRL_ALLOC_PMA_STREAM_PARAMS"), 56, Simple, P);
+    abi.add_control(0xb0cc0106, "NVB0CC_CTRL_CMD_FREE_PMA_STREAM", Some("NVB0CC_CTRL_FREE_PMA_STREAM_PARAMS"), 4, Simple, P);
+    abi.add_control(0xb0cc0107, "NVB0CC_CTRL_CMD_BIND_PM_RESOURCES", None, 0, Simple, P);
+    abi.add_control(0xb0cc0108, "NVB0CC_CTRL_CMD_UNBIND_PM_RESOURCES", None, 0, Simple, P);
+    abi.add_control(0xb0cc0109, "NVB0CC_CTRL_CMD_PMA_STREAM_UPDATE_GET_PUT", Some("NVB0CC_CTRL_PMA_STREAM_UPDATE_GET_PUT_PARAMS"), 48, Simple, P);
+    abi.add_control(0xb0cc010a, "NVB0CC_CTRL_CMD_EXEC_REG_OPS", Some("NVB0CC_CTRL_EXEC_REG_OPS_PARAMS"), 3980, Simple, P);
+    abi.add_control(0xb0cc010b, "NVB0CC_CTRL_CMD_RESERVE_PM_AREA_PC_SAMPLER", None, 0, Simple, P);
+    abi.add_control(0xb0cc010c, "NVB0CC_CTRL_CMD_RELEASE_PM_AREA_PC_SAMPLER", None, 0, Simple, P);
+    abi.add_control(0xb0cc010d, "NVB0CC_CTRL_CMD_GET_TOTAL_HS_CREDITS", Some("NVB0CC_CTRL_GET_TOTAL_HS_CREDITS_PARAMS"), 4, Simple, P);
+    abi.add_control(0xb0cc010e, "NVB0CC_CTRL_CMD_SET_HS_CREDITS", Some("NVB0CC_CTRL_SET_HS_CREDITS_PARAMS"), 256, Simple, P);
+    abi.add_control(0xb0cc0301, "NVB0CC_CTRL_CMD_POWER_REQUEST_FEATURES", Some("NVB0CC_CTRL_POWER_REQUEST_FEATURES_PARAMS"), 12, Simple, P);
+    abi.add_control(0xb0cc0302, "NVB0CC_CTRL_CMD_POWER_RELEASE_FEATURES", Some("NVB0CC_CTRL_POWER_RELEASE_FEATURES_PARAMS"), 4, Simple, P);
+    abi.add_control(0xc36f0101, "NVC36F_CTRL_GET_CLASS_ENGINEID", Some("NVC36F_CTRL_GET_CLASS_ENGINEID_PARAMS"), 16, Simple, CU);
+    abi.add_control(0xc36f0108, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN", Some("NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"), 4, Simple, CU);
+    abi.add_control(0xc36f010a, "NVC36F_CTRL_CMD_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX", Some("NVC36F_CTRL_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX_PARAMS"), 4, Simple, GV);
+    abi.add_control(0xc56f010b, "NVC56F_CTRL_CMD_GET_KMB", Some("NVC56F_CTRL_CMD_GET_KMB_PARAMS"), 124, Simple, CU);
+    abi.add_control(0xcb330101, "NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_CAPABILITIES", Some("NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_CAPABILITIES_PARAMS"), 5, Simple, CU);
+    abi.add_control(0xcb330104, "NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_GPUS_STATE", Some("NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_GPUS_STATE_PARAMS"), 1, Simple, CU);
+    abi.add_control(0xcb33010b, "NV_CONF_COMPUTE_CTRL_CMD_GPU_GET_NUM_SECURE_CHANNELS", Some("NV_CONF_COMPUTE_CTRL_CMD_GPU_GET_NUM_SECURE_CHANNELS_PARAMS"), 12, Simple, CU);
     abi.add_class(0x0, "NV01_ROOT", Some("NvHandle"), 4, Special, CU);
     abi.add_class(0x1, "NV01_ROOT_NON_PRIV", Some("NvHandle"), 4, Special, CU);
-    abi.add_class(
-        0x2,
-        "NV01_CONTEXT_DMA",
-        Some("NV_CONTEXT_DMA_ALLOCATION_PARAMS"),
-        32,
-        Special,
-        V,
-    );
-    abi.add_class(
-        0x3e,
-        "NV01_MEMORY_SYSTEM",
-        Some("NV_MEMORY_ALLOCATION_PARAMS"),
-        120,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0x40,
-        "NV01_MEMORY_LOCAL_USER",
-        Some("NV_MEMORY_ALLOCATION_PARAMS"),
-        120,
-        Simple,
-        CU,
-    );
+    abi.add_class(0x2, "NV01_CONTEXT_DMA", Some("NV_CONTEXT_DMA_ALLOCATION_PARAMS"), 32, Special, V);
+    abi.add_class(0x3e, "NV01_MEMORY_SYSTEM", Some("NV_MEMORY_ALLOCATION_PARAMS"), 120, Simple, CU);
+    abi.add_class(0x40, "NV01_MEMORY_LOCAL_USER", Some("NV_MEMORY_ALLOCATION_PARAMS"), 120, Simple, CU);
     abi.add_class(0x41, "NV01_ROOT_CLIENT", Some("NvHandle"), 4, Special, CU);
-    abi.add_class(
-        0x70,
-        "NV01_MEMORY_VIRTUAL",
-        Some("NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS"),
-        24,
-        Special,
-        GV,
-    );
+    abi.add_class(0x70, "NV01_MEMORY_VIRTUAL", Some("NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS"), 24, Special, GV);
     abi.add_class(0x73, "NV04_DISPLAY_COMMON", None, 0, Simple, G);
-    abi.add_class(
-        0x79,
-        "NV01_EVENT_OS_EVENT",
-        Some("NV0005_ALLOC_PARAMETERS"),
-        24,
-        Fd,
-        CU,
-    );
-    abi.add_class(
-        0x80,
-        "NV01_DEVICE_0",
-        Some("NV0080_ALLOC_PARAMETERS"),
-        56,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xda,
-        "NV_SEMAPHORE_SURFACE",
-        Some("NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0xde,
-        "RM_USER_SHARED_DATA",
-        Some("NV00DE_ALLOC_PARAMETERS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xf8,
-        "NV_MEMORY_FABRIC",
-        Some("NV00F8_ALLOCATION_PARAMETERS"),
-        48,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xfd,
-        "NV_MEMORY_MULTICAST_FABRIC",
-        Some("NV00FD_ALLOCATION_PARAMETERS"),
-        40,
-        Fd,
-        CU,
-    );
-    abi.add_class(
-        0xfe,
-        "NV_MEMORY_MAPPER",
-        Some("NV_MEMORY_MAPPER_ALLOCATION_PARAMS"),
-        1,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0x2080,
-        "NV20_SUBDEVICE_0",
-        Some("NV2080_ALLOC_PARAMETERS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0x2081,
-        "NV2081_BINAPI",
-        Some("NV2081_ALLOC_PARAMETERS"),
-        4,
-        Simple,
-        CU,
-    );
+    abi.add_class(0x79, "NV01_EVENT_OS_EVENT", Some("NV0005_ALLOC_PARAMETERS"), 24, Fd, CU);
+    abi.add_class(0x80, "NV01_DEVICE_0", Some("NV0080_ALLOC_PARAMETERS"), 56, Simple, CU);
+    abi.add_class(0xda, "NV_SEMAPHORE_SURFACE", Some("NV_SEMAPHORE_SURFACE_ALLOC_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0xde, "RM_USER_SHARED_DATA", Some("NV00DE_ALLOC_PARAMETERS"), 4, Simple, CU);
+    abi.add_class(0xf8, "NV_MEMORY_FABRIC", Some("NV00F8_ALLOCATION_PARAMETERS"), 48, Simple, CU);
+    abi.add_class(0xfd, "NV_MEMORY_MULTICAST_FABRIC", Some("NV00FD_ALLOCATION_PARAMETERS"), 40, Fd, CU);
+    abi.add_class(0xfe, "NV_MEMORY_MAPPER", Some("NV_MEMORY_MAPPER_ALLOCATION_PARAMS"), 1, Simple, G);
+    abi.add_class(0x2080, "NV20_SUBDEVICE_0", Some("NV2080_ALLOC_PARAMETERS"), 4, Simple, CU);
+    abi.add_class(0x2081, "NV2081_BINAPI", Some("NV2081_ALLOC_PARAMETERS"), 4, Simple, CU);
     abi.add_class(0x208f, "NV20_SUBDEVICE_DIAG", None, 0, Simple, CU);
-    abi.add_class(
-        0x503b,
-        "NV50_P2P",
-        Some("NV503B_ALLOC_PARAMETERS"),
-        72,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0x503c,
-        "NV50_THIRD_PARTY_P2P",
-        Some("NV503C_ALLOC_PARAMETERS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0x50a0,
-        "NV50_MEMORY_VIRTUAL",
-        Some("NV_MEMORY_ALLOCATION_PARAMS"),
-        120,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0x83de,
-        "GT200_DEBUGGER",
-        Some("NV83DE_ALLOC_PARAMETERS"),
-        12,
-        Special,
-        CU,
-    );
+    abi.add_class(0x503b, "NV50_P2P", Some("NV503B_ALLOC_PARAMETERS"), 72, Simple, CU);
+    abi.add_class(0x503c, "NV50_THIRD_PARTY_P2P", Some("NV503C_ALLOC_PARAMETERS"), 4, Simple, CU);
+    abi.add_class(0x50a0, "NV50_MEMORY_VIRTUAL", Some("NV_MEMORY_ALLOCATION_PARAMS"), 120, Simple, CU);
+    abi.add_class(0x83de, "GT200_DEBUGGER", Some("NV83DE_ALLOC_PARAMETERS"), 12, Special, CU);
     abi.add_class(0x900e, "MPS_COMPUTE", None, 0, Simple, CU);
-    abi.add_class(
-        0x902d,
-        "FERMI_TWOD_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0x9067,
-        "FERMI_CONTEXT_SHARE_A",
-        Some("NV_CTXSHARE_ALLOCATION_PARAMETERS"),
-        12,
-        Special,
-        CU,
-    );
-    abi.add_class(
-        0x9072,
-        "GF100_DISP_SW",
-        Some("NV9072_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        G,
-    );
+    abi.add_class(0x902d, "FERMI_TWOD_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0x9067, "FERMI_CONTEXT_SHARE_A", Some("NV_CTXSHARE_ALLOCATION_PARAMETERS"), 12, Special, CU);
+    abi.add_class(0x9072, "GF100_DISP_SW", Some("NV9072_ALLOCATION_PARAMETERS"), 12, Simple, G);
     abi.add_class(0x9096, "GF100_ZBC_CLEAR", None, 0, Simple, G);
     abi.add_class(0x90cc, "GF100_PROFILER", None, 0, Simple, P);
     abi.add_class(0x90e6, "GF100_SUBDEVICE_MASTER", None, 0, Simple, CU);
     abi.add_class(0x90e7, "GF100_SUBDEVICE_INFOROM", None, 0, Simple, G);
-    abi.add_class(
-        0x90f1,
-        "FERMI_VASPACE_A",
-        Some("NV_VASPACE_ALLOCATION_PARAMETERS"),
-        48,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xa06c,
-        "KEPLER_CHANNEL_GROUP_A",
-        Some("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS"),
-        20,
-        Special,
-        CU,
-    );
-    abi.add_class(
-        0xa140,
-        "KEPLER_INLINE_TO_MEMORY_B",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0xb2cc,
-        "MAXWELL_PROFILER_DEVICE",
-        Some("NVB2CC_ALLOC_PARAMETERS"),
-        8,
-        Simple,
-        P,
-    );
-    abi.add_class(
-        0xb8b0,
-        "NVB8B0_VIDEO_DECODER",
-        Some("NV_BSP_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xb8d1,
-        "NVB8D1_VIDEO_NVJPG",
-        Some("NV_NVJPG_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xb8fa,
-        "NVB8FA_VIDEO_OFA",
-        Some("NV_OFA_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        V,
-    );
+    abi.add_class(0x90f1, "FERMI_VASPACE_A", Some("NV_VASPACE_ALLOCATION_PARAMETERS"), 48, Simple, CU);
+    abi.add_class(0xa06c, "KEPLER_CHANNEL_GROUP_A", Some("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS"), 20, Special, CU);
+    abi.add_class(0xa140, "KEPLER_INLINE_TO_MEMORY_B", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0xb2cc, "MAXWELL_PROFILER_DEVICE", Some("NVB2CC_ALLOC_PARAMETERS"), 8, Simple, P);
+    abi.add_class(0xb8b0, "NVB8B0_VIDEO_DECODER", Some("NV_BSP_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xb8d1, "NVB8D1_VIDEO_NVJPG", Some("NV_NVJPG_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xb8fa, "NVB8FA_VIDEO_OFA", Some("NV_OFA_ALLOCATION_PARAMETERS"), 8, Simple, V);
     abi.add_class(0xc361, "VOLTA_USERMODE_A", None, 0, Simple, GV);
     abi.add_class(0xc461, "TURING_USERMODE_A", None, 0, Simple, CU);
-    abi.add_class(
-        0xc46f,
-        "TURING_CHANNEL_GPFIFO_A",
-        Some("NV_CHANNEL_ALLOC_PARAMS"),
-        360,
-        Special,
-        CU,
-    );
-    abi.add_class(
-        0xc4b0,
-        "NVC4B0_VIDEO_DECODER",
-        Some("NV_BSP_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc4b7,
-        "NVC4B7_VIDEO_ENCODER",
-        Some("NV_MSENC_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc4d1,
-        "NVC4D1_VIDEO_NVJPG",
-        Some("NV_NVJPG_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc56f,
-        "AMPERE_CHANNEL_GPFIFO_A",
-        Some("NV_CHANNEL_ALLOC_PARAMS"),
-        360,
-        Special,
-        CU,
-    );
-    abi.add_class(
-        0xc597,
-        "TURING_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0xc5b5,
-        "TURING_DMA_COPY_A",
-        Some("NVB0B5_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc5c0,
-        "TURING_COMPUTE_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc661,
-        "HOPPER_USERMODE_A",
-        Some("NV_HOPPER_USERMODE_A_PARAMS"),
-        2,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc697,
-        "AMPERE_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0xc6b0,
-        "NVC6B0_VIDEO_DECODER",
-        Some("NV_BSP_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc6b5,
-        "AMPERE_DMA_COPY_A",
-        Some("NVB0B5_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc6c0,
-        "AMPERE_COMPUTE_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc6fa,
-        "NVC6FA_VIDEO_OFA",
-        Some("NV_OFA_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc7b0,
-        "NVC7B0_VIDEO_DECODER",
-        Some("NV_BSP_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc7b5,
-        "AMPERE_DMA_COPY_B",
-        Some("NVB0B5_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc7b7,
-        "NVC7B7_VIDEO_ENCODER",
-        Some("NV_MSENC_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc7c0,
-        "AMPERE_COMPUTE_B",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc7fa,
-        "NVC7FA_VIDEO_OFA",
-        Some("NV_OFA_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc86f,
-        "HOPPER_CHANNEL_GPFIFO_A",
-        Some("NV_CHANNEL_ALLOC_PARAMS"),
-        360,
-        Special,
-        CU,
-    );
-    abi.add_class(
-        0xc8b5,
-        "HOPPER_DMA_COPY_A",
-        Some("NVB0B5_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc997,
-        "ADA_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
-    abi.add_class(
-        0xc9b0,
-        "NVC9B0_VIDEO_DECODER",
-        Some("NV_BSP_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc9b7,
-        "NVC9B7_VIDEO_ENCODER",
-        Some("NV_MSENC_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc9c0,
-        "ADA_COMPUTE_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xc9d1,
-        "NVC9D1_VIDEO_NVJPG",
-        Some("NV_NVJPG_ALLOCATION_PARAMETERS"),
-        12,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xc9fa,
-        "NVC9FA_VIDEO_OFA",
-        Some("NV_OFA_ALLOCATION_PARAMETERS"),
-        8,
-        Simple,
-        V,
-    );
-    abi.add_class(
-        0xcb33,
-        "NV_CONFIDENTIAL_COMPUTE",
-        Some("NV_CONFIDENTIAL_COMPUTE_ALLOC_PARAMS"),
-        4,
-        Simple,
-        CU,
-    );
-    abi.add_class(
-        0xcb97,
-        "HOPPER_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        G,
-    );
+    abi.add_class(0xc46f, "TURING_CHANNEL_GPFIFO_A", Some("NV_CHANNEL_ALLOC_PARAMS"), 360, Special, CU);
+    abi.add_class(0xc4b0, "NVC4B0_VIDEO_DECODER", Some("NV_BSP_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc4b7, "NVC4B7_VIDEO_ENCODER", Some("NV_MSENC_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc4d1, "NVC4D1_VIDEO_NVJPG", Some("NV_NVJPG_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc56f, "AMPERE_CHANNEL_GPFIFO_A", Some("NV_CHANNEL_ALLOC_PARAMS"), 360, Special, CU);
+    abi.add_class(0xc597, "TURING_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0xc5b5, "TURING_DMA_COPY_A", Some("NVB0B5_ALLOCATION_PARAMETERS"), 8, Simple, CU);
+    abi.add_class(0xc5c0, "TURING_COMPUTE_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, CU);
+    abi.add_class(0xc661, "HOPPER_USERMODE_A", Some("NV_HOPPER_USERMODE_A_PARAMS"), 2, Simple, CU);
+    abi.add_class(0xc697, "AMPERE_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0xc6b0, "NVC6B0_VIDEO_DECODER", Some("NV_BSP_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc6b5, "AMPERE_DMA_COPY_A", Some("NVB0B5_ALLOCATION_PARAMETERS"), 8, Simple, CU);
+    abi.add_class(0xc6c0, "AMPERE_COMPUTE_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, CU);
+    abi.add_class(0xc6fa, "NVC6FA_VIDEO_OFA", Some("NV_OFA_ALLOCATION_PARAMETERS"), 8, Simple, V);
+    abi.add_class(0xc7b0, "NVC7B0_VIDEO_DECODER", Some("NV_BSP_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc7b5, "AMPERE_DMA_COPY_B", Some("NVB0B5_ALLOCATION_PARAMETERS"), 8, Simple, CU);
+    abi.add_class(0xc7b7, "NVC7B7_VIDEO_ENCODER", Some("NV_MSENC_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc7c0, "AMPERE_COMPUTE_B", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, CU);
+    abi.add_class(0xc7fa, "NVC7FA_VIDEO_OFA", Some("NV_OFA_ALLOCATION_PARAMETERS"), 8, Simple, V);
+    abi.add_class(0xc86f, "HOPPER_CHANNEL_GPFIFO_A", Some("NV_CHANNEL_ALLOC_PARAMS"), 360, Special, CU);
+    abi.add_class(0xc8b5, "HOPPER_DMA_COPY_A", Some("NVB0B5_ALLOCATION_PARAMETERS"), 8, Simple, CU);
+    abi.add_class(0xc997, "ADA_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
+    abi.add_class(0xc9b0, "NVC9B0_VIDEO_DECODER", Some("NV_BSP_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc9b7, "NVC9B7_VIDEO_ENCODER", Some("NV_MSENC_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc9c0, "ADA_COMPUTE_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, CU);
+    abi.add_class(0xc9d1, "NVC9D1_VIDEO_NVJPG", Some("NV_NVJPG_ALLOCATION_PARAMETERS"), 12, Simple, V);
+    abi.add_class(0xc9fa, "NVC9FA_VIDEO_OFA", Some("NV_OFA_ALLOCATION_PARAMETERS"), 8, Simple, V);
+    abi.add_class(0xcb33, "NV_CONFIDENTIAL_COMPUTE", Some("NV_CONFIDENTIAL_COMPUTE_ALLOC_PARAMS"), 4, Simple, CU);
+    abi.add_class(0xcb97, "HOPPER_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, G);
     abi.add_class(0xcba2, "HOPPER_SEC2_WORK_LAUNCH_A", None, 0, Simple, CU);
-    abi.add_class(
-        0xcbc0,
-        "HOPPER_COMPUTE_A",
-        Some("NV_GR_ALLOCATION_PARAMETERS"),
-        16,
-        Simple,
-        CU,
-    );
+    abi.add_class(0xcbc0, "HOPPER_COMPUTE_A", Some("NV_GR_ALLOCATION_PARAMETERS"), 16, Simple, CU);
     abi.add_class(0xcbca, "NV_COUNTER_COLLECTION_UNIT", None, 0, Simple, P);
     abi
 }
