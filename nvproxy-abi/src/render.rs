@@ -20,7 +20,7 @@ pub fn versions() -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<34} {:<11}  {:<8}  {:<10}  note",
+        "{:<38} {:<11}  {:<8}  {:<10}  note",
         "version", "support", "sha256", "parent"
     );
     for root in nodes().iter().filter(|n| n.parent.is_none()) {
@@ -42,7 +42,7 @@ fn tree_lines(out: &mut String, node: &'static AbiNode, first: &str, rest: &str)
     };
     let _ = writeln!(
         out,
-        "{label:<34} {:<11}  {sum:<8}  {parent:<10}  {}{alias}",
+        "{label:<38} {:<11}  {sum:<8}  {parent:<10}  {}{alias}",
         support_name(node.support),
         node.note
     );
@@ -183,54 +183,27 @@ pub fn show(version: &DriverVersion, abi: &DriverAbi) -> String {
     out
 }
 
-/// The difference from version `a` to version `b`, per table: entries added, removed, renumbered
-/// (same name, new number) and changed (old → new size, name, params, translation or caps).
+/// The difference from version `a` to version `b`, per table, matched by name: entries added,
+/// removed, renumbered (same name, new number) and changed (old → new size, params, translation
+/// or caps).
 pub fn diff(a: (&DriverVersion, &DriverAbi), b: (&DriverVersion, &DriverAbi)) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{} -> {}", a.0, b.0);
     let mut total = 0;
     for ((title, old), (_, new)) in rows(a.1).into_iter().zip(rows(b.1)) {
-        let mut lines = Vec::new();
-        let removed: Vec<&Row> = old
-            .values()
-            .filter(|r| !new.contains_key(&r.number))
-            .collect();
-        let added: Vec<&Row> = new
-            .values()
-            .filter(|r| !old.contains_key(&r.number))
-            .collect();
-        for r in &removed {
-            match added.iter().find(|x| x.name == r.name) {
-                Some(x) => lines.push(format!(
-                    "  renumbered {}: {:#x} -> {:#x}{}",
-                    r.name,
-                    r.number,
-                    x.number,
-                    if x.size == r.size {
-                        String::new()
-                    } else {
-                        format!(", size {} -> {}", r.size, x.size)
-                    }
-                )),
-                None => lines.push(format!("  - {:#x} {} ({})", r.number, r.name, r.size)),
-            }
-        }
-        for r in &added {
-            if !removed.iter().any(|x| x.name == r.name) {
-                lines.push(format!(
-                    "  + {:#x} {} ({}, {}, {})",
-                    r.number, r.name, r.size, r.translation, r.caps
-                ));
-            }
-        }
-        for (k, o) in &old {
-            let Some(n) = new.get(k) else { continue };
-            if o == n {
+        let by_name = |t: &BTreeMap<u32, Row>| -> BTreeMap<&'static str, Row> {
+            t.values().map(|r| (r.name, r.clone())).collect()
+        };
+        let (old, new) = (by_name(&old), by_name(&new));
+        let mut lines: Vec<(u32, String)> = Vec::new();
+        for (name, o) in &old {
+            let Some(n) = new.get(name) else {
+                lines.push((o.number, format!("  - {:#x} {name} ({})", o.number, o.size)));
                 continue;
-            }
+            };
             let mut what = Vec::new();
-            if o.name != n.name {
-                what.push(format!("now {} (was {})", n.name, o.name));
+            if o.number != n.number {
+                what.push(format!("renumbered {:#x} -> {:#x}", o.number, n.number));
             }
             if o.size != n.size {
                 what.push(format!("size {} -> {}", o.size, n.size));
@@ -247,13 +220,25 @@ pub fn diff(a: (&DriverVersion, &DriverAbi), b: (&DriverVersion, &DriverAbi)) ->
             if o.caps != n.caps {
                 what.push(format!("caps {} -> {}", o.caps, n.caps));
             }
-            lines.push(format!("  ~ {k:#x} {}: {}", o.name, what.join(", ")));
+            if !what.is_empty() {
+                lines.push((
+                    n.number,
+                    format!("  ~ {:#x} {name}: {}", n.number, what.join(", ")),
+                ));
+            }
         }
-        lines.sort_by(|x, y| x[4..].cmp(&y[4..]));
+        for (name, n) in new.iter().filter(|(name, _)| !old.contains_key(*name)) {
+            let line = format!(
+                "  + {:#x} {name} ({}, {}, {})",
+                n.number, n.size, n.translation, n.caps
+            );
+            lines.push((n.number, line));
+        }
+        lines.sort();
         total += lines.len();
         if !lines.is_empty() {
             let _ = writeln!(out, "\n{title}:");
-            for l in lines {
+            for (_, l) in lines {
                 let _ = writeln!(out, "{l}");
             }
         }

@@ -1,0 +1,168 @@
+//! Tree composition, lookup and rendering.
+
+use nvproxy_abi::tree::nearest_ancestor;
+use nvproxy_abi::{AbiError, Caps, DriverVersion, Support, find, nodes, render};
+
+fn ver(s: &str) -> DriverVersion {
+    s.parse().unwrap()
+}
+
+#[test]
+fn test_required_versions_are_supported_nodes() {
+    for v in [
+        "535.216.03",
+        "535.261.03",
+        "535.288.01",
+        "550.163.01",
+        "570.211.01",
+        "575.64.05",
+        "580.142",
+        "590.48.01",
+        "595.45.04",
+    ] {
+        assert_eq!(find(&ver(v)).unwrap().support, Support::Supported, "{v}");
+    }
+}
+
+#[test]
+fn test_every_parent_is_an_earlier_node() {
+    for (i, n) in nodes().iter().enumerate() {
+        if let Some(p) = n.parent {
+            assert!(
+                nodes()[..i].iter().any(|x| x.version == p),
+                "{} before its parent",
+                n.version
+            );
+        }
+    }
+}
+
+#[test]
+fn test_no_installer_checksums_are_claimed() {
+    assert!(nodes().iter().all(|n| n.installer_sha256.is_none()));
+}
+
+#[test]
+fn test_alias_node_has_parent_tables() {
+    let n = find(&ver("535.288.01")).unwrap();
+    assert!(n.same_as_parent);
+    assert_eq!(n.tables(), n.parent_node().unwrap().tables());
+}
+
+#[test]
+fn test_570_and_575_are_siblings() {
+    let n575 = find(&ver("575.64.05")).unwrap();
+    assert!(!n575.descends_from(&ver("570.211.01")));
+    assert!(n575.descends_from(&ver("565.77")));
+}
+
+#[test]
+fn test_545_forks_before_the_535_ecc_backport() {
+    assert_eq!(
+        find(&ver("545.29.06")).unwrap().parent,
+        Some(ver("535.216.03"))
+    );
+}
+
+#[test]
+fn test_dram_status_number_differs_between_570_and_575() {
+    let (a, b) = (
+        find(&ver("570.211.01")).unwrap().tables(),
+        find(&ver("575.64.05")).unwrap().tables(),
+    );
+    let name = "NV2080_CTRL_CMD_FB_QUERY_DRAM_ENCRYPTION_STATUS";
+    assert_eq!(a.control_by_name(name).unwrap().cmd, 0x2080_1359);
+    assert_eq!(b.control_by_name(name).unwrap().cmd, 0x2080_1358);
+}
+
+#[test]
+fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
+    let err = find(&ver("570.300.01")).unwrap_err();
+    assert_eq!(
+        err,
+        AbiError::UnknownVersion {
+            version: ver("570.300.01"),
+            nearest: Some(ver("570.211.01"))
+        }
+    );
+    assert!(err.to_string().contains("override"), "{err}");
+}
+
+#[test]
+fn test_unknown_version_before_any_known_on_branch_has_no_ancestor() {
+    assert!(nearest_ancestor(&ver("535.100.01")).is_none());
+    assert!(nearest_ancestor(&ver("600.10.01")).is_none());
+}
+
+#[test]
+fn test_rm_alloc_accepts_nvos21_and_nvos64_only() {
+    let abi = find(&ver("580.142")).unwrap().tables();
+    let e = abi.escape_by_name("NV_ESC_RM_ALLOC").unwrap();
+    assert_eq!(
+        (e.cmd_for_size(32), e.cmd_for_size(48), e.cmd_for_size(40)),
+        (Some(0xc020_462b), Some(0xc030_462b), None)
+    );
+}
+
+#[test]
+fn test_card_info_is_an_array_of_72_byte_entries() {
+    let abi = find(&ver("535.216.03")).unwrap().tables();
+    let e = abi.escape_by_name("NV_ESC_CARD_INFO").unwrap();
+    assert!(e.size.accepts(32 * 72) && !e.size.accepts(100) && !e.size.accepts(0));
+}
+
+#[test]
+fn test_ecc_controls_are_admin_only() {
+    let abi = find(&ver("535.261.03")).unwrap().tables();
+    assert_eq!(
+        abi.control_by_name("NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS")
+            .unwrap()
+            .caps,
+        Caps::NONE
+    );
+}
+
+#[test]
+fn test_versions_rendering_lists_every_node_once() {
+    let out = render::versions();
+    let first_col: Vec<&str> = out
+        .lines()
+        .filter_map(|l| {
+            l.trim_start_matches(['│', '├', '└', '─', ' '])
+                .split_whitespace()
+                .next()
+        })
+        .collect();
+    for n in nodes() {
+        let v = n.version.to_string();
+        assert_eq!(
+            first_col.iter().filter(|c| **c == v).count(),
+            1,
+            "{v}\n{out}"
+        );
+    }
+}
+
+#[test]
+fn test_show_rendering_has_hex_numbers_and_caps() {
+    let n = find(&ver("550.163.01")).unwrap();
+    let out = render::show(&n.version, &n.tables());
+    assert!(
+        out.contains("0xda")
+            && out.contains("NV_ESC_WAIT_OPEN_COMPLETE")
+            && out.contains("compute,utility")
+    );
+}
+
+#[test]
+fn test_diff_rendering_reports_size_change() {
+    let (a, b) = (
+        find(&ver("545.29.06")).unwrap(),
+        find(&ver("550.163.01")).unwrap(),
+    );
+    let out = render::diff((&a.version, &a.tables()), (&b.version, &b.tables()));
+    assert!(
+        out.contains("NV_ESC_RM_UNMAP_MEMORY_DMA: size 40 -> 48"),
+        "{out}"
+    );
+}
