@@ -5,7 +5,7 @@
 //! exists in 535.216.03, with the number, param struct and size of that version and gVisor's
 //! translation kind and capabilities. Plus three ECC controls that are *not* in gVisor's
 //! allowlist, with no capabilities (admin-only): they are where the 535 branch changed its ABI
-//! (see the tree module). Maintained by hand from now on; newer versions are deltas in `tree.rs`.
+//! (see the tree module). Maintained by hand from now on; newer versions are deltas in `deltas.rs`.
 //!
 //! Allowlist rows left out because the facts have no such entry in any version: the unnamed
 //! control `0x80028b` (not in the open-source headers) and everything introduced after 595.
