@@ -1,5 +1,6 @@
 //! `nvproxy`: the daemon and its command line.
 
+mod abi_cmd;
 mod doctor;
 mod sys;
 
@@ -23,6 +24,9 @@ struct Cli {
 enum Command {
     /// Check whether this host can run nvproxy (CUSE, pidfd, Yama, Landlock, driver).
     Doctor,
+    /// Inspect the driver ABI tables: the version tree, one version, or the difference of two.
+    #[command(subcommand)]
+    Abi(abi_cmd::AbiCommand),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             })
         }
+        Command::Abi(cmd) => abi_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
