@@ -179,12 +179,10 @@ fn mutated_request(rng: &mut Rng) -> Vec<u8> {
             }
             3 if m.len() >= 4 => m[..4].copy_from_slice(&(rng.next() as u32).to_ne_bytes()),
             4 if m.len() >= 8 => m[4..8].copy_from_slice(&(rng.next() as u32).to_ne_bytes()),
-            5 => {
-                // Random field values in the body (flags, sizes, handles).
-                if m.len() > 48 {
-                    let i = 40 + rng.below(m.len() as u64 - 44) as usize;
-                    m[i..i + 4].copy_from_slice(&(rng.next() as u32).to_ne_bytes());
-                }
+            // Random field values in the body (flags, sizes, handles).
+            5 if m.len() > 48 => {
+                let i = 40 + rng.below(m.len() as u64 - 44) as usize;
+                m[i..i + 4].copy_from_slice(&(rng.next() as u32).to_ne_bytes());
             }
             _ => {}
         }
