@@ -77,6 +77,13 @@
 //! `EAGAIN` are retried; `ENODEV` (or end-of-file on a socket) ends the session cleanly. A reply
 //! that fails with `ENOENT` (its request was interrupted or aborted) is logged at debug level.
 //!
+//! # When the server dies
+//!
+//! Closing the channel (the process exiting) unregisters the device and aborts the connection.
+//! Measured on 6.12 (`tests/tests/cuse_kernel.rs`): a client blocked in a request gets
+//! `ECONNABORTED`; later calls on its open file get `ENOTCONN`; the node and the directories
+//! devtmpfs made for it are gone, so `open` gets `ENOENT`.
+//!
 //! # Limits enforced before anything is sent
 //!
 //! Unrestricted ioctl retries: at most [`wire::FUSE_IOCTL_MAX_IOV`] iovecs (in and out

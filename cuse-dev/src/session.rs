@@ -272,16 +272,16 @@ impl Session {
 
     /// Answers `CUSE_INIT`, then serves requests until the kernel ends the connection
     /// (`Ok`; this includes a failed registration, see the crate docs), the session is stopped
-    /// (`Ok`), or reading fails (`Err`). Runs the reader loop on the calling thread; handlers
+    /// (`Ok`, also before `CUSE_INIT`), or reading fails (`Err`). A connection that ends before
+    /// `CUSE_INIT` is [`CuseError::EndedBeforeInit`]. Runs the reader loop on the calling thread; handlers
     /// run on the worker pool.
     pub fn run(self, handler: Arc<dyn Handler>) -> Result<(), CuseError> {
         let mut buf = vec![0u8; self.cfg.read_buffer_size()];
         let info = loop {
             let n = match self.read_one(&mut buf)? {
                 ReadOutcome::Message(n) => n,
-                ReadOutcome::Stopped | ReadOutcome::Ended => {
-                    return Err(CuseError::EndedBeforeInit);
-                }
+                ReadOutcome::Stopped => return Ok(()),
+                ReadOutcome::Ended => return Err(CuseError::EndedBeforeInit),
             };
             let Some(bytes) = buf.get(..n) else { continue };
             if let Some(info) = self.handle_pre_init(bytes)? {
@@ -633,8 +633,6 @@ impl Shared {
             }
             // The reader answers these itself; reaching here would be our bug.
             Op::Init(_) | Op::Interrupt(_) | Op::Unknown(_) => Err(Reject::Errno(Errno::EIO)),
-            #[allow(unreachable_patterns)] // Op is non_exhaustive for other crates only
-            _ => Err(Reject::Errno(Errno::ENOSYS)),
         }
     }
 }

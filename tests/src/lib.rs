@@ -33,6 +33,11 @@ pub mod cuse_example {
     /// `_IO('E', 9)`: returns 1 if `arg` is the server's secret, else `EPERM` (self-check).
     pub const EX_SECRET: u32 = ioc(0, 9, 0);
 
+    /// `_IO('E', 10)`: the handler opens the device's own node, sends [`EX_GETFH`] on it and
+    /// closes it (the last reference, so the kernel sends RELEASE and waits for the reply), all
+    /// while this request waits; returns the nested open's fh. Proves the reader is free.
+    pub const EX_SELF: u32 = ioc(0, 10, 0);
+
     /// Longest buffer [`EX_XFORM`]/[`EX_NESTED`] accept.
     pub const XFORM_MAX: u32 = 64 * 1024;
 

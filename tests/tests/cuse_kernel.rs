@@ -523,3 +523,36 @@ fn server_death_gives_clients_errors_not_hangs() {
         "the node must not open after the server died"
     );
 }
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn a_handler_can_call_its_own_device_and_close_it() {
+    // Two workers suffice for one caller: the outer ioctl's, and one for the nested open,
+    // ioctl and RELEASE, which the reader keeps reading while the outer handler waits.
+    let dev = Device::start("cuse-kt-self2", &["--max-workers", "2"]);
+    let f = dev.open();
+    let own = ioctl(&f, EX_GETFH, 0).unwrap();
+    let nested = ioctl(&f, EX_SELF, 0).unwrap();
+    assert!(nested > own, "nested open got fh {nested}, ours is {own}");
+    drop((f, dev));
+
+    // Many callers at once with the default pool.
+    let dev = Device::start("cuse-kt-self", &[]);
+    let t = Instant::now();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let f = dev.open();
+            thread::spawn(move || {
+                let own = ioctl(&f, EX_GETFH, 0).unwrap();
+                for _ in 0..5 {
+                    let nested = ioctl(&f, EX_SELF, 0).unwrap();
+                    assert_ne!(nested, own);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    eprintln!("8 clients x 5 self-calls took {:?}", t.elapsed());
+}

@@ -26,6 +26,7 @@ use cuse_dev::{
 use tests::cuse_example::*;
 
 struct Example {
+    path: PathBuf,
     secret: u64,
     next_fh: AtomicU64,
     register: Mutex<i32>,
@@ -204,6 +205,21 @@ impl Handler for Example {
                 i32::try_from(io.fh).map_err(|_| Errno::ERANGE)?,
             )),
             EX_PID => Ok(IoctlReply::result(req.pid() as i32)),
+            EX_SELF => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&self.path)
+                    .map_err(|e| Errno::from_io(&e))?;
+                // SAFETY: `f` is open for the whole call; EX_GETFH passes no memory.
+                let fh = unsafe { libc::ioctl(f.as_raw_fd(), EX_GETFH as libc::Ioctl, 0u64) };
+                if fh < 0 {
+                    return Err(Errno::from_io(&std::io::Error::last_os_error()));
+                }
+                // The last reference: close() returns only after our RELEASE reply.
+                drop(f);
+                Ok(IoctlReply::result(fh))
+            }
             EX_SECRET if arg == self.secret => Ok(IoctlReply::result(1)),
             EX_SECRET => Err(Errno::EPERM),
             _ => Err(Errno::ENOTTY),
@@ -309,6 +325,7 @@ fn main() -> ExitCode {
     let control = session.control();
     let secret = random_secret();
     let handler = Arc::new(Example {
+        path: path.clone(),
         secret,
         next_fh: AtomicU64::new(1),
         register: Mutex::new(0),
