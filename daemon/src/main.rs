@@ -1,7 +1,9 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod config;
 mod doctor;
+mod nsexec;
 mod sys;
 
 use std::process::ExitCode;
@@ -27,6 +29,14 @@ enum Command {
     /// Inspect the driver ABI tables: the version tree, one version, or the difference of two.
     #[command(subcommand)]
     Abi(abi_cmd::AbiCommand),
+    /// Check a configuration file and print the instances it defines.
+    CheckConfig {
+        /// The TOML file (see examples/config.toml).
+        path: std::path::PathBuf,
+    },
+    /// (internal) Run a command in a private mount namespace with the given nodes as /dev/NAME.
+    #[command(hide = true)]
+    NsExec(nsexec::NsSpec),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +63,11 @@ fn main() -> ExitCode {
             })
         }
         Command::Abi(cmd) => abi_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::CheckConfig { path } => config::Config::load(path).map(|cfg| {
+            println!("{}", cfg.summary());
+            ExitCode::SUCCESS
+        }),
+        Command::NsExec(spec) => nsexec::run(spec).map(|never| match never {}),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,317 @@
+//! The daemon's configuration file (TOML) and its validation.
+//!
+//! ```toml
+//! driver = "sim"                 # "host" (default): the NVIDIA driver on this machine
+//!
+//! [sim]                          # only read with driver = "sim"
+//! gpus = 2                       # simulated GPUs, minors 0..gpus-1
+//! driver_version = "535.261.03"  # selects the ABI node; any supported version
+//!
+//! [daemon]
+//! memory = "process-vm"          # how client memory is read: "process-vm" or "retry"
+//! audit_dir = "/var/log/nvproxy" # default place of <instance>.jsonl audit logs
+//!
+//! [[instance]]
+//! name = "job42"                 # [a-z0-9][a-z0-9_-]*, at most 32 characters
+//! gpus = [1]                     # host minors; the tenant sees them as nvidia0, nvidia1, ...
+//! caps = ["compute", "utility"]  # compute, utility, graphics, video, rdma, profiling, fabric-imex-mgmt
+//! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
+//! allow = ["NV2080_CTRL_CMD_GPU_GET_ECC_CONFIGURATION"]  # admin overrides, by driver name
+//! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
+//! ```
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use nvproxy_abi::{Caps, DriverVersion};
+use serde::Deserialize;
+
+/// Which driver the daemon forwards to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    /// The NVIDIA kernel driver of this host.
+    #[default]
+    Host,
+    /// The simulated driver (`nvsim`): no GPU needed.
+    Sim,
+}
+
+/// How the daemon reads and writes client memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryTransport {
+    /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
+    #[default]
+    ProcessVm,
+    /// The CUSE unrestricted-ioctl retry protocol: one extra round trip per level of pointers.
+    Retry,
+}
+
+/// Enforce the policy, or only record what it would deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Deny what the policy does not allow.
+    #[default]
+    Enforce,
+    /// Allow everything the ABI table knows; log what enforce would deny.
+    Audit,
+}
+
+/// `[sim]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSection {
+    /// Number of simulated GPUs.
+    pub gpus: u32,
+    /// Driver version the simulated driver reports.
+    pub driver_version: String,
+}
+
+impl Default for SimSection {
+    fn default() -> Self {
+        SimSection {
+            gpus: 1,
+            driver_version: DEFAULT_SIM_VERSION.to_owned(),
+        }
+    }
+}
+
+/// The simulated driver's default version (Debian's libcuda1 userspace).
+pub const DEFAULT_SIM_VERSION: &str = "535.261.03";
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSection {
+    /// Client memory transport.
+    pub memory: MemoryTransport,
+    /// Directory for per-instance audit logs.
+    pub audit_dir: Option<PathBuf>,
+}
+
+/// One `[[instance]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceConfig {
+    /// Instance name: part of the device paths and the audit records.
+    pub name: String,
+    /// Host GPU minors, in the order the tenant sees them.
+    pub gpus: Vec<u32>,
+    /// Driver capabilities (names as NVIDIA_DRIVER_CAPABILITIES uses them).
+    #[serde(default = "default_caps")]
+    pub caps: Vec<String>,
+    /// enforce or audit.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Escapes, controls, classes or UVM ioctls allowed beyond the caps, by driver name.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Audit log path (JSON lines).
+    pub audit_log: Option<PathBuf>,
+}
+
+fn default_caps() -> Vec<String> {
+    vec!["compute".into(), "utility".into()]
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// host or sim.
+    #[serde(default)]
+    pub driver: DriverKind,
+    /// Simulated driver settings.
+    #[serde(default)]
+    pub sim: SimSection,
+    /// Daemon-wide settings.
+    #[serde(default)]
+    pub daemon: DaemonSection,
+    /// The instances to serve.
+    #[serde(default, rename = "instance")]
+    pub instances: Vec<InstanceConfig>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        Config::parse(&text).with_context(|| format!("in config {}", path.display()))
+    }
+
+    /// Parses and validates config text.
+    pub fn parse(text: &str) -> Result<Config> {
+        let cfg: Config = toml::from_str(text)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// A human-readable description of what this config serves.
+    pub fn summary(&self) -> String {
+        let mut out = match self.driver {
+            DriverKind::Host => "driver: host\n".to_owned(),
+            DriverKind::Sim => format!(
+                "driver: sim ({} GPU(s), version {})\n",
+                self.sim.gpus, self.sim.driver_version
+            ),
+        };
+        out.push_str(&format!("client memory: {:?}\n", self.daemon.memory));
+        for i in &self.instances {
+            let caps = parse_caps(&i.caps)
+                .map(|c| c.to_string())
+                .unwrap_or_default();
+            let audit = i
+                .audit_path(&self.daemon)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "log only".into());
+            out.push_str(&format!(
+                "instance {}: gpus {:?}, caps {caps}, mode {:?}, allow {:?}, audit {audit}\n",
+                i.name, i.gpus, i.mode, i.allow
+            ));
+        }
+        out.trim_end().to_owned()
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<()> {
+        self.sim
+            .driver_version
+            .parse::<DriverVersion>()
+            .map_err(|e| anyhow::anyhow!("[sim] driver_version: {e}"))?;
+        if self.sim.gpus == 0 || self.sim.gpus > 64 {
+            bail!("[sim] gpus must be between 1 and 64, not {}", self.sim.gpus);
+        }
+        let mut names = BTreeSet::new();
+        for inst in &self.instances {
+            inst.validate()
+                .with_context(|| format!("instance {:?}", inst.name))?;
+            if !names.insert(inst.name.as_str()) {
+                bail!("instance name {:?} is used twice", inst.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks an instance name: it becomes a path segment under `/dev/nvproxy/`.
+pub fn validate_instance_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !ok {
+        bail!("instance name {name:?} must match [a-z0-9][a-z0-9_-]* and be at most 32 characters");
+    }
+    Ok(())
+}
+
+/// Parses capability names into a set (`all` = compute, utility, graphics, video).
+pub fn parse_caps(names: &[String]) -> Result<Caps> {
+    let mut caps = Caps::NONE;
+    for n in names {
+        let c = if n == "all" {
+            Caps::ALL_CONTAINER
+        } else {
+            Caps::from_name(n).with_context(|| {
+                format!("unknown capability {n:?} (compute, utility, graphics, video, rdma, profiling, fabric-imex-mgmt, all)")
+            })?
+        };
+        caps = caps.union(c);
+    }
+    Ok(caps)
+}
+
+impl InstanceConfig {
+    /// Checks one instance.
+    pub fn validate(&self) -> Result<()> {
+        validate_instance_name(&self.name)?;
+        if self.gpus.is_empty() {
+            bail!("gpus must name at least one GPU minor");
+        }
+        let unique: BTreeSet<_> = self.gpus.iter().collect();
+        if unique.len() != self.gpus.len() {
+            bail!("gpus lists a GPU twice: {:?}", self.gpus);
+        }
+        if let Some(&g) = self.gpus.iter().find(|&&g| g > 254) {
+            bail!("GPU minor {g} is out of range (0-254)");
+        }
+        parse_caps(&self.caps)?;
+        Ok(())
+    }
+
+    /// The audit log path: `audit_log`, else `<audit_dir>/<name>.jsonl`, else none.
+    pub fn audit_path(&self, daemon: &DaemonSection) -> Option<PathBuf> {
+        self.audit_log.clone().or_else(|| {
+            daemon
+                .audit_dir
+                .as_ref()
+                .map(|d| d.join(format!("{}.jsonl", self.name)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../examples/config.toml");
+
+    #[test]
+    fn test_example_config_parses() {
+        let cfg = Config::parse(EXAMPLE).unwrap();
+        assert_eq!(cfg.driver, DriverKind::Sim);
+        assert_eq!(cfg.instances.len(), 2);
+        assert_eq!(cfg.instances[0].mode, Mode::Enforce);
+    }
+
+    #[test]
+    fn test_unknown_key_is_an_error() {
+        let err = Config::parse("driver = \"sim\"\nbogus = 1\n").unwrap_err();
+        assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+    }
+
+    #[test]
+    fn test_bad_instance_name_is_refused() {
+        let err = Config::parse("[[instance]]\nname = \"../x\"\ngpus = [0]\n").unwrap_err();
+        assert!(format!("{err:#}").contains("must match"), "{err:#}");
+    }
+
+    #[test]
+    fn test_duplicate_instance_is_refused() {
+        let text =
+            "[[instance]]\nname = \"a\"\ngpus = [0]\n[[instance]]\nname = \"a\"\ngpus = [1]\n";
+        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("twice"));
+    }
+
+    #[test]
+    fn test_unknown_cap_is_refused() {
+        let text = "[[instance]]\nname = \"a\"\ngpus = [0]\ncaps = [\"display\"]\n";
+        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("unknown capability"));
+    }
+
+    #[test]
+    fn test_empty_gpu_set_is_refused() {
+        let text = "[[instance]]\nname = \"a\"\ngpus = []\n";
+        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("at least one"));
+    }
+
+    #[test]
+    fn test_bad_sim_version_is_refused() {
+        let text = "driver = \"sim\"\n[sim]\ndriver_version = \"5x5\"\n";
+        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("driver_version"));
+    }
+
+    #[test]
+    fn test_all_caps_expand_to_the_four() {
+        assert_eq!(parse_caps(&["all".into()]).unwrap(), Caps::ALL_CONTAINER);
+    }
+}

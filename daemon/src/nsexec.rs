@@ -1,0 +1,234 @@
+//! `nvproxy ns-exec` (internal): runs a command in a private mount namespace that shows the
+//! instance's nodes where a container would see NVIDIA's.
+//!
+//! `nvproxy exec` starts this as a fresh child process (so the namespace set-up runs
+//! single-threaded, not in a fork of the multi-threaded daemon), which then `execvp`s the
+//! workload. Inside the namespace:
+//!
+//! - `/dev` is a new tmpfs holding bind mounts of every entry of the host's `/dev` except the
+//!   host's NVIDIA nodes (`nvidia*`), nvproxy's own tree (`nvproxy/`) and `cuse`/`fuse`, plus the instance's
+//!   CUSE nodes bind-mounted at `/dev/nvidiactl`, `/dev/nvidia0`, ... (bind mounts keep
+//!   devtmpfs's mount flags, so the nodes open although they sit on a fresh tmpfs);
+//! - `/proc/driver/nvidia/params` says `ModifyDeviceFiles: 0`, so libcuda opens our nodes
+//!   instead of trying to recreate them as 195:N (observed with Debian's libcuda 535.261.03).
+//!   With the host driver it is the host's file with that one line changed; without one, a small
+//!   tmpfs is mounted on `/proc/driver` (the only way to add files under procfs).
+//!
+//! Mount propagation is made private first, so nothing leaks to the host's namespace.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, symlink};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+
+/// What the namespace must contain.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NsSpec {
+    /// A node to provide: `SOURCE=NAME` binds SOURCE (our CUSE node) at /dev/NAME.
+    #[arg(long = "node", value_parser = parse_node)]
+    pub nodes: Vec<(PathBuf, String)>,
+    /// Provide /proc/driver/nvidia/params with `ModifyDeviceFiles: 0`.
+    #[arg(long)]
+    pub driver_params: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+fn parse_node(s: &str) -> Result<(PathBuf, String), String> {
+    let (src, name) = s.split_once('=').ok_or("expected SOURCE=NAME")?;
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(format!("bad node name {name:?}"));
+    }
+    Ok((PathBuf::from(src), name.to_owned()))
+}
+
+/// Whether an entry of the host's /dev is hidden from the workload.
+/// `/dev/cuse` and `/dev/fuse` would let a root workload create devices of its own.
+fn hidden_dev_entry(name: &str) -> bool {
+    name.starts_with("nvidia") || matches!(name, "nvproxy" | "cuse" | "fuse")
+}
+
+/// Sets up the namespace and replaces this process with the command. Returns only on error.
+pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
+    unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) (needs root)")?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .context("making / private")?;
+    setup_dev(&spec.nodes)?;
+    if spec.driver_params {
+        setup_driver_params()?;
+    }
+    exec(&spec.command)
+}
+
+fn bind(src: &Path, dst: &Path, recursive: bool) -> Result<()> {
+    let mut flags = MsFlags::MS_BIND;
+    if recursive {
+        flags |= MsFlags::MS_REC;
+    }
+    mount(Some(src), dst, None::<&str>, flags, None::<&str>)
+        .with_context(|| format!("bind-mounting {} on {}", src.display(), dst.display()))
+}
+
+fn setup_dev(nodes: &[(PathBuf, String)]) -> Result<()> {
+    for (src, _) in nodes {
+        let meta = fs::metadata(src).with_context(|| format!("node {}", src.display()))?;
+        if !meta.file_type().is_char_device() {
+            bail!("{} is not a character device", src.display());
+        }
+    }
+    // Keep the host's /dev reachable under a path while a tmpfs covers it: bind it to a
+    // directory of the new tmpfs, copy the entries over as bind mounts, then detach it.
+    let old = Path::new("/dev");
+    let stage = Path::new("/run/nvproxy-olddev");
+    mount(
+        Some("tmpfs"),
+        "/run",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=755,size=64k"),
+    )
+    .context("mounting a staging tmpfs on /run")?;
+    fs::create_dir(stage)?;
+    bind(old, stage, true)?;
+    mount(
+        Some("tmpfs"),
+        old,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=755"),
+    )
+    .context("mounting a tmpfs on /dev")?;
+    for entry in fs::read_dir(stage).context("reading the host's /dev")? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name_str) = name.to_str() else {
+            continue;
+        };
+        if hidden_dev_entry(name_str) {
+            continue;
+        }
+        let src = entry.path();
+        let dst = old.join(&name);
+        let ft = entry.file_type()?;
+        if ft.is_symlink() {
+            symlink(fs::read_link(&src)?, &dst)?;
+        } else if ft.is_dir() {
+            fs::create_dir(&dst)?;
+            bind(&src, &dst, true)?;
+        } else {
+            fs::File::create(&dst)?;
+            bind(&src, &dst, false)?;
+        }
+    }
+    for (src, name) in nodes {
+        let dst = old.join(name);
+        fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
+        bind(src, &dst, false)?;
+    }
+    nix::mount::umount2(stage, nix::mount::MntFlags::MNT_DETACH)
+        .context("detaching staging /dev")?;
+    nix::mount::umount2("/run", nix::mount::MntFlags::MNT_DETACH)
+        .context("detaching staging /run")?;
+    Ok(())
+}
+
+/// The params file the workload sees: the host's with `ModifyDeviceFiles: 0`, or a minimal one.
+fn driver_params_text() -> String {
+    match fs::read_to_string("/proc/driver/nvidia/params") {
+        Ok(host) => {
+            let mut out: String = host
+                .lines()
+                .filter(|l| !l.starts_with("ModifyDeviceFiles:"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            out.push_str("ModifyDeviceFiles: 0\n");
+            out
+        }
+        Err(_) => "ModifyDeviceFiles: 0\n".to_owned(),
+    }
+}
+
+fn setup_driver_params() -> Result<()> {
+    let text = driver_params_text();
+    let real = Path::new("/proc/driver/nvidia/params");
+    if real.exists() {
+        // Stage the file on the namespace's own /dev tmpfs, bind it over the host's, unlink it.
+        let staged = Path::new("/dev/.nvproxy-params");
+        fs::write(staged, &text)?;
+        bind(staged, real, false)?;
+        fs::remove_file(staged)?;
+        return Ok(());
+    }
+    let driver_dir = Path::new("/proc/driver");
+    if !driver_dir.is_dir() {
+        bail!(
+            "/proc/driver does not exist on this kernel: cannot provide /proc/driver/nvidia/params"
+        );
+    }
+    mount(
+        Some("tmpfs"),
+        driver_dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=755,size=64k"),
+    )
+    .context("mounting a tmpfs on /proc/driver")?;
+    fs::create_dir(driver_dir.join("nvidia"))?;
+    fs::write(driver_dir.join("nvidia/params"), text)?;
+    Ok(())
+}
+
+fn exec(command: &[String]) -> Result<std::convert::Infallible> {
+    let args: Vec<CString> = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).context("argument contains a NUL byte"))
+        .collect::<Result<_>>()?;
+    let Some(prog) = args.first() else {
+        bail!("no command given")
+    };
+    Err(nix::unistd::execvp(prog, &args).unwrap_err())
+        .with_context(|| format!("executing {}", command[0]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_parse_node_splits_source_and_name() {
+        assert_eq!(
+            parse_node("/dev/nvproxy/a/nvidiactl=nvidiactl").unwrap(),
+            (
+                PathBuf::from("/dev/nvproxy/a/nvidiactl"),
+                "nvidiactl".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn test_parse_node_refuses_paths_as_names() {
+        assert!(parse_node("/x=../etc").is_err());
+        assert!(parse_node("/x=a/b").is_err());
+        assert!(parse_node("/x").is_err());
+    }
+
+    #[test]
+    fn test_host_nvidia_nodes_are_hidden() {
+        assert!(hidden_dev_entry("nvidia0"));
+        assert!(hidden_dev_entry("nvidia-caps"));
+        assert!(hidden_dev_entry("nvproxy"));
+        assert!(hidden_dev_entry("cuse"));
+        assert!(!hidden_dev_entry("null"));
+    }
+}
