@@ -399,3 +399,92 @@ impl fmt::Debug for PollHandle {
         f.debug_struct("PollHandle").field("kh", &self.kh).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unrestricted() -> Ioctl<'static> {
+        Ioctl {
+            fh: 1,
+            cmd: 0,
+            arg: 0,
+            flags: FUSE_IOCTL_UNRESTRICTED,
+            in_data: &[],
+            out_size: 4,
+        }
+    }
+
+    fn retry(n_in: usize, n_out: usize, len: u64) -> IoctlReply {
+        IoctlReply::Retry {
+            in_iovs: vec![IoVec::new(0x1000, len); n_in],
+            out_iovs: vec![IoVec::new(0x2000, len); n_out],
+        }
+    }
+
+    #[test]
+    fn retry_limits_are_the_kernels() {
+        let io = unrestricted();
+        // Exactly at the limits: 256 iovecs, 128 KiB per direction.
+        let body = ioctl_reply_body(&io, retry(128, 128, 1024)).unwrap();
+        let ReplyBody::IoctlRetry(out, iovs) = body else {
+            panic!()
+        };
+        assert_eq!(
+            (out.flags, out.in_iovs, out.out_iovs, iovs.len()),
+            (FUSE_IOCTL_RETRY, 128, 128, 256)
+        );
+        assert!(ioctl_reply_body(&io, retry(1, 1, FUSE_IOCTL_MAX_BYTES)).is_ok());
+        // One over.
+        let err = ioctl_reply_body(&io, retry(200, 57, 1)).unwrap_err();
+        assert_eq!(err, HandlerReplyError::TooManyIovecs { got: 257, max: 256 });
+        assert_eq!(err.errno(), Errno::E2BIG);
+        let err = ioctl_reply_body(&io, retry(0, 1, FUSE_IOCTL_MAX_BYTES + 1)).unwrap_err();
+        assert!(matches!(
+            err,
+            HandlerReplyError::RetryTooLarge {
+                direction: "output",
+                ..
+            }
+        ));
+        // Lengths that overflow u64 when summed.
+        let err = ioctl_reply_body(&io, retry(2, 0, u64::MAX)).unwrap_err();
+        assert!(matches!(
+            err,
+            HandlerReplyError::RetryTooLarge {
+                bytes: u64::MAX,
+                ..
+            }
+        ));
+        // Retry on a restricted ioctl, negative result, output past out_size.
+        let restricted = Ioctl { flags: 0, ..io };
+        assert_eq!(
+            ioctl_reply_body(&restricted, retry(1, 0, 4)),
+            Err(HandlerReplyError::RetryRestricted)
+        );
+        assert_eq!(
+            ioctl_reply_body(&io, IoctlReply::result(-1)),
+            Err(HandlerReplyError::NegativeResult(-1))
+        );
+        let long = IoctlReply::Done {
+            result: 0,
+            out: vec![0; 5],
+        };
+        assert_eq!(
+            ioctl_reply_body(&io, long),
+            Err(HandlerReplyError::OutTooLong { got: 5, max: 4 })
+        );
+    }
+
+    #[test]
+    fn wait_interrupted_times_out_or_wakes() {
+        let req = Request::detached(2, 1, 0, 0);
+        assert!(!req.wait_interrupted(Duration::from_millis(10)));
+        let r2 = req.clone();
+        let t = std::thread::spawn(move || r2.wait_interrupted(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(20));
+        req.interrupt();
+        assert!(t.join().unwrap());
+        assert!(req.is_interrupted());
+    }
+}
