@@ -121,6 +121,23 @@ fn layouts() -> Vec<Layout> {
         layout!("nv_ioctl_export_to_dma_buf_fd_t" => nv_ioctl_export_to_dma_buf_fd_t { fd, hClient, totalObjects, numObjects, index, totalSize, handles, offsets, sizes, status }),
         layout!("NVOS47_PARAMETERS" => NVOS47_PARAMETERS_V550 { hClient, hDevice, hDma, hMemory, flags, dmaOffset, size, status }),
         layout!("nv_ioctl_export_to_dma_buf_fd_t" => nv_ioctl_export_to_dma_buf_fd_t_V570 { fd, hClient, totalObjects, numObjects, index, totalSize, mappingType, handles, offsets, sizes, status }),
+        layout!("NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS { gpuIds }),
+        layout!("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS { gpuIds, excludedGpuIds }),
+        layout!("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580 { gpuIds, excludedGpuIds, gpuFlags }),
+        layout!("NV0000_CTRL_GPU_ATTACH_IDS_PARAMS" => NV0000_CTRL_GPU_ATTACH_IDS_PARAMS { gpuIds, failedId }),
+        layout!("NV0000_CTRL_GPU_DETACH_IDS_PARAMS" => NV0000_CTRL_GPU_DETACH_IDS_PARAMS { gpuIds }),
+        layout!("NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS" => NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS { gpuId, gpuFlags, deviceInstance, subDeviceInstance, sliStatus, boardId, gpuInstance, numaId }),
+        layout!("NV0000_CTRL_GPU_ACTIVE_DEVICE" => NV0000_CTRL_GPU_ACTIVE_DEVICE { gpuId, gpuInstanceId, computeInstanceId }),
+        layout!("NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS" => NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS { numDevices, devices }),
+        layout!("NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS" => NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS { gpuId, flags, gpuUuid, uuidStrLen }),
+        layout!("NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS" => NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS { gpuId, domain, bus, slot }),
+        layout!("NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS" => NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS { gpuId, drainState, flags }),
+        layout!("NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS" => NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS { gpuId }),
+        layout!("NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS" => NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS { gpuId }),
+        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds }),
+        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550 { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds, busEgmPeerIds }),
+        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS { grpACount, grpBCount, gpuIdGrpA, gpuIdGrpB, p2pCaps, a2bOptimalReadCes, a2bOptimalWriteCes, b2aOptimalReadCes, b2aOptimalWriteCes }),
+        layout!("NV2080_ALLOC_PARAMETERS" => NV2080_ALLOC_PARAMETERS { subDeviceId }),
         layout!("UVM_INITIALIZE_PARAMS" => UVM_INITIALIZE_PARAMS { flags, rmStatus }),
         layout!("UVM_MM_INITIALIZE_PARAMS" => UVM_MM_INITIALIZE_PARAMS { uvmFd, rmStatus }),
         layout!("UVM_REGISTER_GPU_PARAMS" => UVM_REGISTER_GPU_PARAMS { gpu_uuid, numaEnabled, numaNodeId, rmCtrlFd, hClient, hSmcPartRef, rmStatus }),
@@ -189,10 +206,13 @@ fn variant_versions(rust: &str) -> Option<&'static [&'static str]> {
         "580.142",
     ];
     Some(match rust {
-        "NVOS46_PARAMETERS_V580" | "nv_ioctl_export_to_dma_buf_fd_t_V580" => FROM_580,
+        "NVOS46_PARAMETERS_V580"
+        | "nv_ioctl_export_to_dma_buf_fd_t_V580"
+        | "NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580" => FROM_580,
         "NVOS47_PARAMETERS_V550"
         | "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550"
-        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550" => FROM_550,
+        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550"
+        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550" => FROM_550,
         "nv_ioctl_export_to_dma_buf_fd_t_V570" => BRANCH_570,
         "NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS_V545"
         | "NV_MEMORY_ALLOCATION_PARAMS_V545" => FROM_545,
