@@ -1,0 +1,593 @@
+//! `nv-bench`: times one kind of ioctl, for the frontend-proxy benchmark
+//! (`tests/bench/run-bench.sh`, which runs every kind in one VM and prints the ratios).
+//!
+//! ```text
+//! nv-bench KIND [--dev PATH] [--iters N] [--batches B] [--warmup W]
+//! ```
+//!
+//! Kinds:
+//! - `null`: an unknown `_IO('B', 0)` on `/dev/null`, which fails with `ENOTTY`: the bare cost of
+//!   an ioctl syscall that reaches a device's file and comes straight back.
+//! - `floor1` … `floor4`: the matching command of the C floor device (`tests/bench/cuse_floor.c`,
+//!   default `/dev/nvbench-floor`), answered in 1 … 4 CUSE round trips. The argument is a 32-byte
+//!   top struct laid out like `NVOS54_PARAMETERS` pointing to a [`CONTROL_PARAMS_SIZE`]-byte
+//!   buffer whose first 12 bytes point to a [`NESTED_SIZE`]-byte buffer, so each round moves the
+//!   bytes an RM_CONTROL moves through a proxy that uses `FUSE_IOCTL_RETRY`.
+//! - `simple-control`: `NV_ESC_RM_CONTROL` of [`SIMPLE_CONTROL`] (params without pointers) on a
+//!   root client allocated first (default device `/dev/nvidiactl`).
+//! - `nested-control`: `NV_ESC_RM_CONTROL` of [`NESTED_CONTROL`], whose params carry a pointer
+//!   the proxy must follow, on the object it needs (allocated first).
+//! - `rm-alloc`: `NV_ESC_RM_ALLOC` (`NVOS64_PARAMETERS`) + `NV_ESC_RM_FREE` of a
+//!   [`RM_ALLOC_OBJECT`] under a root client; each of the two ioctls counts as one.
+//!
+//! Output: one line on stdout,
+//! `RESULT kind=K dev=PATH ops=N batches=B median_us=X mean_us=Y min_us=Z max_us=W detail=...`
+//! where `median_us` is the median of the per-batch means (µs per ioctl), `mean_us` the mean
+//! over all timed ioctls, `min_us`/`max_us` the fastest/slowest batch mean. The per-batch means
+//! go to stderr. Exit status 0 on success, 1 when an ioctl fails, 2 on usage errors.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use nvproxy_abi::ioctl::{
+    NV_ESC_CHECK_VERSION_STR_CMD, NV_ESC_RM_ALLOC_NVOS64, NV_ESC_RM_CONTROL_CMD, NV_ESC_RM_FREE,
+    NV_RM_API_VERSION_CMD_QUERY, nv_iowr,
+};
+use nvproxy_abi::structs::{
+    NV0080_ALLOC_PARAMETERS, NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS, NVOS00_PARAMETERS,
+    NVOS54_PARAMETERS, NVOS64_PARAMETERS, NvHandle, nv_ioctl_rm_api_version_t,
+};
+
+/// `NV01_ROOT_CLIENT` (`cl0041.h`).
+const NV01_ROOT_CLIENT: u32 = 0x41;
+/// `NV01_DEVICE_0` (`cl0080.h`).
+const NV01_DEVICE_0: u32 = 0x80;
+/// `NV_OK`.
+const NV_OK: u32 = 0;
+
+/// The simple control: `NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS` (128-byte params, no pointers).
+const SIMPLE_CONTROL: Control = Control {
+    name: "NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS",
+    cmd: 0x201,
+    params_size: 128,
+};
+/// The params size of the simple control; the floor's buffer has the same size.
+const CONTROL_PARAMS_SIZE: usize = SIMPLE_CONTROL.params_size as usize;
+/// The control with an embedded pointer: `NV0080_CTRL_CMD_GPU_GET_CLASSLIST` on a device
+/// (`classList` → `numClasses` × u32, copied in and out).
+const NESTED_CONTROL: Control = Control {
+    name: "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
+    cmd: 0x0080_0201,
+    params_size: size_of::<NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS>() as u32,
+};
+/// Entries of the nested control's class list.
+const NESTED_COUNT: usize = 64;
+/// Bytes behind the nested pointer (the floor's nested buffer has the same size).
+const NESTED_SIZE: usize = NESTED_COUNT * 4;
+/// The object `rm-alloc` allocates and frees.
+const RM_ALLOC_OBJECT: &str = "NV01_DEVICE_0";
+
+/// Handles we choose (RM accepts client-chosen handles below a client).
+const H_DEVICE: NvHandle = 0xbe00_0001;
+const H_BENCH_OBJECT: NvHandle = 0xbe00_0101;
+
+/// `_IO('B', nr)`: the floor device's commands (and the unknown command sent to /dev/null).
+const fn floor_cmd(nr: u8) -> u32 {
+    ((b'B' as u32) << 8) | nr as u32
+}
+
+#[derive(Clone, Copy)]
+struct Control {
+    name: &'static str,
+    cmd: u32,
+    params_size: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Null,
+    Floor(u8),
+    SimpleControl,
+    NestedControl,
+    RmAlloc,
+}
+
+impl Kind {
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "null" => Kind::Null,
+            "floor1" => Kind::Floor(1),
+            "floor2" => Kind::Floor(2),
+            "floor3" => Kind::Floor(3),
+            "floor4" => Kind::Floor(4),
+            "simple-control" => Kind::SimpleControl,
+            "nested-control" => Kind::NestedControl,
+            "rm-alloc" => Kind::RmAlloc,
+            _ => return None,
+        })
+    }
+
+    fn default_dev(self) -> &'static str {
+        match self {
+            Kind::Null => "/dev/null",
+            Kind::Floor(_) => "/dev/nvbench-floor",
+            _ => "/dev/nvidiactl",
+        }
+    }
+}
+
+struct Args {
+    kind_name: String,
+    kind: Kind,
+    dev: String,
+    iters: usize,
+    batches: usize,
+    warmup: usize,
+}
+
+const USAGE: &str = "usage: nv-bench null|floor1|floor2|floor3|floor4|simple-control|nested-control|rm-alloc \
+[--dev PATH] [--iters N] [--batches B] [--warmup W]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let kind_name = it.next().ok_or("missing KIND")?;
+    let kind = Kind::parse(&kind_name).ok_or_else(|| format!("unknown kind {kind_name:?}"))?;
+    let mut args = Args {
+        dev: kind.default_dev().to_string(),
+        kind_name,
+        kind,
+        iters: 1000,
+        batches: 5,
+        warmup: 50,
+    };
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        match flag.as_str() {
+            "--dev" => args.dev = value.clone(),
+            "--iters" => args.iters = number()?.max(1),
+            "--batches" => args.batches = number()?.max(1),
+            "--warmup" => args.warmup = number()?,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(args)
+}
+
+/// One `ioctl(2)`; `Ok` carries the non-negative return value.
+fn ioctl<T>(f: &File, cmd: u32, arg: *mut T) -> io::Result<i32> {
+    // SAFETY: `f` is an open file; `arg` is null or points to a live value whose size and layout
+    // are what `cmd` expects (every caller passes a `#[repr(C)]` struct or buffer it owns, and
+    // any pointers inside it point to buffers that outlive the call).
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), cmd as libc::Ioctl, arg) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// The floor's top struct: the layout of `NVOS54_PARAMETERS` (and of `struct floor_top` in
+/// `cuse_floor.c`).
+#[repr(C)]
+struct FloorTop {
+    a: u32,
+    b: u32,
+    c: u32,
+    d: u32,
+    ptr: u64,
+    size: u32,
+    status: u32,
+}
+const _: () = assert!(size_of::<FloorTop>() == 32);
+
+/// An operation being timed: performs `ops_per_call` ioctls per call.
+trait Bench {
+    fn call(&mut self) -> io::Result<()>;
+    /// Ioctls per [`Bench::call`].
+    fn ops_per_call(&self) -> usize {
+        1
+    }
+    /// What the last call returned, for the RESULT line.
+    fn detail(&self) -> String;
+}
+
+struct NullBench {
+    f: File,
+}
+
+impl Bench for NullBench {
+    fn call(&mut self) -> io::Result<()> {
+        match ioctl(&self.f, floor_cmd(0), std::ptr::null_mut::<u8>()) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => Ok(()),
+            Err(e) => Err(e),
+            Ok(rc) => Err(io::Error::other(format!(
+                "ioctl on the null device returned {rc}, expected ENOTTY"
+            ))),
+        }
+    }
+    fn detail(&self) -> String {
+        "ENOTTY".into()
+    }
+}
+
+struct FloorBench {
+    f: File,
+    rounds: u8,
+    top: Box<FloorTop>,
+    params: Box<[u8; CONTROL_PARAMS_SIZE]>,
+    nested: Box<[u8; NESTED_SIZE]>,
+}
+
+impl FloorBench {
+    fn new(f: File, rounds: u8) -> Self {
+        let mut b = FloorBench {
+            f,
+            rounds,
+            top: Box::new(FloorTop {
+                a: 1,
+                b: 2,
+                c: 3,
+                d: 0,
+                ptr: 0,
+                size: CONTROL_PARAMS_SIZE as u32,
+                status: 0,
+            }),
+            params: Box::new([0; CONTROL_PARAMS_SIZE]),
+            nested: Box::new([0; NESTED_SIZE]),
+        };
+        b.top.ptr = b.params.as_ptr() as u64;
+        b.params[..8].copy_from_slice(&(b.nested.as_ptr() as u64).to_ne_bytes());
+        b.params[8..12].copy_from_slice(&(NESTED_SIZE as u32).to_ne_bytes());
+        b
+    }
+}
+
+impl Bench for FloorBench {
+    fn call(&mut self) -> io::Result<()> {
+        let top: *mut FloorTop = &mut *self.top;
+        match ioctl(&self.f, floor_cmd(self.rounds), top)? {
+            0 => Ok(()),
+            rc => Err(io::Error::other(format!("floor returned {rc}"))),
+        }
+    }
+    fn detail(&self) -> String {
+        format!(
+            "top=32B,buf={CONTROL_PARAMS_SIZE}B,nested={NESTED_SIZE}B,rounds={}",
+            self.rounds
+        )
+    }
+}
+
+/// The client's RM state: the control device and a root client.
+struct Rm {
+    f: File,
+    client: NvHandle,
+    version: String,
+}
+
+impl Rm {
+    fn open(path: &str) -> io::Result<Rm> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        // libcuda's first ioctl; in QUERY mode the driver reports its version string.
+        let mut v = nv_ioctl_rm_api_version_t {
+            cmd: NV_RM_API_VERSION_CMD_QUERY,
+            reply: 0,
+            versionString: [0; 64],
+        };
+        let version = match ioctl(&f, NV_ESC_CHECK_VERSION_STR_CMD, &mut v) {
+            Ok(_) => {
+                let end = v.versionString.iter().position(|&b| b == 0).unwrap_or(64);
+                String::from_utf8_lossy(&v.versionString[..end]).into_owned()
+            }
+            Err(e) => format!("check-version-failed:{e}"),
+        };
+        let mut rm = Rm {
+            f,
+            client: 0,
+            version,
+        };
+        let mut handle: NvHandle = 0;
+        let h: *mut NvHandle = &mut handle;
+        let mut p = alloc_params(0, 0, 0, NV01_ROOT_CLIENT, h as u64, 4);
+        rm.alloc(&mut p)?;
+        rm.client = if p.hObjectNew != 0 {
+            p.hObjectNew
+        } else {
+            handle
+        };
+        if rm.client == 0 {
+            return Err(io::Error::other("root client allocation returned handle 0"));
+        }
+        Ok(rm)
+    }
+
+    fn alloc(&self, p: &mut NVOS64_PARAMETERS) -> io::Result<()> {
+        ioctl(&self.f, NV_ESC_RM_ALLOC_NVOS64, p)?;
+        match p.status {
+            NV_OK => Ok(()),
+            s => Err(io::Error::other(format!(
+                "RM_ALLOC class {:#x} under {:#x}: status {s:#x}",
+                p.hClass, p.hObjectParent
+            ))),
+        }
+    }
+
+    fn free(&self, parent: NvHandle, object: NvHandle) -> io::Result<()> {
+        let mut p = NVOS00_PARAMETERS {
+            hRoot: self.client,
+            hObjectParent: parent,
+            hObjectOld: object,
+            status: 0,
+        };
+        ioctl(
+            &self.f,
+            nv_iowr(NV_ESC_RM_FREE, size_of::<NVOS00_PARAMETERS>()),
+            &mut p,
+        )?;
+        match p.status {
+            NV_OK => Ok(()),
+            s => Err(io::Error::other(format!(
+                "RM_FREE {object:#x}: status {s:#x}"
+            ))),
+        }
+    }
+
+    fn device_params(&self) -> NV0080_ALLOC_PARAMETERS {
+        NV0080_ALLOC_PARAMETERS {
+            deviceId: 0,
+            hClientShare: self.client,
+            hTargetClient: 0,
+            hTargetDevice: 0,
+            flags: 0,
+            _pad0: [0; 4],
+            vaSpaceSize: 0,
+            vaStartInternal: 0,
+            vaLimitInternal: 0,
+            vaMode: 0,
+            _pad1: [0; 4],
+        }
+    }
+
+    fn alloc_device(&self, handle: NvHandle) -> io::Result<Box<NV0080_ALLOC_PARAMETERS>> {
+        let mut dp = Box::new(self.device_params());
+        let ptr: *mut NV0080_ALLOC_PARAMETERS = &mut *dp;
+        let mut p = alloc_params(
+            self.client,
+            self.client,
+            handle,
+            NV01_DEVICE_0,
+            ptr as u64,
+            size_of::<NV0080_ALLOC_PARAMETERS>() as u32,
+        );
+        self.alloc(&mut p)?;
+        Ok(dp)
+    }
+}
+
+fn alloc_params(
+    root: NvHandle,
+    parent: NvHandle,
+    new: NvHandle,
+    class: u32,
+    params: u64,
+    size: u32,
+) -> NVOS64_PARAMETERS {
+    NVOS64_PARAMETERS {
+        hRoot: root,
+        hObjectParent: parent,
+        hObjectNew: new,
+        hClass: class,
+        pAllocParms: params,
+        pRightsRequested: 0,
+        paramsSize: size,
+        flags: 0,
+        status: 0,
+        _pad0: [0; 4],
+    }
+}
+
+/// An RM_CONTROL repeated on one object. The params are rebuilt before every call (the driver
+/// writes outputs into them), as a real client would.
+struct ControlBench {
+    rm: Rm,
+    control: Control,
+    object: NvHandle,
+    top: Box<NVOS54_PARAMETERS>,
+    params: Vec<u64>,
+    nested: Vec<u32>,
+    last_status: u32,
+}
+
+impl ControlBench {
+    fn new(rm: Rm, control: Control, object: NvHandle, nested: bool) -> Self {
+        let words = (control.params_size as usize).div_ceil(8);
+        let mut b = ControlBench {
+            top: Box::new(NVOS54_PARAMETERS {
+                hClient: rm.client,
+                hObject: object,
+                cmd: control.cmd,
+                flags: 0,
+                params: 0,
+                paramsSize: control.params_size,
+                status: 0,
+            }),
+            rm,
+            control,
+            object,
+            params: vec![0; words],
+            nested: vec![0; if nested { NESTED_COUNT } else { 0 }],
+            last_status: 0,
+        };
+        b.top.params = b.params.as_mut_ptr() as u64;
+        b
+    }
+
+    fn reset_params(&mut self) {
+        self.params.fill(0);
+        if !self.nested.is_empty() {
+            // NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS { numClasses: u32, pad, classList: NvP64 }
+            self.params[0] = NESTED_COUNT as u64; // numClasses in the low 4 bytes (little endian)
+            self.params[1] = self.nested.as_mut_ptr() as u64;
+        }
+        self.top.status = 0;
+    }
+}
+
+impl Bench for ControlBench {
+    fn call(&mut self) -> io::Result<()> {
+        self.reset_params();
+        let top: *mut NVOS54_PARAMETERS = &mut *self.top;
+        ioctl(&self.rm.f, NV_ESC_RM_CONTROL_CMD, top)?;
+        self.last_status = self.top.status;
+        Ok(())
+    }
+    fn detail(&self) -> String {
+        let status = match self.last_status {
+            NV_OK => "NV_OK".to_string(),
+            0x56 => "0x56(NV_ERR_NOT_SUPPORTED)".to_string(),
+            s => format!("{s:#x}"),
+        };
+        format!(
+            "{}(cmd={:#x},params={}B{}),object={:#x},status={status},driver={}",
+            self.control.name,
+            self.control.cmd,
+            self.control.params_size,
+            if self.nested.is_empty() {
+                String::new()
+            } else {
+                format!(",nested={NESTED_SIZE}B")
+            },
+            self.object,
+            self.rm.version
+        )
+    }
+}
+
+/// RM_ALLOC + RM_FREE of a device under the root client.
+struct AllocBench {
+    rm: Rm,
+    dparams: Box<NV0080_ALLOC_PARAMETERS>,
+}
+
+impl Bench for AllocBench {
+    fn call(&mut self) -> io::Result<()> {
+        *self.dparams = self.rm.device_params();
+        let ptr: *mut NV0080_ALLOC_PARAMETERS = &mut *self.dparams;
+        let mut p = alloc_params(
+            self.rm.client,
+            self.rm.client,
+            H_BENCH_OBJECT,
+            NV01_DEVICE_0,
+            ptr as u64,
+            size_of::<NV0080_ALLOC_PARAMETERS>() as u32,
+        );
+        self.rm.alloc(&mut p)?;
+        self.rm.free(self.rm.client, H_BENCH_OBJECT)
+    }
+    fn ops_per_call(&self) -> usize {
+        2
+    }
+    fn detail(&self) -> String {
+        format!(
+            "RM_ALLOC(NVOS64,{RM_ALLOC_OBJECT},params={}B)+RM_FREE,driver={}",
+            size_of::<NV0080_ALLOC_PARAMETERS>(),
+            self.rm.version
+        )
+    }
+}
+
+fn open_rw(path: &str) -> io::Result<File> {
+    OpenOptions::new().read(true).write(true).open(path)
+}
+
+fn setup(args: &Args) -> io::Result<Box<dyn Bench>> {
+    let dev = args.dev.as_str();
+    Ok(match args.kind {
+        Kind::Null => Box::new(NullBench { f: open_rw(dev)? }),
+        Kind::Floor(n) => Box::new(FloorBench::new(open_rw(dev)?, n)),
+        Kind::SimpleControl => {
+            let rm = Rm::open(dev)?;
+            let client = rm.client;
+            Box::new(ControlBench::new(rm, SIMPLE_CONTROL, client, false))
+        }
+        Kind::NestedControl => {
+            let rm = Rm::open(dev)?;
+            rm.alloc_device(H_DEVICE)?;
+            Box::new(ControlBench::new(rm, NESTED_CONTROL, H_DEVICE, true))
+        }
+        Kind::RmAlloc => {
+            let rm = Rm::open(dev)?;
+            let dparams = Box::new(rm.device_params());
+            Box::new(AllocBench { rm, dparams })
+        }
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn run(args: &Args) -> io::Result<()> {
+    let mut bench = setup(args)?;
+    for _ in 0..args.warmup {
+        bench.call()?;
+    }
+    let per_call = bench.ops_per_call();
+    let mut batch_us = Vec::with_capacity(args.batches);
+    let mut total_s = 0.0;
+    for b in 0..args.batches {
+        let t0 = Instant::now();
+        for _ in 0..args.iters {
+            bench.call()?;
+        }
+        let s = t0.elapsed().as_secs_f64();
+        total_s += s;
+        let us = s * 1e6 / (args.iters * per_call) as f64;
+        eprintln!("nv-bench {}: batch {b}: {us:.2} µs/ioctl", args.kind_name);
+        batch_us.push(us);
+    }
+    let ops = args.iters * args.batches * per_call;
+    let mean = total_s * 1e6 / ops as f64;
+    let min = batch_us.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = batch_us.iter().copied().fold(0.0, f64::max);
+    let med = median(&mut batch_us);
+    println!(
+        "RESULT kind={} dev={} ops={ops} batches={} median_us={med:.2} mean_us={mean:.2} min_us={min:.2} max_us={max:.2} detail={}",
+        args.kind_name,
+        args.dev,
+        args.batches,
+        bench.detail()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("nv-bench: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nv-bench {} on {}: {e}", args.kind_name, args.dev);
+            ExitCode::FAILURE
+        }
+    }
+}
