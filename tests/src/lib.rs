@@ -1,5 +1,7 @@
 //! Helpers shared by the integration and VM test suites.
 
+pub mod nvfe;
+
 /// The ioctl interface of the `cuse-example` device (`src/bin/cuse-example.rs`), shared with
 /// the real-kernel tests (`tests/cuse_kernel.rs`).
 pub mod cuse_example {
