@@ -1,0 +1,448 @@
+//! The simulated driver instance: its files, RM clients, OS events and GPU state, behind one
+//! mutex.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use ioctl_proxy::{HostCall, HostDriver, HostFile, NodeKind};
+use nvproxy_abi::{DriverAbi, DriverVersion};
+
+use crate::SimError;
+use crate::config::SimConfig;
+use crate::status::ENODEV;
+
+/// Number of driver instances created so far; gives each its own range of file ids.
+static INSTANCES: AtomicU32 = AtomicU32::new(0);
+
+/// What a simulated open file is (one `open()` of a node).
+#[derive(Debug)]
+pub(crate) struct FileState {
+    /// The node it is open on.
+    pub node: NodeKind,
+    /// Whether the daemon still holds it (its [`SimFile`] is alive). A file that was dropped
+    /// but is still referenced by a `REGISTER_FD` of another file stays, like a `struct file`
+    /// kept alive by `fget`, until the last reference goes.
+    pub held: bool,
+    /// The control file this file was linked to with `NV_ESC_REGISTER_FD`.
+    pub ctl: Option<i32>,
+    /// How many files registered this one as their control file.
+    pub holders: u32,
+    /// GPU ids given to `NV_ESC_ATTACH_GPUS_TO_FD` (once per file), zeros included.
+    pub attached: Option<Vec<u32>>,
+}
+
+/// Runtime state of one simulated GPU.
+#[derive(Debug, Default)]
+pub(crate) struct GpuState {
+    /// References taken by `NV_ESC_ATTACH_GPUS_TO_FD` (`nvidia_dev_get`).
+    pub dev_refs: u32,
+    /// Bytes of video memory allocated.
+    pub vidmem_used: u64,
+    /// Next simulated FB offset handed out.
+    pub fb_cursor: u64,
+}
+
+/// An RM object other than a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Object {
+    /// External class number.
+    pub class: u32,
+    /// Parent handle (the client's own handle for top-level objects).
+    pub parent: u32,
+    /// Class-specific state.
+    pub kind: Kind,
+}
+
+/// Class-specific state of an object.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// `NV01_DEVICE_0` on GPU `gpu` (device instance = `gpu`).
+    Device { gpu: usize },
+    /// `NV20_SUBDEVICE_0` under a device of GPU `gpu`.
+    Subdevice { gpu: usize, inst: u32 },
+    /// A memory object referencing a block (shared by dups).
+    Memory { block: u64 },
+    /// `FERMI_VASPACE_A` of GPU `gpu`.
+    VaSpace { gpu: usize },
+    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event (client handle, fd).
+    Event { os_event: (u32, u32) },
+}
+
+/// An RM client (`NV01_ROOT*`).
+#[derive(Debug)]
+pub(crate) struct Client {
+    /// The file whose clients these are: the allocating file, or the control file it was
+    /// registered to (the driver's `clientOSInfo`).
+    pub os_info: i32,
+    /// The class it was allocated with (always `NV01_ROOT_CLIENT` from user space).
+    pub class: u32,
+    /// Its objects by handle.
+    pub objects: BTreeMap<u32, Object>,
+    /// Generator index for driver-chosen object handles.
+    pub handle_gen: u32,
+}
+
+/// An OS event registered with `NV_ESC_ALLOC_OS_EVENT`.
+#[derive(Debug)]
+pub(crate) struct OsEvent {
+    /// The client handle it was registered for.
+    pub h_parent: u32,
+    /// The file the escape came on.
+    pub file: i32,
+    /// The fd number it is keyed by.
+    pub fd: u32,
+    /// False once freed while RM event objects still reference it.
+    pub active: bool,
+    /// RM event objects referencing it.
+    pub refcount: u32,
+}
+
+/// A block of simulated memory, shared by an object and its dups.
+#[derive(Debug)]
+pub(crate) struct MemBlock {
+    /// The GPU whose device it was allocated under.
+    pub gpu: usize,
+    /// Size in bytes (after rounding).
+    pub bytes: u64,
+    /// Video memory (counts against the GPU) or system memory.
+    pub video: bool,
+    /// Objects referencing it.
+    pub refs: u32,
+}
+
+/// All mutable state of a driver instance.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub files: BTreeMap<i32, FileState>,
+    pub next_file: i32,
+    pub clients: BTreeMap<u32, Client>,
+    pub client_index: u32,
+    pub os_events: Vec<OsEvent>,
+    pub blocks: BTreeMap<u64, MemBlock>,
+    pub next_block: u64,
+    pub gpus: Vec<GpuState>,
+    /// `NV_ESC_SYS_PARAMS.memblock_size`, set once.
+    pub memblock_size: u64,
+}
+
+/// Counters that show what a driver instance holds; all zero once every file is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SimStats {
+    /// Files not yet released.
+    pub open_files: usize,
+    /// RM clients.
+    pub live_clients: usize,
+    /// RM objects (clients not counted).
+    pub live_objects: usize,
+    /// OS events (registered, or freed but still referenced by an RM event).
+    pub os_events: usize,
+    /// Bytes of memory (video and system) allocated through memory objects.
+    pub allocated_memory: u64,
+    /// GPUs currently attached (initialised by the driver).
+    pub attached_gpus: usize,
+}
+
+impl fmt::Display for SimStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} open files, {} clients, {} objects, {} OS events, {} bytes allocated, {} GPUs attached",
+            self.open_files,
+            self.live_clients,
+            self.live_objects,
+            self.os_events,
+            self.allocated_memory,
+            self.attached_gpus
+        )
+    }
+}
+
+/// A simulated NVIDIA kernel driver. Create it with [`SimDriver::new`]; it is the
+/// [`HostDriver`] the proxy talks to with `--driver sim` and in tests.
+pub struct SimDriver {
+    pub(crate) config: SimConfig,
+    pub(crate) version_string: String,
+    pub(crate) abi: DriverAbi,
+    state: Mutex<State>,
+    id_base: i32,
+    me: Weak<SimDriver>,
+}
+
+impl fmt::Debug for SimDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimDriver")
+            .field("version", &self.version_string)
+            .field("gpus", &self.config.gpus.len())
+            .field("id_base", &self.id_base)
+            .finish()
+    }
+}
+
+impl SimDriver {
+    /// A driver simulating `config`.
+    ///
+    /// # Panics
+    /// If `config` is invalid (see [`SimDriver::try_new`]).
+    pub fn new(config: SimConfig) -> Arc<SimDriver> {
+        match SimDriver::try_new(config) {
+            Ok(d) => d,
+            Err(e) => panic!("invalid simulated driver configuration: {e}"),
+        }
+    }
+
+    /// A driver simulating `config`, or why it cannot: a version without a node in the ABI
+    /// tree, two GPUs on one minor or one PCI address, more than 32 GPUs.
+    pub fn try_new(config: SimConfig) -> Result<Arc<SimDriver>, SimError> {
+        let node = nvproxy_abi::find(&config.version).map_err(SimError::Version)?;
+        if config.gpus.len() > 32 {
+            return Err(SimError::TooManyGpus(config.gpus.len()));
+        }
+        for (i, g) in config.gpus.iter().enumerate() {
+            if config.gpus[..i].iter().any(|o| o.minor == g.minor) {
+                return Err(SimError::DuplicateMinor(g.minor));
+            }
+            if config.gpus[..i].iter().any(|o| o.gpu_id() == g.gpu_id()) {
+                return Err(SimError::DuplicateGpuId(g.gpu_id()));
+            }
+        }
+        let abi = node.tables();
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        let id_base = (((instance % 0x7ffe) + 1) as i32) << 16;
+        let state = State {
+            gpus: config.gpus.iter().map(|_| GpuState::default()).collect(),
+            ..State::default()
+        };
+        Ok(Arc::new_cyclic(|me| SimDriver {
+            version_string: config.version.to_string(),
+            config,
+            abi,
+            state: Mutex::new(state),
+            id_base,
+            me: me.clone(),
+        }))
+    }
+
+    /// The configuration this driver simulates.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// The driver version.
+    pub fn driver_version(&self) -> DriverVersion {
+        self.config.version
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent-enough state for a simulator; keep
+        // serving rather than poisoning every later call.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> SimStats {
+        let st = self.lock();
+        SimStats {
+            open_files: st.files.len(),
+            live_clients: st.clients.len(),
+            live_objects: st.clients.values().map(|c| c.objects.len()).sum(),
+            os_events: st.os_events.len(),
+            allocated_memory: st.blocks.values().map(|b| b.bytes).sum(),
+            attached_gpus: (0..self.config.gpus.len())
+                .filter(|&g| self.gpu_attached(&st, g))
+                .count(),
+        }
+    }
+
+    /// RM clients alive.
+    pub fn live_clients(&self) -> usize {
+        self.stats().live_clients
+    }
+
+    /// RM objects alive (clients not counted).
+    pub fn live_objects(&self) -> usize {
+        self.stats().live_objects
+    }
+
+    /// Files not yet released.
+    pub fn open_files(&self) -> usize {
+        self.stats().open_files
+    }
+
+    /// Bytes allocated through memory objects.
+    pub fn allocated_memory(&self) -> u64 {
+        self.stats().allocated_memory
+    }
+
+    /// Bytes of video memory allocated on GPU `index` (config order).
+    pub fn allocated_video_memory(&self, index: usize) -> u64 {
+        self.lock().gpus.get(index).map_or(0, |g| g.vidmem_used)
+    }
+
+    /// The handles of the RM clients alive, in order.
+    pub fn client_handles(&self) -> Vec<u32> {
+        self.lock().clients.keys().copied().collect()
+    }
+
+    /// Index (config order) of the GPU with minor `minor`.
+    pub(crate) fn gpu_by_minor(&self, minor: u32) -> Option<usize> {
+        self.config.gpus.iter().position(|g| g.minor == minor)
+    }
+
+    /// Index of the GPU with RM GPU id `gpu_id`.
+    pub(crate) fn gpu_by_id(&self, gpu_id: u32) -> Option<usize> {
+        self.config.gpus.iter().position(|g| g.gpu_id() == gpu_id)
+    }
+
+    /// Whether GPU `g` is attached (initialised): some file of its node is open, or an
+    /// `ATTACH_GPUS_TO_FD` holds it.
+    pub(crate) fn gpu_attached(&self, st: &State, g: usize) -> bool {
+        let minor = self.config.gpus[g].minor;
+        st.gpus[g].dev_refs > 0 || st.files.values().any(|f| f.node == NodeKind::Gpu(minor))
+    }
+
+    /// Whether the daemon holds an open file of GPU `g`'s node: the driver's
+    /// `osIsGpuAccessible` (the calling process has the device open).
+    pub(crate) fn gpu_accessible(&self, st: &State, g: usize) -> bool {
+        let minor = self.config.gpus[g].minor;
+        st.files
+            .values()
+            .any(|f| f.held && f.node == NodeKind::Gpu(minor))
+    }
+
+    /// The daemon dropped file `id`: release it unless another file still references it.
+    fn drop_file(&self, id: i32) {
+        let mut st = self.lock();
+        if let Some(f) = st.files.get_mut(&id) {
+            f.held = false;
+        }
+        self.maybe_release(&mut st, id);
+    }
+
+    /// Releases file `id` if it is no longer held nor referenced: frees the RM clients
+    /// allocated through it and its OS events, drops its GPU references and its link to a
+    /// control file (which may release that one in turn).
+    fn maybe_release(&self, st: &mut State, id: i32) {
+        let releasable = st.files.get(&id).is_some_and(|f| !f.held && f.holders == 0);
+        if !releasable {
+            return;
+        }
+        let f = st.files.remove(&id).expect("checked above");
+        // RmFreeUnusedClients: every client whose OS info is this file.
+        let doomed: Vec<u32> = st
+            .clients
+            .iter()
+            .filter(|(_, c)| c.os_info == id)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in doomed {
+            st.free_client(self, h);
+        }
+        // free_os_events(nvfp, 0)
+        st.os_events.retain_mut(|e| {
+            if e.file == id {
+                e.active = false;
+            }
+            e.active || e.refcount > 0
+        });
+        if let Some(ids) = f.attached {
+            for gid in ids.into_iter().filter(|&g| g != 0) {
+                if let Some(g) = self.gpu_by_id(gid) {
+                    st.gpus[g].dev_refs = st.gpus[g].dev_refs.saturating_sub(1);
+                }
+            }
+        }
+        if let Some(ctl) = f.ctl {
+            if let Some(c) = st.files.get_mut(&ctl) {
+                c.holders = c.holders.saturating_sub(1);
+            }
+            self.maybe_release(st, ctl);
+        }
+    }
+
+    /// Resolves `id` (an fd field value) to a file of this driver that is still open.
+    pub(crate) fn file_node(&self, st: &State, id: i32) -> Option<NodeKind> {
+        st.files.get(&id).filter(|f| f.held).map(|f| f.node)
+    }
+}
+
+impl HostDriver for SimDriver {
+    fn version(&self) -> &str {
+        &self.version_string
+    }
+
+    /// Opens a file on `node`. A GPU node whose minor has no GPU fails with `ENODEV`, as the
+    /// driver's `nvidia_open` does when `find_minor` finds nothing. `/dev/nvidia-uvm` opens, but
+    /// its ioctls answer `ENOTTY` (UVM is not simulated yet).
+    fn open(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        if let NodeKind::Gpu(minor) = node {
+            if self.gpu_by_minor(minor).is_none() {
+                return Err(io::Error::from_raw_os_error(ENODEV));
+            }
+        }
+        let me = self
+            .me
+            .upgrade()
+            .ok_or_else(|| io::Error::from_raw_os_error(ENODEV))?;
+        let mut st = self.lock();
+        let n = st.next_file;
+        if n >= 0xffff {
+            return Err(io::Error::from_raw_os_error(crate::status::EBUSY));
+        }
+        st.next_file += 1;
+        let id = self.id_base + n;
+        st.files.insert(
+            id,
+            FileState {
+                node,
+                held: true,
+                ctl: None,
+                holders: 0,
+                attached: None,
+            },
+        );
+        Ok(Arc::new(SimFile {
+            driver: me,
+            id,
+            node,
+        }))
+    }
+}
+
+/// A file open on the simulated driver. Dropping the last reference closes it.
+pub struct SimFile {
+    driver: Arc<SimDriver>,
+    id: i32,
+    node: NodeKind,
+}
+
+impl fmt::Debug for SimFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimFile")
+            .field("id", &format_args!("{:#x}", self.id))
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl HostFile for SimFile {
+    fn node(&self) -> NodeKind {
+        self.node
+    }
+
+    fn id(&self) -> i32 {
+        self.id
+    }
+
+    fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
+        crate::escape::ioctl(&self.driver, self.id, self.node, call)
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        self.driver.drop_file(self.id);
+    }
+}

@@ -1,0 +1,668 @@
+//! The resource manager: clients, objects and handles, `RM_ALLOC`, `RM_FREE`,
+//! `RM_DUP_OBJECT`, `RM_SHARE`, with the status codes of the driver's resource server
+//! (`rs_server.c`, `rs_client.c`, `alloc_free.c`, `event.c`, `device.c`, `subdevice.c`).
+
+use std::collections::BTreeMap;
+
+use crate::driver::{Client, Kind, MemBlock, Object, SimDriver, State};
+use crate::status::*;
+
+/// `NV01_ROOT`.
+pub const NV01_ROOT: u32 = 0x0000;
+/// `NV01_ROOT_NON_PRIV`.
+pub const NV01_ROOT_NON_PRIV: u32 = 0x0001;
+/// `NV01_ROOT_CLIENT`.
+pub const NV01_ROOT_CLIENT: u32 = 0x0041;
+/// `NV01_EVENT`: allocates the event subclass named in its params.
+pub const NV01_EVENT: u32 = 0x0005;
+/// `NV01_EVENT_OS_EVENT`.
+pub const NV01_EVENT_OS_EVENT: u32 = 0x0079;
+/// `NV01_EVENT_KERNEL_CALLBACK`.
+pub const NV01_EVENT_KERNEL_CALLBACK: u32 = 0x0078;
+/// `NV01_EVENT_KERNEL_CALLBACK_EX`.
+pub const NV01_EVENT_KERNEL_CALLBACK_EX: u32 = 0x007e;
+/// `NV01_DEVICE_0`.
+pub const NV01_DEVICE_0: u32 = 0x0080;
+/// `NV20_SUBDEVICE_0`.
+pub const NV20_SUBDEVICE_0: u32 = 0x2080;
+/// `NV01_MEMORY_SYSTEM`.
+pub const NV01_MEMORY_SYSTEM: u32 = 0x003e;
+/// `NV01_MEMORY_LOCAL_USER`.
+pub const NV01_MEMORY_LOCAL_USER: u32 = 0x0040;
+/// `FERMI_VASPACE_A`.
+pub const FERMI_VASPACE_A: u32 = 0x90f1;
+
+/// `RS_CLIENT_HANDLE_BASE`: driver-chosen client handles are `0xc1d00000 | index`.
+pub const RS_CLIENT_HANDLE_BASE: u32 = 0xc1d0_0000;
+/// `RS_UNIQUE_HANDLE_BASE`: driver-chosen object handles start here.
+pub const RS_UNIQUE_HANDLE_BASE: u32 = 0xcaf0_0000;
+const RS_UNIQUE_HANDLE_RANGE: u32 = 0x0008_0000;
+const RS_CLIENT_HANDLE_MAX: u32 = 0x0010_0000;
+const RS_CLIENT_HANDLE_BUCKET_COUNT: u32 = 0x400;
+const RS_CLIENT_HANDLE_BUCKET_MASK: u32 = 0x3ff;
+/// `NV_MAX_DEVICES`.
+const NV_MAX_DEVICES: u32 = 32;
+/// `NV2080_MAX_SUBDEVICES`.
+const NV2080_MAX_SUBDEVICES: u32 = 8;
+/// `RS_SHARE_TYPE_MAX`.
+const RS_SHARE_TYPE_MAX: u16 = 8;
+/// `RS_SHARE_TYPE_CLIENT`.
+const RS_SHARE_TYPE_CLIENT: u16 = 3;
+
+/// Whether `class` is one of the client classes.
+pub(crate) fn is_root_class(class: u32) -> bool {
+    matches!(class, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT)
+}
+
+/// Whether `class` is an event class (allowed on `/dev/nvidia#` as well as on the control node).
+pub(crate) fn is_event_class(class: u32) -> bool {
+    matches!(
+        class,
+        NV01_EVENT
+            | NV01_EVENT_OS_EVENT
+            | NV01_EVENT_KERNEL_CALLBACK
+            | NV01_EVENT_KERNEL_CALLBACK_EX
+    )
+}
+
+/// The alloc params an allocation came with: the bytes of the `pAllocParms` buffer, or `None`
+/// for a NULL pointer.
+pub(crate) struct AllocArgs<'a> {
+    pub h_client: u32,
+    pub h_parent: u32,
+    pub h_new: u32,
+    pub class: u32,
+    pub params: Option<&'a mut [u8]>,
+    /// The file the call came on, and the file whose clients it may use (`clientOSInfo`).
+    pub os_info: i32,
+}
+
+/// Which allocation params a modeled class takes: (size for this version, required).
+fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
+    let table = |c: u32, fallback: usize| {
+        drv.abi
+            .classes
+            .get(&c)
+            .map_or(fallback, |s| s.param_size as usize)
+    };
+    Some(match class {
+        NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT => (table(class, 4), false),
+        NV01_EVENT
+        | NV01_EVENT_OS_EVENT
+        | NV01_EVENT_KERNEL_CALLBACK
+        | NV01_EVENT_KERNEL_CALLBACK_EX => (table(NV01_EVENT_OS_EVENT, 24), true),
+        NV01_DEVICE_0 => (table(class, 56), false),
+        NV20_SUBDEVICE_0 => (table(class, 4), false),
+        NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER => (table(class, 120), true),
+        FERMI_VASPACE_A => (table(class, 48), true),
+        _ => return None,
+    })
+}
+
+impl State {
+    /// The status the resource server gives for a client handle it does not know: the sorted
+    /// per-bucket search of `_serverFindClientEntry` ends on a larger handle
+    /// (`NV_ERR_INVALID_OBJECT`) or at the end of the bucket (`NV_ERR_INVALID_OBJECT_HANDLE`).
+    pub(crate) fn unknown_client_status(&self, h: u32) -> u32 {
+        let bucket = h & RS_CLIENT_HANDLE_BUCKET_MASK;
+        if self
+            .clients
+            .keys()
+            .any(|&c| (c & RS_CLIENT_HANDLE_BUCKET_MASK) == bucket && c > h)
+        {
+            NV_ERR_INVALID_OBJECT
+        } else {
+            NV_ERR_INVALID_OBJECT_HANDLE
+        }
+    }
+
+    /// Looks up client `h` for an operation from `os_info` the way the resource server does:
+    /// unknown handle → the lookup status; a client of another file → `NV_ERR_INVALID_CLIENT`
+    /// (`rmclientValidate` with the strict client check the driver enables by default).
+    pub(crate) fn client_for(&self, h: u32, os_info: i32) -> Result<&Client, u32> {
+        let c = self
+            .clients
+            .get(&h)
+            .ok_or_else(|| self.unknown_client_status(h))?;
+        if c.os_info != os_info {
+            return Err(NV_ERR_INVALID_CLIENT);
+        }
+        Ok(c)
+    }
+
+    /// The class of `h_object` in client `h_client` (the client's class for its own handle).
+    pub(crate) fn class_of(&self, h_client: u32, h_object: u32) -> Option<u32> {
+        let c = self.clients.get(&h_client)?;
+        if h_object == h_client {
+            return Some(c.class);
+        }
+        c.objects.get(&h_object).map(|o| o.class)
+    }
+
+    fn new_client_handle(&mut self) -> Option<u32> {
+        for _ in 0..RS_CLIENT_HANDLE_BUCKET_COUNT {
+            let idx = self.client_index;
+            self.client_index = (self.client_index + 1) % RS_CLIENT_HANDLE_MAX;
+            let mut h = RS_CLIENT_HANDLE_BASE | idx;
+            while self.clients.contains_key(&h) {
+                h = h.wrapping_add(RS_CLIENT_HANDLE_BUCKET_COUNT);
+            }
+            if h & !(RS_CLIENT_HANDLE_MAX - 1) == RS_CLIENT_HANDLE_BASE {
+                return Some(h);
+            }
+        }
+        None
+    }
+
+    /// `NV_ESC_RM_ALLOC` after the escape's checks. Returns the status and the new handle.
+    pub(crate) fn alloc(&mut self, drv: &SimDriver, mut a: AllocArgs<'_>) -> (u32, u32) {
+        // serverAllocApiCopyIn: the class decides the param size (paramsSize is ignored).
+        let Some((psize, required)) = class_params(drv, a.class) else {
+            return (NV_ERR_INVALID_CLASS, a.h_new);
+        };
+        if let Some(p) = a.params.as_deref() {
+            if p.len() < psize {
+                return (NV_ERR_INVALID_ADDRESS, a.h_new);
+            }
+        } else if required {
+            return (NV_ERR_INVALID_ARGUMENT, a.h_new);
+        }
+        if is_root_class(a.class) {
+            return self.alloc_client(a.h_client, a.class, a.os_info, a.h_new);
+        }
+        // _fixupAllocParams for events.
+        let mut notifier = None;
+        if is_event_class(a.class) {
+            let p = a.params.as_deref_mut().expect("required above");
+            let mut ev: nvproxy_abi::structs::NV0005_ALLOC_PARAMETERS =
+                crate::buf::read(p, 0).expect("size checked");
+            if a.class == NV01_EVENT {
+                a.class = ev.hClass;
+            }
+            if !is_event_class(a.class) || a.class == NV01_EVENT {
+                return (NV_ERR_INVALID_CLASS, a.h_new);
+            }
+            ev.hSrcResource = a.h_parent;
+            crate::buf::write(p, 0, &ev);
+            let notifier_client = if ev.hParentClient == 0 {
+                a.h_client
+            } else {
+                ev.hParentClient
+            };
+            if notifier_client != a.h_client {
+                a.h_parent = a.h_client;
+            }
+            notifier = Some((notifier_client, ev.hSrcResource, ev.data));
+        }
+        let status = match self.client_for(a.h_client, a.os_info) {
+            Ok(_) => NV_OK,
+            Err(s) => s,
+        };
+        if status != NV_OK {
+            return (status, a.h_new);
+        }
+        // serverAllocResourceUnderLock
+        if a.h_new == a.h_client {
+            return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
+        }
+        let Some(parent_class) = self.class_of(a.h_client, a.h_parent) else {
+            return (NV_ERR_OBJECT_NOT_FOUND, a.h_new);
+        };
+        let parent_ok = match a.class {
+            NV01_DEVICE_0 => is_root_class(parent_class),
+            NV20_SUBDEVICE_0 | NV01_MEMORY_SYSTEM => parent_class == NV01_DEVICE_0,
+            NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A => {
+                matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
+            }
+            _ => true, // events: RS_ANY_PARENT
+        };
+        if !parent_ok {
+            return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
+        }
+        let h_new = match self.assign_handle(a.h_client, a.h_new) {
+            Ok(h) => h,
+            Err(s) => return (s, a.h_new),
+        };
+        let kind = match self.construct(drv, &mut a, notifier) {
+            Ok(k) => k,
+            Err(s) => return (s, a.h_new),
+        };
+        let client = self.clients.get_mut(&a.h_client).expect("checked above");
+        client.objects.insert(
+            h_new,
+            Object {
+                class: a.class,
+                parent: a.h_parent,
+                kind,
+            },
+        );
+        (NV_OK, h_new)
+    }
+
+    fn alloc_client(&mut self, h_root: u32, class: u32, os_info: i32, h_new: u32) -> (u32, u32) {
+        let h = if h_root == 0 {
+            match self.new_client_handle() {
+                Some(h) => h,
+                None => return (NV_ERR_INSUFFICIENT_RESOURCES, h_new),
+            }
+        } else if self.clients.contains_key(&h_root) {
+            return (NV_ERR_INSERT_DUPLICATE_NAME, h_new);
+        } else {
+            h_root
+        };
+        self.clients.insert(
+            h,
+            Client {
+                os_info,
+                class,
+                objects: BTreeMap::new(),
+                handle_gen: 0,
+            },
+        );
+        (NV_OK, h)
+    }
+
+    /// `clientAssignResourceHandle`: 0 → a driver-chosen handle; the client's own handle →
+    /// `NV_ERR_INVALID_OBJECT_HANDLE`; a used one → `NV_ERR_INSERT_DUPLICATE_NAME`.
+    fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
+        let c = self
+            .clients
+            .get_mut(&h_client)
+            .ok_or(NV_ERR_INVALID_CLIENT)?;
+        if h == 0 {
+            for _ in 0..RS_UNIQUE_HANDLE_RANGE {
+                let cand = RS_UNIQUE_HANDLE_BASE + (c.handle_gen % RS_UNIQUE_HANDLE_RANGE);
+                c.handle_gen = c.handle_gen.wrapping_add(1);
+                if cand != h_client && !c.objects.contains_key(&cand) {
+                    return Ok(cand);
+                }
+            }
+            return Err(NV_ERR_INSUFFICIENT_RESOURCES);
+        }
+        if h == h_client {
+            return Err(NV_ERR_INVALID_OBJECT_HANDLE);
+        }
+        if c.objects.contains_key(&h) {
+            return Err(NV_ERR_INSERT_DUPLICATE_NAME);
+        }
+        Ok(h)
+    }
+
+    /// The GPU an object (device, subdevice, memory, VA space) belongs to.
+    fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
+        let o = self.clients.get(&h_client)?.objects.get(&h)?;
+        match o.kind {
+            Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu } => Some(gpu),
+            Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
+            Kind::Event { .. } => None,
+        }
+    }
+
+    /// The class constructors.
+    fn construct(
+        &mut self,
+        drv: &SimDriver,
+        a: &mut AllocArgs<'_>,
+        notifier: Option<(u32, u32, u64)>,
+    ) -> Result<Kind, u32> {
+        match a.class {
+            NV01_DEVICE_0 => {
+                let (inst, flags, va_start, va_limit) = match a.params.as_deref() {
+                    None => (0, 0, 0, 0),
+                    Some(p) => {
+                        let d: nvproxy_abi::structs::NV0080_ALLOC_PARAMETERS =
+                            crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
+                        (d.deviceId, d.flags, d.vaStartInternal, d.vaLimitInternal)
+                    }
+                };
+                // NV_DEVICE_ALLOCATION_FLAGS_RESTRICT_RESERVED_VALIMITS
+                if flags & 0x20 != 0 && (va_limit < va_start || va_limit == 0) {
+                    return Err(NV_ERR_INVALID_ARGUMENT);
+                }
+                let gpu = inst as usize;
+                if inst >= NV_MAX_DEVICES
+                    || gpu >= drv.config.gpus.len()
+                    || !drv.gpu_attached(self, gpu)
+                {
+                    return Err(NV_ERR_INVALID_CLASS);
+                }
+                let dup = self.clients[&a.h_client]
+                    .objects
+                    .values()
+                    .any(|o| matches!(o.kind, Kind::Device { gpu: g } if g == gpu));
+                if dup {
+                    return Err(NV_ERR_INSUFFICIENT_RESOURCES);
+                }
+                if !drv.gpu_accessible(self, gpu) {
+                    return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
+                }
+                Ok(Kind::Device { gpu })
+            }
+            NV20_SUBDEVICE_0 => {
+                let inst = match a.params.as_deref() {
+                    None => 0,
+                    Some(p) => crate::buf::read::<u32>(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?,
+                };
+                if inst >= NV2080_MAX_SUBDEVICES || inst != 0 {
+                    // One GPU per device: only subdevice instance 0 exists.
+                    return Err(NV_ERR_INVALID_CLASS);
+                }
+                let gpu = self
+                    .gpu_of(a.h_client, a.h_parent)
+                    .ok_or(NV_ERR_INVALID_CLASS)?;
+                let dup = self.clients[&a.h_client].objects.values().any(|o| {
+                    o.parent == a.h_parent
+                        && matches!(o.kind, Kind::Subdevice { inst: i, .. } if i == inst)
+                });
+                if dup {
+                    return Err(NV_ERR_INSUFFICIENT_RESOURCES);
+                }
+                Ok(Kind::Subdevice { gpu, inst })
+            }
+            NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER => {
+                let gpu = self
+                    .gpu_of(a.h_client, a.h_parent)
+                    .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+                let p = a.params.as_deref().ok_or(NV_ERR_INVALID_ARGUMENT)?;
+                let mp: nvproxy_abi::structs::NV_MEMORY_ALLOCATION_PARAMS =
+                    crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
+                if mp.size == 0 {
+                    return Err(NV_ERR_INVALID_ARGUMENT);
+                }
+                let bytes = mp
+                    .size
+                    .checked_add(0xfff)
+                    .map(|s| s & !0xfff)
+                    .ok_or(NV_ERR_NO_MEMORY)?;
+                let video = a.class == NV01_MEMORY_LOCAL_USER;
+                let offset = if video {
+                    let g = &mut self.gpus[gpu];
+                    let total = drv.config.gpus[gpu].memory_bytes;
+                    if g.vidmem_used.checked_add(bytes).is_none_or(|u| u > total) {
+                        return Err(NV_ERR_NO_MEMORY);
+                    }
+                    g.vidmem_used += bytes;
+                    let off = g.fb_cursor;
+                    g.fb_cursor = g.fb_cursor.wrapping_add(bytes);
+                    off
+                } else {
+                    0
+                };
+                let id = self.next_block;
+                self.next_block += 1;
+                self.blocks.insert(
+                    id,
+                    MemBlock {
+                        gpu,
+                        bytes,
+                        video,
+                        refs: 1,
+                    },
+                );
+                // Report what was allocated, as the driver does in the params it copies out.
+                if let Some(p) = a.params.as_deref_mut() {
+                    let mut out = mp;
+                    out.size = bytes;
+                    out.offset = offset;
+                    out.limit = bytes - 1;
+                    crate::buf::write(p, 0, &out);
+                }
+                Ok(Kind::Memory { block: id })
+            }
+            FERMI_VASPACE_A => {
+                let gpu = self
+                    .gpu_of(a.h_client, a.h_parent)
+                    .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+                Ok(Kind::VaSpace { gpu })
+            }
+            NV01_EVENT_KERNEL_CALLBACK | NV01_EVENT_KERNEL_CALLBACK_EX => {
+                // eventConstruct: never from user space.
+                Err(0x16) // NV_ERR_ILLEGAL_ACTION
+            }
+            NV01_EVENT_OS_EVENT => {
+                let (nclient, nres, data) = notifier.expect("events carry a notifier");
+                let nc = self.clients.get(&nclient).ok_or(NV_ERR_INVALID_CLIENT)?;
+                let is_notifier = if nres == nclient {
+                    true
+                } else {
+                    nc.objects.get(&nres).is_some_and(|o| {
+                        matches!(o.kind, Kind::Device { .. } | Kind::Subdevice { .. })
+                    })
+                };
+                if !is_notifier {
+                    return Err(NV_ERR_INVALID_OBJECT);
+                }
+                // osUserHandleToKernelPtr: the fd must have an OS event for this client.
+                let fd = data as u32;
+                let ev = self
+                    .os_events
+                    .iter_mut()
+                    .find(|e| e.fd == fd && e.h_parent == a.h_client)
+                    .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
+                ev.refcount += 1;
+                Ok(Kind::Event {
+                    os_event: (a.h_client, fd),
+                })
+            }
+            _ => Err(NV_ERR_INVALID_CLASS),
+        }
+    }
+
+    /// Releases what an object holds.
+    fn destroy(&mut self, kind: &Kind) {
+        match *kind {
+            Kind::Memory { block } => {
+                let gone = match self.blocks.get_mut(&block) {
+                    Some(b) => {
+                        b.refs -= 1;
+                        b.refs == 0
+                    }
+                    None => false,
+                };
+                if gone {
+                    let b = self.blocks.remove(&block).expect("present");
+                    if b.video {
+                        let g = &mut self.gpus[b.gpu];
+                        g.vidmem_used = g.vidmem_used.saturating_sub(b.bytes);
+                    }
+                }
+            }
+            Kind::Event { os_event: (h, fd) } => {
+                if let Some(i) = self
+                    .os_events
+                    .iter()
+                    .position(|e| e.h_parent == h && e.fd == fd && e.refcount > 0)
+                {
+                    let e = &mut self.os_events[i];
+                    e.refcount -= 1;
+                    if !e.active && e.refcount == 0 {
+                        self.os_events.remove(i);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Frees `h` of client `h_client` and everything under it, children first.
+    fn free_subtree(&mut self, h_client: u32, h: u32) {
+        let children: Vec<u32> = self.clients[&h_client]
+            .objects
+            .iter()
+            .filter(|(_, o)| o.parent == h)
+            .map(|(&k, _)| k)
+            .collect();
+        for c in children {
+            self.free_subtree(h_client, c);
+        }
+        if let Some(o) = self
+            .clients
+            .get_mut(&h_client)
+            .and_then(|c| c.objects.remove(&h))
+        {
+            self.destroy(&o.kind);
+        }
+    }
+
+    /// Frees client `h` with all its objects.
+    pub(crate) fn free_client(&mut self, _drv: &SimDriver, h: u32) {
+        let tops: Vec<u32> = match self.clients.get(&h) {
+            Some(c) => c
+                .objects
+                .iter()
+                .filter(|(_, o)| o.parent == h)
+                .map(|(&k, _)| k)
+                .collect(),
+            None => return,
+        };
+        for t in tops {
+            self.free_subtree(h, t);
+        }
+        // Objects whose parent vanished cannot exist, but never leak them.
+        if let Some(c) = self.clients.remove(&h) {
+            for o in c.objects.into_values() {
+                self.destroy(&o.kind);
+            }
+        }
+    }
+
+    /// `NV_ESC_RM_FREE` (`serverFreeResourceTree`). Unknown objects of a known client are a
+    /// no-op with `NV_OK` (the driver is built with `RS_COMPATABILITY_MODE`).
+    pub(crate) fn free(
+        &mut self,
+        drv: &SimDriver,
+        h_client: u32,
+        h_object: u32,
+        os_info: i32,
+    ) -> u32 {
+        if let Err(s) = self.client_for(h_client, os_info) {
+            return s;
+        }
+        if h_object == h_client {
+            self.free_client(drv, h_client);
+            // rm_client_free_os_events, done by the escape after a successful client free.
+            self.os_events.retain_mut(|e| {
+                if e.h_parent == h_client {
+                    e.active = false;
+                }
+                e.active || e.refcount > 0
+            });
+            return NV_OK;
+        }
+        if self.clients[&h_client].objects.contains_key(&h_object) {
+            self.free_subtree(h_client, h_object);
+        }
+        NV_OK
+    }
+
+    /// `NV_ESC_RM_DUP_OBJECT` (`serverCopyResource`, `clientCopyResource`). Returns the
+    /// status and the destination handle.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dup(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_object: u32,
+        h_client_src: u32,
+        h_object_src: u32,
+        os_info: i32,
+    ) -> (u32, u32) {
+        // _serverLockDualClientWithLockInfo: in handle order.
+        let (first, second) = if h_client <= h_client_src {
+            (h_client, h_client_src)
+        } else {
+            (h_client_src, h_client)
+        };
+        for h in [first, second] {
+            if !self.clients.contains_key(&h) {
+                return (self.unknown_client_status(h), h_object);
+            }
+        }
+        if let Err(s) = self.client_for(h_client, os_info) {
+            return (s, h_object);
+        }
+        let (src_kind, src_class) = if h_object_src == h_client_src {
+            return (NV_ERR_INVALID_ARGUMENT, h_object); // a client cannot be copied
+        } else {
+            match self.clients[&h_client_src].objects.get(&h_object_src) {
+                Some(o) => (o.kind.clone(), o.class),
+                None => return (NV_ERR_OBJECT_NOT_FOUND, h_object),
+            }
+        };
+        // resCanCopy: memory and VA spaces can be duplicated; devices, subdevices, events not.
+        if !matches!(src_kind, Kind::Memory { .. } | Kind::VaSpace { .. }) {
+            return (NV_ERR_INVALID_ARGUMENT, h_object);
+        }
+        let h_new = match self.assign_handle(h_client, h_object) {
+            Ok(h) => h,
+            Err(s) => return (s, h_object),
+        };
+        let parent_gpu = match self.clients[&h_client].objects.get(&h_parent) {
+            Some(o) => match o.kind {
+                Kind::Device { gpu } | Kind::Subdevice { gpu, .. } => Some(gpu),
+                _ => None,
+            },
+            None if h_parent == h_client => None,
+            None => return (NV_ERR_OBJECT_NOT_FOUND, h_object),
+        };
+        let src_gpu = self.gpu_of(h_client_src, h_object_src);
+        if parent_gpu.is_none() || parent_gpu != src_gpu {
+            return (NV_ERR_INVALID_OBJECT_PARENT, h_object);
+        }
+        // Access: the owner has every right; other clients of the same process get
+        // RS_ACCESS_DUP_OBJECT from the default RS_SHARE_TYPE_PID policy, and every client of a
+        // simulated driver belongs to the one daemon process.
+        if let Kind::Memory { block } = src_kind {
+            if let Some(b) = self.blocks.get_mut(&block) {
+                b.refs += 1;
+            }
+        }
+        self.clients
+            .get_mut(&h_client)
+            .expect("checked above")
+            .objects
+            .insert(
+                h_new,
+                Object {
+                    class: src_class,
+                    parent: h_parent,
+                    kind: src_kind,
+                },
+            );
+        (NV_OK, h_new)
+    }
+
+    /// `NV_ESC_RM_SHARE` (`serverShareResourceAccess`): checks the policy and the handles.
+    /// Policies are not recorded: every client of a simulated driver is one process, which the
+    /// default policy already lets duplicate.
+    pub(crate) fn share(
+        &mut self,
+        h_client: u32,
+        h_object: u32,
+        share_type: u16,
+        target: u32,
+        os_info: i32,
+    ) -> u32 {
+        if share_type >= RS_SHARE_TYPE_MAX {
+            return NV_ERR_INVALID_ARGUMENT;
+        }
+        if share_type == RS_SHARE_TYPE_CLIENT {
+            let (first, second) = if h_client <= target {
+                (h_client, target)
+            } else {
+                (target, h_client)
+            };
+            for h in [first, second] {
+                if !self.clients.contains_key(&h) {
+                    return self.unknown_client_status(h);
+                }
+            }
+        } else if let Err(s) = self.client_for(h_client, os_info) {
+            return s;
+        }
+        if self.class_of(h_client, h_object).is_none() {
+            return NV_ERR_OBJECT_NOT_FOUND;
+        }
+        NV_OK
+    }
+}
