@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd -P)
 
 # Integration test targets of the `tests` crate whose tests are #[ignore]d because they need /dev/cuse.
-KERNEL_TESTS=(cuse_kernel)
+KERNEL_TESTS=(cuse_kernel proxy_kernel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${KERNEL_TESTS[@]}")
 
@@ -25,6 +25,15 @@ if [[ $mode == auto ]]; then
   fi
 fi
 echo "run-kernel-tests: mode=$mode targets=${targets[*]}" >&2
+
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# proxy_kernel runs the daemon's binary: build it and tell the tests where it is.
+for t in "${targets[@]}"; do
+  if [[ $t == proxy_kernel ]]; then
+    cargo build -p daemon --bin nvproxy
+    export NVPROXY_BIN="$target_dir/debug/nvproxy"
+  fi
+done
 
 args=()
 for t in "${targets[@]}"; do args+=(--test "$t"); done
@@ -44,7 +53,6 @@ if ((${#bins[@]} != ${#targets[@]})); then
   exit 1
 fi
 
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 status=0
 for bin in "${bins[@]}"; do
   echo "run-kernel-tests: $(basename "$bin") ($mode)" >&2

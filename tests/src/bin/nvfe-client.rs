@@ -105,20 +105,24 @@ enum Scenario {
         #[arg(long, default_value = "NV_ERR_INVALID_ARGUMENT")]
         expect: String,
     },
-    /// REGISTER_FD naming a descriptor number that is not open (driver: nv_get_file_private
-    /// fails: EINVAL).
+    /// REGISTER_FD naming a descriptor number that is not open. The proxy resolves fd fields
+    /// itself and fails a foreign or closed fd with EBADF (ioctl-proxy `FdError::Foreign`); the
+    /// real driver would say EINVAL (nv_get_file_private fails).
     ForeignFd {
         /// The descriptor number (default: the first closed one from 100).
         #[arg(long)]
         fd: Option<i32>,
-        #[arg(long, default_value = "EINVAL")]
+        #[arg(long, default_value = "EBADF")]
         expect: String,
     },
-    /// REGISTER_FD naming an open descriptor that is not nvidiactl: /dev/null, a pipe, and an
-    /// nvidia<N> file (driver: nv_get_file_private(require ctl) fails: EINVAL).
+    /// REGISTER_FD naming an open descriptor that is not one of the instance's nodes
+    /// (/dev/null, a pipe: the proxy's EBADF), and one that is, but is nvidia<N> rather than
+    /// nvidiactl (forwarded; the driver's nv_get_file_private(require ctl) fails: EINVAL).
     NonNvproxyFd {
-        #[arg(long, default_value = "EINVAL")]
+        #[arg(long, default_value = "EBADF")]
         expect: String,
+        #[arg(long, default_value = "EINVAL")]
+        expect_non_ctl: String,
     },
     /// Frees an object twice (driver, RS_COMPATABILITY_MODE: the second free is NV_OK) and the
     /// root client twice (the proxy's object table: NV_ERR_INVALID_CLIENT).
@@ -476,8 +480,9 @@ fn run_foreign_fd(cli: &Cli, fd: Option<i32>, expect: &str) -> Result<ExitCode, 
     Ok(c.finish(json!({})))
 }
 
-fn run_non_nvproxy_fd(cli: &Cli, expect: &str) -> Result<ExitCode, Error> {
+fn run_non_nvproxy_fd(cli: &Cli, expect: &str, expect_non_ctl: &str) -> Result<ExitCode, Error> {
     let want = expectation(expect)?;
+    let want_non_ctl = expectation(expect_non_ctl)?;
     let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
     let dev = open_gpu0(&s)?;
     let mut c = Checks::new("non-nvproxy-fd");
@@ -503,7 +508,7 @@ fn run_non_nvproxy_fd(cli: &Cli, expect: &str) -> Result<ExitCode, Error> {
             other.as_raw_fd()
         ),
         got,
-        want,
+        want_non_ctl,
     );
     Ok(c.finish(json!({})))
 }
@@ -848,7 +853,10 @@ fn main() -> ExitCode {
             run_params_size_too_large(&cli, *size, expect)
         }
         Scenario::ForeignFd { fd, expect } => run_foreign_fd(&cli, *fd, expect),
-        Scenario::NonNvproxyFd { expect } => run_non_nvproxy_fd(&cli, expect),
+        Scenario::NonNvproxyFd {
+            expect,
+            expect_non_ctl,
+        } => run_non_nvproxy_fd(&cli, expect, expect_non_ctl),
         Scenario::DoubleFree {
             expect_object,
             expect_client,

@@ -1,0 +1,713 @@
+//! End-to-end tests of the `nvproxy` daemon through the real kernel's CUSE: each test runs
+//! `nvproxy exec` (or `serve` + `run`) with the simulated driver and drives the proxied nodes
+//! with `nvfe-client`, a raw-ioctl client of NVIDIA's frontend ABI (`src/bin/nvfe-client.rs`).
+//!
+//! They need `/dev/cuse` and root, so they are `#[ignore]`d and run by
+//! `tests/run-kernel-tests.sh` (natively or in the CUSE VM) with `--ignored --test-threads=1`.
+//! The runner builds the daemon and sets `NVPROXY_BIN`; without it the binary is looked up
+//! next to the test binary's target directory (`target/<profile>/nvproxy`).
+//!
+//! The expected errnos and NV statuses are the client's defaults; each scenario's doc comment in
+//! `nvfe-client` names the driver source (or the proxy's decision) behind its value.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+const CLIENT: &str = env!("CARGO_BIN_EXE_nvfe-client");
+/// One `nvproxy exec` of a short scenario (the VM guest runs 10-50x slower than the host).
+const EXEC_TIMEOUT: Duration = Duration::from_secs(180);
+/// Scenarios with many clients.
+const LONG_TIMEOUT: Duration = Duration::from_secs(480);
+/// Until `nvproxy serve` prints READY.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn require_cuse() {
+    assert!(
+        Path::new("/dev/cuse").exists(),
+        "/dev/cuse is missing: these tests need a kernel with CUSE (modprobe cuse) and root; \
+         run them with tests/run-kernel-tests.sh"
+    );
+}
+
+/// The `nvproxy` binary: `$NVPROXY_BIN`, else `target/<profile>/nvproxy` next to this test.
+fn nvproxy_bin() -> PathBuf {
+    let path = match std::env::var_os("NVPROXY_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().expect("current_exe");
+            // target/<profile>/deps/proxy_kernel-HASH -> target/<profile>/nvproxy
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("test binary in target/<profile>/deps")
+                .join("nvproxy")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "nvproxy binary {} not found: build it (cargo build -p daemon) or set NVPROXY_BIN; \
+         tests/run-kernel-tests.sh does both",
+        path.display()
+    );
+    path
+}
+
+/// A fresh directory under the temporary directory.
+fn scratch_dir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "nvproxy-e2e-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Collects a child's output lines (echoed to stderr with a tag) on a channel.
+fn pump(
+    stream: impl Read + Send + 'static,
+    tag: String,
+    tx: mpsc::Sender<(bool, String)>,
+    out: bool,
+) {
+    thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            eprintln!("[{tag}] {line}");
+            if tx.send((out, line)).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// A child process in its own process group, its output collected line by line. Dropping it
+/// kills the whole group.
+struct Proc {
+    child: Child,
+    tag: String,
+    lines: mpsc::Receiver<(bool, String)>,
+    stdout: Vec<String>,
+    stderr: Vec<String>,
+    stdin: Option<ChildStdin>,
+}
+
+impl Proc {
+    fn spawn(tag: &str, cmd: &mut Command, with_stdin: bool) -> Proc {
+        let cmd_line = format!("{cmd:?}");
+        eprintln!("[{tag}] $ {cmd_line}");
+        let mut child = cmd
+            .stdin(if with_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd_line}: {e}"));
+        let (tx, lines) = mpsc::channel();
+        pump(
+            child.stdout.take().unwrap(),
+            format!("{tag} out"),
+            tx.clone(),
+            true,
+        );
+        pump(
+            child.stderr.take().unwrap(),
+            format!("{tag} err"),
+            tx,
+            false,
+        );
+        let stdin = child.stdin.take();
+        Proc {
+            child,
+            tag: tag.to_owned(),
+            lines,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            stdin,
+        }
+    }
+
+    fn store(&mut self, (out, line): (bool, String)) {
+        if out {
+            self.stdout.push(line);
+        } else {
+            self.stderr.push(line);
+        }
+    }
+
+    /// Waits for a stdout line satisfying `pred`; panics after `timeout` or if the process ends
+    /// first.
+    fn wait_line(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((true, line)) if pred(&line) => {
+                    self.stdout.push(line.clone());
+                    return line;
+                }
+                Ok(item) => self.store(item),
+                Err(e) => panic!(
+                    "{}: no expected line on stdout ({e:?}); status {:?}\n{}",
+                    self.tag,
+                    self.child.try_wait(),
+                    self.transcript()
+                ),
+            }
+        }
+    }
+
+    /// Sends `line` to the child's stdin.
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("spawned with stdin");
+        writeln!(stdin, "{line}").expect("write to child stdin");
+        stdin.flush().expect("flush child stdin");
+    }
+
+    /// Waits for the process to exit (and its output to end); kills the group after `timeout`.
+    fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Drain what is left (the pipes close once every holder exited).
+                let drain_until = Instant::now() + Duration::from_secs(10);
+                while let Ok(item) = self
+                    .lines
+                    .recv_timeout(drain_until.saturating_duration_since(Instant::now()))
+                {
+                    self.store(item);
+                }
+                return status;
+            }
+            while let Ok(item) = self.lines.try_recv() {
+                self.store(item);
+            }
+            if Instant::now() >= deadline {
+                self.kill_group(Signal::SIGKILL);
+                let _ = self.child.wait();
+                panic!(
+                    "{}: still running after {timeout:?}; killed\n{}",
+                    self.tag,
+                    self.transcript()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_group(&self, sig: Signal) {
+        let _ = killpg(Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    fn signal(&self, sig: Signal) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    fn transcript(&self) -> String {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            self.stdout.join("\n"),
+            self.stderr.join("\n")
+        )
+    }
+
+    /// The last stdout line that is a JSON object with a `scenario` (the client's summary).
+    fn summary(&self) -> Value {
+        self.stdout
+            .iter()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v.get("scenario").is_some())
+            .unwrap_or_else(|| panic!("{}: no JSON summary\n{}", self.tag, self.transcript()))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill_group(Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A finished run.
+struct Ran {
+    proc_: Proc,
+    status: ExitStatus,
+    elapsed: Duration,
+}
+
+impl Ran {
+    fn assert_success(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "{}: exit {:?}, want 0\n{}",
+            self.proc_.tag,
+            self.status,
+            self.proc_.transcript()
+        );
+        self
+    }
+
+    fn summary(&self) -> Value {
+        self.proc_.summary()
+    }
+}
+
+/// `nvproxy exec ARGS -- CMD...`, waited for.
+fn exec_cmd(args: &[&str], cmd: &[&str], timeout: Duration) -> Ran {
+    require_cuse();
+    let mut c = Command::new(nvproxy_bin());
+    c.arg("exec").args(args).arg("--").args(cmd);
+    let started = Instant::now();
+    let mut p = Proc::spawn("exec", &mut c, false);
+    let status = p.wait(timeout);
+    let elapsed = started.elapsed();
+    eprintln!("[exec] {status:?} after {elapsed:?}");
+    Ran {
+        proc_: p,
+        status,
+        elapsed,
+    }
+}
+
+/// `nvproxy exec ARGS -- nvfe-client CLIENT_ARGS...`.
+fn exec(args: &[&str], client_args: &[&str]) -> Ran {
+    let mut cmd = vec![CLIENT];
+    cmd.extend_from_slice(client_args);
+    exec_cmd(args, &cmd, EXEC_TIMEOUT)
+}
+
+/// The default instance: one simulated GPU, enforce mode, leak check on exit.
+const SIM: &[&str] = &["--driver", "sim", "--check-leaks"];
+
+/// Runs a hostile scenario under `nvproxy exec --driver sim --check-leaks` and checks that the
+/// client got exactly what it expects (exit 0) and the daemon found no leak.
+fn hostile(client_args: &[&str]) -> Value {
+    let ran = exec(SIM, client_args);
+    ran.assert_success();
+    let v = ran.summary();
+    assert_eq!(v["ok"], true, "{v}");
+    v
+}
+
+/// GPU ids of all GPUs of a simulated driver with `n` GPUs, in minor order (from `init`).
+fn sim_gpu_ids(n: u32) -> Vec<String> {
+    let all: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let gpus = all.join(",");
+    let expect = n.to_string();
+    let n_s = n.to_string();
+    let ran = exec(
+        &[
+            "--driver",
+            "sim",
+            "--sim-gpus",
+            &n_s,
+            "--gpus",
+            &gpus,
+            "--check-leaks",
+        ],
+        &["init", "--expect-gpus", &expect],
+    );
+    ran.assert_success();
+    let v = ran.summary();
+    let mut list: Vec<(u64, String)> = v["gpu_list"]
+        .as_array()
+        .expect("gpu_list")
+        .iter()
+        .map(|g| {
+            (
+                g["minor"].as_u64().expect("minor"),
+                g["gpu_id"].as_str().expect("gpu_id").to_owned(),
+            )
+        })
+        .collect();
+    list.sort();
+    list.into_iter().map(|(_, id)| id).collect()
+}
+
+// ---- CUDA initialisation ------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_sim_init_passes_without_leaks() {
+    let ran = exec(SIM, &["init", "--expect-gpus", "1"]);
+    ran.assert_success();
+    let v = ran.summary();
+    eprintln!("init took {:?}: {v}", ran.elapsed);
+    assert_eq!(
+        (v["ok"].clone(), v["gpus"].clone()),
+        (true.into(), 1.into())
+    );
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_init_retry_transport_passes() {
+    let ran = exec(
+        &["--driver", "sim", "--memory", "retry", "--check-leaks"],
+        &["init", "--expect-gpus", "1"],
+    );
+    ran.assert_success();
+    eprintln!("retry transport: {:?}", ran.elapsed);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_init_process_vm_transport_passes() {
+    let ran = exec(
+        &["--driver", "sim", "--memory", "process-vm", "--check-leaks"],
+        &["init", "--expect-gpus", "1"],
+    );
+    ran.assert_success();
+    eprintln!("process-vm transport: {:?}", ran.elapsed);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_second_of_two_sim_gpus_is_the_tenants_nvidia0() {
+    let ids = sim_gpu_ids(2);
+    let ran = exec(
+        &[
+            "--driver",
+            "sim",
+            "--sim-gpus",
+            "2",
+            "--gpus",
+            "1",
+            "--check-leaks",
+        ],
+        &["init", "--expect-gpus", "1"],
+    );
+    ran.assert_success();
+    let g = &ran.summary()["gpu_list"][0];
+    assert_eq!(
+        (g["minor"].clone(), g["gpu_id"].as_str().map(str::to_owned)),
+        (0.into(), Some(ids[1].clone())),
+        "{g}"
+    );
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_gpu_outside_set_is_unreachable() {
+    let ids = sim_gpu_ids(2);
+    let ran = exec(
+        &[
+            "--driver",
+            "sim",
+            "--sim-gpus",
+            "2",
+            "--gpus",
+            "1",
+            "--check-leaks",
+        ],
+        &["gpu-outside-set", "--gpu-id", &ids[0]],
+    );
+    ran.assert_success();
+    assert_eq!(ran.summary()["ok"], true);
+}
+
+// ---- hostile clients ----------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_unknown_escape_fails_einval() {
+    hostile(&["unknown-escape"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_oversized_params_fail_einval() {
+    hostile(&["oversized-params"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_undersized_params_fail_einval() {
+    hostile(&["undersized-params"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_bad_nested_pointer_answers_invalid_address() {
+    hostile(&["bad-nested-pointer"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_bad_embedded_pointer_answers_invalid_address() {
+    hostile(&["bad-embedded-pointer"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_params_size_too_large_answers_invalid_argument() {
+    hostile(&["params-size-too-large"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_register_fd_with_closed_fd_fails_ebadf() {
+    hostile(&["foreign-fd"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_register_fd_with_non_nvproxy_fd_fails() {
+    hostile(&["non-nvproxy-fd"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_double_free_is_ok_for_objects_and_refused_for_clients() {
+    hostile(&["double-free"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_numa_info_fails_einval() {
+    hostile(&["numa-info"]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_unknown_client_handle_is_refused() {
+    // A handle this instance never allocated (the driver's client handles look like this).
+    hostile(&["use-handle", "0xc1d00a5a"]);
+}
+
+// ---- policy and audit ---------------------------------------------------------------------
+
+/// A graphics-only control: denied to a compute,utility instance in enforce mode.
+const GRAPHICS_CONTROL: &str = "NV2080_CTRL_CMD_GPU_GET_ENGINES";
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_enforce_mode_denies_control_outside_caps() {
+    hostile(&[
+        "probe-control",
+        GRAPHICS_CONTROL,
+        "--expect",
+        "NV_ERR_NOT_SUPPORTED",
+    ]);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_audit_mode_allows_and_logs_control_outside_caps() {
+    let dir = scratch_dir("audit");
+    let log = dir.join("audit.jsonl");
+    let log_s = log.to_str().expect("utf-8 path");
+    let ran = exec(
+        &[
+            "--driver",
+            "sim",
+            "--mode",
+            "audit",
+            "--audit-log",
+            log_s,
+            "--check-leaks",
+        ],
+        &["probe-control", GRAPHICS_CONTROL, "--expect", "NV_OK"],
+    );
+    ran.assert_success();
+    let text = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| panic!("audit log {}: {e}", log.display()));
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
+        .collect();
+    let hit = events
+        .iter()
+        .find(|e| e["name"] == GRAPHICS_CONTROL && e["decision"] == "audit-would-deny");
+    assert!(
+        hit.is_some(),
+        "no audit-would-deny event for {GRAPHICS_CONTROL} in {}:\n{text}",
+        log.display()
+    );
+}
+
+// ---- clients that die, many clients -------------------------------------------------------
+
+/// A shell script run inside `nvproxy exec`: `$0` is the client.
+fn exec_sh(script: &str, timeout: Duration) -> Ran {
+    exec_cmd(SIM, &["/bin/sh", "-c", script, CLIENT], timeout)
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_killed_holding_client_leaks_nothing_and_daemon_serves_on() {
+    let script = r#"
+        out=/tmp/nvfe-hold.$$
+        "$0" hold > "$out" &
+        pid=$!
+        i=0
+        until grep -q '"client"' "$out" 2>/dev/null; do
+            i=$((i + 1)); [ "$i" -gt 1200 ] && { echo "hold never ready" >&2; exit 10; }
+            sleep 0.1
+        done
+        cat "$out"
+        kill -9 "$pid"; wait "$pid"
+        "$0" init --expect-gpus 1
+    "#;
+    let ran = exec_sh(script, EXEC_TIMEOUT);
+    ran.assert_success();
+    assert_eq!(ran.summary()["scenario"], "init");
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_client_killed_mid_ioctl_leaks_nothing_and_daemon_serves_on() {
+    // Eight threads looping over the init sequence; SIGKILL lands while ioctls are in flight.
+    let script = r#"
+        "$0" concurrent 8 --iterations 100000 > /dev/null &
+        pid=$!
+        sleep 3
+        kill -9 "$pid"; wait "$pid"
+        "$0" init --expect-gpus 1
+    "#;
+    let ran = exec_sh(script, EXEC_TIMEOUT);
+    ran.assert_success();
+    assert_eq!(ran.summary()["scenario"], "init");
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_64_concurrent_clients_all_pass() {
+    let started = Instant::now();
+    let ran = exec_cmd(SIM, &[CLIENT, "concurrent", "64"], LONG_TIMEOUT);
+    ran.assert_success();
+    let v = ran.summary();
+    eprintln!("64 concurrent init sequences: {:?}, {v}", started.elapsed());
+    assert_eq!(
+        (v["ok"].clone(), v["passed"].clone()),
+        (true.into(), 64.into())
+    );
+}
+
+// ---- two instances on one simulated driver ------------------------------------------------
+
+/// `nvproxy serve` with two instances `a` (sim GPU 0) and `b` (sim GPU 1), waited for READY.
+fn serve_two_instances() -> (Proc, PathBuf) {
+    require_cuse();
+    let dir = scratch_dir("serve");
+    let config = dir.join("config.toml");
+    let text = format!(
+        r#"driver = "sim"
+
+[sim]
+gpus = 2
+driver_version = "535.261.03"
+
+[daemon]
+memory = "process-vm"
+audit_dir = "{audit}"
+
+[[instance]]
+name = "a"
+gpus = [0]
+caps = ["compute", "utility"]
+
+[[instance]]
+name = "b"
+gpus = [1]
+caps = ["compute", "utility"]
+"#,
+        audit = dir.join("audit").display()
+    );
+    std::fs::write(&config, text).expect("write config");
+    let mut c = Command::new(nvproxy_bin());
+    c.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .arg("--check-leaks");
+    let mut daemon = Proc::spawn("serve", &mut c, false);
+    daemon.wait_line(READY_TIMEOUT, |l| l.trim() == "READY");
+    (daemon, dir)
+}
+
+/// `nvproxy run --instance NAME -- nvfe-client ARGS...`, not waited for.
+fn run_in(instance: &str, client_args: &[&str], with_stdin: bool) -> Proc {
+    let mut c = Command::new(nvproxy_bin());
+    c.args(["run", "--instance", instance, "--", CLIENT])
+        .args(client_args);
+    Proc::spawn(&format!("run {instance}"), &mut c, with_stdin)
+}
+
+fn json_line(line: &str) -> Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+}
+
+/// Stops the daemon with SIGTERM and returns its exit status.
+fn stop(mut daemon: Proc) -> ExitStatus {
+    daemon.signal(Signal::SIGTERM);
+    daemon.wait(EXEC_TIMEOUT)
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_instance_b_cannot_use_instance_a_client_handle() {
+    let (daemon, _dir) = serve_two_instances();
+    let mut hold = run_in("a", &["hold"], true);
+    let held = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\"")));
+    let handle = held["client"].as_str().expect("client handle").to_owned();
+
+    let mut other = run_in("b", &["use-handle", &handle], false);
+    let status = other.wait(EXEC_TIMEOUT);
+    assert!(
+        status.success(),
+        "use-handle in b: {status:?}\n{}",
+        other.transcript()
+    );
+
+    // A's client survived B's attempts (including RM_FREE of it).
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(checked["ok"], true, "{checked}");
+    hold.send("free");
+    let status = hold.wait(EXEC_TIMEOUT);
+    assert!(status.success(), "hold: {status:?}\n{}", hold.transcript());
+
+    let status = stop(daemon);
+    assert!(status.success(), "nvproxy serve --check-leaks: {status:?}");
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_killed_client_leaves_no_leak_at_sigterm() {
+    let (daemon, _dir) = serve_two_instances();
+    let mut hold = run_in("a", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    hold.kill_group(Signal::SIGKILL);
+    let _ = hold.wait(EXEC_TIMEOUT);
+
+    // Both instances still serve.
+    for instance in ["a", "b"] {
+        let mut p = run_in(instance, &["init", "--expect-gpus", "1"], false);
+        let status = p.wait(EXEC_TIMEOUT);
+        assert!(
+            status.success(),
+            "init in {instance}: {status:?}\n{}",
+            p.transcript()
+        );
+    }
+    let status = stop(daemon);
+    assert!(status.success(), "nvproxy serve --check-leaks: {status:?}");
+}
