@@ -20,6 +20,13 @@ pub enum NodeKind {
     Uvm,
 }
 
+/// The value a pointer field of [`HostCall::params`] (or of a nested buffer) holds when a
+/// [`NestedBuf`] stands for it: non-null, so a driver that only tests for NULL sees "present",
+/// and non-canonical on x86_64 and arm64, so a backend that forgot to patch it makes the driver
+/// fault instead of touching daemon memory. Pointer fields without a buffer are 0: a client
+/// address never reaches the host.
+pub const NESTED_PTR_PLACEHOLDER: u64 = 0xdead_5a5a_0000_0000;
+
 /// A daemon-side buffer that an embedded pointer of a [`HostCall`] refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NestedBuf {

@@ -1,17 +1,40 @@
 //! The nvproxy request path: the pieces that sit between a decoded CUSE ioctl and the host
 //! driver. This crate does not depend on `cuse-dev`: it sees client memory through
-//! [`ClientMemory`] and the driver through [`HostDriver`].
+//! [`ClientMemory`], the driver through [`HostDriver`], and the caller's fd table through
+//! [`FdResolver`].
 //!
-//! State today: the host-driver and client-memory interfaces and the object table exist and are
-//! tested; the dispatcher that uses them (escape decoding, policy, fd and pointer translation,
-//! audit) is the frontend-proxy issue's work and is not here yet.
+//! - [`Proxy`]: one instance's frontend (`/dev/nvidiactl`, `/dev/nvidia<N>`) request path:
+//!   dispatch by the ABI table, policy ([`InstancePolicy`]), handle checks ([`ObjectTable`]),
+//!   fd and pointer translation, GPU-set isolation, audit ([`AuditSink`], [`AuditCounts`]).
+//! - [`host`]: the driver boundary; [`real::RealHostDriver`] is the real driver.
+//! - [`memory`]: the caller's memory and the retry-transport contract.
+//!
+//! The daemon implements three traits: [`ClientMemory`] (per request), [`FdResolver`] (per
+//! request) and [`AuditSink`] (per instance).
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod alloc;
+pub mod audit;
+mod control;
+mod embedded;
+mod error;
+mod gpus;
 pub mod host;
 pub mod memory;
+mod nv;
 pub mod objects;
+mod plan;
+pub mod policy;
+mod proxy;
+#[allow(unsafe_code)]
+pub mod real;
+mod request;
 
-pub use host::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
+pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
+pub use error::ProxyError;
+pub use host::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};
+pub use policy::{InstancePolicy, Mode, Verdict};
+pub use proxy::{Caller, FdError, FdResolver, FrontendNode, GpuInfo, OpenId, Proxy};

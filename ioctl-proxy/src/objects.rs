@@ -138,6 +138,31 @@ impl ObjectTable {
         Ok(())
     }
 
+    /// Records that `h_object` depends on `dep` (both objects of `h_client`), as the driver does
+    /// for `NV503C_CTRL_CMD_REGISTER_VA_SPACE`: freeing `dep` then frees `h_object` too.
+    pub fn add_dependency(
+        &mut self,
+        h_client: u32,
+        h_object: u32,
+        dep: u32,
+    ) -> Result<(), ObjectError> {
+        let client = self
+            .clients
+            .get_mut(&h_client)
+            .ok_or(ObjectError::UnknownClient(h_client))?;
+        if !client.objects.contains_key(&dep) {
+            return Err(ObjectError::UnknownObject(h_client, dep));
+        }
+        let obj = client
+            .objects
+            .get_mut(&h_object)
+            .ok_or(ObjectError::UnknownObject(h_client, h_object))?;
+        if !obj.deps.contains(&dep) {
+            obj.deps.push(dep);
+        }
+        Ok(())
+    }
+
     /// Whether `h_object` is the client itself or one of its objects.
     pub fn contains(&self, h_client: u32, h_object: u32) -> bool {
         self.clients

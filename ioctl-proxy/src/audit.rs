@@ -1,0 +1,183 @@
+//! Audit events and counts.
+//!
+//! Every call that is denied, would be denied (audit mode), or fails (an errno, or an NV status
+//! other than `NV_OK`) becomes one [`AuditEvent`] handed to the instance's [`AuditSink`]; the
+//! daemon writes each as one JSON line (`serde_json::to_string`). Allowed calls are only counted,
+//! per entry and decision, in [`AuditCounts`], which the daemon can dump at any time; the counts
+//! are what `nvproxy policy suggest --from-audit` needs.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Which table an entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A frontend escape (`NV_ESC_*`).
+    Escape,
+    /// An RM control (`NV_ESC_RM_CONTROL`).
+    Control,
+    /// An RM allocation class (`NV_ESC_RM_ALLOC`).
+    Class,
+    /// A UVM ioctl.
+    Uvm,
+}
+
+/// What the proxy decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// Allowed and forwarded (or answered) successfully.
+    Allowed,
+    /// Refused: by policy, or because the table does not know the entry, or isolation.
+    Denied,
+    /// Audit mode: enforce mode would have denied it; it was let through.
+    AuditWouldDeny,
+    /// Allowed, but the call failed (errno, or an NV status other than `NV_OK`).
+    Failed,
+}
+
+/// One audited call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEvent {
+    /// The instance.
+    pub instance: String,
+    /// The calling process (thread group) as the daemon sees it.
+    pub pid: u32,
+    /// The calling thread.
+    pub tid: u32,
+    /// The node, as the tenant sees it: `ctl` or `gpu<N>`.
+    pub node: String,
+    /// Which table the entry is from.
+    pub kind: Kind,
+    /// The entry's driver name, or its number in hex when the table does not know it.
+    pub name: String,
+    /// The escape number, control command, or class.
+    pub number: u32,
+    /// The decision.
+    pub decision: Decision,
+    /// Why, in a few words, when the proxy refused or failed the call itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+    /// The NV status the client saw, when the call has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nv_status: Option<u32>,
+    /// The errno the client saw, when the ioctl failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// Time spent in the proxy, microseconds.
+    pub latency_us: u64,
+}
+
+impl AuditEvent {
+    /// The latency as a `Duration`.
+    pub fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency_us)
+    }
+}
+
+/// Where audit events go. The daemon implements it (JSON lines to a file or the journal).
+pub trait AuditSink: Send + Sync {
+    /// Records one event. Called on the request path: must not block for long.
+    fn record(&self, ev: &AuditEvent);
+}
+
+/// A sink that drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl AuditSink for NullSink {
+    fn record(&self, _ev: &AuditEvent) {}
+}
+
+/// One row of [`AuditCounts::snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CountRow {
+    /// Which table.
+    pub kind: Kind,
+    /// The entry name.
+    pub name: String,
+    /// The decision.
+    pub decision: Decision,
+    /// How many calls.
+    pub count: u64,
+}
+
+/// Calls per entry and decision since the proxy started.
+#[derive(Debug, Default)]
+pub struct AuditCounts {
+    counts: Mutex<BTreeMap<(Kind, String, Decision), u64>>,
+}
+
+impl AuditCounts {
+    /// Counts one call.
+    pub fn add(&self, kind: Kind, name: &str, decision: Decision) {
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        *c.entry((kind, name.to_owned(), decision)).or_insert(0) += 1;
+    }
+
+    /// The count of one entry and decision.
+    pub fn get(&self, kind: Kind, name: &str, decision: Decision) -> u64 {
+        let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        c.get(&(kind, name.to_owned(), decision))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every row, sorted by kind, name, decision.
+    pub fn snapshot(&self) -> Vec<CountRow> {
+        let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        c.iter()
+            .map(|((kind, name, decision), &count)| CountRow {
+                kind: *kind,
+                name: name.clone(),
+                decision: *decision,
+                count,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_event_serializes_as_one_json_line() {
+        let ev = AuditEvent {
+            instance: "job42".into(),
+            pid: 7,
+            tid: 8,
+            node: "ctl".into(),
+            kind: Kind::Control,
+            name: "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS".into(),
+            number: 0x2080_3401,
+            decision: Decision::AuditWouldDeny,
+            reason: Some("policy"),
+            nv_status: Some(0),
+            errno: None,
+            latency_us: 12,
+        };
+        let line = serde_json::to_string(&ev).unwrap();
+        assert_eq!(
+            line,
+            r#"{"instance":"job42","pid":7,"tid":8,"node":"ctl","kind":"control","name":"NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS","number":537932801,"decision":"audit-would-deny","reason":"policy","nv_status":0,"latency_us":12}"#
+        );
+    }
+
+    #[test]
+    fn test_counts_aggregate_per_entry_and_decision() {
+        let c = AuditCounts::default();
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed);
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed);
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Failed);
+        assert_eq!(
+            c.get(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed),
+            2
+        );
+        assert_eq!(c.snapshot().len(), 2);
+    }
+}

@@ -1,0 +1,400 @@
+//! `NV_ESC_RM_CONTROL`: the third dispatch level.
+//!
+//! The checks follow the driver's order in `_rmapiRmControl`
+//! (`src/nvidia/src/kernel/rmapi/control.c`): the NULL command is `NV_OK` at once; an unknown
+//! client is `NV_ERR_INVALID_CLIENT`; then the params pointer and size must agree and, for a
+//! control the driver knows, `paramsSize` must equal the control's params size
+//! (`NV_ERR_INVALID_ARGUMENT`); an unknown control is `NV_ERR_NOT_SUPPORTED`; an unknown
+//! `hObject` is `NV_ERR_OBJECT_NOT_FOUND` (`serverControl` → `clientGetResourceRef`). All with
+//! ioctl success. Opaque pass-through controls (legacy GSS, NV2081) are bounded by
+//! `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE`, as `rmapiParamsAcquire` bounds them.
+
+use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
+use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
+use nvproxy_abi::{
+    Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE,
+};
+use tracing::debug;
+
+use crate::audit::Kind;
+use crate::embedded::{Count, embedded};
+use crate::error::ProxyError;
+use crate::nv::*;
+use crate::plan::{Plan, rd32, rd64};
+use crate::proxy::unknown_name;
+use crate::request::{Dir, Req, Stop, answer_ok, deny, fail};
+
+/// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
+const BUILD_VERSION: u32 = 0x101;
+/// The driver's own string buffers are 256 bytes (`..._GET_BUILD_VERSION_V2`); it never writes
+/// more into the client's.
+const BUILD_VERSION_MAX_STRING: u32 = 256;
+/// `NV0000_CTRL_CMD_GPU_GET_ID_INFO`.
+const GET_ID_INFO: u32 = 0x202;
+/// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`.
+const GET_ID_INFO_V2: u32 = 0x205;
+/// `NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS`.
+const GET_ATTACHED_IDS: u32 = 0x201;
+/// `NV0000_CTRL_CMD_GPU_GET_PROBED_IDS`.
+const GET_PROBED_IDS: u32 = 0x214;
+/// `NV0000_CTRL_CMD_GPU_ATTACH_IDS`.
+const ATTACH_IDS: u32 = 0x215;
+/// `NV0000_CTRL_CMD_GPU_DETACH_IDS`.
+const DETACH_IDS: u32 = 0x216;
+/// `NV0000_CTRL_CMD_GPU_GET_ACTIVE_DEVICE_IDS`.
+const GET_ACTIVE_DEVICE_IDS: u32 = 0x288;
+/// NV0000 controls whose first field is an input `gpuId`: `GET_PCI_INFO`,
+/// `GET_UUID_FROM_GPU_ID`, `QUERY_DRAIN_STATE`, `ASYNC_ATTACH_ID`, `WAIT_ATTACH_ID`.
+const GPU_ID_FIRST: [u32; 5] = [0x21b, 0x275, 0x279, 0x289, 0x290];
+/// `NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS` and `..._V2`: `gpuIds[gpuCount]` input.
+const P2P_CAPS: [u32; 2] = [0x127, 0x12b];
+/// `NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_MATRIX`.
+const P2P_CAPS_MATRIX: u32 = 0x13a;
+/// `NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS`.
+const DISABLE_CHANNELS: u32 = 0x2080_110b;
+/// `NV2080_CTRL_CMD_GPU_EXEC_REG_OPS`.
+const EXEC_REG_OPS: u32 = 0x2080_0122;
+/// `NV503C_CTRL_CMD_REGISTER_VA_SPACE`.
+const REGISTER_VA_SPACE: u32 = 0x503c_0102;
+/// `NV00FD_CTRL_CMD_ATTACH_GPU`.
+const ATTACH_GPU: u32 = 0x00fd_0104;
+/// `NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD` ... `IMPORT_OBJECTS_FROM_FD`.
+const UNIX_EXPORT_OBJECT: u32 = 0x3d05;
+const UNIX_IMPORT_OBJECT: u32 = 0x3d06;
+const UNIX_GET_EXPORT_INFO: u32 = 0x3d08;
+const UNIX_EXPORT_OBJECTS: u32 = 0x3d0b;
+const UNIX_IMPORT_OBJECTS: u32 = 0x3d0c;
+/// `NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM`.
+const EXPORT_OBJECT_TYPE_RM: u32 = 1;
+/// Class recorded for objects created by an import (the driver knows the real one).
+const IMPORTED_CLASS: u32 = 0xffff_ffff;
+/// `NV_ERR_INVALID_PARAMETER`: the OS_UNIX controls' answer for an fd that is no nvidiactl file
+/// (`nv_get_file_private` failure, `src/nvidia/arch/nvalloc/unix/src/os.c`).
+const NV_ERR_INVALID_PARAMETER: u32 = 0x3b;
+/// `NV_ERR_INVALID_DEVICE`: escape.c's answer when `NV00FD_CTRL_CMD_ATTACH_GPU`'s
+/// `devDescriptor` is no NVIDIA device file.
+const NV_ERR_INVALID_DEVICE: u32 = 0x26;
+
+impl Req<'_> {
+    /// `NV_ESC_RM_CONTROL`.
+    pub(crate) fn rm_control(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.note.kind = Kind::Control;
+        self.with_status(addr, 32, 28, |r, top| r.control(addr, top))
+    }
+
+    fn control(&mut self, addr: u64, top: Vec<u8>) -> Result<i32, Stop> {
+        let (h_client, h_object, cmd) = (rd32(&top, 0), rd32(&top, 4), rd32(&top, 8));
+        let (params, size) = (rd64(&top, 16), rd32(&top, 24));
+        let spec = self.px.abi.controls.get(&cmd).copied();
+        let pass = if cmd & RM_GSS_LEGACY_MASK != 0 {
+            Some("RM_GSS_LEGACY")
+        } else if cmd >> 16 == NV2081_BINAPI_CLASS {
+            Some("NV2081_BINAPI")
+        } else {
+            None
+        };
+        self.note.number = cmd;
+        self.note.name = match (spec, pass) {
+            (Some(s), _) => s.name.to_owned(),
+            (None, Some(p)) => format!("{p} {cmd:#010x}"),
+            (None, None) => unknown_name(Kind::Control, cmd),
+        };
+        if cmd == 0 || cmd & 0xffff == 0 {
+            return answer_ok("NULL control");
+        }
+        self.need_client(h_client)?;
+        let (name, caps, want) = match (spec, pass) {
+            (Some(s), _) => (s.name, s.caps, Some(s.param_size)),
+            (None, Some(p)) => (p, Caps::COMPUTE_UTILITY, None),
+            (None, None) => return deny(NV_ERR_NOT_SUPPORTED, "unknown control"),
+        };
+        if !self.check_policy(name, caps) {
+            return deny(NV_ERR_NOT_SUPPORTED, "policy");
+        }
+        self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+        if (size != 0) != (params != 0) {
+            return fail(NV_ERR_INVALID_ARGUMENT, "params and paramsSize disagree");
+        }
+        match want {
+            Some(w) if size != w => {
+                return fail(NV_ERR_INVALID_ARGUMENT, "paramsSize is not the control's");
+            }
+            None if size > RMAPI_PARAM_COPY_MAX_PARAMS_SIZE => {
+                return fail(NV_ERR_INVALID_ARGUMENT, "paramsSize above 1 MiB");
+            }
+            _ => {}
+        }
+        let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top);
+        let pbuf = self.nested(&mut plan, None, 16, params, size as usize, Dir::InOut)?;
+        let mutates = match pbuf {
+            Some(p) => self.control_prepare(cmd, size, h_client, &mut plan, p)?,
+            None => false,
+        };
+        let guard = mutates.then(|| self.px.rm_lock());
+        let ret = self.exec(&mut plan)?;
+        if let Some(p) = pbuf {
+            if rd32(&plan.call.params, 28) == NV_OK {
+                self.control_post(cmd, size, h_client, h_object, &mut plan, p);
+            }
+        }
+        drop(guard);
+        Ok(self.finish(addr, plan, Some(28), ret)?)
+    }
+
+    /// Control-specific checks and translation before the host call. Returns whether the
+    /// control creates RM objects (and so runs under the RM mutation lock).
+    fn control_prepare(
+        &mut self,
+        cmd: u32,
+        size: u32,
+        h_client: u32,
+        plan: &mut Plan,
+        p: usize,
+    ) -> Result<bool, Stop> {
+        let pb = Some(p);
+        for e in embedded(cmd, size) {
+            let buf = plan.buf(pb);
+            let count = match e.count {
+                Count::Field(o) => u64::from(rd32(buf, o)),
+                Count::Square(_) if rd64(buf, e.ptr) == 0 => 0,
+                Count::Square(o) => u64::from(rd32(buf, o)).pow(2),
+            };
+            self.nested_array(
+                plan,
+                pb,
+                e.ptr,
+                count,
+                e.elem,
+                Dir::new(e.copy_in, e.copy_out),
+            )?;
+        }
+        let gpu_check = |r: &Self, id: u32, status: u32| -> Result<(), Stop> {
+            if r.px.gpu_in_set(id) {
+                Ok(())
+            } else {
+                deny(status, "GPU outside the instance's set")
+            }
+        };
+        match cmd {
+            BUILD_VERSION => self.build_version(plan, p)?,
+            GET_ID_INFO => {
+                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_OBJECT_NOT_FOUND)?;
+                // szName is unused by the driver (gVisor forces it NULL too).
+                plan.null_ptr(pb, 16);
+            }
+            GET_ID_INFO_V2 => gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_OBJECT_NOT_FOUND)?,
+            c if GPU_ID_FIRST.contains(&c) => {
+                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?;
+            }
+            ATTACH_IDS | DETACH_IDS => self.gpu_id_list(plan, p)?,
+            c if P2P_CAPS.contains(&c) => {
+                let buf = plan.buf(pb);
+                let n = rd32(buf, 128) as usize;
+                if n > NV0000_CTRL_GPU_MAX_GPUS {
+                    return fail(NV_ERR_INVALID_ARGUMENT, "gpuCount above 32");
+                }
+                let ids: Vec<u32> = (0..n).map(|i| rd32(buf, 4 * i)).collect();
+                for id in ids {
+                    gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
+                }
+            }
+            P2P_CAPS_MATRIX => {
+                let buf = plan.buf(pb);
+                let (a, b) = (rd32(buf, 0) as usize, rd32(buf, 4) as usize);
+                if a > 8 || b > 8 {
+                    return fail(NV_ERR_INVALID_ARGUMENT, "group count above 8");
+                }
+                let ids: Vec<u32> = (0..a)
+                    .map(|i| rd32(buf, 8 + 4 * i))
+                    .chain((0..b).map(|i| rd32(buf, 40 + 4 * i)))
+                    .collect();
+                for id in ids {
+                    gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
+                }
+            }
+            DISABLE_CHANNELS => {
+                let buf = plan.buf(pb);
+                if rd64(buf, 16) != 0 {
+                    return fail(NV_ERR_INVALID_ARGUMENT, "pRunlistPreemptEvent must be NULL");
+                }
+                let n = (rd32(buf, 4) as usize).min(64);
+                let clients: Vec<u32> = (0..n).map(|i| rd32(buf, 24 + 4 * i)).collect();
+                for c in clients {
+                    self.need_client(c)?;
+                }
+            }
+            EXEC_REG_OPS => {
+                let target = rd32(plan.buf(pb), 0);
+                if target != 0 {
+                    self.need_client(target)?;
+                }
+            }
+            REGISTER_VA_SPACE => {
+                let va = rd32(plan.buf(pb), 0);
+                self.need_object(h_client, va, NV_ERR_OBJECT_NOT_FOUND)?;
+            }
+            ATTACH_GPU => {
+                let buf = plan.buf(pb);
+                self.need_object(h_client, rd32(buf, 0), NV_ERR_OBJECT_NOT_FOUND)?;
+                let fd = rd64(buf, 8) as i32;
+                let host = self.translate_fd_status(fd, NV_ERR_INVALID_DEVICE)?;
+                plan.rewrite64(pb, 8, host as u64);
+            }
+            UNIX_EXPORT_OBJECT => {
+                let buf = plan.buf(pb);
+                if rd32(buf, 0) == EXPORT_OBJECT_TYPE_RM {
+                    let handles = [rd32(buf, 4), rd32(buf, 8), rd32(buf, 12)];
+                    for h in handles.into_iter().filter(|&h| h != 0) {
+                        self.need_object(h_client, h, NV_ERR_OBJECT_NOT_FOUND)?;
+                    }
+                }
+                self.unix_fd(plan, p, 16)?;
+            }
+            UNIX_GET_EXPORT_INFO => self.unix_fd(plan, p, 0)?,
+            UNIX_EXPORT_OBJECTS => {
+                let h_device = rd32(plan.buf(pb), 4);
+                self.need_object(h_client, h_device, NV_ERR_OBJECT_NOT_FOUND)?;
+                self.unix_fd(plan, p, 0)?;
+            }
+            UNIX_IMPORT_OBJECT => {
+                let buf = plan.buf(pb);
+                if rd32(buf, 4) == EXPORT_OBJECT_TYPE_RM {
+                    let parent = rd32(buf, 12);
+                    self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+                }
+                self.unix_fd(plan, p, 0)?;
+                return Ok(true);
+            }
+            UNIX_IMPORT_OBJECTS => {
+                let parent = rd32(plan.buf(pb), 4);
+                self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+                self.unix_fd(plan, p, 0)?;
+                return Ok(true);
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// An OS_UNIX export fd field: an nvidiactl file of this instance.
+    fn unix_fd(&mut self, plan: &mut Plan, p: usize, off: usize) -> Result<(), Stop> {
+        let fd = rd32(plan.buf(Some(p)), off) as i32;
+        let host = self.translate_fd_status(fd, NV_ERR_INVALID_PARAMETER)?;
+        plan.rewrite32(Some(p), off, host as u32);
+        Ok(())
+    }
+
+    /// `SYSTEM_GET_BUILD_VERSION` (the deprecated converter in
+    /// `src/nvidia/interface/deprecated/rmapi_deprecated_control.c`): with any of the three
+    /// string pointers NULL the driver only reports `sizeOfStrings`; otherwise it checks
+    /// `sizeOfStrings` against its own (at most 256-byte) strings and copies each out.
+    fn build_version(&mut self, plan: &mut Plan, p: usize) -> Result<(), Stop> {
+        let pb = Some(p);
+        let buf = plan.buf(pb);
+        let ptrs = [rd64(buf, 8), rd64(buf, 16), rd64(buf, 24)];
+        if ptrs.contains(&0) {
+            for off in [8, 16, 24] {
+                plan.null_ptr(pb, off);
+            }
+            return Ok(());
+        }
+        let size = rd32(buf, 0);
+        if size == 0 {
+            return fail(NV_ERR_INVALID_PARAM_STRUCT, "sizeOfStrings is 0");
+        }
+        // The host sees buffers of at most 256 bytes and a sizeOfStrings that matches them;
+        // the client gets its own value back.
+        let len = size.min(BUILD_VERSION_MAX_STRING);
+        plan.rewrite32(pb, 0, len);
+        for (off, addr) in [8, 16, 24].into_iter().zip(ptrs) {
+            self.nested(plan, pb, off, addr, len as usize, Dir::InOut)?;
+        }
+        Ok(())
+    }
+
+    /// `GPU_ATTACH_IDS` / `GPU_DETACH_IDS`: every id up to the first `INVALID_ID` must be in the
+    /// set (else `NV_ERR_INVALID_ARGUMENT`, `cliresCtrlCmdGpuAttachIds`); "all" (`0xffff`) is
+    /// rewritten to the instance's ids.
+    fn gpu_id_list(&mut self, plan: &mut Plan, p: usize) -> Result<(), Stop> {
+        let pb = Some(p);
+        let first = rd32(plan.buf(pb), 0);
+        if first == nvproxy_abi::structs::NV0000_CTRL_GPU_ATTACH_ALL_PROBED_IDS {
+            for i in 0..NV0000_CTRL_GPU_MAX_GPUS {
+                let id = self
+                    .px
+                    .gpus
+                    .get(i)
+                    .map_or(NV0000_CTRL_GPU_INVALID_ID, |g| g.gpu_id);
+                plan.rewrite32(pb, 4 * i, id);
+            }
+            return Ok(());
+        }
+        for i in 0..NV0000_CTRL_GPU_MAX_GPUS {
+            let id = rd32(plan.buf(pb), 4 * i);
+            if id == NV0000_CTRL_GPU_INVALID_ID {
+                break;
+            }
+            if !self.px.gpu_in_set(id) {
+                return deny(NV_ERR_INVALID_ARGUMENT, "GPU outside the instance's set");
+            }
+        }
+        Ok(())
+    }
+
+    /// After a successful control: filter GPU lists to the instance, learn device instances,
+    /// record dependencies and imported objects.
+    fn control_post(
+        &mut self,
+        cmd: u32,
+        size: u32,
+        h_client: u32,
+        h_object: u32,
+        plan: &mut Plan,
+        p: usize,
+    ) {
+        let pb = Some(p);
+        match cmd {
+            GET_ATTACHED_IDS => self.filter_id_lists(plan, p, &[0], None),
+            GET_PROBED_IDS => {
+                // gpuFlags (580+) runs parallel to gpuIds.
+                let flags = (size >= 384).then_some(256);
+                self.filter_id_lists(plan, p, &[0], flags);
+                self.filter_id_lists(plan, p, &[128], None);
+            }
+            GET_ACTIVE_DEVICE_IDS => self.filter_active_devices(plan, p),
+            GET_ID_INFO | GET_ID_INFO_V2 => {
+                let buf = plan.buf(pb);
+                self.px.learn_device(rd32(buf, 8), rd32(buf, 0));
+            }
+            REGISTER_VA_SPACE => {
+                let va = rd32(plan.buf(pb), 0);
+                let r = self.px.objects().add_dependency(h_client, h_object, va);
+                debug!(?r, "VA space dependency");
+            }
+            UNIX_IMPORT_OBJECT => {
+                let buf = plan.buf(pb);
+                if rd32(buf, 4) == EXPORT_OBJECT_TYPE_RM {
+                    let (parent, h) = (rd32(buf, 12), rd32(buf, 16));
+                    let r = self
+                        .px
+                        .objects()
+                        .add_object(h_client, parent, h, IMPORTED_CLASS, &[]);
+                    debug!(?r, h, "imported object");
+                }
+            }
+            UNIX_IMPORT_OBJECTS => {
+                let buf = plan.buf(pb).to_vec();
+                let parent = rd32(&buf, 4);
+                let mut t = self.px.objects();
+                for i in 0..128 {
+                    let h = rd32(&buf, 8 + 4 * i);
+                    if h != 0 {
+                        let r = t.add_object(h_client, parent, h, IMPORTED_CLASS, &[]);
+                        debug!(?r, h, "imported object");
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

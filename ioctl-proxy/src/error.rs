@@ -1,0 +1,113 @@
+//! The crate's error type and its one mapping to an errno.
+//!
+//! Only failures the *ioctl syscall* reports are errors here. Answers the driver gives through an
+//! NV status inside the params (unknown class, unknown client, bad nested pointer, ...) are not
+//! errors: the proxy writes the status and the ioctl succeeds, as on the real driver.
+
+use std::io;
+
+use nvproxy_abi::AbiError;
+use thiserror::Error;
+
+/// Why a proxied call (or the proxy's construction) failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// `_IOC_TYPE` is not `NV_IOCTL_MAGIC` ('F').
+    #[error("ioctl {cmd:#010x} is not an NVIDIA escape (type is not 'F')")]
+    NotNvidia {
+        /// The command.
+        cmd: u32,
+    },
+    /// The escape number is not in the driver version's table.
+    #[error("escape {nr:#x} is not in the ABI table")]
+    UnknownEscape {
+        /// `_IOC_NR`.
+        nr: u32,
+    },
+    /// The payload size is not one the escape accepts.
+    #[error("{name}: {size}-byte payload is not acceptable")]
+    BadSize {
+        /// The escape.
+        name: &'static str,
+        /// `_IOC_SIZE` (or the `NV_ESC_IOCTL_XFER_CMD` size).
+        size: u32,
+    },
+    /// An escape the proxy never forwards (`NV_ESC_NUMA_INFO`).
+    #[error("{0} is not proxied")]
+    NotProxied(&'static str),
+    /// The instance's policy denies the escape.
+    #[error("{0} denied by policy")]
+    Denied(&'static str),
+    /// The request names a GPU outside the instance's set (`NV_ESC_ATTACH_GPUS_TO_FD`).
+    #[error("GPU id {0:#x} is not in the instance's GPU set")]
+    GpuNotInSet(u32),
+    /// The call is valid but this proxy cannot carry it out (yet).
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// An fd field that the driver checks with an errno named no file of this instance.
+    #[error("fd {fd} is not a node of this instance")]
+    ForeignFd {
+        /// The caller's fd number.
+        fd: i32,
+        /// The errno the resolver gave (`EBADF` for a foreign or closed fd).
+        errno: i32,
+    },
+    /// The top-level parameters could not be read or written (`copy_from_user` failed).
+    #[error("bad address in client memory")]
+    Fault,
+    /// Client memory is not available yet: the transport must fetch more and re-run the call
+    /// (retry transport only). Never reaches the client.
+    #[error("client memory pending")]
+    Pending,
+    /// The open file id is not (or no longer) one of this proxy's.
+    #[error("open file {0} unknown")]
+    UnknownOpen(u64),
+    /// The tenant opened a GPU node beyond its set.
+    #[error("no GPU {0} in this instance")]
+    NoSuchGpu(u32),
+    /// The host driver failed the syscall.
+    #[error("host driver: {0}")]
+    Host(#[source] io::Error),
+    /// The driver version has no ABI table.
+    #[error(transparent)]
+    Abi(#[from] AbiError),
+    /// The instance configuration does not fit the host.
+    #[error("instance configuration: {0}")]
+    Config(String),
+}
+
+impl ProxyError {
+    /// The errno the client sees (positive). One match, so every variant chooses one.
+    ///
+    /// Sources for the choices: `kernel-open/nvidia/nv.c` `nvidia_ioctl` returns `-EINVAL` for
+    /// an unknown escape (escape.c `RmIoctl` default leaves `NV_ERR_GENERIC`, nv.c maps any
+    /// non-OK `rm_ioctl` to `-EINVAL`), for a bad `_IOC_SIZE` (each escape's size check) and for
+    /// an XFER size above `NV_ABSOLUTE_MAX_IOCTL_SIZE`; `-EFAULT` when `copy_from_user` of the
+    /// argument fails.
+    pub fn errno(&self) -> i32 {
+        match self {
+            // Not the driver's ioctl at all: the kernel convention for a foreign command.
+            Self::NotNvidia { .. } => libc::ENOTTY,
+            Self::UnknownEscape { .. }
+            | Self::BadSize { .. }
+            | Self::NotProxied(_)
+            | Self::Denied(_)
+            | Self::GpuNotInSet(_)
+            | Self::Unsupported(_)
+            | Self::Config(_)
+            | Self::Abi(_) => libc::EINVAL,
+            Self::ForeignFd { errno, .. } => *errno,
+            Self::Fault => libc::EFAULT,
+            Self::Pending => libc::EAGAIN,
+            Self::UnknownOpen(_) => libc::EBADF,
+            Self::NoSuchGpu(_) => libc::ENODEV,
+            Self::Host(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    /// Whether the transport must fetch more client memory and re-run the call.
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Self::Pending)
+    }
+}

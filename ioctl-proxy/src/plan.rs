@@ -1,0 +1,195 @@
+//! Building a [`HostCall`] from client bytes, and putting the results back.
+//!
+//! A [`Plan`] holds the translated call plus what the copy-out needs: where each buffer goes in
+//! the client (only the buffers the driver writes), and the original bytes of every field the
+//! proxy rewrote (pointers, fds), which are restored before anything is written back. The
+//! client therefore sees its own pointer and fd values, as after the real driver's
+//! `copy_to_user` of the whole struct.
+
+use crate::host::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+
+/// Reads a native-endian `u32` at `off`; 0 when out of range (callers size buffers first).
+pub(crate) fn rd32(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Reads a native-endian `u64` at `off`; 0 when out of range.
+pub(crate) fn rd64(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8).map_or(0, |s| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        u64::from_ne_bytes(a)
+    })
+}
+
+/// Writes a native-endian `u32` at `off` (ignored when out of range).
+pub(crate) fn wr32(b: &mut [u8], off: usize, v: u32) {
+    if let Some(s) = b.get_mut(off..off + 4) {
+        s.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// Writes a native-endian `u64` at `off` (ignored when out of range).
+pub(crate) fn wr64(b: &mut [u8], off: usize, v: u64) {
+    if let Some(s) = b.get_mut(off..off + 8) {
+        s.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// A buffer of a plan: the top-level params or a nested buffer.
+pub(crate) type Buf = Option<usize>;
+
+#[derive(Debug)]
+struct Restore {
+    buf: Buf,
+    off: usize,
+    bytes: Vec<u8>,
+}
+
+/// A host call under construction, with its copy-out plan.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) call: HostCall,
+    /// Per nested buffer: the client address to copy it back to, if the driver writes it.
+    outs: Vec<Option<u64>>,
+    restores: Vec<Restore>,
+}
+
+impl Plan {
+    /// A plan for `cmd` whose top-level params are `params` (already a copy of the client's).
+    pub(crate) fn new(cmd: u32, params: Vec<u8>) -> Self {
+        Self {
+            call: HostCall {
+                cmd,
+                params,
+                nested: Vec::new(),
+            },
+            outs: Vec::new(),
+            restores: Vec::new(),
+        }
+    }
+
+    /// The bytes of a buffer.
+    pub(crate) fn buf(&self, b: Buf) -> &[u8] {
+        match b {
+            None => &self.call.params,
+            Some(i) => self.call.nested.get(i).map_or(&[], |n| &n.data),
+        }
+    }
+
+    fn buf_mut(&mut self, b: Buf) -> &mut Vec<u8> {
+        match b {
+            None => &mut self.call.params,
+            Some(i) => &mut self.call.nested[i].data,
+        }
+    }
+
+    fn remember(&mut self, b: Buf, off: usize, len: usize) {
+        let bytes = self.buf(b).get(off..off + len).unwrap_or(&[]).to_vec();
+        if !bytes.is_empty() && !self.restores.iter().any(|r| r.buf == b && r.off == off) {
+            self.restores.push(Restore { buf: b, off, bytes });
+        }
+    }
+
+    /// Rewrites a 32-bit field for the host; the client gets its own value back.
+    pub(crate) fn rewrite32(&mut self, b: Buf, off: usize, v: u32) {
+        self.remember(b, off, 4);
+        wr32(self.buf_mut(b), off, v);
+    }
+
+    /// Rewrites a 64-bit field for the host; the client gets its own value back.
+    pub(crate) fn rewrite64(&mut self, b: Buf, off: usize, v: u64) {
+        self.remember(b, off, 8);
+        wr64(self.buf_mut(b), off, v);
+    }
+
+    /// Sets a field for the host *and* for the client (the driver's own answer, e.g. a status).
+    pub(crate) fn set32(&mut self, b: Buf, off: usize, v: u32) {
+        wr32(self.buf_mut(b), off, v);
+    }
+
+    /// Overwrites bytes of a buffer for host and client alike (output post-processing).
+    pub(crate) fn overwrite(&mut self, b: Buf, off: usize, bytes: &[u8]) {
+        if let Some(s) = self.buf_mut(b).get_mut(off..off + bytes.len()) {
+            s.copy_from_slice(bytes);
+        }
+    }
+
+    /// Adds a daemon buffer for the pointer at `off` in `parent`: the host sees a non-null
+    /// placeholder there (patched to the buffer's address by the real driver backend), the
+    /// client gets its pointer back. `out` is the client address to copy the buffer back to,
+    /// when the driver writes it. Returns the buffer's index.
+    pub(crate) fn nest(
+        &mut self,
+        parent: Buf,
+        off: usize,
+        data: Vec<u8>,
+        out: Option<u64>,
+    ) -> usize {
+        self.rewrite64(parent, off, NESTED_PTR_PLACEHOLDER);
+        self.call.nested.push(NestedBuf {
+            parent,
+            offset: off,
+            data,
+        });
+        self.outs.push(out);
+        self.call.nested.len() - 1
+    }
+
+    /// Nulls the pointer at `off` in `parent` for the host (no buffer).
+    pub(crate) fn null_ptr(&mut self, parent: Buf, off: usize) {
+        self.rewrite64(parent, off, 0);
+    }
+
+    /// After the host call: restores the client's field values and returns the top-level bytes
+    /// plus the nested buffers to copy back as `(client address, bytes)`.
+    pub(crate) fn into_outputs(mut self) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
+        let restores = std::mem::take(&mut self.restores);
+        for r in restores {
+            let len = r.bytes.len();
+            if let Some(s) = self.buf_mut(r.buf).get_mut(r.off..r.off + len) {
+                s.copy_from_slice(&r.bytes);
+            }
+        }
+        let outs = self
+            .call
+            .nested
+            .into_iter()
+            .zip(self.outs)
+            .filter_map(|(n, out)| out.map(|a| (a, n.data)))
+            .collect();
+        (self.call.params, outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_nest_hides_client_pointer_and_restores_it() {
+        let mut top = vec![0u8; 32];
+        wr64(&mut top, 16, 0x7fff_0000_1000);
+        let mut plan = Plan::new(1, top);
+        let i = plan.nest(None, 16, vec![1, 2, 3], Some(0x7fff_0000_1000));
+        assert_eq!(rd64(&plan.call.params, 16), NESTED_PTR_PLACEHOLDER);
+        assert_eq!(plan.call.nested[i].parent, None);
+        let (top, outs) = plan.into_outputs();
+        assert_eq!(rd64(&top, 16), 0x7fff_0000_1000);
+        assert_eq!(outs, vec![(0x7fff_0000_1000, vec![1, 2, 3])]);
+    }
+
+    #[test]
+    fn test_rewrite_twice_restores_the_first_original() {
+        let mut plan = Plan::new(1, vec![7, 0, 0, 0]);
+        plan.rewrite32(None, 0, 1);
+        plan.rewrite32(None, 0, 2);
+        assert_eq!(plan.into_outputs().0, vec![7, 0, 0, 0]);
+    }
+
+    #[test]
+    fn test_out_of_range_reads_are_zero() {
+        assert_eq!((rd32(&[1, 2], 0), rd64(&[0; 4], 0)), (0, 0));
+    }
+}

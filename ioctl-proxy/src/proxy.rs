@@ -1,0 +1,399 @@
+//! [`Proxy`]: one instance's request path for `/dev/nvidiactl` and `/dev/nvidia<N>`.
+//!
+//! Every client `open()` of a frontend node gets its own host file ([`Proxy::open`]); every
+//! ioctl on it goes through [`Proxy::ioctl`], which decodes it with the driver version's ABI
+//! table, applies the instance's policy, checks every handle against the instance's
+//! [`ObjectTable`], translates fd fields through the daemon's [`FdResolver`] and pointer fields
+//! into daemon buffers, calls the host, post-processes outputs (GPU lists filtered to the
+//! instance), copies results back and records an audit event.
+//!
+//! # Client memory and retries
+//!
+//! Each call first reads everything it needs and declares everything it will write
+//! ([`ClientMemory::reserve_write`]); only then does it touch the host or the object table. A
+//! [`MemError::Pending`](crate::MemError::Pending) anywhere before that point makes
+//! [`Proxy::ioctl`] return [`ProxyError::Pending`] with no side effect, and the transport re-runs
+//! the call once it has the data.
+//!
+//! # Concurrency
+//!
+//! `Proxy` is `Send + Sync`; calls run concurrently. The object table sits behind one mutex that
+//! is never held across a host ioctl. Calls that create or destroy RM objects (allocs, frees,
+//! dups, imports) additionally hold the *RM mutation lock* across their host ioctl and table
+//! update, so the table sees those changes in the driver's order (a handle freed and re-used by
+//! two threads cannot be recorded in the wrong order). The driver serialises the same calls under
+//! its RM API write lock, so this costs no parallelism the driver would have given. Controls and
+//! the other escapes run without it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use nvproxy_abi::structs::nv_ioctl_card_info_t;
+use nvproxy_abi::{DriverAbi, DriverVersion};
+use tracing::debug;
+use zerocopy::FromBytes;
+
+use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
+use crate::error::ProxyError;
+use crate::host::{HostCall, HostDriver, HostFile, NodeKind};
+use crate::memory::ClientMemory;
+use crate::objects::{ObjectTable, OwnerId};
+use crate::policy::InstancePolicy;
+use crate::request::{Note, Req};
+
+/// Identifies one client open of a frontend node (the owner of the RM clients allocated
+/// through it).
+pub type OpenId = OwnerId;
+
+/// A frontend node as the tenant sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrontendNode {
+    /// `/dev/nvidiactl`.
+    Ctl,
+    /// `/dev/nvidia<N>`: the tenant's N-th GPU (index into [`InstancePolicy::gpus`]).
+    Gpu(u32),
+}
+
+impl fmt::Display for FrontendNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ctl => f.write_str("ctl"),
+            Self::Gpu(i) => write!(f, "gpu{i}"),
+        }
+    }
+}
+
+/// The calling thread, as the FUSE header names it (in the daemon's pid namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Caller {
+    /// Thread group id.
+    pub pid: u32,
+    /// Thread id (the FUSE header's pid).
+    pub tid: u32,
+}
+
+/// Why an fd number of the caller could not be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdError {
+    /// The fd is not an open of one of *this instance's* nodes: another file, another
+    /// instance's node, a closed or negative fd.
+    Foreign,
+    /// Resolution itself failed (the thread exited, no memory, ...): this errno is returned.
+    Errno(i32),
+}
+
+impl FdError {
+    /// The errno for an fd field whose failure the driver reports as an errno: `EBADF` for a
+    /// foreign fd.
+    pub fn errno(self) -> i32 {
+        match self {
+            Self::Foreign => libc::EBADF,
+            Self::Errno(e) => e,
+        }
+    }
+}
+
+/// Resolves fd numbers of the calling thread to this instance's opens. The daemon implements
+/// it kernel-side (`pidfd_getfd` on the calling thread, `fstat`, the private identify ioctl;
+/// DESIGN.md section 3 step 5), never by trusting the client. One resolver serves one call.
+pub trait FdResolver {
+    /// The open that fd `fd` of the calling thread refers to.
+    fn resolve(&self, fd: i32) -> Result<OpenId, FdError>;
+}
+
+/// An instance GPU: host minor number and the driver's GPU id (`nv_ioctl_card_info_t.gpu_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Host minor (`/dev/nvidia<minor>`).
+    pub minor: u32,
+    /// The driver's GPU id, as NV0000 GPU controls name it.
+    pub gpu_id: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    pub(crate) node: FrontendNode,
+    pub(crate) host: Arc<dyn HostFile>,
+}
+
+/// Entries of the host's `NV_ESC_CARD_INFO` array the proxy asks for (`NV_MAX_DEVICES`).
+pub(crate) const HOST_CARDS: usize = 32;
+
+/// One instance's frontend proxy.
+pub struct Proxy {
+    pub(crate) abi: DriverAbi,
+    pub(crate) policy: InstancePolicy,
+    host: Arc<dyn HostDriver>,
+    pub(crate) gpus: Vec<GpuInfo>,
+    opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
+    next_open: AtomicU64,
+    objects: Mutex<ObjectTable>,
+    rm_lock: Mutex<()>,
+    /// Device instance → GPU id, learned from `NV0000_CTRL_CMD_GPU_GET_ID_INFO(_V2)` replies.
+    devices: Mutex<BTreeMap<u32, u32>>,
+    audit: Arc<dyn AuditSink>,
+    counts: AuditCounts,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Proxy")
+            .field("instance", &self.policy.name)
+            .field("gpus", &self.gpus)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Issues `NV_ESC_CARD_INFO` on a host file and returns the valid entries.
+pub(crate) fn host_cards(file: &dyn HostFile) -> Result<Vec<nv_ioctl_card_info_t>, ProxyError> {
+    let size = HOST_CARDS * size_of::<nv_ioctl_card_info_t>();
+    let mut call = HostCall {
+        cmd: nvproxy_abi::ioctl::nv_iowr(nvproxy_abi::ioctl::NV_ESC_CARD_INFO, size),
+        params: vec![0; size],
+        nested: Vec::new(),
+    };
+    file.ioctl(&mut call).map_err(ProxyError::Host)?;
+    Ok(call
+        .params
+        .chunks_exact(size_of::<nv_ioctl_card_info_t>())
+        .filter_map(|c| nv_ioctl_card_info_t::read_from_bytes(c).ok())
+        .filter(|c| c.valid != 0)
+        .collect())
+}
+
+impl Proxy {
+    /// A proxy for one instance. Opens a host control file once to learn, from the host's
+    /// `NV_ESC_CARD_INFO`, the GPU id of each of the instance's GPUs; fails if the host has no
+    /// GPU with one of the instance's minors.
+    pub fn new(
+        abi: DriverAbi,
+        policy: InstancePolicy,
+        host: Arc<dyn HostDriver>,
+    ) -> Result<Self, ProxyError> {
+        let ctl = host.open(NodeKind::Ctl).map_err(ProxyError::Host)?;
+        let cards = host_cards(&*ctl)?;
+        let mut gpus = Vec::with_capacity(policy.gpus.len());
+        for &minor in &policy.gpus {
+            let card = cards
+                .iter()
+                .find(|c| c.minor_number == minor)
+                .ok_or_else(|| ProxyError::Config(format!("host has no GPU /dev/nvidia{minor}")))?;
+            if gpus.iter().any(|g: &GpuInfo| g.minor == minor) {
+                return Err(ProxyError::Config(format!("GPU {minor} listed twice")));
+            }
+            gpus.push(GpuInfo {
+                minor,
+                gpu_id: card.gpu_id,
+            });
+        }
+        Ok(Self {
+            abi,
+            policy,
+            host,
+            gpus,
+            opens: Mutex::new(HashMap::new()),
+            next_open: AtomicU64::new(1),
+            objects: Mutex::new(ObjectTable::new()),
+            rm_lock: Mutex::new(()),
+            devices: Mutex::new(BTreeMap::new()),
+            audit: Arc::new(NullSink),
+            counts: AuditCounts::default(),
+        })
+    }
+
+    /// A proxy using the ABI table of the host driver's own version (exact match required).
+    pub fn for_host(policy: InstancePolicy, host: Arc<dyn HostDriver>) -> Result<Self, ProxyError> {
+        let version: DriverVersion = host.version().trim().parse()?;
+        let abi = nvproxy_abi::find(&version)?.tables();
+        Self::new(abi, policy, host)
+    }
+
+    /// Sends audit events to `sink` (the default drops them).
+    pub fn with_audit(mut self, sink: Arc<dyn AuditSink>) -> Self {
+        self.audit = sink;
+        self
+    }
+
+    /// The instance's policy.
+    pub fn policy(&self) -> &InstancePolicy {
+        &self.policy
+    }
+
+    /// The ABI tables in use.
+    pub fn abi(&self) -> &DriverAbi {
+        &self.abi
+    }
+
+    /// The instance's GPUs in the tenant's order.
+    pub fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    /// Calls per entry and decision so far.
+    pub fn counts(&self) -> &AuditCounts {
+        &self.counts
+    }
+
+    /// Opens a new host file for a client open of `node`.
+    pub fn open(&self, node: FrontendNode) -> Result<OpenId, ProxyError> {
+        let host_node = match node {
+            FrontendNode::Ctl => NodeKind::Ctl,
+            FrontendNode::Gpu(i) => NodeKind::Gpu(
+                self.gpus
+                    .get(i as usize)
+                    .ok_or(ProxyError::NoSuchGpu(i))?
+                    .minor,
+            ),
+        };
+        let host = self.host.open(host_node).map_err(ProxyError::Host)?;
+        let id = OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed));
+        lock(&self.opens).insert(id, Arc::new(OpenFile { node, host }));
+        debug!(instance = %self.policy.name, open = id.0, %node, "open");
+        Ok(id)
+    }
+
+    /// Forgets a client open: removes the RM clients allocated through it from the object
+    /// table (the host file's close frees them in the driver, as `RmFreeUnusedClients` does)
+    /// and drops the host file. Returns the freed client handles.
+    pub fn release(&self, open: OpenId) -> Vec<u32> {
+        let file = lock(&self.opens).remove(&open);
+        let freed = lock(&self.objects).release_owner(open);
+        debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
+        drop(file);
+        freed
+    }
+
+    /// The host file id (`HostFile::id`) of an open: what an fd field naming it becomes. The
+    /// UVM handlers use it for `rmCtrlFd`.
+    pub fn host_file_id(&self, open: OpenId) -> Option<i32> {
+        lock(&self.opens).get(&open).map(|f| f.host.id())
+    }
+
+    /// Whether `h_client` is an RM client of this instance.
+    pub fn has_client(&self, h_client: u32) -> bool {
+        lock(&self.objects).contains(h_client, h_client)
+    }
+
+    /// Number of RM clients plus objects the instance holds.
+    pub fn object_count(&self) -> usize {
+        lock(&self.objects).len()
+    }
+
+    pub(crate) fn file(&self, open: OpenId) -> Option<Arc<OpenFile>> {
+        lock(&self.opens).get(&open).cloned()
+    }
+
+    pub(crate) fn objects(&self) -> MutexGuard<'_, ObjectTable> {
+        lock(&self.objects)
+    }
+
+    pub(crate) fn rm_lock(&self) -> MutexGuard<'_, ()> {
+        lock(&self.rm_lock)
+    }
+
+    pub(crate) fn device_gpu(&self, device_instance: u32) -> Option<u32> {
+        lock(&self.devices).get(&device_instance).copied()
+    }
+
+    pub(crate) fn learn_device(&self, device_instance: u32, gpu_id: u32) {
+        lock(&self.devices).insert(device_instance, gpu_id);
+    }
+
+    /// Whether `gpu_id` is one of the instance's GPUs.
+    pub fn gpu_in_set(&self, gpu_id: u32) -> bool {
+        self.gpus.iter().any(|g| g.gpu_id == gpu_id)
+    }
+
+    /// Proxies one ioctl of the client open `open`. `Ok(ret)` is the ioctl's return value
+    /// (driver-level failures are NV statuses written into the client's params, with `Ok`);
+    /// `Err(e)` fails the ioctl with `e.errno()`, except [`ProxyError::Pending`], which asks
+    /// the transport to fetch more client memory and call again.
+    pub fn ioctl(
+        &self,
+        open: OpenId,
+        caller: &Caller,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: &dyn FdResolver,
+    ) -> Result<i32, ProxyError> {
+        let span = tracing::debug_span!(
+            "ioctl",
+            instance = %self.policy.name,
+            pid = caller.pid,
+            tid = caller.tid,
+            cmd = format_args!("{cmd:#010x}")
+        );
+        let _enter = span.enter();
+        let start = Instant::now();
+        let file = self.file(open).ok_or(ProxyError::UnknownOpen(open.0))?;
+        let node = file.node;
+        let mut req = Req::new(self, open, file, mem, fds);
+        let res = req.dispatch(cmd, arg);
+        if !matches!(res, Err(ProxyError::Pending)) {
+            self.account(caller, node, req.note, &res, start);
+        }
+        res
+    }
+
+    fn account(
+        &self,
+        caller: &Caller,
+        node: FrontendNode,
+        note: Note,
+        res: &Result<i32, ProxyError>,
+        start: Instant,
+    ) {
+        let errno = res.as_ref().err().map(ProxyError::errno);
+        let mut decision = note.decision;
+        let failed = errno.is_some() || note.nv_status.is_some_and(|s| s != 0);
+        if decision == Decision::Allowed && failed {
+            decision = Decision::Failed;
+        }
+        self.counts.add(note.kind, &note.name, decision);
+        debug!(
+            kind = ?note.kind,
+            name = %note.name,
+            decision = ?decision,
+            reason = note.reason.unwrap_or(""),
+            nv_status = note.nv_status.unwrap_or(0),
+            errno = errno.unwrap_or(0),
+            "decision"
+        );
+        if decision == Decision::Allowed {
+            return;
+        }
+        let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.audit.record(&AuditEvent {
+            instance: self.policy.name.clone(),
+            pid: caller.pid,
+            tid: caller.tid,
+            node: node.to_string(),
+            kind: note.kind,
+            name: note.name,
+            number: note.number,
+            decision,
+            reason: note.reason,
+            nv_status: note.nv_status,
+            errno,
+            latency_us,
+        });
+    }
+}
+
+/// The name an entry has in audit events when the table does not know it.
+pub(crate) fn unknown_name(kind: Kind, number: u32) -> String {
+    match kind {
+        Kind::Escape => format!("NV_ESC_{number:#04x}"),
+        Kind::Control => format!("control {number:#010x}"),
+        Kind::Class => format!("class {number:#06x}"),
+        Kind::Uvm => format!("UVM {number:#x}"),
+    }
+}

@@ -1,0 +1,805 @@
+//! One request on its way through the proxy: client memory access, the escape dispatcher and
+//! the escape handlers. RM_CONTROL, RM_ALLOC and the GPU-set handling live in their own modules
+//! as further `impl Req` blocks.
+
+use std::mem::offset_of;
+use std::sync::Arc;
+
+use nvproxy_abi::ioctl::*;
+use nvproxy_abi::structs::{
+    NVOS46_PARAMETERS, NVOS46_PARAMETERS_V580, NVOS47_PARAMETERS, NVOS47_PARAMETERS_V550,
+};
+use nvproxy_abi::{EscapeSpec, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE};
+use tracing::debug;
+
+use crate::audit::{Decision, Kind};
+use crate::error::ProxyError;
+use crate::memory::{ClientMemory, MemError};
+use crate::nv::*;
+use crate::plan::{Buf, Plan, rd32, rd64, wr32};
+use crate::policy::Verdict;
+use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy, unknown_name};
+
+/// Which way a nested buffer is copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Read from the client; the driver only reads it.
+    In,
+    /// Zero-filled; copied back (`SKIP_COPYIN | ZERO_BUFFER`).
+    Out,
+    /// Read from the client and copied back.
+    InOut,
+}
+
+impl Dir {
+    pub(crate) fn new(copy_in: bool, copy_out: bool) -> Self {
+        match (copy_in, copy_out) {
+            (true, false) => Dir::In,
+            (false, _) => Dir::Out,
+            (true, true) => Dir::InOut,
+        }
+    }
+    fn copy_in(self) -> bool {
+        self != Dir::Out
+    }
+    fn copy_out(self) -> bool {
+        self != Dir::In
+    }
+}
+
+/// What the audit event of a request says.
+#[derive(Debug, Clone)]
+pub(crate) struct Note {
+    pub(crate) kind: Kind,
+    pub(crate) name: String,
+    pub(crate) number: u32,
+    pub(crate) decision: Decision,
+    pub(crate) reason: Option<&'static str>,
+    pub(crate) nv_status: Option<u32>,
+}
+
+/// A handler's early exit: an errno, or an NV status answered with ioctl success.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Err(ProxyError),
+    Status {
+        status: u32,
+        decision: Decision,
+        reason: &'static str,
+    },
+}
+
+impl From<ProxyError> for Stop {
+    fn from(e: ProxyError) -> Self {
+        Stop::Err(e)
+    }
+}
+
+/// Refused before the host saw it (isolation, unknown entry, policy): decision `denied`.
+pub(crate) fn deny<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
+    Err(Stop::Status {
+        status,
+        decision: Decision::Denied,
+        reason,
+    })
+}
+
+/// Answered by the proxy with the driver's error status for malformed input: `failed`.
+pub(crate) fn fail<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
+    Err(Stop::Status {
+        status,
+        decision: Decision::Failed,
+        reason,
+    })
+}
+
+/// Answered by the proxy with `NV_OK` without reaching the host (the driver's no-ops).
+pub(crate) fn answer_ok<T>(reason: &'static str) -> Result<T, Stop> {
+    Err(Stop::Status {
+        status: NV_OK,
+        decision: Decision::Allowed,
+        reason,
+    })
+}
+
+fn top_err(e: MemError) -> ProxyError {
+    match e {
+        MemError::Pending => ProxyError::Pending,
+        MemError::Fault | MemError::TooLarge(_) => ProxyError::Fault,
+    }
+}
+
+/// Maps a failed nested-buffer access to what the driver says: `os_memcpy_from_user` fails
+/// with `NV_ERR_INVALID_ADDRESS` (`kernel-open/nvidia/os-interface.c`), which
+/// `rmapiParamsAcquire` puts in the call's status; the ioctl itself succeeds.
+fn nested_err(e: MemError) -> Stop {
+    match e {
+        MemError::Pending => Stop::Err(ProxyError::Pending),
+        MemError::Fault => Stop::Status {
+            status: NV_ERR_INVALID_ADDRESS,
+            decision: Decision::Failed,
+            reason: "bad nested pointer",
+        },
+        MemError::TooLarge(_) => Stop::Status {
+            status: NV_ERR_INVALID_ARGUMENT,
+            decision: Decision::Failed,
+            reason: "nested buffer too large",
+        },
+    }
+}
+
+/// One request.
+pub(crate) struct Req<'a> {
+    pub(crate) px: &'a Proxy,
+    pub(crate) open: OpenId,
+    pub(crate) file: Arc<OpenFile>,
+    pub(crate) mem: &'a mut dyn ClientMemory,
+    pub(crate) fds: &'a dyn FdResolver,
+    pub(crate) note: Note,
+}
+
+impl<'a> Req<'a> {
+    pub(crate) fn new(
+        px: &'a Proxy,
+        open: OpenId,
+        file: Arc<OpenFile>,
+        mem: &'a mut dyn ClientMemory,
+        fds: &'a dyn FdResolver,
+    ) -> Self {
+        Self {
+            px,
+            open,
+            file,
+            mem,
+            fds,
+            note: Note {
+                kind: Kind::Escape,
+                name: String::new(),
+                number: 0,
+                decision: Decision::Allowed,
+                reason: None,
+                nv_status: None,
+            },
+        }
+    }
+
+    pub(crate) fn set_decision(&mut self, decision: Decision, reason: &'static str) {
+        self.note.decision = decision;
+        self.note.reason = Some(reason);
+    }
+
+    /// Applies the policy to a table entry. `Ok(true)`: go on. `Ok(false)`: denied (the note
+    /// says so; the caller answers as if the entry were absent).
+    pub(crate) fn check_policy(&mut self, name: &str, caps: nvproxy_abi::Caps) -> bool {
+        match self.px.policy.judge(name, caps) {
+            Verdict::Allow => true,
+            Verdict::AuditWouldDeny => {
+                self.set_decision(Decision::AuditWouldDeny, "policy");
+                true
+            }
+            Verdict::Deny => {
+                self.set_decision(Decision::Denied, "policy");
+                false
+            }
+        }
+    }
+
+    // ---- client memory -------------------------------------------------------------------
+
+    /// Reads the top-level params and declares their write-back (the driver always copies
+    /// the whole struct back). A fault is `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
+    pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, ProxyError> {
+        let b = self.mem.read(addr, len).map_err(top_err)?;
+        if b.len() != len {
+            return Err(ProxyError::Fault);
+        }
+        self.mem.reserve_write(addr, len).map_err(top_err)?;
+        Ok(b)
+    }
+
+    pub(crate) fn write_top(&mut self, addr: u64, data: &[u8]) -> Result<(), ProxyError> {
+        self.mem.write(addr, data).map_err(top_err)
+    }
+
+    /// Adds a daemon buffer of `len` bytes for the client pointer `addr` found at `off` in
+    /// `parent`: read from the client when `copy_in` (else zeroed), copied back when
+    /// `copy_out`. A null `addr` leaves the field null for the host. Callers bound `len`.
+    pub(crate) fn nested(
+        &mut self,
+        plan: &mut Plan,
+        parent: Buf,
+        off: usize,
+        addr: u64,
+        len: usize,
+        dir: Dir,
+    ) -> Result<Option<usize>, Stop> {
+        let (copy_in, copy_out) = (dir.copy_in(), dir.copy_out());
+        if addr == 0 {
+            plan.null_ptr(parent, off);
+            return Ok(None);
+        }
+        let data = if copy_in {
+            let d = self.mem.read(addr, len).map_err(nested_err)?;
+            if d.len() != len {
+                return Err(nested_err(MemError::Fault));
+            }
+            d
+        } else {
+            vec![0; len]
+        };
+        if copy_out {
+            self.mem.reserve_write(addr, len).map_err(nested_err)?;
+        }
+        Ok(Some(plan.nest(parent, off, data, copy_out.then_some(addr))))
+    }
+
+    /// Adds a nested array of `count` elements of `elem` bytes, bounded like the driver's
+    /// `rmapiParamsAcquire` (`src/nvidia/src/kernel/rmapi/param_copy.c`): a null pointer with a
+    /// non-zero size or the reverse, or more than `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE` bytes, is
+    /// `NV_ERR_INVALID_ARGUMENT`. Nothing proportional to the size is allocated before the
+    /// bound is checked.
+    pub(crate) fn nested_array(
+        &mut self,
+        plan: &mut Plan,
+        parent: Buf,
+        off: usize,
+        count: u64,
+        elem: usize,
+        dir: Dir,
+    ) -> Result<Option<usize>, Stop> {
+        let addr = rd64(plan.buf(parent), off);
+        let len = count.saturating_mul(elem as u64);
+        if (addr == 0) != (len == 0) {
+            return fail(NV_ERR_INVALID_ARGUMENT, "nested pointer and size disagree");
+        }
+        if len > u64::from(RMAPI_PARAM_COPY_MAX_PARAMS_SIZE) {
+            return fail(NV_ERR_INVALID_ARGUMENT, "nested buffer above 1 MiB");
+        }
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        self.nested(plan, parent, off, addr, len, dir)
+    }
+
+    /// The host file id for the caller's fd `fd`.
+    pub(crate) fn host_fd(&self, fd: i32) -> Result<i32, FdError> {
+        if fd < 0 {
+            return Err(FdError::Foreign);
+        }
+        let open = self.fds.resolve(fd)?;
+        self.px
+            .file(open)
+            .map(|f| f.host.id())
+            .ok_or(FdError::Foreign)
+    }
+
+    /// Translates an fd field whose failure the driver reports as an NV status: a foreign fd
+    /// gets `status` (ioctl success), a failed resolution the resolver's errno.
+    pub(crate) fn translate_fd_status(&self, fd: i32, status: u32) -> Result<i32, Stop> {
+        match self.host_fd(fd) {
+            Ok(h) => Ok(h),
+            Err(FdError::Foreign) => deny(status, "fd is not a node of this instance"),
+            Err(FdError::Errno(e)) => Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e })),
+        }
+    }
+
+    /// Translates an fd field whose failure the driver reports as an errno: `EBADF` for a
+    /// foreign fd, else the resolver's errno.
+    pub(crate) fn translate_fd_errno(&mut self, fd: i32) -> Result<i32, ProxyError> {
+        self.host_fd(fd).map_err(|e| {
+            if e == FdError::Foreign {
+                self.set_decision(Decision::Denied, "fd is not a node of this instance");
+            }
+            ProxyError::ForeignFd {
+                fd,
+                errno: e.errno(),
+            }
+        })
+    }
+
+    // ---- host calls and write-back -------------------------------------------------------
+
+    pub(crate) fn exec(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
+        self.file
+            .host
+            .ioctl(&mut plan.call)
+            .map_err(ProxyError::Host)
+    }
+
+    /// Copies the results back: nested outputs first, then the top-level struct (converted
+    /// by `convert` to the client's layout), and notes the status at `status_off`.
+    pub(crate) fn finish_with(
+        &mut self,
+        addr: u64,
+        plan: Plan,
+        status_off: Option<usize>,
+        ret: i32,
+        convert: impl FnOnce(Vec<u8>) -> Vec<u8>,
+    ) -> Result<i32, ProxyError> {
+        let (top, outs) = plan.into_outputs();
+        if let Some(off) = status_off {
+            self.note.nv_status = Some(rd32(&top, off));
+        }
+        for (a, data) in outs {
+            self.mem.write(a, &data).map_err(top_err)?;
+        }
+        let top = convert(top);
+        self.write_top(addr, &top)?;
+        Ok(ret)
+    }
+
+    pub(crate) fn finish(
+        &mut self,
+        addr: u64,
+        plan: Plan,
+        status_off: Option<usize>,
+        ret: i32,
+    ) -> Result<i32, ProxyError> {
+        self.finish_with(addr, plan, status_off, ret, |t| t)
+    }
+
+    /// Runs an RM escape handler whose params carry a status at `status_off`: a [`Stop::Status`]
+    /// from it is written into the client's copy of the struct and the ioctl succeeds.
+    pub(crate) fn with_status(
+        &mut self,
+        addr: u64,
+        len: usize,
+        status_off: usize,
+        f: impl FnOnce(&mut Self, Vec<u8>) -> Result<i32, Stop>,
+    ) -> Result<i32, ProxyError> {
+        let top = self.read_top(addr, len)?;
+        let mut answer = top.clone();
+        match f(self, top) {
+            Ok(r) => Ok(r),
+            Err(Stop::Err(e)) => Err(e),
+            Err(Stop::Status {
+                status,
+                decision,
+                reason,
+            }) => {
+                if self.note.decision != Decision::AuditWouldDeny || decision != Decision::Allowed {
+                    self.note.decision = decision;
+                }
+                self.note.reason = Some(reason);
+                self.note.nv_status = Some(status);
+                wr32(&mut answer, status_off, status);
+                self.write_top(addr, &answer)?;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Whether `h_client` is ours, or the denial.
+    pub(crate) fn need_client(&self, h_client: u32) -> Result<(), Stop> {
+        if self.px.objects().contains(h_client, h_client) {
+            Ok(())
+        } else {
+            deny(
+                NV_ERR_INVALID_CLIENT,
+                "client of another instance or unknown",
+            )
+        }
+    }
+
+    /// Whether `h` is `h_client` or one of its objects, or `status`.
+    pub(crate) fn need_object(&self, h_client: u32, h: u32, status: u32) -> Result<(), Stop> {
+        if self.px.objects().contains(h_client, h) {
+            Ok(())
+        } else {
+            deny(status, "object unknown in this client")
+        }
+    }
+
+    // ---- dispatch ------------------------------------------------------------------------
+
+    /// Decodes `cmd` and runs the escape's handler.
+    pub(crate) fn dispatch(&mut self, cmd: u32, arg: u64) -> Result<i32, ProxyError> {
+        let mut nr = u32::from(ioc_nr(cmd));
+        self.note.number = nr;
+        self.note.name = unknown_name(Kind::Escape, nr);
+        if ioc_type(cmd) != NV_IOCTL_MAGIC {
+            self.set_decision(Decision::Denied, "not an NVIDIA ioctl");
+            return Err(ProxyError::NotNvidia { cmd });
+        }
+        let mut size = ioc_size(cmd);
+        let mut addr = arg;
+        if nr == u32::from(NV_ESC_IOCTL_XFER_CMD) {
+            // nv.c: the XFER struct must be exactly nv_ioctl_xfer_t, its size at most
+            // NV_ABSOLUTE_MAX_IOCTL_SIZE; then the escape runs on the named buffer.
+            if size as usize != size_of::<nvproxy_abi::structs::nv_ioctl_xfer_t>() {
+                self.set_decision(Decision::Failed, "bad XFER size");
+                return Err(ProxyError::BadSize {
+                    name: "NV_ESC_IOCTL_XFER_CMD",
+                    size,
+                });
+            }
+            let x = self.mem.read(arg, 16).map_err(top_err)?;
+            nr = rd32(&x, 0);
+            size = rd32(&x, 4);
+            addr = rd64(&x, 8);
+            self.note.number = nr;
+            self.note.name = unknown_name(Kind::Escape, nr);
+            if size > NV_ABSOLUTE_MAX_IOCTL_SIZE {
+                self.set_decision(
+                    Decision::Failed,
+                    "XFER size above NV_ABSOLUTE_MAX_IOCTL_SIZE",
+                );
+                return Err(ProxyError::BadSize {
+                    name: "NV_ESC_IOCTL_XFER_CMD",
+                    size,
+                });
+            }
+        }
+        let Ok(nr8) = u8::try_from(nr) else {
+            self.set_decision(Decision::Denied, "unknown escape");
+            return Err(ProxyError::UnknownEscape { nr });
+        };
+        if nr8 == NV_ESC_NUMA_INFO {
+            // gVisor facts a: the host's NUMA view is not the tenant's; refusing is non-fatal
+            // to CUDA.
+            self.note.name = "NV_ESC_NUMA_INFO".into();
+            self.set_decision(Decision::Denied, "not proxied");
+            return Err(ProxyError::NotProxied("NV_ESC_NUMA_INFO"));
+        }
+        let Some(spec) = self.px.abi.escape(nr8).copied() else {
+            self.set_decision(Decision::Denied, "unknown escape");
+            return Err(ProxyError::UnknownEscape { nr });
+        };
+        self.note.name = spec.name.into();
+        if !spec.size.accepts(size) {
+            self.set_decision(Decision::Failed, "bad payload size");
+            return Err(ProxyError::BadSize {
+                name: spec.name,
+                size,
+            });
+        }
+        if !self.check_policy(spec.name, spec.caps) {
+            return Err(ProxyError::Denied(spec.name));
+        }
+        let size = size as usize;
+        debug!(escape = spec.name, size, "dispatch");
+        match nr8 {
+            NV_ESC_RM_ALLOC_MEMORY => self.rm_alloc_memory(addr),
+            NV_ESC_RM_FREE => self.rm_free(addr),
+            NV_ESC_RM_CONTROL => self.rm_control(addr),
+            NV_ESC_RM_ALLOC => self.rm_alloc(addr, size),
+            NV_ESC_RM_DUP_OBJECT => self.rm_dup(addr),
+            NV_ESC_RM_SHARE => self.rm_share(addr),
+            NV_ESC_RM_IDLE_CHANNELS => self.rm_idle_channels(addr),
+            NV_ESC_RM_VID_HEAP_CONTROL => self.rm_vid_heap(addr),
+            NV_ESC_RM_MAP_MEMORY => self.rm_map_memory(addr),
+            NV_ESC_RM_UNMAP_MEMORY
+            | NV_ESC_RM_MAP_MEMORY_DMA
+            | NV_ESC_RM_UNMAP_MEMORY_DMA
+            | NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO => self.rm_handles(&spec, addr, size),
+            NV_ESC_RM_ALLOC_CONTEXT_DMA2 => self.rm_context_dma2(addr),
+            NV_ESC_CARD_INFO => self.card_info(addr, size),
+            NV_ESC_REGISTER_FD => self.register_fd(addr),
+            NV_ESC_ALLOC_OS_EVENT | NV_ESC_FREE_OS_EVENT => self.os_event(nr8, addr),
+            NV_ESC_CHECK_VERSION_STR | NV_ESC_SYS_PARAMS | NV_ESC_WAIT_OPEN_COMPLETE => {
+                self.simple(nr8, addr, size)
+            }
+            NV_ESC_ATTACH_GPUS_TO_FD => self.attach_gpus_to_fd(addr, size),
+            NV_ESC_EXPORT_TO_DMABUF_FD => {
+                // The driver creates the dma-buf fd in the calling process, the daemon; there
+                // is no way yet to hand it to the tenant.
+                self.set_decision(Decision::Failed, "dma-buf fd passing not implemented");
+                Err(ProxyError::Unsupported(
+                    "NV_ESC_EXPORT_TO_DMABUF_FD: dma-buf fd passing is not implemented",
+                ))
+            }
+            _ => {
+                self.set_decision(Decision::Denied, "no handler for this escape");
+                Err(ProxyError::Unsupported("escape has no handler"))
+            }
+        }
+    }
+
+    // ---- escapes ---------------------------------------------------------------------------
+
+    /// Escapes copied in and out unchanged: `CHECK_VERSION_STR`, `SYS_PARAMS`,
+    /// `WAIT_OPEN_COMPLETE`.
+    fn simple(&mut self, nr: u8, addr: u64, size: usize) -> Result<i32, ProxyError> {
+        let top = self.read_top(addr, size)?;
+        let mut plan = Plan::new(nv_iowr(nr, size), top);
+        let ret = self.exec(&mut plan)?;
+        self.finish(addr, plan, None, ret)
+    }
+
+    /// `NV_ESC_REGISTER_FD`: `ctl_fd` becomes the host id of the control file it names.
+    fn register_fd(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        let top = self.read_top(addr, 4)?;
+        let fd = rd32(&top, 0) as i32;
+        let host = self.translate_fd_errno(fd)?;
+        let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, top);
+        plan.rewrite32(None, 0, host as u32);
+        let ret = self.exec(&mut plan)?;
+        self.finish(addr, plan, None, ret)
+    }
+
+    /// `NV_ESC_ALLOC_OS_EVENT` / `NV_ESC_FREE_OS_EVENT`: the client must be ours; `fd` is the
+    /// key the driver files the event under (and `NV0005_ALLOC_PARAMETERS.data` names later),
+    /// translated the same way everywhere.
+    fn os_event(&mut self, nr: u8, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 16, 12, |r, top| {
+            r.need_client(rd32(&top, 0))?;
+            let fd = rd32(&top, 8) as i32;
+            let host = r.translate_fd_status(fd, NV_ERR_INVALID_ARGUMENT)?;
+            let mut plan = Plan::new(nv_iowr(nr, 16), top);
+            plan.rewrite32(None, 8, host as u32);
+            let ret = r.exec(&mut plan)?;
+            Ok(r.finish(addr, plan, Some(12), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_FREE`. Freeing an object the instance does not know in one of its clients
+    /// answers `NV_OK` without reaching the host: the driver's `serverFreeResourceTree` treats
+    /// an unknown handle as a no-op under `RS_COMPATABILITY_MODE` (`rs_server.c`, set by
+    /// `src/nvidia/Makefile`), so a double free is `NV_OK` too.
+    fn rm_free(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 16, 12, |r, top| {
+            let (h_root, h_old) = (rd32(&top, 0), rd32(&top, 8));
+            r.need_client(h_root)?;
+            if h_old != h_root && !r.px.objects().contains(h_root, h_old) {
+                return answer_ok("free of an unknown object is a no-op");
+            }
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, 16), top);
+            let _g = r.px.rm_lock();
+            let ret = r.exec(&mut plan)?;
+            if rd32(&plan.call.params, 12) == NV_OK {
+                let freed = r.px.objects().free(h_root, h_old);
+                debug!(?freed, "freed");
+            }
+            Ok(r.finish(addr, plan, Some(12), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_DUP_OBJECT`: both clients must be ours; the new object is recorded with the
+    /// source's class.
+    fn rm_dup(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 28, 24, |r, top| {
+            let (h_client, h_parent) = (rd32(&top, 0), rd32(&top, 4));
+            let (h_src_client, h_src) = (rd32(&top, 12), rd32(&top, 16));
+            r.need_client(h_client)?;
+            r.need_object(h_client, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+            r.need_client(h_src_client)?;
+            r.need_object(h_src_client, h_src, NV_ERR_OBJECT_NOT_FOUND)?;
+            let class = r.px.objects().class_of(h_src_client, h_src).unwrap_or(0);
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_DUP_OBJECT, 28), top);
+            let _g = r.px.rm_lock();
+            let ret = r.exec(&mut plan)?;
+            let out = &plan.call.params;
+            if rd32(out, 24) == NV_OK {
+                let h_new = rd32(out, 8);
+                let added =
+                    r.px.objects()
+                        .add_object(h_client, h_parent, h_new, class, &[]);
+                debug!(?added, h_new, "dup recorded");
+            }
+            Ok(r.finish(addr, plan, Some(24), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_SHARE`: the object must be ours; a share policy that names a client
+    /// (`RS_SHARE_TYPE_CLIENT`) must name one of ours.
+    fn rm_share(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 24, 20, |r, top| {
+            let (h_client, h_object) = (rd32(&top, 0), rd32(&top, 4));
+            r.need_client(h_client)?;
+            r.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+            let share_type = u16::from_ne_bytes([top[16], top[17]]);
+            if share_type == RS_SHARE_TYPE_CLIENT {
+                r.need_client(rd32(&top, 8))?;
+            }
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_SHARE, 24), top);
+            let ret = r.exec(&mut plan)?;
+            Ok(r.finish(addr, plan, Some(20), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_IDLE_CHANNELS`: three client arrays of `numChannels` handles; every client
+    /// in them must be ours.
+    fn rm_idle_channels(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 56, 48, |r, top| {
+            r.need_client(rd32(&top, 0))?;
+            let n = u64::from(rd32(&top, 12));
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_IDLE_CHANNELS, 56), top);
+            let clients = r.nested_array(&mut plan, None, 16, n, 4, Dir::In)?;
+            r.nested_array(&mut plan, None, 24, n, 4, Dir::In)?;
+            r.nested_array(&mut plan, None, 32, n, 4, Dir::In)?;
+            if let Some(i) = clients {
+                let list = plan.buf(Some(i)).to_vec();
+                for c in list.chunks_exact(4) {
+                    r.need_client(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))?;
+                }
+            }
+            let ret = r.exec(&mut plan)?;
+            Ok(r.finish(addr, plan, Some(48), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_VID_HEAP_CONTROL`: only `NVOS32_FUNCTION_ALLOC_SIZE`, as gVisor. The other
+    /// functions include `ALLOC_OS_DESCRIPTOR`, which would pin pages of the *daemon* at a
+    /// client-chosen address: never forwarded.
+    fn rm_vid_heap(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 184, 20, |r, top| {
+            let (h_root, h_parent) = (rd32(&top, 0), rd32(&top, 4));
+            let (function, h_vaspace) = (rd32(&top, 8), rd32(&top, 12));
+            if function != nvproxy_abi::structs::NVOS32_FUNCTION_ALLOC_SIZE {
+                return deny(NV_ERR_NOT_SUPPORTED, "VID_HEAP function not proxied");
+            }
+            r.need_client(h_root)?;
+            r.need_object(h_root, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+            if h_vaspace != 0 {
+                r.need_object(h_root, h_vaspace, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            }
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_VID_HEAP_CONTROL, 184), top);
+            let at = NVOS32_ALLOC_SIZE_ADDRESS;
+            let p = rd64(plan.buf(None), at);
+            r.nested(&mut plan, None, at, p, 8, Dir::InOut)?;
+            let _g = r.px.rm_lock();
+            let ret = r.exec(&mut plan)?;
+            let out = plan.call.params.clone();
+            if rd32(&out, 20) == NV_OK {
+                let h_memory = rd32(&out, NVOS32_ALLOC_SIZE_HMEMORY);
+                let flags = rd32(&out, NVOS32_ALLOC_SIZE_FLAGS);
+                let attr = rd32(&out, NVOS32_ALLOC_SIZE_ATTR);
+                let attr2 = rd32(&out, NVOS32_ALLOC_SIZE_ATTR2);
+                let (class, deps) = vid_heap_class(flags, attr, attr2, h_vaspace);
+                let mut t = r.px.objects();
+                let deps: Vec<u32> = deps
+                    .into_iter()
+                    .filter(|&d| t.contains(h_root, d))
+                    .collect();
+                let added = t.add_object(h_root, h_parent, h_memory, class, &deps);
+                debug!(?added, h_memory, class, "vid heap alloc recorded");
+            }
+            Ok(r.finish(addr, plan, Some(20), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_MAP_MEMORY`: handles checked; `fd` (the file the mmap context goes to) is
+    /// translated. A foreign fd gets `NV_ERR_INVALID_ARGUMENT`, the driver's answer when
+    /// `nv_add_mapping_context_to_file` finds no NVIDIA file (`kernel-open/nvidia/nv-usermap.c`).
+    fn rm_map_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 56, 40, |r, top| {
+            let h_client = rd32(&top, 0);
+            r.need_client(h_client)?;
+            r.need_object(h_client, rd32(&top, 4), NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_object(h_client, rd32(&top, 8), NV_ERR_INVALID_OBJECT_HANDLE)?;
+            let host = r.translate_fd_status(rd32(&top, 48) as i32, NV_ERR_INVALID_ARGUMENT)?;
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_MAP_MEMORY, 56), top);
+            plan.rewrite32(None, 48, host as u32);
+            let ret = r.exec(&mut plan)?;
+            Ok(r.finish(addr, plan, Some(40), ret)?)
+        })
+    }
+
+    /// Escapes whose translation is only handle checks: `RM_UNMAP_MEMORY`,
+    /// `RM_MAP_MEMORY_DMA`, `RM_UNMAP_MEMORY_DMA`, `RM_UPDATE_DEVICE_MAPPING_INFO`. CPU
+    /// addresses in them are recorded by the driver, not dereferenced, and pass unchanged.
+    fn rm_handles(&mut self, spec: &EscapeSpec, addr: u64, size: usize) -> Result<i32, ProxyError> {
+        let (status_off, handles): (usize, &[usize]) = match (spec.nr, size) {
+            (NV_ESC_RM_UNMAP_MEMORY, _) => (24, &[4, 8]),
+            (NV_ESC_RM_MAP_MEMORY_DMA, s) if s == size_of::<NVOS46_PARAMETERS_V580>() => {
+                (offset_of!(NVOS46_PARAMETERS_V580, status), &[4, 8, 12])
+            }
+            (NV_ESC_RM_MAP_MEMORY_DMA, _) => (offset_of!(NVOS46_PARAMETERS, status), &[4, 8, 12]),
+            (NV_ESC_RM_UNMAP_MEMORY_DMA, s) if s == size_of::<NVOS47_PARAMETERS_V550>() => {
+                (offset_of!(NVOS47_PARAMETERS_V550, status), &[4, 8, 12])
+            }
+            (NV_ESC_RM_UNMAP_MEMORY_DMA, _) => (offset_of!(NVOS47_PARAMETERS, status), &[4, 8, 12]),
+            _ => (32, &[4, 8]), // NVOS56 (UPDATE_DEVICE_MAPPING_INFO)
+        };
+        let nr = spec.nr;
+        self.with_status(addr, size, status_off, |r, top| {
+            let h_client = rd32(&top, 0);
+            r.need_client(h_client)?;
+            for &off in handles {
+                let h = rd32(&top, off);
+                if h != 0 {
+                    r.need_object(h_client, h, NV_ERR_INVALID_OBJECT_HANDLE)?;
+                }
+            }
+            let mut plan = Plan::new(nv_iowr(nr, size), top);
+            let ret = r.exec(&mut plan)?;
+            Ok(r.finish(addr, plan, Some(status_off), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_ALLOC_CONTEXT_DMA2`: `hObjectParent` is the client; the new context DMA
+    /// depends on `hMemory`.
+    fn rm_context_dma2(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 56, 48, |r, top| {
+            let h_client = rd32(&top, 0);
+            let (h_subdevice, h_new, class, h_memory) =
+                (rd32(&top, 4), rd32(&top, 8), rd32(&top, 12), rd32(&top, 24));
+            r.need_client(h_client)?;
+            r.need_object(h_client, h_subdevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_object(h_client, h_memory, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_CONTEXT_DMA2, 56), top);
+            let _g = r.px.rm_lock();
+            let ret = r.exec(&mut plan)?;
+            if rd32(&plan.call.params, 48) == NV_OK {
+                let added =
+                    r.px.objects()
+                        .add_object(h_client, h_client, h_new, class, &[h_memory]);
+                debug!(?added, h_new, "context dma recorded");
+            }
+            Ok(r.finish(addr, plan, Some(48), ret)?)
+        })
+    }
+
+    /// `NV_ESC_RM_ALLOC_MEMORY` (NVOS02 with an fd), per class:
+    /// - `NV01_MEMORY_SYSTEM` with "map now" flags: `fd` names the file that gets the mmap
+    ///   context and is translated; a foreign fd fails the ioctl (`EBADF`; the driver says
+    ///   `EINVAL` after allocating, escape.c `rm_create_mmap_context` failure);
+    /// - `NV01_MEMORY_LOCAL_USER` and `NV01_MEMORY_SYSTEM` without mapping: the driver ignores
+    ///   `fd`; the host sees -1;
+    /// - `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`: pins pages at `pMemory` in the *calling process*,
+    ///   the daemon: never forwarded (`NV_ERR_NOT_SUPPORTED`);
+    /// - anything else: `NV_ERR_INVALID_CLASS`.
+    fn rm_alloc_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        self.with_status(addr, 56, 40, |r, top| {
+            let (h_root, h_parent) = (rd32(&top, 0), rd32(&top, 4));
+            let (h_new, class, flags) = (rd32(&top, 8), rd32(&top, 12), rd32(&top, 16));
+            if class == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR {
+                return deny(NV_ERR_NOT_SUPPORTED, "OS descriptor memory is not proxied");
+            }
+            let Some(spec) = r.px.abi.classes.get(&class).copied() else {
+                return deny(
+                    NV_ERR_INVALID_CLASS,
+                    "class not allowed through ALLOC_MEMORY",
+                );
+            };
+            if !matches!(class, NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER) {
+                return deny(
+                    NV_ERR_INVALID_CLASS,
+                    "class not allowed through ALLOC_MEMORY",
+                );
+            }
+            if !r.check_policy(spec.name, spec.caps) {
+                return deny(NV_ERR_INVALID_CLASS, "policy");
+            }
+            r.need_client(h_root)?;
+            r.need_object(h_root, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+            let map_now = class == NV01_MEMORY_SYSTEM
+                && (flags >> 16) & 3 != NVOS02_FLAGS_ALLOC_NONE
+                && (flags >> 30) & 3 != NVOS02_FLAGS_MAPPING_NO_MAP;
+            let host_fd = if map_now {
+                r.translate_fd_errno(rd32(&top, 48) as i32)?
+            } else {
+                -1
+            };
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_MEMORY, 56), top);
+            plan.rewrite32(None, 48, host_fd as u32);
+            let _g = r.px.rm_lock();
+            let ret = r.exec(&mut plan)?;
+            if rd32(&plan.call.params, 40) == NV_OK {
+                let added =
+                    r.px.objects()
+                        .add_object(h_root, h_parent, h_new, class, &[]);
+                debug!(?added, h_new, "alloc memory recorded");
+            }
+            Ok(r.finish(addr, plan, Some(40), ret)?)
+        })
+    }
+}
+
+/// The class a `VID_HEAP_CONTROL` allocation is recorded under, and its dependencies (as
+/// gVisor's `rmVidHeapControlAllocSize`).
+fn vid_heap_class(flags: u32, attr: u32, attr2: u32, h_vaspace: u32) -> (u32, Vec<u32>) {
+    if flags & NVOS32_ALLOC_FLAGS_VIRTUAL != 0 {
+        let deps = if h_vaspace != 0 {
+            vec![h_vaspace]
+        } else {
+            Vec::new()
+        };
+        return (NV50_MEMORY_VIRTUAL, deps);
+    }
+    if attr2 & NVOS32_ATTR2_USE_EGM != 0 {
+        return (NV_MEMORY_EXTENDED_USER, Vec::new());
+    }
+    if (attr >> 25) & 3 == NVOS32_ATTR_LOCATION_VIDMEM {
+        return (NV01_MEMORY_LOCAL_USER, Vec::new());
+    }
+    (NV01_MEMORY_SYSTEM, Vec::new())
+}
