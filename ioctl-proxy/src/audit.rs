@@ -164,7 +164,7 @@ mod tests {
         let line = serde_json::to_string(&ev).unwrap();
         assert_eq!(
             line,
-            r#"{"instance":"job42","pid":7,"tid":8,"node":"ctl","kind":"control","name":"NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS","number":537932801,"decision":"audit-would-deny","reason":"policy","nv_status":0,"latency_us":12}"#
+            r#"{"instance":"job42","pid":7,"tid":8,"node":"ctl","kind":"control","name":"NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS","number":545272833,"decision":"audit-would-deny","reason":"policy","nv_status":0,"latency_us":12}"#
         );
     }
 
