@@ -495,8 +495,11 @@ fn test_exec_unknown_client_handle_is_refused() {
 
 // ---- policy and audit ---------------------------------------------------------------------
 
-/// A graphics-only control: denied to a compute,utility instance in enforce mode.
-const GRAPHICS_CONTROL: &str = "NV2080_CTRL_CMD_GPU_GET_ENGINES";
+/// A graphics-only control (table caps: graphics), denied to a compute,utility instance in
+/// enforce mode; nvsim answers it, so audit mode shows the driver's answer.
+const GRAPHICS_CONTROL: &str = "NV2080_CTRL_CMD_FB_GET_INFO";
+/// Its info list: `NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE`.
+const GRAPHICS_CONTROL_LIST: &str = "8";
 
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
@@ -504,6 +507,8 @@ fn test_exec_enforce_mode_denies_control_outside_caps() {
     hostile(&[
         "probe-control",
         GRAPHICS_CONTROL,
+        "--list",
+        GRAPHICS_CONTROL_LIST,
         "--expect",
         "NV_ERR_NOT_SUPPORTED",
     ]);
@@ -525,7 +530,14 @@ fn test_exec_audit_mode_allows_and_logs_control_outside_caps() {
             log_s,
             "--check-leaks",
         ],
-        &["probe-control", GRAPHICS_CONTROL, "--expect", "NV_OK"],
+        &[
+            "probe-control",
+            GRAPHICS_CONTROL,
+            "--list",
+            GRAPHICS_CONTROL_LIST,
+            "--expect",
+            "NV_OK",
+        ],
     );
     ran.assert_success();
     let text = std::fs::read_to_string(&log)

@@ -132,8 +132,9 @@ enum Scenario {
         #[arg(long, default_value = "NV_ERR_INVALID_CLIENT")]
         expect_client: String,
     },
-    /// Reaches for GPUs outside the instance: NV01_DEVICE_0 with the first deviceId beyond the
-    /// visible GPUs (driver: NV_ERR_INVALID_CLASS), and for each --gpu-id: GPU_ATTACH_IDS and
+    /// Reaches for GPUs outside the instance: NV01_DEVICE_0 with every deviceId below
+    /// NV_MAX_DEVICES that no visible GPU has (driver, deviceConstruct: an invalid device
+    /// instance is NV_ERR_INVALID_CLASS), and for each --gpu-id: GPU_ATTACH_IDS and
     /// GPU_GET_ID_INFO_V2 (NV_ERR_INVALID_ARGUMENT) and ATTACH_GPUS_TO_FD (EINVAL).
     GpuOutsideSet {
         /// GPU ids (hex or decimal) of GPUs the instance must not reach.
@@ -175,6 +176,10 @@ enum Scenario {
     /// subdevice and checks the status (for policy and audit tests).
     ProbeControl {
         name: String,
+        /// For the info-list controls ({listSize, list pointer at offset 8}: FB_GET_INFO,
+        /// GR_GET_INFO, BUS_GET_INFO, ...): the indices to ask for.
+        #[arg(long, value_delimiter = ',', value_parser = parse_u32)]
+        list: Vec<u32>,
         #[arg(long, default_value = "NV_OK")]
         expect: String,
     },
@@ -265,10 +270,11 @@ fn session_with_device(cli: &Cli) -> Result<Session, Error> {
     let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
     s.probe()?;
     s.system_controls()?;
+    s.open_gpus()?;
+    s.attach()?;
     if s.gpus.is_empty() {
         return Err(Error::Check("the instance shows no GPU".into()));
     }
-    s.open_gpu(0)?;
     s.alloc_device(0)?;
     Ok(s)
 }
@@ -555,28 +561,33 @@ fn run_gpu_outside_set(
     let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
     s.probe()?;
     s.system_controls()?;
+    s.open_gpus()?;
+    s.attach()?;
     let mut c = Checks::new("gpu-outside-set");
     let visible: Vec<u32> = s.gpus.iter().map(|g| g.gpu_id).collect();
+    let instances: Vec<u32> = s.gpus.iter().map(|g| g.device_instance).collect();
 
-    // NV01_DEVICE_0 for the first device instance the instance does not show.
+    // NV01_DEVICE_0 for every device instance (< NV_MAX_DEVICES) the instance does not show.
     let class = s.fe.class("NV01_DEVICE_0")?;
-    let mut dp = NV0080_ALLOC_PARAMETERS::new_zeroed();
-    dp.deviceId = s.gpus.len() as u32;
-    dp.hClientShare = s.h_client;
     let h = s.h_client;
     let h_new = 0xcaf0_f000;
-    let r =
-        s.fe.rm_alloc_raw(&s.ctl, h, h, h_new, class, Some(dp.as_bytes().to_vec()));
-    let got = status_outcome(r.map(|p| p.status));
-    if got == Outcome::Status(NV_OK) {
-        // Do not leave it behind if the proxy let it through.
-        let _ = s.fe.rm_free_raw(&s.ctl, h, h, h_new);
+    for device_id in (0..CARD_INFO_ENTRIES as u32).filter(|d| !instances.contains(d)) {
+        let mut dp = NV0080_ALLOC_PARAMETERS::new_zeroed();
+        dp.deviceId = device_id;
+        dp.hClientShare = h;
+        let r =
+            s.fe.rm_alloc_raw(&s.ctl, h, h, h_new, class, Some(dp.as_bytes().to_vec()));
+        let got = status_outcome(r.map(|p| p.status));
+        if got == Outcome::Status(NV_OK) {
+            // Do not leave it behind if the proxy let it through.
+            let _ = s.fe.rm_free_raw(&s.ctl, h, h, h_new);
+        }
+        c.record(
+            format!("NV_ESC_RM_ALLOC NV01_DEVICE_0 deviceId={device_id}"),
+            got,
+            want_device,
+        );
     }
-    c.record(
-        format!("NV_ESC_RM_ALLOC NV01_DEVICE_0 deviceId={}", dp.deviceId),
-        got,
-        want_device,
-    );
 
     for &id in gpu_ids {
         if visible.contains(&id) {
@@ -799,7 +810,7 @@ fn run_concurrent(cli: &Cli, threads: usize, iterations: usize) -> Result<ExitCo
     Ok(exit(ok))
 }
 
-fn run_probe_control(cli: &Cli, name: &str, expect: &str) -> Result<ExitCode, Error> {
+fn run_probe_control(cli: &Cli, name: &str, list: &[u32], expect: &str) -> Result<ExitCode, Error> {
     let want = expectation(expect)?;
     let mut s = session_with_device(cli)?;
     let c_ref = s.fe.control(name)?;
@@ -814,14 +825,18 @@ fn run_probe_control(cli: &Cli, name: &str, expect: &str) -> Result<ExitCode, Er
             )));
         }
     };
-    let r = s.fe.rm_control_raw(
-        &s.ctl,
-        h,
-        object,
-        c_ref.cmd,
-        vec![0; c_ref.size as usize],
-        vec![],
-    );
+    let mut params = vec![0; c_ref.size as usize];
+    let mut inner = Vec::new();
+    if !list.is_empty() {
+        put_u32(&mut params, 0, list.len() as u32);
+        let mut l = vec![0; 8 * list.len()];
+        for (k, index) in list.iter().enumerate() {
+            put_u32(&mut l, 8 * k, *index);
+        }
+        inner.push((8, l));
+    }
+    let r =
+        s.fe.rm_control_raw(&s.ctl, h, object, c_ref.cmd, params, inner);
     let mut c = Checks::new("probe-control");
     c.record(
         format!("NV_ESC_RM_CONTROL {name} ({:#x})", c_ref.cmd),
@@ -882,7 +897,9 @@ fn main() -> ExitCode {
             threads,
             iterations,
         } => run_concurrent(&cli, *threads, *iterations),
-        Scenario::ProbeControl { name, expect } => run_probe_control(&cli, name, expect),
+        Scenario::ProbeControl { name, list, expect } => {
+            run_probe_control(&cli, name, list, expect)
+        }
     };
     r.unwrap_or_else(|e| fail(name, &e, 0))
 }

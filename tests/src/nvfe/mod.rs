@@ -56,6 +56,7 @@ pub const GR_INFO_INDICES: &[(u32, &str)] = &[
     (0x0d, "max_warps_per_sm"),
     (0x14, "litter_num_gpcs"),
     (0x17, "litter_num_tpc_per_gpc"),
+    (0x13, "max_sp_per_sm"),
     (0x1d, "gpu_core_count"),
     (0x20, "litter_num_sm_per_tpc"),
 ];
@@ -705,8 +706,8 @@ impl Session {
         Ok(vec![0; self.fe.control(name)?.size as usize])
     }
 
-    /// The NV0000 controls of a CUDA initialisation: build version, share policy, probed /
-    /// attach / attached ids, id info of each GPU (all checked against `CARD_INFO`).
+    /// The first NV0000 controls of a CUDA initialisation: build version, share policy and the
+    /// probed ids (checked against `CARD_INFO`).
     pub fn system_controls(&mut self) -> Result<(), Error> {
         // SYSTEM_GET_BUILD_VERSION: first the sizes (NULL buffers), then the strings.
         let bv = "NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION";
@@ -738,46 +739,70 @@ impl Session {
         self.client_control(sp, policy.as_bytes().to_vec(), vec![])?;
 
         let probed = self.probed_ids()?;
-        let mut card_ids: Vec<u32> = self.cards.iter().map(|c| c.gpu_id).collect();
-        card_ids.sort_unstable();
         let mut sorted = probed.clone();
         sorted.sort_unstable();
+        let card_ids = self.card_ids();
         check(sorted == card_ids, || {
             format!("GPU_GET_PROBED_IDS {probed:#x?} differ from CARD_INFO gpu ids {card_ids:#x?}")
         })?;
+        Ok(())
+    }
 
-        let status = self.attach_ids(&probed)?;
+    /// The GPU ids of the valid `CARD_INFO` entries, sorted.
+    pub fn card_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.cards.iter().map(|c| c.gpu_id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Opens `/dev/nvidia<minor>` of every card and registers the ctl fd on it (on Linux the
+    /// driver attaches a GPU when its node is opened).
+    pub fn open_gpus(&mut self) -> Result<(), Error> {
+        let cards = self.cards.clone();
+        for c in cards {
+            self.gpus.push(Gpu {
+                minor: c.minor_number,
+                gpu_id: c.gpu_id,
+                pci_device_id: c.pci_info.device_id,
+                device_instance: 0,
+                subdevice_instance: 0,
+                dev: None,
+                h_device: 0,
+                h_subdevice: 0,
+                info: serde_json::Map::new(),
+            });
+            self.open_gpu(self.gpus.len() - 1)?;
+        }
+        Ok(())
+    }
+
+    /// `GPU_ATTACH_IDS` of every GPU, `GPU_GET_ATTACHED_IDS` (must list exactly them) and
+    /// `GPU_GET_ID_INFO_V2` of each (device and subdevice instances).
+    pub fn attach(&mut self) -> Result<(), Error> {
+        let ids: Vec<u32> = self.gpus.iter().map(|g| g.gpu_id).collect();
+        let status = self.attach_ids(&ids)?;
         status_ok("NV_ESC_RM_CONTROL NV0000_CTRL_CMD_GPU_ATTACH_IDS", status)?;
 
         let ga = "NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS";
         let (p, _) = self.client_control(ga, self.sized(ga)?, vec![])?;
         let mut attached = id_list(&p);
         attached.sort_unstable();
+        let card_ids = self.card_ids();
         check(attached == card_ids, || {
             format!("GPU_GET_ATTACHED_IDS {attached:#x?}, want {card_ids:#x?}")
         })?;
 
-        let cards = self.cards.clone();
-        for c in cards {
-            let info = self.id_info(c.gpu_id)?;
-            self.gpus.push(Gpu {
-                minor: c.minor_number,
-                gpu_id: c.gpu_id,
-                pci_device_id: c.pci_info.device_id,
-                device_instance: info.deviceInstance,
-                subdevice_instance: info.subDeviceInstance,
-                dev: None,
-                h_device: 0,
-                h_subdevice: 0,
-                info: serde_json::Map::new(),
-            });
+        for i in 0..self.gpus.len() {
+            let info = self.id_info(self.gpus[i].gpu_id)?;
+            self.gpus[i].device_instance = info.deviceInstance;
+            self.gpus[i].subdevice_instance = info.subDeviceInstance;
         }
         let mut instances: Vec<u32> = self.gpus.iter().map(|g| g.device_instance).collect();
         instances.sort_unstable();
-        check(
-            instances.iter().copied().eq(0..instances.len() as u32),
-            || format!("GPU_GET_ID_INFO_V2 device instances {instances:?}, want 0..n"),
-        )?;
+        instances.dedup();
+        check(instances.len() == self.gpus.len(), || {
+            format!("GPU_GET_ID_INFO_V2: device instances {instances:?} not distinct")
+        })?;
         Ok(())
     }
 
@@ -989,9 +1014,9 @@ impl Session {
             gr_info.insert(*key, v);
             info.insert((*key).into(), v.into());
         }
-        let sms = gr_info["litter_num_gpcs"]
-            * gr_info["litter_num_tpc_per_gpc"]
-            * gr_info["litter_num_sm_per_tpc"];
+        let sms = gr_info["gpu_core_count"]
+            .checked_div(gr_info["max_sp_per_sm"])
+            .unwrap_or(0);
         check(sms > 0, || format!("{gr}: SM count 0 ({gr_info:?})"))?;
         info.insert("sm_count".into(), sms.into());
 
@@ -1092,8 +1117,9 @@ impl Session {
     pub fn init_all(&mut self) -> Result<(), Error> {
         self.probe()?;
         self.system_controls()?;
+        self.open_gpus()?;
+        self.attach()?;
         for i in 0..self.gpus.len() {
-            self.open_gpu(i)?;
             self.alloc_device(i)?;
             self.gpu_queries(i)?;
         }
