@@ -1,1 +1,255 @@
-//! placeholder
+//! The real NVIDIA driver behind [`HostDriver`]: host device nodes opened by the daemon, ioctls
+//! issued with `libc::ioctl`. The only module of this crate with `unsafe` (the syscall).
+//!
+//! A [`HostCall`]'s nested buffers are daemon memory; before the syscall each buffer's address
+//! is written into its parent (the params or another nested buffer) at its offset
+//! ([`patch_pointers`], a safe function over byte buffers, unit-tested), so the driver's
+//! `copy_from_user`/`copy_to_user` on those pointers land in the daemon's buffers. Pointer
+//! fields without a buffer were set to 0 by the proxy, so no client address reaches the driver.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nvproxy_abi::DriverVersion;
+use nvproxy_abi::ioctl::ioc_size;
+
+use crate::host::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
+
+/// Writes the address of every nested buffer (as `addr_of` gives it) into its parent at its
+/// offset. Fails, touching nothing, if a parent index is out of range or the buffer itself, or
+/// an offset does not leave room for 8 bytes in the parent.
+pub fn patch_pointers(
+    call: &mut HostCall,
+    mut addr_of: impl FnMut(usize, &NestedBuf) -> u64,
+) -> io::Result<()> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+    for (i, n) in call.nested.iter().enumerate() {
+        let parent_len = match n.parent {
+            None => call.params.len(),
+            Some(p) if p != i => call
+                .nested
+                .get(p)
+                .map(|b| b.data.len())
+                .ok_or_else(|| bad(format!("nested buffer {i}: parent {p} does not exist")))?,
+            Some(_) => return Err(bad(format!("nested buffer {i} is its own parent"))),
+        };
+        if n.offset.checked_add(8).is_none_or(|end| end > parent_len) {
+            return Err(bad(format!(
+                "nested buffer {i}: pointer at {} outside its {parent_len}-byte parent",
+                n.offset
+            )));
+        }
+    }
+    let addrs: Vec<u64> = call
+        .nested
+        .iter()
+        .enumerate()
+        .map(|(i, n)| addr_of(i, n))
+        .collect();
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let (parent, off) = (call.nested[i].parent, call.nested[i].offset);
+        let target = match parent {
+            None => &mut call.params,
+            Some(p) => &mut call.nested[p].data,
+        };
+        target[off..off + 8].copy_from_slice(&addr.to_ne_bytes());
+    }
+    Ok(())
+}
+
+/// Extracts the driver version from the text of `/sys/module/nvidia/version` (just the
+/// version) or `/proc/driver/nvidia/version` ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
+/// 535.261.03  Wed ..."): the first whitespace-separated word that is a driver version.
+pub fn parse_version(text: &str) -> Option<DriverVersion> {
+    text.split_whitespace().find_map(|w| w.parse().ok())
+}
+
+/// The host's NVIDIA driver.
+#[derive(Debug)]
+pub struct RealHostDriver {
+    dev_dir: PathBuf,
+    version: String,
+}
+
+impl RealHostDriver {
+    /// The driver behind `/dev`, its version read from `/sys/module/nvidia/version` or, failing
+    /// that, `/proc/driver/nvidia/version`.
+    pub fn new() -> io::Result<Self> {
+        let text = std::fs::read_to_string("/sys/module/nvidia/version")
+            .or_else(|_| std::fs::read_to_string("/proc/driver/nvidia/version"))?;
+        let version = parse_version(&text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("no driver version in {text:?}"),
+            )
+        })?;
+        Ok(Self::with_dev_dir("/dev", version))
+    }
+
+    /// A driver whose nodes live in `dev_dir`, with a known version (tests, containers).
+    pub fn with_dev_dir(dev_dir: impl AsRef<Path>, version: DriverVersion) -> Self {
+        Self {
+            dev_dir: dev_dir.as_ref().to_path_buf(),
+            version: version.to_string(),
+        }
+    }
+
+    fn path(&self, node: NodeKind) -> PathBuf {
+        self.dev_dir.join(match node {
+            NodeKind::Ctl => "nvidiactl".to_owned(),
+            NodeKind::Gpu(minor) => format!("nvidia{minor}"),
+            NodeKind::Uvm => "nvidia-uvm".to_owned(),
+        })
+    }
+}
+
+impl HostDriver for RealHostDriver {
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn open(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        // std opens with O_CLOEXEC; the driver needs read-write.
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path(node))?;
+        Ok(Arc::new(RealHostFile {
+            node,
+            fd: OwnedFd::from(file),
+        }))
+    }
+}
+
+/// An open host node.
+#[derive(Debug)]
+pub struct RealHostFile {
+    node: NodeKind,
+    fd: OwnedFd,
+}
+
+impl HostFile for RealHostFile {
+    fn node(&self) -> NodeKind {
+        self.node
+    }
+
+    fn id(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
+        // Frontend commands carry the payload size; the buffer must be exactly that large so
+        // the driver's copy_from_user/copy_to_user stay inside it. UVM numbers carry no size:
+        // the caller sized the params from the ABI table.
+        if self.node != NodeKind::Uvm && ioc_size(call.cmd) as usize != call.params.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "ioctl {:#010x}: {}-byte params, _IOC_SIZE {}",
+                    call.cmd,
+                    call.params.len(),
+                    ioc_size(call.cmd)
+                ),
+            ));
+        }
+        patch_pointers(call, |_, n| n.data.as_ptr() as u64)?;
+        let arg = if call.params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            call.params.as_mut_ptr()
+        };
+        // SAFETY: `self.fd` is owned by `self`, so it stays open for the call. `arg` is null
+        // (no params) or an exclusive, live buffer of exactly the size the command encodes
+        // (checked above; for UVM, the size of the command's params struct, as the caller
+        // built it), so the driver's copies of the argument stay inside it. Every pointer
+        // embedded in it (or in a nested buffer) was just set by `patch_pointers` to a nested
+        // buffer of `call`, sized by the proxy to what the driver copies for that pointer;
+        // `call` is borrowed mutably for the whole call, so none of them moves or is freed
+        // before the ioctl returns.
+        let ret = unsafe { libc::ioctl(self.fd.as_raw_fd(), call.cmd as libc::Ioctl, arg) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call_with(nested: Vec<NestedBuf>) -> HostCall {
+        HostCall {
+            cmd: 0,
+            params: vec![0; 32],
+            nested,
+        }
+    }
+
+    #[test]
+    fn test_patch_writes_addresses_into_params_and_nested_parents() {
+        let mut call = call_with(vec![
+            NestedBuf {
+                parent: None,
+                offset: 16,
+                data: vec![0; 16],
+            },
+            NestedBuf {
+                parent: Some(0),
+                offset: 8,
+                data: vec![0; 4],
+            },
+        ]);
+        patch_pointers(&mut call, |i, _| 0x1000 * (i as u64 + 1)).unwrap();
+        assert_eq!(call.params[16..24], 0x1000u64.to_ne_bytes());
+        assert_eq!(call.nested[0].data[8..16], 0x2000u64.to_ne_bytes());
+    }
+
+    #[test]
+    fn test_patch_rejects_offset_past_parent_without_writing() {
+        let mut call = call_with(vec![NestedBuf {
+            parent: None,
+            offset: 28,
+            data: vec![],
+        }]);
+        assert!(patch_pointers(&mut call, |_, _| 1).is_err());
+        assert_eq!(call.params, vec![0; 32]);
+    }
+
+    #[test]
+    fn test_patch_rejects_missing_or_self_parent() {
+        let missing = NestedBuf {
+            parent: Some(5),
+            offset: 0,
+            data: vec![0; 8],
+        };
+        let own = NestedBuf {
+            parent: Some(0),
+            offset: 0,
+            data: vec![0; 8],
+        };
+        assert!(patch_pointers(&mut call_with(vec![missing]), |_, _| 1).is_err());
+        assert!(patch_pointers(&mut call_with(vec![own]), |_, _| 1).is_err());
+    }
+
+    #[test]
+    fn test_parse_version_from_proc_text() {
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jul  9 2025\n\
+                    GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n";
+        assert_eq!(parse_version(text).unwrap().to_string(), "535.261.03");
+    }
+
+    #[test]
+    fn test_parse_version_from_sysfs_text() {
+        assert_eq!(parse_version("580.142\n").unwrap().to_string(), "580.142");
+    }
+
+    #[test]
+    fn test_open_missing_node_fails() {
+        let drv = RealHostDriver::with_dev_dir("/nonexistent", "535.261.03".parse().unwrap());
+        assert!(drv.open(NodeKind::Ctl).is_err());
+    }
+}
