@@ -67,8 +67,8 @@ pub(crate) enum Kind {
     Memory { block: u64 },
     /// `FERMI_VASPACE_A` of GPU `gpu`.
     VaSpace { gpu: usize },
-    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event (client handle, fd).
-    Event { os_event: (u32, u32) },
+    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id.
+    Event { os_event: u64 },
 }
 
 /// An RM client (`NV01_ROOT*`).
@@ -88,6 +88,8 @@ pub(crate) struct Client {
 /// An OS event registered with `NV_ESC_ALLOC_OS_EVENT`.
 #[derive(Debug)]
 pub(crate) struct OsEvent {
+    /// Identity, for the references RM event objects hold.
+    pub id: u64,
     /// The client handle it was registered for.
     pub h_parent: u32,
     /// The file the escape came on.
@@ -121,6 +123,7 @@ pub(crate) struct State {
     pub clients: BTreeMap<u32, Client>,
     pub client_index: u32,
     pub os_events: Vec<OsEvent>,
+    pub next_os_event: u64,
     pub blocks: BTreeMap<u64, MemBlock>,
     pub next_block: u64,
     pub gpus: Vec<GpuState>,

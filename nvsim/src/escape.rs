@@ -180,7 +180,10 @@ pub(crate) fn ioctl(
             {
                 NV_ERR_INSUFFICIENT_RESOURCES
             } else {
+                let id = st.next_os_event;
+                st.next_os_event += 1;
                 st.os_events.push(OsEvent {
+                    id,
                     h_parent: p.hClient,
                     file,
                     fd,

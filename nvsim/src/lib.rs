@@ -50,8 +50,6 @@ pub mod status;
 pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
 pub use driver::{SimDriver, SimFile, SimStats};
 
-use ioctl_proxy::HostDriver;
-
 /// Why a [`SimConfig`] cannot be simulated.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -68,9 +66,4 @@ pub enum SimError {
     /// The driver supports at most 32 GPUs.
     #[error("{0} GPUs configured; the driver supports at most 32")]
     TooManyGpus(usize),
-}
-
-/// The driver as the proxy sees it.
-pub fn as_host_driver(drv: std::sync::Arc<SimDriver>) -> std::sync::Arc<dyn HostDriver> {
-    drv
 }

@@ -170,7 +170,15 @@ impl State {
         if is_root_class(a.class) {
             return self.alloc_client(a.h_client, a.class, a.os_info, a.h_new);
         }
-        // _fixupAllocParams for events.
+        // serverAllocResource: the client, and the strict check that it is this file's.
+        let status = match self.client_for(a.h_client, a.os_info) {
+            Ok(_) => NV_OK,
+            Err(s) => s,
+        };
+        if status != NV_OK {
+            return (status, a.h_new);
+        }
+        // serverAllocResourceUnderLock, which starts with _fixupAllocParams for events.
         let mut notifier = None;
         if is_event_class(a.class) {
             let p = a.params.as_deref_mut().expect("required above");
@@ -189,19 +197,12 @@ impl State {
             } else {
                 ev.hParentClient
             };
-            if notifier_client != a.h_client {
+            // The raw hParentClient decides: 0 puts the event under the client as well.
+            if ev.hParentClient != a.h_client {
                 a.h_parent = a.h_client;
             }
             notifier = Some((notifier_client, ev.hSrcResource, ev.data));
         }
-        let status = match self.client_for(a.h_client, a.os_info) {
-            Ok(_) => NV_OK,
-            Err(s) => s,
-        };
-        if status != NV_OK {
-            return (status, a.h_new);
-        }
-        // serverAllocResourceUnderLock
         if a.h_new == a.h_client {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
         }
@@ -316,7 +317,7 @@ impl State {
                     }
                 };
                 // NV_DEVICE_ALLOCATION_FLAGS_RESTRICT_RESERVED_VALIMITS
-                if flags & 0x20 != 0 && (va_limit < va_start || va_limit == 0) {
+                if flags & 0x800 != 0 && (va_limit < va_start || va_limit == 0) {
                     return Err(NV_ERR_INVALID_ARGUMENT);
                 }
                 let gpu = inst as usize;
@@ -437,12 +438,10 @@ impl State {
                 let ev = self
                     .os_events
                     .iter_mut()
-                    .find(|e| e.fd == fd && e.h_parent == a.h_client)
+                    .find(|e| e.active && e.fd == fd && e.h_parent == a.h_client)
                     .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
                 ev.refcount += 1;
-                Ok(Kind::Event {
-                    os_event: (a.h_client, fd),
-                })
+                Ok(Kind::Event { os_event: ev.id })
             }
             _ => Err(NV_ERR_INVALID_CLASS),
         }
@@ -467,12 +466,8 @@ impl State {
                     }
                 }
             }
-            Kind::Event { os_event: (h, fd) } => {
-                if let Some(i) = self
-                    .os_events
-                    .iter()
-                    .position(|e| e.h_parent == h && e.fd == fd && e.refcount > 0)
-                {
+            Kind::Event { os_event } => {
+                if let Some(i) = self.os_events.iter().position(|e| e.id == os_event) {
                     let e = &mut self.os_events[i];
                     e.refcount -= 1;
                     if !e.active && e.refcount == 0 {

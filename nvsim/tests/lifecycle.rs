@@ -21,6 +21,7 @@ fn os_event_object(s: &Stack, h: u32) {
     ev.fd = s.gpu.id();
     assert_eq!(esc(&s.gpu, NV_ESC_ALLOC_OS_EVENT, &ev).1.Status, NV_OK);
     let mut ep = NV0005_ALLOC_PARAMETERS::new_zeroed();
+    ep.hParentClient = s.client;
     ep.hClass = 0x79;
     ep.data = s.gpu.id() as u64;
     assert_eq!(
@@ -50,6 +51,33 @@ fn test_free_device_frees_its_subtree() {
         (1, 0, 0)
     );
     assert_eq!(st.os_events, 1, "the OS event itself stays registered");
+}
+
+#[test]
+fn test_event_with_null_parent_client_lives_under_the_client() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let mut ev = nv_ioctl_alloc_os_event_t::new_zeroed();
+    ev.hClient = s.client;
+    ev.fd = s.gpu.id();
+    assert_eq!(esc(&s.gpu, NV_ESC_ALLOC_OS_EVENT, &ev).1.Status, NV_OK);
+    let mut ep = NV0005_ALLOC_PARAMETERS::new_zeroed();
+    ep.hClass = 0x79; // hParentClient 0: _fixupAllocParams re-parents the event to the client
+    ep.data = s.gpu.id() as u64;
+    let (_, _, out) = alloc_full(
+        &s.gpu,
+        s.client,
+        s.subdevice,
+        0x72,
+        0x79,
+        Some(ep.as_bytes()),
+    );
+    let out = NV0005_ALLOC_PARAMETERS::read_from_bytes(&out.unwrap()).unwrap();
+    assert_eq!(out.hSrcResource, s.subdevice);
+    assert_eq!(free(&s.ctl, s.client, s.device), NV_OK);
+    assert_eq!(d.live_objects(), 1, "the event survives its notifier");
+    assert_eq!(free(&s.ctl, s.client, 0x72), NV_OK);
+    assert_eq!(d.live_objects(), 0);
 }
 
 #[test]
@@ -427,4 +455,27 @@ fn test_stats_display_is_readable() {
         d.stats().to_string(),
         "2 open files, 1 clients, 2 objects, 0 OS events, 0 bytes allocated, 1 GPUs attached"
     );
+}
+
+#[test]
+fn test_os_event_freed_while_referenced_lives_until_its_rm_event_goes() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    os_event_object(&s, 0x72);
+    let mut fe = nv_ioctl_free_os_event_t::new_zeroed();
+    fe.hClient = s.client;
+    fe.fd = s.gpu.id();
+    assert_eq!(esc(&s.gpu, NV_ESC_FREE_OS_EVENT, &fe).1.Status, NV_OK);
+    assert_eq!(d.stats().os_events, 1, "still referenced by the RM event");
+    assert_eq!(
+        esc(&s.gpu, NV_ESC_FREE_OS_EVENT, &fe).1.Status,
+        NV_ERR_INVALID_EVENT
+    );
+    // The fd can be registered again at once, and a new RM event refers to the new one.
+    os_event_object(&s, 0x73);
+    assert_eq!(d.stats().os_events, 2);
+    assert_eq!(free(&s.ctl, s.client, 0x72), NV_OK);
+    assert_eq!(d.stats().os_events, 1);
+    drop(s);
+    assert_eq!(d.stats(), SimStats::default());
 }
