@@ -156,8 +156,9 @@ pub(crate) fn control(
             },
         }
     };
-    let Some(pl) = pbuf else {
-        return NV_ERR_NOT_SUPPORTED; // no modeled control takes no params
+    // Every simulated control has a known size (checked above); anything else is not simulated.
+    let (Some(pl), Some(_)) = (pbuf, expected_size(drv, p.cmd)) else {
+        return NV_ERR_NOT_SUPPORTED;
     };
     let mut c = Ctx {
         drv,

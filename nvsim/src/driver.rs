@@ -129,6 +129,10 @@ pub(crate) struct State {
     pub gpus: Vec<GpuState>,
     /// `NV_ESC_SYS_PARAMS.memblock_size`, set once.
     pub memblock_size: u64,
+    /// The resource server before 555 searched a sorted client bucket and could answer an
+    /// unknown client with `NV_ERR_INVALID_OBJECT`; from 555 on it is always
+    /// `NV_ERR_INVALID_OBJECT_HANDLE`.
+    pub sorted_client_buckets: bool,
 }
 
 /// Counters that show what a driver instance holds; all zero once every file is closed.
@@ -216,6 +220,7 @@ impl SimDriver {
         let id_base = (((instance % 0x7ffe) + 1) as i32) << 16;
         let state = State {
             gpus: config.gpus.iter().map(|_| GpuState::default()).collect(),
+            sorted_client_buckets: config.version.major() < 555,
             ..State::default()
         };
         Ok(Arc::new_cyclic(|me| SimDriver {

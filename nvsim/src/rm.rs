@@ -100,15 +100,17 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
 }
 
 impl State {
-    /// The status the resource server gives for a client handle it does not know: the sorted
-    /// per-bucket search of `_serverFindClientEntry` ends on a larger handle
-    /// (`NV_ERR_INVALID_OBJECT`) or at the end of the bucket (`NV_ERR_INVALID_OBJECT_HANDLE`).
+    /// The status the resource server gives for a client handle it does not know. Before 555
+    /// the sorted per-bucket search of `_serverFindClientEntry` ends on a larger handle
+    /// (`NV_ERR_INVALID_OBJECT`) or at the end of the bucket (`NV_ERR_INVALID_OBJECT_HANDLE`);
+    /// from 555 on (`_serverFindClientEntryByHandle`) it is always the latter.
     pub(crate) fn unknown_client_status(&self, h: u32) -> u32 {
         let bucket = h & RS_CLIENT_HANDLE_BUCKET_MASK;
-        if self
-            .clients
-            .keys()
-            .any(|&c| (c & RS_CLIENT_HANDLE_BUCKET_MASK) == bucket && c > h)
+        if self.sorted_client_buckets
+            && self
+                .clients
+                .keys()
+                .any(|&c| (c & RS_CLIENT_HANDLE_BUCKET_MASK) == bucket && c > h)
         {
             NV_ERR_INVALID_OBJECT
         } else {

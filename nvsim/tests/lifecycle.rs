@@ -479,3 +479,14 @@ fn test_os_event_freed_while_referenced_lives_until_its_rm_event_goes() {
     drop(s);
     assert_eq!(d.stats(), SimStats::default());
 }
+
+#[test]
+fn test_unknown_client_is_always_invalid_object_handle_from_555() {
+    let d = sim_at("580.142", 1);
+    let ctl = open(&d, NodeKind::Ctl);
+    let h = client(&ctl);
+    assert_eq!(
+        free(&ctl, h - 0x400, h - 0x400),
+        NV_ERR_INVALID_OBJECT_HANDLE
+    );
+}

@@ -1,0 +1,117 @@
+//! Hostile input never panics the simulator: every escape number with odd sizes and random
+//! bytes, every simulated control with random params and sizes, random nested buffers.
+
+mod common;
+
+use common::*;
+use ioctl_proxy::{HostCall, NestedBuf, NodeKind};
+use nvproxy_abi::ioctl::*;
+use nvsim::SimStats;
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    /// Random bytes of a random length below `max`.
+    fn blob(&mut self, max: u64) -> Vec<u8> {
+        let n = (self.next() % max) as usize;
+        self.bytes(n)
+    }
+}
+
+#[test]
+fn test_random_escapes_never_panic() {
+    let d = sim(2);
+    let mut rng = Lcg(7);
+    {
+        let s = stack(&d, 0);
+        let uvm = open(&d, NodeKind::Uvm);
+        for nr in 0..=255u8 {
+            for size in [
+                0usize, 1, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 72, 144, 184, 2600,
+            ] {
+                for f in [&s.ctl, &s.gpu, &uvm] {
+                    let mut call = HostCall {
+                        cmd: nv_iowr(nr, size),
+                        params: rng.bytes(size),
+                        nested: (0..(rng.next() % 3))
+                            .map(|i| NestedBuf {
+                                parent: if i == 0 { None } else { Some(0) },
+                                offset: (rng.next() % 32) as usize,
+                                data: rng.blob(300),
+                            })
+                            .collect(),
+                    };
+                    let _ = f.ioctl(&mut call);
+                }
+            }
+        }
+    }
+    assert_eq!(d.stats(), SimStats::default());
+}
+
+#[test]
+fn test_random_controls_never_panic() {
+    use nvsim::control::cmd::*;
+    let cmds = [
+        SYSTEM_GET_BUILD_VERSION,
+        SYSTEM_GET_FABRIC_STATUS,
+        SYSTEM_GET_BUILD_VERSION_V2,
+        GPU_GET_ATTACHED_IDS,
+        GPU_GET_ID_INFO,
+        GPU_GET_DEVICE_IDS,
+        GPU_GET_ID_INFO_V2,
+        GPU_GET_PROBED_IDS,
+        GPU_ATTACH_IDS,
+        GPU_GET_PCI_INFO,
+        GPU_GET_UUID_FROM_GPU_ID,
+        CLIENT_SET_INHERITED_SHARE_POLICY,
+        DEVICE_GPU_GET_CLASSLIST,
+        DEVICE_GPU_GET_NUM_SUBDEVICES,
+        DEVICE_GPU_GET_CLASSLIST_V2,
+        GPU_GET_INFO_V2,
+        GPU_GET_NAME_STRING,
+        GPU_GET_SHORT_NAME_STRING,
+        GPU_GET_SIMULATION_INFO,
+        GPU_GET_GID_INFO,
+        GR_GET_INFO,
+        GR_GET_INFO_V2,
+        FB_GET_INFO,
+        FB_GET_INFO_V2,
+        MC_GET_ARCH_INFO,
+        BUS_GET_PCI_INFO,
+    ];
+    let d = sim(1);
+    let mut rng = Lcg(11);
+    let s = stack(&d, 0);
+    for &c in &cmds {
+        for obj in [s.client, s.device, s.subdevice, 0x1234] {
+            for _ in 0..40 {
+                let exact = [
+                    4usize, 12, 16, 32, 40, 64, 128, 132, 256, 268, 516, 644, 776, 436,
+                ][(rng.next() % 14) as usize];
+                let len = if rng.next() % 2 == 0 {
+                    exact
+                } else {
+                    (rng.next() % 1100) as usize
+                };
+                let params = rng.bytes(len);
+                let inner = (0..(rng.next() % 4))
+                    .map(|_| ((rng.next() % 4 * 8) as usize, rng.blob(600)))
+                    .collect();
+                let _ = control_call(&s.ctl, s.client, obj, c, &params, inner);
+            }
+        }
+    }
+    drop(s);
+    assert_eq!(d.stats(), SimStats::default());
+}
