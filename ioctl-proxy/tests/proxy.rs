@@ -1,0 +1,1237 @@
+//! The frontend request path against a recording fake driver.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use ioctl_proxy::*;
+use nvproxy_abi::Caps;
+use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, ioc, nv_iowr};
+
+const A: u64 = 0x40_0000; // a top-level struct
+const B: u64 = 0x41_0000; // a nested buffer
+
+const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
+const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
+const NV_ERR_INVALID_CLASS: u32 = 0x22;
+const NV_ERR_INVALID_CLIENT: u32 = 0x23;
+const NV_ERR_INVALID_STATE: u32 = 0x40;
+const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
+const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x57;
+
+const CLASSLIST: u32 = 0x80_0201;
+const ECC_COUNTS: u32 = 0x2080_3401; // admin-only (no caps) in every table
+
+fn graphics_env() -> Env {
+    Env::with(
+        VERSION,
+        InstancePolicy::new(
+            "gfx",
+            Caps::COMPUTE_UTILITY
+                .union(Caps::GRAPHICS)
+                .union(Caps::VIDEO),
+            vec![1, 2],
+        ),
+    )
+}
+
+// ---- escapes: dispatch and syntax ------------------------------------------------------------
+
+#[test]
+fn test_check_version_str_is_forwarded_unchanged() {
+    let mut env = Env::new();
+    let mut p = vec![0u8; 72];
+    p[0] = b'2';
+    p[8..18].copy_from_slice(b"535.261.03");
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, 0xc048_46d2, A).unwrap(), 0);
+    let seen = env.host.calls();
+    assert_eq!((seen.len(), seen[0].call.cmd), (1, 0xc048_46d2));
+    assert_eq!(seen[0].call.params, p);
+}
+
+#[test]
+fn test_sys_params_is_forwarded() {
+    let mut env = Env::new();
+    env.mem.map(A, &4096u64.to_ne_bytes());
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0xd6, 8), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0xd6).len(), 1);
+}
+
+#[test]
+fn test_wait_open_complete_exists_from_550() {
+    let mut env = Env::with(
+        "550.163.01",
+        InstancePolicy::new("t", Caps::COMPUTE, vec![1]),
+    );
+    env.mem.map(A, &[0; 8]);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0xda, 8), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0xda).len(), 1);
+}
+
+#[test]
+fn test_unknown_escape_is_einval_and_audited() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 20]);
+    let ctl = env.ctl;
+    let err = env.ioctl(ctl, nv_iowr(0x28, 20), A).unwrap_err(); // NV_ESC_RM_ALLOC_OBJECT
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert!(env.host.calls().is_empty());
+    let ev = &env.events.all()[0];
+    assert_eq!(
+        (ev.kind, ev.decision, ev.errno),
+        (Kind::Escape, Decision::Denied, Some(libc::EINVAL))
+    );
+}
+
+#[test]
+fn test_numa_info_is_refused_without_forwarding() {
+    let mut env = Env::with(
+        "545.29.06",
+        InstancePolicy::new("t", Caps::COMPUTE, vec![1]),
+    );
+    env.mem.map(A, &[0; 560]);
+    let ctl = env.ctl;
+    let err = env.ioctl(ctl, nv_iowr(0xd7, 560), A).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_non_nvidia_ioctl_type_is_enotty() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 72]);
+    let ctl = env.ctl;
+    let cmd = ioc(IOC_READ | IOC_WRITE, b'G', 0xd2, 72);
+    assert_eq!(env.ioctl(ctl, cmd, A).unwrap_err().errno(), libc::ENOTTY);
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_undersized_ioc_size_is_einval() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 64]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0x2a, 16), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_oversized_ioc_size_is_einval() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 64]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0x2b, 40), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_bad_top_level_pointer_is_efault() {
+    let mut env = Env::new();
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, 0xc048_46d2, 0xdead_0000)
+            .unwrap_err()
+            .errno(),
+        libc::EFAULT
+    );
+}
+
+#[test]
+fn test_unknown_open_is_ebadf() {
+    let mut env = Env::new();
+    let err = env.ioctl(OwnerId(999), 0xc048_46d2, A).unwrap_err();
+    assert_eq!(err.errno(), libc::EBADF);
+}
+
+#[test]
+fn test_xfer_cmd_is_unwrapped() {
+    let mut env = Env::new();
+    env.mem.map(B, &[0; 72]);
+    let mut x = vec![0u8; 16];
+    wr32(&mut x, 0, 0xd2);
+    wr32(&mut x, 4, 72);
+    wr64(&mut x, 8, B);
+    env.mem.map(A, &x);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0xd3, 16), A).unwrap(), 0);
+    assert_eq!(env.host.calls()[0].call.cmd, nv_iowr(0xd2, 72));
+}
+
+#[test]
+fn test_xfer_above_absolute_max_is_einval() {
+    let mut env = Env::new();
+    let mut x = vec![0u8; 16];
+    wr32(&mut x, 0, 0xd4);
+    wr32(&mut x, 4, 16388);
+    wr64(&mut x, 8, B);
+    env.mem.map(A, &x);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xd3, 16), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_xfer_struct_of_wrong_size_is_einval() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 24]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xd3, 24), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+}
+
+#[test]
+fn test_export_dmabuf_needs_rdma_cap() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 2600]);
+    let ctl = env.ctl;
+    let err = env.ioctl(ctl, nv_iowr(0xd9, 2600), A).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert!(env.host.calls().is_empty());
+    assert_eq!(env.events.all()[0].decision, Decision::Denied);
+}
+
+// ---- CARD_INFO and the GPU set ---------------------------------------------------------------
+
+#[test]
+fn test_card_info_is_filtered_and_renumbered() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 32 * 72]);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0xc8, 32 * 72), A).unwrap(), 0);
+    let out = env.mem.get(A, 32 * 72);
+    let entry = |i: usize| &out[i * 72..(i + 1) * 72];
+    assert_eq!(
+        (entry(0)[0], rd32(entry(0), 16), rd32(entry(0), 56)),
+        (1, 0x200, 0)
+    );
+    assert_eq!(
+        (entry(1)[0], rd32(entry(1), 16), rd32(entry(1), 56)),
+        (1, 0x300, 1)
+    );
+    assert!(out[2 * 72..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn test_card_info_smaller_than_the_set_is_einval_and_zeroed() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0xaa; 72]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xc8, 72), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(env.mem.get(A, 72), vec![0; 72]);
+}
+
+#[test]
+fn test_tenant_gpu_node_maps_to_host_minor() {
+    let env = Env::new();
+    env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    let err = env.proxy.open(FrontendNode::Gpu(2)).unwrap_err();
+    assert_eq!(err.errno(), libc::ENODEV);
+    assert_eq!(
+        env.proxy.gpus()[0],
+        GpuInfo {
+            minor: 1,
+            gpu_id: 0x200
+        }
+    );
+}
+
+#[test]
+fn test_proxy_refuses_gpu_the_host_lacks() {
+    let host = FakeHost::new(VERSION, &HOST_GPUS);
+    let policy = InstancePolicy::new("t", Caps::COMPUTE, vec![7]);
+    let err = Proxy::for_host(policy, Arc::new(Driver(host))).unwrap_err();
+    assert!(matches!(err, ProxyError::Config(_)));
+}
+
+#[test]
+fn test_probed_ids_are_filtered_to_the_set() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0x214, &[0; 256]);
+    assert_eq!(status, 0);
+    assert_eq!(
+        (rd32(&out, 0), rd32(&out, 4), rd32(&out, 8)),
+        (0x200, 0x300, INVALID_ID)
+    );
+}
+
+#[test]
+fn test_probed_ids_580_layout_filters_gpu_flags_too() {
+    let mut env = Env::with("580.142", InstancePolicy::new("t", Caps::COMPUTE, vec![2]));
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 384];
+    wr32(&mut p, 256 + 8, 0x77); // flags of host GPU index 2 (0x300) — the fake keeps input
+    let (status, out) = env.control(c, c, 0x214, &p);
+    assert_eq!(status, 0);
+    assert_eq!((rd32(&out, 0), rd32(&out, 4)), (0x300, INVALID_ID));
+    assert_eq!((rd32(&out, 256), rd32(&out, 260)), (0x77, 0));
+}
+
+#[test]
+fn test_attached_ids_are_filtered_to_the_set() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, out) = env.control(c, c, 0x201, &[0; 128]);
+    assert_eq!(
+        (rd32(&out, 0), rd32(&out, 4), rd32(&out, 8)),
+        (0x200, 0x300, INVALID_ID)
+    );
+}
+
+#[test]
+fn test_attach_ids_outside_the_set_is_invalid_argument() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0xffu8; 132];
+    wr32(&mut p, 0, 0x100);
+    let (status, _) = env.control(c, c, 0x215, &p);
+    assert_eq!(status, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.controls(0x215).is_empty());
+}
+
+#[test]
+fn test_attach_all_probed_becomes_the_instance_gpus() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0xffu8; 132];
+    wr32(&mut p, 0, 0xffff);
+    let (status, out) = env.control(c, c, 0x215, &p);
+    assert_eq!(status, 0);
+    let seen = &env.host.controls(0x215)[0].call.nested[0].data;
+    assert_eq!(
+        (rd32(seen, 0), rd32(seen, 4), rd32(seen, 8)),
+        (0x200, 0x300, INVALID_ID)
+    );
+    assert_eq!(rd32(&out, 0), 0xffff);
+}
+
+#[test]
+fn test_gpu_id_query_outside_the_set_is_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 32];
+    wr32(&mut p, 0, 0x100);
+    assert_eq!(env.control(c, c, 0x205, &p).0, NV_ERR_OBJECT_NOT_FOUND);
+    let mut p = vec![0u8; 268];
+    wr32(&mut p, 0, 0x100);
+    assert_eq!(env.control(c, c, 0x275, &p).0, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.calls_nr(0x2a).is_empty());
+}
+
+#[test]
+fn test_attach_gpus_to_fd_outside_the_set_is_einval() {
+    let mut env = Env::new();
+    let mut p = vec![0u8; 8];
+    wr32(&mut p, 0, 0x200);
+    wr32(&mut p, 4, 0x100);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xd4, 8), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+    wr32(&mut p, 4, 0x300);
+    env.mem.map(A, &p);
+    assert_eq!(env.ioctl(ctl, nv_iowr(0xd4, 8), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0xd4)[0].call.params, p);
+}
+
+#[test]
+fn test_device_of_a_gpu_outside_the_set_is_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, 0); // device instance 0 = host GPU 0x100
+    let (status, _) = env.alloc(c, c, 0x80, &p);
+    assert_eq!(status, NV_ERR_INVALID_STATE);
+    assert!(
+        env.host
+            .calls_nr(0x2b)
+            .iter()
+            .all(|s| rd32(&s.call.params, 12) != 0x80)
+    );
+    let (dev, sub) = env.device(c, 1); // device instance 1 = 0x200, in the set
+    assert!(dev != 0 && sub != 0);
+}
+
+// ---- RM_ALLOC, RM_FREE, DUP, SHARE and the object table ----------------------------------------
+
+#[test]
+fn test_root_client_handle_chosen_by_the_driver_is_recorded() {
+    let mut env = Env::new();
+    let ctl = env.ctl;
+    let h = env.alloc_client(ctl);
+    assert!(env.proxy.has_client(h));
+    assert_eq!(env.proxy.object_count(), 1);
+}
+
+#[test]
+fn test_nvos21_alloc_reaches_host_as_nvos64_and_returns_nvos21() {
+    let mut env = Env::new();
+    let mut p = vec![0u8; 32];
+    wr32(&mut p, 12, 0x41);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2b, 32), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0x2b)[0].call.cmd, 0xc030_462b);
+    let out = env.mem.get(A, 32);
+    assert!(env.proxy.has_client(rd32(&out, 8)));
+    assert_eq!(rd32(&out, 28), 0);
+}
+
+#[test]
+fn test_alloc_params_are_nested_and_the_client_pointer_restored() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, 1);
+    env.alloc(c, c, 0x80, &p);
+    let seen = env.host.calls_nr(0x2b).pop().unwrap().call;
+    assert_eq!(rd64(&seen.params, 16), NESTED_PTR_PLACEHOLDER);
+    assert_eq!((seen.nested.len(), seen.nested[0].data.len()), (1, 56));
+    assert_eq!(rd64(&env.mem.get(0x11_0000, 48), 16), 0x12_0000);
+}
+
+#[test]
+fn test_unknown_class_answers_invalid_class_with_ioctl_success() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, _) = env.alloc(c, c, 0xbeef, &[]);
+    assert_eq!(status, NV_ERR_INVALID_CLASS);
+    assert_eq!(env.host.calls_nr(0x2b).len(), 1); // only the client
+    assert_eq!(env.events.all().last().unwrap().decision, Decision::Denied);
+}
+
+#[test]
+fn test_alloc_under_unknown_parent_is_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, _) = env.alloc(c, 0x1234, 0x2080, &[0; 4]);
+    assert_eq!(status, 0x36); // NV_ERR_INVALID_OBJECT_PARENT
+}
+
+#[test]
+fn test_double_free_is_ok_and_reaches_the_host_once() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 8, dev);
+    let ctl = env.ctl;
+    for _ in 0..2 {
+        env.mem.map(A, &p);
+        assert_eq!(env.ioctl(ctl, nv_iowr(0x29, 16), A).unwrap(), 0);
+        assert_eq!(rd32(&env.mem.get(A, 16), 12), 0);
+    }
+    assert_eq!(env.host.calls_nr(0x29).len(), 1);
+    assert_eq!(env.proxy.object_count(), 1); // device and subdevice gone
+}
+
+#[test]
+fn test_free_of_the_client_forgets_it() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 8, c);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    env.ioctl(ctl, nv_iowr(0x29, 16), A).unwrap();
+    assert!(!env.proxy.has_client(c));
+}
+
+#[test]
+fn test_release_frees_the_opens_clients_and_closes_its_host_file() {
+    let mut env = Env::new();
+    let second = env.proxy.open(FrontendNode::Ctl).unwrap();
+    let files = env.host.open_files();
+    let c = env.alloc_client(second);
+    let kept = env.alloc_client(env.ctl);
+    assert_eq!(env.proxy.release(second), vec![c]);
+    assert!(!env.proxy.has_client(c) && env.proxy.has_client(kept));
+    assert_eq!(env.host.open_files(), files - 1);
+}
+
+#[test]
+fn test_dup_and_share_within_the_instance() {
+    let mut env = Env::new();
+    let c1 = env.alloc_client(env.ctl);
+    let c2 = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c1, 1);
+    let mut p = vec![0u8; 28];
+    for (i, v) in [c2, c2, 0, c1, dev].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    env.mem.map(A, &p);
+    let before = env.proxy.object_count();
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x34, 28), A).unwrap(), 0);
+    assert_eq!(env.proxy.object_count(), before + 1);
+    let out = env.mem.get(A, 28);
+    assert_eq!(rd32(&out, 24), 0);
+    let new = rd32(&out, 8);
+    assert!(new != 0);
+    // SHARE of the dup with a client-targeted policy naming our other client.
+    let mut s = vec![0u8; 24];
+    wr32(&mut s, 0, c2);
+    wr32(&mut s, 4, new);
+    wr32(&mut s, 8, c1);
+    s[16..18].copy_from_slice(&3u16.to_ne_bytes());
+    env.mem.map(B, &s);
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x35, 24), B).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(B, 24), 20), 0);
+    assert_eq!(env.host.calls_nr(0x35).len(), 1);
+}
+
+#[test]
+fn test_handles_of_another_instance_are_refused() {
+    let host = FakeHost::new(VERSION, &HOST_GPUS);
+    let (a, _) = proxy_on(&host, InstancePolicy::new("a", Caps::COMPUTE, vec![1]));
+    let (b, b_events) = proxy_on(&host, InstancePolicy::new("b", Caps::COMPUTE, vec![2]));
+    let (a_ctl, b_ctl) = (
+        a.open(FrontendNode::Ctl).unwrap(),
+        b.open(FrontendNode::Ctl).unwrap(),
+    );
+    let mut mem = FakeMem::new();
+    let fds = FakeFds::default();
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 12, 0x41);
+    mem.map(A, &p);
+    a.ioctl(a_ctl, &CALLER, nv_iowr(0x2b, 48), A, &mut mem, &fds)
+        .unwrap();
+    let a_client = rd32(&mem.get(A, 48), 8);
+    host.clear();
+
+    // B: a control, a free and a dup naming A's client.
+    let mut ctl = vec![0u8; 32];
+    wr32(&mut ctl, 0, a_client);
+    wr32(&mut ctl, 4, a_client);
+    wr32(&mut ctl, 8, 0x214);
+    mem.map(A, &ctl);
+    b.ioctl(b_ctl, &CALLER, nv_iowr(0x2a, 32), A, &mut mem, &fds)
+        .unwrap();
+    assert_eq!(rd32(&mem.get(A, 32), 28), NV_ERR_INVALID_CLIENT);
+    let mut free = vec![0u8; 16];
+    wr32(&mut free, 0, a_client);
+    wr32(&mut free, 8, a_client);
+    mem.map(A, &free);
+    b.ioctl(b_ctl, &CALLER, nv_iowr(0x29, 16), A, &mut mem, &fds)
+        .unwrap();
+    assert_eq!(rd32(&mem.get(A, 16), 12), NV_ERR_INVALID_CLIENT);
+    mem.map(B, &p);
+    b.ioctl(b_ctl, &CALLER, nv_iowr(0x2b, 48), B, &mut mem, &fds)
+        .unwrap();
+    let b_client = rd32(&mem.get(B, 48), 8);
+    let mut dup = vec![0u8; 28];
+    for (i, v) in [b_client, b_client, 0, a_client, a_client]
+        .into_iter()
+        .enumerate()
+    {
+        wr32(&mut dup, 4 * i, v);
+    }
+    mem.map(A, &dup);
+    b.ioctl(b_ctl, &CALLER, nv_iowr(0x34, 28), A, &mut mem, &fds)
+        .unwrap();
+    assert_eq!(rd32(&mem.get(A, 28), 24), NV_ERR_INVALID_CLIENT);
+
+    assert!(host.calls_nr(0x2a).is_empty() && host.calls_nr(0x29).is_empty());
+    assert!(host.calls_nr(0x34).is_empty());
+    assert!(a.has_client(a_client));
+    assert!(b_events.all().iter().all(|e| e.instance == "b"));
+}
+
+// ---- RM_CONTROL ---------------------------------------------------------------------------------
+
+#[test]
+fn test_control_with_embedded_list_nests_and_copies_back() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    env.mem.map(B, &[0; 16]);
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, 4);
+    wr64(&mut p, 8, B);
+    let (status, out) = env.control(c, dev, CLASSLIST, &p);
+    assert_eq!(status, 0);
+    assert_eq!(rd64(&out, 8), B); // the client's pointer, not the daemon's
+    assert_eq!(
+        (env.mem.u32_at(B), env.mem.u32_at(B + 12)),
+        (0xc000, 0xc003)
+    );
+    let seen = &env.host.controls(CLASSLIST)[0].call;
+    assert_eq!(seen.nested[1].parent, Some(0));
+    assert_eq!(rd64(&seen.nested[0].data, 8), NESTED_PTR_PLACEHOLDER);
+}
+
+#[test]
+fn test_params_size_other_than_the_controls_is_invalid_argument() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let (status, _) = env.control(c, dev, CLASSLIST, &[0; 32]);
+    assert_eq!(status, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.controls(CLASSLIST).is_empty());
+}
+
+#[test]
+fn test_hostile_params_size_is_refused_without_reading_it() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.mem.reads.clear();
+    env.mem.largest_read = 0;
+    let mut p = vec![0u8; 32];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 8, 0x2080_8001); // legacy GSS: opaque, no table size
+    wr64(&mut p, 16, B);
+    wr32(&mut p, 24, 0xffff_0000);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2a, 32), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 32), 28), NV_ERR_INVALID_ARGUMENT);
+    assert!(env.mem.largest_read <= 32);
+    assert!(env.host.calls_nr(0x2a).is_empty());
+}
+
+#[test]
+fn test_hostile_embedded_count_is_refused_without_reading_it() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    env.mem.largest_read = 0;
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, 0x4000_0000);
+    wr64(&mut p, 8, B);
+    let (status, _) = env.control(c, dev, CLASSLIST, &p);
+    assert_eq!(status, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.mem.largest_read <= 56);
+    assert!(env.host.controls(CLASSLIST).is_empty());
+}
+
+#[test]
+fn test_opaque_pass_through_control_is_forwarded_within_the_bound() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, _) = env.control(c, c, 0x2080_8001, &[7; 64]);
+    assert_eq!(status, 0);
+    assert_eq!(
+        env.host.controls(0x2080_8001)[0].call.nested[0].data,
+        vec![7; 64]
+    );
+}
+
+#[test]
+fn test_bad_params_pointer_is_invalid_address_status() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 32];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 8, 0x214);
+    wr64(&mut p, 16, 0xbad0_0000);
+    wr32(&mut p, 24, 256);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2a, 32), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 32), 28), NV_ERR_INVALID_ADDRESS);
+    assert!(env.host.calls_nr(0x2a).is_empty());
+}
+
+#[test]
+fn test_bad_embedded_pointer_is_invalid_address_status() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, 4);
+    wr64(&mut p, 8, 0xbad0_0000);
+    assert_eq!(env.control(c, dev, CLASSLIST, &p).0, NV_ERR_INVALID_ADDRESS);
+    assert!(env.host.controls(CLASSLIST).is_empty());
+}
+
+#[test]
+fn test_unknown_control_is_not_supported_with_ioctl_success() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    assert_eq!(
+        env.control(c, c, 0x0000_0b7f, &[0; 4]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert!(env.host.calls_nr(0x2a).is_empty());
+}
+
+#[test]
+fn test_null_control_is_ok_without_the_host() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    assert_eq!(env.control(c, c, 0x2080_0000, &[]).0, 0);
+    assert!(env.host.calls_nr(0x2a).is_empty());
+}
+
+#[test]
+fn test_control_on_unknown_object_is_object_not_found() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    assert_eq!(
+        env.control(c, 0x5555, 0x214, &[0; 256]).0,
+        NV_ERR_OBJECT_NOT_FOUND
+    );
+}
+
+#[test]
+fn test_host_status_reaches_the_client_and_is_audited_as_failed() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.host.set_control_status(0x214, 0x65);
+    assert_eq!(env.control(c, c, 0x214, &[0; 256]).0, 0x65);
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!((ev.decision, ev.nv_status), (Decision::Failed, Some(0x65)));
+}
+
+#[test]
+fn test_build_version_strings_are_bounded_and_copied_back() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    for (i, a) in [B, B + 0x1000, B + 0x2000].into_iter().enumerate() {
+        env.mem.map(a, &[i as u8; 4096]);
+    }
+    let mut p = vec![0u8; 40];
+    wr32(&mut p, 0, 4096);
+    wr64(&mut p, 8, B);
+    wr64(&mut p, 16, B + 0x1000);
+    wr64(&mut p, 24, B + 0x2000);
+    let (status, out) = env.control(c, c, 0x101, &p);
+    assert_eq!((status, rd32(&out, 0)), (0, 4096));
+    let seen = &env.host.controls(0x101)[0].call;
+    assert_eq!(seen.nested.len(), 4);
+    assert!(seen.nested[1..].iter().all(|n| n.data.len() == 256));
+    assert_eq!(rd32(&seen.nested[0].data, 0), 256);
+}
+
+// ---- fds ----------------------------------------------------------------------------------------
+
+#[test]
+fn test_register_fd_carries_the_host_file_of_the_named_open() {
+    let mut env = Env::new();
+    let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.fds.0.insert(7, env.ctl);
+    env.mem.map(A, &7i32.to_ne_bytes());
+    assert_eq!(env.ioctl(gpu, nv_iowr(0xc9, 4), A).unwrap(), 0);
+    let seen = env.host.calls_nr(0xc9).pop().unwrap();
+    assert_eq!(
+        rd32(&seen.call.params, 0) as i32,
+        env.proxy.host_file_id(env.ctl).unwrap()
+    );
+    assert_eq!(seen.node, NodeKind::Gpu(1));
+    assert_eq!(env.mem.u32_at(A), 7);
+}
+
+#[test]
+fn test_register_fd_with_a_foreign_fd_is_ebadf() {
+    let mut env = Env::new();
+    let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.mem.map(A, &9i32.to_ne_bytes());
+    assert_eq!(
+        env.ioctl(gpu, nv_iowr(0xc9, 4), A).unwrap_err().errno(),
+        libc::EBADF
+    );
+    assert!(env.host.calls_nr(0xc9).is_empty());
+}
+
+#[test]
+fn test_resolver_errno_is_passed_on() {
+    struct Failing;
+    impl FdResolver for Failing {
+        fn resolve(&self, _fd: i32) -> Result<OpenId, FdError> {
+            Err(FdError::Errno(libc::ESRCH))
+        }
+    }
+    let mut env = Env::new();
+    let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.mem.map(A, &7i32.to_ne_bytes());
+    let err = env
+        .proxy
+        .ioctl(gpu, &CALLER, nv_iowr(0xc9, 4), A, &mut env.mem, &Failing)
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::ESRCH);
+}
+
+fn map_memory_params(c: u32, dev: u32, mem: u32, fd: i32) -> Vec<u8> {
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, dev);
+    wr32(&mut p, 8, mem);
+    wr64(&mut p, 24, 0x1000);
+    wr32(&mut p, 48, fd as u32);
+    p
+}
+
+#[test]
+fn test_map_memory_translates_the_mmap_fd() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.fds.0.insert(11, target);
+    env.mem.map(A, &map_memory_params(c, dev, sub, 11));
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
+    let seen = env.host.calls_nr(0x4e).pop().unwrap();
+    assert_eq!(
+        rd32(&seen.call.params, 48) as i32,
+        env.proxy.host_file_id(target).unwrap()
+    );
+    assert_eq!(rd32(&env.mem.get(A, 56), 48), 11);
+}
+
+#[test]
+fn test_map_memory_with_a_foreign_fd_is_invalid_argument_status() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    env.mem.map(A, &map_memory_params(c, dev, sub, 12));
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 56), 40), NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.calls_nr(0x4e).is_empty());
+}
+
+#[test]
+fn test_os_event_fd_is_translated_consistently_for_alloc_and_nv0005() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(20, evfile);
+    let host_id = env.proxy.host_file_id(evfile).unwrap() as u32;
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, dev);
+    wr32(&mut p, 8, 20);
+    env.mem.map(A, &p);
+    assert_eq!(env.ioctl(evfile, nv_iowr(0xce, 16), A).unwrap(), 0);
+    assert_eq!(rd32(&env.host.calls_nr(0xce)[0].call.params, 8), host_id);
+    let mut ev = vec![0u8; 24];
+    wr32(&mut ev, 0, c);
+    wr32(&mut ev, 4, dev);
+    wr32(&mut ev, 8, 0x79);
+    wr64(&mut ev, 16, 20);
+    let (status, _) = env.alloc(c, dev, 0x79, &ev);
+    assert_eq!(status, 0);
+    let seen = env.host.calls_nr(0x2b).pop().unwrap().call;
+    assert_eq!(rd64(&seen.nested[0].data, 16), u64::from(host_id));
+    assert_eq!(rd64(&env.mem.get(0x12_0000, 24), 16), 20);
+    wr32(&mut p, 12, 0);
+    env.mem.map(A, &p);
+    assert_eq!(env.ioctl(evfile, nv_iowr(0xcf, 16), A).unwrap(), 0);
+    assert_eq!(rd32(&env.host.calls_nr(0xcf)[0].call.params, 8), host_id);
+}
+
+#[test]
+fn test_alloc_memory_map_now_translates_fd_and_records_the_object() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let mapfile = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(30, mapfile);
+    let mut p = vec![0u8; 56];
+    for (i, v) in [c, dev, 0xbee0_0001, 0x3e, 0].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    wr32(&mut p, 48, 30);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap(), 0);
+    let seen = env.host.calls_nr(0x27).pop().unwrap();
+    assert_eq!(
+        rd32(&seen.call.params, 48) as i32,
+        env.proxy.host_file_id(mapfile).unwrap()
+    );
+    let before = env.proxy.object_count();
+    let (s, _) = env.control(c, 0xbee0_0001, 0x2080_8001, &[0; 4]);
+    assert_eq!((s, env.proxy.object_count()), (0, before));
+}
+
+#[test]
+fn test_alloc_memory_os_descriptor_is_never_forwarded() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 56];
+    for (i, v) in [c, c, 0xbee0_0002, 0x71].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    wr64(&mut p, 24, 0x7fff_0000_0000);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 56), 40), NV_ERR_NOT_SUPPORTED);
+    assert!(env.host.calls_nr(0x27).is_empty());
+}
+
+// ---- other escapes -------------------------------------------------------------------------------
+
+#[test]
+fn test_vid_heap_alloc_size_nests_address_and_records_memory() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    env.mem.map(B, &[0; 8]);
+    let mut p = vec![0u8; 184];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, dev);
+    wr32(&mut p, 8, 2); // NVOS32_FUNCTION_ALLOC_SIZE
+    wr64(&mut p, 120, B);
+    env.mem.map(A, &p);
+    let before = env.proxy.object_count();
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4a, 184), A).unwrap(), 0);
+    assert_eq!(rd64(&env.mem.get(B, 8), 0), 0xfeed_0000);
+    assert_eq!(rd64(&env.mem.get(A, 184), 120), B);
+    assert_eq!(env.proxy.object_count(), before + 1);
+}
+
+#[test]
+fn test_vid_heap_functions_other_than_alloc_size_are_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 184];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 8, 27);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4a, 184), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 184), 20), NV_ERR_NOT_SUPPORTED);
+    assert!(env.host.calls_nr(0x4a).is_empty());
+}
+
+#[test]
+fn test_handle_only_escapes_check_and_forward() {
+    let mut env = graphics_env();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let ctl = env.ctl;
+    for (nr, size) in [(0x4f, 32), (0x57, 56), (0x58, 40), (0x5e, 40)] {
+        let mut p = vec![0u8; size];
+        wr32(&mut p, 0, c);
+        wr32(&mut p, 4, dev);
+        wr32(&mut p, 8, sub);
+        env.mem.map(A, &p);
+        assert_eq!(
+            env.ioctl(ctl, nv_iowr(nr, size), A).unwrap(),
+            0,
+            "escape {nr:#x}"
+        );
+        assert_eq!(env.host.calls_nr(nr).len(), 1, "escape {nr:#x}");
+        wr32(&mut p, 8, 0x7777);
+        env.mem.map(A, &p);
+        assert_eq!(env.ioctl(ctl, nv_iowr(nr, size), A).unwrap(), 0);
+        assert_eq!(
+            env.host.calls_nr(nr).len(),
+            1,
+            "unknown handle forwarded for {nr:#x}"
+        );
+    }
+}
+
+#[test]
+fn test_idle_channels_checks_every_client_in_its_arrays() {
+    let mut env = graphics_env();
+    let c = env.alloc_client(env.ctl);
+    let arrays = |v: u32| {
+        [v, v]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect::<Vec<u8>>()
+    };
+    env.mem.map(B, &arrays(c));
+    env.mem.map(B + 0x100, &arrays(1));
+    env.mem.map(B + 0x200, &arrays(2));
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 12, 2);
+    wr64(&mut p, 16, B);
+    wr64(&mut p, 24, B + 0x100);
+    wr64(&mut p, 32, B + 0x200);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x41, 56), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0x41)[0].call.nested.len(), 3);
+    env.mem.map(B, &arrays(0x6666));
+    env.mem.map(A, &p);
+    env.ioctl(ctl, nv_iowr(0x41, 56), A).unwrap();
+    assert_eq!(rd32(&env.mem.get(A, 56), 48), NV_ERR_INVALID_CLIENT);
+    assert_eq!(env.host.calls_nr(0x41).len(), 1);
+}
+
+#[test]
+fn test_context_dma2_is_recorded_with_its_memory() {
+    let mut env = graphics_env();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    let mut p = vec![0u8; 56];
+    for (i, v) in [c, sub, 0xd0a, 0x2, 0, 0, sub].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    env.mem.map(A, &p);
+    let before = env.proxy.object_count();
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x54, 56), A).unwrap(), 0);
+    assert_eq!(env.proxy.object_count(), before + 1);
+}
+
+// ---- caps, policy, audit -----------------------------------------------------------------------
+
+#[test]
+fn test_graphics_escape_is_einval_without_graphics_cap() {
+    let mut env = Env::new();
+    env.mem.map(A, &[0; 56]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0x41, 56), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_graphics_control_is_not_supported_without_graphics_cap() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let (status, _) = env.control(c, dev, 0x80_1102, &[0; 16]); // NV0080_CTRL_CMD_GR_GET_CAPS
+    assert_eq!(status, NV_ERR_NOT_SUPPORTED);
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!((ev.decision, ev.reason), (Decision::Denied, Some("policy")));
+}
+
+#[test]
+fn test_video_class_is_invalid_class_without_video_cap() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    assert_eq!(env.alloc(c, dev, 0xc4b0, &[0; 12]).0, NV_ERR_INVALID_CLASS);
+}
+
+#[test]
+fn test_admin_only_control_needs_the_admins_allowlist() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    assert_eq!(
+        env.control(c, sub, ECC_COUNTS, &[0; 40]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy
+        .allow
+        .insert("NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS".into());
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    assert_eq!(env.control(c, sub, ECC_COUNTS, &[0; 40]).0, 0);
+    assert_eq!(env.host.controls(ECC_COUNTS).len(), 1);
+}
+
+#[test]
+fn test_admin_deny_list_wins_over_caps() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy
+        .deny
+        .insert("NV0000_CTRL_CMD_GPU_GET_PROBED_IDS".into());
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    assert_eq!(env.control(c, c, 0x214, &[0; 256]).0, NV_ERR_NOT_SUPPORTED);
+}
+
+#[test]
+fn test_audit_mode_forwards_and_records_would_deny() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.mode = Mode::Audit;
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    assert_eq!(env.control(c, sub, ECC_COUNTS, &[0; 40]).0, 0);
+    assert_eq!(env.host.controls(ECC_COUNTS).len(), 1);
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!(
+        (ev.decision, ev.name.as_str()),
+        (
+            Decision::AuditWouldDeny,
+            "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS"
+        )
+    );
+    // Unknown entries keep their NV answers, and isolation holds.
+    assert_eq!(
+        env.control(c, c, 0x0000_0b7f, &[0; 4]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert_eq!(
+        env.control(0x9999, 0x9999, 0x214, &[0; 256]).0,
+        NV_ERR_INVALID_CLIENT
+    );
+}
+
+#[test]
+fn test_audit_mode_lets_a_graphics_escape_through() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.mode = Mode::Audit;
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, c);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x41, 56), A).unwrap(), 0);
+    assert_eq!(env.host.calls_nr(0x41).len(), 1);
+    assert_eq!(
+        env.events.all().pop().unwrap().decision,
+        Decision::AuditWouldDeny
+    );
+}
+
+#[test]
+fn test_allowed_calls_are_counted_not_logged() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.control(c, c, 0x214, &[0; 256]);
+    env.control(c, c, 0x214, &[0; 256]);
+    let counts = env.proxy.counts();
+    assert_eq!(
+        counts.get(
+            Kind::Control,
+            "NV0000_CTRL_CMD_GPU_GET_PROBED_IDS",
+            Decision::Allowed
+        ),
+        2
+    );
+    assert_eq!(
+        counts.get(Kind::Class, "NV01_ROOT_CLIENT", Decision::Allowed),
+        1
+    );
+    assert!(env.events.all().is_empty());
+}
+
+// ---- retries and concurrency -----------------------------------------------------------------------
+
+#[test]
+fn test_retry_transport_reruns_alloc_without_duplicate_side_effects() {
+    let mut env = Env::new();
+    env.mem = FakeMem::retrying();
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 12, 0x41);
+    wr64(&mut p, 16, B);
+    env.mem.map(A, &p);
+    env.mem.map(B, &[0; 4]);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl_retrying(ctl, nv_iowr(0x2b, 48), A).unwrap(), 0);
+    assert_eq!(env.mem.rounds, 2);
+    assert_eq!(env.host.calls_nr(0x2b).len(), 1);
+    assert_eq!(env.proxy.object_count(), 1);
+}
+
+#[test]
+fn test_retry_transport_reruns_control_with_embedded_list() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    env.mem = FakeMem::retrying();
+    let mut top = vec![0u8; 32];
+    wr32(&mut top, 0, c);
+    wr32(&mut top, 4, dev);
+    wr32(&mut top, 8, CLASSLIST);
+    wr64(&mut top, 16, B);
+    wr32(&mut top, 24, 16);
+    let mut p = vec![0u8; 16];
+    wr32(&mut p, 0, 2);
+    wr64(&mut p, 8, B + 0x100);
+    env.mem.map(A, &top);
+    env.mem.map(B, &p);
+    env.mem.map(B + 0x100, &[0; 8]);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl_retrying(ctl, nv_iowr(0x2a, 32), A).unwrap(), 0);
+    assert_eq!(env.mem.rounds, 3);
+    assert_eq!(env.host.controls(CLASSLIST).len(), 1);
+    assert_eq!(env.mem.u32_at(B + 0x104), 0xc001);
+}
+
+#[test]
+fn test_concurrent_allocs_and_frees_keep_the_table_consistent() {
+    let host = FakeHost::new(VERSION, &HOST_GPUS);
+    let (proxy, _) = proxy_on(&host, InstancePolicy::new("t", Caps::COMPUTE, vec![1]));
+    let proxy = Arc::new(proxy);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let proxy = proxy.clone();
+            std::thread::spawn(move || {
+                let open = proxy.open(FrontendNode::Ctl).unwrap();
+                let fds = FakeFds::default();
+                let mut mem = FakeMem::new();
+                for _ in 0..50 {
+                    let mut p = vec![0u8; 48];
+                    wr32(&mut p, 12, 0x41);
+                    mem.map(A, &p);
+                    proxy
+                        .ioctl(open, &CALLER, nv_iowr(0x2b, 48), A, &mut mem, &fds)
+                        .unwrap();
+                    let h = rd32(&mem.get(A, 48), 8);
+                    assert!(proxy.has_client(h), "thread {t}");
+                    let mut f = vec![0u8; 16];
+                    wr32(&mut f, 0, h);
+                    wr32(&mut f, 8, h);
+                    mem.map(A, &f);
+                    proxy
+                        .ioctl(open, &CALLER, nv_iowr(0x29, 16), A, &mut mem, &fds)
+                        .unwrap();
+                    assert_eq!(rd32(&mem.get(A, 16), 12), 0);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(proxy.object_count(), 0);
+    assert_eq!(host.calls_nr(0x2b).len(), 200);
+}
+
+#[test]
+fn test_proxy_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Proxy>();
+}
+
+#[test]
+fn test_host_errno_is_passed_through() {
+    let mut env = Env::new();
+    env.host.set_escape_errno(0xd2, libc::EINVAL);
+    env.mem.map(A, &[0; 72]);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, 0xc048_46d2, A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(env.events.all()[0].decision, Decision::Failed);
+}
