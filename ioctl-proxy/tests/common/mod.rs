@@ -190,7 +190,6 @@ impl HostFile for FakeFile {
                 st.next_handle += 1;
                 wr32(&mut call.params, 8, h);
             }
-            }
             0x2a => {
                 let cmd = rd32(&call.params, 8);
                 let p = nested_at(call, None, 16);
