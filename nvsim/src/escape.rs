@@ -240,23 +240,21 @@ pub(crate) fn ioctl(
             if !ctl || size != size_of::<NVOS05_PARAMETERS>() {
                 return Err(errno(EINVAL));
             }
+            // Nv01AllocObject: an RM_ALLOC without alloc params.
             let mut p: NVOS05_PARAMETERS = read_at(call, loc, 0).expect("size checked");
-            if rm::is_root_class(p.hClass) {
-                p.status = NV_ERR_INVALID_CLASS;
-            } else {
-                let (status, _) = st.alloc(
-                    drv,
-                    AllocArgs {
-                        h_client: p.hRoot,
-                        h_parent: p.hObjectParent,
-                        h_new: p.hObjectNew,
-                        class: p.hClass,
-                        params: None,
-                        os_info,
-                    },
-                );
-                p.status = status;
-            }
+            let (status, h) = st.alloc(
+                drv,
+                AllocArgs {
+                    h_client: p.hRoot,
+                    h_parent: p.hObjectParent,
+                    h_new: p.hObjectNew,
+                    class: p.hClass,
+                    params: None,
+                    os_info,
+                },
+            );
+            p.status = status;
+            p.hObjectNew = h;
             write_at(call, loc, 0, &p);
             ok
         }

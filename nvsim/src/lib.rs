@@ -1,4 +1,4 @@
-//! A simulated NVIDIA kernel driver behind `ioctl-proxy`'s [`HostDriver`] trait, for tests and
+//! A simulated NVIDIA kernel driver behind `ioctl-proxy`'s [`HostDriver`](ioctl_proxy::HostDriver) trait, for tests and
 //! `nvproxy serve --driver sim`.
 //!
 //! It models the driver, not a yes-machine: RM clients and objects with the resource server's
@@ -28,6 +28,27 @@
 //! pointer in `params` at `offset`, `Some(j)` for one inside `nested[j]`. An absent entry is a
 //! NULL pointer; pointer values themselves are never read. fd fields carry
 //! [`HostFile::id`](ioctl_proxy::HostFile::id) values of this driver's files.
+//!
+//! # What is simulated
+//! - Files: `open` of the control node, of `/dev/nvidia<minor>` (`ENODEV` without a GPU on that
+//!   minor) and of `/dev/nvidia-uvm`; ids `(instance + 1) << 16 | n`, unique across instances.
+//!   Dropping a file releases it like `nvidia_close`: the RM clients whose OS info is the file
+//!   are freed, its OS events go, its GPU references are dropped. A control file named by a
+//!   `REGISTER_FD` stays alive until the registering file is released (the driver holds it
+//!   with `fget`).
+//! - Escapes: `CHECK_VERSION_STR` (strict, relaxed, query), `SYS_PARAMS`, `CARD_INFO`,
+//!   `REGISTER_FD`, `ATTACH_GPUS_TO_FD`, `ALLOC_OS_EVENT`, `FREE_OS_EVENT`, `STATUS_CODE`,
+//!   `WAIT_OPEN_COMPLETE` (550+), `RM_ALLOC` (NVOS21 and NVOS64), `RM_ALLOC_OBJECT`, `RM_FREE`,
+//!   `RM_CONTROL`, `RM_DUP_OBJECT`, `RM_SHARE`, and `NV_ESC_IOCTL_XFER_CMD` around any of them.
+//! - Classes: `NV01_ROOT*` (client handles `0xc1d00000 | n`, or the caller's `hRoot`),
+//!   `NV01_DEVICE_0`, `NV20_SUBDEVICE_0`, `NV01_EVENT` / `NV01_EVENT_OS_EVENT`,
+//!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
+//!   `FERMI_VASPACE_A`; driver-chosen object handles from `0xcaf00000`.
+//! - Controls: those in [`control::cmd`], answered with the [`SimGpu`] values.
+//! - Status codes of the resource server for unknown clients, parents and objects, duplicate
+//!   handles, wrong parent classes, clients used from another file (strict client validation),
+//!   frees of unknown objects (`NV_OK`: compatibility mode), unknown classes and controls,
+//!   wrong control param sizes; see the tests for the full list.
 //!
 //! # What is not simulated
 //! UVM (`/dev/nvidia-uvm` opens, every ioctl answers `ENOTTY`); mmap and the memory escapes

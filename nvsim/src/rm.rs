@@ -420,7 +420,7 @@ impl State {
             }
             NV01_EVENT_KERNEL_CALLBACK | NV01_EVENT_KERNEL_CALLBACK_EX => {
                 // eventConstruct: never from user space.
-                Err(0x16) // NV_ERR_ILLEGAL_ACTION
+                Err(NV_ERR_ILLEGAL_ACTION)
             }
             NV01_EVENT_OS_EVENT => {
                 let (nclient, nres, data) = notifier.expect("events carry a notifier");

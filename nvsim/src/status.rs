@@ -41,6 +41,8 @@ pub const NV_ERR_NOT_SUPPORTED: u32 = 0x0000_0056;
 pub const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x0000_0057;
 /// `NV_ERR_IN_USE`.
 pub const NV_ERR_IN_USE: u32 = 0x0000_0017;
+/// `NV_ERR_ILLEGAL_ACTION`.
+pub const NV_ERR_ILLEGAL_ACTION: u32 = 0x0000_0016;
 
 /// The name of a status code this crate returns (for messages and `Debug` output).
 pub fn status_name(status: u32) -> &'static str {
@@ -65,6 +67,7 @@ pub fn status_name(status: u32) -> &'static str {
         NV_ERR_NOT_SUPPORTED => "NV_ERR_NOT_SUPPORTED",
         NV_ERR_OBJECT_NOT_FOUND => "NV_ERR_OBJECT_NOT_FOUND",
         NV_ERR_IN_USE => "NV_ERR_IN_USE",
+        NV_ERR_ILLEGAL_ACTION => "NV_ERR_ILLEGAL_ACTION",
         _ => "unknown status",
     }
 }
