@@ -12,6 +12,7 @@
 //! `NV01_DEVICE_0` whose `deviceId` is not one of the instance's GPUs `NV_ERR_INVALID_STATE`
 //! (`deviceInit`, `src/nvidia/src/kernel/gpu/device.c`: no GPU for the device instance).
 
+use nvproxy_abi::Translation;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
 use tracing::debug;
 
@@ -43,6 +44,21 @@ fn nvos64_to_21(b: &[u8]) -> Vec<u8> {
     wr32(&mut o, 24, rd32(b, 32));
     wr32(&mut o, 28, rd32(b, 40));
     o
+}
+
+/// Classes whose alloc params carry fds (or need more than handle tracking) and that
+/// `alloc_prepare` translates.
+const FD_CLASSES: [u32; 3] = [
+    NV01_EVENT_OS_EVENT,
+    NV_MEMORY_MULTICAST_FABRIC,
+    NV_IMEX_SESSION,
+];
+
+/// Whether the proxy can forward an allocation of `class` whose table translation is `t`: simple
+/// and special (handle tracking only: no pointers, no fds) classes always, fd and pointer
+/// classes only when handled here.
+pub(crate) fn class_handled(class: u32, t: Translation) -> bool {
+    matches!(t, Translation::Simple | Translation::Special) || FD_CLASSES.contains(&class)
 }
 
 /// What to record after a successful allocation.
@@ -91,6 +107,9 @@ impl Req<'_> {
         self.note.name = spec.name.to_owned();
         if !self.check_policy(spec.name, spec.caps) {
             return deny(NV_ERR_INVALID_CLASS, "policy");
+        }
+        if !class_handled(eff, spec.translation) {
+            return deny(NV_ERR_INVALID_CLASS, "no translation for this class");
         }
         let root = matches!(eff, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT);
         if !root {
@@ -239,6 +258,21 @@ impl Req<'_> {
 mod tests {
     use super::*;
     use crate::plan::wr64;
+
+    #[test]
+    fn test_every_class_of_every_version_has_a_translation() {
+        for node in nvproxy_abi::nodes() {
+            for c in node.tables().classes.values() {
+                assert!(
+                    class_handled(c.class, c.translation),
+                    "{}: {} ({}) has no translation",
+                    node.version,
+                    c.name,
+                    c.translation
+                );
+            }
+        }
+    }
 
     #[test]
     fn test_nvos21_roundtrip_through_nvos64() {

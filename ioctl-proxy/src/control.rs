@@ -12,7 +12,7 @@
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
 use nvproxy_abi::{
-    Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE,
+    Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation,
 };
 use tracing::debug;
 
@@ -75,6 +75,31 @@ const NV_ERR_INVALID_PARAMETER: u32 = 0x3b;
 /// `devDescriptor` is no NVIDIA device file.
 const NV_ERR_INVALID_DEVICE: u32 = 0x26;
 
+/// Controls whose pointers or fds this module translates beyond the generic embedded-pointer
+/// table.
+const HANDLED_SPECIALLY: [u32; 10] = [
+    BUILD_VERSION,
+    GET_ID_INFO,
+    DISABLE_CHANNELS,
+    REGISTER_VA_SPACE,
+    ATTACH_GPU,
+    UNIX_EXPORT_OBJECT,
+    UNIX_IMPORT_OBJECT,
+    UNIX_GET_EXPORT_INFO,
+    UNIX_EXPORT_OBJECTS,
+    UNIX_IMPORT_OBJECTS,
+];
+
+/// Whether the proxy knows how to translate control `cmd` of translation kind `t`. A table
+/// entry marked pointer, fd or special that nobody handles must never be forwarded as opaque
+/// bytes: the driver would dereference a client address in the daemon.
+pub(crate) fn control_handled(cmd: u32, t: Translation) -> bool {
+    t == Translation::Simple
+        || HANDLED_SPECIALLY.contains(&cmd)
+        || !embedded(cmd, 0).is_empty()
+        || !embedded(cmd, u32::MAX).is_empty()
+}
+
 impl Req<'_> {
     /// `NV_ESC_RM_CONTROL`.
     pub(crate) fn rm_control(&mut self, addr: u64) -> Result<i32, ProxyError> {
@@ -110,6 +135,9 @@ impl Req<'_> {
         };
         if !self.check_policy(name, caps) {
             return deny(NV_ERR_NOT_SUPPORTED, "policy");
+        }
+        if spec.is_some_and(|s| !control_handled(cmd, s.translation)) {
+            return deny(NV_ERR_NOT_SUPPORTED, "no translation for this control");
         }
         self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
         if (size != 0) != (params != 0) {
@@ -395,6 +423,26 @@ impl Req<'_> {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_every_non_simple_control_of_every_version_has_a_translation() {
+        for node in nvproxy_abi::nodes() {
+            for c in node.tables().controls.values() {
+                assert!(
+                    control_handled(c.cmd, c.translation),
+                    "{}: {} ({}) has no translation",
+                    node.version,
+                    c.name,
+                    c.translation
+                );
+            }
         }
     }
 }

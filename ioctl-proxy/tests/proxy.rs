@@ -1235,3 +1235,121 @@ fn test_host_errno_is_passed_through() {
     );
     assert_eq!(env.events.all()[0].decision, Decision::Failed);
 }
+
+// ---- more fd and pointer fields ------------------------------------------------------------------
+
+#[test]
+fn test_os_unix_export_fd_is_translated_and_foreign_is_invalid_parameter() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let export = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(40, export);
+    let mut p = vec![0u8; 24]; // NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS
+    wr32(&mut p, 0, 1); // type RM
+    wr32(&mut p, 4, dev);
+    wr32(&mut p, 8, c);
+    wr32(&mut p, 12, dev);
+    wr32(&mut p, 16, 40);
+    let (status, out) = env.control(c, c, 0x3d05, &p);
+    assert_eq!((status, rd32(&out, 16)), (0, 40));
+    let seen = &env.host.controls(0x3d05)[0].call.nested[0].data;
+    assert_eq!(
+        rd32(seen, 16) as i32,
+        env.proxy.host_file_id(export).unwrap()
+    );
+    wr32(&mut p, 16, 41);
+    assert_eq!(env.control(c, c, 0x3d05, &p).0, 0x3b);
+    assert_eq!(env.host.controls(0x3d05).len(), 1);
+}
+
+#[test]
+fn test_os_unix_import_records_the_new_object() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let export = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(40, export);
+    let mut p = vec![0u8; 20]; // NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS
+    wr32(&mut p, 0, 40);
+    wr32(&mut p, 4, 1);
+    wr32(&mut p, 8, dev);
+    wr32(&mut p, 12, dev);
+    wr32(&mut p, 16, 0xabc0_0001);
+    let before = env.proxy.object_count();
+    assert_eq!(env.control(c, c, 0x3d06, &p).0, 0);
+    assert_eq!(env.proxy.object_count(), before + 1);
+}
+
+#[test]
+fn test_multicast_attach_gpu_device_fd_is_translated() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.fds.0.insert(50, gpu);
+    let mut p = vec![0u8; 16]; // NV00FD_CTRL_ATTACH_GPU_PARAMS
+    wr32(&mut p, 0, sub);
+    wr64(&mut p, 8, 50);
+    assert_eq!(env.control(c, c, 0xfd_0104, &p).0, 0);
+    let seen = &env.host.controls(0xfd_0104)[0].call.nested[0].data;
+    assert_eq!(rd64(seen, 8) as i32, env.proxy.host_file_id(gpu).unwrap());
+    wr64(&mut p, 8, 51);
+    assert_eq!(env.control(c, c, 0xfd_0104, &p).0, 0x26); // NV_ERR_INVALID_DEVICE
+}
+
+#[test]
+fn test_alloc_memory_local_user_hides_the_fd() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let mut p = vec![0u8; 56];
+    for (i, v) in [c, dev, 0xbee0_0003, 0x40].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    wr32(&mut p, 48, 1234);
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap(), 0);
+    assert_eq!(rd32(&env.host.calls_nr(0x27)[0].call.params, 48) as i32, -1);
+    assert_eq!(rd32(&env.mem.get(A, 56), 48), 1234);
+}
+
+#[test]
+fn test_p2p_caps_550_nests_both_peer_id_arrays() {
+    let mut env = Env::with(
+        "550.163.01",
+        InstancePolicy::new("t", Caps::COMPUTE, vec![1, 2]),
+    );
+    let c = env.alloc_client(env.ctl);
+    env.mem.map(B, &[0; 16]);
+    env.mem.map(B + 0x100, &[0; 16]);
+    let mut p = vec![0u8; 176];
+    wr32(&mut p, 0, 0x200);
+    wr32(&mut p, 4, 0x300);
+    wr32(&mut p, 128, 2);
+    wr64(&mut p, 160, B);
+    wr64(&mut p, 168, B + 0x100);
+    assert_eq!(env.control(c, c, 0x127, &p).0, 0);
+    let seen = &env.host.controls(0x127)[0].call;
+    assert_eq!(seen.nested.len(), 3);
+    assert!(seen.nested[1..].iter().all(|n| n.data.len() == 16));
+    wr32(&mut p, 4, 0x100);
+    assert_eq!(env.control(c, c, 0x127, &p).0, NV_ERR_INVALID_ARGUMENT);
+}
+
+#[test]
+fn test_debugger_read_memory_length_is_bounded() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 24];
+    wr32(&mut p, 4, 0xffff_ffff);
+    wr64(&mut p, 16, B);
+    env.mem.largest_read = 0;
+    // hObject is the client itself: the check order reaches the size bound.
+    assert_eq!(
+        env.control(c, c, 0x83de_0315, &p).0,
+        NV_ERR_INVALID_ARGUMENT
+    );
+    assert!(env.mem.largest_read <= 32);
+}
