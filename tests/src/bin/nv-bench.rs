@@ -2,7 +2,7 @@
 //! (`tests/bench/run-bench.sh`, which runs every kind in one VM and prints the ratios).
 //!
 //! ```text
-//! nv-bench KIND [--dev PATH] [--iters N] [--batches B] [--warmup W]
+//! nv-bench KIND [--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]
 //! ```
 //!
 //! Kinds:
@@ -10,13 +10,15 @@
 //!   an ioctl syscall that reaches a device's file and comes straight back.
 //! - `floor1` … `floor4`: the matching command of the C floor device (`tests/bench/cuse_floor.c`,
 //!   default `/dev/nvbench-floor`), answered in 1 … 4 CUSE round trips. The argument is a 32-byte
-//!   top struct laid out like `NVOS54_PARAMETERS` pointing to a [`CONTROL_PARAMS_SIZE`]-byte
-//!   buffer whose first 12 bytes point to a [`NESTED_SIZE`]-byte buffer, so each round moves the
-//!   bytes an RM_CONTROL moves through a proxy that uses `FUSE_IOCTL_RETRY`.
+//!   top struct laid out like `NVOS54_PARAMETERS` pointing to a params buffer (floor3: the simple
+//!   control's size; floor4: the nested control's size, whose first 12 bytes point to a
+//!   [`NESTED_SIZE`]-byte buffer), so each round moves the bytes the matching RM_CONTROL moves
+//!   through a proxy that uses `FUSE_IOCTL_RETRY`.
 //! - `simple-control`: `NV_ESC_RM_CONTROL` of [`SIMPLE_CONTROL`] (params without pointers) on a
 //!   root client allocated first (default device `/dev/nvidiactl`).
 //! - `nested-control`: `NV_ESC_RM_CONTROL` of [`NESTED_CONTROL`], whose params carry a pointer
-//!   the proxy must follow, on the object it needs (allocated first).
+//!   the proxy must follow, on a device allocated first (after opening `--gpu`, default
+//!   `/dev/nvidia0`, as libcuda does before allocating a device).
 //! - `rm-alloc`: `NV_ESC_RM_ALLOC` (`NVOS64_PARAMETERS`) + `NV_ESC_RM_FREE` of a
 //!   [`RM_ALLOC_OBJECT`] under a root client; each of the two ioctls counts as one.
 //!
@@ -48,14 +50,13 @@ const NV01_DEVICE_0: u32 = 0x80;
 /// `NV_OK`.
 const NV_OK: u32 = 0;
 
-/// The simple control: `NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS` (128-byte params, no pointers).
+/// The simple control: `NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS` on the root client (4-byte
+/// params, no pointers, no handles, no GPU ids for the proxy to filter).
 const SIMPLE_CONTROL: Control = Control {
-    name: "NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS",
-    cmd: 0x201,
-    params_size: 128,
+    name: "NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS",
+    cmd: 0x136,
+    params_size: 4,
 };
-/// The params size of the simple control; the floor's buffer has the same size.
-const CONTROL_PARAMS_SIZE: usize = SIMPLE_CONTROL.params_size as usize;
 /// The control with an embedded pointer: `NV0080_CTRL_CMD_GPU_GET_CLASSLIST` on a device
 /// (`classList` → `numClasses` × u32, copied in and out).
 const NESTED_CONTROL: Control = Control {
@@ -63,7 +64,7 @@ const NESTED_CONTROL: Control = Control {
     cmd: 0x0080_0201,
     params_size: size_of::<NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS>() as u32,
 };
-/// Entries of the nested control's class list.
+/// Entries of the nested control's class list (nvsim's list is shorter; it writes the count).
 const NESTED_COUNT: usize = 64;
 /// Bytes behind the nested pointer (the floor's nested buffer has the same size).
 const NESTED_SIZE: usize = NESTED_COUNT * 4;
@@ -123,13 +124,14 @@ struct Args {
     kind_name: String,
     kind: Kind,
     dev: String,
+    gpu: String,
     iters: usize,
     batches: usize,
     warmup: usize,
 }
 
 const USAGE: &str = "usage: nv-bench null|floor1|floor2|floor3|floor4|simple-control|nested-control|rm-alloc \
-[--dev PATH] [--iters N] [--batches B] [--warmup W]";
+[--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]";
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -137,6 +139,7 @@ fn parse_args() -> Result<Args, String> {
     let kind = Kind::parse(&kind_name).ok_or_else(|| format!("unknown kind {kind_name:?}"))?;
     let mut args = Args {
         dev: kind.default_dev().to_string(),
+        gpu: "/dev/nvidia0".to_string(),
         kind_name,
         kind,
         iters: 1000,
@@ -152,6 +155,7 @@ fn parse_args() -> Result<Args, String> {
         };
         match flag.as_str() {
             "--dev" => args.dev = value.clone(),
+            "--gpu" => args.gpu = value.clone(),
             "--iters" => args.iters = number()?.max(1),
             "--batches" => args.batches = number()?.max(1),
             "--warmup" => args.warmup = number()?,
@@ -187,6 +191,7 @@ struct FloorTop {
     status: u32,
 }
 const _: () = assert!(size_of::<FloorTop>() == 32);
+const _: () = assert!(SIMPLE_CONTROL.params_size <= 16 && NESTED_CONTROL.params_size <= 16);
 
 /// An operation being timed: performs `ops_per_call` ioctls per call.
 trait Bench {
@@ -222,12 +227,18 @@ struct FloorBench {
     f: File,
     rounds: u8,
     top: Box<FloorTop>,
-    params: Box<[u8; CONTROL_PARAMS_SIZE]>,
+    params: Box<[u8; 16]>,
     nested: Box<[u8; NESTED_SIZE]>,
 }
 
 impl FloorBench {
     fn new(f: File, rounds: u8) -> Self {
+        // floor4 stands for the nested control, floor3 for the simple one (floor1/2 read no params).
+        let params_size = if rounds == 4 {
+            NESTED_CONTROL.params_size
+        } else {
+            SIMPLE_CONTROL.params_size
+        };
         let mut b = FloorBench {
             f,
             rounds,
@@ -237,10 +248,10 @@ impl FloorBench {
                 c: 3,
                 d: 0,
                 ptr: 0,
-                size: CONTROL_PARAMS_SIZE as u32,
+                size: params_size,
                 status: 0,
             }),
-            params: Box::new([0; CONTROL_PARAMS_SIZE]),
+            params: Box::new([0; 16]),
             nested: Box::new([0; NESTED_SIZE]),
         };
         b.top.ptr = b.params.as_ptr() as u64;
@@ -260,22 +271,30 @@ impl Bench for FloorBench {
     }
     fn detail(&self) -> String {
         format!(
-            "top=32B,buf={CONTROL_PARAMS_SIZE}B,nested={NESTED_SIZE}B,rounds={}",
-            self.rounds
+            "rounds={},top=32B,params={}B,nested={}B",
+            self.rounds,
+            if self.rounds >= 3 { self.top.size } else { 0 },
+            if self.rounds == 4 { NESTED_SIZE } else { 0 }
         )
     }
 }
 
-/// The client's RM state: the control device and a root client.
+/// The client's RM state: the control device, a root client, and the GPU node when a device
+/// is needed (the driver allocates a device only for a GPU some file has open).
 struct Rm {
     f: File,
+    _gpu: Option<File>,
     client: NvHandle,
     version: String,
 }
 
 impl Rm {
-    fn open(path: &str) -> io::Result<Rm> {
-        let f = OpenOptions::new().read(true).write(true).open(path)?;
+    fn open(path: &str, gpu: Option<&str>) -> io::Result<Rm> {
+        let f = open_rw(path)?;
+        let gpu = match gpu {
+            Some(g) => Some(open_rw(g).map_err(|e| io::Error::new(e.kind(), format!("{g}: {e}")))?),
+            None => None,
+        };
         // libcuda's first ioctl; in QUERY mode the driver reports its version string.
         let mut v = nv_ioctl_rm_api_version_t {
             cmd: NV_RM_API_VERSION_CMD_QUERY,
@@ -291,6 +310,7 @@ impl Rm {
         };
         let mut rm = Rm {
             f,
+            _gpu: gpu,
             client: 0,
             version,
         };
@@ -514,17 +534,17 @@ fn setup(args: &Args) -> io::Result<Box<dyn Bench>> {
         Kind::Null => Box::new(NullBench { f: open_rw(dev)? }),
         Kind::Floor(n) => Box::new(FloorBench::new(open_rw(dev)?, n)),
         Kind::SimpleControl => {
-            let rm = Rm::open(dev)?;
+            let rm = Rm::open(dev, None)?;
             let client = rm.client;
             Box::new(ControlBench::new(rm, SIMPLE_CONTROL, client, false))
         }
         Kind::NestedControl => {
-            let rm = Rm::open(dev)?;
+            let rm = Rm::open(dev, Some(&args.gpu))?;
             rm.alloc_device(H_DEVICE)?;
             Box::new(ControlBench::new(rm, NESTED_CONTROL, H_DEVICE, true))
         }
         Kind::RmAlloc => {
-            let rm = Rm::open(dev)?;
+            let rm = Rm::open(dev, Some(&args.gpu))?;
             let dparams = Box::new(rm.device_params());
             Box::new(AllocBench { rm, dparams })
         }
