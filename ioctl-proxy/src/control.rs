@@ -4,9 +4,9 @@
 //! (`src/nvidia/src/kernel/rmapi/control.c`): the NULL command is `NV_OK` at once; an unknown
 //! client is `NV_ERR_INVALID_CLIENT`; then the params pointer and size must agree and, for a
 //! control the driver knows, `paramsSize` must equal the control's params size
-//! (`NV_ERR_INVALID_ARGUMENT`); an unknown control is `NV_ERR_NOT_SUPPORTED`; an unknown
-//! `hObject` is `NV_ERR_OBJECT_NOT_FOUND` (`serverControl` → `clientGetResourceRef`). All with
-//! ioctl success. Opaque pass-through controls (legacy GSS, NV2081) are bounded by
+//! (`NV_ERR_INVALID_ARGUMENT`); then an unknown `hObject` is `NV_ERR_OBJECT_NOT_FOUND`
+//! (`serverControl` → `clientGetResourceRef`, `rs_server.c`); then an unknown control is
+//! `NV_ERR_NOT_SUPPORTED` (`resControlLookup`). All with ioctl success. Opaque pass-through controls (legacy GSS, NV2081) are bounded by
 //! `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE`, as `rmapiParamsAcquire` bounds them.
 
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
@@ -128,29 +128,37 @@ impl Req<'_> {
             return answer_ok("NULL control");
         }
         self.need_client(h_client)?;
-        let (name, caps, want) = match (spec, pass) {
-            (Some(s), _) => (s.name, s.caps, Some(s.param_size)),
-            (None, Some(p)) => (p, Caps::COMPUTE_UTILITY, None),
-            (None, None) => return deny(NV_ERR_NOT_SUPPORTED, "unknown control"),
-        };
-        if !self.check_policy(name, caps) {
-            return deny(NV_ERR_NOT_SUPPORTED, "policy");
-        }
-        if spec.is_some_and(|s| !control_handled(cmd, s.translation)) {
-            return deny(NV_ERR_NOT_SUPPORTED, "no translation for this control");
-        }
-        self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
         if (size != 0) != (params != 0) {
             return fail(NV_ERR_INVALID_ARGUMENT, "params and paramsSize disagree");
         }
-        match want {
-            Some(w) if size != w => {
+        // A control the policy denies (or that we cannot translate) looks exactly like one the
+        // driver lacks: no size check, then the object lookup, then NOT_SUPPORTED.
+        let usable: Result<Option<u32>, &'static str> = match (spec, pass) {
+            (Some(s), _) if !control_handled(cmd, s.translation) => {
+                Err("no translation for this control")
+            }
+            (Some(s), _) => match self.check_policy(s.name, s.caps) {
+                true => Ok(Some(s.param_size)),
+                false => Err("policy"),
+            },
+            (None, Some(p)) => match self.check_policy(p, Caps::COMPUTE_UTILITY) {
+                true => Ok(None),
+                false => Err("policy"),
+            },
+            (None, None) => Err("unknown control"),
+        };
+        match usable {
+            Ok(Some(want)) if size != want => {
                 return fail(NV_ERR_INVALID_ARGUMENT, "paramsSize is not the control's");
             }
-            None if size > RMAPI_PARAM_COPY_MAX_PARAMS_SIZE => {
+            Ok(None) if size > RMAPI_PARAM_COPY_MAX_PARAMS_SIZE => {
                 return fail(NV_ERR_INVALID_ARGUMENT, "paramsSize above 1 MiB");
             }
             _ => {}
+        }
+        self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+        if let Err(reason) = usable {
+            return deny(NV_ERR_NOT_SUPPORTED, reason);
         }
         let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top);
         let pbuf = self.nested(&mut plan, None, 16, params, size as usize, Dir::InOut)?;
