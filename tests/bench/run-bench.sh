@@ -163,50 +163,75 @@ def floor(name):
     vals = [v for v in (us("A:" + name), us("B:" + name)) if v is not None]
     return sum(vals) / len(vals) if vals else None
 
+def measured_rounds(label):
+    """CUSE round trips per ioctl, as the servers' read syscalls per ioctl (/proc/PID/io)."""
+    v = rows.get(label, {}).get("server_reads_per_ioctl", "na")
+    return None if v == "na" else float(v)
+
 null = floor("null")
-# (label, kind shown, transport, round trips per ioctl, floor µs for those round trips, why)
 F = {n: floor(f"floor{n}") for n in (1, 2, 3, 4)}
-def avg(*xs): return None if any(x is None for x in xs) else sum(xs) / len(xs)
-spec = [("A:null", "null (`/dev/null`, ENOTTY)", "syscall only", "0", None, "")]
+
+def floor_at(r):
+    """The C floor's µs for r round trips: floorN, or between two floors for a fractional r
+    (an alloc+free pair of 3 and 2 rounds averages 2.5), extrapolated past floor4."""
+    if r is None or r < 0.95:
+        return None
+    lo = min(int(r + 0.05), 4)
+    if abs(r - round(r)) <= 0.05 and round(r) <= 4:
+        return F.get(round(r))
+    if lo >= 4:
+        return None if F[4] is None or F[3] is None else F[4] + (r - 4) * (F[4] - F[3])
+    if F.get(lo) is None or F.get(lo + 1) is None:
+        return None
+    return F[lo] + (r - lo) * (F[lo + 1] - F[lo])
+
+# (label, kind, path, expected round trips, how they arise)
+spec = [("A:null", "null (`/dev/null`, unknown cmd → ENOTTY)", "syscall only", 0, "")]
 for n in (1, 2, 3, 4):
-    spec.append((f"A:floor{n}", f"floor{n} (C, libfuse3 mt loop)", "CUSE", str(n), F[n], ""))
+    spec.append((f"A:floor{n}", f"floor{n}", "C device, libfuse3 mt loop", n, ""))
 spec += [
-    ("process-vm:simple-control", "simple-control", "nvproxy, process-vm", "1", F[1],
-     "1 round: the handler reads the top struct and the params with process_vm_readv and writes back with process_vm_writev"),
-    ("process-vm:nested-control", "nested-control", "nvproxy, process-vm", "1", F[1],
-     "1 round: top struct, params and the embedded buffer all via process_vm_readv/writev"),
-    ("process-vm:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, process-vm", "1", F[1],
-     "1 round each: RM_ALLOC and RM_FREE"),
-    ("retry:simple-control", "simple-control", "nvproxy, retry", "3", F[3],
-     "3 rounds: nothing → top struct (NVOS54) → + params → reply"),
-    ("retry:nested-control", "nested-control", "nvproxy, retry", "4", F[4],
-     "4 rounds: nothing → top struct → + params → + the embedded buffer → reply"),
-    ("retry:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, retry", "2.5", avg(F[2], F[3]),
-     "RM_ALLOC 3 rounds (nothing → NVOS64 → + alloc params → reply), RM_FREE 2 (nothing → NVOS00 → reply): "
-     "compared with the mean of floor2 and floor3"),
+    ("process-vm:simple-control", "simple-control", "nvproxy, process-vm", 1,
+     "one CUSE round; the daemon reads NVOS54 and the params with process_vm_readv and writes them back with process_vm_writev"),
+    ("process-vm:nested-control", "nested-control", "nvproxy, process-vm", 1,
+     "one CUSE round; NVOS54, the params and the embedded class list all through process_vm_readv/writev"),
+    ("process-vm:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, process-vm", 1,
+     "one CUSE round each for RM_ALLOC and RM_FREE"),
+    ("retry:simple-control", "simple-control", "nvproxy, retry", 3,
+     "FUSE_IOCTL_RETRY: no data → NVOS54 → + params → reply"),
+    ("retry:nested-control", "nested-control", "nvproxy, retry", 4,
+     "FUSE_IOCTL_RETRY: no data → NVOS54 → + params → + the embedded list → reply"),
+    ("retry:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, retry", 2.5,
+     "FUSE_IOCTL_RETRY: RM_ALLOC no data → NVOS64 → + alloc params → reply (3), RM_FREE no data → NVOS00 → reply (2); "
+     "a fractional count is compared with the floor interpolated between its neighbours"),
 ]
 
 def fmt(x, nd=1): return "—" if x is None else f"{x:.{nd}f}"
-table = ["| kind | path | µs/ioctl (median) | mean | CUSE round trips / ioctl | C floor, same rounds (µs) | vs C floor | vs /dev/null |",
+table = ["| kind | path | µs/ioctl (median) | mean | CUSE round trips / ioctl (expected; measured) | C floor, same round trips (µs) | vs C floor | vs /dev/null |",
          "|---|---|---:|---:|---:|---:|---:|---:|"]
 goal = []
-for label, kind, path, rounds, fl, why in spec:
+for label, kind, path, expected, why in spec:
     r = rows.get(label)
+    proxied = label.startswith(("process-vm", "retry"))
     if r is None:
-        if label.startswith(("process-vm", "retry")) and os.environ.get("PROXY") != "1":
+        if proxied and os.environ.get("PROXY") != "1":
             continue
-        table.append(f"| {kind} | {path} | not measured | | {rounds} | {fmt(fl)} | | |")
+        table.append(f"| {kind} | {path} | not measured | | {expected:g} | | | |")
         continue
     med, mean = float(r["median_us"]), float(r["mean_us"])
     if label.startswith("A:"):
         med = floor(label[2:])  # both passes
+    m = measured_rounds(label)
+    rounds = m if m is not None else expected
+    fl = floor_at(rounds) if expected else None
     ratio_f = med / fl if fl else None
     ratio_n = med / null if null else None
-    table.append(f"| {kind} | {path} | {fmt(med)} | {fmt(mean)} | {rounds} | {fmt(fl)} | "
+    rt = f"{expected:g}; {fmt(m, 2)}" if expected else "0"
+    table.append(f"| {kind} | {path} | {fmt(med)} | {fmt(mean)} | {rt} | {fmt(fl)} | "
                  f"{fmt(ratio_f, 2) + '×' if ratio_f else '—'} | {fmt(ratio_n, 0) + '×' if ratio_n else '—'} |")
-    if label.startswith(("process-vm", "retry")) and ratio_f:
-        goal.append(f"- {path.split(', ')[1]} {kind}: {ratio_f:.2f}× the C floor with {rounds} round trip(s) — "
-                    f"{'within' if ratio_f <= 1.25 else 'NOT within'} the 1.25× goal. {why}.")
+    if proxied and ratio_f:
+        mism = "" if m is None or abs(m - expected) < 0.05 else f" (measured {m:.2f} round trips, expected {expected:g})"
+        goal.append(f"- {path.split(', ')[1]} {kind}: {ratio_f:.2f}× the C floor at {rounds:g} round trips{mism} — "
+                    f"{'within' if ratio_f <= 1.25 else 'NOT within'} the 1.25× goal. Rounds: {why}.")
         det = r.get("detail", "")
         if det:
             goal.append(f"  (measured: {det})")
@@ -218,10 +243,13 @@ if "B:floor1" in rows:
                       for n in (1, 2, 3, 4) if us(f"A:floor{n}") and us(f"B:floor{n}"))
     notes.append(f"The floor ran before and after the proxied kinds (µs, before → after: {drift}); "
                  "the table uses the mean of the two.")
-notes.append("Round trips: with `--memory process-vm` every proxied ioctl is 1 CUSE round trip plus "
+notes.append("Round trips: with `--memory process-vm` a proxied ioctl should be 1 CUSE round trip plus "
              "process_vm_readv/writev syscalls in the daemon, so it is compared with floor1. With "
-             "`--memory retry` the daemon fetches the caller's memory through FUSE_IOCTL_RETRY, one round "
-             "per level of pointers, so it is compared with the floor doing the same number of rounds.")
+             "`--memory retry` the daemon fetches the caller's memory through FUSE_IOCTL_RETRY, a round "
+             "per level of pointers, so it is compared with the floor doing the same number of rounds. "
+             "\"measured\" is the CUSE servers' read syscalls per ioctl (/proc/PID/io `syscr` of every "
+             "process holding /dev/cuse, one request read per round trip); the floor column uses the "
+             "measured count where there is one.")
 report = ["## Frontend proxy: µs per proxied ioctl", "", *table, "", *notes]
 if goal:
     report += ["", "Goal (within 1.25× of the C device doing the same round trips):", *goal]

@@ -23,10 +23,15 @@
 //!   [`RM_ALLOC_OBJECT`] under a root client; each of the two ioctls counts as one.
 //!
 //! Output: one line on stdout,
-//! `RESULT kind=K dev=PATH ops=N batches=B median_us=X mean_us=Y min_us=Z max_us=W detail=...`
+//! `RESULT kind=K dev=PATH ops=N batches=B median_us=X mean_us=Y min_us=Z max_us=W
+//! server_reads_per_ioctl=R server_writes_per_ioctl=S detail=...`
 //! where `median_us` is the median of the per-batch means (µs per ioctl), `mean_us` the mean
-//! over all timed ioctls, `min_us`/`max_us` the fastest/slowest batch mean. The per-batch means
-//! go to stderr. Exit status 0 on success, 1 when an ioctl fails, 2 on usage errors.
+//! over all timed ioctls, `min_us`/`max_us` the fastest/slowest batch mean, and
+//! `server_reads_per_ioctl`/`server_writes_per_ioctl` the read and write syscalls that the CUSE
+//! servers (every other process holding `/dev/cuse` open) made per timed ioctl, from
+//! `/proc/PID/io`: one read of a request and one write of a reply per CUSE round trip, so these
+//! measure the round trips (plus any other reads/writes a server does, such as logging). The
+//! per-batch means go to stderr. Exit status 0 on success, 1 when an ioctl fails, 2 on usage errors.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -561,11 +566,52 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The processes that hold `/dev/cuse` open: the CUSE servers (the C floor, nvproxy).
+fn cuse_servers() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "/dev/cuse")
+                })
+            })
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The read and write syscalls the processes made so far (`syscr`, `syscw` of /proc/PID/io,
+/// which count every thread, live or gone). A CUSE server reads one request and writes one
+/// reply per round trip; `process_vm_readv`/`writev` count in neither.
+fn syscalls(pids: &[u32]) -> Option<(u64, u64)> {
+    let mut total = (0, 0);
+    for pid in pids {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+        for line in text.lines() {
+            if let Some(v) = line.strip_prefix("syscr: ") {
+                total.0 += v.trim().parse::<u64>().ok()?;
+            } else if let Some(v) = line.strip_prefix("syscw: ") {
+                total.1 += v.trim().parse::<u64>().ok()?;
+            }
+        }
+    }
+    Some(total)
+}
+
 fn run(args: &Args) -> io::Result<()> {
     let mut bench = setup(args)?;
     for _ in 0..args.warmup {
         bench.call()?;
     }
+    let servers = cuse_servers();
+    let before = syscalls(&servers);
     let per_call = bench.ops_per_call();
     let mut batch_us = Vec::with_capacity(args.batches);
     let mut total_s = 0.0;
@@ -581,12 +627,21 @@ fn run(args: &Args) -> io::Result<()> {
         batch_us.push(us);
     }
     let ops = args.iters * args.batches * per_call;
+    let after = syscalls(&servers);
+    let server = match (servers.is_empty(), before, after) {
+        (false, Some(b), Some(a)) => format!(
+            "server_reads_per_ioctl={:.2} server_writes_per_ioctl={:.2}",
+            (a.0 - b.0) as f64 / ops as f64,
+            (a.1 - b.1) as f64 / ops as f64
+        ),
+        _ => "server_reads_per_ioctl=na server_writes_per_ioctl=na".to_string(),
+    };
     let mean = total_s * 1e6 / ops as f64;
     let min = batch_us.iter().copied().fold(f64::INFINITY, f64::min);
     let max = batch_us.iter().copied().fold(0.0, f64::max);
     let med = median(&mut batch_us);
     println!(
-        "RESULT kind={} dev={} ops={ops} batches={} median_us={med:.2} mean_us={mean:.2} min_us={min:.2} max_us={max:.2} detail={}",
+        "RESULT kind={} dev={} ops={ops} batches={} median_us={med:.2} mean_us={mean:.2} min_us={min:.2} max_us={max:.2} {server} detail={}",
         args.kind_name,
         args.dev,
         args.batches,
