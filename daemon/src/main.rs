@@ -1,9 +1,16 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod audit_log;
+mod backend;
 mod config;
+mod device;
 mod doctor;
+mod fdid;
+mod instance;
+mod memory;
 mod nsexec;
+mod serve;
 mod sys;
 
 use std::process::ExitCode;
@@ -29,6 +36,12 @@ enum Command {
     /// Inspect the driver ABI tables: the version tree, one version, or the difference of two.
     #[command(subcommand)]
     Abi(abi_cmd::AbiCommand),
+    /// Run a command with its own proxied GPU instance (nodes bind-mounted at /dev/nvidia*).
+    Exec(serve::ExecArgs),
+    /// Serve the instances of a configuration file until SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Run a command with the nodes of an instance that `serve` is serving.
+    Run(serve::RunArgs),
     /// Check a configuration file and print the instances it defines.
     CheckConfig {
         /// The TOML file (see examples/config.toml).
@@ -63,6 +76,9 @@ fn main() -> ExitCode {
             })
         }
         Command::Abi(cmd) => abi_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Exec(args) => serve::exec(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Run(args) => serve::run(args).map(|never| match never {}),
         Command::CheckConfig { path } => config::Config::load(path).map(|cfg| {
             println!("{}", cfg.summary());
             ExitCode::SUCCESS

@@ -132,9 +132,14 @@ fn setup_dev(nodes: &[(PathBuf, String)]) -> Result<()> {
         }
     }
     for (src, name) in nodes {
+        // Sources under /dev are hidden by the new tmpfs now: take them from the staged copy.
+        let src = match src.strip_prefix(old) {
+            Ok(rel) => stage.join(rel),
+            Err(_) => src.clone(),
+        };
         let dst = old.join(name);
         fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
-        bind(src, &dst, false)?;
+        bind(&src, &dst, false)?;
     }
     nix::mount::umount2(stage, nix::mount::MntFlags::MNT_DETACH)
         .context("detaching staging /dev")?;

@@ -41,3 +41,147 @@ pub fn pidfd_thread_supported() -> io::Result<()> {
     unsafe { libc::close(fd) };
     Ok(())
 }
+
+/// Reads `buf.len()` bytes at `addr` in thread `tid`'s address space. A short read (the range
+/// crosses an unmapped page) is reported as `EFAULT`, like the driver's `copy_from_user`.
+pub fn process_vm_read(tid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, an exclusive live buffer of exactly iov_len bytes, so the
+    // kernel writes only inside it. `remote` is an address in the other process and is never
+    // dereferenced here; the kernel checks it and fails with EFAULT.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize == buf.len() => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    }
+}
+
+/// Writes `data` at `addr` in thread `tid`'s address space; a short write is `EFAULT`.
+pub fn process_vm_write(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: `local` describes `data`, a live buffer of iov_len bytes that the kernel only reads
+    // (process_vm_writev copies local → remote). `remote` is checked by the kernel.
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize == data.len() => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    }
+}
+
+/// `pidfd_open(tid, PIDFD_THREAD)`: a pidfd for one thread (Linux 6.9+).
+pub fn pidfd_open_thread(tid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+    let tid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, PIDFD_THREAD) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `pidfd_getfd(pidfd, targetfd, 0)`: a duplicate of another process's file descriptor.
+pub fn pidfd_getfd(
+    pidfd: std::os::fd::BorrowedFd<'_>,
+    target: i32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: pidfd_getfd takes two fds and flags by value; `pidfd` is borrowed, so it stays open
+    // for the call. It returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `tid` is a thread of this process (`tgkill(getpid(), tid, 0)` succeeds).
+pub fn is_own_thread(tid: u32) -> bool {
+    let Ok(tid) = libc::pid_t::try_from(tid) else {
+        return false;
+    };
+    // SAFETY: getpid takes no arguments and cannot fail.
+    let pid = unsafe { libc::getpid() };
+    // SAFETY: tgkill with signal 0 sends nothing; it only checks that `tid` is in thread group
+    // `pid`. All arguments are plain integers.
+    unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) == 0 }
+}
+
+/// A value-argument ioctl: `ioctl(fd, cmd, arg)` where `arg` is not a pointer. Returns the
+/// non-negative result.
+pub fn ioctl_by_value(fd: std::os::fd::BorrowedFd<'_>, cmd: u32, arg: u64) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `fd` is borrowed and open for the call. The command is one of our private
+    // ioctls, which our own server answers without touching memory at `arg` (it is a value).
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, arg as libc::c_ulong) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ret)
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it starts later),
+/// so that [`wait_for_termination`] can take them synchronously.
+pub fn block_termination_signals() -> io::Result<()> {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGHUP);
+    set.thread_block().map_err(io::Error::from)
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP (blocked beforehand) and returns it.
+pub fn wait_for_termination() -> io::Result<nix::sys::signal::Signal> {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGHUP);
+    set.wait().map_err(io::Error::from)
+}
+
+/// Sends `state` (e.g. `READY=1`) to systemd's notify socket when `NOTIFY_SOCKET` is set; a
+/// no-op otherwise. Abstract socket names (`@...`) are supported.
+pub fn sd_notify(state: &str) -> io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let path = path.to_string_lossy().into_owned();
+    let addr = match path.strip_prefix('@') {
+        Some(abs) => SocketAddr::from_abstract_name(abs.as_bytes())?,
+        None => SocketAddr::from_pathname(&path)?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    sock.send_to_addr(state.as_bytes(), &addr)?;
+    Ok(())
+}

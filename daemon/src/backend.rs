@@ -1,0 +1,108 @@
+//! The `ioctl-proxy` request path as a [`Backend`] of the CUSE nodes.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use cuse_dev::Errno;
+use ioctl_proxy::{
+    Caller, ClientMemory, FdError, FdResolver, FrontendNode, OpenId, OwnerId, Proxy, ProxyError,
+};
+
+use crate::device::{Backend, FdLookup, NodeRef};
+
+/// One instance's proxy behind its nodes.
+pub struct ProxyBackend {
+    proxy: Arc<Proxy>,
+    /// Thread id → thread group id, for audit attribution only (a stale entry after tid reuse
+    /// mislabels an audit line, never a policy decision). Bounded.
+    tgids: Mutex<HashMap<u32, u32>>,
+}
+
+impl ProxyBackend {
+    /// Serves `proxy`.
+    pub fn new(proxy: Arc<Proxy>) -> Self {
+        ProxyBackend {
+            proxy,
+            tgids: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn tgid(&self, tid: u32) -> u32 {
+        let mut cache = self.tgids.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&t) = cache.get(&tid) {
+            return t;
+        }
+        let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(tid);
+        if cache.len() >= 4096 {
+            cache.clear();
+        }
+        cache.insert(tid, tgid);
+        tgid
+    }
+}
+
+fn errno_of(e: &ProxyError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+struct Lookup<'a>(FdLookup<'a>);
+
+impl FdResolver for Lookup<'_> {
+    fn resolve(&self, fd: i32) -> Result<OpenId, FdError> {
+        (self.0)(fd)
+            .map(OwnerId)
+            .map_err(|e: io::Error| match e.raw_os_error() {
+                Some(libc::EBADF) | None => FdError::Foreign,
+                Some(n) => FdError::Errno(n),
+            })
+    }
+}
+
+impl Backend for ProxyBackend {
+    fn open(&self, node: NodeRef, _pid: u32) -> Result<u64, Errno> {
+        let node = match node {
+            NodeRef::Ctl => FrontendNode::Ctl,
+            NodeRef::Gpu(i) => FrontendNode::Gpu(i),
+        };
+        let id = self.proxy.open(node).map_err(|e| {
+            tracing::warn!(%node, error = %e, "open failed");
+            errno_of(&e)
+        })?;
+        if id.0 > i32::MAX as u64 {
+            // The identify ioctl returns the fh as an int.
+            self.proxy.release(id);
+            return Err(Errno::from_i32(libc::EMFILE));
+        }
+        Ok(id.0)
+    }
+
+    fn release(&self, open: u64) {
+        self.proxy.release(OwnerId(open));
+    }
+
+    fn ioctl(
+        &self,
+        open: u64,
+        tid: u32,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: FdLookup<'_>,
+    ) -> Result<i32, Errno> {
+        let caller = Caller {
+            pid: self.tgid(tid),
+            tid,
+        };
+        self.proxy
+            .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
+            .map_err(|e| errno_of(&e))
+    }
+}

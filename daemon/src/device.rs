@@ -1,0 +1,178 @@
+//! One proxied node (`nvidiactl`, `nvidia<N>`) as a `cuse_dev::Handler`.
+//!
+//! The handler is thin: it answers our private identify ioctl itself, picks the client-memory
+//! transport, keeps the retry plans between CUSE retry rounds, and hands every other ioctl to the
+//! instance's [`Backend`] (the `ioctl-proxy` request path).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
+use ioctl_proxy::ClientMemory;
+use nvproxy_preload::proto::NVPROXY_IOC_IDENTIFY;
+
+use crate::config::MemoryTransport;
+use crate::fdid::FdIdentity;
+use crate::memory::{RetryMemory, RetryPlan, VmMemory};
+
+/// Which node of an instance a device is, as the tenant sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRef {
+    /// `/dev/nvidiactl`.
+    Ctl,
+    /// `/dev/nvidia<index>` (tenant numbering).
+    Gpu(u32),
+}
+
+impl NodeRef {
+    /// The node's name under `/dev`.
+    pub fn dev_name(self) -> String {
+        match self {
+            NodeRef::Ctl => "nvidiactl".to_owned(),
+            NodeRef::Gpu(i) => format!("nvidia{i}"),
+        }
+    }
+}
+
+/// Resolves a caller's fd number to the open id of one of the instance's files.
+pub type FdLookup<'a> = &'a dyn Fn(i32) -> io::Result<u64>;
+
+/// The request path behind the nodes of one instance.
+pub trait Backend: Send + Sync + 'static {
+    /// A client opened `node`: returns the open's id (used as the CUSE `fh`, below 2^31).
+    fn open(&self, node: NodeRef, pid: u32) -> Result<u64, Errno>;
+    /// The last reference to the open file is gone.
+    fn release(&self, open: u64);
+    /// One ioctl. `mem` is the caller's memory; `fds` resolves fd numbers inside params.
+    fn ioctl(
+        &self,
+        open: u64,
+        tid: u32,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: FdLookup<'_>,
+    ) -> Result<i32, Errno>;
+}
+
+/// A proxied node.
+pub struct NodeDevice {
+    node: NodeRef,
+    backend: Arc<dyn Backend>,
+    fdid: Arc<FdIdentity>,
+    transport: MemoryTransport,
+    /// Retry plans between rounds, by (fh, calling thread).
+    plans: Mutex<HashMap<(u64, u32), RetryPlan>>,
+}
+
+impl NodeDevice {
+    /// A handler for `node`.
+    pub fn new(
+        node: NodeRef,
+        backend: Arc<dyn Backend>,
+        fdid: Arc<FdIdentity>,
+        transport: MemoryTransport,
+    ) -> Self {
+        NodeDevice {
+            node,
+            backend,
+            fdid,
+            transport,
+            plans: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn plans(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), RetryPlan>> {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn resolve_fd(&self, tid: u32, fd: i32) -> io::Result<u64> {
+        self.fdid.resolve(tid, fd).map(|r| r.fh)
+    }
+
+    fn ioctl_vm(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
+        let tid = req.pid();
+        let mut mem = VmMemory::new(tid);
+        let lookup = |fd: i32| self.resolve_fd(tid, fd);
+        let result = self
+            .backend
+            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup)?;
+        Ok(IoctlReply::result(result))
+    }
+
+    fn ioctl_retry(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
+        let tid = req.pid();
+        let key = (io.fh, tid);
+        let first_round = io.in_data.is_empty() && io.out_size == 0;
+        let plan = if first_round {
+            self.plans().remove(&key);
+            RetryPlan::default()
+        } else {
+            self.plans().remove(&key).ok_or_else(|| {
+                tracing::warn!(fh = io.fh, tid, "retry round without a plan");
+                Errno::EIO
+            })?
+        };
+        let mut mem = RetryMemory::new(plan, io.in_data, io.out_size).map_err(|_| {
+            tracing::warn!(fh = io.fh, tid, "retry round does not match its plan");
+            Errno::EIO
+        })?;
+        let lookup = |fd: i32| self.resolve_fd(tid, fd);
+        let result = self
+            .backend
+            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup);
+        if mem.needs_retry() {
+            let next = mem.next_plan();
+            let iov = |r: &(u64, usize)| IoVec::new(r.0, r.1 as u64);
+            let reply = IoctlReply::Retry {
+                in_iovs: next.reads.iter().map(iov).collect(),
+                out_iovs: next.writes.iter().map(iov).collect(),
+            };
+            self.plans().insert(key, next);
+            return Ok(reply);
+        }
+        let result = result?;
+        Ok(IoctlReply::Done {
+            result,
+            out: mem.into_output(),
+        })
+    }
+}
+
+impl Handler for NodeDevice {
+    fn open(&self, req: &Request, _flags: u32) -> Result<Opened, Errno> {
+        let fh = self.backend.open(self.node, req.pid())?;
+        Ok(Opened { fh, open_flags: 0 })
+    }
+
+    fn release(&self, _req: &Request, fh: u64, _flags: u32) {
+        self.plans().retain(|&(f, _), _| f != fh);
+        self.backend.release(fh);
+    }
+
+    fn read(&self, _req: &Request, _fh: u64, _offset: u64, _size: u32) -> Result<Vec<u8>, Errno> {
+        Err(Errno::EINVAL)
+    }
+
+    fn write(&self, _req: &Request, _fh: u64, _offset: u64, _data: &[u8]) -> Result<u32, Errno> {
+        Err(Errno::EINVAL)
+    }
+
+    fn ioctl(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
+        if io.cmd == NVPROXY_IOC_IDENTIFY {
+            if !self.fdid.is_genuine(req.pid(), io.arg) {
+                tracing::warn!(pid = req.pid(), "identify ioctl from a client refused");
+                return Err(Errno::EPERM);
+            }
+            let fh = i32::try_from(io.fh).map_err(|_| Errno::EOVERFLOW)?;
+            return Ok(IoctlReply::result(fh));
+        }
+        let span = tracing::debug_span!("ioctl", node = ?self.node, pid = req.pid(), cmd = format_args!("{:#010x}", io.cmd));
+        let _enter = span.enter();
+        match self.transport {
+            MemoryTransport::ProcessVm => self.ioctl_vm(req, io),
+            MemoryTransport::Retry => self.ioctl_retry(req, io),
+        }
+    }
+}

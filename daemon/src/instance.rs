@@ -1,0 +1,141 @@
+//! An instance's CUSE nodes: one session per node, registered as
+//! `/dev/nvproxy/<instance>/<node>` and checked to be ours before anyone is told about them.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cuse_dev::{CuseError, DeviceConfig, Session, SessionControl};
+
+use crate::config::MemoryTransport;
+use crate::device::{Backend, NodeDevice, NodeRef};
+use crate::fdid::FdIdentity;
+
+/// How long registration and the self-check may take (the VM's emulated CPU is slow).
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+struct Node {
+    node: NodeRef,
+    path: PathBuf,
+    control: SessionControl,
+    thread: Option<JoinHandle<Result<(), CuseError>>>,
+}
+
+/// A running instance's devices.
+pub struct InstanceNodes {
+    nodes: Vec<Node>,
+}
+
+/// Where an instance's node lives on the host.
+pub fn node_path(instance: &str, node: NodeRef) -> PathBuf {
+    Path::new("/dev/nvproxy")
+        .join(instance)
+        .join(node.dev_name())
+}
+
+impl InstanceNodes {
+    /// Registers `nvidiactl` and `nvidia0..gpus-1` for `instance`, serving them with
+    /// `backend`, and checks each node answers our identify ioctl.
+    pub fn start(
+        instance: &str,
+        gpus: u32,
+        backend: Arc<dyn Backend>,
+        fdid: Arc<FdIdentity>,
+        transport: MemoryTransport,
+    ) -> Result<InstanceNodes> {
+        let mut this = InstanceNodes { nodes: Vec::new() };
+        let wanted = std::iter::once(NodeRef::Ctl).chain((0..gpus).map(NodeRef::Gpu));
+        for (index, node) in wanted.enumerate() {
+            let path = node_path(instance, node);
+            let devname = format!("nvproxy/{instance}/{}", node.dev_name());
+            let mut cfg = DeviceConfig::new(devname.clone());
+            cfg.unrestricted_ioctl = true;
+            cfg.max_workers = 128;
+            let session = Session::open(cfg).with_context(|| {
+                format!("opening /dev/cuse for {devname} (modprobe cuse? root?)")
+            })?;
+            let control = session.control();
+            let handler = Arc::new(NodeDevice::new(
+                node,
+                backend.clone(),
+                fdid.clone(),
+                transport,
+            ));
+            let thread = std::thread::Builder::new()
+                .name(format!("cuse-{}", node.dev_name()))
+                .spawn(move || session.run(handler))?;
+            this.nodes.push(Node {
+                node,
+                path: path.clone(),
+                control: control.clone(),
+                thread: Some(thread),
+            });
+            if control.wait_init(START_TIMEOUT).is_none() {
+                bail!("{devname}: the kernel did not finish CUSE_INIT within {START_TIMEOUT:?}");
+            }
+            let rdev = self_check(&path, &fdid).with_context(|| {
+                format!("{devname}: the node is not ours (name or number taken?)")
+            })?;
+            fdid.add_device(rdev, index);
+            tracing::info!(instance, node = %path.display(), rdev = format_args!("{}:{}", libc::major(rdev), libc::minor(rdev)), "node ready");
+        }
+        Ok(this)
+    }
+
+    /// `SOURCE=NAME` pairs for `nvproxy ns-exec --node`.
+    pub fn ns_node_args(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}", n.path.display(), n.node.dev_name()))
+            .collect()
+    }
+
+    /// Unregisters every node (clients still holding one get ENOTCONN).
+    pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        for n in &self.nodes {
+            n.control.stop();
+        }
+        for n in &mut self.nodes {
+            if let Some(t) = n.thread.take() {
+                match t.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(node = %n.path.display(), error = %e, "session ended with an error")
+                    }
+                    Err(_) => tracing::error!(node = %n.path.display(), "session thread panicked"),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for InstanceNodes {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Opens the node, checks it answers our secret, and returns its device number.
+fn self_check(path: &Path, fdid: &FdIdentity) -> Result<u64> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let file = loop {
+        match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+        }
+    };
+    let rdev = file.metadata()?.rdev();
+    fdid.identify(&file).context("identify ioctl")?;
+    Ok(rdev)
+}

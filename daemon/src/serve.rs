@@ -1,0 +1,328 @@
+//! Running instances: `nvproxy exec` (one instance around one command), `nvproxy serve` (the
+//! instances of a config file until SIGTERM) and `nvproxy run` (a command with the nodes of a
+//! served instance).
+//!
+//! All instances of one daemon process share one driver (`--driver host`: the kernel driver;
+//! `--driver sim`: one simulated driver, so two instances can be shown to be isolated from each
+//! other on the same "hardware"). DESIGN.md's one worker process per instance is not built yet:
+//! today every instance of `serve` is served by threads of the one process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use ioctl_proxy::real::RealHostDriver;
+use ioctl_proxy::{HostDriver, InstancePolicy, Proxy};
+use nvproxy_abi::DriverVersion;
+use nvsim::{SimConfig, SimDriver};
+
+use crate::audit_log::JsonLinesSink;
+use crate::backend::ProxyBackend;
+use crate::config::{self, DriverKind, InstanceConfig, MemoryTransport, Mode};
+use crate::fdid::FdIdentity;
+use crate::instance::InstanceNodes;
+use crate::sys;
+
+/// Exit status of `exec` / `serve` when `--check-leaks` finds objects left in the simulated
+/// driver.
+pub const LEAK_EXIT: u8 = 3;
+
+/// The driver chosen on the command line.
+pub struct Driver {
+    /// What the proxies talk to.
+    pub host: Arc<dyn HostDriver>,
+    /// The same driver when it is the simulated one (for leak checks).
+    pub sim: Option<Arc<SimDriver>>,
+}
+
+/// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
+pub fn make_driver(kind: DriverKind, gpus: u32, version: &str) -> Result<Driver> {
+    match kind {
+        DriverKind::Host => {
+            let d = RealHostDriver::new().context(
+                "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
+            )?;
+            Ok(Driver {
+                host: Arc::new(d),
+                sim: None,
+            })
+        }
+        DriverKind::Sim => {
+            let version: DriverVersion = version
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
+            let cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+            let sim =
+                SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
+            Ok(Driver {
+                host: sim.clone(),
+                sim: Some(sim),
+            })
+        }
+    }
+}
+
+/// An instance being served.
+pub struct RunningInstance {
+    name: String,
+    nodes: InstanceNodes,
+    proxy: Arc<Proxy>,
+    sink: Arc<JsonLinesSink>,
+}
+
+impl RunningInstance {
+    /// Creates the proxy and the nodes of `inst` on `driver`.
+    pub fn start(
+        inst: &InstanceConfig,
+        driver: &Driver,
+        transport: MemoryTransport,
+        audit: Option<&Path>,
+    ) -> Result<RunningInstance> {
+        let caps = config::parse_caps(&inst.caps)?;
+        let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
+        policy.mode = match inst.mode {
+            Mode::Enforce => ioctl_proxy::Mode::Enforce,
+            Mode::Audit => ioctl_proxy::Mode::Audit,
+        };
+        policy.allow = inst.allow.iter().cloned().collect();
+        let sink = Arc::new(JsonLinesSink::open(audit)?);
+        let proxy = Proxy::for_host(policy, driver.host.clone())
+            .with_context(|| format!("instance {}", inst.name))?
+            .with_audit(sink.clone());
+        let proxy = Arc::new(proxy);
+        let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
+        let backend = Arc::new(ProxyBackend::new(proxy.clone()));
+        let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
+        let nodes = InstanceNodes::start(&inst.name, gpus, backend, fdid, transport)?;
+        tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = ?inst.mode, "instance serving");
+        Ok(RunningInstance {
+            name: inst.name.clone(),
+            nodes,
+            proxy,
+            sink,
+        })
+    }
+
+    /// The `--node` arguments for `nvproxy ns-exec`.
+    pub fn ns_node_args(&self) -> Vec<String> {
+        self.nodes.ns_node_args()
+    }
+
+    /// Unregisters the nodes and writes the audit counts.
+    pub fn stop(self) {
+        self.nodes.stop();
+        self.sink.write_counts(&self.name, self.proxy.counts());
+        let left = self.proxy.object_count();
+        if left != 0 {
+            tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");
+        }
+    }
+}
+
+/// Checks the simulated driver holds nothing; returns whether it is clean.
+fn leak_check(driver: &Driver) -> bool {
+    let Some(sim) = &driver.sim else { return true };
+    // The proxies and their host files are gone by now; give late releases a moment.
+    for _ in 0..50 {
+        if sim.live_clients() == 0 && sim.live_objects() == 0 && sim.open_files() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stats = sim.stats();
+    let clean = sim.live_clients() == 0 && sim.live_objects() == 0 && sim.open_files() == 0;
+    if clean {
+        tracing::info!(%stats, "simulated driver holds nothing");
+    } else {
+        eprintln!("nvproxy: leak check failed: the simulated driver still holds {stats}");
+    }
+    clean
+}
+
+/// `nvproxy exec` options.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The driver to forward to.
+    #[arg(long, value_enum, default_value_t = DriverKind::Host)]
+    pub driver: DriverKind,
+    /// Number of simulated GPUs (--driver sim).
+    #[arg(long, default_value_t = 1)]
+    pub sim_gpus: u32,
+    /// Driver version the simulated driver reports (selects the ABI node).
+    #[arg(long, default_value = config::DEFAULT_SIM_VERSION)]
+    pub sim_driver_version: String,
+    /// Host GPU minors the instance gets, comma-separated (default: all of the simulated GPUs;
+    /// with --driver host, required).
+    #[arg(long, value_delimiter = ',')]
+    pub gpus: Option<Vec<u32>>,
+    /// Driver capabilities, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "compute,utility")]
+    pub caps: Vec<String>,
+    /// enforce, or audit (allow what the ABI knows, record what enforce would deny).
+    #[arg(long, value_enum, default_value_t = Mode::Enforce)]
+    pub mode: Mode,
+    /// Entries allowed beyond the caps (driver names), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Write audit events (JSON lines) here.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// How client memory is read.
+    #[arg(long, value_enum, default_value_t = MemoryTransport::ProcessVm)]
+    pub memory: MemoryTransport,
+    /// With --driver sim: exit with status 3 if the simulated driver still holds clients,
+    /// objects or files after the command ended.
+    #[arg(long)]
+    pub check_leaks: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `nvproxy exec`: one instance around one command.
+pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
+    let driver = make_driver(args.driver, args.sim_gpus, &args.sim_driver_version)?;
+    let gpus = match (&args.gpus, args.driver) {
+        (Some(g), _) => g.clone(),
+        (None, DriverKind::Sim) => (0..args.sim_gpus).collect(),
+        (None, DriverKind::Host) => bail!("--gpus is required with --driver host"),
+    };
+    let inst = InstanceConfig {
+        name: format!("exec-{}", std::process::id()),
+        gpus,
+        caps: args.caps.clone(),
+        mode: args.mode,
+        allow: args.allow.clone(),
+        audit_log: args.audit_log.clone(),
+    };
+    inst.validate()?;
+    let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
+
+    let exe = std::env::current_exe().context("finding our own executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("ns-exec").arg("--driver-params");
+    for n in running.ns_node_args() {
+        cmd.arg("--node").arg(n);
+    }
+    cmd.arg("--").args(&args.command);
+    let status = cmd.status().context("starting the command")?;
+    running.stop();
+    let clean = leak_check(&driver);
+    drop(driver);
+
+    let code = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(1),
+        (None, None) => 1,
+    };
+    if args.check_leaks && !clean {
+        return Ok(ExitCode::from(LEAK_EXIT));
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// `nvproxy serve` options.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The configuration file (TOML; see examples/config.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Override the file's driver choice.
+    #[arg(long, value_enum)]
+    pub driver: Option<DriverKind>,
+    /// With the simulated driver: exit with status 3 if it still holds anything after stopping.
+    #[arg(long)]
+    pub check_leaks: bool,
+}
+
+/// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
+pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    let cfg = config::Config::load(&args.config)?;
+    sys::block_termination_signals().context("blocking signals")?;
+    let kind = args.driver.unwrap_or(cfg.driver);
+    let driver = make_driver(kind, cfg.sim.gpus, &cfg.sim.driver_version)?;
+    let mut running = Vec::new();
+    for inst in &cfg.instances {
+        let audit = inst.audit_path(&cfg.daemon);
+        match RunningInstance::start(inst, &driver, cfg.daemon.memory, audit.as_deref()) {
+            Ok(r) => running.push(r),
+            Err(e) => {
+                for r in running {
+                    r.stop();
+                }
+                return Err(e);
+            }
+        }
+    }
+    println!(
+        "READY {}",
+        cfg.instances
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    use std::io::Write;
+    std::io::stdout().flush().ok();
+    if let Err(e) = sys::sd_notify("READY=1") {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+    let sig = sys::wait_for_termination().context("waiting for a signal")?;
+    tracing::info!(signal = ?sig, "stopping");
+    let _ = sys::sd_notify("STOPPING=1");
+    for r in running {
+        r.stop();
+    }
+    let clean = leak_check(&driver);
+    if args.check_leaks && !clean {
+        return Ok(ExitCode::from(LEAK_EXIT));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvproxy run` options.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// A served instance's name.
+    #[arg(long)]
+    pub instance: String,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
+pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
+    config::validate_instance_name(&args.instance)?;
+    let dir = Path::new("/dev/nvproxy").join(&args.instance);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| {
+            format!(
+                "instance {} is not being served ({})",
+                args.instance,
+                dir.display()
+            )
+        })?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            n == "nvidiactl"
+                || n.strip_prefix("nvidia")
+                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    names.sort();
+    let exe = std::env::current_exe().context("finding our own executable")?;
+    let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
+    for n in names {
+        argv.push("--node".to_owned());
+        argv.push(format!("{}={n}", dir.join(&n).display()));
+    }
+    argv.push("--".to_owned());
+    argv.extend(args.command.iter().cloned());
+    let err = std::os::unix::process::CommandExt::exec(Command::new(exe).args(argv));
+    Err(err).context("executing nvproxy ns-exec")
+}
