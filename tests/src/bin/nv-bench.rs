@@ -44,8 +44,10 @@ use nvproxy_abi::ioctl::{
     NV_RM_API_VERSION_CMD_QUERY, nv_iowr,
 };
 use nvproxy_abi::structs::{
-    NV0080_ALLOC_PARAMETERS, NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS, NVOS00_PARAMETERS,
-    NVOS54_PARAMETERS, NVOS64_PARAMETERS, NvHandle, nv_ioctl_rm_api_version_t,
+    NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
+    NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS, NV0080_ALLOC_PARAMETERS,
+    NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS, NVOS00_PARAMETERS, NVOS54_PARAMETERS, NVOS64_PARAMETERS,
+    NvHandle, nv_ioctl_rm_api_version_t,
 };
 
 /// `NV01_ROOT_CLIENT` (`cl0041.h`).
@@ -60,8 +62,12 @@ const NV_OK: u32 = 0;
 const SIMPLE_CONTROL: Control = Control {
     name: "NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS",
     cmd: 0x136,
-    params_size: 4,
+    params_size: size_of::<NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS>() as u32,
 };
+/// `NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS`.
+const GPU_GET_ATTACHED_IDS: u32 = 0x201;
+/// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`.
+const GPU_GET_ID_INFO_V2: u32 = 0x205;
 /// The control with an embedded pointer: `NV0080_CTRL_CMD_GPU_GET_CLASSLIST` on a device
 /// (`classList` → `numClasses` × u32, copied in and out).
 const NESTED_CONTROL: Control = Control {
@@ -291,6 +297,8 @@ struct Rm {
     _gpu: Option<File>,
     client: NvHandle,
     version: String,
+    /// The device instance of the first attached GPU (0 until [`Rm::find_device`]).
+    device_instance: u32,
 }
 
 impl Rm {
@@ -318,6 +326,7 @@ impl Rm {
             _gpu: gpu,
             client: 0,
             version,
+            device_instance: 0,
         };
         let mut handle: NvHandle = 0;
         let h: *mut NvHandle = &mut handle;
@@ -365,9 +374,54 @@ impl Rm {
         }
     }
 
+    /// One control on the client with `params` in and out; fails unless the status is `NV_OK`.
+    fn client_control<T>(&self, cmd: u32, params: &mut T) -> io::Result<()> {
+        let ptr: *mut T = params;
+        let mut top = NVOS54_PARAMETERS {
+            hClient: self.client,
+            hObject: self.client,
+            cmd,
+            flags: 0,
+            params: ptr as u64,
+            paramsSize: size_of::<T>() as u32,
+            status: 0,
+        };
+        ioctl(&self.f, NV_ESC_RM_CONTROL_CMD, &mut top)?;
+        match top.status {
+            NV_OK => Ok(()),
+            s => Err(io::Error::other(format!(
+                "RM_CONTROL {cmd:#x}: status {s:#x}"
+            ))),
+        }
+    }
+
+    /// As libcuda: the first attached GPU's id, then its device instance (what a device
+    /// allocation names; the proxy numbers an instance's GPUs from 0).
+    fn find_device(&mut self) -> io::Result<()> {
+        let mut ids = NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS { gpuIds: [0; 32] };
+        self.client_control(GPU_GET_ATTACHED_IDS, &mut ids)?;
+        let gpu_id = ids.gpuIds[0];
+        if gpu_id == 0 || gpu_id == u32::MAX {
+            return Err(io::Error::other("no attached GPU"));
+        }
+        let mut info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
+            gpuId: gpu_id,
+            gpuFlags: 0,
+            deviceInstance: 0,
+            subDeviceInstance: 0,
+            sliStatus: 0,
+            boardId: 0,
+            gpuInstance: 0,
+            numaId: 0,
+        };
+        self.client_control(GPU_GET_ID_INFO_V2, &mut info)?;
+        self.device_instance = info.deviceInstance;
+        Ok(())
+    }
+
     fn device_params(&self) -> NV0080_ALLOC_PARAMETERS {
         NV0080_ALLOC_PARAMETERS {
-            deviceId: 0,
+            deviceId: self.device_instance,
             hClientShare: self.client,
             hTargetClient: 0,
             hTargetDevice: 0,
@@ -544,12 +598,14 @@ fn setup(args: &Args) -> io::Result<Box<dyn Bench>> {
             Box::new(ControlBench::new(rm, SIMPLE_CONTROL, client, false))
         }
         Kind::NestedControl => {
-            let rm = Rm::open(dev, Some(&args.gpu))?;
+            let mut rm = Rm::open(dev, Some(&args.gpu))?;
+            rm.find_device()?;
             rm.alloc_device(H_DEVICE)?;
             Box::new(ControlBench::new(rm, NESTED_CONTROL, H_DEVICE, true))
         }
         Kind::RmAlloc => {
-            let rm = Rm::open(dev, Some(&args.gpu))?;
+            let mut rm = Rm::open(dev, Some(&args.gpu))?;
+            rm.find_device()?;
             let dparams = Box::new(rm.device_params());
             Box::new(AllocBench { rm, dparams })
         }
