@@ -56,7 +56,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = match &cli.log {
         Some(f) => EnvFilter::new(f),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        // `serve` logs what it does; the other commands stay quiet unless asked.
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            EnvFilter::new(if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" })
+        }),
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
