@@ -44,6 +44,13 @@ pub trait Backend: Send + Sync + 'static {
     fn open(&self, node: NodeRef, pid: u32) -> Result<u64, Errno>;
     /// The last reference to the open file is gone.
     fn release(&self, open: u64);
+    /// The fd the mmap shim maps for an `mmap` of open file `open`, with the offset to add to
+    /// the caller's (see `HostFile::mmap_fd`). Default: ENODEV, as CUSE's own mmap answers.
+    fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
+        let _ = open;
+        Err(Errno::ENODEV)
+    }
+
     /// One ioctl. `mem` is the caller's memory; `fds` resolves fd numbers inside params.
     fn ioctl(
         &self,

@@ -61,6 +61,15 @@ pub trait HostFile: Send + Sync + std::fmt::Debug {
     /// Performs the ioctl. `Ok(ret)` is the syscall's non-negative return; driver-level failures
     /// are NV status codes inside the params, as on the real driver.
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32>;
+
+    /// A file descriptor the *client* may `mmap` in place of this file, and the amount to add
+    /// to the client's mmap offset. The in-container shim maps it with the caller's exact
+    /// address, length, protection and flags. Real driver: a dup of this host fd (offset 0).
+    /// `nvsim`: a memfd that carries the memory this file's mmap context names. Default: ENODEV
+    /// (the file cannot be mapped).
+    fn mmap_fd(&self) -> io::Result<(std::os::fd::OwnedFd, u64)> {
+        Err(io::Error::from_raw_os_error(libc::ENODEV))
+    }
 }
 
 /// The driver behind the proxy.
@@ -69,4 +78,13 @@ pub trait HostDriver: Send + Sync {
     fn version(&self) -> &str;
     /// Opens a new host file on `node` (every client open gets its own).
     fn open(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>>;
+
+    /// Opens a host file on `node` that serves only as an mmap target
+    /// (`NV_ESC_RM_MAP_MEMORY.fd`): its [`HostFile::mmap_fd`] is handed to the tenant, so the
+    /// real implementation opens it from a Landlock-restricted thread, which makes every device
+    /// ioctl on it fail with `EACCES` in any process. Default: ENODEV (no mmap path).
+    fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        let _ = node;
+        Err(io::Error::from_raw_os_error(libc::ENODEV))
+    }
 }
