@@ -2,7 +2,7 @@
  *
  * A minimal CUSE device on libfuse3's lowlevel CUSE API (cuse_lowlevel_setup + the
  * multi-threaded session loop), with unrestricted ioctls, that does as little work as possible
- * per request. Command `_IO('B', n)`, n = 1..4, is answered in exactly n CUSE round trips:
+ * per request. Command `_IO('B', n)`, n = 1..8, is answered in exactly n CUSE round trips:
  *
  *   round 1 (no data)            n == 1: reply 0, no data.
  *                                else  : retry, asking for the 32-byte top struct (in and out).
@@ -12,7 +12,12 @@
  *   round 3 (top + buffer)       n == 3: reply 0 with top + buffer echoed back.
  *                                else  : retry, asking also for the nested buffer whose
  *                                        address and size are the first 12 bytes of the buffer.
- *   round 4 (top + buf + nested) reply 0 with everything echoed back.
+ *   round 4 (top + buf + nested) n == 4: reply 0 with everything echoed back.
+ *                                else  : retry, asking also for the nested buffer's first byte.
+ *   round k > 4                  the same plus one byte more each round (the round is known
+ *                                from the input size), until round n replies with everything
+ *                                echoed back. These rounds stand for a server that needs more
+ *                                round trips than levels of pointers.
  *
  * The top struct has the layout of NVOS54_PARAMETERS (the RM_CONTROL payload): pointer at
  * offset 16, size at offset 24, so a floor3 ioctl moves the same bytes as an RM_CONTROL does
@@ -39,7 +44,7 @@
 #include <unistd.h>
 
 #define FLOOR_TYPE 'B'
-#define FLOOR_MAX_ROUNDS 4
+#define FLOOR_MAX_ROUNDS 8
 #define FLOOR_MAX_BUF (64u * 1024u)
 
 /* Same layout as NVOS54_PARAMETERS: 32 bytes, ptr at 16, size at 24. */
@@ -100,7 +105,7 @@ static void floor_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_inf
         fuse_reply_ioctl(req, 0, NULL, 0);
         return;
     }
-    struct iovec iov[3];
+    struct iovec iov[4];
     iov[0].iov_base = arg;
     iov[0].iov_len = sizeof(struct floor_top);
     if (in_bufsz == 0) { /* round 1 */
@@ -147,17 +152,25 @@ static void floor_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_inf
         fuse_reply_err(req, EINVAL);
         return;
     }
-    if (in_bufsz == have) { /* round 3 of 4 */
-        iov[2].iov_base = (void *)(uintptr_t)nested.ptr;
-        iov[2].iov_len = nested.size;
+    iov[2].iov_base = (void *)(uintptr_t)nested.ptr;
+    iov[2].iov_len = nested.size;
+    if (in_bufsz == have) { /* round 3 of 4 or more */
         retry(req, iov, 3);
         return;
     }
-    if (in_bufsz != have + nested.size) {
+    have += nested.size;
+    if (in_bufsz < have || in_bufsz - have > rounds - 4 || nested.size < rounds - 4) {
         fuse_reply_err(req, EPROTO);
         return;
     }
-    fuse_reply_ioctl(req, 0, in_buf, in_bufsz); /* round 4 of 4 */
+    size_t extra = in_bufsz - have; /* round 4 + extra */
+    if (extra == rounds - 4u) {     /* the last round */
+        fuse_reply_ioctl(req, 0, in_buf, in_bufsz);
+        return;
+    }
+    iov[3].iov_base = (void *)(uintptr_t)nested.ptr;
+    iov[3].iov_len = extra + 1;
+    retry(req, iov, 4);
 }
 
 static const struct cuse_lowlevel_ops floor_ops = {

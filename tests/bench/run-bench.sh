@@ -5,10 +5,13 @@
 # round trips (tests/bench/cuse_floor.c) and against a plain ioctl on /dev/null, all measured in
 # ONE VM run (tests/vm/cuse-vm; the guest is emulated, so only ratios inside one run mean much).
 #
-# Usage: tests/bench/run-bench.sh [--out FILE.md] [--iters N] [--batches B] [--smp N] [--no-proxy]
+# Usage: tests/bench/run-bench.sh [--out FILE.md] [--reps R] [--iters N] [--batches B] [--smp N] [--no-proxy]
 #   --out FILE   also write the results as a markdown table (for the README's performance section)
-#   --iters N    ioctls (pairs for rm-alloc) per batch for the CUSE kinds (default 400; /dev/null
-#                gets 50x as many); --batches B batches per kind (default 5; median reported)
+#   --reps R     repetitions (default 5). Each repetition measures every kind once, one after the
+#                other, so that a slow patch of the (noisy, emulated) machine hits all kinds alike;
+#                ratios are taken inside each repetition and the median over repetitions reported
+#   --iters N    ioctls (pairs for rm-alloc) per batch (default 200; /dev/null gets 50x as many)
+#   --batches B  batches per kind and repetition (default 3; nv-bench reports their median)
 #   --smp N      guest vCPUs (default 1, as in shared/reference/cuse-experiments.md 1e)
 #   --no-proxy   measure only /dev/null and the C floor (skips building and running nvproxy)
 # Environment: CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
@@ -16,17 +19,18 @@
 # what was measured and says what was not), 2 on usage errors.
 #
 # Builds on the host (cargo build --release of the daemon's `nvproxy` and of `nv-bench`, gcc for
-# the floor device; installs libfuse3-dev and pkg-config with apt-get when missing, as root), then
-# boots one VM that runs this script with --guest.
+# the floor device; installs gcc, libfuse3-dev and pkg-config with apt-get when missing, as root),
+# then boots one VM that runs this script with --guest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=run-bench
 
-OUT= ITERS=400 BATCHES=5 SMP=1 PROXY=1 GUEST=0
+OUT= REPS=5 ITERS=200 BATCHES=3 SMP=1 PROXY=1 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
+    --reps) REPS=${2:?--reps needs a number}; shift 2 ;;
     --iters) ITERS=${2:?--iters needs a number}; shift 2 ;;
     --batches) BATCHES=${2:?--batches needs a number}; shift 2 ;;
     --smp) SMP=${2:?--smp needs a number}; shift 2 ;;
@@ -36,17 +40,23 @@ while (($#)); do
     *) echo "$PROG: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ $ITERS =~ ^[1-9][0-9]*$ && $BATCHES =~ ^[1-9][0-9]*$ && $SMP =~ ^[1-9][0-9]*$ ]] ||
-  { echo "$PROG: --iters, --batches and --smp take positive numbers" >&2; exit 2; }
+for v in "$REPS" "$ITERS" "$BATCHES" "$SMP"; do
+  [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "$PROG: --reps, --iters, --batches and --smp take positive numbers" >&2; exit 2; }
+done
+[[ -z $OUT || $OUT == /* ]] || OUT=$PWD/$OUT
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
 FLOOR=$TARGET/bench/cuse_floor
+FLOOR_MAX=8  # FLOOR_MAX_ROUNDS in cuse_floor.c
+KINDS=(simple-control nested-control rm-alloc)
+MEMS=(process-vm retry)
 
 # ------------------------------------------------------------------------------------------ guest
-# Prints one line per measurement: "ROW <label> RESULT kind=... median_us=..." or
-# "FAIL <label> <why>", plus "KERNEL <uname -r>" and "CPUS <n>".
+# Prints one line per measurement, "ROW r<rep>:<kind> RESULT kind=... median_us=..." (kinds:
+# null, floorN, <memory>:<nvidia kind>) or "FAIL r<rep>:<kind>: <why>", plus "KERNEL <uname -r>"
+# and "CPUS <n>".
 if [[ $GUEST == 1 ]]; then
   echo "KERNEL $(uname -r)"
   echo "CPUS $(nproc)"
@@ -58,14 +68,8 @@ if [[ $GUEST == 1 ]]; then
     if ((status == 0)) && grep -q '^RESULT ' "$tmp/out"; then
       echo "ROW $label $(grep -m1 '^RESULT ' "$tmp/out")"
     else
-      echo "FAIL $label: exit status $status from: ${*##*/}"
+      echo "FAIL $label: exit status $status"
     fi
-  }
-  floor_set() { # PASS
-    bench "$1:null" "$BIN/nv-bench" null --iters $((ITERS * 50)) --batches "$BATCHES"
-    for n in 1 2 3 4; do
-      bench "$1:floor$n" "$BIN/nv-bench" "floor$n" --iters "$ITERS" --batches "$BATCHES"
-    done
   }
 
   "$FLOOR" --name nvbench-floor >"$tmp/floor.out" 2>"$tmp/floor.err" &
@@ -75,23 +79,29 @@ if [[ $GUEST == 1 ]]; then
     kill -0 "$floor_pid" 2>/dev/null || break
     sleep 0.1
   done
+  floor_ok=1
   if ! grep -q '^READY' "$tmp/floor.out"; then
-    echo "FAIL A:floor the C floor device did not start: $(tr '\n' ' ' <"$tmp/floor.err")"
-  else
-    floor_set A
+    echo "FAIL floor: the C floor device did not start: $(tr '\n' ' ' <"$tmp/floor.err")"
+    floor_ok=0
   fi
 
-  if [[ $PROXY == 1 ]]; then
-    for mem in process-vm retry; do
-      for kind in simple-control nested-control rm-alloc; do
-        # nvproxy's log goes to stderr (shown live); nv-bench's RESULT line to stdout.
-        bench "$mem:$kind" "$BIN/nvproxy" exec --driver sim --memory "$mem" -- \
-          "$BIN/nv-bench" "$kind" --iters "$ITERS" --batches "$BATCHES"
+  for rep in $(seq "$REPS"); do
+    bench "r$rep:null" "$BIN/nv-bench" null --iters $((ITERS * 50)) --batches "$BATCHES"
+    if ((floor_ok)); then
+      for n in $(seq "$FLOOR_MAX"); do
+        bench "r$rep:floor$n" "$BIN/nv-bench" "floor$n" --iters "$ITERS" --batches "$BATCHES"
       done
-    done
-    # The floor again after the proxy runs, to show how much the VM drifted meanwhile.
-    grep -q '^READY' "$tmp/floor.out" && floor_set B
-  fi
+    fi
+    if ((PROXY)); then
+      for mem in "${MEMS[@]}"; do
+        for kind in "${KINDS[@]}"; do
+          # nvproxy's log goes to stderr (shown live); nv-bench's RESULT line to stdout.
+          bench "r$rep:$mem:$kind" "$BIN/nvproxy" exec --driver sim --memory "$mem" -- \
+            "$BIN/nv-bench" "$kind" --iters "$ITERS" --batches "$BATCHES"
+        done
+      done
+    fi
+  done
   kill "$floor_pid" 2>/dev/null || true
   wait "$floor_pid" 2>/dev/null || true
   exit 0
@@ -103,7 +113,7 @@ export CARGO_TARGET_DIR=$TARGET
 
 if ! command -v gcc >/dev/null || ! pkg-config --exists fuse3 2>/dev/null; then
   step "installing gcc, libfuse3-dev and pkg-config"
-  [[ $(id -u) == 0 ]] || { echo "$PROG: need root to apt-get install libfuse3-dev pkg-config gcc" >&2; exit 1; }
+  [[ $(id -u) == 0 ]] || { echo "$PROG: need root to apt-get install gcc libfuse3-dev pkg-config" >&2; exit 1; }
   apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null 2>&1 ||
     { apt-get update -qq && apt-get install -y -qq gcc libfuse3-dev pkg-config; }
 fi
@@ -115,7 +125,7 @@ gcc -O2 -Wall -Wextra -o "$FLOOR" tests/bench/cuse_floor.c $(pkg-config --cflags
 step "cargo build --release nv-bench"
 cargo build --release -q -p tests --bin nv-bench
 not_measured=()
-if [[ $PROXY == 1 ]]; then
+if ((PROXY)); then
   step "cargo build --release nvproxy"
   if ! cargo build --release -q -p daemon --bin nvproxy; then
     not_measured+=("the proxied kinds: the daemon did not build")
@@ -128,19 +138,22 @@ fi
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-step "one VM: floor, null$( ((PROXY)) && echo ', nvproxy exec (process-vm, retry)')"
-vm_args=(--smp "$SMP" --timeout 3000)
+step "one VM, $REPS repetitions of: /dev/null, floor1..floor$FLOOR_MAX$( ((PROXY)) && echo ", nvproxy exec --memory ${MEMS[*]} × ${KINDS[*]}")"
 vm_status=0
-tests/vm/cuse-vm "${vm_args[@]}" -- bash "$ROOT/tests/bench/run-bench.sh" --guest \
-  --iters "$ITERS" --batches "$BATCHES" $( ((PROXY)) || echo --no-proxy) | tee "$raw" || vm_status=$?
+no_proxy=()
+((PROXY)) || no_proxy=(--no-proxy)
+tests/vm/cuse-vm --smp "$SMP" --timeout 3000 -- bash "$ROOT/tests/bench/run-bench.sh" --guest \
+  --reps "$REPS" --iters "$ITERS" --batches "$BATCHES" "${no_proxy[@]}" | tee "$raw" || vm_status=$?
 ((vm_status == 0)) || not_measured+=("the VM run ended with status $vm_status")
 
 # ------------------------------------------------------------------------------- table (host)
-NOT_MEASURED=$(printf '%s\n' "${not_measured[@]}") PROXY=$PROXY SMP=$SMP \
-python3 - "$raw" "$OUT" <<'PY'
-import os, re, sys
+NOT_MEASURED=$(printf '%s\n' "${not_measured[@]}") PROXY=$PROXY REPS=$REPS ITERS=$ITERS \
+BATCHES=$BATCHES FLOOR_MAX=$FLOOR_MAX python3 - "$raw" "$OUT" <<'PY'
+import os, re, statistics, sys
 
 raw, out = sys.argv[1], sys.argv[2]
+reps, floor_max = int(os.environ["REPS"]), int(os.environ["FLOOR_MAX"])
+proxy = os.environ.get("PROXY") == "1"
 rows, fails, kernel, cpus = {}, [], "?", "?"
 for line in open(raw):
     line = line.rstrip("\n")
@@ -149,111 +162,112 @@ for line in open(raw):
     elif line.startswith("FAIL "): fails.append(line[5:])
     elif line.startswith("ROW "):
         label, rest = line[4:].split(" ", 1)
-        kv = dict(re.findall(r"(\w+)=(\S+)", rest))
-        rows[label] = kv
-not_measured = [l for l in os.environ.get("NOT_MEASURED", "").split("\n") if l]
-not_measured += fails
+        rep, kind = label.split(":", 1)
+        rows[(int(rep[1:]), kind)] = dict(re.findall(r"(\w+)=(\S+)", rest))
+not_measured = [l for l in os.environ.get("NOT_MEASURED", "").split("\n") if l] + fails
 
-def us(label):
-    r = rows.get(label)
+def us(rep, kind):
+    r = rows.get((rep, kind))
     return float(r["median_us"]) if r else None
 
-def floor(name):
-    """The floor kind's µs: the mean of the medians of pass A and pass B (B only with the proxy)."""
-    vals = [v for v in (us("A:" + name), us("B:" + name)) if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-def measured_rounds(label):
-    """CUSE round trips per ioctl, as the servers' read syscalls per ioctl (/proc/PID/io)."""
-    v = rows.get(label, {}).get("server_reads_per_ioctl", "na")
+def rounds(rep, kind):
+    """CUSE round trips per ioctl, measured as the servers' read syscalls per ioctl."""
+    v = rows.get((rep, kind), {}).get("server_reads_per_ioctl", "na")
     return None if v == "na" else float(v)
 
-null = floor("null")
-F = {n: floor(f"floor{n}") for n in (1, 2, 3, 4)}
-
-def floor_at(r):
-    """The C floor's µs for r round trips: floorN, or between two floors for a fractional r
-    (an alloc+free pair of 3 and 2 rounds averages 2.5), extrapolated past floor4."""
-    if r is None or r < 0.95:
+def floor_at(rep, r):
+    """The C floor's µs for r round trips in repetition rep: floorN, or for a fractional r
+    (an alloc+free pair of 3 and 2 rounds averages 2.5) between its two neighbours."""
+    if r is None or r < 0.95 or r > floor_max + 0.05:
         return None
-    lo = min(int(r + 0.05), 4)
-    if abs(r - round(r)) <= 0.05 and round(r) <= 4:
-        return F.get(round(r))
-    if lo >= 4:
-        return None if F[4] is None or F[3] is None else F[4] + (r - 4) * (F[4] - F[3])
-    if F.get(lo) is None or F.get(lo + 1) is None:
-        return None
-    return F[lo] + (r - lo) * (F[lo + 1] - F[lo])
+    lo = int(r + 0.05)
+    if abs(r - lo) <= 0.05:
+        return us(rep, f"floor{lo}")
+    a, b = us(rep, f"floor{lo}"), us(rep, f"floor{lo + 1}")
+    return None if a is None or b is None else a + (r - lo) * (b - a)
 
-# (label, kind, path, expected round trips, how they arise)
-spec = [("A:null", "null (`/dev/null`, unknown cmd → ENOTTY)", "syscall only", 0, "")]
-for n in (1, 2, 3, 4):
-    spec.append((f"A:floor{n}", f"floor{n}", "C device, libfuse3 mt loop", n, ""))
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+def spread(xs, nd, unit):
+    xs = [x for x in xs if x is not None]
+    if not xs: return "—"
+    m = statistics.median(xs)
+    return f"{m:.{nd}f}{unit}" if len(xs) == 1 else f"{m:.{nd}f}{unit} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
+
+# (kind, shown as, path, round trips a server needs at least, how they arise)
+spec = [("null", "null: `/dev/null`, unknown cmd → ENOTTY", "syscall only", 0, "")]
+for n in range(1, floor_max + 1):
+    spec.append((f"floor{n}", f"floor{n}", "C device, libfuse3 mt loop", n, ""))
 spec += [
     ("process-vm:simple-control", "simple-control", "nvproxy, process-vm", 1,
-     "one CUSE round; the daemon reads NVOS54 and the params with process_vm_readv and writes them back with process_vm_writev"),
+     "1 CUSE round; NVOS54 and the params via process_vm_readv, results via process_vm_writev"),
     ("process-vm:nested-control", "nested-control", "nvproxy, process-vm", 1,
-     "one CUSE round; NVOS54, the params and the embedded class list all through process_vm_readv/writev"),
+     "1 CUSE round; NVOS54, the params and the embedded class list via process_vm_readv/writev"),
     ("process-vm:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, process-vm", 1,
-     "one CUSE round each for RM_ALLOC and RM_FREE"),
+     "1 CUSE round for RM_ALLOC, 1 for RM_FREE"),
     ("retry:simple-control", "simple-control", "nvproxy, retry", 3,
-     "FUSE_IOCTL_RETRY: no data → NVOS54 → + params → reply"),
+     "no data → NVOS54 → NVOS54 + params → reply"),
     ("retry:nested-control", "nested-control", "nvproxy, retry", 4,
-     "FUSE_IOCTL_RETRY: no data → NVOS54 → + params → + the embedded list → reply"),
+     "no data → NVOS54 → + params → + the embedded list → reply"),
     ("retry:rm-alloc", "rm-alloc (alloc+free, per ioctl)", "nvproxy, retry", 2.5,
-     "FUSE_IOCTL_RETRY: RM_ALLOC no data → NVOS64 → + alloc params → reply (3), RM_FREE no data → NVOS00 → reply (2); "
-     "a fractional count is compared with the floor interpolated between its neighbours"),
+     "RM_ALLOC: no data → NVOS64 → + alloc params → reply (3); RM_FREE: no data → NVOS00 → reply (2)"),
 ]
 
 def fmt(x, nd=1): return "—" if x is None else f"{x:.{nd}f}"
-table = ["| kind | path | µs/ioctl (median) | mean | CUSE round trips / ioctl (expected; measured) | C floor, same round trips (µs) | vs C floor | vs /dev/null |",
+table = ["| kind | path | µs/ioctl | CUSE round trips / ioctl: needed; measured | C floor at the needed round trips (µs) | **vs C floor, same round trips** | vs C floor at the measured round trips | vs /dev/null |",
          "|---|---|---:|---:|---:|---:|---:|---:|"]
-goal = []
-for label, kind, path, expected, why in spec:
-    r = rows.get(label)
-    proxied = label.startswith(("process-vm", "retry"))
-    if r is None:
-        if proxied and os.environ.get("PROXY") != "1":
-            continue
-        table.append(f"| {kind} | {path} | not measured | | {expected:g} | | | |")
+goal, seen = [], set()
+for kind, shown, path, need, why in spec:
+    proxied = ":" in kind
+    if proxied and not proxy:
         continue
-    med, mean = float(r["median_us"]), float(r["mean_us"])
-    if label.startswith("A:"):
-        med = floor(label[2:])  # both passes
-    m = measured_rounds(label)
-    rounds = m if m is not None else expected
-    fl = floor_at(rounds) if expected else None
-    ratio_f = med / fl if fl else None
-    ratio_n = med / null if null else None
-    rt = f"{expected:g}; {fmt(m, 2)}" if expected else "0"
-    table.append(f"| {kind} | {path} | {fmt(med)} | {fmt(mean)} | {rt} | {fmt(fl)} | "
-                 f"{fmt(ratio_f, 2) + '×' if ratio_f else '—'} | {fmt(ratio_n, 0) + '×' if ratio_n else '—'} |")
-    if proxied and ratio_f:
-        mism = "" if m is None or abs(m - expected) < 0.05 else f" (measured {m:.2f} round trips, expected {expected:g})"
-        goal.append(f"- {path.split(', ')[1]} {kind}: {ratio_f:.2f}× the C floor at {rounds:g} round trips{mism} — "
-                    f"{'within' if ratio_f <= 1.25 else 'NOT within'} the 1.25× goal. Rounds: {why}.")
-        det = r.get("detail", "")
-        if det:
-            goal.append(f"  (measured: {det})")
+    vals = [us(rep, kind) for rep in range(1, reps + 1)]
+    if all(v is None for v in vals):
+        table.append(f"| {shown} | {path} | not measured | {need:g} | | | | |")
+        continue
+    meas = med([rounds(rep, kind) for rep in range(1, reps + 1)])
+    r_need = [v / f if v and f else None for v, f in
+              ((us(rep, kind), floor_at(rep, need)) for rep in range(1, reps + 1))] if need else []
+    r_meas = [v / f if v and f else None for v, f in
+              ((us(rep, kind), floor_at(rep, rounds(rep, kind))) for rep in range(1, reps + 1))] if need else []
+    r_null = [v / n if v and n else None for v, n in
+              ((us(rep, kind), us(rep, "null")) for rep in range(1, reps + 1))]
+    fl = med([floor_at(rep, need) for rep in range(1, reps + 1)]) if need else None
+    rt = f"{need:g}; {fmt(meas, 2)}" if need else "0"
+    table.append(f"| {shown} | {path} | {spread(vals, 1, '')} | {rt} | {fmt(fl)} | {spread(r_need, 2, '×')} | "
+                 f"{spread(r_meas, 2, '×')} | {spread(r_null, 0, '×')} |")
+    if proxied and med(r_need) is not None:
+        m = med(r_need)
+        extra = "" if meas is None or abs(meas - need) < 0.05 else \
+            f" It took {meas:.2f} round trips where {need:g} suffice; against the floor doing {meas:.2f} it is {fmt(med(r_meas), 2)}×."
+        goal.append(f"- {path.split(', ')[1]} {shown}: {m:.2f}× the C floor doing the {need:g} round trips the "
+                    f"job needs ({why}) — {'within' if m <= 1.25 else '**not** within'} the 1.25× goal.{extra}")
+        det = next((rows[(rep, kind)].get("detail") for rep in range(1, reps + 1) if (rep, kind) in rows), "")
+        if det and det not in seen:
+            seen.add(det)
+            goal.append(f"  Measured with: {det}.")
 
-notes = [f"Guest kernel {kernel}, {cpus} vCPU(s), QEMU TCG (software emulation): guest code runs 10–50× slower "
-         "than native, so only the ratios inside this one run mean much."]
-if "B:floor1" in rows:
-    drift = ", ".join(f"floor{n} {us(f'A:floor{n}'):.1f} → {us(f'B:floor{n}'):.1f}"
-                      for n in (1, 2, 3, 4) if us(f"A:floor{n}") and us(f"B:floor{n}"))
-    notes.append(f"The floor ran before and after the proxied kinds (µs, before → after: {drift}); "
-                 "the table uses the mean of the two.")
-notes.append("Round trips: with `--memory process-vm` a proxied ioctl should be 1 CUSE round trip plus "
-             "process_vm_readv/writev syscalls in the daemon, so it is compared with floor1. With "
-             "`--memory retry` the daemon fetches the caller's memory through FUSE_IOCTL_RETRY, a round "
-             "per level of pointers, so it is compared with the floor doing the same number of rounds. "
-             "\"measured\" is the CUSE servers' read syscalls per ioctl (/proc/PID/io `syscr` of every "
-             "process holding /dev/cuse, one request read per round trip); the floor column uses the "
-             "measured count where there is one.")
+ops = os.environ["ITERS"], os.environ["BATCHES"]
+notes = [
+    f"Guest kernel {kernel}, {cpus} vCPU(s), QEMU TCG (software emulation), one VM run: guest code runs "
+    "10–50× slower than native, so only the ratios inside this run mean much.",
+    f"{reps} repetitions, each measuring every kind in turn ({ops[1]} batches × {ops[0]} ioctls per kind and "
+    "repetition, alloc+free pairs for rm-alloc, 50× as many for /dev/null); µs/ioctl is the median over the "
+    "repetitions of nv-bench's median batch, ratios are taken inside each repetition, and the parentheses give "
+    "the lowest and highest of the repetitions.",
+    "Round trips, needed: with `--memory process-vm` a proxied ioctl needs 1 CUSE round trip (plus "
+    "process_vm_readv/writev syscalls in the daemon), so it is compared with floor1; with `--memory retry` "
+    "the server must fetch the caller's memory through FUSE_IOCTL_RETRY, one round per level of pointers, "
+    "so it is compared with the floor doing that many rounds (a fractional count between two floors). "
+    "Measured: the read syscalls per ioctl of every process holding /dev/cuse (`syscr` in /proc/PID/io; "
+    "one request read per round trip; exact on the floor).",
+]
 report = ["## Frontend proxy: µs per proxied ioctl", "", *table, "", *notes]
 if goal:
-    report += ["", "Goal (within 1.25× of the C device doing the same round trips):", *goal]
-if os.environ.get("PROXY") != "1" and not not_measured:
+    report += ["", "Goal: within 1.25× of the C device doing the same round trips.", *goal]
+if not proxy and not not_measured:
     report += ["", "The proxied kinds were skipped (--no-proxy)."]
 if not_measured:
     report += ["", "Not measured:", *[f"- {m}" for m in not_measured]]

@@ -8,12 +8,12 @@
 //! Kinds:
 //! - `null`: an unknown `_IO('B', 0)` on `/dev/null`, which fails with `ENOTTY`: the bare cost of
 //!   an ioctl syscall that reaches a device's file and comes straight back.
-//! - `floor1` … `floor4`: the matching command of the C floor device (`tests/bench/cuse_floor.c`,
-//!   default `/dev/nvbench-floor`), answered in 1 … 4 CUSE round trips. The argument is a 32-byte
+//! - `floor1` … `floor8`: the matching command of the C floor device (`tests/bench/cuse_floor.c`,
+//!   default `/dev/nvbench-floor`), answered in 1 … 8 CUSE round trips. The argument is a 32-byte
 //!   top struct laid out like `NVOS54_PARAMETERS` pointing to a params buffer (floor3: the simple
-//!   control's size; floor4: the nested control's size, whose first 12 bytes point to a
+//!   control's size; floor4 and up: the nested control's size, whose first 12 bytes point to a
 //!   [`NESTED_SIZE`]-byte buffer), so each round moves the bytes the matching RM_CONTROL moves
-//!   through a proxy that uses `FUSE_IOCTL_RETRY`.
+//!   through a proxy that uses `FUSE_IOCTL_RETRY`; rounds past 4 fetch one more byte each.
 //! - `simple-control`: `NV_ESC_RM_CONTROL` of [`SIMPLE_CONTROL`] (params without pointers) on a
 //!   root client allocated first (default device `/dev/nvidiactl`).
 //! - `nested-control`: `NV_ESC_RM_CONTROL` of [`NESTED_CONTROL`], whose params carry a pointer
@@ -86,6 +86,9 @@ const RM_ALLOC_OBJECT: &str = "NV01_DEVICE_0";
 const H_DEVICE: NvHandle = 0xbe00_0001;
 const H_BENCH_OBJECT: NvHandle = 0xbe00_0101;
 
+/// The most round trips the floor device does (`FLOOR_MAX_ROUNDS` in `cuse_floor.c`).
+const FLOOR_MAX_ROUNDS: u8 = 8;
+
 /// `_IO('B', nr)`: the floor device's commands (and the unknown command sent to /dev/null).
 const fn floor_cmd(nr: u8) -> u32 {
     ((b'B' as u32) << 8) | nr as u32
@@ -111,14 +114,13 @@ impl Kind {
     fn parse(s: &str) -> Option<Kind> {
         Some(match s {
             "null" => Kind::Null,
-            "floor1" => Kind::Floor(1),
-            "floor2" => Kind::Floor(2),
-            "floor3" => Kind::Floor(3),
-            "floor4" => Kind::Floor(4),
             "simple-control" => Kind::SimpleControl,
             "nested-control" => Kind::NestedControl,
             "rm-alloc" => Kind::RmAlloc,
-            _ => return None,
+            _ => match s.strip_prefix("floor")?.parse::<u8>().ok()? {
+                n @ 1..=FLOOR_MAX_ROUNDS => Kind::Floor(n),
+                _ => return None,
+            },
         })
     }
 
@@ -141,7 +143,7 @@ struct Args {
     warmup: usize,
 }
 
-const USAGE: &str = "usage: nv-bench null|floor1|floor2|floor3|floor4|simple-control|nested-control|rm-alloc \
+const USAGE: &str = "usage: nv-bench null|floor1..floor8|simple-control|nested-control|rm-alloc \
 [--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]";
 
 fn parse_args() -> Result<Args, String> {
@@ -244,8 +246,8 @@ struct FloorBench {
 
 impl FloorBench {
     fn new(f: File, rounds: u8) -> Self {
-        // floor4 stands for the nested control, floor3 for the simple one (floor1/2 read no params).
-        let params_size = if rounds == 4 {
+        // floor4+ stand for the nested control, floor3 for the simple one (floor1/2 read no params).
+        let params_size = if rounds >= 4 {
             NESTED_CONTROL.params_size
         } else {
             SIMPLE_CONTROL.params_size
@@ -285,7 +287,7 @@ impl Bench for FloorBench {
             "rounds={},top=32B,params={}B,nested={}B",
             self.rounds,
             if self.rounds >= 3 { self.top.size } else { 0 },
-            if self.rounds == 4 { NESTED_SIZE } else { 0 }
+            if self.rounds >= 4 { NESTED_SIZE } else { 0 }
         )
     }
 }
