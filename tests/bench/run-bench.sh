@@ -4,6 +4,8 @@
 # both memory transports, against a minimal libfuse3 CUSE device doing the same number of CUSE
 # round trips (tests/bench/cuse_floor.c) and against a plain ioctl on /dev/null, all measured in
 # ONE VM run (tests/vm/cuse-vm; the guest is emulated, so only ratios inside one run mean much).
+# For diagnosis it also times the same 1-4 round trips served by our own CUSE library (the
+# cuse-example device on cuse-dev), which splits the proxy's overhead into library and handler.
 #
 # Usage: tests/bench/run-bench.sh [--out FILE.md] [--reps R] [--iters N] [--batches B] [--smp N] [--no-proxy]
 #   --out FILE   also write the results as a markdown table (for the README's performance section)
@@ -13,7 +15,7 @@
 #   --iters N    ioctls (pairs for rm-alloc) per batch (default 200; /dev/null gets 50x as many)
 #   --batches B  batches per kind and repetition (default 3; nv-bench reports their median)
 #   --smp N      guest vCPUs (default 1, as in shared/reference/cuse-experiments.md 1e)
-#   --no-proxy   measure only /dev/null and the C floor (skips building and running nvproxy)
+#   --no-proxy   measure only /dev/null and the floors (skips building and running nvproxy)
 # Environment: CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 # Exit status: 0 when every requested measurement was taken, 1 otherwise (the table then shows
 # what was measured and says what was not), 2 on usage errors.
@@ -84,12 +86,30 @@ if [[ $GUEST == 1 ]]; then
     echo "FAIL floor: the C floor device did not start: $(tr '\n' ' ' <"$tmp/floor.err")"
     floor_ok=0
   fi
+  # The same round trips served by our own CUSE library (the cuse-example device on cuse-dev).
+  "$BIN/cuse-example" --name nvbench-cusedev >"$tmp/cusedev.out" 2>"$tmp/cusedev.err" &
+  cusedev_pid=$!
+  for _ in $(seq 300); do
+    grep -q '^READY' "$tmp/cusedev.out" 2>/dev/null && break
+    kill -0 "$cusedev_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cusedev_ok=1
+  if ! grep -q '^READY' "$tmp/cusedev.out"; then
+    echo "FAIL cusedev: the cuse-example device did not start: $(tr '\n' ' ' <"$tmp/cusedev.err")"
+    cusedev_ok=0
+  fi
 
   for rep in $(seq "$REPS"); do
     bench "r$rep:null" "$BIN/nv-bench" null --iters $((ITERS * 50)) --batches "$BATCHES"
     if ((floor_ok)); then
       for n in $(seq "$FLOOR_MAX"); do
         bench "r$rep:floor$n" "$BIN/nv-bench" "floor$n" --iters "$ITERS" --batches "$BATCHES"
+      done
+    fi
+    if ((cusedev_ok)); then
+      for n in 1 2 3 4; do
+        bench "r$rep:cusedev$n" "$BIN/nv-bench" "cusedev$n" --iters "$ITERS" --batches "$BATCHES"
       done
     fi
     if ((PROXY)); then
@@ -102,8 +122,8 @@ if [[ $GUEST == 1 ]]; then
       done
     fi
   done
-  kill "$floor_pid" 2>/dev/null || true
-  wait "$floor_pid" 2>/dev/null || true
+  kill "$floor_pid" "$cusedev_pid" 2>/dev/null || true
+  wait "$floor_pid" "$cusedev_pid" 2>/dev/null || true
   exit 0
 fi
 
@@ -122,8 +142,8 @@ step "gcc cuse_floor.c"
 # shellcheck disable=SC2046  # pkg-config prints several words on purpose
 gcc -O2 -Wall -Wextra -o "$FLOOR" tests/bench/cuse_floor.c $(pkg-config --cflags --libs fuse3)
 
-step "cargo build --release nv-bench"
-cargo build --release -q -p tests --bin nv-bench
+step "cargo build --release nv-bench cuse-example"
+cargo build --release -q -p tests --bin nv-bench --bin cuse-example
 not_measured=()
 if ((PROXY)); then
   step "cargo build --release nvproxy"
@@ -138,7 +158,7 @@ fi
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-step "one VM, $REPS repetitions of: /dev/null, floor1..floor$FLOOR_MAX$( ((PROXY)) && echo ", nvproxy exec --memory ${MEMS[*]} × ${KINDS[*]}")"
+step "one VM, $REPS repetitions of: /dev/null, floor1..floor$FLOOR_MAX, cusedev1..cusedev4$( ((PROXY)) && echo ", nvproxy exec --memory ${MEMS[*]} × ${KINDS[*]}")"
 vm_status=0
 no_proxy=()
 ((PROXY)) || no_proxy=(--no-proxy)
@@ -200,6 +220,8 @@ def spread(xs, nd, unit):
 spec = [("null", "null: `/dev/null`, unknown cmd → ENOTTY", "syscall only", 0, "")]
 for n in range(1, floor_max + 1):
     spec.append((f"floor{n}", f"floor{n}", "C device, libfuse3 mt loop", n, ""))
+for n in range(1, 5):
+    spec.append((f"cusedev{n}", f"cusedev{n}", "Rust device on our cuse-dev (cuse-example)", n, ""))
 spec += [
     ("process-vm:simple-control", "simple-control", "nvproxy, process-vm", 1,
      "1 CUSE round; NVOS54 and the params via process_vm_readv, results via process_vm_writev"),

@@ -14,6 +14,9 @@
 //!   control's size; floor4 and up: the nested control's size, whose first 12 bytes point to a
 //!   [`NESTED_SIZE`]-byte buffer), so each round moves the bytes the matching RM_CONTROL moves
 //!   through a proxy that uses `FUSE_IOCTL_RETRY`; rounds past 4 fetch one more byte each.
+//! - `cusedev1` … `cusedev4`: the same floor served by our own CUSE library: the `cuse-example`
+//!   device (`src/bin/cuse-example.rs`, default `/dev/nvbench-cusedev`), whose `EX_GETFH`,
+//!   `EX_INCR`, `EX_XFORM` and `EX_NESTED` take 1, 2, 3 and 4 round trips.
 //! - `simple-control`: `NV_ESC_RM_CONTROL` of [`SIMPLE_CONTROL`] (params without pointers) on a
 //!   root client allocated first (default device `/dev/nvidiactl`).
 //! - `nested-control`: `NV_ESC_RM_CONTROL` of [`NESTED_CONTROL`], whose params carry a pointer
@@ -38,6 +41,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::time::Instant;
+
+use tests::cuse_example::{EX_GETFH, EX_INCR, EX_NESTED, EX_XFORM, XFORM_SIZE, Xform};
 
 use nvproxy_abi::ioctl::{
     NV_ESC_CHECK_VERSION_STR_CMD, NV_ESC_RM_ALLOC_NVOS64, NV_ESC_RM_CONTROL_CMD, NV_ESC_RM_FREE,
@@ -105,6 +110,7 @@ struct Control {
 enum Kind {
     Null,
     Floor(u8),
+    CuseDev(u8),
     SimpleControl,
     NestedControl,
     RmAlloc,
@@ -117,10 +123,19 @@ impl Kind {
             "simple-control" => Kind::SimpleControl,
             "nested-control" => Kind::NestedControl,
             "rm-alloc" => Kind::RmAlloc,
-            _ => match s.strip_prefix("floor")?.parse::<u8>().ok()? {
-                n @ 1..=FLOOR_MAX_ROUNDS => Kind::Floor(n),
-                _ => return None,
-            },
+            _ => {
+                if let Some(n) = s.strip_prefix("floor") {
+                    match n.parse::<u8>().ok()? {
+                        n @ 1..=FLOOR_MAX_ROUNDS => Kind::Floor(n),
+                        _ => return None,
+                    }
+                } else {
+                    match s.strip_prefix("cusedev")?.parse::<u8>().ok()? {
+                        n @ 1..=4 => Kind::CuseDev(n),
+                        _ => return None,
+                    }
+                }
+            }
         })
     }
 
@@ -128,6 +143,7 @@ impl Kind {
         match self {
             Kind::Null => "/dev/null",
             Kind::Floor(_) => "/dev/nvbench-floor",
+            Kind::CuseDev(_) => "/dev/nvbench-cusedev",
             _ => "/dev/nvidiactl",
         }
     }
@@ -143,7 +159,7 @@ struct Args {
     warmup: usize,
 }
 
-const USAGE: &str = "usage: nv-bench null|floor1..floor8|simple-control|nested-control|rm-alloc \
+const USAGE: &str = "usage: nv-bench null|floor1..floor8|cusedev1..cusedev4|simple-control|nested-control|rm-alloc \
 [--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]";
 
 fn parse_args() -> Result<Args, String> {
@@ -288,6 +304,87 @@ impl Bench for FloorBench {
             self.rounds,
             if self.rounds >= 3 { self.top.size } else { 0 },
             if self.rounds >= 4 { NESTED_SIZE } else { 0 }
+        )
+    }
+}
+
+/// The `cuse-example` device (`src/bin/cuse-example.rs`, on our `cuse-dev` crate), whose ioctls
+/// take 1 (`EX_GETFH`), 2 (`EX_INCR`), 3 (`EX_XFORM`) or 4 (`EX_NESTED`) round trips: the same
+/// floor, served by our CUSE library instead of libfuse.
+struct CuseDevBench {
+    f: File,
+    rounds: u8,
+    value: Box<i32>,
+    input: Box<[u8; 4]>,
+    output: Box<[u8; 4]>,
+    xform: Box<Xform>,
+    xform_ptr: Box<u64>,
+}
+
+impl CuseDevBench {
+    fn new(f: File, rounds: u8) -> Self {
+        let input = Box::new(*b"abcd");
+        let mut output = Box::new([0u8; 4]);
+        let xform = Box::new(Xform {
+            in_ptr: input.as_ptr() as u64,
+            out_ptr: output.as_mut_ptr() as u64,
+            len: 4,
+            pad: 0,
+        });
+        let xform_ptr = Box::new(&*xform as *const Xform as u64);
+        CuseDevBench {
+            f,
+            rounds,
+            value: Box::new(0),
+            input,
+            output,
+            xform,
+            xform_ptr,
+        }
+    }
+}
+
+impl Bench for CuseDevBench {
+    fn call(&mut self) -> io::Result<()> {
+        let (rc, want) = match self.rounds {
+            1 => (ioctl(&self.f, EX_GETFH, std::ptr::null_mut::<u8>())?, None),
+            2 => {
+                let v: *mut i32 = &mut *self.value;
+                (ioctl(&self.f, EX_INCR, v)?, Some(0))
+            }
+            3 => {
+                let x: *mut Xform = &mut *self.xform;
+                (ioctl(&self.f, EX_XFORM, x)?, Some(4))
+            }
+            _ => {
+                let p: *mut u64 = &mut *self.xform_ptr;
+                (ioctl(&self.f, EX_NESTED, p)?, Some(4))
+            }
+        };
+        match want {
+            Some(w) if rc != w => Err(io::Error::other(format!(
+                "cuse-example returned {rc}, expected {w}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+    fn detail(&self) -> String {
+        let (name, input) = match self.rounds {
+            1 => ("EX_GETFH", 0),
+            2 => ("EX_INCR", 4),
+            3 => ("EX_XFORM", XFORM_SIZE + self.input.len()),
+            _ => ("EX_NESTED", 8 + XFORM_SIZE + self.input.len()),
+        };
+        format!(
+            "{name},rounds={},input={input}B,output={}B",
+            self.rounds,
+            if self.rounds == 2 {
+                4
+            } else if self.rounds > 2 {
+                self.output.len()
+            } else {
+                0
+            }
         )
     }
 }
@@ -594,6 +691,7 @@ fn setup(args: &Args) -> io::Result<Box<dyn Bench>> {
     Ok(match args.kind {
         Kind::Null => Box::new(NullBench { f: open_rw(dev)? }),
         Kind::Floor(n) => Box::new(FloorBench::new(open_rw(dev)?, n)),
+        Kind::CuseDev(n) => Box::new(CuseDevBench::new(open_rw(dev)?, n)),
         Kind::SimpleControl => {
             let rm = Rm::open(dev, None)?;
             let client = rm.client;
