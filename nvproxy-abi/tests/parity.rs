@@ -161,6 +161,34 @@ fn layouts() -> Vec<Layout> {
         layout!("UvmGpuMappingAttributes" => UvmGpuMappingAttributes { gpuUuid, gpuMappingType, gpuCachingType, gpuFormatType, gpuElementBits, gpuCompressionType }),
         layout!("NvProcessorUuid" => NvProcessorUuid { uuid }),
         layout!("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS" => UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550 { base, length, offset, perGpuAttributes, gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus }),
+        layout!("UVM_CREATE_RANGE_GROUP_PARAMS" => UVM_CREATE_RANGE_GROUP_PARAMS { rangeGroupId, rmStatus }),
+        layout!("UVM_DESTROY_RANGE_GROUP_PARAMS" => UVM_DESTROY_RANGE_GROUP_PARAMS { rangeGroupId, rmStatus }),
+        layout!("UVM_UNREGISTER_GPU_VASPACE_PARAMS" => UVM_UNREGISTER_GPU_VASPACE_PARAMS { gpuUuid, rmStatus }),
+        layout!("UVM_UNREGISTER_CHANNEL_PARAMS" => UVM_UNREGISTER_CHANNEL_PARAMS { gpuUuid, hClient, hChannel, rmStatus }),
+        layout!("UVM_UNREGISTER_CHANNEL_PARAMS" => UVM_UNREGISTER_CHANNEL_PARAMS_V590 { hClient, hChannel, rmStatus }),
+        layout!("UVM_ENABLE_PEER_ACCESS_PARAMS" => UVM_ENABLE_PEER_ACCESS_PARAMS { gpuUuidA, gpuUuidB, rmStatus }),
+        layout!("UVM_DISABLE_PEER_ACCESS_PARAMS" => UVM_DISABLE_PEER_ACCESS_PARAMS { gpuUuidA, gpuUuidB, rmStatus }),
+        layout!("UVM_SET_RANGE_GROUP_PARAMS" => UVM_SET_RANGE_GROUP_PARAMS { rangeGroupId, requestedBase, length, rmStatus }),
+        layout!("UVM_FREE_PARAMS" => UVM_FREE_PARAMS { base, length, rmStatus }),
+        layout!("UVM_FREE_PARAMS" => UVM_FREE_PARAMS_V590 { base, rmStatus }),
+        layout!("UVM_UNREGISTER_GPU_PARAMS" => UVM_UNREGISTER_GPU_PARAMS { gpu_uuid, rmStatus }),
+        layout!("UVM_PAGEABLE_MEM_ACCESS_PARAMS" => UVM_PAGEABLE_MEM_ACCESS_PARAMS { pageableMemAccess, rmStatus }),
+        layout!("UVM_SET_PREFERRED_LOCATION_PARAMS" => UVM_SET_PREFERRED_LOCATION_PARAMS { requestedBase, length, preferredLocation, rmStatus }),
+        layout!("UVM_SET_PREFERRED_LOCATION_PARAMS" => UVM_SET_PREFERRED_LOCATION_PARAMS_V550 { requestedBase, length, preferredLocation, preferredCpuNumaNode, rmStatus }),
+        layout!("UVM_UNSET_PREFERRED_LOCATION_PARAMS" => UVM_UNSET_PREFERRED_LOCATION_PARAMS { requestedBase, length, rmStatus }),
+        layout!("UVM_ENABLE_READ_DUPLICATION_PARAMS" => UVM_ENABLE_READ_DUPLICATION_PARAMS { requestedBase, length, rmStatus }),
+        layout!("UVM_DISABLE_READ_DUPLICATION_PARAMS" => UVM_DISABLE_READ_DUPLICATION_PARAMS { requestedBase, length, rmStatus }),
+        layout!("UVM_SET_ACCESSED_BY_PARAMS" => UVM_SET_ACCESSED_BY_PARAMS { requestedBase, length, accessedByUuid, rmStatus }),
+        layout!("UVM_UNSET_ACCESSED_BY_PARAMS" => UVM_UNSET_ACCESSED_BY_PARAMS { requestedBase, length, accessedByUuid, rmStatus }),
+        layout!("UVM_MIGRATE_PARAMS" => UVM_MIGRATE_PARAMS { base, length, destinationUuid, flags, semaphoreAddress, semaphorePayload, cpuNumaNode, userSpaceStart, userSpaceLength, rmStatus }),
+        layout!("UVM_MIGRATE_RANGE_GROUP_PARAMS" => UVM_MIGRATE_RANGE_GROUP_PARAMS { rangeGroupId, destinationUuid, rmStatus }),
+        layout!("UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS" => UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS { base, length, gpuUuid, rmStatus }),
+        layout!("UVM_UNMAP_EXTERNAL_PARAMS" => UVM_UNMAP_EXTERNAL_PARAMS { base, length, gpuUuid, rmStatus }),
+        layout!("UVM_ALLOC_SEMAPHORE_POOL_PARAMS" => UVM_ALLOC_SEMAPHORE_POOL_PARAMS { base, length, perGpuAttributes, gpuAttributesCount, rmStatus }),
+        layout!("UVM_ALLOC_SEMAPHORE_POOL_PARAMS" => UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550 { base, length, perGpuAttributes, gpuAttributesCount, rmStatus }),
+        layout!("UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS" => UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS { gpu_uuid, pageableMemAccess, rmStatus }),
+        layout!("UVM_VALIDATE_VA_RANGE_PARAMS" => UVM_VALIDATE_VA_RANGE_PARAMS { base, length, rmStatus }),
+        layout!("UVM_CREATE_EXTERNAL_RANGE_PARAMS" => UVM_CREATE_EXTERNAL_RANGE_PARAMS { base, length, rmStatus }),
     ]
 }
 
@@ -225,13 +253,17 @@ fn variant_versions(rust: &str) -> Option<&'static [&'static str]> {
         | "NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580" => FROM_580,
         "NVOS47_PARAMETERS_V550"
         | "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550"
+        | "UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550"
+        | "UVM_SET_PREFERRED_LOCATION_PARAMS_V550"
         | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550"
         | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550" => FROM_550,
         "nv_ioctl_export_to_dma_buf_fd_t_V570" => BRANCH_570,
         "NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS_V545"
         | "NV_MEMORY_ALLOCATION_PARAMS_V545" => FROM_545,
         "NV00FD_ALLOCATION_PARAMETERS_V545" => V545_NOT_590,
-        "NV00FD_ALLOCATION_PARAMETERS_V590" => FROM_590,
+        "NV00FD_ALLOCATION_PARAMETERS_V590"
+        | "UVM_FREE_PARAMS_V590"
+        | "UVM_UNREGISTER_CHANNEL_PARAMS_V590" => FROM_590,
         _ => return None,
     })
 }
@@ -566,5 +598,25 @@ fn test_nvos32_alloc_size_address_accessor_matches_every_version() {
         let want =
             offset_of!(NVOS32_PARAMETERS, data) + NVOS32_PARAMETERS::ALLOC_SIZE_ADDRESS_OFFSET;
         assert_eq!(at, Some(want as u64), "{v}");
+    }
+}
+
+#[test]
+fn test_preferred_location_layout_choice_matches_every_version() {
+    for node in nodes() {
+        let v = node.version.to_string();
+        let fields = facts(&v)["structs"]["UVM_SET_PREFERRED_LOCATION_PARAMS"]["fields"].clone();
+        let status = fields
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x[0] == "rmStatus")
+            .and_then(|x| x[1].as_u64());
+        let want = if uvm_preferred_location_v550(&node.tables()) {
+            offset_of!(UVM_SET_PREFERRED_LOCATION_PARAMS_V550, rmStatus)
+        } else {
+            offset_of!(UVM_SET_PREFERRED_LOCATION_PARAMS, rmStatus)
+        };
+        assert_eq!(status, Some(want as u64), "{v}");
     }
 }

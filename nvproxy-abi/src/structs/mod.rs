@@ -10,7 +10,9 @@
 //!
 //! Which layout a version uses follows from the table entry's param size (the variants of one
 //! struct differ in size), except for `nv_ioctl_export_to_dma_buf_fd_t_V570`/`_V580`, which have
-//! the same size and differ only in a byte of tail padding the proxy does not read.
+//! the same size and differ only in a byte of tail padding the proxy does not read, and
+//! `UVM_SET_PREFERRED_LOCATION_PARAMS` (40 bytes in both layouts; [`uvm_preferred_location_v550`]
+//! tells them apart).
 #![allow(non_camel_case_types, non_snake_case)]
 
 mod alloc;
@@ -19,6 +21,7 @@ mod frontend;
 mod proxy;
 mod sim;
 mod uvm;
+mod uvm_more;
 
 pub use alloc::*;
 pub use ctrl::*;
@@ -26,6 +29,7 @@ pub use frontend::*;
 pub use proxy::*;
 pub use sim::*;
 pub use uvm::*;
+pub use uvm_more::*;
 
 /// `NvHandle` (`nvtypes.h`): an RM object handle.
 pub type NvHandle = u32;
@@ -122,12 +126,36 @@ pub const MODELED_STRUCTS: &[&str] = &[
     "NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS",
     "NvProcessorUuid",
     "RS_SHARE_POLICY",
+    "UVM_ALLOC_SEMAPHORE_POOL_PARAMS",
+    "UVM_CREATE_EXTERNAL_RANGE_PARAMS",
+    "UVM_CREATE_RANGE_GROUP_PARAMS",
+    "UVM_DESTROY_RANGE_GROUP_PARAMS",
+    "UVM_DISABLE_PEER_ACCESS_PARAMS",
+    "UVM_DISABLE_READ_DUPLICATION_PARAMS",
+    "UVM_ENABLE_PEER_ACCESS_PARAMS",
+    "UVM_ENABLE_READ_DUPLICATION_PARAMS",
+    "UVM_FREE_PARAMS",
     "UVM_INITIALIZE_PARAMS",
+    "UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS",
     "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS",
+    "UVM_MIGRATE_PARAMS",
+    "UVM_MIGRATE_RANGE_GROUP_PARAMS",
     "UVM_MM_INITIALIZE_PARAMS",
+    "UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS",
+    "UVM_PAGEABLE_MEM_ACCESS_PARAMS",
     "UVM_REGISTER_CHANNEL_PARAMS",
     "UVM_REGISTER_GPU_PARAMS",
     "UVM_REGISTER_GPU_VASPACE_PARAMS",
+    "UVM_SET_ACCESSED_BY_PARAMS",
+    "UVM_SET_PREFERRED_LOCATION_PARAMS",
+    "UVM_SET_RANGE_GROUP_PARAMS",
+    "UVM_UNMAP_EXTERNAL_PARAMS",
+    "UVM_UNREGISTER_CHANNEL_PARAMS",
+    "UVM_UNREGISTER_GPU_PARAMS",
+    "UVM_UNREGISTER_GPU_VASPACE_PARAMS",
+    "UVM_UNSET_ACCESSED_BY_PARAMS",
+    "UVM_UNSET_PREFERRED_LOCATION_PARAMS",
+    "UVM_VALIDATE_VA_RANGE_PARAMS",
     "UvmGpuMappingAttributes",
     "nv_ioctl_alloc_os_event_t",
     "nv_ioctl_card_info_t",
