@@ -218,6 +218,15 @@ impl Proc {
         let _ = nix::sys::signal::kill(Pid::from_raw(self.child.id() as i32), sig);
     }
 
+    fn assert_no_table_leak(&self) {
+        assert!(
+            !self.stderr.iter().any(|l| l.contains(TABLE_LEAK)),
+            "{}: an instance stopped with objects in its table\n{}",
+            self.tag,
+            self.transcript()
+        );
+    }
+
     fn transcript(&self) -> String {
         format!(
             "--- stdout\n{}\n--- stderr\n{}",
@@ -253,7 +262,13 @@ struct Ran {
     elapsed: Duration,
 }
 
+/// What the daemon logs when an instance stops with objects still in its object table: the
+/// clients of every released open should have been dropped by then.
+const TABLE_LEAK: &str = "object table not empty at stop";
+
 impl Ran {
+    /// Exit status 0 (the client passed, and `--check-leaks` found the simulated driver empty)
+    /// and no instance stopped with objects left in the proxy's own table.
     fn assert_success(&self) -> &Self {
         assert!(
             self.status.success(),
@@ -262,6 +277,7 @@ impl Ran {
             self.status,
             self.proc_.transcript()
         );
+        self.proc_.assert_no_table_leak();
         self
     }
 
@@ -651,7 +667,8 @@ caps = ["compute", "utility"]
         .arg(&config)
         .arg("--check-leaks");
     let mut daemon = Proc::spawn("serve", &mut c, false);
-    daemon.wait_line(READY_TIMEOUT, |l| l.trim() == "READY");
+    // `READY a b`: every instance serves.
+    daemon.wait_line(READY_TIMEOUT, |l| l.starts_with("READY"));
     (daemon, dir)
 }
 
@@ -667,10 +684,17 @@ fn json_line(line: &str) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
 }
 
-/// Stops the daemon with SIGTERM and returns its exit status.
-fn stop(mut daemon: Proc) -> ExitStatus {
+/// Stops the daemon with SIGTERM; checks it exits 0 (with `--check-leaks`: the simulated
+/// driver holds nothing) and no instance stopped with objects in its table.
+fn stop(mut daemon: Proc) {
     daemon.signal(Signal::SIGTERM);
-    daemon.wait(EXEC_TIMEOUT)
+    let status = daemon.wait(EXEC_TIMEOUT);
+    assert!(
+        status.success(),
+        "nvproxy serve --check-leaks: {status:?}\n{}",
+        daemon.transcript()
+    );
+    daemon.assert_no_table_leak();
 }
 
 #[test]
@@ -697,8 +721,7 @@ fn test_serve_instance_b_cannot_use_instance_a_client_handle() {
     let status = hold.wait(EXEC_TIMEOUT);
     assert!(status.success(), "hold: {status:?}\n{}", hold.transcript());
 
-    let status = stop(daemon);
-    assert!(status.success(), "nvproxy serve --check-leaks: {status:?}");
+    stop(daemon);
 }
 
 #[test]
@@ -720,6 +743,5 @@ fn test_serve_killed_client_leaves_no_leak_at_sigterm() {
             p.transcript()
         );
     }
-    let status = stop(daemon);
-    assert!(status.success(), "nvproxy serve --check-leaks: {status:?}");
+    stop(daemon);
 }
