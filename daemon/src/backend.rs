@@ -88,6 +88,13 @@ impl Backend for ProxyBackend {
         self.proxy.release(OwnerId(open));
     }
 
+    fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
+        self.proxy.mapping_fd(OwnerId(open)).map_err(|e| {
+            tracing::debug!(open, error = %e, "no mapping fd");
+            errno_of(&e)
+        })
+    }
+
     fn ioctl(
         &self,
         open: u64,

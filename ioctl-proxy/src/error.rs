@@ -25,6 +25,15 @@ pub enum ProxyError {
         /// `_IOC_NR`.
         nr: u32,
     },
+    /// The UVM command is not in the driver version's table (or is never accepted from a
+    /// client): the driver's `uvm_ioctl` answers an unknown command with `-EINVAL`
+    /// (`uvm.c`: the default case falls to `uvm_test_ioctl`, which returns `-EINVAL` unless
+    /// the module's built-in tests are enabled).
+    #[error("UVM ioctl {cmd:#x} is not in the ABI table")]
+    UnknownUvm {
+        /// The full command number.
+        cmd: u32,
+    },
     /// The payload size is not one the escape accepts.
     #[error("{name}: {size}-byte payload is not acceptable")]
     BadSize {
@@ -75,6 +84,15 @@ pub enum ProxyError {
     /// The instance configuration does not fit the host.
     #[error("instance configuration: {0}")]
     Config(String),
+    /// An mmap of a client open that no `NV_ESC_RM_MAP_MEMORY`/`RM_ALLOC_MEMORY` gave a
+    /// context: `nvidia_mmap` answers `-EINVAL` (`nv-mmap.c`, "invalid mmap").
+    #[error("the open file has no mmap context")]
+    NoMmapContext,
+    /// `NV_ESC_RM_ALLOC_MEMORY` named an mmap target that already has a context: the driver
+    /// fails the escape with `-EINVAL` (escape.c, `rm_create_mmap_context` →
+    /// `NV_ERR_STATE_IN_USE` in `nv_add_mapping_context_to_file`).
+    #[error("the mmap target file already has an mmap context")]
+    MmapContextInUse,
 }
 
 impl ProxyError {
@@ -90,12 +108,15 @@ impl ProxyError {
             // Not the driver's ioctl at all: the kernel convention for a foreign command.
             Self::NotNvidia { .. } => libc::ENOTTY,
             Self::UnknownEscape { .. }
+            | Self::UnknownUvm { .. }
             | Self::BadSize { .. }
             | Self::NotProxied(_)
             | Self::Denied(_)
             | Self::GpuNotInSet(_)
             | Self::Unsupported(_)
             | Self::Config(_)
+            | Self::NoMmapContext
+            | Self::MmapContextInUse
             | Self::Abi(_) => libc::EINVAL,
             Self::ForeignFd { errno, .. } => *errno,
             Self::Fault => libc::EFAULT,

@@ -21,6 +21,7 @@ mod embedded;
 mod error;
 mod gpus;
 pub mod host;
+mod mapping;
 pub mod memory;
 mod nv;
 pub mod objects;
@@ -30,6 +31,7 @@ mod proxy;
 #[allow(unsafe_code)]
 pub mod real;
 mod request;
+pub mod restricted;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
 pub use error::ProxyError;

@@ -39,6 +39,7 @@ use zerocopy::FromBytes;
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
 use crate::host::{HostCall, HostDriver, HostFile, NodeKind};
+use crate::mapping::MappingSlot;
 use crate::memory::ClientMemory;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
@@ -117,6 +118,8 @@ pub struct GpuInfo {
 pub(crate) struct OpenFile {
     pub(crate) node: FrontendNode,
     pub(crate) host: Arc<dyn HostFile>,
+    /// The open's mapping host file and its mmap context (`mapping.rs`).
+    pub(crate) mapping: Mutex<MappingSlot>,
 }
 
 /// Entries of the host's `NV_ESC_CARD_INFO` array the proxy asks for (`NV_MAX_DEVICES`).
@@ -126,7 +129,7 @@ pub(crate) const HOST_CARDS: usize = 32;
 pub struct Proxy {
     pub(crate) abi: DriverAbi,
     pub(crate) policy: InstancePolicy,
-    host: Arc<dyn HostDriver>,
+    pub(crate) host: Arc<dyn HostDriver>,
     pub(crate) gpus: Vec<GpuInfo>,
     opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
     next_open: AtomicU64,
@@ -254,14 +257,22 @@ impl Proxy {
         };
         let host = self.host.open(host_node).map_err(ProxyError::Host)?;
         let id = OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed));
-        lock(&self.opens).insert(id, Arc::new(OpenFile { node, host }));
+        lock(&self.opens).insert(
+            id,
+            Arc::new(OpenFile {
+                node,
+                host,
+                mapping: Mutex::default(),
+            }),
+        );
         debug!(instance = %self.policy.name, open = id.0, %node, "open");
         Ok(id)
     }
 
     /// Forgets a client open: removes the RM clients allocated through it from the object
     /// table (the host file's close frees them in the driver, as `RmFreeUnusedClients` does)
-    /// and drops the host file. Returns the freed client handles.
+    /// and drops the host file and the open's mapping file, if any (mappings the tenant made
+    /// keep their own reference). Returns the freed client handles.
     pub fn release(&self, open: OpenId) -> Vec<u32> {
         let file = lock(&self.opens).remove(&open);
         let freed = lock(&self.objects).release_owner(open);
@@ -281,6 +292,29 @@ impl Proxy {
         lock(&self.objects).contains(h_client, h_client)
     }
 
+    /// Whether `h_object` is `h_client` itself or one of its objects, and `h_client` is an RM
+    /// client of this instance. The UVM handlers check the RM handles of UVM params with it.
+    pub fn owns_object(&self, h_client: u32, h_object: u32) -> bool {
+        lock(&self.objects).contains(h_client, h_object)
+    }
+
+    /// A fresh id from the instance's open-id space, for opens of nodes this proxy does not
+    /// serve itself (`/dev/nvidia-uvm`): one id space for all the instance's nodes, so an fd
+    /// resolved by the daemon to an id names exactly one open of one node.
+    pub fn new_open_id(&self) -> OpenId {
+        OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The host driver this proxy forwards to.
+    pub fn host_driver(&self) -> &Arc<dyn HostDriver> {
+        &self.host
+    }
+
+    /// The instance's audit sink (the UVM handlers record their events there too).
+    pub fn audit_sink(&self) -> &Arc<dyn AuditSink> {
+        &self.audit
+    }
+
     /// Number of RM clients plus objects the instance holds.
     pub fn object_count(&self) -> usize {
         lock(&self.objects).len()
@@ -288,6 +322,10 @@ impl Proxy {
 
     pub(crate) fn file(&self, open: OpenId) -> Option<Arc<OpenFile>> {
         lock(&self.opens).get(&open).cloned()
+    }
+
+    pub(crate) fn opens(&self) -> MutexGuard<'_, HashMap<OpenId, Arc<OpenFile>>> {
+        lock(&self.opens)
     }
 
     pub(crate) fn objects(&self) -> MutexGuard<'_, ObjectTable> {

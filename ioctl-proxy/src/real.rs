@@ -12,11 +12,13 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nvproxy_abi::DriverVersion;
 use nvproxy_abi::ioctl::ioc_size;
 
 use crate::host::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
+use crate::restricted::open_restricted;
 
 /// Writes the address of every nested buffer (as `addr_of` gives it) into its parent at its
 /// offset. Fails, touching nothing, if a parent index is out of range or the buffer itself, or
@@ -72,6 +74,7 @@ pub fn parse_version(text: &str) -> Option<DriverVersion> {
 pub struct RealHostDriver {
     dev_dir: PathBuf,
     version: String,
+    unrestricted_mapping_fds: bool,
 }
 
 impl RealHostDriver {
@@ -94,7 +97,23 @@ impl RealHostDriver {
         Self {
             dev_dir: dev_dir.as_ref().to_path_buf(),
             version: version.to_string(),
+            unrestricted_mapping_fds: false,
         }
+    }
+
+    /// Lets [`HostDriver::open_mapping`] fall back to an *unrestricted* host file when the
+    /// kernel cannot deny device ioctls with Landlock (ABI < 5). Such a file, once handed to a
+    /// tenant for `mmap`, also lets the tenant issue raw driver ioctls around the proxy: an
+    /// explicit admin opt-in (`[daemon] allow_unrestricted_mmap_fds`), logged loudly.
+    pub fn with_unrestricted_mapping_fds(mut self, allow: bool) -> Self {
+        self.unrestricted_mapping_fds = allow;
+        if allow {
+            tracing::warn!(
+                "allow_unrestricted_mmap_fds is set: where Landlock cannot deny device ioctls, \
+                 tenants receive host driver fds they can issue raw ioctls on (no isolation)"
+            );
+        }
+        self
     }
 
     fn path(&self, node: NodeKind) -> PathBuf {
@@ -120,6 +139,49 @@ impl HostDriver for RealHostDriver {
         Ok(Arc::new(RealHostFile {
             node,
             fd: OwnedFd::from(file),
+            mapping: false,
+        }))
+    }
+
+    /// Opens `/dev/nvidiactl` or `/dev/nvidia<N>` with [`open_restricted`]: the file takes an
+    /// mmap context and can be mapped by the tenant, but every device ioctl on it fails with
+    /// `EACCES` in any process. Without Landlock ABI 5 this fails with
+    /// [`io::ErrorKind::Unsupported`], unless [`Self::with_unrestricted_mapping_fds`] allowed
+    /// a plain open.
+    fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        if node == NodeKind::Uvm {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let path = self.path(node);
+        let fd = match open_restricted(&path) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported && self.unrestricted_mapping_fds => {
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "handing tenants UNRESTRICTED host driver fds for mmap \
+                         (allow_unrestricted_mmap_fds): they can issue raw driver ioctls on them"
+                    );
+                }
+                OwnedFd::from(OpenOptions::new().read(true).write(true).open(&path)?)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "{e}; refusing to hand out mmap fds of {} (set [daemon] \
+                         allow_unrestricted_mmap_fds = true to accept unrestricted ones)",
+                        path.display()
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Arc::new(RealHostFile {
+            node,
+            fd,
+            mapping: true,
         }))
     }
 }
@@ -129,6 +191,8 @@ impl HostDriver for RealHostDriver {
 pub struct RealHostFile {
     node: NodeKind,
     fd: OwnedFd,
+    /// Opened by [`HostDriver::open_mapping`]: may be handed to the tenant.
+    mapping: bool,
 }
 
 impl HostFile for RealHostFile {
@@ -138,6 +202,18 @@ impl HostFile for RealHostFile {
 
     fn id(&self) -> i32 {
         self.fd.as_raw_fd()
+    }
+
+    /// A dup of the fd, offset unchanged: the tenant's `mmap` reaches the driver's own
+    /// `nvidia_mmap` with the context this file holds (the driver wants `vm_pgoff == 0`,
+    /// `nv-mmap.c`). Only mapping files ([`HostDriver::open_mapping`]) and UVM files are ever
+    /// handed out: a frontend file the proxy issues ioctls on would give the tenant a raw,
+    /// unrestricted driver channel, so those answer `ENODEV`.
+    fn mmap_fd(&self) -> io::Result<(OwnedFd, u64)> {
+        if !self.mapping && self.node != NodeKind::Uvm {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Ok((self.fd.try_clone()?, 0))
     }
 
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {

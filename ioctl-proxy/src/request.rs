@@ -656,20 +656,24 @@ impl<'a> Req<'a> {
         })
     }
 
-    /// `NV_ESC_RM_MAP_MEMORY`: handles checked; `fd` (the file the mmap context goes to) is
-    /// translated. A foreign fd gets `NV_ERR_INVALID_ARGUMENT`, the driver's answer when
-    /// `nv_add_mapping_context_to_file` finds no NVIDIA file (`kernel-open/nvidia/nv-usermap.c`).
+    /// `NV_ESC_RM_MAP_MEMORY`: handles checked; `fd` (the file the mmap context goes to) must
+    /// be an open of this instance and becomes that open's *mapping file* (`mapping.rs`: the
+    /// host file whose dup the tenant will `mmap`). A foreign fd gets `NV_ERR_INVALID_ARGUMENT`,
+    /// the driver's answer when `nv_add_mapping_context_to_file` finds no NVIDIA file
+    /// (`kernel-open/nvidia/nv-usermap.c`); an open whose mapping file already has a context
+    /// `NV_ERR_STATE_IN_USE` (same function), without reaching the driver.
     fn rm_map_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
         self.with_status(addr, 56, 40, |r, top| {
             let h_client = rd32(&top, 0);
             r.need_client(h_client)?;
             r.need_object(h_client, rd32(&top, 4), NV_ERR_INVALID_OBJECT_HANDLE)?;
             r.need_object(h_client, rd32(&top, 8), NV_ERR_INVALID_OBJECT_HANDLE)?;
-            let host = r.translate_fd_status(rd32(&top, 48) as i32, NV_ERR_INVALID_ARGUMENT)?;
+            let target = r.mapping_target_status(rd32(&top, 48) as i32)?;
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_MAP_MEMORY, 56), top);
-            plan.rewrite32(None, 48, host as u32);
-            let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(40), ret)?)
+            plan.rewrite32(None, 48, target.id as u32);
+            let ret = r.exec(&mut plan);
+            target.commit(ret.is_ok() && rd32(&plan.call.params, 40) == NV_OK);
+            Ok(r.finish(addr, plan, Some(40), ret?)?)
         })
     }
 
@@ -730,8 +734,10 @@ impl<'a> Req<'a> {
 
     /// `NV_ESC_RM_ALLOC_MEMORY` (NVOS02 with an fd), per class:
     /// - `NV01_MEMORY_SYSTEM` with "map now" flags: `fd` names the file that gets the mmap
-    ///   context and is translated; a foreign fd fails the ioctl (`EBADF`; the driver says
-    ///   `EINVAL` after allocating, escape.c `rm_create_mmap_context` failure);
+    ///   context and becomes that open's mapping file (as for `RM_MAP_MEMORY`); a foreign fd
+    ///   fails the ioctl (`EBADF`; the driver says `EINVAL` after allocating, escape.c
+    ///   `rm_create_mmap_context` failure), a target that already has a context `EINVAL`
+    ///   before anything is allocated;
     /// - `NV01_MEMORY_LOCAL_USER` and `NV01_MEMORY_SYSTEM` without mapping: the driver ignores
     ///   `fd`; the host sees -1;
     /// - `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`: pins pages at `pMemory` in the *calling process*,
@@ -764,15 +770,20 @@ impl<'a> Req<'a> {
             let map_now = class == NV01_MEMORY_SYSTEM
                 && (flags >> 16) & 3 != NVOS02_FLAGS_ALLOC_NONE
                 && (flags >> 30) & 3 != NVOS02_FLAGS_MAPPING_NO_MAP;
-            let host_fd = if map_now {
-                r.translate_fd_errno(rd32(&top, 48) as i32)?
+            let target = if map_now {
+                Some(r.mapping_target_errno(rd32(&top, 48) as i32)?)
             } else {
-                -1
+                None
             };
+            let host_fd = target.as_ref().map_or(-1, |t| t.id);
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_MEMORY, 56), top);
             plan.rewrite32(None, 48, host_fd as u32);
             let _g = r.px.rm_lock();
-            let ret = r.exec(&mut plan)?;
+            let ret = r.exec(&mut plan);
+            if let Some(t) = target {
+                t.commit(ret.is_ok() && rd32(&plan.call.params, 40) == NV_OK);
+            }
+            let ret = ret?;
             if rd32(&plan.call.params, 40) == NV_OK {
                 let added =
                     r.px.objects()

@@ -19,6 +19,7 @@ const NV_ERR_INVALID_CLIENT: u32 = 0x23;
 const NV_ERR_INVALID_STATE: u32 = 0x40;
 const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
 const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x57;
+const NV_ERR_STATE_IN_USE: u32 = 0x63;
 
 const CLASSLIST: u32 = 0x80_0201;
 const ECC_COUNTS: u32 = 0x2080_3401; // admin-only (no caps) in every table
@@ -789,7 +790,7 @@ fn map_memory_params(c: u32, dev: u32, mem: u32, fd: i32) -> Vec<u8> {
 }
 
 #[test]
-fn test_map_memory_translates_the_mmap_fd() {
+fn test_map_memory_substitutes_the_targets_mapping_file() {
     let mut env = Env::new();
     let c = env.alloc_client(env.ctl);
     let (dev, sub) = env.device(c, 1);
@@ -799,11 +800,140 @@ fn test_map_memory_translates_the_mmap_fd() {
     let ctl = env.ctl;
     assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
     let seen = env.host.calls_nr(0x4e).pop().unwrap();
-    assert_eq!(
-        rd32(&seen.call.params, 48) as i32,
-        env.proxy.host_file_id(target).unwrap()
-    );
+    let mapping = env.host.mapping_files();
+    assert_eq!(mapping.len(), 1);
+    assert_eq!(mapping[0].1, NodeKind::Gpu(1)); // the target's node, as the host numbers it
+    assert_eq!(rd32(&seen.call.params, 48) as i32, mapping[0].0);
+    assert_ne!(mapping[0].0, env.proxy.host_file_id(target).unwrap());
     assert_eq!(rd32(&env.mem.get(A, 56), 48), 11);
+    assert_eq!(env.proxy.mapping_file_count(), 1);
+}
+
+/// Maps memory `mem` of `c` with the target open as fd 11; returns the status.
+fn map_into(env: &mut Env, c: u32, dev: u32, mem: u32, target: OpenId) -> u32 {
+    env.fds.0.insert(11, target);
+    env.mem.map(A, &map_memory_params(c, dev, mem, 11));
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
+    rd32(&env.mem.get(A, 56), 40)
+}
+
+#[test]
+fn test_map_memory_second_context_on_one_open_is_state_in_use() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    assert_eq!(map_into(&mut env, c, dev, sub, target), 0);
+    env.host.clear();
+    assert_eq!(map_into(&mut env, c, dev, sub, target), NV_ERR_STATE_IN_USE);
+    assert!(env.host.calls_nr(0x4e).is_empty());
+    assert_eq!(env.host.mapping_files().len(), 1);
+    assert_eq!(env.events.all().last().unwrap().decision, Decision::Failed);
+}
+
+#[test]
+fn test_map_memory_failed_on_the_host_leaves_the_open_without_context() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.host.set_escape_errno(0x4e, libc::EINVAL);
+    env.fds.0.insert(11, target);
+    env.mem.map(A, &map_memory_params(c, dev, sub, 11));
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        env.proxy.mapping_fd(target).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    let host = env.host.clone();
+    host.clear_escape_errno(0x4e);
+    assert_eq!(map_into(&mut env, c, dev, sub, target), 0);
+    let seen = env.host.calls_nr(0x4e);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        rd32(&seen[0].call.params, 48),
+        rd32(&seen[1].call.params, 48)
+    );
+}
+
+#[test]
+fn test_map_memory_with_a_foreign_fd_creates_no_mapping_file() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    env.mem.map(A, &map_memory_params(c, dev, sub, 12));
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 56), 40), NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.mapping_files().is_empty());
+}
+
+#[test]
+fn test_map_memory_without_an_mmap_path_is_not_supported_before_the_host() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.host.set_no_mmap_path();
+    assert_eq!(
+        map_into(&mut env, c, dev, sub, target),
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert!(env.host.calls_nr(0x4e).is_empty());
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!(
+        (ev.decision, ev.nv_status),
+        (Decision::Denied, Some(NV_ERR_NOT_SUPPORTED))
+    );
+}
+
+#[test]
+fn test_mapping_fd_is_the_mapping_files_mmap_fd() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    assert_eq!(map_into(&mut env, c, dev, sub, target), 0);
+    let (_fd, adjust) = env.proxy.mapping_fd(target).unwrap();
+    assert_eq!(adjust, 0);
+    assert_eq!(
+        env.host.mmap_fd_calls(),
+        vec![env.host.mapping_files()[0].0]
+    );
+}
+
+#[test]
+fn test_mapping_fd_of_an_open_without_context_is_einval() {
+    let env = Env::new();
+    let other = env.proxy.open(FrontendNode::Ctl).unwrap();
+    assert_eq!(
+        env.proxy.mapping_fd(other).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        env.proxy.mapping_fd(OwnerId(999)).unwrap_err().errno(),
+        libc::EBADF
+    );
+    assert!(env.host.mmap_fd_calls().is_empty());
+}
+
+#[test]
+fn test_release_closes_the_opens_mapping_file() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    assert_eq!(map_into(&mut env, c, dev, sub, target), 0);
+    let before = env.host.open_files();
+    env.proxy.release(target);
+    assert!(env.host.mapping_files().is_empty());
+    assert_eq!(env.host.open_files(), before - 2); // the open's host file and its mapping file
+    assert_eq!(env.proxy.mapping_file_count(), 0);
 }
 
 #[test]
@@ -849,29 +979,56 @@ fn test_os_event_fd_is_translated_consistently_for_alloc_and_nv0005() {
     assert_eq!(rd32(&env.host.calls_nr(0xcf)[0].call.params, 8), host_id);
 }
 
+fn alloc_memory_params(c: u32, dev: u32, h: u32, fd: i32) -> Vec<u8> {
+    let mut p = vec![0u8; 56];
+    for (i, v) in [c, dev, h, 0x3e, 0].into_iter().enumerate() {
+        wr32(&mut p, 4 * i, v);
+    }
+    wr32(&mut p, 48, fd as u32);
+    p
+}
+
 #[test]
-fn test_alloc_memory_map_now_translates_fd_and_records_the_object() {
+fn test_alloc_memory_map_now_substitutes_the_mapping_file_and_records_the_object() {
     let mut env = Env::new();
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let mapfile = env.proxy.open(FrontendNode::Ctl).unwrap();
     env.fds.0.insert(30, mapfile);
-    let mut p = vec![0u8; 56];
-    for (i, v) in [c, dev, 0xbee0_0001, 0x3e, 0].into_iter().enumerate() {
-        wr32(&mut p, 4 * i, v);
-    }
-    wr32(&mut p, 48, 30);
-    env.mem.map(A, &p);
+    env.mem
+        .map(A, &alloc_memory_params(c, dev, 0xbee0_0001, 30));
     let ctl = env.ctl;
     assert_eq!(env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap(), 0);
     let seen = env.host.calls_nr(0x27).pop().unwrap();
+    let mapping = env.host.mapping_files();
     assert_eq!(
-        rd32(&seen.call.params, 48) as i32,
-        env.proxy.host_file_id(mapfile).unwrap()
+        mapping,
+        vec![(rd32(&seen.call.params, 48) as i32, NodeKind::Ctl)]
     );
+    assert!(env.proxy.mapping_fd(mapfile).is_ok());
     let before = env.proxy.object_count();
     let (s, _) = env.control(c, 0xbee0_0001, 0x2080_8001, &[0; 4]);
     assert_eq!((s, env.proxy.object_count()), (0, before));
+}
+
+#[test]
+fn test_alloc_memory_map_now_into_a_target_with_context_is_einval_before_allocating() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let mapfile = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(30, mapfile);
+    env.mem
+        .map(A, &alloc_memory_params(c, dev, 0xbee0_0001, 30));
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap(), 0);
+    env.mem
+        .map(A, &alloc_memory_params(c, dev, 0xbee0_0002, 30));
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0x27, 56), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(env.host.calls_nr(0x27).len(), 1);
 }
 
 #[test]

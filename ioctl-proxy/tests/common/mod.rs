@@ -31,6 +31,12 @@ struct State {
     /// errno the host fails an escape (by `_IOC_NR`) with.
     escape_errno: HashMap<u8, i32>,
     open_files: Vec<i32>,
+    /// Files opened with `open_mapping`, still open.
+    mapping_files: Vec<(i32, NodeKind)>,
+    /// Files `mmap_fd` was asked of.
+    mmap_fd_calls: Vec<i32>,
+    /// `open_mapping` fails: "Landlock unavailable" (`ErrorKind::Unsupported`).
+    no_mmap_path: bool,
 }
 
 /// A recording fake driver. GPUs are `(minor, gpu_id)`.
@@ -98,8 +104,27 @@ impl FakeHost {
         self.state.lock().unwrap().escape_errno.insert(nr, errno);
     }
 
+    pub fn clear_escape_errno(&self, nr: u8) {
+        self.state.lock().unwrap().escape_errno.remove(&nr);
+    }
+
     pub fn open_files(&self) -> usize {
         self.state.lock().unwrap().open_files.len()
+    }
+
+    /// The mapping files still open: (id, node).
+    pub fn mapping_files(&self) -> Vec<(i32, NodeKind)> {
+        self.state.lock().unwrap().mapping_files.clone()
+    }
+
+    /// Ids of the files `mmap_fd` was called on, in order.
+    pub fn mmap_fd_calls(&self) -> Vec<i32> {
+        self.state.lock().unwrap().mmap_fd_calls.clone()
+    }
+
+    /// Makes `open_mapping` fail as a host without Landlock ABI 5 does.
+    pub fn set_no_mmap_path(&self) {
+        self.state.lock().unwrap().no_mmap_path = true;
     }
 }
 
@@ -126,6 +151,7 @@ struct FakeFile {
     host: Arc<FakeHost>,
     node: NodeKind,
     id: i32,
+    mapping: bool,
 }
 
 impl std::fmt::Debug for FakeFile {
@@ -142,6 +168,12 @@ impl Drop for FakeFile {
             .unwrap()
             .open_files
             .retain(|&f| f != self.id);
+        self.host
+            .state
+            .lock()
+            .unwrap()
+            .mapping_files
+            .retain(|&(f, _)| f != self.id);
     }
 }
 
@@ -152,8 +184,17 @@ impl HostFile for FakeFile {
     fn id(&self) -> i32 {
         self.id
     }
+    /// Mapping files only; a dup of `/dev/null` stands for the mappable fd.
+    fn mmap_fd(&self) -> io::Result<(std::os::fd::OwnedFd, u64)> {
+        self.host.state.lock().unwrap().mmap_fd_calls.push(self.id);
+        if !self.mapping {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Ok((std::fs::File::open("/dev/null")?.into(), 0))
+    }
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
         let mut st = self.host.state.lock().unwrap();
+        assert!(!self.mapping, "the proxy issued an ioctl on a mapping file");
         st.calls.push(Seen {
             file: self.id,
             node: self.node,
@@ -257,6 +298,25 @@ impl HostDriver for Driver {
             host: self.0.clone(),
             node,
             id,
+            mapping: false,
+        }))
+    }
+    fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        let mut st = self.0.state.lock().unwrap();
+        if st.no_mmap_path {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "Landlock ABI 5 unavailable",
+            ));
+        }
+        let id = self.0.next_fd.fetch_add(1, Ordering::Relaxed);
+        st.open_files.push(id);
+        st.mapping_files.push((id, node));
+        Ok(Arc::new(FakeFile {
+            host: self.0.clone(),
+            node,
+            id,
+            mapping: true,
         }))
     }
 }
