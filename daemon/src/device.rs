@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
 use ioctl_proxy::ClientMemory;
-use nvproxy_preload::proto::NVPROXY_IOC_IDENTIFY;
+use nvproxy_preload_proto::NVPROXY_IOC_IDENTIFY;
 
 use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;

@@ -22,7 +22,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::RwLock;
 
-use nvproxy_preload::proto::NVPROXY_IOC_IDENTIFY;
+use nvproxy_preload_proto::NVPROXY_IOC_IDENTIFY;
 
 use crate::sys;
 

@@ -1,29 +1,30 @@
-//! `libnvproxy_preload.so`, the in-container mmap shim, and the small definitions it shares with
-//! the daemon (private ioctls). The mmap interception itself is the UVM/mmap issue's work: today
-//! this library intercepts nothing.
-#![forbid(unsafe_code)]
+//! `libnvproxy_preload.so`, the in-container mmap shim.
+//!
+//! CUSE has no `mmap`, so `mmap()` of one of nvproxy's nodes fails with `ENODEV` in the kernel.
+//! Preloaded into a client (`LD_PRELOAD`; `nvproxy exec`/`run` inject it), this library
+//! interposes `mmap` and `mmap64` and, for our nodes only, maps a host file descriptor the daemon
+//! hands over instead (the protocol is in [`proto`], the `preload-proto` crate the daemon shares):
+//!
+//! - `MAP_ANONYMOUS` or a negative fd: the next `mmap` at once, no extra syscall.
+//! - Any other file: one `fstat`. Not a character device whose number is in `NVPROXY_NODES`:
+//!   the next `mmap`, unchanged.
+//! - A listed device number: `NVPROXY_IOC_HELLO` confirms it is ours, once per file identity
+//!   (`st_dev`, `st_ino`, `st_rdev`; see `cache`). Then the kernel's and libc's argument checks
+//!   (errno as on the real node), a ticket from the node (`NVPROXY_IOC_MMAP_TICKET`), the ticket
+//!   sent over the instance socket, the host fd received by `SCM_RIGHTS`, the next `mmap` of that
+//!   fd with the caller's exact addr, length, prot and flags at offset + the daemon's adjustment,
+//!   and the fd closed again. Errors: the errno the driver (through the daemon) or the kernel
+//!   gives; `ENODEV` when the daemon cannot be reached (as without the shim), `EACCES` when it
+//!   refuses the ticket. `NVPROXY_SHIM_DEBUG=1` prints one line on stderr per failed proxied mmap.
+//!
+//! The shim is a convenience, never a security boundary: the daemon checks every ticket itself.
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
-/// nvproxy's private ioctls on its own device nodes.
-///
-/// They are plain command numbers with a by-value argument (the devices use unrestricted ioctls,
-/// where the `_IOC` encoding means nothing to the kernel). The type byte `'n'` keeps them apart
-/// from NVIDIA's escapes (type `'F'`) and from the UVM commands (small integers and
-/// `0x3000000x`).
-pub mod proto {
-    /// `ioctl(fd, NVPROXY_IOC_IDENTIFY, secret)`: answered only for the daemon's own threads
-    /// with the instance secret; returns the open file's handle (`fh`). Anyone else gets `EPERM`.
-    pub const NVPROXY_IOC_IDENTIFY: u32 = (b'n' as u32) << 8 | 0x01;
-}
+pub use nvproxy_preload_proto as proto;
 
-#[cfg(test)]
-mod tests {
-    use super::proto::*;
-
-    #[test]
-    fn test_private_ioctls_do_not_collide_with_nvidia_numbers() {
-        // NVIDIA escapes have _IOC_TYPE 'F'; UVM numbers are < 0x100 or 0x3000000x.
-        assert_ne!((NVPROXY_IOC_IDENTIFY >> 8) & 0xff, u32::from(b'F'));
-        assert!(NVPROXY_IOC_IDENTIFY > 0xff && NVPROXY_IOC_IDENTIFY < 0x3000_0000);
-    }
-}
+mod cache;
+mod config;
+mod route;
+#[allow(unsafe_code)]
+mod shim;
