@@ -67,6 +67,12 @@ pub struct InstancePolicy {
     pub allow: BTreeSet<String>,
     /// Entry names the admin denies although the caps would allow them (wins over `allow`).
     pub deny: BTreeSet<String>,
+    /// Whether a client may `mmap` `/dev/nvidia-uvm` (default `true`). The mapping is made on
+    /// the instance's own host UVM file, handed to the tenant, which can then issue raw UVM
+    /// ioctls on its va_space around the proxy (ARCHITECTURE.md, "UVM"); `false` turns the
+    /// path off (the mmap fails with `ENODEV`, as on a CUSE node), at the price of CUDA's
+    /// managed memory and its UVM initialisation.
+    pub uvm_mmap: bool,
 }
 
 impl InstancePolicy {
@@ -79,6 +85,7 @@ impl InstancePolicy {
             mode: Mode::Enforce,
             allow: BTreeSet::new(),
             deny: BTreeSet::new(),
+            uvm_mmap: true,
         }
     }
 

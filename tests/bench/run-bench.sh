@@ -12,8 +12,8 @@
 #   --reps R     repetitions (default 5). Each repetition measures every kind once, one after the
 #                other, so that a slow patch of the (noisy, emulated) machine hits all kinds alike;
 #                ratios are taken inside each repetition and the median over repetitions reported
-#   --iters N    ioctls (pairs for rm-alloc) per batch (default 200; /dev/null gets 50x as many)
-#   --batches B  batches per kind and repetition (default 3; nv-bench reports their median)
+#   --iters N    ioctls (pairs for rm-alloc) per batch (default 100; /dev/null gets 50x as many)
+#   --batches B  batches per kind and repetition (default 5; nv-bench reports their median)
 #   --smp N      guest vCPUs (default 1, as in shared/reference/cuse-experiments.md 1e)
 #   --no-proxy   measure only /dev/null and the floors (skips building and running nvproxy)
 # Environment: CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=run-bench
 
-OUT= REPS=5 ITERS=200 BATCHES=3 SMP=1 PROXY=1 GUEST=0
+OUT= REPS=5 ITERS=100 BATCHES=5 SMP=1 PROXY=1 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
@@ -53,6 +53,9 @@ BIN=$TARGET/release
 FLOOR=$TARGET/bench/cuse_floor
 FLOOR_MAX=8  # FLOOR_MAX_ROUNDS in cuse_floor.c
 KINDS=(simple-control nested-control rm-alloc)
+# The CUSE round trips a kind needs at least with FUSE_IOCTL_RETRY: one per level of client memory
+# plus the final one (RM_ALLOC 3 and RM_FREE 2 average 2.5); with process_vm_* every kind needs 1.
+declare -A RETRY_NEED=([simple-control]=3 [nested-control]=4 [rm-alloc]=2.5)
 MEMS=(process-vm retry)
 
 # ------------------------------------------------------------------------------------------ guest
@@ -100,6 +103,9 @@ if [[ $GUEST == 1 ]]; then
     cusedev_ok=0
   fi
 
+  # Each CUSE kind is timed batch by batch against the C floor (and /dev/null), see nv-bench.
+  pair=()
+  ((floor_ok)) && pair=(--pair-floor /dev/nvbench-floor)
   for rep in $(seq "$REPS"); do
     bench "r$rep:null" "$BIN/nv-bench" null --iters $((ITERS * 50)) --batches "$BATCHES"
     if ((floor_ok)); then
@@ -109,15 +115,18 @@ if [[ $GUEST == 1 ]]; then
     fi
     if ((cusedev_ok)); then
       for n in 1 2 3 4; do
-        bench "r$rep:cusedev$n" "$BIN/nv-bench" "cusedev$n" --iters "$ITERS" --batches "$BATCHES"
+        bench "r$rep:cusedev$n" "$BIN/nv-bench" "cusedev$n" --iters "$ITERS" --batches "$BATCHES" \
+          "${pair[@]}" --need "$n"
       done
     fi
     if ((PROXY)); then
       for mem in "${MEMS[@]}"; do
         for kind in "${KINDS[@]}"; do
+          need=1
+          [[ $mem == retry ]] && need=${RETRY_NEED[$kind]}
           # nvproxy's log goes to stderr (shown live); nv-bench's RESULT line to stdout.
           bench "r$rep:$mem:$kind" "$BIN/nvproxy" exec --driver sim --memory "$mem" -- \
-            "$BIN/nv-bench" "$kind" --iters "$ITERS" --batches "$BATCHES"
+            "$BIN/nv-bench" "$kind" --iters "$ITERS" --batches "$BATCHES" "${pair[@]}" --need "$need"
         done
       done
     fi
@@ -240,7 +249,7 @@ spec += [
 def fmt(x, nd=1): return "—" if x is None else f"{x:.{nd}f}"
 table = ["| kind | path | µs/ioctl | CUSE round trips / ioctl: needed; measured | C floor at the needed round trips (µs) | **vs C floor, same round trips** | vs C floor at the measured round trips | vs /dev/null |",
          "|---|---|---:|---:|---:|---:|---:|---:|"]
-goal, seen = [], set()
+goal, seen, paired_need = [], set(), {}
 for kind, shown, path, need, why in spec:
     proxied = ":" in kind
     if proxied and not proxy:
@@ -250,13 +259,19 @@ for kind, shown, path, need, why in spec:
         table.append(f"| {shown} | {path} | not measured | {need:g} | | | | |")
         continue
     meas = med([rounds(rep, kind) for rep in range(1, reps + 1)])
-    r_need = [v / f if v and f else None for v, f in
-              ((us(rep, kind), floor_at(rep, need)) for rep in range(1, reps + 1))] if need else []
-    r_meas = [v / f if v and f else None for v, f in
-              ((us(rep, kind), floor_at(rep, rounds(rep, kind))) for rep in range(1, reps + 1))] if need else []
-    r_null = [v / n if v and n else None for v, n in
-              ((us(rep, kind), us(rep, "null")) for rep in range(1, reps + 1))]
+    def ratio(rep, paired, base):
+        """The ratio nv-bench paired batch by batch, else this repetition's µs over base's."""
+        p = rows.get((rep, kind), {}).get(paired, "na")
+        if p != "na":
+            return float(p)
+        v = us(rep, kind)
+        return v / base if v and base else None
+    all_reps = range(1, reps + 1)
+    r_need = [ratio(rep, "vs_floor_need", floor_at(rep, need)) for rep in all_reps] if need else []
+    r_meas = [ratio(rep, "vs_floor_measured", floor_at(rep, rounds(rep, kind))) for rep in all_reps] if need else []
+    r_null = [ratio(rep, "vs_null", us(rep, "null")) for rep in all_reps]
     fl = med([floor_at(rep, need) for rep in range(1, reps + 1)]) if need else None
+    paired_need[kind] = med(r_need)
     rt = f"{need:g}; {fmt(meas, 2)}" if need else "0"
     table.append(f"| {shown} | {path} | {spread(vals, 1, '')} | {rt} | {fmt(fl)} | {spread(r_need, 2, '×')} | "
                  f"{spread(r_meas, 2, '×')} | {spread(r_null, 0, '×')} |")
@@ -279,6 +294,9 @@ notes = [
     "repetition, alloc+free pairs for rm-alloc, 50× as many for /dev/null); µs/ioctl is the median over the "
     "repetitions of nv-bench's median batch, ratios are taken inside each repetition, and the parentheses give "
     "the lowest and highest of the repetitions.",
+    "Ratios of the CUSE kinds are paired: nv-bench follows every batch of the kind with a batch on the C floor "
+    "(at the needed and at the measured round trips) and one on /dev/null, and takes the median of the "
+    "batch-by-batch ratios; the floor rows themselves come from separate runs.",
     "Round trips, needed: with `--memory process-vm` a proxied ioctl needs 1 CUSE round trip (plus "
     "process_vm_readv/writev syscalls in the daemon), so it is compared with floor1; with `--memory retry` "
     "the server must fetch the caller's memory through FUSE_IOCTL_RETRY, one round per level of pointers, "
@@ -286,6 +304,11 @@ notes = [
     "Measured: the read syscalls per ioctl of every process holding /dev/cuse (`syscr` in /proc/PID/io; "
     "one request read per round trip; exact on the floor).",
 ]
+lib = [paired_need.get(f"cusedev{n}") for n in range(1, 5)]
+if any(x is not None for x in lib):
+    notes.append("Our CUSE library alone (cuse-example on cuse-dev, no proxy) against the C floor, per number "
+                 "of round trips 1–4: " + ", ".join(fmt(x, 2) + "×" for x in lib) +
+                 "; the rest of a proxied ioctl's overhead is the daemon's handler.")
 report = ["## Frontend proxy: µs per proxied ioctl", "", *table, "", *notes]
 if goal:
     report += ["", "Goal: within 1.25× of the C device doing the same round trips.", *goal]

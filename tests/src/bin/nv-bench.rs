@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! nv-bench KIND [--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]
+//!          [--pair-floor PATH --need R]
 //! ```
 //!
 //! Kinds:
@@ -25,16 +26,23 @@
 //! - `rm-alloc`: `NV_ESC_RM_ALLOC` (`NVOS64_PARAMETERS`) + `NV_ESC_RM_FREE` of a
 //!   [`RM_ALLOC_OBJECT`] under a root client; each of the two ioctls counts as one.
 //!
+//! Phases: `--warmup` calls; then `--iters` calls during which the read and write syscalls of
+//! the CUSE servers (every other process holding `/dev/cuse` open, from `/proc/PID/io`) are
+//! counted: one request read and one reply write per CUSE round trip, so these give the round
+//! trips per ioctl; then `--batches` timed batches of `--iters` calls. With `--pair-floor PATH
+//! --need R`, every batch is followed by a batch on the C floor device at `PATH` for the `R`
+//! round trips the kind needs at least and for the round trips it was measured to take (the
+//! floor commands around a fractional count), and by a batch on `/dev/null`: ratios are taken
+//! between neighbouring batches, so that a noisy shared machine disturbs both sides alike.
+//!
 //! Output: one line on stdout,
 //! `RESULT kind=K dev=PATH ops=N batches=B median_us=X mean_us=Y min_us=Z max_us=W
-//! server_reads_per_ioctl=R server_writes_per_ioctl=S detail=...`
-//! where `median_us` is the median of the per-batch means (µs per ioctl), `mean_us` the mean
-//! over all timed ioctls, `min_us`/`max_us` the fastest/slowest batch mean, and
-//! `server_reads_per_ioctl`/`server_writes_per_ioctl` the read and write syscalls that the CUSE
-//! servers (every other process holding `/dev/cuse` open) made per timed ioctl, from
-//! `/proc/PID/io`: one read of a request and one write of a reply per CUSE round trip, so these
-//! measure the round trips (plus any other reads/writes a server does, such as logging). The
-//! per-batch means go to stderr. Exit status 0 on success, 1 when an ioctl fails, 2 on usage errors.
+//! server_reads_per_ioctl=R server_writes_per_ioctl=S need=R vs_floor_need=A
+//! vs_floor_measured=M vs_null=Q detail=...`: `median_us` is the median of the per-batch means
+//! (µs per ioctl), `mean_us` the mean over all timed ioctls, `min_us`/`max_us` the fastest and
+//! slowest batch; the `vs_*` ratios are medians over the batches of the paired ratios (`na`
+//! without `--pair-floor`). The per-batch means go to stderr. Exit status 0 on success, 1 when
+//! an ioctl fails, 2 on usage errors.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -157,10 +165,14 @@ struct Args {
     iters: usize,
     batches: usize,
     warmup: usize,
+    /// The C floor device to time alongside (`--pair-floor`).
+    pair_floor: Option<String>,
+    /// The CUSE round trips the kind needs at least (`--need`), for the paired ratio.
+    need: f64,
 }
 
 const USAGE: &str = "usage: nv-bench null|floor1..floor8|cusedev1..cusedev4|simple-control|nested-control|rm-alloc \
-[--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W]";
+[--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W] [--pair-floor PATH --need R]";
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -174,6 +186,8 @@ fn parse_args() -> Result<Args, String> {
         iters: 1000,
         batches: 5,
         warmup: 50,
+        pair_floor: None,
+        need: 1.0,
     };
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -188,6 +202,14 @@ fn parse_args() -> Result<Args, String> {
             "--iters" => args.iters = number()?.max(1),
             "--batches" => args.batches = number()?.max(1),
             "--warmup" => args.warmup = number()?,
+            "--pair-floor" => args.pair_floor = Some(value.clone()),
+            "--need" => {
+                args.need = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| (1.0..=f64::from(FLOOR_MAX_ROUNDS)).contains(r))
+                    .ok_or_else(|| format!("--need {value}: 1 to {FLOOR_MAX_ROUNDS}"))?
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -761,46 +783,138 @@ fn syscalls(pids: &[u32]) -> Option<(u64, u64)> {
     Some(total)
 }
 
+/// Times `iters` calls; µs per ioctl.
+fn time_batch(bench: &mut dyn Bench, iters: usize) -> io::Result<f64> {
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        bench.call()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / (iters * bench.ops_per_call()) as f64)
+}
+
+/// µs of the floor at `r` round trips from the floors timed in one batch set: floorN, or
+/// between its two neighbours for a fractional `r`.
+fn floor_at(floors: &[(u8, f64)], r: f64) -> Option<f64> {
+    let at = |n: u8| floors.iter().find(|f| f.0 == n).map(|f| f.1);
+    let lo = (r + 0.05).floor();
+    if (r - lo).abs() <= 0.05 {
+        return at(lo as u8);
+    }
+    let (a, b) = (at(lo as u8)?, at(lo as u8 + 1)?);
+    Some(a + (r - lo) * (b - a))
+}
+
+/// The floor commands needed to price `r` round trips.
+fn neighbours(r: f64) -> Vec<u8> {
+    let lo = (r + 0.05).floor();
+    let mut v = vec![lo as u8];
+    if (r - lo).abs() > 0.05 {
+        v.push(lo as u8 + 1);
+    }
+    v.retain(|n| (1..=FLOOR_MAX_ROUNDS).contains(n));
+    v
+}
+
+fn fmt_opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "na".to_string(), |v| format!("{v:.digits$}"))
+}
+
 fn run(args: &Args) -> io::Result<()> {
     let mut bench = setup(args)?;
     for _ in 0..args.warmup {
         bench.call()?;
     }
+    let per_call = bench.ops_per_call();
+
+    // Round trips: the CUSE servers' read/write syscalls over `iters` calls, with nothing else
+    // running (the paired floor below is idle meanwhile).
     let servers = cuse_servers();
     let before = syscalls(&servers);
-    let per_call = bench.ops_per_call();
+    for _ in 0..args.iters {
+        bench.call()?;
+    }
+    let after = syscalls(&servers);
+    let counted = (args.iters * per_call) as f64;
+    let (reads, writes) = match (servers.is_empty(), before, after) {
+        (false, Some(b), Some(a)) => (
+            Some((a.0 - b.0) as f64 / counted),
+            Some((a.1 - b.1) as f64 / counted),
+        ),
+        _ => (None, None),
+    };
+
+    // Paired floors: the C floor at the needed and at the measured round trips, and /dev/null,
+    // each timed right after every batch of this kind so that the machine's noise hits both.
+    let mut pair: Vec<(u8, FloorBench)> = Vec::new();
+    let mut null = None;
+    if let Some(path) = &args.pair_floor {
+        let mut ns = neighbours(args.need);
+        if let Some(r) = reads {
+            ns.extend(neighbours(r));
+        }
+        ns.sort_unstable();
+        ns.dedup();
+        for n in ns {
+            let mut f = FloorBench::new(open_rw(path)?, n);
+            for _ in 0..args.warmup.min(10) {
+                f.call()?;
+            }
+            pair.push((n, f));
+        }
+        null = Some(NullBench {
+            f: open_rw("/dev/null")?,
+        });
+    }
+
     let mut batch_us = Vec::with_capacity(args.batches);
+    let (mut r_need, mut r_meas, mut r_null) = (Vec::new(), Vec::new(), Vec::new());
     let mut total_s = 0.0;
     for b in 0..args.batches {
-        let t0 = Instant::now();
-        for _ in 0..args.iters {
-            bench.call()?;
+        let us = time_batch(bench.as_mut(), args.iters)?;
+        total_s += us * (args.iters * per_call) as f64 / 1e6;
+        let mut floors = Vec::new();
+        for (n, f) in &mut pair {
+            floors.push((*n, time_batch(f, args.iters)?));
         }
-        let s = t0.elapsed().as_secs_f64();
-        total_s += s;
-        let us = s * 1e6 / (args.iters * per_call) as f64;
-        eprintln!("nv-bench {}: batch {b}: {us:.2} µs/ioctl", args.kind_name);
+        if let Some(z) = &mut null {
+            let zu = time_batch(z, args.iters * 50)?;
+            r_null.push(us / zu);
+        }
+        if let Some(f) = floor_at(&floors, args.need) {
+            r_need.push(us / f);
+        }
+        if let Some(f) = reads.and_then(|r| floor_at(&floors, r)) {
+            r_meas.push(us / f);
+        }
+        eprintln!(
+            "nv-bench {}: batch {b}: {us:.2} µs/ioctl{}",
+            args.kind_name,
+            floors
+                .iter()
+                .map(|(n, f)| format!(", floor{n} {f:.2}"))
+                .collect::<String>()
+        );
         batch_us.push(us);
     }
     let ops = args.iters * args.batches * per_call;
-    let after = syscalls(&servers);
-    let server = match (servers.is_empty(), before, after) {
-        (false, Some(b), Some(a)) => format!(
-            "server_reads_per_ioctl={:.2} server_writes_per_ioctl={:.2}",
-            (a.0 - b.0) as f64 / ops as f64,
-            (a.1 - b.1) as f64 / ops as f64
-        ),
-        _ => "server_reads_per_ioctl=na server_writes_per_ioctl=na".to_string(),
-    };
     let mean = total_s * 1e6 / ops as f64;
     let min = batch_us.iter().copied().fold(f64::INFINITY, f64::min);
     let max = batch_us.iter().copied().fold(0.0, f64::max);
     let med = median(&mut batch_us);
+    let ratio = |v: &mut Vec<f64>| (!v.is_empty()).then(|| median(v));
     println!(
-        "RESULT kind={} dev={} ops={ops} batches={} median_us={med:.2} mean_us={mean:.2} min_us={min:.2} max_us={max:.2} {server} detail={}",
+        "RESULT kind={} dev={} ops={ops} batches={} median_us={med:.2} mean_us={mean:.2} \
+         min_us={min:.2} max_us={max:.2} server_reads_per_ioctl={} server_writes_per_ioctl={} \
+         need={} vs_floor_need={} vs_floor_measured={} vs_null={} detail={}",
         args.kind_name,
         args.dev,
         args.batches,
+        fmt_opt(reads, 2),
+        fmt_opt(writes, 2),
+        args.need,
+        fmt_opt(ratio(&mut r_need), 3),
+        fmt_opt(ratio(&mut r_meas), 3),
+        fmt_opt(ratio(&mut r_null), 1),
         bench.detail()
     );
     Ok(())

@@ -1,0 +1,538 @@
+//! [`UvmProxy`]: one instance's request path for `/dev/nvidia-uvm`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ioctl_proxy::{
+    AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostCall, HostFile, Kind,
+    MemError, NodeKind, OpenId, Proxy, ProxyError, Verdict,
+};
+use nvproxy_abi::ioctl::{
+    UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE, UVM_MM_INITIALIZE,
+};
+use tracing::debug;
+
+use crate::layout::{Fields, UuidRule, fields};
+use crate::nv::*;
+
+/// The node name in audit events.
+const NODE: &str = "uvm";
+
+/// One client open of `/dev/nvidia-uvm`: its own host UVM file (the driver's va_space is the
+/// open file).
+#[derive(Debug)]
+struct UvmOpen {
+    host: Arc<dyn HostFile>,
+}
+
+/// One instance's `/dev/nvidia-uvm` request path, next to its frontend [`Proxy`].
+///
+/// It shares the frontend's policy (capabilities, admin lists, mode, `uvm_mmap`), audit sink
+/// and counts, open-id space and RM object table: `rmCtrlFd` must name one of the instance's
+/// frontend opens, RM handles in UVM params must be the instance's, and GPU UUIDs must be
+/// those of the instance's GPUs, learned from the host driver when the proxy is built.
+pub struct UvmProxy {
+    proxy: Arc<Proxy>,
+    uuids: Vec<[u8; 16]>,
+    opens: Mutex<HashMap<OpenId, Arc<UvmOpen>>>,
+}
+
+impl fmt::Debug for UvmProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UvmProxy")
+            .field("instance", &self.proxy.policy().name)
+            .field("gpus", &self.uuids.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rd32(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn rd64(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8).map_or(0, |s| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        u64::from_ne_bytes(a)
+    })
+}
+
+fn wr32(b: &mut [u8], off: usize, v: u32) {
+    if let Some(s) = b.get_mut(off..off + 4) {
+        s.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+fn uuid_at(b: &[u8], off: usize) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Some(s) = b.get(off..off + 16) {
+        u.copy_from_slice(s);
+    }
+    u
+}
+
+/// What the audit event of a request says.
+#[derive(Debug)]
+struct Note {
+    name: String,
+    decision: Decision,
+    reason: Option<&'static str>,
+    nv_status: Option<u32>,
+}
+
+/// A handler's early exit: an errno, or an NV status answered with ioctl success.
+enum Stop {
+    Err(ProxyError),
+    Status {
+        status: u32,
+        decision: Decision,
+        reason: &'static str,
+    },
+}
+
+impl From<ProxyError> for Stop {
+    fn from(e: ProxyError) -> Self {
+        Stop::Err(e)
+    }
+}
+
+fn deny<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
+    Err(Stop::Status {
+        status,
+        decision: Decision::Denied,
+        reason,
+    })
+}
+
+fn mem_err(e: MemError) -> ProxyError {
+    match e {
+        MemError::Pending => ProxyError::Pending,
+        MemError::Fault | MemError::TooLarge(_) => ProxyError::Fault,
+    }
+}
+
+impl UvmProxy {
+    /// The UVM proxy of `proxy`'s instance. Asks the host driver for the instance's GPU
+    /// UUIDs ([`Proxy::query_gpu_uuids`]).
+    pub fn new(proxy: Arc<Proxy>) -> Result<Self, ProxyError> {
+        let uuids = proxy.query_gpu_uuids()?;
+        Ok(Self::with_gpu_uuids(proxy, uuids))
+    }
+
+    /// The UVM proxy of `proxy`'s instance with the GPU UUIDs given (tests, or a daemon that
+    /// learned them otherwise).
+    pub fn with_gpu_uuids(proxy: Arc<Proxy>, uuids: Vec<[u8; 16]>) -> Self {
+        UvmProxy {
+            proxy,
+            uuids,
+            opens: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The frontend proxy of the instance.
+    pub fn frontend(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    /// The instance's GPU UUIDs, in the tenant's order.
+    pub fn gpu_uuids(&self) -> &[[u8; 16]] {
+        &self.uuids
+    }
+
+    /// Number of client opens alive.
+    pub fn open_count(&self) -> usize {
+        lock(&self.opens).len()
+    }
+
+    /// A client opened `/dev/nvidia-uvm`: opens a host UVM file for it. The id comes from the
+    /// frontend's open-id space ([`Proxy::new_open_id`]).
+    pub fn open(&self) -> Result<OpenId, ProxyError> {
+        let host = self
+            .proxy
+            .host_driver()
+            .open(NodeKind::Uvm)
+            .map_err(ProxyError::Host)?;
+        let id = self.proxy.new_open_id();
+        lock(&self.opens).insert(id, Arc::new(UvmOpen { host }));
+        debug!(instance = %self.proxy.policy().name, open = id.0, "uvm open");
+        Ok(id)
+    }
+
+    /// The last reference to the client's open is gone: drops the host UVM file (the driver
+    /// destroys the va_space when the last reference to it goes, which includes the
+    /// mappings and fds the tenant holds).
+    pub fn release(&self, open: OpenId) {
+        let file = lock(&self.opens).remove(&open);
+        debug!(instance = %self.proxy.policy().name, open = open.0, "uvm release");
+        drop(file);
+    }
+
+    /// Whether `open` is one of this proxy's UVM opens.
+    pub fn is_open(&self, open: OpenId) -> bool {
+        lock(&self.opens).contains_key(&open)
+    }
+
+    /// The host UVM file of an open (for the daemon's mmap path and tests).
+    pub fn host_file(&self, open: OpenId) -> Option<Arc<dyn HostFile>> {
+        lock(&self.opens).get(&open).map(|o| o.host.clone())
+    }
+
+    /// The fd the client maps for an `mmap` of its open, and the offset to add (0: UVM
+    /// requires offset == VA): the host UVM file's [`HostFile::mmap_fd`]. With the
+    /// instance's `uvm_mmap` switch off this fails with `ENODEV` (CUSE's own answer to mmap)
+    /// and an audit event; an unknown open is `EBADF`.
+    pub fn mmap_fd(&self, caller: &Caller, open: OpenId) -> io::Result<(OwnedFd, u64)> {
+        let file = lock(&self.opens)
+            .get(&open)
+            .cloned()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        if !self.proxy.policy().uvm_mmap {
+            self.proxy.counts().add(Kind::Uvm, "mmap", Decision::Denied);
+            self.proxy.audit_sink().record(&AuditEvent {
+                instance: self.proxy.policy().name.clone(),
+                pid: caller.pid,
+                tid: caller.tid,
+                node: NODE.into(),
+                kind: Kind::Uvm,
+                name: "mmap".into(),
+                number: 0,
+                decision: Decision::Denied,
+                reason: Some("uvm_mmap is off for this instance"),
+                nv_status: None,
+                errno: Some(libc::ENODEV),
+                latency_us: 0,
+            });
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        self.proxy
+            .counts()
+            .add(Kind::Uvm, "mmap", Decision::Allowed);
+        file.host.mmap_fd()
+    }
+
+    /// Proxies one ioctl of the client open `open`, with the contract of [`Proxy::ioctl`]:
+    /// `Ok(ret)` is the ioctl's return (driver-level failures are NV statuses in `rmStatus`),
+    /// `Err(e)` fails it with `e.errno()`, [`ProxyError::Pending`] asks the transport for
+    /// more client memory and a re-run (every read and write reservation happens before the
+    /// host call).
+    pub fn ioctl(
+        &self,
+        open: OpenId,
+        caller: &Caller,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: &dyn FdResolver,
+    ) -> Result<i32, ProxyError> {
+        let span = tracing::debug_span!(
+            "uvm_ioctl",
+            instance = %self.proxy.policy().name,
+            pid = caller.pid,
+            tid = caller.tid,
+            cmd = format_args!("{cmd:#x}")
+        );
+        let _enter = span.enter();
+        let start = Instant::now();
+        let file = lock(&self.opens)
+            .get(&open)
+            .cloned()
+            .ok_or(ProxyError::UnknownOpen(open.0))?;
+        let mut note = Note {
+            name: format!("UVM {cmd:#x}"),
+            decision: Decision::Allowed,
+            reason: None,
+            nv_status: None,
+        };
+        let res = self.dispatch(&file, cmd, arg, mem, fds, &mut note);
+        if !matches!(res, Err(ProxyError::Pending)) {
+            self.account(caller, cmd, note, &res, start);
+        }
+        res
+    }
+
+    fn dispatch(
+        &self,
+        file: &UvmOpen,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: &dyn FdResolver,
+        note: &mut Note,
+    ) -> Result<i32, ProxyError> {
+        let abi = self.proxy.abi();
+        let spec = abi.uvm.get(&cmd).copied();
+        if let Some(s) = &spec {
+            note.name = s.name.into();
+        }
+        if NEVER_FROM_CLIENTS.contains(&cmd) {
+            note.decision = Decision::Denied;
+            note.reason = Some("never accepted from clients");
+            return Err(ProxyError::UnknownUvm { cmd });
+        }
+        let Some(spec) = spec else {
+            note.decision = Decision::Denied;
+            note.reason = Some("unknown UVM ioctl");
+            return Err(ProxyError::UnknownUvm { cmd });
+        };
+        match self.proxy.policy().judge(spec.name, spec.caps) {
+            Verdict::Allow => {}
+            Verdict::AuditWouldDeny => {
+                note.decision = Decision::AuditWouldDeny;
+                note.reason = Some("policy");
+            }
+            Verdict::Deny => {
+                // Denied entries look absent: the driver's answer to an unknown command.
+                note.decision = Decision::Denied;
+                note.reason = Some("policy");
+                return Err(ProxyError::Denied(spec.name));
+            }
+        }
+        let size = spec.param_size as usize;
+        if size == 0 {
+            // UVM_DEINITIALIZE: no params; the driver returns 0 without reading `arg`.
+            let mut call = HostCall {
+                cmd,
+                params: Vec::new(),
+                nested: Vec::new(),
+            };
+            return file.host.ioctl(&mut call).map_err(ProxyError::Host);
+        }
+        let Some(fields) = fields(abi, cmd, size) else {
+            note.decision = Decision::Denied;
+            note.reason = Some("no handler for this UVM ioctl");
+            return Err(ProxyError::Unsupported("UVM ioctl has no handler"));
+        };
+        // All client memory first: the whole struct, in and out (the driver copies it both
+        // ways, `__UVM_ROUTE_CMD_STACK`/`_ALLOC` in uvm_api.h).
+        let top = mem.read(arg, size).map_err(mem_err)?;
+        if top.len() != size {
+            return Err(ProxyError::Fault);
+        }
+        mem.reserve_write(arg, size).map_err(mem_err)?;
+        let mut answer = top.clone();
+        match self.forward(file, cmd, top, &fields, fds, note) {
+            Ok((ret, out)) => {
+                note.nv_status = Some(rd32(&out, fields.status));
+                mem.write(arg, &out).map_err(mem_err)?;
+                Ok(ret)
+            }
+            Err(Stop::Err(e)) => Err(e),
+            Err(Stop::Status {
+                status,
+                decision,
+                reason,
+            }) => {
+                if note.decision != Decision::AuditWouldDeny || decision != Decision::Allowed {
+                    note.decision = decision;
+                }
+                note.reason = Some(reason);
+                note.nv_status = Some(status);
+                wr32(&mut answer, fields.status, status);
+                mem.write(arg, &answer).map_err(mem_err)?;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Checks and translates `top`, calls the host, and returns the bytes for the client.
+    fn forward(
+        &self,
+        file: &UvmOpen,
+        cmd: u32,
+        top: Vec<u8>,
+        f: &Fields,
+        fds: &dyn FdResolver,
+        note: &mut Note,
+    ) -> Result<(i32, Vec<u8>), Stop> {
+        let mut params = top.clone();
+        // GPU UUIDs.
+        for u in &f.uuids {
+            self.check_uuid(&top, u.off, u.rule, u.foreign)?;
+        }
+        if let Some(pg) = f.per_gpu {
+            let count = rd64(&top, pg.count);
+            if count > pg.max || (pg.zero_invalid && count == 0) {
+                // The driver's own first check (uvm_map_external_allocation,
+                // uvm_api_alloc_semaphore_pool); answered here because the array cannot be
+                // checked past its end.
+                return Err(Stop::Status {
+                    status: NV_ERR_INVALID_ARGUMENT,
+                    decision: Decision::Failed,
+                    reason: "gpuAttributesCount out of range",
+                });
+            }
+            let elem = size_of::<nvproxy_abi::structs::UvmGpuMappingAttributes>();
+            for i in 0..count as usize {
+                self.check_uuid(
+                    &top,
+                    pg.array + i * elem,
+                    UuidRule::Gpu,
+                    NV_ERR_INVALID_DEVICE,
+                )?;
+            }
+        }
+        // RM handles.
+        if let Some(h) = f.handles {
+            let client = rd32(&top, h.client);
+            let objects: Vec<u32> = h.objects.iter().flatten().map(|&o| rd32(&top, o)).collect();
+            let skip = h.zero_ok && client == 0 && objects.iter().all(|&o| o == 0);
+            if !skip {
+                if !self.proxy.has_client(client) {
+                    return deny(h.foreign_client, "RM client of another instance or unknown");
+                }
+                for o in objects {
+                    let optional = h.zero_ok && o == 0;
+                    if !optional && !self.proxy.owns_object(client, o) {
+                        return deny(h.foreign_object, "RM object unknown in this client");
+                    }
+                }
+            }
+        }
+        // rmCtrlFd: a frontend open of this instance, or negative (passed through: the driver
+        // never reads the field, Bug 1624521 in uvm_va_space.c / uvm_user_channel.c).
+        if let Some(off) = f.rm_ctrl_fd {
+            let fd = rd32(&top, off) as i32;
+            if fd >= 0 {
+                let host = match fds.resolve(fd) {
+                    Ok(open) => self.proxy.host_file_id(open),
+                    Err(FdError::Foreign) => None,
+                    Err(FdError::Errno(e)) => {
+                        return Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e }));
+                    }
+                };
+                let Some(host) = host else {
+                    // gVisor's answer (uvm.go, uvmIoctlHasRMCtrlFD): EINVAL.
+                    note.decision = Decision::Denied;
+                    note.reason = Some("rmCtrlFd is not a frontend node of this instance");
+                    return Err(Stop::Err(ProxyError::ForeignFd {
+                        fd,
+                        errno: libc::EINVAL,
+                    }));
+                };
+                wr32(&mut params, off, host as u32);
+            }
+        }
+        // The two commands with their own rules.
+        let mut client_flags = None;
+        if cmd == UVM_INITIALIZE {
+            // Multi-process sharing mode: the worker issues the UVM ioctls, the tenant maps
+            // (DESIGN.md section 5); without it the va_space binds to the worker's mm and
+            // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs).
+            let flags = rd64(&top, 0);
+            client_flags = Some(flags);
+            params[..8].copy_from_slice(
+                &(flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE).to_ne_bytes(),
+            );
+        } else if cmd == UVM_MM_INITIALIZE {
+            let fd = rd32(&top, 0) as i32;
+            let host = match fds.resolve(fd) {
+                Ok(open) => lock(&self.opens).get(&open).map(|o| o.host.id()),
+                Err(FdError::Foreign) => None,
+                Err(FdError::Errno(e)) => {
+                    return Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e }));
+                }
+            };
+            let Some(host) = host else {
+                // uvm_api_mm_initialize: fget fails or the file is not nvidia-uvm →
+                // NV_ERR_INVALID_ARGUMENT (as gVisor's uvmMMInitialize).
+                return deny(
+                    NV_ERR_INVALID_ARGUMENT,
+                    "uvmFd is not a UVM node of this instance",
+                );
+            };
+            wr32(&mut params, 0, host as u32);
+        }
+        let mut call = HostCall {
+            cmd,
+            params,
+            nested: Vec::new(),
+        };
+        let ret = file.host.ioctl(&mut call).map_err(ProxyError::Host)?;
+        let mut out = call.params;
+        if out.len() != top.len() {
+            return Err(Stop::Err(ProxyError::Host(io::Error::other(
+                "host returned params of another size",
+            ))));
+        }
+        // The client gets its own fd numbers back.
+        if let Some(off) = f.rm_ctrl_fd {
+            out[off..off + 4].copy_from_slice(&top[off..off + 4]);
+        }
+        if cmd == UVM_MM_INITIALIZE {
+            out[..4].copy_from_slice(&top[..4]);
+        }
+        if let Some(flags) = client_flags {
+            // Hide the forced flag unless the client set it itself.
+            let host_flags = rd64(&out, 0);
+            let shown = host_flags & !(UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE & !flags);
+            out[..8].copy_from_slice(&shown.to_ne_bytes());
+        }
+        Ok((ret, out))
+    }
+
+    fn check_uuid(&self, top: &[u8], off: usize, rule: UuidRule, foreign: u32) -> Result<(), Stop> {
+        let u = uuid_at(top, off);
+        if self.uuids.contains(&u) {
+            return Ok(());
+        }
+        if rule == UuidRule::GpuOrCpu && u == NV_PROCESSOR_UUID_CPU_DEFAULT {
+            return Ok(());
+        }
+        deny(foreign, "GPU UUID outside the instance's set")
+    }
+
+    fn account(
+        &self,
+        caller: &Caller,
+        cmd: u32,
+        note: Note,
+        res: &Result<i32, ProxyError>,
+        start: Instant,
+    ) {
+        let errno = res.as_ref().err().map(ProxyError::errno);
+        let mut decision = note.decision;
+        // NV_WARN_* (0x0001xxxx) are answers, not failures: MM_INITIALIZE in multi-process
+        // sharing mode says NV_WARN_NOTHING_TO_DO to every CUDA process.
+        let failed = errno.is_some() || note.nv_status.is_some_and(|s| s != NV_OK && s >> 16 != 1);
+        if decision == Decision::Allowed && failed {
+            decision = Decision::Failed;
+        }
+        self.proxy.counts().add(Kind::Uvm, &note.name, decision);
+        debug!(
+            name = %note.name,
+            decision = ?decision,
+            reason = note.reason.unwrap_or(""),
+            nv_status = note.nv_status.unwrap_or(0),
+            errno = errno.unwrap_or(0),
+            "uvm decision"
+        );
+        if decision == Decision::Allowed {
+            return;
+        }
+        let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.proxy.audit_sink().record(&AuditEvent {
+            instance: self.proxy.policy().name.clone(),
+            pid: caller.pid,
+            tid: caller.tid,
+            node: NODE.into(),
+            kind: Kind::Uvm,
+            name: note.name,
+            number: cmd,
+            decision,
+            reason: note.reason,
+            nv_status: note.nv_status,
+            errno,
+            latency_us,
+        });
+    }
+}
