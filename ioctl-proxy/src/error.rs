@@ -34,15 +34,6 @@ pub enum ProxyError {
         /// The full command number.
         cmd: u32,
     },
-    /// The UVM command is not in the driver version's table (or is never accepted from a
-    /// client): the driver's `uvm_ioctl` answers an unknown command with `-EINVAL`
-    /// (`uvm.c`: the default case falls to `uvm_test_ioctl`, which returns `-EINVAL` unless
-    /// the module's built-in tests are enabled).
-    #[error("UVM ioctl {cmd:#x} is not in the ABI table")]
-    UnknownUvm {
-        /// The full command number.
-        cmd: u32,
-    },
     /// The payload size is not one the escape accepts.
     #[error("{name}: {size}-byte payload is not acceptable")]
     BadSize {
@@ -117,7 +108,6 @@ impl ProxyError {
             // Not the driver's ioctl at all: the kernel convention for a foreign command.
             Self::NotNvidia { .. } => libc::ENOTTY,
             Self::UnknownEscape { .. }
-            | Self::UnknownUvm { .. }
             | Self::UnknownUvm { .. }
             | Self::BadSize { .. }
             | Self::NotProxied(_)

@@ -94,10 +94,9 @@ impl Proxy {
             };
             ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
             let status = rd32(&call.params, offset_of!(NVOS54_PARAMETERS, status));
-            let q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(
-                &call.nested[0].data,
-            )
-            .map_err(|_| ProxyError::Config("UUID answer of the wrong size".into()))?;
+            let q =
+                NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&call.nested[0].data)
+                    .map_err(|_| ProxyError::Config("UUID answer of the wrong size".into()))?;
             if status != NV_OK || q.uuidStrLen != 16 {
                 return Err(ProxyError::Config(format!(
                     "GPU /dev/nvidia{}: no UUID from the driver (status {status:#x}, length {})",

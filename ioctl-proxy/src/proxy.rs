@@ -315,29 +315,6 @@ impl Proxy {
         &self.audit
     }
 
-    /// Whether `h_object` is `h_client` itself or one of its objects, and `h_client` is an RM
-    /// client of this instance. The UVM handlers check the RM handles of UVM params with it.
-    pub fn owns_object(&self, h_client: u32, h_object: u32) -> bool {
-        lock(&self.objects).contains(h_client, h_object)
-    }
-
-    /// A fresh id from the instance's open-id space, for opens of nodes this proxy does not
-    /// serve itself (`/dev/nvidia-uvm`): one id space for all the instance's nodes, so an fd
-    /// resolved by the daemon to an id names exactly one open of one node.
-    pub fn new_open_id(&self) -> OpenId {
-        OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The host driver this proxy forwards to.
-    pub fn host_driver(&self) -> &Arc<dyn HostDriver> {
-        &self.host
-    }
-
-    /// The instance's audit sink (the UVM handlers record their events there too).
-    pub fn audit_sink(&self) -> &Arc<dyn AuditSink> {
-        &self.audit
-    }
-
     /// Number of RM clients plus objects the instance holds.
     pub fn object_count(&self) -> usize {
         lock(&self.objects).len()
