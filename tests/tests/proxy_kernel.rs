@@ -376,10 +376,7 @@ fn test_exec_sim_init_passes_without_leaks() {
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_exec_init_retry_transport_passes() {
-    let ran = exec(
-        &["--driver", "sim", "--memory", "retry", "--check-leaks"],
-        &["init", "--expect-gpus", "1"],
-    );
+    let ran = exec(SIM_RETRY, &["init", "--expect-gpus", "1"]);
     ran.assert_success();
     eprintln!("retry transport: {:?}", ran.elapsed);
 }
@@ -476,6 +473,37 @@ fn test_exec_bad_embedded_pointer_answers_invalid_address() {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_exec_params_size_too_large_answers_invalid_argument() {
     hostile(&["params-size-too-large"]);
+}
+
+/// The default instance with the CUSE retry transport for client memory.
+const SIM_RETRY: &[&str] = &["--driver", "sim", "--memory", "retry", "--check-leaks"];
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_retry_transport_bounds_params_size_before_copying() {
+    // 1 MiB + 4 KiB is above the retry protocol's 128 KiB per direction: only a bound checked
+    // before any copy gives the driver's answer.
+    let ran = exec(SIM_RETRY, &["params-size-too-large"]);
+    ran.assert_success();
+}
+
+// With the retry transport the *kernel* copies the buffers the daemon names, and a bad address
+// fails the client's ioctl with EFAULT before the daemon sees the retried request (fs/fuse
+// ioctl.c, fuse_do_ioctl: copying the in-iovecs fails with -EFAULT). So the driver's answer,
+// NV_ERR_INVALID_ADDRESS in the status, is out of reach there; these pin what the client gets.
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_retry_transport_bad_nested_pointer_fails_efault() {
+    let ran = exec(SIM_RETRY, &["bad-nested-pointer", "--expect", "EFAULT"]);
+    ran.assert_success();
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_retry_transport_bad_embedded_pointer_fails_efault() {
+    let ran = exec(SIM_RETRY, &["bad-embedded-pointer", "--expect", "EFAULT"]);
+    ran.assert_success();
 }
 
 #[test]
