@@ -10,11 +10,14 @@ use std::sync::{Arc, Mutex};
 
 use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
 use ioctl_proxy::ClientMemory;
-use nvproxy_preload_proto::NVPROXY_IOC_IDENTIFY;
+use nvproxy_preload_proto::{
+    NVPROXY_HELLO_MAGIC, NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY, NVPROXY_IOC_MMAP_TICKET,
+};
 
 use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
+use crate::mmap::InstanceMmap;
 
 /// Which node of an instance a device is, as the tenant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +72,8 @@ pub struct NodeDevice {
     backend: Arc<dyn Backend>,
     fdid: Arc<FdIdentity>,
     transport: MemoryTransport,
+    /// The instance's mmap tickets (the shim's ioctls are answered here).
+    mmap: Arc<InstanceMmap>,
     /// Retry plans between rounds, by (fh, calling thread).
     plans: Mutex<HashMap<(u64, u32), RetryPlan>>,
 }
@@ -80,12 +85,14 @@ impl NodeDevice {
         backend: Arc<dyn Backend>,
         fdid: Arc<FdIdentity>,
         transport: MemoryTransport,
+        mmap: Arc<InstanceMmap>,
     ) -> Self {
         NodeDevice {
             node,
             backend,
             fdid,
             transport,
+            mmap,
             plans: Mutex::new(HashMap::new()),
         }
     }
@@ -150,11 +157,13 @@ impl NodeDevice {
 impl Handler for NodeDevice {
     fn open(&self, req: &Request, _flags: u32) -> Result<Opened, Errno> {
         let fh = self.backend.open(self.node, req.pid())?;
+        self.mmap.opened(self.node, req.pid());
         Ok(Opened { fh, open_flags: 0 })
     }
 
     fn release(&self, _req: &Request, fh: u64, _flags: u32) {
         self.plans().retain(|&(f, _), _| f != fh);
+        self.mmap.released(self.node, fh);
         self.backend.release(fh);
     }
 
@@ -174,6 +183,15 @@ impl Handler for NodeDevice {
             }
             let fh = i32::try_from(io.fh).map_err(|_| Errno::EOVERFLOW)?;
             return Ok(IoctlReply::result(fh));
+        }
+        // The mmap shim's ioctls (crate preload-proto): any client may send them.
+        if io.cmd == NVPROXY_IOC_HELLO {
+            return Ok(IoctlReply::result(NVPROXY_HELLO_MAGIC));
+        }
+        if io.cmd == NVPROXY_IOC_MMAP_TICKET {
+            return self
+                .mmap
+                .ticket_ioctl(self.node, &self.backend, req, io, self.transport);
         }
         let span = tracing::debug_span!("ioctl", node = ?self.node, pid = req.pid(), cmd = format_args!("{:#010x}", io.cmd));
         let _enter = span.enter();

@@ -105,6 +105,23 @@ pub fn run_checks() -> Vec<Check> {
         Err(e) => check("landlock", false, format!("unavailable ({e}); the RM mmap path will be refused")),
     });
 
+    // CUSE has no mmap: clients map through the shim, or get ENODEV.
+    out.push(match crate::mmap::shim_path(None) {
+        Ok(p) => check(
+            "mmap shim",
+            true,
+            format!(
+                "{} (nvproxy exec/run inject it; clients without it get ENODEV from mmap() on the nodes)",
+                p.display()
+            ),
+        ),
+        Err(e) => check(
+            "mmap shim",
+            false,
+            format!("{e:#}; without it every mmap() of the nodes fails with ENODEV (CUSE has no mmap)"),
+        ),
+    });
+
     out.push(match host_driver_version() {
         Some(v) => check("host NVIDIA driver", true, format!("version {v}")),
         None => check(

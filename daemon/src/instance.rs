@@ -14,6 +14,7 @@ use cuse_dev::{CuseError, DeviceConfig, Session, SessionControl};
 use crate::config::MemoryTransport;
 use crate::device::{Backend, NodeDevice, NodeRef};
 use crate::fdid::FdIdentity;
+use crate::mmap::InstanceMmap;
 
 /// How long registration and the self-check may take (the VM's emulated CPU is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -46,6 +47,7 @@ impl InstanceNodes {
         backend: Arc<dyn Backend>,
         fdid: Arc<FdIdentity>,
         transport: MemoryTransport,
+        mmap: Arc<InstanceMmap>,
     ) -> Result<InstanceNodes> {
         let mut this = InstanceNodes { nodes: Vec::new() };
         let wanted = std::iter::once(NodeRef::Ctl).chain((0..gpus).map(NodeRef::Gpu));
@@ -64,6 +66,7 @@ impl InstanceNodes {
                 backend.clone(),
                 fdid.clone(),
                 transport,
+                mmap.clone(),
             ));
             let thread = std::thread::Builder::new()
                 .name(format!("cuse-{}", node.dev_name()))
@@ -92,6 +95,11 @@ impl InstanceNodes {
             .iter()
             .map(|n| format!("{}={}", n.path.display(), n.node.dev_name()))
             .collect()
+    }
+
+    /// The nodes' paths on the host.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.nodes.iter().map(|n| n.path.as_path())
     }
 
     /// Unregisters every node (clients still holding one get ENOTCONN).

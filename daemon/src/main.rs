@@ -9,6 +9,7 @@ mod doctor;
 mod fdid;
 mod instance;
 mod memory;
+mod mmap;
 mod nsexec;
 mod serve;
 mod sys;
@@ -58,7 +59,11 @@ fn main() -> ExitCode {
         Some(f) => EnvFilter::new(f),
         // `serve` logs what it does; the other commands stay quiet unless asked.
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-            EnvFilter::new(if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" })
+            EnvFilter::new(if matches!(cli.command, Command::Serve(_)) {
+                "info"
+            } else {
+                "warn"
+            })
         }),
     };
     tracing_subscriber::fmt()

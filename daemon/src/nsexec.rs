@@ -14,6 +14,11 @@
 //!   With the host driver it is the host's file with that one line changed; without one, a small
 //!   tmpfs is mounted on `/proc/driver` (the only way to add files under procfs).
 //!
+//! - with `--mmap-socket`, `/run/nvproxy` is a small tmpfs holding only `mmap.sock`, a bind
+//!   mount of the instance's socket (so other instances' sockets are not even visible), and the
+//!   command runs with the shim appended to `LD_PRELOAD` and `NVPROXY_NODES` set (see the
+//!   `preload` crate).
+//!
 //! Mount propagation is made private first, so nothing leaks to the host's namespace.
 
 use std::ffi::CString;
@@ -34,6 +39,15 @@ pub struct NsSpec {
     /// Provide /proc/driver/nvidia/params with `ModifyDeviceFiles: 0`.
     #[arg(long)]
     pub driver_params: bool,
+    /// The instance's mmap socket, bind-mounted at /run/nvproxy/mmap.sock.
+    #[arg(long, value_name = "PATH")]
+    pub mmap_socket: Option<PathBuf>,
+    /// Append this mmap shim to the command's LD_PRELOAD.
+    #[arg(long, value_name = "PATH")]
+    pub preload: Option<PathBuf>,
+    /// `NVPROXY_NODES` for the shim (`maj:min,...`).
+    #[arg(long, value_name = "IDS")]
+    pub nvproxy_nodes: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -68,7 +82,66 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     if spec.driver_params {
         setup_driver_params()?;
     }
-    exec(&spec.command)
+    if let Some(socket) = &spec.mmap_socket {
+        setup_mmap_socket(socket)?;
+    }
+    exec(&spec.command, &command_env(spec))
+}
+
+/// The command's environment: ours, with the shim appended to `LD_PRELOAD` and
+/// `NVPROXY_NODES` set when asked.
+fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<_> = std::env::vars_os()
+        .filter(|(k, _)| {
+            !(spec.preload.is_some() && k == "LD_PRELOAD"
+                || spec.nvproxy_nodes.is_some() && k == nvproxy_preload_proto::ENV_NODES)
+        })
+        .collect();
+    if let Some(shim) = &spec.preload {
+        let user = std::env::var("LD_PRELOAD").ok();
+        env.push((
+            "LD_PRELOAD".into(),
+            crate::mmap::ld_preload_with(user.as_deref(), shim).into(),
+        ));
+    }
+    if let Some(nodes) = &spec.nvproxy_nodes {
+        env.push((nvproxy_preload_proto::ENV_NODES.into(), nodes.into()));
+    }
+    env
+}
+
+/// Shows the instance's socket, alone, at `/run/nvproxy/mmap.sock`. Runs after the /dev
+/// staging, which covers /run for a while.
+fn setup_mmap_socket(socket: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Hold the socket by an O_PATH fd: the tmpfs below hides its path.
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(socket)
+        .with_context(|| format!("mmap socket {}", socket.display()))?;
+    if !held.metadata()?.file_type().is_socket() {
+        bail!("{} is not a socket", socket.display());
+    }
+    let dir = Path::new(nvproxy_preload_proto::DEFAULT_SOCKET_PATH)
+        .parent()
+        .context("socket path has a directory")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=755,size=16k"),
+    )
+    .with_context(|| format!("mounting a tmpfs on {}", dir.display()))?;
+    let dst = Path::new(nvproxy_preload_proto::DEFAULT_SOCKET_PATH);
+    fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
+    let src = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&held)
+    ));
+    bind(&src, dst, false)
 }
 
 fn bind(src: &Path, dst: &Path, recursive: bool) -> Result<()> {
@@ -194,15 +267,28 @@ fn setup_driver_params() -> Result<()> {
     Ok(())
 }
 
-fn exec(command: &[String]) -> Result<std::convert::Infallible> {
+fn exec(
+    command: &[String],
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Result<std::convert::Infallible> {
+    use std::os::unix::ffi::OsStrExt;
     let args: Vec<CString> = command
         .iter()
         .map(|a| CString::new(a.as_bytes()).context("argument contains a NUL byte"))
         .collect::<Result<_>>()?;
+    let env: Vec<CString> = env
+        .iter()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
     let Some(prog) = args.first() else {
         bail!("no command given")
     };
-    Err(nix::unistd::execvp(prog, &args).unwrap_err())
+    Err(nix::unistd::execvpe(prog, &args, &env).unwrap_err())
         .with_context(|| format!("executing {}", command[0]))
 }
 

@@ -22,6 +22,7 @@ use crate::backend::ProxyBackend;
 use crate::config::{self, DriverKind, InstanceConfig, MemoryTransport, Mode};
 use crate::fdid::FdIdentity;
 use crate::instance::InstanceNodes;
+use crate::mmap::{self, InstanceMmap, MmapSocket};
 use crate::sys;
 
 /// Exit status of `exec` / `serve` when `--check-leaks` finds objects left in the simulated
@@ -69,6 +70,7 @@ pub struct RunningInstance {
     nodes: InstanceNodes,
     proxy: Arc<Proxy>,
     sink: Arc<JsonLinesSink>,
+    mmap_socket: MmapSocket,
 }
 
 impl RunningInstance {
@@ -94,13 +96,25 @@ impl RunningInstance {
         let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
-        let nodes = InstanceNodes::start(&inst.name, gpus, backend, fdid, transport)?;
+        let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
+        let nodes = InstanceNodes::start(&inst.name, gpus, backend, fdid, transport, mmap.clone())?;
+        // After the nodes: their registration proved no live daemon serves this instance.
+        let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
+            .with_context(|| format!("instance {}: mmap socket", inst.name))?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = ?inst.mode, "instance serving");
+        tracing::info!(
+            instance = %inst.name,
+            socket = %mmap_socket.path().display(),
+            "mmap of the nodes goes through the shim {}: it takes a ticket from the node and the host fd from this socket (bind-mounted at {}); `nvproxy exec`/`run` inject both. A client without the shim gets ENODEV from mmap() (CUSE has no mmap)",
+            mmap::SHIM_NAME,
+            nvproxy_preload_proto::DEFAULT_SOCKET_PATH,
+        );
         Ok(RunningInstance {
             name: inst.name.clone(),
             nodes,
             proxy,
             sink,
+            mmap_socket,
         })
     }
 
@@ -109,8 +123,24 @@ impl RunningInstance {
         self.nodes.ns_node_args()
     }
 
+    /// The mmap arguments for `nvproxy ns-exec` (none with `preload` = None).
+    pub fn ns_mmap_args(&self, preload: Option<&Path>) -> Result<Vec<String>> {
+        let Some(shim) = preload else {
+            return Ok(Vec::new());
+        };
+        Ok(vec![
+            "--mmap-socket".to_owned(),
+            self.mmap_socket.path().display().to_string(),
+            "--preload".to_owned(),
+            shim.display().to_string(),
+            "--nvproxy-nodes".to_owned(),
+            mmap::node_ids(self.nodes.paths())?,
+        ])
+    }
+
     /// Unregisters the nodes and writes the audit counts.
     pub fn stop(self) {
+        drop(self.mmap_socket);
         self.nodes.stop();
         self.sink.write_counts(&self.name, self.proxy.counts());
         let left = self.proxy.object_count();
@@ -175,9 +205,34 @@ pub struct ExecArgs {
     /// objects or files after the command ended.
     #[arg(long)]
     pub check_leaks: bool,
+    #[command(flatten)]
+    pub shim: ShimArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// How `exec`/`run` give the command the mmap shim.
+#[derive(Debug, clap::Args)]
+pub struct ShimArgs {
+    /// The mmap shim to add to the command's LD_PRELOAD (default: libnvproxy_preload.so next to
+    /// the nvproxy binary).
+    #[arg(long, value_name = "PATH")]
+    pub preload: Option<PathBuf>,
+    /// Do not inject the shim or mount the instance socket (mmap of the nodes then fails with
+    /// ENODEV).
+    #[arg(long, conflicts_with = "preload")]
+    pub no_preload: bool,
+}
+
+impl ShimArgs {
+    /// The shim to inject, or None with --no-preload; an error when it is missing.
+    fn resolve(&self) -> Result<Option<PathBuf>> {
+        if self.no_preload {
+            return Ok(None);
+        }
+        mmap::shim_path(self.preload.as_deref()).map(Some)
+    }
 }
 
 /// `nvproxy exec`: one instance around one command.
@@ -197,6 +252,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         audit_log: args.audit_log.clone(),
     };
     inst.validate()?;
+    let shim = args.shim.resolve()?;
     let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
 
     let exe = std::env::current_exe().context("finding our own executable")?;
@@ -205,6 +261,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     for n in running.ns_node_args() {
         cmd.arg("--node").arg(n);
     }
+    cmd.args(running.ns_mmap_args(shim.as_deref())?);
     cmd.arg("--").args(&args.command);
     let status = cmd.status().context("starting the command")?;
     running.stop();
@@ -290,6 +347,8 @@ pub struct RunArgs {
     /// A served instance's name.
     #[arg(long)]
     pub instance: String,
+    #[command(flatten)]
+    pub shim: ShimArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -317,9 +376,30 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     names.sort();
     let exe = std::env::current_exe().context("finding our own executable")?;
     let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
-    for n in names {
+    for n in &names {
         argv.push("--node".to_owned());
-        argv.push(format!("{}={n}", dir.join(&n).display()));
+        argv.push(format!("{}={n}", dir.join(n).display()));
+    }
+    if let Some(shim) = args.shim.resolve()? {
+        let socket = Path::new(mmap::RUN_DIR)
+            .join(&args.instance)
+            .join(mmap::SOCKET_NAME);
+        if !socket.exists() {
+            bail!(
+                "instance {} has no mmap socket ({}): is its daemon older than the shim? (--no-preload runs without it)",
+                args.instance,
+                socket.display()
+            );
+        }
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        argv.extend([
+            "--mmap-socket".to_owned(),
+            socket.display().to_string(),
+            "--preload".to_owned(),
+            shim.display().to_string(),
+            "--nvproxy-nodes".to_owned(),
+            mmap::node_ids(paths.iter().map(PathBuf::as_path))?,
+        ]);
     }
     argv.push("--".to_owned());
     argv.extend(args.command.iter().cloned());

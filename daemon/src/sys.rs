@@ -185,3 +185,33 @@ pub fn sd_notify(state: &str) -> io::Result<()> {
     sock.send_to_addr(state.as_bytes(), &addr)?;
     Ok(())
 }
+
+/// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
+pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: accept4 with NULL address pointers writes no memory; `listener` is borrowed, so it
+    // stays open for the call. It returns a new fd or -1.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS) in a test.
+#[cfg(test)]
+pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    assert!(fd >= 0);
+    // SAFETY: the kernel installed `fd` in our table for this message alone; nothing else in the
+    // process knows it, so this is its only owner.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
