@@ -220,3 +220,110 @@ fn test_sim_driver_version_selects_the_table() {
     assert_eq!(s, 0);
     assert_eq!(rd32(&probed, 0), sim.config().gpus[0].gpu_id());
 }
+
+/// A shared read-write mapping of `fd` in this process, as the mmap shim makes it.
+struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapped {
+    fn new(fd: &std::os::fd::OwnedFd, len: usize, offset: u64) -> Mapped {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh mapping at a kernel-chosen address of a live, borrowed fd; nothing
+        // else refers to that range.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Mapped { ptr: p.cast(), len }
+    }
+
+    fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        // SAFETY: inside the live, writable mapping (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+
+    fn read(&self, off: usize, n: usize) -> Vec<u8> {
+        assert!(off + n <= self.len);
+        let mut out = vec![0; n];
+        // SAFETY: inside the live mapping (checked above); `out` is distinct.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), n) };
+        out
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[test]
+fn test_rm_memory_mapped_through_the_proxy_is_shared_with_the_driver() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut t = Tenant::new(&sim, "t", vec![0]);
+    let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
+    let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    let (s, client) = t.alloc(ctl, 0, 0, 0x41, &[]);
+    assert_eq!(s, 0);
+    let (s, device) = t.alloc(ctl, client, client, 0x80, &[0; 56]);
+    assert_eq!(s, 0);
+    let mut mp = vec![0u8; 120];
+    wr64(&mut mp, 64, 8192); // NV_MEMORY_ALLOCATION_PARAMS.size
+    let (s, memory) = t.alloc(ctl, client, device, 0x3e, &mp);
+    assert_eq!(s, 0);
+
+    // libcuda's protocol: a new control fd is the mmap target of RM_MAP_MEMORY.
+    let target = t.proxy.open(FrontendNode::Ctl).unwrap();
+    t.fds.0.insert(9, target);
+    let mut p = vec![0u8; 56];
+    wr32(&mut p, 0, client);
+    wr32(&mut p, 4, device);
+    wr32(&mut p, 8, memory);
+    wr64(&mut p, 24, 8192);
+    wr32(&mut p, 48, 9);
+    let (r, out) = t.ioctl(ctl, nv_iowr(0x4e, 56), &p);
+    assert_eq!((r, rd32(&out, 40), rd32(&out, 48)), (0, 0, 9));
+    assert_eq!(sim.stats().mapping_files, 1);
+    assert_eq!(t.proxy.mapping_file_count(), 1);
+
+    // The shim's view: the fd the ticket path hands over, mapped with the adjusted offset.
+    let (fd, adjust) = t.proxy.mapping_fd(target).unwrap();
+    let m = Mapped::new(&fd, 8192, adjust);
+    m.write(4096, b"from the tenant");
+    assert_eq!(
+        sim.memory_read(client, memory, 4096, 15).unwrap(),
+        b"from the tenant"
+    );
+    sim.memory_write(client, memory, 0, b"from the GPU")
+        .unwrap();
+    assert_eq!(m.read(0, 12), b"from the GPU");
+
+    // A second context on the same open is refused by the proxy, as the driver would.
+    let (_, out) = t.ioctl(ctl, nv_iowr(0x4e, 56), &p);
+    assert_eq!(rd32(&out, 40), 0x63); // NV_ERR_STATE_IN_USE
+
+    // An open that was never a target has nothing to map.
+    assert_eq!(t.proxy.mapping_fd(gpu).unwrap_err().errno(), libc::EINVAL);
+
+    // Releasing the target closes its mapping file; the mapping itself stays valid.
+    t.proxy.release(target);
+    let st = sim.stats();
+    assert_eq!((st.mapping_files, st.mmap_contexts), (0, 0));
+    assert_eq!(m.read(0, 12), b"from the GPU");
+    drop(m);
+    drop(fd);
+    t.proxy.release(gpu);
+    t.proxy.release(ctl);
+    assert_eq!(sim.stats(), nvsim::SimStats::default());
+}

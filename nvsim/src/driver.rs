@@ -32,6 +32,9 @@ pub(crate) struct FileState {
     pub holders: u32,
     /// GPU ids given to `NV_ESC_ATTACH_GPUS_TO_FD` (once per file), zeros included.
     pub attached: Option<Vec<u32>>,
+    /// Opened with `HostDriver::open_mapping`: only an mmap target. Every ioctl on it fails
+    /// with `EACCES`, as on the real driver's Landlock-restricted mapping files.
+    pub mapping: bool,
 }
 
 /// Runtime state of one simulated GPU.
@@ -129,6 +132,10 @@ pub(crate) struct State {
     pub gpus: Vec<GpuState>,
     /// `NV_ESC_SYS_PARAMS.memblock_size`, set once.
     pub memblock_size: u64,
+    /// UVM files by id (`uvm.rs`).
+    pub uvm: BTreeMap<i32, crate::uvm::UvmFile>,
+    /// memfd backing, CPU mappings and mmap contexts (`memory.rs`).
+    pub mem: crate::memory::MemState,
     /// The resource server before 555 searched a sorted client bucket and could answer an
     /// unknown client with `NV_ERR_INVALID_OBJECT`; from 555 on it is always
     /// `NV_ERR_INVALID_OBJECT_HANDLE`.
@@ -150,6 +157,20 @@ pub struct SimStats {
     pub allocated_memory: u64,
     /// GPUs currently attached (initialised by the driver).
     pub attached_gpus: usize,
+    /// UVM va_spaces (initialised UVM files).
+    pub uvm_va_spaces: usize,
+    /// GPUs registered in UVM va_spaces, summed over va_spaces.
+    pub uvm_registered_gpus: usize,
+    /// UVM ranges created by ioctls (external, semaphore pool, dynamic parallelism).
+    pub uvm_ranges: usize,
+    /// Files opened with `open_mapping` (included in `open_files`).
+    pub mapping_files: usize,
+    /// Files holding an mmap context.
+    pub mmap_contexts: usize,
+    /// CPU mappings made by `RM_MAP_MEMORY` and not yet unmapped or freed.
+    pub cpu_mappings: usize,
+    /// Memory blocks backed by a memfd.
+    pub memfds: usize,
 }
 
 impl fmt::Display for SimStats {
@@ -163,7 +184,15 @@ impl fmt::Display for SimStats {
             self.os_events,
             self.allocated_memory,
             self.attached_gpus
-        )
+        )?;
+        if self.mapping_files + self.mmap_contexts + self.cpu_mappings + self.memfds > 0 {
+            write!(
+                f,
+                ", {} mapping files, {} mmap contexts, {} CPU mappings, {} memfds",
+                self.mapping_files, self.mmap_contexts, self.cpu_mappings, self.memfds
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -261,6 +290,13 @@ impl SimDriver {
             attached_gpus: (0..self.config.gpus.len())
                 .filter(|&g| self.gpu_attached(&st, g))
                 .count(),
+            uvm_va_spaces: crate::uvm::counts(&st).0,
+            uvm_registered_gpus: crate::uvm::counts(&st).1,
+            uvm_ranges: crate::uvm::counts(&st).2,
+            mapping_files: st.files.values().filter(|f| f.mapping).count(),
+            mmap_contexts: st.mem.mmap_contexts(),
+            cpu_mappings: st.mem.cpu_mappings(),
+            memfds: st.mem.memfds(),
         }
     }
 
@@ -338,6 +374,9 @@ impl SimDriver {
             return;
         }
         let f = st.files.remove(&id).expect("checked above");
+        // A UVM mm file holds its va_space's file (uvm_mm_release: fput).
+        let uvm_held = crate::uvm::file_released(st, id);
+        st.mem.file_released(id);
         // RmFreeUnusedClients: every client whose OS info is this file.
         let doomed: Vec<u32> = st
             .clients
@@ -368,6 +407,9 @@ impl SimDriver {
             }
             self.maybe_release(st, ctl);
         }
+        if let Some(va_space_file) = uvm_held {
+            self.maybe_release(st, va_space_file);
+        }
     }
 
     /// Resolves `id` (an fd field value) to a file of this driver that is still open.
@@ -382,9 +424,26 @@ impl HostDriver for SimDriver {
     }
 
     /// Opens a file on `node`. A GPU node whose minor has no GPU fails with `ENODEV`, as the
-    /// driver's `nvidia_open` does when `find_minor` finds nothing. `/dev/nvidia-uvm` opens, but
-    /// its ioctls answer `ENOTTY` (UVM is not simulated yet).
+    /// driver's `nvidia_open` does when `find_minor` finds nothing. `/dev/nvidia-uvm` opens as an
+    /// uninitialised UVM file (`uvm.rs`).
     fn open(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        self.open_file(node, false)
+    }
+
+    /// Opens a file on `node` (control or GPU node) that only takes an mmap context: every
+    /// ioctl on it fails with `EACCES`, as on a real mapping file opened under Landlock. Its
+    /// [`HostFile::mmap_fd`] is the memfd of the memory its context names. (A memfd is not a
+    /// device, so the Landlock restriction itself has nothing to apply to here.)
+    fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
+        if node == NodeKind::Uvm {
+            return Err(io::Error::from_raw_os_error(crate::status::EINVAL));
+        }
+        self.open_file(node, true)
+    }
+}
+
+impl SimDriver {
+    fn open_file(&self, node: NodeKind, mapping: bool) -> io::Result<Arc<dyn HostFile>> {
         if let NodeKind::Gpu(minor) = node {
             if self.gpu_by_minor(minor).is_none() {
                 return Err(io::Error::from_raw_os_error(ENODEV));
@@ -409,6 +468,7 @@ impl HostDriver for SimDriver {
                 ctl: None,
                 holders: 0,
                 attached: None,
+                mapping,
             },
         );
         Ok(Arc::new(SimFile {
@@ -446,6 +506,16 @@ impl HostFile for SimFile {
 
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
         crate::escape::ioctl(&self.driver, self.id, self.node, call)
+    }
+
+    /// A dup of the memfd behind the memory this file's mmap context names, and the context's
+    /// offset into it; `EINVAL` without a context (`nv-mmap.c`).
+    fn mmap_fd(&self) -> io::Result<(std::os::fd::OwnedFd, u64)> {
+        if self.node == NodeKind::Uvm {
+            // The va_space's memfd, offset == VA (`uvm.rs`).
+            return crate::uvm::mmap_fd(&self.driver, self.id);
+        }
+        crate::memory::mmap_fd(&self.driver, self.id)
     }
 }
 

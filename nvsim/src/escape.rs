@@ -29,11 +29,8 @@ fn errno(e: i32) -> io::Error {
 /// `(escape, true: control node only / false: GPU node only, offset of the status field from
 /// the end of the payload)`.
 const NOT_SUPPORTED_ESCAPES: &[(u8, bool, usize)] = &[
-    (NV_ESC_RM_ALLOC_MEMORY, false, 16), // NVOS02 status at 40 of 56
-    (NV_ESC_RM_IDLE_CHANNELS, true, 8),  // NVOS30 status at 48 of 56
+    (NV_ESC_RM_IDLE_CHANNELS, true, 8), // NVOS30 status at 48 of 56
     (NV_ESC_RM_VID_HEAP_CONTROL, true, 164), // NVOS32 status at 20 of 184
-    (NV_ESC_RM_MAP_MEMORY, true, 16),    // NVOS33 status at 40 of 56
-    (NV_ESC_RM_UNMAP_MEMORY, true, 8),   // NVOS34 status at 24 of 32
     (NV_ESC_RM_ALLOC_CONTEXT_DMA2, true, 8), // NVOS39 status at 48 of 56
     (NV_ESC_RM_MAP_MEMORY_DMA, true, 8), // NVOS46 status 8 before the end (56 or 64)
     (NV_ESC_RM_UNMAP_MEMORY_DMA, true, 8), // NVOS47 status 8 before the end (40 or 48)
@@ -49,8 +46,7 @@ pub(crate) fn ioctl(
     call: &mut HostCall,
 ) -> io::Result<i32> {
     if node == NodeKind::Uvm {
-        // UVM is not simulated yet.
-        return Err(errno(ENOTTY));
+        return crate::uvm::ioctl(drv, file, call);
     }
     let mut nr = u32::from(ioc_nr(call.cmd));
     let mut size = ioc_size(call.cmd) as usize;
@@ -80,6 +76,10 @@ pub(crate) fn ioctl(
     let Some(f) = st.files.get(&file) else {
         return Err(errno(EBADF));
     };
+    if f.mapping {
+        // A mapping file stands for one opened under Landlock with device ioctls denied.
+        return Err(errno(EACCES));
+    }
     let os_info = f.ctl.unwrap_or(file);
     let ok = Ok(0);
     match nr {
@@ -294,6 +294,25 @@ pub(crate) fn ioctl(
             }
             write_at(call, loc, 0, &p);
             ok
+        }
+        NV_ESC_RM_MAP_MEMORY => {
+            if !ctl || size != size_of::<nv_ioctl_nvos33_parameters_with_fd>() {
+                return Err(errno(EINVAL));
+            }
+            crate::memory::map_memory(drv, &mut st, os_info, call, loc)
+        }
+        NV_ESC_RM_UNMAP_MEMORY => {
+            if !ctl || size != size_of::<NVOS34_PARAMETERS>() {
+                return Err(errno(EINVAL));
+            }
+            crate::memory::unmap_memory(&mut st, os_info, call, loc)
+        }
+        NV_ESC_RM_ALLOC_MEMORY => {
+            // NV_ACTUAL_DEVICE_ONLY: a GPU node.
+            if ctl || size != size_of::<nv_ioctl_nvos02_parameters_with_fd>() {
+                return Err(errno(EINVAL));
+            }
+            crate::memory::alloc_memory(drv, &mut st, os_info, call, loc)
         }
         NV_ESC_RM_SHARE => {
             if !ctl || size != size_of::<NVOS57_PARAMETERS>() {

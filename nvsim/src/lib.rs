@@ -39,7 +39,18 @@
 //! - Escapes: `CHECK_VERSION_STR` (strict, relaxed, query), `SYS_PARAMS`, `CARD_INFO`,
 //!   `REGISTER_FD`, `ATTACH_GPUS_TO_FD`, `ALLOC_OS_EVENT`, `FREE_OS_EVENT`, `STATUS_CODE`,
 //!   `WAIT_OPEN_COMPLETE` (550+), `RM_ALLOC` (NVOS21 and NVOS64), `RM_ALLOC_OBJECT`, `RM_FREE`,
-//!   `RM_CONTROL`, `RM_DUP_OBJECT`, `RM_SHARE`, and `NV_ESC_IOCTL_XFER_CMD` around any of them.
+//!   `RM_CONTROL`, `RM_DUP_OBJECT`, `RM_SHARE`, `RM_MAP_MEMORY`, `RM_UNMAP_MEMORY`,
+//!   `RM_ALLOC_MEMORY` (`NV01_MEMORY_SYSTEM` only), and `NV_ESC_IOCTL_XFER_CMD` around any of
+//!   them.
+//! - Memory the CPU can see: memory objects are backed by memfds (created when first mapped or
+//!   written); `RM_MAP_MEMORY` checks the range and the target file as the driver does and
+//!   stores an mmap context in the file named by `fd`; a file's
+//!   [`HostFile::mmap_fd`](ioctl_proxy::HostFile::mmap_fd) is a dup of the memfd its context
+//!   names plus the context's offset, so bytes written through a client's mapping are what
+//!   [`SimDriver::memory_read`] returns, and [`SimDriver::memory_write`] shows in the mapping.
+//!   Files from `open_mapping` fail every ioctl with `EACCES`, as the real daemon's
+//!   Landlock-restricted mapping files do (a memfd is not a device, so Landlock itself has
+//!   nothing to restrict here).
 //! - Classes: `NV01_ROOT*` (client handles `0xc1d00000 | n`, or the caller's `hRoot`),
 //!   `NV01_DEVICE_0`, `NV20_SUBDEVICE_0`, `NV01_EVENT` / `NV01_EVENT_OS_EVENT`,
 //!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
@@ -51,9 +62,11 @@
 //!   wrong control param sizes; see the tests for the full list.
 //!
 //! # What is not simulated
-//! UVM (`/dev/nvidia-uvm` opens, every ioctl answers `ENOTTY`); mmap and the memory escapes
-//! (`RM_ALLOC_MEMORY`, `RM_MAP_MEMORY`, `RM_VID_HEAP_CONTROL`, DMA mapping, dma-buf export answer
-//! `NV_ERR_NOT_SUPPORTED` in their status); classes other than clients, device, subdevice,
+//! UVM (`/dev/nvidia-uvm` opens, every ioctl answers `ENOTTY`); the other memory escapes
+//! (`RM_VID_HEAP_CONTROL`, DMA mapping, dma-buf export, `RM_ALLOC_MEMORY` of classes other than
+//! `NV01_MEMORY_SYSTEM` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
+//! subdevice) mappings and the driver's `mmap`-time checks on the VMA (see `memory.rs`);
+//! classes other than clients, device, subdevice,
 //! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` and `FERMI_VASPACE_A`
 //! (`NV_ERR_INVALID_CLASS`); controls other than those in [`control::cmd`]
 //! (`NV_ERR_NOT_SUPPORTED`); NUMA, I2C, registry and event-data escapes (`EINVAL`).
@@ -65,8 +78,10 @@ mod config;
 pub mod control;
 mod driver;
 mod escape;
+mod memory;
 pub mod rm;
 pub mod status;
+mod uvm;
 
 pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
 pub use driver::{SimDriver, SimFile, SimStats};

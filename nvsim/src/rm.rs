@@ -462,6 +462,7 @@ impl State {
                 };
                 if gone {
                     let b = self.blocks.remove(&block).expect("present");
+                    self.mem.block_freed(block);
                     if b.video {
                         let g = &mut self.gpus[b.gpu];
                         g.vidmem_used = g.vidmem_used.saturating_sub(b.bytes);

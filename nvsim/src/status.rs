@@ -43,6 +43,14 @@ pub const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x0000_0057;
 pub const NV_ERR_IN_USE: u32 = 0x0000_0017;
 /// `NV_ERR_ILLEGAL_ACTION`.
 pub const NV_ERR_ILLEGAL_ACTION: u32 = 0x0000_0016;
+/// `NV_ERR_INVALID_BASE`.
+pub const NV_ERR_INVALID_BASE: u32 = 0x0000_0020;
+/// `NV_ERR_INVALID_LIMIT`.
+pub const NV_ERR_INVALID_LIMIT: u32 = 0x0000_002e;
+/// `NV_ERR_OPERATING_SYSTEM`.
+pub const NV_ERR_OPERATING_SYSTEM: u32 = 0x0000_0059;
+/// `NV_ERR_STATE_IN_USE`.
+pub const NV_ERR_STATE_IN_USE: u32 = 0x0000_0063;
 
 /// The name of a status code this crate returns (for messages and `Debug` output).
 pub fn status_name(status: u32) -> &'static str {
@@ -68,6 +76,10 @@ pub fn status_name(status: u32) -> &'static str {
         NV_ERR_OBJECT_NOT_FOUND => "NV_ERR_OBJECT_NOT_FOUND",
         NV_ERR_IN_USE => "NV_ERR_IN_USE",
         NV_ERR_ILLEGAL_ACTION => "NV_ERR_ILLEGAL_ACTION",
+        NV_ERR_INVALID_BASE => "NV_ERR_INVALID_BASE",
+        NV_ERR_INVALID_LIMIT => "NV_ERR_INVALID_LIMIT",
+        NV_ERR_OPERATING_SYSTEM => "NV_ERR_OPERATING_SYSTEM",
+        NV_ERR_STATE_IN_USE => "NV_ERR_STATE_IN_USE",
         _ => "unknown status",
     }
 }
@@ -84,3 +96,5 @@ pub const ENODEV: i32 = 19;
 pub const EBUSY: i32 = 16;
 /// `EBADF`.
 pub const EBADF: i32 = 9;
+/// `EACCES`.
+pub const EACCES: i32 = 13;

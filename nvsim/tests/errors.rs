@@ -218,13 +218,16 @@ fn test_status_code_of_unknown_adapter_is_einval() {
 }
 
 #[test]
-fn test_memory_escapes_answer_not_supported() {
+fn test_memory_escapes_check_their_node() {
     let d = sim(1);
     let s = stack(&d, 0);
     let mut call = esc_call(NV_ESC_RM_MAP_MEMORY, &[0; 56]);
     assert_eq!(s.ctl.ioctl(&mut call).unwrap(), 0);
     let p = nv_ioctl_nvos33_parameters_with_fd::read_from_bytes(&call.params).unwrap();
-    assert_eq!(p.params.status, NV_ERR_NOT_SUPPORTED);
+    assert_eq!(
+        p.params.status, NV_ERR_INVALID_OBJECT,
+        "client 0 is unknown (below the bucket-0 client, before 555)"
+    );
     let mut call = esc_call(NV_ESC_RM_MAP_MEMORY, &[0; 56]);
     assert_eq!(
         errno(s.gpu.ioctl(&mut call)),
@@ -234,7 +237,10 @@ fn test_memory_escapes_answer_not_supported() {
     let mut call = esc_call(NV_ESC_RM_ALLOC_MEMORY, &[0; 56]);
     assert_eq!(s.gpu.ioctl(&mut call).unwrap(), 0);
     let p = nv_ioctl_nvos02_parameters_with_fd::read_from_bytes(&call.params).unwrap();
-    assert_eq!(p.params.status, NV_ERR_NOT_SUPPORTED);
+    assert_eq!(
+        p.params.status, NV_ERR_INVALID_CLASS,
+        "class 0 is no memory class"
+    );
     let mut call = esc_call(NV_ESC_RM_ALLOC_MEMORY, &[0; 56]);
     assert_eq!(errno(s.ctl.ioctl(&mut call)), Some(EINVAL), "GPU node only");
     let mut call = esc_call(NV_ESC_RM_VID_HEAP_CONTROL, &[0; 184]);
