@@ -51,6 +51,14 @@
 //!   Files from `open_mapping` fail every ioctl with `EACCES`, as the real daemon's
 //!   Landlock-restricted mapping files do (a memfd is not a device, so Landlock itself has
 //!   nothing to restrict here).
+//! - UVM (`uvm.rs`): the UVM file model (uninitialised, va_space, mm file) with the driver's
+//!   statuses for `INITIALIZE`, `MM_INITIALIZE`, GPU and GPU-VA-space registration, peers,
+//!   range groups, external ranges and mappings, semaphore pools, dynamic-parallelism regions,
+//!   `FREE`, `VALIDATE_VA_RANGE`, the policy commands and `MIGRATE`. Each va_space is backed by
+//!   a sparse memfd whose offset is the virtual address: `HostFile::mmap_fd` of a UVM file is
+//!   that memfd with offset adjust 0, so a client's `mmap` at VA == offset shares bytes with
+//!   [`SimDriver::uvm_read`] / [`SimDriver::uvm_write`], and such mappings (read from
+//!   `/proc/*/maps`) are the managed ranges `VALIDATE_VA_RANGE` and the policy commands see.
 //! - Classes: `NV01_ROOT*` (client handles `0xc1d00000 | n`, or the caller's `hRoot`),
 //!   `NV01_DEVICE_0`, `NV20_SUBDEVICE_0`, `NV01_EVENT` / `NV01_EVENT_OS_EVENT`,
 //!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
@@ -62,7 +70,9 @@
 //!   wrong control param sizes; see the tests for the full list.
 //!
 //! # What is not simulated
-//! UVM (`/dev/nvidia-uvm` opens, every ioctl answers `ENOTTY`); the other memory escapes
+//! UVM range groups (`SET_RANGE_GROUP`, `MIGRATE_RANGE_GROUP`: `NV_ERR_NOT_SUPPORTED`), HMM and
+//! ATS, UVM channels (no channel class exists) and the UVM commands outside the ABI tables
+//! (`EINVAL`); the other memory escapes
 //! (`RM_VID_HEAP_CONTROL`, DMA mapping, dma-buf export, `RM_ALLOC_MEMORY` of classes other than
 //! `NV01_MEMORY_SYSTEM` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
 //! subdevice) mappings and the driver's `mmap`-time checks on the VMA (see `memory.rs`);

@@ -22,15 +22,19 @@ fn test_open_minor_without_gpu_is_enodev() {
 }
 
 #[test]
-fn test_uvm_opens_but_ioctls_are_enotty() {
+fn test_uvm_command_outside_the_table_is_einval() {
+    // The UVM file model is in tests/uvm.rs; UVM_POPULATE_PAGEABLE (0x47) is a driver
+    // command outside every table, an escape number on it no UVM command at all.
     let d = sim(1);
     let uvm = open(&d, NodeKind::Uvm);
     let mut call = HostCall {
-        cmd: UVM_INITIALIZE,
-        params: vec![0; 16],
+        cmd: 0x47,
+        params: vec![0; 32],
         nested: vec![],
     };
-    assert_eq!(errno(uvm.ioctl(&mut call)), Some(ENOTTY));
+    assert_eq!(errno(uvm.ioctl(&mut call)), Some(EINVAL));
+    let mut call = esc_call(NV_ESC_CARD_INFO, &[0; 72]);
+    assert_eq!(errno(uvm.ioctl(&mut call)), Some(EINVAL));
 }
 
 #[test]
