@@ -10,6 +10,8 @@
 //! [daemon]
 //! memory = "process-vm"          # how client memory is read: "process-vm" or "retry"
 //! audit_dir = "/var/log/nvproxy" # default place of <instance>.jsonl audit logs
+//! allow_unrestricted_mmap_fds = false  # true: without Landlock ABI 5, hand tenants host fds
+//!                                      # for RM mmaps that they can also ioctl (no isolation)
 //!
 //! [[instance]]
 //! name = "job42"                 # [a-z0-9][a-z0-9_-]*, at most 32 characters
@@ -90,6 +92,10 @@ pub struct DaemonSection {
     pub memory: MemoryTransport,
     /// Directory for per-instance audit logs.
     pub audit_dir: Option<PathBuf>,
+    /// Where the kernel cannot deny device ioctls with Landlock (ABI < 5), hand tenants
+    /// unrestricted host driver fds for RM memory mmaps instead of refusing them. Off by
+    /// default: such an fd lets the tenant issue raw driver ioctls around the proxy.
+    pub allow_unrestricted_mmap_fds: bool,
 }
 
 /// One `[[instance]]`.
@@ -271,6 +277,18 @@ mod tests {
         assert_eq!(cfg.driver, DriverKind::Sim);
         assert_eq!(cfg.instances.len(), 2);
         assert_eq!(cfg.instances[0].mode, Mode::Enforce);
+    }
+
+    #[test]
+    fn test_unrestricted_mmap_fds_is_an_explicit_opt_in() {
+        assert!(
+            !Config::parse("")
+                .unwrap()
+                .daemon
+                .allow_unrestricted_mmap_fds
+        );
+        let cfg = Config::parse("[daemon]\nallow_unrestricted_mmap_fds = true\n").unwrap();
+        assert!(cfg.daemon.allow_unrestricted_mmap_fds);
     }
 
     #[test]

@@ -100,9 +100,9 @@ pub fn run_checks() -> Vec<Check> {
         Ok(v) => check(
             "landlock",
             false,
-            format!("ABI {v}: LANDLOCK_ACCESS_FS_IOCTL_DEV needs ABI 5 (Linux 6.10); the RM mmap path will be refused"),
+            format!("ABI {v}: LANDLOCK_ACCESS_FS_IOCTL_DEV needs ABI 5 (Linux 6.10); the RM mmap path will be refused (unless [daemon] allow_unrestricted_mmap_fds)"),
         ),
-        Err(e) => check("landlock", false, format!("unavailable ({e}); the RM mmap path will be refused")),
+        Err(e) => check("landlock", false, format!("unavailable ({e}); the RM mmap path will be refused (unless [daemon] allow_unrestricted_mmap_fds)")),
     });
 
     // CUSE has no mmap: clients map through the shim, or get ENODEV.

@@ -38,12 +38,30 @@ pub struct Driver {
 }
 
 /// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
-pub fn make_driver(kind: DriverKind, gpus: u32, version: &str) -> Result<Driver> {
+/// `unrestricted_mmap_fds`: the admin's opt-in to hand tenants unrestricted host fds for RM
+/// mmaps where Landlock cannot deny their device ioctls (host driver only).
+pub fn make_driver(
+    kind: DriverKind,
+    gpus: u32,
+    version: &str,
+    unrestricted_mmap_fds: bool,
+) -> Result<Driver> {
     match kind {
         DriverKind::Host => {
-            let d = RealHostDriver::new().context(
-                "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
-            )?;
+            let d = RealHostDriver::new()
+                .context(
+                    "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
+                )?
+                .with_unrestricted_mapping_fds(unrestricted_mmap_fds);
+            if !unrestricted_mmap_fds && !ioctl_proxy::restricted::ioctl_dev_restriction_available()
+            {
+                tracing::warn!(
+                    "Landlock cannot deny device ioctls on this kernel (needs ABI 5, Linux \
+                     6.10): RM memory mmaps (NV_ESC_RM_MAP_MEMORY) will be refused; \
+                     `nvproxy doctor` reports the ABI, [daemon] allow_unrestricted_mmap_fds \
+                     accepts the risk"
+                );
+            }
             Ok(Driver {
                 host: Arc::new(d),
                 sim: None,
@@ -205,6 +223,10 @@ pub struct ExecArgs {
     /// objects or files after the command ended.
     #[arg(long)]
     pub check_leaks: bool,
+    /// With --driver host on a kernel without Landlock ABI 5: hand the command unrestricted
+    /// host driver fds for RM memory mmaps (it could then issue raw driver ioctls on them).
+    #[arg(long)]
+    pub allow_unrestricted_mmap_fds: bool,
     #[command(flatten)]
     pub shim: ShimArgs,
     /// The command and its arguments.
@@ -237,7 +259,12 @@ impl ShimArgs {
 
 /// `nvproxy exec`: one instance around one command.
 pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
-    let driver = make_driver(args.driver, args.sim_gpus, &args.sim_driver_version)?;
+    let driver = make_driver(
+        args.driver,
+        args.sim_gpus,
+        &args.sim_driver_version,
+        args.allow_unrestricted_mmap_fds,
+    )?;
     let gpus = match (&args.gpus, args.driver) {
         (Some(g), _) => g.clone(),
         (None, DriverKind::Sim) => (0..args.sim_gpus).collect(),
@@ -301,7 +328,12 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let cfg = config::Config::load(&args.config)?;
     sys::block_termination_signals().context("blocking signals")?;
     let kind = args.driver.unwrap_or(cfg.driver);
-    let driver = make_driver(kind, cfg.sim.gpus, &cfg.sim.driver_version)?;
+    let driver = make_driver(
+        kind,
+        cfg.sim.gpus,
+        &cfg.sim.driver_version,
+        cfg.daemon.allow_unrestricted_mmap_fds,
+    )?;
     let mut running = Vec::new();
     for inst in &cfg.instances {
         let audit = inst.audit_path(&cfg.daemon);
