@@ -392,6 +392,39 @@ fn test_exec_init_process_vm_transport_passes() {
     eprintln!("process-vm transport: {:?}", ran.elapsed);
 }
 
+/// `init` on the second of two simulated GPUs, client and simulated driver both at `version`.
+fn init_second_gpu_at(version: &str) {
+    let ran = exec(
+        &[
+            "--driver",
+            "sim",
+            "--sim-gpus",
+            "2",
+            "--gpus",
+            "1",
+            "--sim-driver-version",
+            version,
+            "--check-leaks",
+        ],
+        &["--driver-version", version, "init", "--expect-gpus", "1"],
+    );
+    ran.assert_success();
+    assert_eq!(ran.summary()["build_version"], version);
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_init_at_570_passes() {
+    init_second_gpu_at("570.211.01");
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_init_at_580_with_gpu_flags_in_probed_ids_passes() {
+    // 580 adds gpuFlags to GPU_GET_PROBED_IDS (384 bytes); the proxy filters it with the ids.
+    init_second_gpu_at("580.142");
+}
+
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_exec_second_of_two_sim_gpus_is_the_tenants_nvidia0() {
