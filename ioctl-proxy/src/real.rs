@@ -323,6 +323,53 @@ mod tests {
         assert_eq!(parse_version("580.142\n").unwrap().to_string(), "580.142");
     }
 
+    /// A directory with a regular file named `nvidiactl` standing for the node.
+    fn fake_dev_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nvproxy-real-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("nvidiactl"), [0u8; 4096]).unwrap();
+        dir
+    }
+
+    #[test]
+    fn test_plain_host_files_are_never_handed_out_for_mmap() {
+        let dir = fake_dev_dir("plain");
+        let drv = RealHostDriver::with_dev_dir(&dir, "535.261.03".parse().unwrap());
+        let f = drv.open(NodeKind::Ctl).unwrap();
+        assert_eq!(f.mmap_fd().unwrap_err().raw_os_error(), Some(libc::ENODEV));
+    }
+
+    #[test]
+    fn test_mapping_file_is_restricted_or_refused_with_the_opt_in_named() {
+        let dir = fake_dev_dir("mapping");
+        let drv = RealHostDriver::with_dev_dir(&dir, "535.261.03".parse().unwrap());
+        match drv.open_mapping(NodeKind::Ctl) {
+            Ok(f) => {
+                assert!(crate::restricted::ioctl_dev_restriction_available());
+                let (fd, adjust) = f.mmap_fd().unwrap();
+                assert_ne!(fd.as_raw_fd(), f.id());
+                assert_eq!(adjust, 0);
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+                assert!(e.to_string().contains("allow_unrestricted_mmap_fds"), "{e}");
+            }
+        }
+        assert_eq!(
+            drv.open_mapping(NodeKind::Uvm).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn test_unrestricted_opt_in_always_opens_a_mapping_file() {
+        let dir = fake_dev_dir("optin");
+        let drv = RealHostDriver::with_dev_dir(&dir, "535.261.03".parse().unwrap())
+            .with_unrestricted_mapping_fds(true);
+        let f = drv.open_mapping(NodeKind::Ctl).unwrap();
+        assert!(f.mmap_fd().is_ok());
+    }
+
     #[test]
     fn test_open_missing_node_fails() {
         let drv = RealHostDriver::with_dev_dir("/nonexistent", "535.261.03".parse().unwrap());
