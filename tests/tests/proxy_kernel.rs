@@ -806,3 +806,26 @@ fn test_serve_killed_client_leaves_no_leak_at_sigterm() {
     }
     stop(daemon);
 }
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_register_fd_naming_another_instances_ctl_fails_ebadf() {
+    let (daemon, _dir) = serve_two_instances();
+    // A host process that can open both instances' nodes (their paths under /dev/nvproxy).
+    let mut c = Command::new(CLIENT);
+    c.args([
+        "--dev-dir",
+        "/dev/nvproxy/a",
+        "cross-instance-fd",
+        "--other",
+        "/dev/nvproxy/b/nvidiactl",
+    ]);
+    let mut p = Proc::spawn("client", &mut c, false);
+    let status = p.wait(EXEC_TIMEOUT);
+    assert!(
+        status.success(),
+        "cross-instance-fd: {status:?}\n{}",
+        p.transcript()
+    );
+    stop(daemon);
+}

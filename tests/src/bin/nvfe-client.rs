@@ -124,6 +124,16 @@ enum Scenario {
         #[arg(long, default_value = "EINVAL")]
         expect_non_ctl: String,
     },
+    /// REGISTER_FD on this instance's nvidia0 naming an open nvidiactl of *another* instance
+    /// (both paths given, e.g. /dev/nvproxy/b/nvidiactl from a host process): the proxy's fd
+    /// resolution accepts only this instance's nodes (EBADF).
+    CrossInstanceFd {
+        /// The other instance's nvidiactl.
+        #[arg(long)]
+        other: PathBuf,
+        #[arg(long, default_value = "EBADF")]
+        expect: String,
+    },
     /// Frees an object twice (driver, RS_COMPATABILITY_MODE: the second free is NV_OK) and the
     /// root client twice (the proxy's object table: NV_ERR_INVALID_CLIENT).
     DoubleFree {
@@ -519,6 +529,33 @@ fn run_non_nvproxy_fd(cli: &Cli, expect: &str, expect_non_ctl: &str) -> Result<E
     Ok(c.finish(json!({})))
 }
 
+fn run_cross_instance_fd(cli: &Cli, other: &Path, expect: &str) -> Result<ExitCode, Error> {
+    let want = expectation(expect)?;
+    let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
+    let dev = open_gpu0(&s)?;
+    let foreign = open_node(other)?;
+    let mut c = Checks::new("cross-instance-fd");
+    let got = errno_outcome(s.fe.register_fd(&dev, foreign.as_raw_fd()));
+    c.record(
+        format!(
+            "NV_ESC_REGISTER_FD on {} naming {} (fd {})",
+            s.dev_dir.join("nvidia0").display(),
+            other.display(),
+            foreign.as_raw_fd()
+        ),
+        got,
+        want,
+    );
+    let ctl_fd = s.ctl.as_raw_fd();
+    let after = errno_outcome(s.fe.register_fd(&dev, ctl_fd));
+    c.record(
+        "NV_ESC_REGISTER_FD on the same nvidia0 with our own nvidiactl afterwards",
+        after,
+        Outcome::Ok,
+    );
+    Ok(c.finish(json!({})))
+}
+
 fn run_double_free(cli: &Cli, expect_object: &str, expect_client: &str) -> Result<ExitCode, Error> {
     let (want_obj, want_client) = (expectation(expect_object)?, expectation(expect_client)?);
     let mut s = session_with_device(cli)?;
@@ -872,6 +909,7 @@ fn main() -> ExitCode {
             expect,
             expect_non_ctl,
         } => run_non_nvproxy_fd(&cli, expect, expect_non_ctl),
+        Scenario::CrossInstanceFd { other, expect } => run_cross_instance_fd(&cli, other, expect),
         Scenario::DoubleFree {
             expect_object,
             expect_client,
@@ -915,6 +953,7 @@ fn scenario_name(s: &Scenario) -> &'static str {
         Scenario::ParamsSizeTooLarge { .. } => "params-size-too-large",
         Scenario::ForeignFd { .. } => "foreign-fd",
         Scenario::NonNvproxyFd { .. } => "non-nvproxy-fd",
+        Scenario::CrossInstanceFd { .. } => "cross-instance-fd",
         Scenario::DoubleFree { .. } => "double-free",
         Scenario::GpuOutsideSet { .. } => "gpu-outside-set",
         Scenario::NumaInfo { .. } => "numa-info",
