@@ -248,12 +248,21 @@ pub struct ShimArgs {
 }
 
 impl ShimArgs {
-    /// The shim to inject, or None with --no-preload; an error when it is missing.
+    /// The shim to inject, or None with --no-preload. A missing `--preload PATH` is an error; a
+    /// missing default shim is a warning (the command runs, and its mmaps of the nodes fail
+    /// with ENODEV), so that a build of the daemon alone still runs everything but mmap.
     fn resolve(&self) -> Result<Option<PathBuf>> {
         if self.no_preload {
             return Ok(None);
         }
-        mmap::shim_path(self.preload.as_deref()).map(Some)
+        match (&self.preload, mmap::shim_path(self.preload.as_deref())) {
+            (_, Ok(p)) => Ok(Some(p)),
+            (Some(_), Err(e)) => Err(e),
+            (None, Err(e)) => {
+                tracing::warn!("{e:#}; running the command without it");
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration and VM test suites.
 
+pub mod mmapc;
 pub mod nvfe;
 
 /// The ioctl interface of the `cuse-example` device (`src/bin/cuse-example.rs`), shared with

@@ -1,0 +1,238 @@
+//! Helpers of the mmap test client and benchmark (`src/bin/mmap-client.rs`,
+//! `src/bin/mmap-bench.rs`): raw `mmap`, nvproxy's private ioctls, and the mmap socket spoken by
+//! hand (to play a hostile client). The crate's other `unsafe` code is in `nvfe::sys`.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use nix::sys::socket::{self, MsgFlags};
+use nvproxy_preload_proto::{
+    MmapReply, MmapRequest, MmapTicketArgs, NVPROXY_IOC_HELLO, NVPROXY_IOC_MMAP_TICKET,
+};
+
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// A mapping made with `mmap(2)` (through whatever `mmap` the process links: the shim when it
+/// is preloaded), unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    addr: usize,
+    len: usize,
+}
+
+impl Mapping {
+    /// `mmap(addr, len, prot, flags, fd, offset)`; the errno on failure. A `MAP_FIXED` at an
+    /// address that is not the caller's own reservation is refused with a panic: it would
+    /// replace memory this program uses.
+    pub fn map(
+        addr: usize,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        fd: RawFd,
+        offset: i64,
+    ) -> Result<Mapping, i32> {
+        // SAFETY: without MAP_FIXED the kernel picks free addresses (a hint is only a hint);
+        // with MAP_FIXED the callers of this test helper pass only addresses inside a
+        // reservation they made with `Mapping::reserve` and keep alive, so nothing else is
+        // replaced.
+        let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot, flags, fd, offset) };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(Mapping {
+            addr: p as usize,
+            len,
+        })
+    }
+
+    /// An anonymous `PROT_NONE` reservation of `len` bytes (the `cudaMallocManaged` pattern
+    /// maps over it with `MAP_FIXED`).
+    pub fn reserve(len: usize) -> Result<Mapping, i32> {
+        Self::map(
+            0,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    }
+
+    /// The mapping's address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: mmap refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads `buf.len()` bytes at `offset` (volatile: another mapping of the same memory may
+    /// have written them).
+    pub fn read(&self, offset: usize, buf: &mut [u8]) {
+        assert!(offset + buf.len() <= self.len, "read past the mapping");
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: inside the mapping (checked above), which stays mapped while `self`
+            // lives; the caller mapped it readable.
+            *b = unsafe { std::ptr::read_volatile((self.addr + offset + i) as *const u8) };
+        }
+    }
+
+    /// Writes `data` at `offset` (volatile).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset + data.len() <= self.len, "write past the mapping");
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: inside the mapping, which stays mapped while `self` lives; the caller
+            // mapped it writable. Volatile: the memory is shared with other mappings.
+            unsafe { std::ptr::write_volatile((self.addr + offset + i) as *mut u8, b) };
+        }
+    }
+
+    /// Gives up ownership without unmapping (when a `MAP_FIXED` mapping replaced part of a
+    /// reservation that will be unmapped as a whole).
+    pub fn leak(self) -> usize {
+        let a = self.addr;
+        std::mem::forget(self);
+        a
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `addr..addr+len` is this mapping, made by `map` and owned by `self`.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// `ioctl(fd, NVPROXY_IOC_HELLO, 0)`.
+pub fn hello(fd: &impl AsRawFd) -> Result<i32, i32> {
+    // SAFETY: a by-value ioctl (0 is not a pointer), sent only to our own nodes by the tests.
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            NVPROXY_IOC_HELLO as libc::Ioctl,
+            0 as libc::c_ulong,
+        )
+    };
+    if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// A by-value ioctl `cmd` with argument `arg` on one of our nodes (e.g. the daemon's identify
+/// ioctl, which clients must be refused).
+pub fn ioctl_value(fd: &impl AsRawFd, cmd: u32, arg: u64) -> Result<i32, i32> {
+    // SAFETY: a by-value ioctl sent only to our own nodes, which read no memory at `arg` for
+    // these commands.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, arg as libc::c_ulong) };
+    if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// `ioctl(fd, NVPROXY_IOC_MMAP_TICKET, args)`: the ticket.
+pub fn ticket(fd: &impl AsRawFd, args: &mut MmapTicketArgs) -> Result<u64, i32> {
+    let p: *mut MmapTicketArgs = args;
+    // SAFETY: `p` is an exclusive, live MmapTicketArgs (repr(C), 40 bytes), the argument the
+    // ioctl is defined with.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), NVPROXY_IOC_MMAP_TICKET as libc::Ioctl, p) };
+    if r < 0 {
+        return Err(errno());
+    }
+    Ok(args.ticket)
+}
+
+/// A ticket for a 4 KiB shared read/write mapping at offset 0.
+pub fn simple_ticket(fd: &impl AsRawFd) -> Result<u64, i32> {
+    ticket(
+        fd,
+        &mut MmapTicketArgs {
+            len: 4096,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            flags: libc::MAP_SHARED,
+            ..Default::default()
+        },
+    )
+}
+
+/// What the daemon answered to a redemption.
+#[derive(Debug)]
+pub enum Answer {
+    /// A reply, with the fd when its errno is 0.
+    Reply(MmapReply, Option<OwnedFd>),
+    /// The daemon closed the connection without a word (refused).
+    Nothing,
+}
+
+/// Connects to the mmap socket at `path` and presents `ticket`, as the shim does.
+pub fn redeem(path: &Path, ticket: u64) -> io::Result<Answer> {
+    let s = socket::socket(
+        socket::AddressFamily::Unix,
+        socket::SockType::SeqPacket,
+        socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    socket::connect(s.as_raw_fd(), &socket::UnixAddr::new(path)?)?;
+    socket::send(
+        s.as_raw_fd(),
+        &MmapRequest { ticket }.encode(),
+        MsgFlags::empty(),
+    )?;
+    let mut buf = [0u8; 64];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let msg = socket::recvmsg::<()>(
+        s.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let n = msg.bytes;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let socket::ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel installed these fds in our table for this message alone;
+            // nothing else owns them.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    if n == 0 {
+        if !fds.is_empty() {
+            return Err(io::Error::other("fds without a reply"));
+        }
+        return Ok(Answer::Nothing);
+    }
+    let reply = MmapReply::decode(&buf[..n]).ok_or_else(|| io::Error::other("malformed reply"))?;
+    if fds.len() > 1 || (reply.errno == 0) != (fds.len() == 1) {
+        return Err(io::Error::other(format!(
+            "reply errno {} with {} fds",
+            reply.errno,
+            fds.len()
+        )));
+    }
+    Ok(Answer::Reply(reply, fds.pop()))
+}
+
+/// Whether this process has the shim mapped.
+pub fn shim_loaded() -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|m| m.contains("/libnvproxy_preload.so"))
+        .unwrap_or(false)
+}
+
+/// `memfd_create` of `len` bytes.
+pub fn memfd(len: u64) -> io::Result<OwnedFd> {
+    let fd =
+        nix::sys::memfd::memfd_create(c"mmap-test", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
+    let f = std::fs::File::from(fd);
+    f.set_len(len)?;
+    Ok(f.into())
+}
