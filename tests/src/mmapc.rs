@@ -7,9 +7,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use nix::sys::socket::{self, MsgFlags};
+use nvproxy_abi::ioctl::{NV_ESC_RM_MAP_MEMORY, NV_ESC_RM_UNMAP_MEMORY};
+use nvproxy_abi::structs::{
+    NV_MEMORY_ALLOCATION_PARAMS, NVOS34_PARAMETERS, nv_ioctl_nvos33_parameters_with_fd,
+};
 use nvproxy_preload_proto::{
     MmapReply, MmapRequest, MmapTicketArgs, NVPROXY_IOC_HELLO, NVPROXY_IOC_MMAP_TICKET,
 };
+
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::nvfe::Session;
+use crate::nvfe::status::NV_OK;
 
 fn errno() -> i32 {
     io::Error::last_os_error()
@@ -235,4 +244,106 @@ pub fn memfd(len: u64) -> io::Result<OwnedFd> {
     let f = std::fs::File::from(fd);
     f.set_len(len)?;
     Ok(f.into())
+}
+
+/// An `NV01_MEMORY_SYSTEM` object of a CUDA-like session on `/dev/nvidiactl` (GPU 0's device),
+/// to map with `NV_ESC_RM_MAP_MEMORY` and then `mmap`.
+pub struct RmMemory {
+    s: Session,
+    h_device: u32,
+    len: u64,
+}
+
+/// The memory object's handle.
+const H_MEMORY: u32 = 0xcafe_7000;
+
+fn nv(e: crate::nvfe::Error) -> String {
+    e.to_string()
+}
+
+impl RmMemory {
+    /// Opens a session speaking `version`, attaches GPU 0, allocates its device and `len` bytes
+    /// of system memory.
+    pub fn new(version: &str, len: u64) -> Result<RmMemory, String> {
+        let mut s = Session::open(version, Path::new("/dev")).map_err(nv)?;
+        s.probe().map_err(nv)?;
+        s.open_gpus().map_err(nv)?;
+        s.attach().map_err(nv)?;
+        s.alloc_device(0).map_err(nv)?;
+        let (h, hd) = (s.h_client, s.gpus[0].h_device);
+        let class = s.fe.class("NV01_MEMORY_SYSTEM").map_err(nv)?;
+        let size = s.fe.abi().classes[&class].param_size as usize;
+        let mut mp = NV_MEMORY_ALLOCATION_PARAMS::new_zeroed();
+        mp.size = len;
+        let mut params = mp.as_bytes().to_vec();
+        params.resize(size, 0);
+        let ctl = s.ctl.try_clone().map_err(|e| e.to_string())?;
+        s.fe.rm_alloc(&ctl, h, hd, H_MEMORY, class, Some(params))
+            .map_err(nv)?;
+        Ok(RmMemory {
+            s,
+            h_device: hd,
+            len,
+        })
+    }
+
+    /// `NV_ESC_RM_MAP_MEMORY` of the whole object with the mmap context on the file `fd` (an
+    /// nvidiactl open); the address cookie for [`RmMemory::unmap`].
+    pub fn map_onto(&mut self, fd: RawFd) -> Result<u64, String> {
+        let mut p = nv_ioctl_nvos33_parameters_with_fd::new_zeroed();
+        p.params.hClient = self.s.h_client;
+        p.params.hDevice = self.h_device;
+        p.params.hMemory = H_MEMORY;
+        p.params.length = self.len;
+        p.fd = fd;
+        let ctl = self.s.ctl.try_clone().map_err(|e| e.to_string())?;
+        self.s
+            .fe
+            .escape(&ctl, NV_ESC_RM_MAP_MEMORY, &mut p)
+            .map_err(|e| format!("RM_MAP_MEMORY: errno {e}"))?;
+        if p.params.status != NV_OK {
+            return Err(format!("RM_MAP_MEMORY: status {:#x}", p.params.status));
+        }
+        Ok(p.params.pLinearAddress)
+    }
+
+    /// `NV_ESC_RM_UNMAP_MEMORY` of a mapping made by [`RmMemory::map_onto`].
+    pub fn unmap(&mut self, address: u64) -> Result<(), String> {
+        let mut p = NVOS34_PARAMETERS::new_zeroed();
+        p.hClient = self.s.h_client;
+        p.hDevice = self.h_device;
+        p.hMemory = H_MEMORY;
+        p.pLinearAddress = address;
+        let ctl = self.s.ctl.try_clone().map_err(|e| e.to_string())?;
+        self.s
+            .fe
+            .escape(&ctl, NV_ESC_RM_UNMAP_MEMORY, &mut p)
+            .map_err(|e| format!("RM_UNMAP_MEMORY: errno {e}"))?;
+        if p.status != NV_OK {
+            return Err(format!("RM_UNMAP_MEMORY: status {:#x}", p.status));
+        }
+        Ok(())
+    }
+
+    /// Frees the memory and the session's objects.
+    pub fn close(mut self) -> Result<(), String> {
+        let (h, hd) = (self.s.h_client, self.h_device);
+        let ctl = self.s.ctl.try_clone().map_err(|e| e.to_string())?;
+        self.s.fe.rm_free(&ctl, h, hd, H_MEMORY).map_err(nv)?;
+        self.s.teardown().map_err(nv)
+    }
+}
+
+/// `mmap` + `munmap` of `len` bytes of `fd` with the raw syscalls, bypassing any interposed
+/// `mmap` (the benchmark's floor).
+pub fn raw_map_unmap(len: usize, prot: i32, flags: i32, fd: RawFd) -> Result<(), i32> {
+    // SAFETY: no MAP_FIXED and address 0: the kernel picks a free range, so nothing is
+    // replaced; the mapping is unmapped right below and never touched.
+    let p = unsafe { libc::syscall(libc::SYS_mmap, 0usize, len, prot, flags, fd, 0i64) };
+    if p == -1 {
+        return Err(errno());
+    }
+    // SAFETY: `p..p+len` is the mapping just made, owned by nobody else.
+    unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    Ok(())
 }

@@ -445,3 +445,20 @@ fn test_served_instance_through_run_maps_through_the_shim() {
     );
     stop(daemon);
 }
+
+// ---- data through the mapping ----------------------------------------------------------------
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_rm_memory_mapped_through_the_shim_is_shared_both_ways() {
+    // NV01_MEMORY_SYSTEM mapped (RM_MAP_MEMORY) onto two nvidiactl files and mmapped through
+    // the shim from both: bytes written through one mapping are read through the other. With
+    // the simulated driver the handed-over fd is a memfd (a device ioctl on it: ENOTTY); on a
+    // GPU host it is a Landlock'd open of the node, where the same check must give EACCES.
+    let p = exec_client(
+        "warn",
+        &["--check-leaks"],
+        &["rm-map", "--expect-fd-ioctl", "ENOTTY"],
+    );
+    assert_eq!(p.summary()["shim_loaded"], true);
+}

@@ -20,6 +20,10 @@
 //!   instance's, and a reply at S, our own);
 //! - `redeem --ticket T --expect nothing|reply`: presents T (the child of `wrong-peer`);
 //! - `socket-info`: the inode of `/run/nvproxy/mmap.sock` and the entries of `/run/nvproxy`.
+//! - `rm-map --expect-fd-ioctl ERRNO`: a CUDA-like session allocates `NV01_MEMORY_SYSTEM`, maps
+//!   it with `NV_ESC_RM_MAP_MEMORY` onto two nvidiactl files, `mmap()`s both through the shim
+//!   and checks that bytes written through one mapping are read through the other, both ways;
+//!   then takes the host fd by hand and checks a device ioctl on it fails with ERRNO; frees all.
 //!
 //! Output: one JSON line (`scenario`, `ok`, details). Exit status 0 when every check passed, 1
 //! otherwise, 2 on usage errors.
@@ -32,9 +36,10 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use nvproxy_abi::ioctl::NV_ESC_CHECK_VERSION_STR;
 use nvproxy_preload_proto::{DEFAULT_SOCKET_PATH, NVPROXY_HELLO_MAGIC, NVPROXY_IOC_IDENTIFY};
 use serde_json::{Value, json};
-use tests::mmapc::{self, Answer, Mapping};
+use tests::mmapc::{self, Answer, Mapping, RmMemory};
 
 #[derive(Parser)]
 #[command(name = "mmap-client")]
@@ -137,6 +142,17 @@ enum Scenario {
     },
     /// Which socket this namespace shows.
     SocketInfo,
+    /// RM system memory mapped through the shim twice (two RM_MAP_MEMORY contexts), bytes
+    /// visible both ways; the handed-over fd refuses a device ioctl.
+    RmMap {
+        /// The driver version to speak.
+        #[arg(long, default_value = "535.261.03")]
+        driver_version: String,
+        /// What a device ioctl on the handed-over fd gives: EACCES on the real driver (a
+        /// Landlock'd open), ENOTTY with the simulated one (the fd is a memfd).
+        #[arg(long)]
+        expect_fd_ioctl: String,
+    },
 }
 
 fn errno_name(e: i32) -> String {
@@ -350,6 +366,10 @@ fn run(s: Scenario) -> Result<Value, String> {
             };
             json!({"scenario": "redeem", "ok": ok, "answer": answer_json(&a)})
         }
+        Scenario::RmMap {
+            driver_version,
+            expect_fd_ioctl,
+        } => rm_map(&driver_version, &expect_fd_ioctl)?,
         Scenario::SocketInfo => {
             let m = std::fs::metadata(DEFAULT_SOCKET_PATH)
                 .map_err(|e| format!("{DEFAULT_SOCKET_PATH}: {e}"))?;
@@ -365,6 +385,52 @@ fn run(s: Scenario) -> Result<Value, String> {
                    "entries": entries})
         }
     })
+}
+
+fn rm_map(version: &str, expect_fd_ioctl: &str) -> Result<Value, String> {
+    let len = 2 * 4096;
+    let mut rm = RmMemory::new(version, len as u64)?;
+    // Two mapping files, each with its own mmap context on the same memory.
+    let a = open_node(Path::new("/dev/nvidiactl"), false)?;
+    let b = open_node(Path::new("/dev/nvidiactl"), false)?;
+    let addr_a = rm.map_onto(a.as_raw_fd())?;
+    let addr_b = rm.map_onto(b.as_raw_fd())?;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let map = |f: &File| {
+        Mapping::map(0, len, rw, libc::MAP_SHARED, f.as_raw_fd(), 0)
+            .map_err(|e| format!("mmap: {}", errno_name(e)))
+    };
+    let (ma, mb) = (map(&a)?, map(&b)?);
+    ma.write(0, b"written through A");
+    mb.write(4096, b"written through B");
+    let mut seen_b = [0u8; 17];
+    let mut seen_a = [0u8; 17];
+    mb.read(0, &mut seen_b);
+    ma.read(4096, &mut seen_a);
+    let both_ways = &seen_b == b"written through A" && &seen_a == b"written through B";
+    drop((ma, mb));
+
+    // The fd the shim receives, taken by hand: a device ioctl on it must not reach the driver.
+    let t = mmapc::simple_ticket(&a).map_err(|e| format!("ticket: {}", errno_name(e)))?;
+    let host_ioctl = match mmapc::redeem(Path::new(DEFAULT_SOCKET_PATH), t) {
+        Ok(Answer::Reply(r, Some(fd))) if r.errno == 0 => {
+            let cmd = nvproxy_abi::ioctl::nv_iowr(NV_ESC_CHECK_VERSION_STR, 72);
+            match mmapc::ioctl_value(&fd, cmd, 0) {
+                Ok(r) => format!("ok {r}"),
+                Err(e) => errno_name(e),
+            }
+        }
+        other => format!("no fd: {}", answer_json(&other)),
+    };
+
+    rm.unmap(addr_a)?;
+    rm.unmap(addr_b)?;
+    rm.close()?;
+    Ok(
+        json!({"scenario": "rm-map", "ok": both_ways && host_ioctl == expect_fd_ioctl,
+              "both_ways": both_ways, "host_fd_ioctl": host_ioctl,
+              "expect_fd_ioctl": expect_fd_ioctl, "shim_loaded": mmapc::shim_loaded()}),
+    )
 }
 
 fn main() -> ExitCode {
