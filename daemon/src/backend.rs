@@ -9,6 +9,8 @@ use ioctl_proxy::{
     Caller, ClientMemory, FdError, FdResolver, FrontendNode, OpenId, OwnerId, Proxy, ProxyError,
 };
 
+use uvm::UvmProxy;
+
 use crate::device::{Backend, FdLookup, NodeRef};
 
 /// One instance's proxy behind its nodes.
@@ -71,6 +73,7 @@ impl Backend for ProxyBackend {
         let node = match node {
             NodeRef::Ctl => FrontendNode::Ctl,
             NodeRef::Gpu(i) => FrontendNode::Gpu(i),
+            NodeRef::Uvm => return Err(Errno::ENODEV), // served by UvmBackend
         };
         let id = self.proxy.open(node).map_err(|e| {
             tracing::warn!(%node, error = %e, "open failed");
@@ -109,6 +112,72 @@ impl Backend for ProxyBackend {
             tid,
         };
         self.proxy
+            .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
+            .map_err(|e| errno_of(&e))
+    }
+}
+
+/// One instance's `/dev/nvidia-uvm` request path (`uvm::UvmProxy`) as the node's backend.
+/// Its opens take ids from the frontend proxy's id space, so the fd resolution the nodes share
+/// names exactly one open of one node.
+pub struct UvmBackend {
+    uvm: Arc<UvmProxy>,
+    /// The frontend's backend, for its thread-group cache.
+    frontend: Arc<ProxyBackend>,
+}
+
+impl UvmBackend {
+    /// Serves `uvm`.
+    pub fn new(uvm: Arc<UvmProxy>, frontend: Arc<ProxyBackend>) -> Self {
+        UvmBackend { uvm, frontend }
+    }
+}
+
+impl Backend for UvmBackend {
+    fn open(&self, node: NodeRef, _pid: u32) -> Result<u64, Errno> {
+        if node != NodeRef::Uvm {
+            return Err(Errno::ENODEV);
+        }
+        let id = self.uvm.open().map_err(|e| {
+            tracing::warn!(error = %e, "uvm open failed");
+            errno_of(&e)
+        })?;
+        if id.0 > i32::MAX as u64 {
+            self.uvm.release(id);
+            return Err(Errno::from_i32(libc::EMFILE));
+        }
+        Ok(id.0)
+    }
+
+    fn release(&self, open: u64) {
+        self.uvm.release(OwnerId(open));
+    }
+
+    /// The host UVM file's mmap fd (offset == VA, adjust 0), unless the instance's
+    /// `uvm_mmap` is off: `ENODEV`.
+    fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
+        self.uvm
+            .mmap_fd(&Caller::default(), OwnerId(open))
+            .map_err(|e| {
+                tracing::debug!(open, error = %e, "no uvm mapping fd");
+                Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+            })
+    }
+
+    fn ioctl(
+        &self,
+        open: u64,
+        tid: u32,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: FdLookup<'_>,
+    ) -> Result<i32, Errno> {
+        let caller = Caller {
+            pid: self.frontend.tgid(tid),
+            tid,
+        };
+        self.uvm
             .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
             .map_err(|e| errno_of(&e))
     }

@@ -117,6 +117,15 @@ pub struct InstanceConfig {
     pub allow: Vec<String>,
     /// Audit log path (JSON lines).
     pub audit_log: Option<PathBuf>,
+    /// Whether clients may mmap `/dev/nvidia-uvm` (default true). The mapping hands the tenant
+    /// the instance's host UVM fd, on which it can issue raw UVM ioctls on its own va_space
+    /// (ARCHITECTURE.md, "UVM"); false turns the path off (mmap fails with ENODEV).
+    #[serde(default = "default_true")]
+    pub uvm_mmap: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_caps() -> Vec<String> {

@@ -26,6 +26,8 @@ pub enum NodeRef {
     Ctl,
     /// `/dev/nvidia<index>` (tenant numbering).
     Gpu(u32),
+    /// `/dev/nvidia-uvm`.
+    Uvm,
 }
 
 impl NodeRef {
@@ -34,6 +36,7 @@ impl NodeRef {
         match self {
             NodeRef::Ctl => "nvidiactl".to_owned(),
             NodeRef::Gpu(i) => format!("nvidia{i}"),
+            NodeRef::Uvm => "nvidia-uvm".to_owned(),
         }
     }
 }

@@ -40,17 +40,21 @@ pub fn node_path(instance: &str, node: NodeRef) -> PathBuf {
 
 impl InstanceNodes {
     /// Registers `nvidiactl` and `nvidia0..gpus-1` for `instance`, serving them with
-    /// `backend`, and checks each node answers our identify ioctl.
+    /// `backend`, and `nvidia-uvm` served by `uvm` (if given), and checks each node answers
+    /// our identify ioctl.
     pub fn start(
         instance: &str,
         gpus: u32,
         backend: Arc<dyn Backend>,
+        uvm: Option<Arc<dyn Backend>>,
         fdid: Arc<FdIdentity>,
         transport: MemoryTransport,
         mmap: Arc<InstanceMmap>,
     ) -> Result<InstanceNodes> {
         let mut this = InstanceNodes { nodes: Vec::new() };
-        let wanted = std::iter::once(NodeRef::Ctl).chain((0..gpus).map(NodeRef::Gpu));
+        let wanted = std::iter::once(NodeRef::Ctl)
+            .chain((0..gpus).map(NodeRef::Gpu))
+            .chain(uvm.is_some().then_some(NodeRef::Uvm));
         for (index, node) in wanted.enumerate() {
             let path = node_path(instance, node);
             let devname = format!("nvproxy/{instance}/{}", node.dev_name());
@@ -61,9 +65,13 @@ impl InstanceNodes {
                 format!("opening /dev/cuse for {devname} (modprobe cuse? root?)")
             })?;
             let control = session.control();
+            let node_backend = match (node, &uvm) {
+                (NodeRef::Uvm, Some(u)) => u.clone(),
+                _ => backend.clone(),
+            };
             let handler = Arc::new(NodeDevice::new(
                 node,
-                backend.clone(),
+                node_backend,
                 fdid.clone(),
                 transport,
                 mmap.clone(),

@@ -18,7 +18,7 @@ use nvproxy_abi::DriverVersion;
 use nvsim::{SimConfig, SimDriver};
 
 use crate::audit_log::JsonLinesSink;
-use crate::backend::ProxyBackend;
+use crate::backend::{ProxyBackend, UvmBackend};
 use crate::config::{self, DriverKind, InstanceConfig, MemoryTransport, Mode};
 use crate::fdid::FdIdentity;
 use crate::instance::InstanceNodes;
@@ -106,6 +106,7 @@ impl RunningInstance {
             Mode::Audit => ioctl_proxy::Mode::Audit,
         };
         policy.allow = inst.allow.iter().cloned().collect();
+        policy.uvm_mmap = inst.uvm_mmap;
         let sink = Arc::new(JsonLinesSink::open(audit)?);
         let proxy = Proxy::for_host(policy, driver.host.clone())
             .with_context(|| format!("instance {}", inst.name))?
@@ -113,9 +114,21 @@ impl RunningInstance {
         let proxy = Arc::new(proxy);
         let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
+        let uvm = uvm::UvmProxy::new(proxy.clone())
+            .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
+        let uvm: Arc<dyn crate::device::Backend> =
+            Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
-        let nodes = InstanceNodes::start(&inst.name, gpus, backend, fdid, transport, mmap.clone())?;
+        let nodes = InstanceNodes::start(
+            &inst.name,
+            gpus,
+            backend,
+            Some(uvm),
+            fdid,
+            transport,
+            mmap.clone(),
+        )?;
         // After the nodes: their registration proved no live daemon serves this instance.
         let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
@@ -227,6 +240,10 @@ pub struct ExecArgs {
     /// host driver fds for RM memory mmaps (it could then issue raw driver ioctls on them).
     #[arg(long)]
     pub allow_unrestricted_mmap_fds: bool,
+    /// Refuse mmap of /dev/nvidia-uvm (the instance's `uvm_mmap = false`): the tenant then
+    /// never holds the host UVM fd, and CUDA's managed memory is unavailable.
+    #[arg(long)]
+    pub no_uvm_mmap: bool,
     #[command(flatten)]
     pub shim: ShimArgs,
     /// The command and its arguments.
@@ -286,6 +303,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         mode: args.mode,
         allow: args.allow.clone(),
         audit_log: args.audit_log.clone(),
+        uvm_mmap: !args.no_uvm_mmap,
     };
     inst.validate()?;
     let shim = args.shim.resolve()?;
@@ -410,6 +428,7 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| {
             n == "nvidiactl"
+                || n == "nvidia-uvm"
                 || n.strip_prefix("nvidia")
                     .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
         })
