@@ -347,3 +347,26 @@ pub fn raw_map_unmap(len: usize, prot: i32, flags: i32, fd: RawFd) -> Result<(),
     unsafe { libc::munmap(p as *mut libc::c_void, len) };
     Ok(())
 }
+
+/// A UVM ioctl: `cmd` (a plain number) with `params`, exactly the ABI table's size for it;
+/// returns the syscall result or the errno. `params` is updated in place.
+pub fn uvm_ioctl(fd: &impl AsRawFd, cmd: u32, params: &mut [u8]) -> Result<i32, i32> {
+    // SAFETY: `params` is an exclusive, live buffer of the size the UVM command copies in and
+    // out (the callers pass the table's size), and the command's params hold no pointers.
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            cmd as libc::Ioctl,
+            params.as_mut_ptr().cast::<libc::c_void>(),
+        )
+    };
+    if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// Clears `FD_CLOEXEC` on `fd`, so that a child started with `exec` inherits it.
+pub fn inherit(fd: &impl AsRawFd) -> io::Result<()> {
+    use nix::fcntl::{F_GETFD, F_SETFD, FdFlag, fcntl};
+    let flags = FdFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), F_GETFD)?);
+    fcntl(fd.as_raw_fd(), F_SETFD(flags - FdFlag::FD_CLOEXEC))?;
+    Ok(())
+}

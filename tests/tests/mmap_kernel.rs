@@ -462,3 +462,14 @@ fn test_rm_memory_mapped_through_the_shim_is_shared_both_ways() {
     );
     assert_eq!(p.summary()["shim_loaded"], true);
 }
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_uvm_managed_pattern_maps_fixed_at_va_equal_offset_many_times() {
+    // cudaMallocManaged: reserve with an anonymous mapping, MAP_FIXED the UVM fd over it at
+    // VA == offset (2 MiB, 16 times): every mapping lands exactly where asked, the simulated
+    // driver sees each as a managed range (UVM_VALIDATE_VA_RANGE), and a second process that
+    // maps the same VA shares the bytes both ways.
+    let p = exec_client("warn", &["--check-leaks"], &["uvm-map", "--count", "16"]);
+    assert_eq!(p.summary()["landed"], 16);
+}

@@ -20,6 +20,11 @@
 //!   instance's, and a reply at S, our own);
 //! - `redeem --ticket T --expect nothing|reply`: presents T (the child of `wrong-peer`);
 //! - `socket-info`: the inode of `/run/nvproxy/mmap.sock` and the entries of `/run/nvproxy`.
+//! - `uvm-map [--count N]`: `UVM_INITIALIZE`, then N times the `cudaMallocManaged` pattern
+//!   (a 4 MiB anonymous `PROT_NONE` reservation, a 2 MiB `MAP_SHARED|MAP_FIXED` mapping of the
+//!   UVM fd at a 2 MiB-aligned VA inside it, with offset == VA): each must land exactly there
+//!   and `UVM_VALIDATE_VA_RANGE` must accept it (the driver sees a managed range); a child
+//!   process (`uvm-peek`, inheriting the fd) maps the same VA and reads and writes the bytes.
 //! - `rm-map --expect-fd-ioctl ERRNO`: a CUDA-like session allocates `NV01_MEMORY_SYSTEM`, maps
 //!   it with `NV_ESC_RM_MAP_MEMORY` onto two nvidiactl files, `mmap()`s both through the shim
 //!   and checks that bytes written through one mapping are read through the other, both ways;
@@ -36,7 +41,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use nvproxy_abi::ioctl::NV_ESC_CHECK_VERSION_STR;
+use nvproxy_abi::ioctl::{NV_ESC_CHECK_VERSION_STR, UVM_INITIALIZE, UVM_VALIDATE_VA_RANGE};
 use nvproxy_preload_proto::{DEFAULT_SOCKET_PATH, NVPROXY_HELLO_MAGIC, NVPROXY_IOC_IDENTIFY};
 use serde_json::{Value, json};
 use tests::mmapc::{self, Answer, Mapping, RmMemory};
@@ -142,6 +147,26 @@ enum Scenario {
     },
     /// Which socket this namespace shows.
     SocketInfo,
+    /// The cudaMallocManaged pattern on /dev/nvidia-uvm: reserve with an anonymous mapping,
+    /// MAP_FIXED the UVM fd over it at VA == offset, many times; each lands where asked, the
+    /// driver sees the range, and a child process mapping the same VA shares the bytes.
+    UvmMap {
+        /// How many 2 MiB ranges.
+        #[arg(long, default_value_t = 16)]
+        count: usize,
+    },
+    /// (child of uvm-map) Maps 2 MiB of the inherited UVM fd `--fd` at `--addr` (VA ==
+    /// offset), checks `--expect` is there, writes `--reply` at +64.
+    UvmPeek {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long)]
+        addr: usize,
+        #[arg(long)]
+        expect: String,
+        #[arg(long)]
+        reply: String,
+    },
     /// RM system memory mapped through the shim twice (two RM_MAP_MEMORY contexts), bytes
     /// visible both ways; the handed-over fd refuses a device ioctl.
     RmMap {
@@ -370,6 +395,13 @@ fn run(s: Scenario) -> Result<Value, String> {
             driver_version,
             expect_fd_ioctl,
         } => rm_map(&driver_version, &expect_fd_ioctl)?,
+        Scenario::UvmMap { count } => uvm_map(count)?,
+        Scenario::UvmPeek {
+            fd,
+            addr,
+            expect,
+            reply,
+        } => uvm_peek(fd, addr, &expect, &reply)?,
         Scenario::SocketInfo => {
             let m = std::fs::metadata(DEFAULT_SOCKET_PATH)
                 .map_err(|e| format!("{DEFAULT_SOCKET_PATH}: {e}"))?;
@@ -430,6 +462,102 @@ fn rm_map(version: &str, expect_fd_ioctl: &str) -> Result<Value, String> {
         json!({"scenario": "rm-map", "ok": both_ways && host_ioctl == expect_fd_ioctl,
               "both_ways": both_ways, "host_fd_ioctl": host_ioctl,
               "expect_fd_ioctl": expect_fd_ioctl, "shim_loaded": mmapc::shim_loaded()}),
+    )
+}
+
+const MB2: usize = 2 << 20;
+
+fn uvm_map(count: usize) -> Result<Value, String> {
+    let uvm = open_node(Path::new("/dev/nvidia-uvm"), false)?;
+    let mut p = [0u8; 16]; // UVM_INITIALIZE_PARAMS: flags 0
+    mmapc::uvm_ioctl(&uvm, UVM_INITIALIZE, &mut p)
+        .map_err(|e| format!("UVM_INITIALIZE: {}", errno_name(e)))?;
+    let status = u32::from_ne_bytes(p[8..12].try_into().expect("4 bytes"));
+    if status != 0 {
+        return Err(format!("UVM_INITIALIZE: rmStatus {status:#x}"));
+    }
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let mut reservations = Vec::new();
+    let mut ranges = Vec::new();
+    let mut landed = 0;
+    let mut validated = 0;
+    let mut wrong = Vec::new();
+    for i in 0..count {
+        let r = Mapping::reserve(2 * MB2).map_err(|e| format!("reserve: {}", errno_name(e)))?;
+        let va = (r.addr() + MB2 - 1) & !(MB2 - 1);
+        match Mapping::map(
+            va,
+            MB2,
+            rw,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            uvm.as_raw_fd(),
+            va as i64,
+        ) {
+            Ok(m) if m.addr() == va => {
+                landed += 1;
+                m.write(0, format!("uvm range {i}").as_bytes());
+                m.write(MB2 - 16, b"end of the range");
+                ranges.push(m);
+            }
+            Ok(m) => wrong.push(format!("asked {va:#x}, got {:#x}", m.leak())),
+            Err(e) => wrong.push(format!("{va:#x}: {}", errno_name(e))),
+        }
+        let mut v = [0u8; 24];
+        v[0..8].copy_from_slice(&(va as u64).to_ne_bytes());
+        v[8..16].copy_from_slice(&(MB2 as u64).to_ne_bytes());
+        if mmapc::uvm_ioctl(&uvm, UVM_VALIDATE_VA_RANGE, &mut v).is_ok()
+            && u32::from_ne_bytes(v[16..20].try_into().expect("4 bytes")) == 0
+        {
+            validated += 1;
+        }
+        reservations.push(r);
+    }
+    // Another process maps the first range at the same VA through its own shim and ticket.
+    let first = ranges.first().ok_or("no range landed")?;
+    let va0 = first.addr();
+    mmapc::inherit(&uvm).map_err(|e| format!("fcntl: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out = Command::new(exe)
+        .args(["uvm-peek", "--fd", &uvm.as_raw_fd().to_string()])
+        .args(["--addr", &va0.to_string(), "--expect", "uvm range 0"])
+        .args(["--reply", "written by the child"])
+        .output()
+        .map_err(|e| format!("child: {e}"))?;
+    let child: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(json!({"ok": false, "error": "no output"}));
+    let mut seen = [0u8; 20];
+    first.read(64, &mut seen);
+    let child_seen = &seen == b"written by the child";
+    // The ranges first, then the reservations around them.
+    drop(ranges);
+    drop(reservations);
+    Ok(json!({"scenario": "uvm-map",
+              "ok": landed == count && validated == count && child["ok"] == true && child_seen,
+              "count": count, "landed": landed, "validated": validated, "wrong": wrong,
+              "child": child, "child_bytes_seen": child_seen,
+              "shim_loaded": mmapc::shim_loaded()}))
+}
+
+fn uvm_peek(fd: i32, addr: usize, expect: &str, reply: &str) -> Result<Value, String> {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let m = Mapping::map(
+        addr,
+        MB2,
+        rw,
+        libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+        fd,
+        addr as i64,
+    )
+    .map_err(|e| format!("mmap at {addr:#x}: {}", errno_name(e)))?;
+    let mut seen = vec![0u8; expect.len()];
+    m.read(0, &mut seen);
+    m.write(64, reply.as_bytes());
+    Ok(
+        json!({"scenario": "uvm-peek", "ok": m.addr() == addr && seen == expect.as_bytes(),
+              "landed": m.addr() == addr, "seen": String::from_utf8_lossy(&seen)}),
     )
 }
 
