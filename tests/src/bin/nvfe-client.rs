@@ -143,22 +143,10 @@ enum Scenario {
         expect_client: String,
     },
     /// Reaches for GPUs outside the instance: NV01_DEVICE_0 with every deviceId below
-    /// NV_MAX_DEVICES that no visible GPU has (driver, deviceConstruct: an invalid device
-    /// instance is NV_ERR_INVALID_CLASS), and for each --gpu-id: GPU_ATTACH_IDS and
-    /// GPU_GET_ID_INFO_V2 (NV_ERR_INVALID_ARGUMENT) and ATTACH_GPUS_TO_FD (EINVAL).
-    GpuOutsideSet {
-        /// GPU ids (hex or decimal) of GPUs the instance must not reach.
-        #[arg(long = "gpu-id", value_parser = parse_u32)]
-        gpu_ids: Vec<u32>,
-        #[arg(long, default_value = "NV_ERR_INVALID_CLASS")]
-        expect_device: String,
-        #[arg(long, default_value = "NV_ERR_INVALID_ARGUMENT")]
-        expect_attach: String,
-        #[arg(long, default_value = "NV_ERR_INVALID_ARGUMENT")]
-        expect_id_info: String,
-        #[arg(long, default_value = "EINVAL")]
-        expect_attach_fd: String,
-    },
+    /// NV_MAX_DEVICES that no visible GPU has, and for each --gpu-id the NV0000 controls that
+    /// name a GPU id and NV_ESC_ATTACH_GPUS_TO_FD. Each default is what the driver answers for
+    /// a GPU it does not have (see `OutsideSet`).
+    GpuOutsideSet(OutsideSet),
     /// NV_ESC_NUMA_INFO on nvidia<N> and on nvidiactl (the proxy refuses it: EINVAL).
     NumaInfo {
         #[arg(long, default_value = "EINVAL")]
@@ -193,6 +181,36 @@ enum Scenario {
         #[arg(long, default_value = "NV_OK")]
         expect: String,
     },
+}
+
+/// `gpu-outside-set`: the GPUs to reach for and the expected answers.
+#[derive(clap::Args)]
+struct OutsideSet {
+    /// GPU ids (hex or decimal) of GPUs the instance must not reach.
+    #[arg(long = "gpu-id", value_parser = parse_u32)]
+    gpu_ids: Vec<u32>,
+    /// NV01_DEVICE_0: deviceConstruct_IMPL (gpu/device.c) answers an invalid device instance
+    /// (gpumgrIsDeviceInstanceValid fails) with NV_ERR_INVALID_CLASS.
+    #[arg(long, default_value = "NV_ERR_INVALID_CLASS")]
+    expect_device: String,
+    /// GPU_ATTACH_IDS: cliresCtrlCmdGpuAttachIds_IMPL, an id not probed: NV_ERR_INVALID_ARGUMENT.
+    #[arg(long, default_value = "NV_ERR_INVALID_ARGUMENT")]
+    expect_attach: String,
+    /// GPU_GET_ID_INFO_V2: gpumgrGetGpuIdInfoV2, gpumgrGetGpuFromId fails:
+    /// NV_ERR_INVALID_ARGUMENT.
+    #[arg(long, default_value = "NV_ERR_INVALID_ARGUMENT")]
+    expect_id_info: String,
+    /// GPU_GET_PCI_INFO: gpumgrGetProbedGpuDomainBusDevice, no probed GPU with the id:
+    /// NV_ERR_OBJECT_NOT_FOUND.
+    #[arg(long, default_value = "NV_ERR_OBJECT_NOT_FOUND")]
+    expect_pci_info: String,
+    /// GPU_GET_UUID_FROM_GPU_ID: cliresCtrlCmdGpuGetUuidFromGpuId_IMPL, no GPU with the id:
+    /// NV_ERR_OBJECT_NOT_FOUND.
+    #[arg(long, default_value = "NV_ERR_OBJECT_NOT_FOUND")]
+    expect_uuid: String,
+    /// NV_ESC_ATTACH_GPUS_TO_FD: nvidia_dev_get fails in nv.c: EINVAL.
+    #[arg(long, default_value = "EINVAL")]
+    expect_attach_fd: String,
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -582,19 +600,14 @@ fn run_double_free(cli: &Cli, expect_object: &str, expect_client: &str) -> Resul
     Ok(c.finish(json!({})))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_gpu_outside_set(
-    cli: &Cli,
-    gpu_ids: &[u32],
-    expect_device: &str,
-    expect_attach: &str,
-    expect_id_info: &str,
-    expect_attach_fd: &str,
-) -> Result<ExitCode, Error> {
-    let want_device = expectation(expect_device)?;
-    let want_attach = expectation(expect_attach)?;
-    let want_id_info = expectation(expect_id_info)?;
-    let want_attach_fd = expectation(expect_attach_fd)?;
+fn run_gpu_outside_set(cli: &Cli, o: &OutsideSet) -> Result<ExitCode, Error> {
+    let gpu_ids = &o.gpu_ids;
+    let want_device = expectation(&o.expect_device)?;
+    let want_attach = expectation(&o.expect_attach)?;
+    let want_id_info = expectation(&o.expect_id_info)?;
+    let want_pci_info = expectation(&o.expect_pci_info)?;
+    let want_uuid = expectation(&o.expect_uuid)?;
+    let want_attach_fd = expectation(&o.expect_attach_fd)?;
     let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
     s.probe()?;
     s.system_controls()?;
@@ -646,6 +659,22 @@ fn run_gpu_outside_set(
         });
         c.record(format!("GPU_GET_ID_INFO_V2 {id:#x}"), got, want_id_info);
 
+        let mut pci = NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS::new_zeroed();
+        pci.gpuId = id;
+        let got =
+            client_control_outcome(&mut s, "NV0000_CTRL_CMD_GPU_GET_PCI_INFO", pci.as_bytes())?;
+        c.record(format!("GPU_GET_PCI_INFO {id:#x}"), got, want_pci_info);
+
+        let mut uuid = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
+        uuid.gpuId = id;
+        uuid.flags = GID_FLAGS_FORMAT_BINARY;
+        let got = client_control_outcome(
+            &mut s,
+            "NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID",
+            uuid.as_bytes(),
+        )?;
+        c.record(format!("GPU_GET_UUID_FROM_GPU_ID {id:#x}"), got, want_uuid);
+
         // ATTACH_GPUS_TO_FD may be issued once per file: use a fresh nvidiactl each time.
         let file = open_node(&s.dev_dir.join("nvidiactl"))?;
         let mut call = Call::new(
@@ -662,6 +691,15 @@ fn run_gpu_outside_set(
     s.teardown()?;
     let visible: Vec<String> = visible.iter().map(|id| format!("{id:#x}")).collect();
     Ok(c.finish(json!({"visible_gpu_ids": visible})))
+}
+
+/// The control `name` on the session's client with `params`: its status or errno.
+fn client_control_outcome(s: &mut Session, name: &str, params: &[u8]) -> Result<Outcome, Error> {
+    let c_ref = s.fe.control(name)?;
+    let h = s.h_client;
+    let r =
+        s.fe.rm_control_raw(&s.ctl, h, h, c_ref.cmd, params.to_vec(), vec![]);
+    Ok(status_outcome(r.map(|r| r.status)))
 }
 
 fn run_numa_info(cli: &Cli, expect: &str) -> Result<ExitCode, Error> {
@@ -914,20 +952,7 @@ fn main() -> ExitCode {
             expect_object,
             expect_client,
         } => run_double_free(&cli, expect_object, expect_client),
-        Scenario::GpuOutsideSet {
-            gpu_ids,
-            expect_device,
-            expect_attach,
-            expect_id_info,
-            expect_attach_fd,
-        } => run_gpu_outside_set(
-            &cli,
-            gpu_ids,
-            expect_device,
-            expect_attach,
-            expect_id_info,
-            expect_attach_fd,
-        ),
+        Scenario::GpuOutsideSet(o) => run_gpu_outside_set(&cli, o),
         Scenario::NumaInfo { expect } => run_numa_info(&cli, expect),
         Scenario::UseHandle { handle, expect } => run_use_handle(&cli, *handle, expect),
         Scenario::Hold => run_hold(&cli),
@@ -955,7 +980,7 @@ fn scenario_name(s: &Scenario) -> &'static str {
         Scenario::NonNvproxyFd { .. } => "non-nvproxy-fd",
         Scenario::CrossInstanceFd { .. } => "cross-instance-fd",
         Scenario::DoubleFree { .. } => "double-free",
-        Scenario::GpuOutsideSet { .. } => "gpu-outside-set",
+        Scenario::GpuOutsideSet(_) => "gpu-outside-set",
         Scenario::NumaInfo { .. } => "numa-info",
         Scenario::UseHandle { .. } => "use-handle",
         Scenario::Hold => "hold",
