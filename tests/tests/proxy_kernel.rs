@@ -790,9 +790,26 @@ fn test_serve_instance_b_cannot_use_instance_a_client_handle() {
 fn test_serve_killed_client_leaves_no_leak_at_sigterm() {
     let (daemon, _dir) = serve_two_instances();
     let mut hold = run_in("a", &["hold"], true);
-    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let held = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\"")));
+    let handle = held["client"].as_str().expect("client handle").to_owned();
     hold.kill_group(Signal::SIGKILL);
     let _ = hold.wait(EXEC_TIMEOUT);
+
+    // The dead client's RM client goes with its files (the kernel's RELEASE of them is
+    // asynchronous): soon instance a itself refuses the handle.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut p = run_in("a", &["use-handle", &handle], false);
+        if p.wait(EXEC_TIMEOUT).success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance a still knows the killed client's handle {handle}\n{}",
+            p.transcript()
+        );
+        thread::sleep(Duration::from_millis(500));
+    }
 
     // Both instances still serve.
     for instance in ["a", "b"] {
