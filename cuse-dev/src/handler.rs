@@ -13,15 +13,16 @@ use crate::wire::{
 };
 use crate::{Errno, InitInfo};
 
-/// The device's behaviour. One value serves every open file of the device, from many worker
+/// The device's behaviour. One value serves every open file of the device, from many serving
 /// threads at once, so methods take `&self`.
 ///
-/// Every method runs on a worker thread and may block (syscalls, host ioctls, even requests to
-/// this very device: the reader thread keeps serving other requests meanwhile). Reply with
+/// Every method runs on the serving thread that read the request and may block (syscalls, host
+/// ioctls, even requests to this very device: another thread keeps reading meanwhile). Reply with
 /// `Err(Errno::EINTR)` when [`Request::is_interrupted`] says the caller gave up. A panic is
 /// caught and answered with `EIO`.
 pub trait Handler: Send + Sync + 'static {
-    /// `CUSE_INIT` was answered. Runs on the reader thread: do not block here.
+    /// `CUSE_INIT` was answered. Runs on the thread that called [`Session::run`](crate::Session::run)
+    /// before any request is served: do not block here.
     ///
     /// This does not prove the device was registered: a name or number that is taken shows only
     /// as the connection ending right after (the session then returns `Ok`).

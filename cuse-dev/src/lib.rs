@@ -31,20 +31,39 @@
 //!
 //! # Threading
 //!
-//! One **reader** thread (the caller of [`Session::run`]) reads requests and a **worker pool**
-//! runs the handlers. The reader parses each request, answers protocol-level cases itself
+//! Leader/follower, as libfuse's multi-threaded loop: a pool of **serving threads** each block
+//! in `read` on the channel, and the thread that reads a request runs its handler itself and
+//! writes the reply (one `writev`, header and payload together) — no hand-off to another
+//! thread. Before it runs a handler, it makes sure another thread is reading: if none is, it
+//! starts one (a thread is started only when the pool grows; in a steady state one thread
+//! reads while the others run handlers or wait in `read` too). So replies go out in any
+//! order, a slow handler stalls neither other requests nor other opens, and a request costs
+//! the server one `read` and one `writev`, as with libfuse (the kernel wakes exactly one of the
+//! threads waiting in `read`). Protocol-level cases are answered by the thread that read them
 //! (unknown opcode → `ENOSYS`, malformed → `EINVAL`/`EIO`, 32-bit compat ioctl → `ENOTTY`),
-//! records `FUSE_INTERRUPT` targets, and queues everything else. It **never runs handler code
-//! and never waits for a worker**: the only locks it takes are held for a few instructions, and
-//! a full pool makes requests queue rather than block the reader. Workers are started on demand
-//! up to [`DeviceConfig::max_workers`] and exit after [`DeviceConfig::idle_timeout`] idle (one
-//! stays). Each worker writes its own reply with one `writev` (header and payload together), so
-//! replies go out in any order: a slow handler stalls neither other requests nor other opens.
+//! and `FUSE_INTERRUPT` is applied through a table of requests in flight shared by all threads.
+//!
+//! At most [`DeviceConfig::max_workers`] handlers run at once, so the pool has at most one
+//! thread more. A request read while `max_workers` handlers run waits in a queue (the pool
+//! logs a warning), and the thread that read it goes back to reading; a thread that finishes a
+//! handler takes queued requests before it reads again. A thread idle in `read` for
+//! [`DeviceConfig::idle_timeout`] exits; two always stay. The caller of [`Session::run`]
+//! answers `CUSE_INIT`, then only supervises: it waits for the end of the connection or
+//! [`SessionControl::stop`], retires idle threads, and on stop wakes the threads blocked in
+//! `read`.
+//!
+//! No `poll` before `read`: several threads polling one channel would all be woken by every
+//! request. Threads blocked in `read` are woken for `stop` (and idle exit) by a signal,
+//! `SIGRTMIN + 7`, sent with `pthread_kill` to the session's own threads only; the session
+//! installs a handler for it that does nothing, without `SA_RESTART`, so `read` fails with
+//! `EINTR` (once per process; a program must not install its own handler for that signal),
+//! and unblocks it in its threads.
 //!
 //! Plain threads, not async: the work behind a request is blocking syscalls (host ioctls,
 //! `pidfd_getfd`, `close`), and an async runtime would need a blocking pool anyway.
 //!
-//! Why the reader must stay free (measured with libfuse, `reference/cuse-experiments.md` 1b–1c):
+//! Why reading must never stall behind a handler (measured with libfuse,
+//! `reference/cuse-experiments.md` 1b–1c):
 //!
 //! - A handler may send a request to **its own device** (the daemon's private identify ioctl on
 //!   a `pidfd_getfd` dup of a client's file). That nested request must be read and served while
@@ -52,20 +71,27 @@
 //! - A handler may drop the **last reference** to a client's file (closing such a dup). CUSE's
 //!   release is synchronous (`fuse_sync_release`): `close` returns only after our RELEASE reply.
 //!
-//! With a reader that waited for handlers, both deadlock, and the client sits in `D` state where
-//! even `SIGKILL` cannot free it. Here the reader keeps reading; each nested request needs a free
-//! worker, so `max_workers` must exceed the number of handlers that can wait on nested requests
-//! at once (the pool logs a warning when it is full). The nvproxy daemon should run resolutions
-//! off the pool or size it accordingly.
+//! If no thread read meanwhile, both would deadlock, and the client would sit in `D` state
+//! where even `SIGKILL` cannot free it. Here a handler runs only while another thread reads;
+//! each nested request needs a free handler slot, so `max_workers` must exceed the number of
+//! handlers that can wait on nested requests at once (the pool logs a warning when it is
+//! full). The nvproxy daemon should run resolutions off the pool or size it accordingly.
 //!
 //! # Interrupts
 //!
-//! When a caller gets a signal, the kernel sends `FUSE_INTERRUPT` naming the request. It gets no
-//! reply; the session marks the request, [`Request::is_interrupted`] turns true and
+//! When a caller gets a signal, the kernel sends `FUSE_INTERRUPT` naming the request. The
+//! session marks the request, [`Request::is_interrupted`] turns true and
 //! [`Request::wait_interrupted`] returns. A request interrupted while still queued is answered
 //! `EINTR` without calling the handler (except RELEASE, which cannot be interrupted). For a
 //! **fatal** signal the caller cannot exit until we reply, so a blocking handler should wait
 //! with [`Request::wait_interrupted`] and answer `Err(Errno::EINTR)`.
+//!
+//! An interrupt is not answered when its request is found. With several threads reading, an
+//! interrupt can be read before the thread that read its request has registered it; an
+//! interrupt whose request is not found is therefore answered `EAGAIN`, which makes the kernel
+//! queue it again while the request still waits for its reply (`fuse_dev_do_write`; for a
+//! request already answered the kernel refuses the reply with `ENOENT`, logged at debug level).
+//! This is what libfuse does too.
 //!
 //! # Registration and the end of the connection
 //!

@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{Span, debug, debug_span, error, info, trace, warn};
 use zerocopy::{FromBytes, IntoBytes};
@@ -49,10 +49,12 @@ pub struct DeviceConfig {
     pub max_read: u32,
     /// Largest WRITE the kernel sends (it raises values below 4096 to 4096).
     pub max_write: u32,
-    /// Most worker threads running handlers at once (at least 1). See the crate docs: this
-    /// bounds how many handlers may block at the same time.
+    /// Most handlers running at once (at least 1); the session has at most one thread more,
+    /// which reads. See the crate docs: this bounds how many handlers may block at the same
+    /// time.
     pub max_workers: usize,
-    /// An idle worker exits after this long (one worker always stays).
+    /// A serving thread that stayed idle (waiting in `read`) for this long exits; two always
+    /// stay.
     pub idle_timeout: Duration,
 }
 
@@ -136,6 +138,10 @@ struct ControlInner {
     init: Mutex<Option<InitInfo>>,
     init_cv: Condvar,
     workers: AtomicUsize,
+    /// What the supervising thread (the caller of [`Session::run`]) waits for: how the
+    /// connection ended, set by the serving thread that saw it. `stop` only notifies.
+    end: Mutex<Option<Result<(), CuseError>>>,
+    end_cv: Condvar,
 }
 
 /// Controls a running [`Session`] from other threads. Cheap to clone.
@@ -154,13 +160,16 @@ impl SessionControl {
                 init: Mutex::new(None),
                 init_cv: Condvar::new(),
                 workers: AtomicUsize::new(0),
+                end: Mutex::new(None),
+                end_cv: Condvar::new(),
             }),
         })
     }
 
-    /// Asks [`Session::run`] to return: it stops reading, lets running handlers finish (their
-    /// replies are still written) and returns `Ok`. The channel closes, and so the device goes
-    /// away, once the last worker is done.
+    /// Asks [`Session::run`] to return: it stops reading (threads blocked in `read` are woken
+    /// with a signal, see the crate docs), lets running handlers finish (their replies are still
+    /// written) and returns `Ok`. The channel closes, and so the device goes away, once the last
+    /// handler is done.
     pub fn stop(&self) {
         self.inner.stopped.store(true, Ordering::SeqCst);
         if let Err(e) = (&self.inner.stop_fd).write(&1u64.to_ne_bytes()) {
@@ -169,6 +178,12 @@ impl SessionControl {
                 warn!(error = %e, "cannot signal the session reader to stop");
             }
         }
+        let _guard = self
+            .inner
+            .end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.inner.end_cv.notify_all();
     }
 
     /// Whether [`SessionControl::stop`] was called.
@@ -200,9 +215,24 @@ impl SessionControl {
         *guard
     }
 
-    /// Worker threads alive right now (busy or idle).
+    /// Serving threads alive right now, not counting the one kept reading: each reads requests
+    /// and runs the handlers of what it read, so this is how many handlers could run at once
+    /// right now (at most [`DeviceConfig::max_workers`]).
     pub fn worker_count(&self) -> usize {
         self.inner.workers.load(Ordering::SeqCst)
+    }
+
+    /// Records how the connection ended (the first report wins) and wakes the supervisor.
+    fn set_end(&self, end: Result<(), CuseError>) {
+        let mut slot = self
+            .inner
+            .end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(end);
+        }
+        self.inner.end_cv.notify_all();
     }
 
     fn set_init(&self, info: InitInfo) {
@@ -273,8 +303,9 @@ impl Session {
     /// Answers `CUSE_INIT`, then serves requests until the kernel ends the connection
     /// (`Ok`; this includes a failed registration, see the crate docs), the session is stopped
     /// (`Ok`, also before `CUSE_INIT`), or reading fails (`Err`). A connection that ends before
-    /// `CUSE_INIT` is [`CuseError::EndedBeforeInit`]. Runs the reader loop on the calling thread; handlers
-    /// run on the worker pool.
+    /// `CUSE_INIT` is [`CuseError::EndedBeforeInit`]. The calling thread reads `CUSE_INIT`, then
+    /// supervises: requests are read and handled by the session's serving threads (crate docs,
+    /// "Threading").
     pub fn run(self, handler: Arc<dyn Handler>) -> Result<(), CuseError> {
         let mut buf = vec![0u8; self.cfg.read_buffer_size()];
         let info = loop {
@@ -288,6 +319,7 @@ impl Session {
                 break info;
             }
         };
+        drop(buf);
         info!(
             devname = %self.cfg.devname,
             minor = info.minor,
@@ -298,32 +330,28 @@ impl Session {
         self.control.set_init(info);
         handler.init_done(&info);
 
+        // From here on the serving threads block in `read` (no `poll`: several threads polling
+        // one channel would all wake for every request); `stop` wakes them with a signal.
+        sys::install_wake_handler().map_err(CuseError::Setup)?;
+        sys::set_nonblocking(self.chan.as_fd(), false).map_err(CuseError::Setup)?;
         let shared = Arc::new(Shared {
             chan: Arc::clone(&self.chan),
             handler,
             inflight: Mutex::new(HashMap::new()),
+            pool: Mutex::new(PoolState::default()),
+            max: self.cfg.max_workers,
+            buf_size: self.cfg.read_buffer_size(),
+            control: self.control.clone(),
         });
-        let pool = Pool::new(Arc::clone(&shared), &self.cfg, self.control.clone());
-        let result = loop {
-            match self.read_one(&mut buf) {
-                Ok(ReadOutcome::Message(n)) => {
-                    if let Some(bytes) = buf.get(..n) {
-                        dispatch(&shared, &pool, bytes);
-                    }
+        for i in 0..MIN_THREADS {
+            if let Err(e) = shared.start_thread() {
+                error!(error = %e, "cannot start a serving thread");
+                if i == 0 {
+                    return Err(CuseError::Setup(e));
                 }
-                Ok(ReadOutcome::Stopped) => {
-                    debug!("session stopped");
-                    break Ok(());
-                }
-                Ok(ReadOutcome::Ended) => {
-                    debug!("connection ended");
-                    break Ok(());
-                }
-                Err(e) => break Err(e),
             }
-        };
-        pool.shutdown();
-        result
+        }
+        shared.supervise(self.cfg.idle_timeout)
     }
 
     /// Reads one request. Waits in `poll` on the channel and the stop eventfd, so
@@ -505,13 +533,60 @@ fn reply_direct(chan: &File, hdr: &fuse_in_header, reply: Result<&ReplyBody, Err
     send_logged(chan, hdr.unique, reply);
 }
 
-/// What the reader and all workers share.
+/// Serving threads kept when idle: one blocked in `read`, and one more so that a request that
+/// arrives while the other runs a handler never waits for a thread to be started.
+const MIN_THREADS: usize = 2;
+
+/// How often the supervisor re-sends the wake signal to threads that should leave `read`
+/// (a signal that arrives just before a thread enters `read` does not interrupt it).
+const WAKE_RETRY: Duration = Duration::from_millis(10);
+
+/// What every serving thread and the supervisor share.
 struct Shared {
     chan: Arc<File>,
     handler: Arc<dyn Handler>,
-    /// Requests handed to workers and not yet answered, by `unique`, so that `FUSE_INTERRUPT`
-    /// can reach them.
+    /// Requests read and not yet answered, by `unique`, so that `FUSE_INTERRUPT` can reach
+    /// them (whichever thread reads the interrupt).
     inflight: Mutex<HashMap<u64, Arc<InterruptFlag>>>,
+    pool: Mutex<PoolState>,
+    /// Most handlers running at once (`max_workers`).
+    max: usize,
+    /// Size of each thread's request buffer.
+    buf_size: usize,
+    control: SessionControl,
+}
+
+/// One serving thread.
+struct Slot {
+    /// Set by the thread when it starts; only threads with a handle are ever signalled.
+    thread: Option<sys::ThreadHandle>,
+    /// In (or on its way to) `read`, as opposed to running handlers.
+    reading: bool,
+    /// Requests it took; the supervisor compares this between two looks to find idle threads.
+    served: u64,
+    seen: u64,
+    /// Asked to exit by the supervisor (idle).
+    retire: bool,
+}
+
+/// The pool. `readers + busy == slots.len()`: every thread either reads or runs handlers.
+#[derive(Default)]
+struct PoolState {
+    slots: HashMap<u64, Slot>,
+    next_id: u64,
+    readers: usize,
+    busy: usize,
+    /// Requests read while `max` handlers were running; a thread that finishes a handler
+    /// takes the next one before it goes back to reading.
+    queue: VecDeque<Job<'static>>,
+    shutdown: bool,
+    warned_full: bool,
+}
+
+impl PoolState {
+    fn slot(&mut self, id: u64) -> Option<&mut Slot> {
+        self.slots.get_mut(&id)
+    }
 }
 
 impl Shared {
@@ -519,8 +594,394 @@ impl Shared {
         self.inflight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs one request on a worker and writes its reply.
-    fn execute(&self, job: Job) {
+    fn pool(&self) -> MutexGuard<'_, PoolState> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish_count(&self, st: &PoolState) {
+        self.control
+            .inner
+            .workers
+            .store(st.slots.len().saturating_sub(1), Ordering::SeqCst);
+    }
+
+    /// Adds a reading slot for a thread about to be started.
+    fn reserve_slot(&self, st: &mut PoolState) -> u64 {
+        let id = st.next_id;
+        st.next_id += 1;
+        st.slots.insert(
+            id,
+            Slot {
+                thread: None,
+                reading: true,
+                served: 0,
+                seen: 0,
+                retire: false,
+            },
+        );
+        st.readers += 1;
+        self.publish_count(st);
+        id
+    }
+
+    fn remove_slot(&self, st: &mut PoolState, id: u64) {
+        if let Some(slot) = st.slots.remove(&id) {
+            if slot.reading {
+                st.readers -= 1;
+            } else {
+                st.busy -= 1;
+            }
+        }
+        self.publish_count(st);
+    }
+
+    /// Starts one more serving thread (it begins by reading).
+    fn start_thread(self: &Arc<Self>) -> io::Result<()> {
+        let id = {
+            let mut st = self.pool();
+            self.reserve_slot(&mut st)
+        };
+        self.spawn_reserved(id)
+    }
+
+    fn spawn_reserved(self: &Arc<Self>, id: u64) -> io::Result<()> {
+        let shared = Arc::clone(self);
+        let spawned = thread::Builder::new()
+            .name("cuse-worker".into())
+            .spawn(move || shared.serve(id));
+        if let Err(e) = spawned {
+            let mut st = self.pool();
+            self.remove_slot(&mut st, id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// A serving thread: reads a request, and runs its handler itself once it made sure that
+    /// another thread is reading (leader/follower, as libfuse's multi-threaded loop).
+    fn serve(self: Arc<Self>, id: u64) {
+        if let Err(e) = sys::unblock_wake_signal() {
+            warn!(error = %e, "cannot unblock the wake signal; stop may hang");
+        }
+        {
+            let mut st = self.pool();
+            if let Some(slot) = st.slot(id) {
+                slot.thread = Some(sys::ThreadHandle::current());
+            }
+        }
+        let mut buf = vec![0u8; self.buf_size];
+        loop {
+            if self.leave_if_asked(id) {
+                return;
+            }
+            match (&*self.chan).read(&mut buf) {
+                Ok(0) => return self.ended(id, Ok(())),
+                Ok(n) => {
+                    if let Some(bytes) = buf.get(..n) {
+                        trace!(bytes = ?bytes, "request");
+                        self.dispatch(id, bytes);
+                    }
+                }
+                Err(e) => match e.raw_os_error() {
+                    // EINTR: woken by the supervisor (or any signal): look at the flags again.
+                    // ENOENT: the request was interrupted/withdrawn before we got it.
+                    Some(libc::ENOENT | libc::EINTR | libc::EAGAIN) => {}
+                    Some(libc::ENODEV) => return self.ended(id, Ok(())),
+                    _ => return self.ended(id, Err(CuseError::Read(e))),
+                },
+            }
+        }
+    }
+
+    /// Whether this (reading) thread should exit: the session shuts down, or the supervisor
+    /// retired it and enough other threads remain. Unregisters it if so.
+    fn leave_if_asked(&self, id: u64) -> bool {
+        let mut st = self.pool();
+        let retire = st.slots.get(&id).is_some_and(|s| s.retire);
+        let leave = st.shutdown || (retire && st.slots.len() > MIN_THREADS && st.readers > 1);
+        if leave {
+            if retire && !st.shutdown {
+                debug!(workers = st.slots.len() - 2, "idle serving thread exits");
+            }
+            self.remove_slot(&mut st, id);
+            drop(st);
+            // The supervisor may be waiting for the readers to go.
+            let _g = self
+                .control
+                .inner
+                .end
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.control.inner.end_cv.notify_all();
+            return true;
+        }
+        if let Some(slot) = st.slot(id) {
+            slot.retire = false;
+        }
+        false
+    }
+
+    fn ended(&self, id: u64, end: Result<(), CuseError>) {
+        match &end {
+            Ok(()) => debug!("connection ended"),
+            Err(e) => error!(error = %e, "reading the CUSE channel failed"),
+        }
+        {
+            let mut st = self.pool();
+            self.remove_slot(&mut st, id);
+        }
+        self.control.set_end(end);
+    }
+
+    /// Runs on the thread that called [`Session::run`] once `CUSE_INIT` is answered: waits for
+    /// the end of the connection or `stop`, retiring idle serving threads meanwhile, then
+    /// wakes the readers out of `read` and returns. Handlers still running finish on their own.
+    fn supervise(&self, idle_timeout: Duration) -> Result<(), CuseError> {
+        let inner = &self.control.inner;
+        let mut end = inner.end.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last_look = Instant::now();
+        let result = loop {
+            if self.control.is_stopped() {
+                debug!("session stopped");
+                break Ok(());
+            }
+            if let Some(r) = end.take() {
+                break r;
+            }
+            end = inner
+                .end_cv
+                .wait_timeout(end, idle_timeout)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            if last_look.elapsed() >= idle_timeout {
+                last_look = Instant::now();
+                self.retire_idle();
+            }
+        };
+        self.pool().shutdown = true;
+        loop {
+            {
+                let st = self.pool();
+                let readers: Vec<_> = st.slots.values().filter(|s| s.reading).collect();
+                if readers.is_empty() {
+                    break;
+                }
+                for s in readers {
+                    if let Some(t) = s.thread {
+                        t.wake();
+                    }
+                }
+            }
+            end = inner
+                .end_cv
+                .wait_timeout(end, WAKE_RETRY)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        result
+    }
+
+    /// Asks the threads that have been reading since the last look to exit, keeping
+    /// [`MIN_THREADS`] and one reader.
+    fn retire_idle(&self) {
+        let mut st = self.pool();
+        let mut spare = st.slots.len().saturating_sub(MIN_THREADS);
+        let mut readers = st.readers;
+        for slot in st.slots.values_mut() {
+            let idle = slot.reading && slot.served == slot.seen;
+            slot.seen = slot.served;
+            let Some(t) = slot.thread else { continue };
+            if slot.retire && slot.reading {
+                // Signalled before it entered `read`: once more.
+                t.wake();
+            } else if idle && spare > 0 && readers > 1 {
+                slot.retire = true;
+                spare -= 1;
+                readers -= 1;
+                t.wake();
+            }
+        }
+    }
+
+    /// Handles one request read by thread `id`: protocol-level cases at once (a `write` to the
+    /// channel, which never waits for a handler), interrupts, and everything else by running
+    /// its handler on this thread, or queueing it when `max_workers` handlers are running.
+    fn dispatch(self: &Arc<Self>, id: u64, bytes: &[u8]) {
+        let msg = match wire::parse_request(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                match fuse_in_header::read_from_prefix(bytes) {
+                    Ok((hdr, _)) => {
+                        let span = debug_span!(
+                            "cuse",
+                            unique = hdr.unique,
+                            opcode = hdr.opcode,
+                            pid = hdr.pid
+                        );
+                        let _enter = span.enter();
+                        warn!(error = %e, "malformed request");
+                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                    }
+                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                }
+                return;
+            }
+        };
+        let hdr = msg.header;
+        let span = debug_span!(
+            "cuse",
+            unique = hdr.unique,
+            opcode = hdr.opcode,
+            pid = hdr.pid
+        );
+        let enter = span.enter();
+        match msg.op {
+            Op::Interrupt(arg) => {
+                match self.inflight().get(&arg.unique) {
+                    Some(flag) => {
+                        debug!(target_unique = arg.unique, "interrupt");
+                        flag.raise();
+                    }
+                    None => {
+                        // Finished, or read by another thread that has not registered it yet.
+                        // EAGAIN makes the kernel queue the interrupt again if the request is
+                        // still waiting for its reply; for a finished one the write fails with
+                        // ENOENT (`fuse_dev_do_write`). Never ENOSYS: that turns interrupts off.
+                        trace!(
+                            target_unique = arg.unique,
+                            "interrupt target unknown: EAGAIN"
+                        );
+                        if hdr.unique != 0 {
+                            send_logged(&self.chan, hdr.unique, Err(Errno::EAGAIN));
+                        }
+                    }
+                }
+                return;
+            }
+            Op::Init(_) => {
+                warn!("second CUSE_INIT; answering EIO");
+                reply_direct(&self.chan, &hdr, Err(Errno::EIO));
+                return;
+            }
+            Op::Unknown(opcode) => {
+                debug!(opcode, "unknown opcode; answering ENOSYS");
+                reply_direct(&self.chan, &hdr, Err(Errno::ENOSYS));
+                return;
+            }
+            Op::Ioctl(ref a, _)
+                if a.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32)
+                    != 0 =>
+            {
+                warn!(
+                    cmd = format_args!("{:#010x}", a.cmd),
+                    flags = format_args!("{:#x}", a.flags),
+                    "32-bit compat ioctl refused with ENOTTY"
+                );
+                reply_direct(&self.chan, &hdr, Err(Errno::ENOTTY));
+                return;
+            }
+            _ => {}
+        }
+        if hdr.unique == 0 {
+            warn!(op = msg.op.name(), "request with unique 0 dropped");
+            return;
+        }
+        let interrupt = Arc::new(InterruptFlag::default());
+        {
+            let mut inflight = self.inflight();
+            if inflight.contains_key(&hdr.unique) {
+                warn!(
+                    op = msg.op.name(),
+                    "duplicate unique of a request in flight; dropped"
+                );
+                return;
+            }
+            inflight.insert(hdr.unique, Arc::clone(&interrupt));
+        }
+        drop(enter);
+        let job = Job {
+            header: hdr,
+            op: msg.op,
+            interrupt,
+            span,
+        };
+        self.take(id, job);
+    }
+
+    /// Runs `job` on this thread (and then whatever was queued meanwhile), after making sure
+    /// another thread is reading; queues it instead when `max` handlers run already.
+    fn take(self: &Arc<Self>, id: u64, job: Job<'_>) {
+        let mut st = self.pool();
+        if st.busy >= self.max {
+            if !st.warned_full {
+                st.warned_full = true;
+                warn!(
+                    workers = st.busy,
+                    queued = st.queue.len() + 1,
+                    "all workers busy; requests wait in the queue (a handler that waits for \
+                     another request to this device can deadlock now: raise max_workers)"
+                );
+            }
+            trace!("queued");
+            st.queue.push_back(job.into_owned());
+            return;
+        }
+        st.readers -= 1;
+        st.busy += 1;
+        if let Some(slot) = st.slot(id) {
+            slot.reading = false;
+            slot.served += 1;
+        }
+        // The invariant: while a handler runs, some thread reads (the handler may wait for a
+        // nested request to this device, or for the RELEASE its close triggers).
+        let spawn = (st.readers == 0).then(|| self.reserve_slot(&mut st));
+        drop(st);
+        if let Some(new) = spawn {
+            if let Err(e) = self.spawn_reserved(new) {
+                let mut st = self.pool();
+                error!(error = %e, workers = st.slots.len(), "cannot start a serving thread");
+                // Keep reading ourselves: leave the job to a busy thread, or fail it.
+                let unique = job.header.unique;
+                let others_busy = st.busy > 1;
+                if others_busy {
+                    st.queue.push_back(job.into_owned());
+                }
+                self.back_to_reading(&mut st, id);
+                drop(st);
+                if !others_busy {
+                    self.inflight().remove(&unique);
+                    send_logged(&self.chan, unique, Err(Errno::EAGAIN));
+                }
+                return;
+            }
+        }
+        self.execute(job);
+        loop {
+            let mut st = self.pool();
+            match st.queue.pop_front() {
+                Some(next) => {
+                    drop(st);
+                    self.execute(next);
+                }
+                None => {
+                    self.back_to_reading(&mut st, id);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn back_to_reading(&self, st: &mut PoolState, id: u64) {
+        st.busy -= 1;
+        st.readers += 1;
+        st.warned_full = false;
+        if let Some(slot) = st.slot(id) {
+            slot.reading = true;
+        }
+    }
+
+    /// Runs one request's handler and writes its reply.
+    fn execute(&self, job: Job<'_>) {
         let _enter = job.span.enter();
         let req = Request {
             unique: job.header.unique,
@@ -555,7 +1016,7 @@ impl Shared {
         send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
     }
 
-    fn call(&self, req: &Request, op: Op<'static>) -> Result<ReplyBody, Reject> {
+    fn call(&self, req: &Request, op: Op<'_>) -> Result<ReplyBody, Reject> {
         let h = &*self.handler;
         match op {
             Op::Open(a) => {
@@ -655,248 +1116,24 @@ impl From<HandlerReplyError> for Reject {
     }
 }
 
-/// Routes one request read from the channel. Runs on the reader thread: it parses, answers
-/// protocol-level errors itself (a `write` to the channel, which never waits for a handler),
-/// records interrupts, and queues everything else for the workers. It never runs handler code.
-fn dispatch(shared: &Shared, pool: &Pool, bytes: &[u8]) {
-    let msg = match wire::parse_request(bytes) {
-        Ok(m) => m,
-        Err(e) => {
-            match fuse_in_header::read_from_prefix(bytes) {
-                Ok((hdr, _)) => {
-                    let span = debug_span!(
-                        "cuse",
-                        unique = hdr.unique,
-                        opcode = hdr.opcode,
-                        pid = hdr.pid
-                    );
-                    let _enter = span.enter();
-                    warn!(error = %e, "malformed request");
-                    reply_direct(&shared.chan, &hdr, Err(e.errno()));
-                }
-                Err(_) => warn!(error = %e, "dropping malformed request"),
-            }
-            return;
-        }
-    };
-    let hdr = msg.header;
-    let span = debug_span!(
-        "cuse",
-        unique = hdr.unique,
-        opcode = hdr.opcode,
-        pid = hdr.pid
-    );
-    let enter = span.enter();
-    match msg.op {
-        Op::Interrupt(arg) => {
-            // No reply: the kernel does not expect one.
-            match shared.inflight().get(&arg.unique) {
-                Some(flag) => {
-                    debug!(target_unique = arg.unique, "interrupt");
-                    flag.raise();
-                }
-                None => debug!(
-                    target_unique = arg.unique,
-                    "interrupt for a finished request"
-                ),
-            }
-            return;
-        }
-        Op::Init(_) => {
-            warn!("second CUSE_INIT; answering EIO");
-            reply_direct(&shared.chan, &hdr, Err(Errno::EIO));
-            return;
-        }
-        Op::Unknown(opcode) => {
-            debug!(opcode, "unknown opcode; answering ENOSYS");
-            reply_direct(&shared.chan, &hdr, Err(Errno::ENOSYS));
-            return;
-        }
-        Op::Ioctl(ref a, _)
-            if a.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32) != 0 =>
-        {
-            warn!(
-                cmd = format_args!("{:#010x}", a.cmd),
-                flags = format_args!("{:#x}", a.flags),
-                "32-bit compat ioctl refused with ENOTTY"
-            );
-            reply_direct(&shared.chan, &hdr, Err(Errno::ENOTTY));
-            return;
-        }
-        _ => {}
-    }
-    if hdr.unique == 0 {
-        warn!(op = msg.op.name(), "request with unique 0 dropped");
-        return;
-    }
-    let interrupt = Arc::new(InterruptFlag::default());
-    {
-        let mut inflight = shared.inflight();
-        if inflight.contains_key(&hdr.unique) {
-            warn!(
-                op = msg.op.name(),
-                "duplicate unique of a request in flight; dropped"
-            );
-            return;
-        }
-        inflight.insert(hdr.unique, Arc::clone(&interrupt));
-    }
-    trace!(op = msg.op.name(), "queued");
-    drop(enter);
-    pool.submit(Job {
-        header: hdr,
-        op: msg.op.into_owned(),
-        interrupt,
-        span,
-    });
-}
-
-/// A request on its way to a worker.
-struct Job {
+/// A request on its way to a handler (borrowing the reading thread's buffer, or owned when
+/// queued).
+struct Job<'a> {
     header: fuse_in_header,
-    op: Op<'static>,
+    op: Op<'a>,
     interrupt: Arc<InterruptFlag>,
     span: Span,
 }
 
-/// Worker threads started on demand up to `max`, exiting after `idle_timeout` idle (one stays).
-/// The reader only ever takes `state` for a few instructions, never waits on `cv`.
-struct Pool {
-    inner: Arc<PoolInner>,
-}
-
-struct PoolInner {
-    shared: Arc<Shared>,
-    state: Mutex<PoolState>,
-    cv: Condvar,
-    max: usize,
-    idle_timeout: Duration,
-    control: SessionControl,
-}
-
-#[derive(Default)]
-struct PoolState {
-    queue: VecDeque<Job>,
-    idle: usize,
-    total: usize,
-    shutdown: bool,
-    warned_full: bool,
-}
-
-impl PoolInner {
-    fn state(&self) -> MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Pool {
-    fn new(shared: Arc<Shared>, cfg: &DeviceConfig, control: SessionControl) -> Self {
-        Pool {
-            inner: Arc::new(PoolInner {
-                shared,
-                state: Mutex::new(PoolState::default()),
-                cv: Condvar::new(),
-                max: cfg.max_workers,
-                idle_timeout: cfg.idle_timeout,
-                control,
-            }),
+impl Job<'_> {
+    fn into_owned(self) -> Job<'static> {
+        Job {
+            header: self.header,
+            op: self.op.into_owned(),
+            interrupt: self.interrupt,
+            span: self.span,
         }
     }
-
-    fn submit(&self, job: Job) {
-        let mut st = self.inner.state();
-        st.queue.push_back(job);
-        if st.idle >= st.queue.len() {
-            drop(st);
-            self.inner.cv.notify_one();
-            return;
-        }
-        if st.total >= self.inner.max {
-            if !st.warned_full {
-                st.warned_full = true;
-                warn!(
-                    workers = st.total,
-                    queued = st.queue.len(),
-                    "all workers busy; requests wait in the queue (a handler that waits for \
-                     another request to this device can deadlock now: raise max_workers)"
-                );
-            }
-            return;
-        }
-        st.total += 1;
-        self.inner
-            .control
-            .inner
-            .workers
-            .store(st.total, Ordering::SeqCst);
-        drop(st);
-        let inner = Arc::clone(&self.inner);
-        let spawned = thread::Builder::new()
-            .name("cuse-worker".into())
-            .spawn(move || worker(inner));
-        if let Err(e) = spawned {
-            let mut st = self.inner.state();
-            st.total -= 1;
-            self.inner
-                .control
-                .inner
-                .workers
-                .store(st.total, Ordering::SeqCst);
-            error!(error = %e, workers = st.total, "cannot start a worker thread");
-            if st.total == 0 {
-                // Nobody would ever run the queued requests: fail them now.
-                let jobs: Vec<Job> = st.queue.drain(..).collect();
-                drop(st);
-                for job in jobs {
-                    self.inner.shared.inflight().remove(&job.header.unique);
-                    send_logged(
-                        &self.inner.shared.chan,
-                        job.header.unique,
-                        Err(Errno::EAGAIN),
-                    );
-                }
-            }
-        }
-    }
-
-    /// Lets the workers drain the queue and exit; does not wait for them.
-    fn shutdown(&self) {
-        self.inner.state().shutdown = true;
-        self.inner.cv.notify_all();
-    }
-}
-
-fn worker(inner: Arc<PoolInner>) {
-    let mut st = inner.state();
-    loop {
-        if let Some(job) = st.queue.pop_front() {
-            drop(st);
-            inner.shared.execute(job);
-            st = inner.state();
-            continue;
-        }
-        if st.shutdown {
-            break;
-        }
-        st.idle += 1;
-        st.warned_full = false;
-        let (guard, timeout) = inner
-            .cv
-            .wait_timeout(st, inner.idle_timeout)
-            .unwrap_or_else(PoisonError::into_inner);
-        st = guard;
-        st.idle -= 1;
-        if timeout.timed_out() && st.queue.is_empty() && st.total > 1 {
-            debug!(workers = st.total - 1, "idle worker exits");
-            break;
-        }
-    }
-    st.total -= 1;
-    inner
-        .control
-        .inner
-        .workers
-        .store(st.total, Ordering::SeqCst);
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Creates a non-blocking, close-on-exec eventfd with count 0.
@@ -76,4 +77,102 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: socketpair succeeded, so both fds are open and owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sets or clears `O_NONBLOCK` on `fd`.
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, nonblocking: bool) -> io::Result<()> {
+    // SAFETY: fcntl(F_GETFL) takes no pointers; the fd is borrowed, so it stays open.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let new = if nonblocking {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    if new != flags {
+        // SAFETY: as above; F_SETFL takes an int.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, new) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The signal that wakes a session thread blocked in `read` on the channel (see
+/// [`install_wake_handler`]): `SIGRTMIN + 7`. Real-time signals are never raised by the kernel
+/// on its own, and this one is only ever sent to a session's own threads, with `pthread_kill`.
+pub(crate) fn wake_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 7
+}
+
+extern "C" fn wake_handler(_sig: libc::c_int) {}
+
+/// Installs (once per process) a handler that does nothing for [`wake_signal`], *without*
+/// `SA_RESTART`, so the signal makes a blocked `read` fail with `EINTR`. Returns the error of
+/// the first attempt on every call if it failed.
+pub(crate) fn install_wake_handler() -> io::Result<()> {
+    static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
+    let r = INSTALLED.get_or_init(|| {
+        // SAFETY: `sigaction` is plain data; zeroed is a valid value (empty mask, no flags),
+        // and every field the kernel reads is set below.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = wake_handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        act.sa_flags = 0;
+        // SAFETY: `act.sa_mask` is a live sigset_t owned by `act`.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        // SAFETY: `act` is a valid, initialised sigaction for the whole call; the old action
+        // is not asked for (null). The handler is async-signal-safe (it does nothing).
+        let rc = unsafe { libc::sigaction(wake_signal(), &act, std::ptr::null_mut()) };
+        if rc < 0 {
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL))
+        } else {
+            Ok(())
+        }
+    });
+    r.map_err(io::Error::from_raw_os_error)
+}
+
+/// Unblocks [`wake_signal`] for the calling thread (threads inherit their creator's mask, and
+/// a program may block signals in its main thread before starting sessions).
+pub(crate) fn unblock_wake_signal() -> io::Result<()> {
+    // SAFETY: `set` is a live sigset_t for the whole block; it is initialised by sigemptyset
+    // before use; pthread_sigmask is not asked for the old mask (null).
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, wake_signal());
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// A session thread, to be woken with [`wake_signal`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ThreadHandle(libc::pthread_t);
+
+impl ThreadHandle {
+    /// The calling thread.
+    pub(crate) fn current() -> Self {
+        // SAFETY: pthread_self has no preconditions.
+        ThreadHandle(unsafe { libc::pthread_self() })
+    }
+
+    /// Sends [`wake_signal`] to the thread. The caller must know that the thread has not
+    /// exited: the session only signals threads that are registered in its pool, under the
+    /// pool lock, and a thread unregisters itself under that lock before it returns.
+    pub(crate) fn wake(self) {
+        // SAFETY: per the contract above, `self.0` names a live thread of this process, so
+        // pthread_kill does not touch a freed thread descriptor.
+        let rc = unsafe { libc::pthread_kill(self.0, wake_signal()) };
+        if rc != 0 {
+            tracing::warn!(errno = rc, "cannot wake a session thread");
+        }
+    }
 }

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use common::device::*;
 use common::{Harness, Memory};
 use cuse_dev::wire::{
-    FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT, FUSE_IOCTL_UNRESTRICTED, FUSE_NOTIFY_POLL, FUSE_OPEN,
-    FUSE_POLL, FUSE_POLL_SCHEDULE_NOTIFY, FUSE_WRITE, cuse_init_out, fuse_in_header, fuse_ioctl_in,
-    fuse_notify_poll_wakeup_out, fuse_open_in, fuse_poll_in, fuse_poll_out, fuse_write_in,
+    FUSE_IOCTL, FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT, FUSE_IOCTL_UNRESTRICTED, FUSE_NOTIFY_POLL,
+    FUSE_OPEN, FUSE_POLL, FUSE_POLL_SCHEDULE_NOTIFY, FUSE_WRITE, cuse_init_out, fuse_in_header,
+    fuse_ioctl_in, fuse_notify_poll_wakeup_out, fuse_open_in, fuse_poll_in, fuse_poll_out,
+    fuse_write_in,
 };
 use cuse_dev::{CuseError, DeviceConfig};
 use zerocopy::IntoBytes;
@@ -510,6 +511,73 @@ fn stop_ends_run_while_idle() {
     h.join().unwrap();
     assert!(t.elapsed() < Duration::from_secs(2));
     assert!(h.control.is_stopped());
+    // Every serving thread left its blocking read and dropped the channel.
+    assert!(h.peer.closed_by_session(Duration::from_secs(5)));
+}
+
+#[test]
+fn stop_lets_a_running_handler_answer_and_then_closes() {
+    let mut h = Harness::started(cfg(), TestDevice::new());
+    let fh = h.peer.open();
+    let (u, rx) = h
+        .peer
+        .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, SLOW, 300, &[], 0);
+    thread::sleep(Duration::from_millis(50));
+    h.control.stop();
+    h.join().unwrap();
+    assert_eq!(common::wait(&rx, u).errno(), 0);
+    assert!(h.peer.closed_by_session(Duration::from_secs(5)));
+}
+
+#[test]
+fn a_handler_waiting_for_another_request_of_its_device_does_not_stall_reading() {
+    // The daemon's handlers send an identify ioctl to their own device and wait for it: with
+    // two handler slots, the nested request is read and served while the first handler waits.
+    let dev = TestDevice::new();
+    let h = Harness::started(
+        DeviceConfig {
+            max_workers: 2,
+            ..cfg()
+        },
+        dev.clone(),
+    );
+    let fh = h.peer.open();
+    let flags = FUSE_IOCTL_UNRESTRICTED;
+    for _ in 0..20 {
+        let (w, wrx) = h.peer.start_ioctl(fh, flags, WAIT_FAST, 5_000, &[], 0);
+        thread::sleep(Duration::from_millis(2));
+        let (f, frx) = h.peer.start_ioctl(fh, flags, FAST, 0, &[], 0);
+        assert_eq!(common::wait(&frx, f).errno(), 0);
+        let r = common::wait(&wrx, w);
+        assert_eq!(r.errno(), 0, "the waiting handler timed out");
+        assert!(h.control.worker_count() <= 2);
+    }
+    h.finish();
+}
+
+#[test]
+fn an_interrupt_read_before_its_target_is_registered_still_reaches_it() {
+    // With several threads reading, an interrupt can be read before the thread that read its
+    // target has registered it. The session answers such an interrupt EAGAIN, and the kernel
+    // (here the peer) queues it again while the target waits for its reply.
+    let h = Harness::started(cfg(), TestDevice::new());
+    let fh = h.peer.open();
+    let u = h.peer.unique();
+    let _early = h.peer.expect_raw(u, &common::interrupt_message(u));
+    thread::sleep(Duration::from_millis(20));
+    let a = fuse_ioctl_in {
+        fh,
+        flags: FUSE_IOCTL_UNRESTRICTED,
+        cmd: SLOW,
+        arg: 30_000,
+        in_size: 0,
+        out_size: 0,
+    };
+    let t = Instant::now();
+    let rx = h.peer.send_with(u, FUSE_IOCTL, 4242, a.as_bytes());
+    assert_eq!(common::wait(&rx, u).errno(), libc::EINTR);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    h.finish();
 }
 
 #[test]

@@ -41,6 +41,10 @@ pub const ALWAYS_RETRY: u32 = ioc(0, 13, 0);
 /// 256 one-byte input iovecs at `arg..arg+256` (the most the kernel takes); returns their sum.
 pub const MANY_IOV: u32 = ioc(0, 14, 0);
 
+/// `_IO('T', 15)`: waits up to `arg` ms for a FAST ioctl to be served meanwhile (as a handler
+/// that sends a request to its own device and waits for it). Returns 1, or ETIMEDOUT.
+pub const WAIT_FAST: u32 = ioc(0, 15, 0);
+
 /// Size of `Xform { in_ptr: u64, out_ptr: u64, len: u32, pad: u32 }`.
 pub const XFORM_SIZE: u64 = 24;
 
@@ -245,6 +249,17 @@ impl Handler for TestDevice {
                 Ok(IoctlReply::result(1))
             }
             FAST => Ok(IoctlReply::result(7)),
+            WAIT_FAST => {
+                let before = self.calls(FAST);
+                let deadline = std::time::Instant::now() + Duration::from_millis(arg);
+                while self.calls(FAST) == before {
+                    if std::time::Instant::now() > deadline {
+                        return Err(Errno::ETIMEDOUT);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(IoctlReply::result(1))
+            }
             BIG_IOV => retry((0..257).map(|i| IoVec::new(arg + i, 1)).collect(), vec![]),
             BIG_BYTES => retry(vec![IoVec::new(arg, 128 * 1024 + 1)], vec![]),
             MANY_IOV => {

@@ -121,6 +121,16 @@ impl Peer {
                         let _ = ntx.send(reply);
                         continue;
                     }
+                    if header.unique & 1 == 1 && header.error == -libc::EAGAIN && body.is_empty() {
+                        // A reply to an interrupt (the kernel's FUSE_INT_REQ_BIT): as
+                        // `fuse_dev_do_write`, queue the interrupt again while its target waits
+                        // for a reply, else drop it (the kernel's write fails with ENOENT).
+                        let target = header.unique & !1;
+                        if pending.lock().unwrap().contains_key(&target) {
+                            let _ = sock.send(&interrupt_message(target));
+                        }
+                        continue;
+                    }
                     *answered.lock().unwrap().entry(header.unique).or_default() += 1;
                     match pending.lock().unwrap().remove(&header.unique) {
                         Some(tx) => {
@@ -270,17 +280,7 @@ impl Peer {
     }
 
     pub fn interrupt(&self, target: u64) {
-        // The kernel uses the target's unique with bit 0 set.
-        let hdr = fuse_in_header {
-            len: (size_of::<fuse_in_header>() + 8) as u32,
-            opcode: FUSE_INTERRUPT,
-            unique: target | 1,
-            pid: 4242,
-            ..Default::default()
-        };
-        let mut msg = hdr.as_bytes().to_vec();
-        msg.extend_from_slice(fuse_interrupt_in { unique: target }.as_bytes());
-        self.send_raw(&msg);
+        self.send_raw(&interrupt_message(target));
     }
 
     /// Sends one FUSE_IOCTL round.
@@ -421,6 +421,19 @@ impl Peer {
         self.answered.lock().unwrap().clone()
     }
 
+    /// Whether the session closed its end of the connection (every thread holding it exited)
+    /// within `timeout`.
+    pub fn closed_by_session(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.reader.as_ref().is_none_or(|r| r.is_finished()) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
     /// Ends the connection (the session reads end-of-file) and stops the reader.
     pub fn close(&mut self) {
         let _ = self.sock.shutdown(Shutdown::Both);
@@ -434,6 +447,20 @@ impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.sock.shutdown(Shutdown::Both);
     }
+}
+
+/// A `FUSE_INTERRUPT` for `target`, as the kernel sends it: the target's unique with bit 0 set.
+pub fn interrupt_message(target: u64) -> Vec<u8> {
+    let hdr = fuse_in_header {
+        len: (size_of::<fuse_in_header>() + 8) as u32,
+        opcode: FUSE_INTERRUPT,
+        unique: target | 1,
+        pid: 4242,
+        ..Default::default()
+    };
+    let mut msg = hdr.as_bytes().to_vec();
+    msg.extend_from_slice(fuse_interrupt_in { unique: target }.as_bytes());
+    msg
 }
 
 pub fn wait(rx: &mpsc::Receiver<Reply>, unique: u64) -> Reply {
