@@ -9,8 +9,9 @@
 //! Answers with ioctl success, as the driver: an unknown class (or one the policy denies)
 //! `NV_ERR_INVALID_CLASS`; a client of another instance `NV_ERR_INVALID_CLIENT`; an unknown
 //! parent `NV_ERR_INVALID_OBJECT_PARENT`; a handle in use `NV_ERR_INSERT_DUPLICATE_NAME`; an
-//! `NV01_DEVICE_0` whose `deviceId` is not one of the instance's GPUs `NV_ERR_INVALID_STATE`
-//! (`deviceInit`, `src/nvidia/src/kernel/gpu/device.c`: no GPU for the device instance).
+//! `NV01_DEVICE_0` whose `deviceId` is not one of the instance's GPUs `NV_ERR_INVALID_CLASS`
+//! (`deviceConstruct_IMPL`, `src/nvidia/src/kernel/gpu/device.c`: an invalid device instance;
+//! GPUs outside the set are invisible, so they answer as if they did not exist).
 
 use nvproxy_abi::Translation;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
@@ -145,7 +146,7 @@ impl Req<'_> {
             let device = pbuf.map_or(0, |p| rd32(plan.buf(Some(p)), 0));
             if !self.device_in_set(h_root, device) {
                 return deny(
-                    NV_ERR_INVALID_STATE,
+                    NV_ERR_INVALID_CLASS,
                     "device of a GPU outside the instance's set",
                 );
             }

@@ -45,7 +45,10 @@ const DETACH_IDS: u32 = 0x216;
 const GET_ACTIVE_DEVICE_IDS: u32 = 0x288;
 /// NV0000 controls whose first field is an input `gpuId`: `GET_PCI_INFO`,
 /// `GET_UUID_FROM_GPU_ID`, `QUERY_DRAIN_STATE`, `ASYNC_ATTACH_ID`, `WAIT_ATTACH_ID`.
-const GPU_ID_FIRST: [u32; 5] = [0x21b, 0x275, 0x279, 0x289, 0x290];
+const GPU_ID_FIRST: [u32; 3] = [0x279, 0x289, 0x290];
+/// Of the gpuId-first controls, those whose driver answer for an unknown gpuId is
+/// `NV_ERR_OBJECT_NOT_FOUND`: `GPU_GET_PCI_INFO`, `GPU_GET_UUID_FROM_GPU_ID`.
+const GPU_ID_NOT_FOUND: [u32; 2] = [0x21b, 0x275];
 /// `NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS` and `..._V2`: `gpuIds[gpuCount]` input.
 const P2P_CAPS: [u32; 2] = [0x127, 0x12b];
 /// `NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_MATRIX`.
@@ -213,12 +216,19 @@ impl Req<'_> {
         };
         match cmd {
             BUILD_VERSION => self.build_version(plan, p)?,
+            // gpumgrGetGpuIdInfoV2 (gpu_mgr.c): a gpuId with no GPU is NV_ERR_INVALID_ARGUMENT.
             GET_ID_INFO => {
-                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_OBJECT_NOT_FOUND)?;
+                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?;
                 // szName is unused by the driver (gVisor forces it NULL too).
                 plan.null_ptr(pb, 16);
             }
-            GET_ID_INFO_V2 => gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_OBJECT_NOT_FOUND)?,
+            GET_ID_INFO_V2 => gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?,
+            // GET_PCI_INFO (gpumgrGetProbedGpuDomainBusDevice) and GET_UUID_FROM_GPU_ID
+            // (cliresCtrlCmdGpuGetUuidFromGpuId) answer an unknown gpuId with
+            // NV_ERR_OBJECT_NOT_FOUND ("nvml wants to be able to tell this case apart").
+            c if GPU_ID_NOT_FOUND.contains(&c) => {
+                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_OBJECT_NOT_FOUND)?;
+            }
             c if GPU_ID_FIRST.contains(&c) => {
                 gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?;
             }

@@ -16,7 +16,6 @@ const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
 const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
 const NV_ERR_INVALID_CLASS: u32 = 0x22;
 const NV_ERR_INVALID_CLIENT: u32 = 0x23;
-const NV_ERR_INVALID_STATE: u32 = 0x40;
 const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
 const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x57;
 const NV_ERR_STATE_IN_USE: u32 = 0x63;
@@ -331,10 +330,12 @@ fn test_gpu_id_query_outside_the_set_is_refused() {
     let c = env.alloc_client(env.ctl);
     let mut p = vec![0u8; 32];
     wr32(&mut p, 0, 0x100);
-    assert_eq!(env.control(c, c, 0x205, &p).0, NV_ERR_OBJECT_NOT_FOUND);
+    // gpumgrGetGpuIdInfoV2: an unknown gpuId is NV_ERR_INVALID_ARGUMENT.
+    assert_eq!(env.control(c, c, 0x205, &p).0, NV_ERR_INVALID_ARGUMENT);
     let mut p = vec![0u8; 268];
     wr32(&mut p, 0, 0x100);
-    assert_eq!(env.control(c, c, 0x275, &p).0, NV_ERR_INVALID_ARGUMENT);
+    // GET_UUID_FROM_GPU_ID: NV_ERR_OBJECT_NOT_FOUND, as GET_PCI_INFO.
+    assert_eq!(env.control(c, c, 0x275, &p).0, NV_ERR_OBJECT_NOT_FOUND);
     assert!(env.host.calls_nr(0x2a).is_empty());
 }
 
@@ -364,7 +365,8 @@ fn test_device_of_a_gpu_outside_the_set_is_refused() {
     let mut p = vec![0u8; 56];
     wr32(&mut p, 0, 0); // device instance 0 = host GPU 0x100
     let (status, _) = env.alloc(c, c, 0x80, &p);
-    assert_eq!(status, NV_ERR_INVALID_STATE);
+    // deviceConstruct_IMPL: an invalid device instance is NV_ERR_INVALID_CLASS.
+    assert_eq!(status, NV_ERR_INVALID_CLASS);
     assert!(
         env.host
             .calls_nr(0x2b)

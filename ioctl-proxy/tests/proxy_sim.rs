@@ -139,7 +139,7 @@ fn test_cuda_like_init_through_the_proxy_sees_only_its_gpu() {
     let dev_inst = rd32(&info, 8);
     let mut dev_params = vec![0u8; 56];
     wr32(&mut dev_params, 0, 1 - dev_inst);
-    assert_eq!(t.alloc(ctl, client, client, 0x80, &dev_params).0, 0x40);
+    assert_eq!(t.alloc(ctl, client, client, 0x80, &dev_params).0, 0x22); // NV_ERR_INVALID_CLASS
     wr32(&mut dev_params, 0, dev_inst);
     let (s, device) = t.alloc(ctl, client, client, 0x80, &dev_params);
     assert_eq!(s, 0);
