@@ -114,7 +114,11 @@ impl NodeDevice {
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend
-            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup)?;
+            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup);
+        // Writes the backend left buffered; a fault there is the driver's copy_to_user EFAULT.
+        let flushed = mem.finish();
+        let result = result?;
+        flushed.map_err(|_| Errno::EFAULT)?;
         Ok(IoctlReply::result(result))
     }
 

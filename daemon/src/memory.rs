@@ -17,15 +17,76 @@ use ioctl_proxy::{ClientMemory, MemError};
 use crate::sys;
 
 /// Client memory through `process_vm_readv`/`writev` on thread `tid`.
+///
+/// Writes are buffered and made together, in order, with one `process_vm_writev` (one remote
+/// iovec per write) by [`ClientMemory::flush`] (`ioctl-proxy` calls it after a request's last
+/// write, the top-level struct) or [`VmMemory::finish`], which the device calls before it
+/// replies; a read makes the buffered writes first, so a handler always reads what it wrote. A write that
+/// faults is reported by `finish` (the device answers `EFAULT`, as the driver's
+/// `copy_to_user` failure); the writes after it in the buffer are not made, as when each was
+/// made on its own and the first failure ended the handler. Buffered writes not finished are
+/// made when the value is dropped.
 pub struct VmMemory {
     tid: u32,
+    /// (address, bytes) of the writes not made yet, in order.
+    pending: Vec<(u64, Vec<u8>)>,
 }
 
 impl VmMemory {
     /// Memory of the thread that issued the ioctl.
     pub fn new(tid: u32) -> Self {
-        VmMemory { tid }
+        VmMemory {
+            tid,
+            pending: Vec::new(),
+        }
     }
+
+    /// Makes the buffered writes, with one `process_vm_writev`. `Fault` if any of them could
+    /// not be made (the ones before it were).
+    pub fn finish(&mut self) -> Result<(), MemError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let writes = std::mem::take(&mut self.pending);
+        write_all(self.tid, &writes).map_err(vm_error)
+    }
+}
+
+impl Drop for VmMemory {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            tracing::debug!(writes = self.pending.len(), "client writes made at drop");
+            let _ = self.finish();
+        }
+    }
+}
+
+/// Writes every `(address, bytes)` of `writes`, in order, with as few `process_vm_writev` calls
+/// as the kernel's iovec limit allows (one for any ioctl). Short (a fault part way) is EFAULT.
+fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
+    use std::io::IoSlice;
+    /// `UIO_MAXIOV`.
+    const MAX_IOV: usize = 1024;
+    let pid =
+        libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    let writes: Vec<&(u64, Vec<u8>)> = writes.iter().filter(|(_, d)| !d.is_empty()).collect();
+    for chunk in writes.chunks(MAX_IOV) {
+        let local: Vec<IoSlice<'_>> = chunk.iter().map(|(_, d)| IoSlice::new(d)).collect();
+        let mut remote = Vec::with_capacity(chunk.len());
+        for (addr, d) in chunk {
+            let base = usize::try_from(*addr)
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EFAULT))?;
+            remote.push(RemoteIoVec { base, len: d.len() });
+        }
+        let want: usize = chunk.iter().map(|(_, d)| d.len()).sum();
+        let n = process_vm_writev(nix::unistd::Pid::from_raw(pid), &local, &remote)
+            .map_err(std::io::Error::from)?;
+        if n != want {
+            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+        }
+    }
+    Ok(())
 }
 
 fn vm_error(e: std::io::Error) -> MemError {
@@ -37,6 +98,8 @@ fn vm_error(e: std::io::Error) -> MemError {
 
 impl ClientMemory for VmMemory {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
+        // Reads see the writes made before them.
+        self.finish()?;
         let mut buf = vec![0u8; len];
         sys::process_vm_read(self.tid, addr, &mut buf).map_err(vm_error)?;
         Ok(buf)
@@ -47,7 +110,12 @@ impl ClientMemory for VmMemory {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        sys::process_vm_write(self.tid, addr, data).map_err(vm_error)
+        self.pending.push((addr, data.to_vec()));
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), MemError> {
+        self.finish()
     }
 }
 
@@ -262,6 +330,57 @@ mod tests {
         };
         let mut m = RetryMemory::new(plan, &[1, 2, 3, 4], 0).unwrap();
         assert_eq!(m.read(0x1002, 4), Err(MemError::Pending));
+    }
+
+    #[test]
+    fn test_read_for_update_asks_for_read_and_write_back_in_one_round() {
+        let mut m = RetryMemory::new(RetryPlan::default(), &[], 0).unwrap();
+        assert_eq!(m.read_for_update(0x1000, 4), Err(MemError::Pending));
+        let p = m.next_plan();
+        assert_eq!(p.reads, vec![(0x1000, 4)]);
+        assert_eq!(p.writes, vec![(0x1000, 4)]);
+        // The next round has the bytes and the out-iovec: the nested level is asked for at
+        // once, again read and write-back together.
+        let mut m = RetryMemory::new(p, &[1, 2, 3, 4], 4).unwrap();
+        assert_eq!(m.read_for_update(0x1000, 4).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(m.read_for_update(0x2000, 8), Err(MemError::Pending));
+        let p = m.next_plan();
+        assert_eq!(p.reads, vec![(0x1000, 4), (0x2000, 8)]);
+        assert_eq!(p.writes, vec![(0x1000, 4), (0x2000, 8)]);
+        let mut m = RetryMemory::new(p, &[1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5, 5], 12).unwrap();
+        assert_eq!(m.read_for_update(0x1000, 4).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(m.read_for_update(0x2000, 8).unwrap(), vec![5; 8]);
+        m.write(0x2000, &[6; 8]).unwrap();
+        assert!(!m.needs_retry());
+        assert_eq!(m.into_output(), [&[1, 2, 3, 4][..], &[6; 8]].concat());
+    }
+
+    #[test]
+    fn test_vm_writes_are_buffered_until_flush_and_made_in_order() {
+        let tid = std::process::id();
+        let mut buf = vec![0u8; 64];
+        let base = buf.as_mut_ptr() as u64;
+        let mut m = VmMemory::new(tid);
+        m.write(base, &[1; 8]).unwrap();
+        m.write(base + 32, &[2; 8]).unwrap();
+        m.write(base + 4, &[3; 2]).unwrap();
+        assert_eq!(std::hint::black_box(&buf)[..8], [0; 8], "buffered");
+        m.flush().unwrap();
+        let b = std::hint::black_box(&buf);
+        assert_eq!(b[..8], [1, 1, 1, 1, 3, 3, 1, 1]);
+        assert_eq!(b[32..40], [2; 8]);
+        // A read makes the buffered writes first.
+        m.write(base + 40, &[4; 4]).unwrap();
+        assert_eq!(m.read(base + 40, 4).unwrap(), vec![4; 4]);
+        // A fault stops the writes at the faulting one; finish reports it.
+        m.write(base + 48, &[5; 4]).unwrap();
+        m.write(8, &[9; 4]).unwrap();
+        m.write(base + 56, &[6; 4]).unwrap();
+        assert_eq!(m.finish(), Err(MemError::Fault));
+        let b = std::hint::black_box(&buf);
+        assert_eq!(b[48..52], [5; 4]);
+        assert_eq!(b[56..60], [0; 4]);
+        assert_eq!(m.finish(), Ok(()), "nothing left buffered");
     }
 
     #[test]

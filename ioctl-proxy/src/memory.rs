@@ -7,7 +7,9 @@
 //! the kernel with a retry that names every region asked for so far, and the handler runs again
 //! from the start with more data. So handlers must (1) do all reads and declare all writes
 //! ([`ClientMemory::reserve_write`]) before any side effect such as the host ioctl, and (2) be
-//! deterministic up to that point.
+//! deterministic up to that point. A region that is read and later written back should be
+//! asked for with [`ClientMemory::read_for_update`], so that both are asked for in the same
+//! round: each level of pointers then costs one round, not two.
 
 use thiserror::Error;
 
@@ -32,6 +34,29 @@ pub trait ClientMemory {
     /// Declares that `len` bytes at `addr` will be written by this call. Must be called for every
     /// later [`ClientMemory::write`] before the call's side effects.
     fn reserve_write(&mut self, addr: u64, len: usize) -> Result<(), MemError>;
-    /// Writes `data` at `addr` (inside a reserved range).
+    /// Writes `data` at `addr` (inside a reserved range). A transport may buffer the write
+    /// until [`ClientMemory::flush`] (and must then make buffered writes before a later read).
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Makes the writes a transport buffered (so that one ioctl's write-backs cost one
+    /// syscall). Called after the last write of a request; a write that faults is reported
+    /// here. Default: nothing is buffered.
+    fn flush(&mut self) -> Result<(), MemError> {
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `addr` and declares that they will be written back: [`read`] and
+    /// [`reserve_write`] of the same region, both asked for even when the read is not
+    /// available yet (with the retry transport, one round fetches the bytes and prepares the
+    /// write-back). The read's error comes first.
+    ///
+    /// [`read`]: ClientMemory::read
+    /// [`reserve_write`]: ClientMemory::reserve_write
+    fn read_for_update(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
+        let data = self.read(addr, len);
+        let reserved = self.reserve_write(addr, len);
+        let data = data?;
+        reserved?;
+        Ok(data)
+    }
 }

@@ -189,16 +189,18 @@ impl<'a> Req<'a> {
     /// Reads the top-level params and declares their write-back (the driver always copies
     /// the whole struct back). A fault is `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
     pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, ProxyError> {
-        let b = self.mem.read(addr, len).map_err(top_err)?;
+        let b = self.mem.read_for_update(addr, len).map_err(top_err)?;
         if b.len() != len {
             return Err(ProxyError::Fault);
         }
-        self.mem.reserve_write(addr, len).map_err(top_err)?;
         Ok(b)
     }
 
+    /// Copies the top-level params back: always a request's last write, so the transport's
+    /// buffered writes (nested outputs first) are flushed here, with one syscall.
     pub(crate) fn write_top(&mut self, addr: u64, data: &[u8]) -> Result<(), ProxyError> {
-        self.mem.write(addr, data).map_err(top_err)
+        self.mem.write(addr, data).map_err(top_err)?;
+        self.mem.flush().map_err(top_err)
     }
 
     /// Adds a daemon buffer of `len` bytes for the client pointer `addr` found at `off` in
@@ -219,17 +221,20 @@ impl<'a> Req<'a> {
             return Ok(None);
         }
         let data = if copy_in {
-            let d = self.mem.read(addr, len).map_err(nested_err)?;
+            let d = if copy_out {
+                self.mem.read_for_update(addr, len)
+            } else {
+                self.mem.read(addr, len)
+            };
+            let d = d.map_err(nested_err)?;
             if d.len() != len {
                 return Err(nested_err(MemError::Fault));
             }
             d
         } else {
+            self.mem.reserve_write(addr, len).map_err(nested_err)?;
             vec![0; len]
         };
-        if copy_out {
-            self.mem.reserve_write(addr, len).map_err(nested_err)?;
-        }
         Ok(Some(plan.nest(parent, off, data, copy_out.then_some(addr))))
     }
 
