@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which table an entry comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// A frontend escape (`NV_ESC_*`).
@@ -27,7 +27,7 @@ pub enum Kind {
 }
 
 /// What the proxy decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decision {
     /// Allowed and forwarded (or answered) successfully.
@@ -112,6 +112,30 @@ pub struct AuditCounts {
     counts: Mutex<BTreeMap<(Kind, String, Decision), u64>>,
 }
 
+impl Kind {
+    /// The name the audit trail uses (`escape`, `control`, `class`, `uvm`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Escape => "escape",
+            Kind::Control => "control",
+            Kind::Class => "class",
+            Kind::Uvm => "uvm",
+        }
+    }
+}
+
+impl Decision {
+    /// The name the audit trail uses (`allowed`, `denied`, `audit-would-deny`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::AuditWouldDeny => "audit-would-deny",
+            Decision::Failed => "failed",
+        }
+    }
+}
+
 impl AuditCounts {
     /// Counts one call.
     pub fn add(&self, kind: Kind, name: &str, decision: Decision) {
@@ -166,6 +190,25 @@ mod tests {
             line,
             r#"{"instance":"job42","pid":7,"tid":8,"node":"ctl","kind":"control","name":"NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS","number":545272833,"decision":"audit-would-deny","reason":"policy","nv_status":0,"latency_us":12}"#
         );
+    }
+
+    #[test]
+    fn test_kind_and_decision_names_round_trip_through_json() {
+        for k in [Kind::Escape, Kind::Control, Kind::Class, Kind::Uvm] {
+            let j = serde_json::to_string(&k).unwrap();
+            assert_eq!(j, format!("\"{}\"", k.as_str()));
+            assert_eq!(serde_json::from_str::<Kind>(&j).unwrap(), k);
+        }
+        for d in [
+            Decision::Allowed,
+            Decision::Denied,
+            Decision::AuditWouldDeny,
+            Decision::Failed,
+        ] {
+            let j = serde_json::to_string(&d).unwrap();
+            assert_eq!(j, format!("\"{}\"", d.as_str()));
+            assert_eq!(serde_json::from_str::<Decision>(&j).unwrap(), d);
+        }
     }
 
     #[test]

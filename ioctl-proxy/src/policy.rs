@@ -28,6 +28,24 @@
 //! (capabilities, admin-only entries, the admin's `deny` list). It never relaxes isolation:
 //! handles of other instances, GPUs outside the set and foreign fds are refused in both modes,
 //! and entries the table does not know get the driver's "unknown" answers in both modes.
+//!
+//! # Allowlist-only policies
+//!
+//! By default an entry is permitted by its table capabilities ([`InstancePolicy::caps`]), with
+//! the admin's [`InstancePolicy::allow`] and [`InstancePolicy::deny`] on top. A policy with
+//! [`InstancePolicy::only`] set ignores the caps and [`ADMIN_ONLY`]: an entry is permitted iff
+//! it is named in `only` (or in `allow`) and not in `deny`. The names are the driver names the
+//! audit trail uses (`NV_ESC_*`, controls, classes, `UVM_*`), so the set can be built from an
+//! audit log (`nvproxy policy suggest --from-audit`). Two things follow from the dispatch order:
+//!
+//! - a control or class reaches its own check only through its escape: a policy that names
+//!   controls must name `NV_ESC_RM_CONTROL`, one that names classes `NV_ESC_RM_ALLOC` (the
+//!   audit trail counts such a call once, under the control's or class's name);
+//! - entries the table does not know are never permitted by any policy, `only` included: they
+//!   get the driver's "unknown" answers (an escape or UVM ioctl `EINVAL`, a control
+//!   `NV_ERR_NOT_SUPPORTED`, a class `NV_ERR_INVALID_CLASS`) and are audited as `denied`, in
+//!   both modes, before the policy is asked. Naming them in `only` changes nothing (the daemon
+//!   refuses such names when it loads a policy file).
 
 use std::collections::BTreeSet;
 
@@ -65,8 +83,12 @@ pub struct InstancePolicy {
     pub mode: Mode,
     /// Entry names (`NV_ESC_*`, control, class names) the admin allows beyond the caps.
     pub allow: BTreeSet<String>,
-    /// Entry names the admin denies although the caps would allow them (wins over `allow`).
+    /// Entry names the admin denies although the caps would allow them (wins over `allow`
+    /// and `only`).
     pub deny: BTreeSet<String>,
+    /// Allowlist-only: when set, exactly these entries (and those in `allow`) are permitted,
+    /// whatever the caps; see the module docs.
+    pub only: Option<BTreeSet<String>>,
     /// Whether a client may `mmap` `/dev/nvidia-uvm` (default `true`). The mapping is made on
     /// the instance's own host UVM file, handed to the tenant, which can then issue raw UVM
     /// ioctls on its va_space around the proxy (ARCHITECTURE.md, "UVM"); `false` turns the
@@ -85,6 +107,7 @@ impl InstancePolicy {
             mode: Mode::Enforce,
             allow: BTreeSet::new(),
             deny: BTreeSet::new(),
+            only: None,
             uvm_mmap: true,
         }
     }
@@ -99,13 +122,18 @@ impl InstancePolicy {
         }
     }
 
-    /// Whether enforce mode allows the entry `name` with table caps `caps`.
+    /// Whether enforce mode allows the entry `name` with table caps `caps`: not in `deny`;
+    /// then named in `allow`, or, with `only` set, named there (caps ignored), else enabled
+    /// by the caps and not [`ADMIN_ONLY`].
     pub fn permits(&self, name: &str, caps: Caps) -> bool {
         if self.deny.contains(name) {
             return false;
         }
         if self.allow.contains(name) {
             return true;
+        }
+        if let Some(only) = &self.only {
+            return only.contains(name);
         }
         !ADMIN_ONLY.contains(&name) && caps.intersects(self.effective_caps())
     }
@@ -168,6 +196,58 @@ mod tests {
     fn test_graphics_only_instance_lacks_compute_entries() {
         let p = InstancePolicy::new("t", Caps::GRAPHICS, vec![0]);
         assert!(!p.permits("X", Caps::COMPUTE_UTILITY));
+    }
+
+    fn only(names: &[&str]) -> InstancePolicy {
+        let mut p = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![0]);
+        p.only = Some(names.iter().map(|n| (*n).to_owned()).collect());
+        p
+    }
+
+    #[test]
+    fn test_only_permits_exactly_the_named_entries_whatever_the_caps() {
+        let p = only(&[
+            "NV_ESC_CARD_INFO",
+            "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS",
+        ]);
+        assert!(p.permits("NV_ESC_CARD_INFO", Caps::COMPUTE_UTILITY));
+        // Named but without caps (admin-only in the caps form): permitted.
+        assert!(p.permits("NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS", Caps::NONE));
+        // Enabled by the caps but not named: refused.
+        assert!(!p.permits("NV_ESC_RM_CONTROL", Caps::COMPUTE_UTILITY));
+        assert!(!p.permits("UVM_INITIALIZE", Caps::ALL_CONTAINER));
+    }
+
+    #[test]
+    fn test_only_names_admin_only_entries_too() {
+        let p = only(&[ADMIN_ONLY[0]]);
+        assert!(p.permits(ADMIN_ONLY[0], Caps::COMPUTE_UTILITY));
+    }
+
+    #[test]
+    fn test_only_empty_permits_nothing() {
+        let p = only(&[]);
+        assert!(!p.permits("NV_ESC_CHECK_VERSION_STR", Caps::ALL_CONTAINER));
+    }
+
+    #[test]
+    fn test_deny_wins_over_only_and_allow_adds_to_it() {
+        let mut p = only(&["A", "B"]);
+        p.deny.insert("A".into());
+        p.allow.insert("C".into());
+        assert!(!p.permits("A", Caps::COMPUTE));
+        assert!(p.permits("B", Caps::NONE));
+        assert!(p.permits("C", Caps::NONE));
+    }
+
+    #[test]
+    fn test_only_in_audit_mode_judges_would_deny() {
+        let mut p = only(&["A"]);
+        p.mode = Mode::Audit;
+        assert_eq!(p.judge("A", Caps::NONE), Verdict::Allow);
+        assert_eq!(p.judge("B", Caps::COMPUTE_UTILITY), Verdict::AuditWouldDeny);
+        p.mode = Mode::Enforce;
+        assert_eq!(p.judge("B", Caps::COMPUTE_UTILITY), Verdict::Deny);
     }
 
     #[test]
