@@ -2,7 +2,7 @@
 # mmap-bench.sh: the cost of one mmap through nvproxy's shim (ticket ioctl on the node + the
 # instance socket + mmap of the host fd + munmap) against a plain mmap + munmap of a memfd, and
 # what the shim adds to an unrelated file mapping (one fstat) and to an anonymous one (nothing),
-# all in ONE VM run (tests/vm/cuse-vm; the guest is emulated, so only the ratios mean much).
+# with the node path split into one CUSE round trip (HELLO) and ticket + socket, all in ONE VM run (tests/vm/cuse-vm; the guest is emulated, so only the ratios mean much).
 # The node is the simulated driver's nvidiactl with an RM mmap context (NV01_MEMORY_SYSTEM
 # mapped by NV_ESC_RM_MAP_MEMORY), served by `nvproxy exec --driver sim`, once with each
 # client-memory transport (the ticket ioctl reads its argument through it).
@@ -67,19 +67,19 @@ for line in sys.stdin:
         v = {"ok": False, "error": rest or "no output"}
     if not v.get("ok"):
         ok = False
-        rows.append("| %s | FAILED: %s | | | |" % (mem, v.get("error")))
+        rows.append("| %s | FAILED: %s | | | | | |" % (mem, v.get("error")))
         continue
     k = v["kinds"]
     def cell(name):
         x = k[name]
         return "%.1f µs (%.2fx, %.2f-%.2f)" % (x["median_us"], x["ratio_to_plain"], x["ratio_min"], x["ratio_max"])
-    rows.append("| %s | %.1f µs | %s | %s | %s |" % (mem, k["plain"]["median_us"], cell("file"), cell("anon"), cell("node")))
+    rows.append("| %s | %.1f µs | %s | %s | %s | %s | %s |" % (mem, k["plain"]["median_us"], cell("file"), cell("anon"), cell("hello"), cell("redeem"), cell("node")))
     n = "%d pairs x %d batches x %d repetitions" % (v["iters"], v["batches"], v["reps"])
 head = ["",
-        "mmap + munmap of 4 KiB, one VM run, kernel %s (TCG), %s; ratio to plain: median (range over repetitions)" % (kernel, n),
+        "mmap + munmap of 4 KiB, one VM run, kernel %s (TCG), %s; each batch paired with a plain batch; ratio to plain: median (range over repetitions)" % (kernel, n),
         "",
-        "| transport | plain memfd (raw syscall) | memfd through the shim | anonymous through the shim | our node through the shim |",
-        "|---|---|---|---|---|"]
+        "| transport | plain: memfd, raw syscall | memfd through the shim | anonymous through the shim | HELLO ioctl (1 CUSE round trip) | ticket + socket, no mmap | our node through the shim |",
+        "|---|---|---|---|---|---|---|"]
 text = "\n".join(head + rows) + "\n"
 print(text)
 if os.environ.get("OUT"):

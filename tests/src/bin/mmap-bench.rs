@@ -9,20 +9,27 @@
 //! - `node`: our nvidiactl, whose open carries an RM mmap context (`NV01_MEMORY_SYSTEM` mapped
 //!   with `NV_ESC_RM_MAP_MEMORY`), through the shim: ticket ioctl + socket + host fd + `mmap`.
 //!
-//! Repetitions interleave the kinds (so a slow patch of the machine hits all alike); each
-//! kind's figure per repetition is the median of its batches; ratios to `plain` are taken
-//! inside each repetition and reported as median and range. Output: one JSON line.
+//! and, to split `node`: `hello` (one `NVPROXY_IOC_HELLO` on the node: one CUSE round trip
+//! answered by the node without the request path) and `redeem` (the ticket ioctl and the socket
+//! exchange by hand, the received fd closed: `node` without its `mmap`/`munmap`).
+//!
+//! Every batch of a kind is paired with a `plain` batch run just before it, so that a slow
+//! patch of the (noisy, emulated) machine hits both; a kind's ratio in a repetition is the
+//! median of its batch ratios; repetitions report the median and range of those. Output: one
+//! JSON line.
 //!
 //! `mmap-bench [--iters N] [--batches B] [--reps R] [--driver-version V]`
 
+use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use nvproxy_preload_proto::DEFAULT_SOCKET_PATH;
 use serde_json::json;
-use tests::mmapc::{self, Mapping, RmMemory};
+use tests::mmapc::{self, Answer, Mapping, RmMemory};
 
 #[derive(Parser)]
 struct Cli {
@@ -48,10 +55,19 @@ enum Kind {
     Plain,
     File,
     Anon,
+    Hello,
+    Redeem,
     Node,
 }
 
-const KINDS: [Kind; 4] = [Kind::Plain, Kind::File, Kind::Anon, Kind::Node];
+const KINDS: [Kind; 6] = [
+    Kind::Plain,
+    Kind::File,
+    Kind::Anon,
+    Kind::Hello,
+    Kind::Redeem,
+    Kind::Node,
+];
 
 impl Kind {
     fn name(self) -> &'static str {
@@ -59,34 +75,57 @@ impl Kind {
             Kind::Plain => "plain",
             Kind::File => "file",
             Kind::Anon => "anon",
+            Kind::Hello => "hello",
+            Kind::Redeem => "redeem",
             Kind::Node => "node",
         }
     }
 }
 
-/// One mmap + munmap of `kind`.
-fn once(kind: Kind, memfd: RawFd, node: RawFd) -> Result<(), i32> {
+/// One operation of `kind`.
+fn once(kind: Kind, memfd: RawFd, node: &File) -> Result<(), i32> {
+    let node_fd = node.as_raw_fd();
     match kind {
         Kind::Plain => mmapc::raw_map_unmap(LEN, RW, libc::MAP_SHARED, memfd),
         Kind::File => Mapping::map(0, LEN, RW, libc::MAP_SHARED, memfd, 0).map(drop),
         Kind::Anon => {
             Mapping::map(0, LEN, RW, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0).map(drop)
         }
-        Kind::Node => Mapping::map(0, LEN, RW, libc::MAP_SHARED, node, 0).map(drop),
+        Kind::Hello => mmapc::hello(node).map(drop),
+        Kind::Redeem => {
+            let t = mmapc::simple_ticket(node)?;
+            match mmapc::redeem(Path::new(DEFAULT_SOCKET_PATH), t) {
+                Ok(Answer::Reply(r, Some(fd))) if r.errno == 0 => {
+                    drop(fd);
+                    Ok(())
+                }
+                _ => Err(libc::EPROTO),
+            }
+        }
+        Kind::Node => Mapping::map(0, LEN, RW, libc::MAP_SHARED, node_fd, 0).map(drop),
     }
 }
 
-/// µs per pair: the median of `batches` batches of `iters`.
-fn measure(kind: Kind, cli: &Cli, memfd: RawFd, node: RawFd) -> Result<f64, i32> {
-    let mut per = Vec::new();
-    for _ in 0..cli.batches {
-        let t = Instant::now();
-        for _ in 0..cli.iters {
-            once(kind, memfd, node)?;
-        }
-        per.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(cli.iters));
+/// µs per operation of one batch of `iters`.
+fn batch(kind: Kind, iters: u32, memfd: RawFd, node: &File) -> Result<f64, i32> {
+    let t = Instant::now();
+    for _ in 0..iters {
+        once(kind, memfd, node)?;
     }
-    Ok(median(&mut per))
+    Ok(t.elapsed().as_secs_f64() * 1e6 / f64::from(iters))
+}
+
+/// One repetition of `kind`: (median µs, median ratio to the plain batch run just before each
+/// of its batches).
+fn measure(kind: Kind, cli: &Cli, memfd: RawFd, node: &File) -> Result<(f64, f64), i32> {
+    let (mut us, mut ratios) = (Vec::new(), Vec::new());
+    for _ in 0..cli.batches {
+        let floor = batch(Kind::Plain, cli.iters, memfd, node)?;
+        let v = batch(kind, cli.iters, memfd, node)?;
+        us.push(v);
+        ratios.push(v / floor);
+    }
+    Ok((median(&mut us), median(&mut ratios)))
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -108,15 +147,16 @@ fn run(cli: &Cli) -> Result<serde_json::Value, String> {
     let cookie = rm.map_onto(node.as_raw_fd())?;
     // Warm-up: the shim's one-time HELLO and the first ticket.
     for k in KINDS {
-        once(k, memfd.as_raw_fd(), node.as_raw_fd())
-            .map_err(|e| format!("{}: errno {e}", k.name()))?;
+        once(k, memfd.as_raw_fd(), &node).map_err(|e| format!("{}: errno {e}", k.name()))?;
     }
     let mut us: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
+    let mut rs: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
     for _ in 0..cli.reps {
         for (i, k) in KINDS.iter().enumerate() {
-            let v = measure(*k, cli, memfd.as_raw_fd(), node.as_raw_fd())
+            let (v, r) = measure(*k, cli, memfd.as_raw_fd(), &node)
                 .map_err(|e| format!("{}: errno {e}", k.name()))?;
             us[i].push(v);
+            rs[i].push(r);
         }
     }
     rm.unmap(cookie)?;
@@ -124,7 +164,7 @@ fn run(cli: &Cli) -> Result<serde_json::Value, String> {
     rm.close()?;
     let mut kinds = serde_json::Map::new();
     for (i, k) in KINDS.iter().enumerate() {
-        let mut ratios: Vec<f64> = us[i].iter().zip(&us[0]).map(|(a, b)| a / b).collect();
+        let mut ratios = rs[i].clone();
         let mut vals = us[i].clone();
         ratios.sort_by(f64::total_cmp);
         kinds.insert(
