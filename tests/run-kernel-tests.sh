@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd -P)
 
 # Integration test targets of the `tests` crate whose tests are #[ignore]d because they need /dev/cuse.
-KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel)
+KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel audit_kernel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${KERNEL_TESTS[@]}")
 
@@ -27,10 +27,10 @@ fi
 echo "run-kernel-tests: mode=$mode targets=${targets[*]}" >&2
 
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-# proxy_kernel and mmap_kernel run the daemon's binary (which wants the preload shim beside it):
-# build both and tell the tests where nvproxy is.
+# proxy_kernel, mmap_kernel and audit_kernel run the daemon's binary (which wants the preload shim
+# beside it): build both and tell the tests where nvproxy is.
 for t in "${targets[@]}"; do
-  if [[ $t == proxy_kernel || $t == mmap_kernel ]]; then
+  if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel ]]; then
     cargo build -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
     export NVPROXY_BIN="$target_dir/debug/nvproxy"
   fi

@@ -20,6 +20,8 @@
 //! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
 //! allow = ["NV2080_CTRL_CMD_GPU_GET_ECC_CONFIGURATION"]  # admin overrides, by driver name
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
+//! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
+//!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
 
 use std::collections::BTreeSet;
@@ -117,6 +119,11 @@ pub struct InstanceConfig {
     pub allow: Vec<String>,
     /// Audit log path (JSON lines).
     pub audit_log: Option<PathBuf>,
+    /// A policy file (`policy_cmd.rs`): an allowlist-only policy replaces the caps, or more
+    /// names beyond them. `Config::load` resolves a relative path against the config's
+    /// directory and checks the file.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
     /// Whether clients may mmap `/dev/nvidia-uvm` (default true). The mapping hands the tenant
     /// the instance's host UVM fd, on which it can issue raw UVM ioctls on its own va_space
     /// (ARCHITECTURE.md, "UVM"); false turns the path off (mmap fails with ENODEV).
@@ -151,11 +158,42 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file, and the policy files it names (relative paths are
+    /// resolved against the config's directory).
     pub fn load(path: &Path) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        Config::parse(&text).with_context(|| format!("in config {}", path.display()))
+        let mut cfg =
+            Config::parse(&text).with_context(|| format!("in config {}", path.display()))?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        for inst in &mut cfg.instances {
+            if let Some(p) = inst.policy.as_mut().filter(|p| p.is_relative()) {
+                *p = dir.join(&*p);
+            }
+        }
+        cfg.check_policy_files()
+            .with_context(|| format!("in config {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    /// Loads every instance's policy file and checks its names against the table the config
+    /// will run with: the simulated driver's version, or the host driver's (every known
+    /// version's names when this host has none; the instance checks again at start).
+    pub fn check_policy_files(&self) -> Result<()> {
+        if self.instances.iter().all(|i| i.policy.is_none()) {
+            return Ok(());
+        }
+        let names = match self.driver {
+            DriverKind::Sim => crate::policy_cmd::AbiNames::for_version(&self.sim.driver_version)?,
+            DriverKind::Host => crate::policy_cmd::AbiNames::for_host(),
+        };
+        for inst in &self.instances {
+            if let Some(p) = &inst.policy {
+                crate::policy_cmd::load_checked(p, &names)
+                    .with_context(|| format!("instance {:?}", inst.name))?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates config text.
@@ -184,9 +222,13 @@ impl Config {
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "log only".into());
             out.push_str(&format!(
-                "instance {}: gpus {:?}, caps {caps}, mode {:?}, allow {:?}, audit {audit}\n",
+                "instance {}: gpus {:?}, caps {caps}, mode {:?}, allow {:?}, audit {audit}",
                 i.name, i.gpus, i.mode, i.allow
             ));
+            if let Some(p) = &i.policy {
+                out.push_str(&format!(", policy {}", p.display()));
+            }
+            out.push('\n');
         }
         out.trim_end().to_owned()
     }
@@ -335,6 +377,47 @@ mod tests {
     fn test_bad_sim_version_is_refused() {
         let text = "driver = \"sim\"\n[sim]\ndriver_version = \"5x5\"\n";
         assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("driver_version"));
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nvproxy-config-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn test_policy_file_is_resolved_next_to_the_config_and_checked() {
+        let d = scratch("policy");
+        std::fs::write(
+            d.join("p.toml"),
+            "[policy]\nallow_only = true\nescapes = [\"NV_ESC_CARD_INFO\"]\n",
+        )
+        .unwrap();
+        let cfg_text =
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\npolicy = \"p.toml\"\n";
+        std::fs::write(d.join("c.toml"), cfg_text).unwrap();
+        let cfg = Config::load(&d.join("c.toml")).unwrap();
+        assert_eq!(
+            cfg.instances[0].policy.as_deref(),
+            Some(d.join("p.toml").as_path())
+        );
+        assert!(cfg.summary().contains("policy "), "{}", cfg.summary());
+
+        std::fs::write(
+            d.join("p.toml"),
+            "[policy]\nallow_only = true\nescapes = [\"NV_ESC_NOPE\"]\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", Config::load(&d.join("c.toml")).unwrap_err());
+        assert!(
+            err.contains("NV_ESC_NOPE") && err.contains("instance \"a\""),
+            "{err}"
+        );
+
+        std::fs::remove_file(d.join("p.toml")).unwrap();
+        let err = format!("{:#}", Config::load(&d.join("c.toml")).unwrap_err());
+        assert!(err.contains("p.toml"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

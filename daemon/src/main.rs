@@ -1,8 +1,10 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod audit_cmd;
 mod audit_log;
 mod backend;
+mod child;
 mod config;
 mod device;
 mod doctor;
@@ -11,6 +13,7 @@ mod instance;
 mod memory;
 mod mmap;
 mod nsexec;
+mod policy_cmd;
 mod serve;
 mod sys;
 
@@ -43,6 +46,12 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run a command with the nodes of an instance that `serve` is serving.
     Run(serve::RunArgs),
+    /// Build and check policy files: `suggest --from-audit LOG` prints the allowlist a run used.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCommand),
+    /// Read audit logs: `summary LOG` prints a table of the entries used.
+    #[command(subcommand)]
+    Audit(audit_cmd::AuditCommand),
     /// Check a configuration file and print the instances it defines.
     CheckConfig {
         /// The TOML file (see examples/config.toml).
@@ -87,6 +96,8 @@ fn main() -> ExitCode {
         Command::Exec(args) => serve::exec(args),
         Command::Serve(args) => serve::serve(args),
         Command::Run(args) => serve::run(args).map(|never| match never {}),
+        Command::Policy(cmd) => policy_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Audit(cmd) => audit_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::CheckConfig { path } => config::Config::load(path).map(|cfg| {
             println!("{}", cfg.summary());
             ExitCode::SUCCESS

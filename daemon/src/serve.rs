@@ -107,10 +107,23 @@ impl RunningInstance {
         };
         policy.allow = inst.allow.iter().cloned().collect();
         policy.uvm_mmap = inst.uvm_mmap;
+        let policy_file = match &inst.policy {
+            Some(p) => Some(crate::policy_cmd::PolicyFile::load(p)?),
+            None => None,
+        };
+        if let Some(f) = &policy_file {
+            f.apply(&mut policy);
+        }
         let sink = Arc::new(JsonLinesSink::open(audit)?);
         let proxy = Proxy::for_host(policy, driver.host.clone())
             .with_context(|| format!("instance {}", inst.name))?
             .with_audit(sink.clone());
+        if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
+            // The names must be in the table of the driver this instance runs on.
+            let label = format!("driver {}", driver.host.version().trim());
+            f.check(&crate::policy_cmd::AbiNames::of(proxy.abi(), label))
+                .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
+        }
         let proxy = Arc::new(proxy);
         let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
@@ -229,6 +242,10 @@ pub struct ExecArgs {
     /// Write audit events (JSON lines) here.
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
+    /// A policy file (TOML, e.g. from `nvproxy policy suggest --from-audit`): with
+    /// `allow_only = true` exactly its entries are allowed, whatever --caps.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// How client memory is read.
     #[arg(long, value_enum, default_value_t = MemoryTransport::ProcessVm)]
     pub memory: MemoryTransport,
@@ -285,6 +302,9 @@ impl ShimArgs {
 
 /// `nvproxy exec`: one instance around one command.
 pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
+    // Before any thread starts: signals to nvproxy go to the command, and the instance is
+    // always stopped (its audit counts written) after the command.
+    crate::child::block_termination_signals()?;
     let driver = make_driver(
         args.driver,
         args.sim_gpus,
@@ -303,6 +323,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         mode: args.mode,
         allow: args.allow.clone(),
         audit_log: args.audit_log.clone(),
+        policy: args.policy.clone(),
         uvm_mmap: !args.no_uvm_mmap,
     };
     inst.validate()?;
@@ -317,10 +338,11 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     }
     cmd.args(running.ns_mmap_args(shim.as_deref())?);
     cmd.arg("--").args(&args.command);
-    let status = cmd.status().context("starting the command")?;
+    let status = crate::child::run_forwarding_signals(&mut cmd);
     running.stop();
     let clean = leak_check(&driver);
     drop(driver);
+    let status = status?;
 
     let code = match (
         status.code(),
