@@ -182,8 +182,10 @@ impl RunningInstance {
         ])
     }
 
-    /// Unregisters the nodes and writes the audit counts.
-    pub fn stop(self) {
+    /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
+    /// table was empty (every client released what it allocated); `--check-leaks` counts a
+    /// non-empty table as a leak.
+    pub fn stop(self) -> bool {
         drop(self.mmap_socket);
         self.nodes.stop();
         self.sink.write_counts(&self.name, self.proxy.counts());
@@ -191,6 +193,7 @@ impl RunningInstance {
         if left != 0 {
             tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");
         }
+        left == 0
     }
 }
 
@@ -339,8 +342,8 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     cmd.args(running.ns_mmap_args(shim.as_deref())?);
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
-    running.stop();
-    let clean = leak_check(&driver);
+    let table_clean = running.stop();
+    let clean = leak_check(&driver) && table_clean;
     drop(driver);
     let status = status?;
 
@@ -390,7 +393,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             Ok(r) => running.push(r),
             Err(e) => {
                 for r in running {
-                    r.stop();
+                    let _ = r.stop();
                 }
                 return Err(e);
             }
@@ -412,10 +415,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let sig = sys::wait_for_termination().context("waiting for a signal")?;
     tracing::info!(signal = ?sig, "stopping");
     let _ = sys::sd_notify("STOPPING=1");
+    let mut tables_clean = true;
     for r in running {
-        r.stop();
+        tables_clean &= r.stop();
     }
-    let clean = leak_check(&driver);
+    let clean = leak_check(&driver) && tables_clean;
     if args.check_leaks && !clean {
         return Ok(ExitCode::from(LEAK_EXIT));
     }
