@@ -1008,6 +1008,140 @@ mod tests {
         let _ = std::fs::remove_dir_all(root);
     }
 
+    // ---- the ticket ioctl ----------------------------------------------------------------
+
+    fn memfd_target() -> Arc<dyn Backend> {
+        Arc::new(MemfdBackend)
+    }
+
+    fn ioctl_at<'a>(fh: u64, arg: u64, in_data: &'a [u8], out_size: u32) -> Ioctl<'a> {
+        Ioctl {
+            fh,
+            cmd: nvproxy_preload_proto::NVPROXY_IOC_MMAP_TICKET,
+            arg,
+            flags: cuse_dev::wire::FUSE_IOCTL_UNRESTRICTED,
+            in_data,
+            out_size,
+        }
+    }
+
+    fn me() -> Request {
+        Request::detached(1, nix::unistd::gettid().as_raw() as u32, 0, 0)
+    }
+
+    #[test]
+    fn test_retry_ticket_first_round_asks_for_the_struct_and_the_ticket_bytes() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let r = m.ticket_ioctl(
+            NodeRef::Ctl,
+            &memfd_target(),
+            &me(),
+            &ioctl_at(7, 0x1000, &[], 0),
+            MemoryTransport::Retry,
+        );
+        assert_eq!(
+            r,
+            Ok(IoctlReply::Retry {
+                in_iovs: vec![IoVec::new(0x1000, 40)],
+                out_iovs: vec![IoVec::new(0x1000 + 32, 8)],
+            })
+        );
+    }
+
+    #[test]
+    fn test_retry_ticket_second_round_returns_a_redeemable_ticket() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let data = args().to_bytes();
+        let r = m.ticket_ioctl(
+            NodeRef::Ctl,
+            &memfd_target(),
+            &me(),
+            &ioctl_at(7, 0x1000, &data, 8),
+            MemoryTransport::Retry,
+        );
+        let Ok(IoctlReply::Done { result: 0, out }) = r else {
+            panic!("{r:?}");
+        };
+        let ticket = u64::from_ne_bytes(out.try_into().unwrap());
+        let got = m
+            .tickets()
+            .redeem(ticket, std::process::id(), Instant::now())
+            .map(|t| (t.fh, t.target.node));
+        assert_eq!(got.ok(), Some((7, NodeRef::Ctl)));
+    }
+
+    #[test]
+    fn test_retry_ticket_round_with_wrong_size_is_einval() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let r = m.ticket_ioctl(
+            NodeRef::Ctl,
+            &memfd_target(),
+            &me(),
+            &ioctl_at(7, 0x1000, &[0u8; 12], 8),
+            MemoryTransport::Retry,
+        );
+        assert_eq!(r, Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn test_process_vm_ticket_is_written_into_the_callers_struct() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let mut buf = args().to_bytes();
+        let r = m.ticket_ioctl(
+            NodeRef::Gpu(0),
+            &memfd_target(),
+            &me(),
+            &ioctl_at(9, buf.as_mut_ptr() as u64, &[], 0),
+            MemoryTransport::ProcessVm,
+        );
+        let written = MmapTicketArgs::from_bytes(&buf).unwrap().ticket;
+        let got = m
+            .tickets()
+            .redeem(written, std::process::id(), Instant::now())
+            .map(|t| t.fh);
+        assert_eq!((r, got.ok()), (Ok(IoctlReply::result(0)), Some(9)));
+    }
+
+    #[test]
+    fn test_process_vm_ticket_with_bad_pointer_is_efault_and_issues_nothing() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let r = m.ticket_ioctl(
+            NodeRef::Ctl,
+            &memfd_target(),
+            &me(),
+            &ioctl_at(7, 8, &[], 0),
+            MemoryTransport::ProcessVm,
+        );
+        assert_eq!(
+            (r, m.tickets().outstanding(Instant::now())),
+            (Err(Errno::EFAULT), 0)
+        );
+    }
+
+    #[test]
+    fn test_ticket_from_outside_our_pid_namespace_is_eperm() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let r = m.ticket_ioctl(
+            NodeRef::Ctl,
+            &memfd_target(),
+            &Request::detached(1, 0, 0, 0),
+            &ioctl_at(7, 0x1000, &[], 0),
+            MemoryTransport::Retry,
+        );
+        assert_eq!(r, Err(Errno::EPERM));
+    }
+
+    #[test]
+    fn test_released_open_takes_its_tickets_along() {
+        let m = InstanceMmap::new("inst").unwrap();
+        let t = issue(&m, 7, std::process::id());
+        m.released(NodeRef::Gpu(0), 7);
+        let other_node = m.tickets().outstanding(Instant::now());
+        m.released(NodeRef::Ctl, 7);
+        let got = m.tickets().redeem(t, std::process::id(), Instant::now());
+        assert_eq!((other_node, got.err()), (1, Some(Refusal::Unknown)));
+    }
+
     #[test]
     fn test_ticket_of_another_instance_gets_nothing() {
         let root = scratch("cross");
