@@ -57,6 +57,11 @@ pub struct SimGpu {
     pub bar0_address: u64,
     /// BAR1 CPU physical address (`CARD_INFO.fb_address`).
     pub bar1_address: u64,
+    /// PCIe generation of the GPU's link and of the root port it is attached to (5 for an H100
+    /// SXM5: 32 GT/s).
+    pub pcie_gen: u32,
+    /// PCIe link width in lanes (16).
+    pub pcie_width: u32,
 }
 
 /// PCI bus numbers of the eight GPUs of a typical HGX H100 board.
@@ -96,6 +101,8 @@ impl SimGpu {
             arch_impl: 0,
             bar0_address: 0x9000_0000_0000 + u64::from(index) * 0x1_0000_0000,
             bar1_address: 0xa000_0000_0000 + u64::from(index) * 0x40_0000_0000,
+            pcie_gen: 5,
+            pcie_width: 16,
         }
     }
 

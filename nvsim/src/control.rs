@@ -73,7 +73,7 @@ const FABRIC_STATUS_SKIP: u32 = 1;
 
 /// What the control's target object is.
 #[derive(Clone, Copy)]
-enum Target {
+pub(crate) enum Target {
     Client,
     Device,
     Subdevice(usize),
@@ -377,29 +377,30 @@ pub(crate) fn control(
             );
             NV_OK
         }
-        // Not exported by the target's class, or not simulated.
-        _ => NV_ERR_NOT_SUPPORTED,
+        // The controls of libcuda's and nvidia-smi's initialisation (control_init.rs); the
+        // rest is not exported by the target's class, or not simulated.
+        _ => crate::control_init::control(st, c, p.cmd, target).unwrap_or(NV_ERR_NOT_SUPPORTED),
     }
 }
 
 /// The params buffer of one control call.
-struct Ctx<'a> {
-    drv: &'a SimDriver,
-    call: &'a mut HostCall,
-    pl: Loc,
-    size: usize,
+pub(crate) struct Ctx<'a> {
+    pub(crate) drv: &'a SimDriver,
+    pub(crate) call: &'a mut HostCall,
+    pub(crate) pl: Loc,
+    pub(crate) size: usize,
 }
 
 impl Ctx<'_> {
-    fn get<T: zerocopy::FromBytes>(&self, off: usize) -> Option<T> {
+    pub(crate) fn get<T: zerocopy::FromBytes>(&self, off: usize) -> Option<T> {
         read_at(self.call, self.pl, off)
     }
 
-    fn put<T: zerocopy::IntoBytes + zerocopy::Immutable>(&mut self, off: usize, v: &T) {
+    pub(crate) fn put<T: zerocopy::IntoBytes + zerocopy::Immutable>(&mut self, off: usize, v: &T) {
         write_at(self.call, self.pl, off, v);
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         let size = self.size;
         &mut bytes_mut(self.call, self.pl)[..size]
     }

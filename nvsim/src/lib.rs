@@ -86,6 +86,7 @@
 mod buf;
 mod config;
 pub mod control;
+mod control_init;
 mod driver;
 mod escape;
 mod memory;

@@ -1,0 +1,708 @@
+//! `cuda-probe`: drives NVIDIA's own `libcuda.so.1` (the CUDA driver API) step by step and says
+//! exactly where it stops.
+//!
+//! `cuda-probe [--lib PATH] [--expect-count N] [--expect-name S] [--expect-uuid U]
+//!             [--expect-pci-bus-id B] STEP...`
+//!
+//! libcuda is `dlopen`ed (`libcuda.so.1` from the loader's path, e.g. `LD_LIBRARY_PATH`, or
+//! `--lib`); no CUDA headers are needed, the few function types are declared here. Steps, run in
+//! this order whatever the order given (each runs the ones it needs first):
+//!
+//! - `init`: `cuInit(0)`, `cuDriverGetVersion`, `cuDeviceGetCount`, and for each device
+//!   `cuDeviceGet`, `cuDeviceGetName`, `cuDeviceGetUuid_v2`, `cuDeviceTotalMem_v2`, the compute
+//!   capability, SM count and PCI attributes, `cuDeviceGetPCIBusId`;
+//! - `ctx`: `cuCtxCreate_v2` on device 0 and `cuMemGetInfo_v2` (destroyed at the end);
+//! - `mem`: `cuMemAlloc_v2` / `cuMemFree_v2` of 1 MiB;
+//! - `managed`: `cuMemAllocManaged` of 1 MiB (global), written and read back by the CPU, freed;
+//! - `host-alloc`: `cuMemHostAlloc` of 1 MiB (portable), written and read back, `cuMemFreeHost`;
+//! - `module-ptx`: `cuModuleLoadData` of a tiny PTX kernel, `cuModuleGetFunction`,
+//!   `cuModuleUnload`.
+//!
+//! Every ioctl the process makes on an NVIDIA node is counted, and the last few are kept with
+//! their decoded escape, control/class and NV status: the binary exports its own `ioctl` (the
+//! dynamic linker binds libcuda's `ioctl` to it), which records the call and issues the real
+//! syscall. A step that fails prints the exact `CUresult` (number and name), the API call, and
+//! the last proxied calls.
+//!
+//! Output: one JSON line on stdout (`steps`: one object per step with `ok`, `ms`, `ioctls`, and
+//! its values; `failed`: the first failure). Exit status 0 when every step passed and every
+//! expectation held, 1 otherwise, 2 on usage errors.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use clap::Parser;
+use nvproxy_abi::ioctl::*;
+use nvproxy_abi::structs::*;
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(name = "cuda-probe", about = "Drives libcuda.so.1 step by step")]
+struct Cli {
+    /// libcuda to load (default: `libcuda.so.1` from the loader's search path).
+    #[arg(long, default_value = "libcuda.so.1")]
+    lib: String,
+    /// Fail unless cuDeviceGetCount says this many devices.
+    #[arg(long)]
+    expect_count: Option<i32>,
+    /// Fail unless every device has this name.
+    #[arg(long)]
+    expect_name: Option<String>,
+    /// Fail unless device 0 has this UUID (`GPU-...`).
+    #[arg(long)]
+    expect_uuid: Option<String>,
+    /// Fail unless device 0 has this PCI bus id (`0000:2a:00.0`).
+    #[arg(long)]
+    expect_pci_bus_id: Option<String>,
+    /// Steps: init, ctx, mem, managed, host-alloc, module-ptx.
+    #[arg(required = true, value_parser = ["init", "ctx", "mem", "managed", "host-alloc", "module-ptx"])]
+    steps: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------- ioctl hook
+
+/// Calls kept for the failure report.
+const RING: usize = 16;
+/// Per call: request, fd, return value, errno, decoded code (control/class/function), status,
+/// escape of an `NV_ESC_IOCTL_XFER_CMD` payload (0 if none), sequence number.
+const FIELDS: usize = 8;
+static RING_BUF: [[AtomicU64; FIELDS]; RING] =
+    [const { [const { AtomicU64::new(0) }; FIELDS] }; RING];
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Ioctls on NVIDIA nodes so far.
+static NV_IOCTLS: AtomicU64 = AtomicU64::new(0);
+const NONE: u64 = u64::MAX;
+
+/// Whether `request` is one of NVIDIA's: a frontend escape (type `'F'`) or a UVM command (plain
+/// numbers below 0x1000, and `UVM_INITIALIZE`/`UVM_DEINITIALIZE`).
+fn is_nvidia_request(request: u64) -> bool {
+    (request >> 8) & 0xff == u64::from(b'F')
+        || request < 0x1000
+        || request == u64::from(UVM_INITIALIZE)
+        || request == u64::from(UVM_DEINITIALIZE)
+}
+
+/// The code (control, class, function) and NV status an escape carries after the call.
+/// `read(off)` reads a `u32` of the escape's payload.
+fn decode_escape(nr: u8, size: usize, read: &dyn Fn(usize) -> u32) -> (u64, u64) {
+    use std::mem::offset_of;
+    let pair = |code: Option<usize>, status: usize| {
+        (
+            code.map_or(NONE, |o| u64::from(read(o))),
+            u64::from(read(status)),
+        )
+    };
+    match nr {
+        NV_ESC_RM_CONTROL => pair(
+            Some(offset_of!(NVOS54_PARAMETERS, cmd)),
+            offset_of!(NVOS54_PARAMETERS, status),
+        ),
+        NV_ESC_RM_ALLOC if size == size_of::<NVOS64_PARAMETERS>() => pair(
+            Some(offset_of!(NVOS64_PARAMETERS, hClass)),
+            offset_of!(NVOS64_PARAMETERS, status),
+        ),
+        NV_ESC_RM_ALLOC => pair(
+            Some(offset_of!(NVOS21_PARAMETERS, hClass)),
+            offset_of!(NVOS21_PARAMETERS, status),
+        ),
+        NV_ESC_RM_FREE => pair(None, offset_of!(NVOS00_PARAMETERS, status)),
+        NV_ESC_RM_ALLOC_MEMORY => pair(
+            Some(offset_of!(NVOS02_PARAMETERS, hClass)),
+            offset_of!(NVOS02_PARAMETERS, status),
+        ),
+        NV_ESC_RM_MAP_MEMORY => pair(None, offset_of!(NVOS33_PARAMETERS, status)),
+        NV_ESC_RM_UNMAP_MEMORY => pair(None, offset_of!(NVOS34_PARAMETERS, status)),
+        NV_ESC_RM_VID_HEAP_CONTROL => pair(
+            Some(offset_of!(NVOS32_PARAMETERS, function)),
+            offset_of!(NVOS32_PARAMETERS, status),
+        ),
+        NV_ESC_RM_DUP_OBJECT => pair(None, offset_of!(NVOS55_PARAMETERS, status)),
+        NV_ESC_RM_MAP_MEMORY_DMA => pair(None, offset_of!(NVOS46_PARAMETERS, status)),
+        NV_ESC_RM_UNMAP_MEMORY_DMA => pair(None, offset_of!(NVOS47_PARAMETERS, status)),
+        NV_ESC_ALLOC_OS_EVENT => pair(None, offset_of!(nv_ioctl_alloc_os_event_t, Status)),
+        _ => (NONE, NONE),
+    }
+}
+
+/// Reads a `u32` at `base + off`.
+///
+/// # Safety
+/// `base + off .. + 4` must be readable.
+unsafe fn peek_u32(base: *const u8, off: usize) -> u32 {
+    // SAFETY: the caller guarantees the range is readable; unaligned reads are fine.
+    unsafe { std::ptr::read_unaligned(base.add(off).cast::<u32>()) }
+}
+
+fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
+    if !is_nvidia_request(request) {
+        return;
+    }
+    let seq = NV_IOCTLS.fetch_add(1, Ordering::Relaxed);
+    let (mut code, mut status, mut inner) = (NONE, NONE, 0u64);
+    if ret == 0 && !arg.is_null() && (request >> 8) & 0xff == u64::from(b'F') {
+        let nr = (request & 0xff) as u8;
+        let size = ((request >> 16) & 0x3fff) as usize;
+        let base = arg.cast::<u8>().cast_const();
+        if nr == NV_ESC_IOCTL_XFER_CMD && size >= size_of::<nv_ioctl_xfer_t>() {
+            // SAFETY: the driver accepted `size` bytes at `arg` (ret 0), so they are readable.
+            let (cmd, len, ptr) = unsafe {
+                (
+                    peek_u32(base, 0),
+                    peek_u32(base, 4) as usize,
+                    std::ptr::read_unaligned(base.add(8).cast::<u64>()),
+                )
+            };
+            inner = u64::from(cmd & 0xff) | 0x100;
+            if ptr != 0 {
+                let p = ptr as usize as *const u8;
+                let read = |off: usize| {
+                    if off + 4 <= len {
+                        // SAFETY: the driver copied `len` bytes from `ptr` in and out (ret 0).
+                        unsafe { peek_u32(p, off) }
+                    } else {
+                        u32::MAX
+                    }
+                };
+                (code, status) = decode_escape((cmd & 0xff) as u8, len, &read);
+            }
+        } else {
+            let read = |off: usize| {
+                if off + 4 <= size {
+                    // SAFETY: as above, `size` bytes at `arg` were copied in and out.
+                    unsafe { peek_u32(base, off) }
+                } else {
+                    u32::MAX
+                }
+            };
+            (code, status) = decode_escape(nr, size, &read);
+        }
+    }
+    let slot = &RING_BUF[NEXT.fetch_add(1, Ordering::Relaxed) % RING];
+    let vals = [
+        request,
+        fd as u64,
+        ret as i64 as u64,
+        errno as u64,
+        code,
+        status,
+        inner,
+        seq,
+    ];
+    for (f, v) in slot.iter().zip(vals) {
+        f.store(v, Ordering::Relaxed);
+    }
+}
+
+/// The process's `ioctl`: libcuda's calls bind here (the binary exports the symbol, see
+/// `build.rs`). Records NVIDIA requests and issues the syscall. Declared with a fixed third
+/// argument: on x86_64 a variadic caller passes it in the same register.
+///
+/// # Safety
+/// As `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
+    let ret = unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) } as c_int;
+    let errno = if ret < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    } else {
+        0
+    };
+    record(fd, request, arg, ret, errno);
+    if ret < 0 {
+        // SAFETY: __errno_location is this thread's errno; restore it after our own work.
+        unsafe { *libc::__errno_location() = errno };
+    }
+    ret
+}
+
+fn escape_name(nr: u8) -> String {
+    let name = match nr {
+        NV_ESC_RM_ALLOC_MEMORY => "RM_ALLOC_MEMORY",
+        NV_ESC_RM_ALLOC_OBJECT => "RM_ALLOC_OBJECT",
+        NV_ESC_RM_FREE => "RM_FREE",
+        NV_ESC_RM_CONTROL => "RM_CONTROL",
+        NV_ESC_RM_ALLOC => "RM_ALLOC",
+        NV_ESC_RM_DUP_OBJECT => "RM_DUP_OBJECT",
+        NV_ESC_RM_SHARE => "RM_SHARE",
+        NV_ESC_RM_VID_HEAP_CONTROL => "RM_VID_HEAP_CONTROL",
+        NV_ESC_RM_MAP_MEMORY => "RM_MAP_MEMORY",
+        NV_ESC_RM_UNMAP_MEMORY => "RM_UNMAP_MEMORY",
+        NV_ESC_RM_MAP_MEMORY_DMA => "RM_MAP_MEMORY_DMA",
+        NV_ESC_RM_UNMAP_MEMORY_DMA => "RM_UNMAP_MEMORY_DMA",
+        NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO => "RM_UPDATE_DEVICE_MAPPING_INFO",
+        NV_ESC_CARD_INFO => "CARD_INFO",
+        NV_ESC_REGISTER_FD => "REGISTER_FD",
+        NV_ESC_ALLOC_OS_EVENT => "ALLOC_OS_EVENT",
+        NV_ESC_FREE_OS_EVENT => "FREE_OS_EVENT",
+        NV_ESC_STATUS_CODE => "STATUS_CODE",
+        NV_ESC_CHECK_VERSION_STR => "CHECK_VERSION_STR",
+        NV_ESC_IOCTL_XFER_CMD => "IOCTL_XFER_CMD",
+        NV_ESC_ATTACH_GPUS_TO_FD => "ATTACH_GPUS_TO_FD",
+        NV_ESC_SYS_PARAMS => "SYS_PARAMS",
+        NV_ESC_NUMA_INFO => "NUMA_INFO",
+        NV_ESC_WAIT_OPEN_COMPLETE => "WAIT_OPEN_COMPLETE",
+        _ => return format!("escape {nr:#x}"),
+    };
+    name.to_owned()
+}
+
+/// The recorded calls, oldest first.
+fn last_calls() -> Vec<Value> {
+    let mut rows: Vec<[u64; FIELDS]> = RING_BUF
+        .iter()
+        .map(|s| std::array::from_fn(|i| s[i].load(Ordering::Relaxed)))
+        .filter(|r| r[0] != 0)
+        .collect();
+    rows.sort_by_key(|r| r[7]);
+    rows.iter()
+        .map(|r| {
+            let (request, ret, errno, code, status, inner) = (r[0], r[2], r[3], r[4], r[5], r[6]);
+            let mut v = json!({
+                "n": r[7] + 1,
+                "fd": r[1] as i64,
+                "request": format!("{request:#x}"),
+                "ret": ret as i64,
+            });
+            if (request >> 8) & 0xff == u64::from(b'F') {
+                v["escape"] = escape_name((request & 0xff) as u8).into();
+                if inner != 0 {
+                    v["xfer_escape"] = escape_name((inner & 0xff) as u8).into();
+                }
+            } else {
+                v["uvm_cmd"] = format!("{request:#x}").into();
+            }
+            if ret as i64 != 0 {
+                v["errno"] = errno.into();
+            }
+            if code != NONE {
+                v["code"] = format!("{code:#x}").into();
+            }
+            if status != NONE {
+                v["nv_status"] = format!("{status:#x}").into();
+            }
+            v
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------- libcuda
+
+type CuResult = c_int;
+type CuDevice = c_int;
+type CuPtr = u64;
+const CUDA_SUCCESS: CuResult = 0;
+
+/// Loads a symbol of `lib` as `T` (a function pointer type).
+///
+/// # Safety
+/// `T` must be the symbol's real function type.
+unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T, String> {
+    assert_eq!(size_of::<T>(), size_of::<*mut c_void>());
+    let c = CString::new(name).expect("no NUL in symbol names");
+    // SAFETY: lib is a live dlopen handle, c a NUL-terminated name.
+    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+    if p.is_null() {
+        return Err(format!("{name} not found in libcuda"));
+    }
+    // SAFETY: T is a function pointer type of the same size; the caller vouches for the type.
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+/// The driver API functions the probe calls.
+struct Cuda {
+    get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    driver_get_version: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
+    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
+    device_get_uuid: unsafe extern "C" fn(*mut [u8; 16], CuDevice) -> CuResult,
+    device_total_mem: unsafe extern "C" fn(*mut usize, CuDevice) -> CuResult,
+    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, CuDevice) -> CuResult,
+    device_get_pci_bus_id: unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult,
+    ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, CuDevice) -> CuResult,
+    ctx_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    mem_alloc: unsafe extern "C" fn(*mut CuPtr, usize) -> CuResult,
+    mem_free: unsafe extern "C" fn(CuPtr) -> CuResult,
+    mem_alloc_managed: unsafe extern "C" fn(*mut CuPtr, usize, c_uint) -> CuResult,
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
+    module_get_function:
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
+    module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
+}
+
+impl Cuda {
+    fn load(path: &str) -> Result<Cuda, String> {
+        let c = CString::new(path).map_err(|_| "NUL in --lib".to_owned())?;
+        // SAFETY: dlopen of a path; the library's constructors run (NVIDIA's own libcuda).
+        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if lib.is_null() {
+            // SAFETY: dlerror returns a thread-local C string or NULL.
+            let err = unsafe { libc::dlerror() };
+            let msg = if err.is_null() {
+                "unknown error".to_owned()
+            } else {
+                // SAFETY: non-NULL dlerror strings are NUL-terminated.
+                unsafe { CStr::from_ptr(err) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            return Err(format!("dlopen {path}: {msg}"));
+        }
+        // SAFETY: each type below is the function's prototype in cuda.h (CUDA 12), for the
+        // versioned symbol the header maps the name to (_v2 where it does).
+        unsafe {
+            Ok(Cuda {
+                get_error_name: sym(lib, "cuGetErrorName")?,
+                init: sym(lib, "cuInit")?,
+                driver_get_version: sym(lib, "cuDriverGetVersion")?,
+                device_get_count: sym(lib, "cuDeviceGetCount")?,
+                device_get: sym(lib, "cuDeviceGet")?,
+                device_get_name: sym(lib, "cuDeviceGetName")?,
+                device_get_uuid: sym(lib, "cuDeviceGetUuid_v2")?,
+                device_total_mem: sym(lib, "cuDeviceTotalMem_v2")?,
+                device_get_attribute: sym(lib, "cuDeviceGetAttribute")?,
+                device_get_pci_bus_id: sym(lib, "cuDeviceGetPCIBusId")?,
+                ctx_create: sym(lib, "cuCtxCreate_v2")?,
+                ctx_destroy: sym(lib, "cuCtxDestroy_v2")?,
+                mem_get_info: sym(lib, "cuMemGetInfo_v2")?,
+                mem_alloc: sym(lib, "cuMemAlloc_v2")?,
+                mem_free: sym(lib, "cuMemFree_v2")?,
+                mem_alloc_managed: sym(lib, "cuMemAllocManaged")?,
+                mem_host_alloc: sym(lib, "cuMemHostAlloc")?,
+                mem_free_host: sym(lib, "cuMemFreeHost")?,
+                module_load_data: sym(lib, "cuModuleLoadData")?,
+                module_get_function: sym(lib, "cuModuleGetFunction")?,
+                module_unload: sym(lib, "cuModuleUnload")?,
+            })
+        }
+    }
+
+    fn error_name(&self, r: CuResult) -> String {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: cuGetErrorName writes a static string pointer (or fails for unknown values).
+        let ok = unsafe { (self.get_error_name)(r, &mut p) } == CUDA_SUCCESS;
+        if ok && !p.is_null() {
+            // SAFETY: a static NUL-terminated string of libcuda.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        } else {
+            format!("CUresult {r}")
+        }
+    }
+}
+
+/// `CUdevice_attribute` values (cuda.h).
+const ATTRS: &[(c_int, &str)] = &[
+    (16, "multiprocessor_count"),
+    (75, "compute_capability_major"),
+    (76, "compute_capability_minor"),
+    (33, "pci_bus_id"),
+    (34, "pci_device_id"),
+    (50, "pci_domain_id"),
+];
+/// `CU_MEM_ATTACH_GLOBAL`.
+const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
+/// `CU_MEMHOSTALLOC_PORTABLE`.
+const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
+const PROBE_BYTES: usize = 1 << 20;
+/// A kernel that does nothing, for sm_50 and up (the driver JIT-compiles it for the device).
+const PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+.visible .entry nvproxy_probe(.param .u64 p)\n{\n\tret;\n}\n\0";
+
+/// One failed driver API call.
+struct Failure {
+    call: &'static str,
+    result: CuResult,
+}
+
+/// Runs `f`, turning a non-success `CUresult` into a [`Failure`].
+fn check(call: &'static str, result: CuResult) -> Result<(), Failure> {
+    if result == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Failure { call, result })
+    }
+}
+
+/// The state steps share.
+struct Probe {
+    cuda: Cuda,
+    ctx: *mut c_void,
+    devices: Vec<Value>,
+}
+
+impl Probe {
+    fn init(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuInit", unsafe { (c.init)(0) })?;
+        let mut version = 0;
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuDriverGetVersion", unsafe {
+            (c.driver_get_version)(&mut version)
+        })?;
+        out["driver_api_version"] = version.into();
+        let mut count = 0;
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuDeviceGetCount", unsafe {
+            (c.device_get_count)(&mut count)
+        })?;
+        out["count"] = count.into();
+        for ordinal in 0..count {
+            let mut dev: CuDevice = 0;
+            // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+            check("cuDeviceGet", unsafe { (c.device_get)(&mut dev, ordinal) })?;
+            let mut name = [0 as c_char; 256];
+            // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+            check("cuDeviceGetName", unsafe {
+                (c.device_get_name)(name.as_mut_ptr(), name.len() as c_int, dev)
+            })?;
+            let mut uuid = [0u8; 16];
+            // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+            check("cuDeviceGetUuid_v2", unsafe {
+                (c.device_get_uuid)(&mut uuid, dev)
+            })?;
+            let mut total = 0usize;
+            // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+            check("cuDeviceTotalMem_v2", unsafe {
+                (c.device_total_mem)(&mut total, dev)
+            })?;
+            let mut bus_id = [0 as c_char; 64];
+            // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+            check("cuDeviceGetPCIBusId", unsafe {
+                (c.device_get_pci_bus_id)(bus_id.as_mut_ptr(), bus_id.len() as c_int, dev)
+            })?;
+            let mut d = json!({
+                "ordinal": ordinal,
+                // SAFETY: cuDeviceGetName NUL-terminates within the length given.
+                "name": unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy(),
+                "uuid": tests::nvfe::format_uuid(&uuid),
+                "total_mem": total,
+                // SAFETY: likewise for the bus id.
+                "pci_bus_id": unsafe { CStr::from_ptr(bus_id.as_ptr()) }.to_string_lossy(),
+            });
+            for &(attr, key) in ATTRS {
+                let mut v = 0;
+                // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+                check("cuDeviceGetAttribute", unsafe {
+                    (c.device_get_attribute)(&mut v, attr, dev)
+                })?;
+                d[key] = v.into();
+            }
+            self.devices.push(d);
+        }
+        out["devices"] = self.devices.clone().into();
+        Ok(())
+    }
+
+    fn ctx(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut dev: CuDevice = 0;
+        // SAFETY: the prototype from cuda.h; a pointer to a live local.
+        check("cuDeviceGet", unsafe { (c.device_get)(&mut dev, 0) })?;
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuCtxCreate_v2", unsafe {
+            (c.ctx_create)(&mut self.ctx, 0, dev)
+        })?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuMemGetInfo_v2", unsafe {
+            (c.mem_get_info)(&mut free, &mut total)
+        })?;
+        out["mem_free"] = free.into();
+        out["mem_total"] = total.into();
+        Ok(())
+    }
+
+    fn mem(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut p: CuPtr = 0;
+        // SAFETY: a pointer to a live local; the pointer freed is the one allocated.
+        check("cuMemAlloc_v2", unsafe {
+            (c.mem_alloc)(&mut p, PROBE_BYTES)
+        })?;
+        out["dptr"] = format!("{p:#x}").into();
+        // SAFETY: as above.
+        check("cuMemFree_v2", unsafe { (c.mem_free)(p) })
+    }
+
+    fn managed(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut p: CuPtr = 0;
+        // SAFETY: a pointer to a live local.
+        check("cuMemAllocManaged", unsafe {
+            (c.mem_alloc_managed)(&mut p, PROBE_BYTES, CU_MEM_ATTACH_GLOBAL)
+        })?;
+        out["ptr"] = format!("{p:#x}").into();
+        out["cpu_round_trip"] = cpu_round_trip(p as usize as *mut u8).into();
+        // SAFETY: the pointer allocated above.
+        check("cuMemFree_v2", unsafe { (c.mem_free)(p) })
+    }
+
+    fn host_alloc(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a pointer to a live local.
+        check("cuMemHostAlloc", unsafe {
+            (c.mem_host_alloc)(&mut p, PROBE_BYTES, CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        out["ptr"] = format!("{:#x}", p as usize).into();
+        out["cpu_round_trip"] = cpu_round_trip(p.cast()).into();
+        // SAFETY: the pointer allocated above.
+        check("cuMemFreeHost", unsafe { (c.mem_free_host)(p) })
+    }
+
+    fn module_ptx(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut module: *mut c_void = std::ptr::null_mut();
+        // SAFETY: PTX is NUL-terminated text, as cuModuleLoadData wants for PTX images.
+        check("cuModuleLoadData", unsafe {
+            (c.module_load_data)(&mut module, PTX.as_ptr().cast())
+        })?;
+        let mut func: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live module and a NUL-terminated name.
+        check("cuModuleGetFunction", unsafe {
+            (c.module_get_function)(&mut func, module, c"nvproxy_probe".as_ptr())
+        })?;
+        out["function"] = (!func.is_null()).into();
+        // SAFETY: the module loaded above.
+        check("cuModuleUnload", unsafe { (c.module_unload)(module) })
+    }
+}
+
+/// Writes a pattern through `p` (`PROBE_BYTES` long) and reads it back.
+fn cpu_round_trip(p: *mut u8) -> bool {
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: the driver API just returned PROBE_BYTES of CPU-accessible memory at p.
+    let buf = unsafe { std::slice::from_raw_parts_mut(p, PROBE_BYTES) };
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8)
+}
+
+const ORDER: [&str; 6] = ["init", "ctx", "mem", "managed", "host-alloc", "module-ptx"];
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cuda = match Cuda::load(&cli.lib) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("{}", json!({"ok": false, "error": e}));
+            return ExitCode::from(1);
+        }
+    };
+    let mut wanted: Vec<&str> = cli.steps.iter().map(String::as_str).collect();
+    wanted.push("init");
+    if wanted.iter().any(|s| *s != "init") {
+        wanted.push("ctx");
+    }
+    let mut probe = Probe {
+        cuda,
+        ctx: std::ptr::null_mut(),
+        devices: Vec::new(),
+    };
+    let mut steps = Vec::new();
+    let mut failed = Value::Null;
+    let mut ok = true;
+    for step in ORDER.iter().filter(|s| wanted.contains(s)) {
+        let mut out = json!({"step": step});
+        let before = NV_IOCTLS.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let r = match *step {
+            "init" => probe.init(&mut out),
+            "ctx" => probe.ctx(&mut out),
+            "mem" => probe.mem(&mut out),
+            "managed" => probe.managed(&mut out),
+            "host-alloc" => probe.host_alloc(&mut out),
+            _ => probe.module_ptx(&mut out),
+        };
+        out["ms"] = (t.elapsed().as_secs_f64() * 1000.0).into();
+        out["ioctls"] = (NV_IOCTLS.load(Ordering::Relaxed) - before).into();
+        out["ok"] = r.is_ok().into();
+        if let Err(f) = r {
+            let name = probe.cuda.error_name(f.result);
+            out["call"] = f.call.into();
+            out["result"] = f.result.into();
+            out["result_name"] = name.clone().into();
+            failed = json!({
+                "step": step,
+                "call": f.call,
+                "result": f.result,
+                "result_name": name,
+                "last_ioctls": last_calls(),
+            });
+            ok = false;
+            steps.push(out);
+            break;
+        }
+        steps.push(out);
+    }
+    if !probe.ctx.is_null() {
+        // SAFETY: the context created by the ctx step.
+        let r = unsafe { (probe.cuda.ctx_destroy)(probe.ctx) };
+        if r != CUDA_SUCCESS && ok {
+            ok = false;
+            failed = json!({"step": "ctx", "call": "cuCtxDestroy_v2", "result": r,
+                            "result_name": probe.cuda.error_name(r), "last_ioctls": last_calls()});
+        }
+    }
+    let mut mismatches = Vec::new();
+    if failed.is_null() {
+        let devs = &probe.devices;
+        if let Some(n) = cli.expect_count {
+            if devs.len() != n as usize {
+                mismatches.push(format!("count {} != {n}", devs.len()));
+            }
+        }
+        if let Some(name) = &cli.expect_name {
+            for d in devs.iter().filter(|d| d["name"] != name.as_str()) {
+                mismatches.push(format!(
+                    "device {} name {} != {name}",
+                    d["ordinal"], d["name"]
+                ));
+            }
+        }
+        let dev0 = |key: &str, want: &Option<String>, what: &str, mm: &mut Vec<String>| {
+            if let Some(w) = want {
+                let got = devs
+                    .first()
+                    .map(|d| d[key].as_str().unwrap_or("").to_owned());
+                if !got.as_deref().is_some_and(|g| g.eq_ignore_ascii_case(w)) {
+                    mm.push(format!("device 0 {what} {got:?} != {w}"));
+                }
+            }
+        };
+        dev0("uuid", &cli.expect_uuid, "uuid", &mut mismatches);
+        dev0(
+            "pci_bus_id",
+            &cli.expect_pci_bus_id,
+            "pci bus id",
+            &mut mismatches,
+        );
+    }
+    ok &= mismatches.is_empty();
+    println!(
+        "{}",
+        json!({
+            "ok": ok,
+            "nv_ioctls": NV_IOCTLS.load(Ordering::Relaxed),
+            "steps": steps,
+            "failed": failed,
+            "mismatches": mismatches,
+        })
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
