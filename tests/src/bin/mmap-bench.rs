@@ -45,6 +45,10 @@ struct Cli {
     /// The driver version the RM session speaks.
     #[arg(long, default_value = "535.261.03")]
     driver_version: String,
+    /// Only the kinds that need no node (plain, file, anon): to measure the shim's cost on
+    /// other mmaps natively, with `LD_PRELOAD` and any `NVPROXY_NODES` (e.g. `1:5`) set by hand.
+    #[arg(long)]
+    no_node: bool,
 }
 
 const LEN: usize = 4096;
@@ -138,36 +142,47 @@ fn run(cli: &Cli) -> Result<serde_json::Value, String> {
         return Err("the shim is not loaded: run under `nvproxy exec`".into());
     }
     let memfd = mmapc::memfd(LEN as u64).map_err(|e| format!("memfd: {e}"))?;
-    let mut rm = RmMemory::new(&cli.driver_version, LEN as u64)?;
-    let node = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(Path::new("/dev/nvidiactl"))
-        .map_err(|e| format!("nvidiactl: {e}"))?;
-    let cookie = rm.map_onto(node.as_raw_fd())?;
+    let kinds: &[Kind] = if cli.no_node { &KINDS[..3] } else { &KINDS };
+    let (mut rm, node, cookie) = if cli.no_node {
+        let null = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+        (None, null, 0)
+    } else {
+        let mut rm = RmMemory::new(&cli.driver_version, LEN as u64)?;
+        let node = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(Path::new("/dev/nvidiactl"))
+            .map_err(|e| format!("nvidiactl: {e}"))?;
+        let cookie = rm.map_onto(node.as_raw_fd())?;
+        (Some(rm), node, cookie)
+    };
     // Warm-up: the shim's one-time HELLO and the first ticket.
-    for k in KINDS {
+    for &k in kinds {
         once(k, memfd.as_raw_fd(), &node).map_err(|e| format!("{}: errno {e}", k.name()))?;
     }
-    let mut us: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
-    let mut rs: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
+    let mut us: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
+    let mut rs: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     for _ in 0..cli.reps {
-        for (i, k) in KINDS.iter().enumerate() {
+        for (i, k) in kinds.iter().enumerate() {
             let (v, r) = measure(*k, cli, memfd.as_raw_fd(), &node)
                 .map_err(|e| format!("{}: errno {e}", k.name()))?;
             us[i].push(v);
             rs[i].push(r);
         }
     }
-    rm.unmap(cookie)?;
+    if let Some(rm) = rm.as_mut() {
+        rm.unmap(cookie)?;
+    }
     drop(node);
-    rm.close()?;
-    let mut kinds = serde_json::Map::new();
-    for (i, k) in KINDS.iter().enumerate() {
+    if let Some(rm) = rm.take() {
+        rm.close()?;
+    }
+    let mut out = serde_json::Map::new();
+    for (i, k) in kinds.iter().enumerate() {
         let mut ratios = rs[i].clone();
         let mut vals = us[i].clone();
         ratios.sort_by(f64::total_cmp);
-        kinds.insert(
+        out.insert(
             k.name().into(),
             json!({
                 "median_us": median(&mut vals),
@@ -180,7 +195,7 @@ fn run(cli: &Cli) -> Result<serde_json::Value, String> {
     }
     Ok(
         json!({"bench": "mmap", "ok": true, "iters": cli.iters, "batches": cli.batches,
-              "reps": cli.reps, "kinds": kinds}),
+              "reps": cli.reps, "kinds": out}),
     )
 }
 
