@@ -33,6 +33,24 @@ pub mod cmd {
     pub const TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: u32 = 0x2080_0406;
     /// `NV2080_CTRL_CMD_BUS_GET_PCI_BAR_INFO`.
     pub const BUS_GET_PCI_BAR_INFO: u32 = 0x2080_1803;
+    /// `NV2080_CTRL_CMD_GPU_GET_ENGINES_V2`.
+    pub const GPU_GET_ENGINES_V2: u32 = 0x2080_0170;
+    /// `NV0000_CTRL_CMD_GPU_GET_MEMOP_ENABLE`.
+    pub const GPU_GET_MEMOP_ENABLE: u32 = 0x0000_027b;
+    /// `NV2080_CTRL_CMD_GR_GET_CAPS_V2`.
+    pub const GR_GET_CAPS_V2: u32 = 0x2080_1227;
+    /// `NV2080_CTRL_CMD_CE_GET_ALL_CAPS`.
+    pub const CE_GET_ALL_CAPS: u32 = 0x2080_2a0a;
+    /// `NV2080_CTRL_CMD_GR_GET_SM_ISSUE_RATE_MODIFIER`.
+    pub const GR_GET_SM_ISSUE_RATE_MODIFIER: u32 = 0x2080_1230;
+    /// `NV2080_CTRL_CMD_GR_GET_GLOBAL_SM_ORDER`.
+    pub const GR_GET_GLOBAL_SM_ORDER: u32 = 0x2080_121b;
+    /// `NV2080_CTRL_CMD_GR_GET_GPC_MASK`.
+    pub const GR_GET_GPC_MASK: u32 = 0x2080_122a;
+    /// `NV2080_CTRL_CMD_GR_GET_TPC_MASK`.
+    pub const GR_GET_TPC_MASK: u32 = 0x2080_122b;
+    /// `NV0080_CTRL_CMD_FB_GET_CAPS_V2`.
+    pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
 }
 
 /// `NV0000_CTRL_GPU_INVALID_ID`.
@@ -170,8 +188,166 @@ fn answer(st: &mut State, c: &mut Ctx<'_>, command: u32, target: Target) -> Opti
             }
             NV_OK
         }
+        (cmd::GPU_GET_ENGINES_V2, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdGpuGetEnginesV2: the engine database, filtered by MIG (off): the
+            // whole list, engineCount written.
+            let list = engines();
+            c.put(0, &(list.len() as u32));
+            for (i, e) in list.iter().enumerate() {
+                c.put(4 + 4 * i, e);
+            }
+            NV_OK
+        }
+        (cmd::GPU_GET_MEMOP_ENABLE, Target::Client) => {
+            // cliresCtrlCmdGpuGetMemOpEnable: MEMOP_ENABLE only with the EnableStreamMemOPs
+            // module parameter, which is 0 (the default, and what the params file says).
+            c.put(0, &0u32);
+            NV_OK
+        }
+        (cmd::GR_GET_CAPS_V2, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdKGrGetCapsV2: unless bCapsPopulated (offset 40) is already set,
+            // copy the static info's 23-byte caps table and set it. The table comes from GSP and
+            // its bits are not defined in the open headers (only NV0080_CTRL_GR_CAPS_TBL_SIZE):
+            // the simulator reports no caps bits. grRouteInfo (offset 24) names GR0 or nothing
+            // without MIG.
+            let populated: u8 = c.get(40).expect("size checked");
+            if populated == 0 {
+                c.put(0, &[0u8; 23]);
+                c.put(40, &1u8);
+            }
+            NV_OK
+        }
+        (cmd::CE_GET_ALL_CAPS, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdCeGetAllCaps: capsTbl[NV2080_CTRL_MAX_PCES][2] in copy-engine
+            // order and the `present` mask of the usable ones: COPY0..COPY9 (see `engines`).
+            let caps = ce_caps();
+            let mut tbl = [0u8; 64];
+            for (i, cap) in caps.iter().enumerate() {
+                tbl[2 * i..2 * i + 2].copy_from_slice(cap);
+            }
+            c.put(0, &tbl);
+            c.put(64, &((1u32 << caps.len()) - 1));
+            NV_OK
+        }
+        (cmd::GR_GET_SM_ISSUE_RATE_MODIFIER, Target::Subdevice(_)) => {
+            // The SM issue rates after grRouteInfo (16 bytes): imla0, fmla16, dp, fmla32, ffma,
+            // imla1..imla4, from GSP's static info. A data-center Hopper runs every class of
+            // instruction at full speed (*_FULL_SPEED = 0), including double precision.
+            c.put(16, &[0u8; 9]);
+            NV_OK
+        }
+        (cmd::GR_GET_GLOBAL_SM_ORDER, Target::Subdevice(g)) => {
+            // subdeviceCtrlCmdKGrGetGlobalSmOrder: the static info's SM order; 12-byte entries
+            // {gpcId, localTpcId, localSmId, globalTpcId, virtualGpcId, migratableTpcId} (u16s),
+            // then numSm and numTpc at 6144.
+            let gpu = &drv.config.gpus[g];
+            let order = global_sm_order(gpu);
+            if order.len() > 512 {
+                return Some(NV_ERR_INVALID_LIMIT);
+            }
+            for (i, e) in order.iter().enumerate() {
+                c.put(12 * i, e);
+            }
+            c.put(6144, &(order.len() as u16));
+            c.put(6146, &(gpu.tpc_count() as u16));
+            NV_OK
+        }
+        (cmd::GR_GET_GPC_MASK, Target::Subdevice(g)) => {
+            // subdeviceCtrlCmdKGrGetGpcMask without MIG: kgrmgrGetLegacyGpcMask, every GPC.
+            let n = drv.config.gpus[g].gpc_count.min(32);
+            c.put(16, &(if n == 32 { u32::MAX } else { (1u32 << n) - 1 }));
+            NV_OK
+        }
+        (cmd::GR_GET_TPC_MASK, Target::Subdevice(g)) => {
+            // subdeviceCtrlCmdKGrGetTpcMask without MIG: kgrmgrGetLegacyTpcMask(gpcId), 0 for a
+            // GPC that does not exist.
+            let gpc: u32 = c.get(16).expect("size checked");
+            let tpcs = tpcs_per_gpc(&drv.config.gpus[g]);
+            let mask = tpcs
+                .get(gpc as usize)
+                .map_or(0, |&n| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 });
+            c.put(20, &mask);
+            NV_OK
+        }
+        (cmd::DEVICE_FB_GET_CAPS_V2, Target::Device) => {
+            // deviceCtrlCmdFbGetCapsV2 -> memmgrGetDeviceCaps for one GPU: RENDER_TO_SYSMEM,
+            // BLOCKLINEAR, SUPPORT_CACHED_SYSMEM (GPU caching on) | BLOCKLINEAR_GOBS_512,
+            // GENERIC_PAGE_KIND | VIDMEM_ALLOCS_ARE_CLEARED (scrub on free); no scanout (no
+            // display), no sysmem compression, no ECC scrub by the OS (Pascal+), no PLC WARs.
+            c.put(0, &[0x01u8 | 0x02 | 0x08, 0x01 | 0x80, 0x02]);
+            NV_OK
+        }
         _ => return None,
     })
+}
+
+/// TPCs per GPC: the GPU's TPCs spread over its GPCs, the first GPCs taking one more where they
+/// do not divide evenly (an H100 SXM5: 66 TPCs in 8 GPCs, two of 9 and six of 8).
+pub(crate) fn tpcs_per_gpc(gpu: &crate::SimGpu) -> Vec<u32> {
+    let gpcs = gpu.gpc_count.max(1);
+    let tpcs = gpu.tpc_count();
+    (0..gpcs)
+        .map(|i| tpcs / gpcs + u32::from(i < tpcs % gpcs))
+        .collect()
+}
+
+/// The global SM order: TPCs numbered across GPCs in turn (local TPC 0 of every GPC, then local
+/// TPC 1, ...), each TPC's SMs consecutively; as 6 u16s per SM.
+fn global_sm_order(gpu: &crate::SimGpu) -> Vec<[u16; 6]> {
+    let tpcs = tpcs_per_gpc(gpu);
+    let max = tpcs.iter().copied().max().unwrap_or(0);
+    let mut out = Vec::new();
+    let mut global_tpc = 0u16;
+    for local_tpc in 0..max {
+        for (gpc, &n) in tpcs.iter().enumerate() {
+            if local_tpc >= n {
+                continue;
+            }
+            for sm in 0..gpu.sm_per_tpc {
+                out.push([
+                    gpc as u16,
+                    local_tpc as u16,
+                    sm as u16,
+                    global_tpc,
+                    gpc as u16,
+                    local_tpc as u16,
+                ]);
+            }
+            global_tpc += 1;
+        }
+    }
+    out
+}
+
+/// The copy engines' `NV2080_CTRL_CE_CAPS_*` bytes, COPY0 first: two GR-synchronous copy
+/// engines (GRCE | SHARED) for the graphics/compute channels, one tuned for system-memory
+/// reads and one for writes, and six for peer (NVLink) traffic; all copy system memory and
+/// peers (SYSMEM, P2P), take block-linear copies over 64 KiB and both pipelined and
+/// non-pipelined (byte 1). The real assignment is GSP's PCE-to-LCE map of the board; this one
+/// is a plausible H100 SXM map.
+pub(crate) fn ce_caps() -> [[u8; 2]; 10] {
+    const COMMON: u8 = 0x20 | 0x40 | 0x80; // SYSMEM | P2P | BL_SIZE_GT_64K
+    const BL: u8 = 0x01 | 0x02; // SUPPORTS_NONPIPELINED_BL | SUPPORTS_PIPELINED_BL
+    let mut caps = [[COMMON | 0x10, BL]; 10]; // NVLINK_P2P
+    caps[0] = [COMMON | 0x01 | 0x02, BL]; // GRCE | SHARED
+    caps[1] = [COMMON | 0x01 | 0x02, BL];
+    caps[2] = [COMMON | 0x04, BL]; // SYSMEM_READ
+    caps[3] = [COMMON | 0x08, BL]; // SYSMEM_WRITE
+    caps
+}
+
+/// The H100's engines as `NV2080_ENGINE_TYPE_*`: GR0, the copy engines COPY0..COPY9 (the
+/// most the 535 headers know), NVDEC0..6 and NVJPEG0..6 (7 each on GH100), OFA and SEC2.
+pub(crate) fn engines() -> Vec<u32> {
+    let mut v = vec![0x01]; // GR0
+    v.extend(0x09..=0x12); // COPY0..COPY9
+    v.push(0x13); // NVDEC0
+    v.extend(0x14..=0x19); // NVDEC1..NVDEC6
+    v.push(0x2b); // NVJPEG0
+    v.extend(0x2c..=0x31); // NVJPEG1..NVJPEG6
+    v.push(0x33); // OFA
+    v.push(0x26); // SEC2
+    v
 }
 
 /// `NV2080_CTRL_BUS_MAX_PCI_BARS`.
