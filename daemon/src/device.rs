@@ -69,6 +69,21 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<i32, Errno>;
 }
 
+/// Whether `node`'s CUSE device asks for unrestricted ioctls. The retry transport needs them
+/// (the kernel then copies only the regions we name), and so does the UVM node (its command
+/// numbers carry no `_IOC` direction and size). With `process-vm` the frontend nodes use
+/// restricted ioctls: for the driver's `_IOWR` commands the kernel copies the `_IOC_SIZE`
+/// top-level params in with the request and back from the reply, as `nvidia_ioctl` copies
+/// them, which saves a `process_vm_readv` and usually a `process_vm_writev` per ioctl
+/// (`VmMemory`'s window); commands with other `_IOC` bits fall back to the syscalls. A
+/// top-level pointer the kernel cannot copy fails with `EFAULT` before the daemon sees the
+/// call, as in `nvidia_ioctl`, which copies `_IOC_SIZE` bytes in before any check. Our own
+/// ioctls (identify, the shim's) carry no `_IOC` bits and take their argument by value or
+/// through the transport.
+pub fn unrestricted_ioctls(node: NodeRef, transport: MemoryTransport) -> bool {
+    transport == MemoryTransport::Retry || node == NodeRef::Uvm
+}
+
 /// A proxied node.
 pub struct NodeDevice {
     node: NodeRef,
@@ -110,16 +125,23 @@ impl NodeDevice {
 
     fn ioctl_vm(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
         let tid = req.pid();
-        let mut mem = VmMemory::new(tid);
+        // On a restricted node the kernel copied the top-level params in (`in_data`) and
+        // copies the reply's data back: VmMemory's window.
+        let mut mem = VmMemory::for_ioctl(tid, io.arg, io.in_data, io.out_size);
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend
             .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup);
+        let Ok(result) = result else {
+            mem.finish_failed();
+            return result.map(IoctlReply::result);
+        };
         // Writes the backend left buffered; a fault there is the driver's copy_to_user EFAULT.
-        let flushed = mem.finish();
-        let result = result?;
-        flushed.map_err(|_| Errno::EFAULT)?;
-        Ok(IoctlReply::result(result))
+        mem.finish().map_err(|_| Errno::EFAULT)?;
+        Ok(IoctlReply::Done {
+            result,
+            out: mem.reply_data(),
+        })
     }
 
     fn ioctl_retry(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {

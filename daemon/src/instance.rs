@@ -59,7 +59,7 @@ impl InstanceNodes {
             let path = node_path(instance, node);
             let devname = format!("nvproxy/{instance}/{}", node.dev_name());
             let mut cfg = DeviceConfig::new(devname.clone());
-            cfg.unrestricted_ioctl = true;
+            cfg.unrestricted_ioctl = crate::device::unrestricted_ioctls(node, transport);
             cfg.max_workers = 128;
             let session = Session::open(cfg).with_context(|| {
                 format!("opening /dev/cuse for {devname} (modprobe cuse? root?)")

@@ -18,18 +18,59 @@ use crate::sys;
 
 /// Client memory through `process_vm_readv`/`writev` on thread `tid`.
 ///
-/// Writes are buffered and made together, in order, with one `process_vm_writev` (one remote
-/// iovec per write) by [`ClientMemory::flush`] (`ioctl-proxy` calls it after a request's last
-/// write, the top-level struct) or [`VmMemory::finish`], which the device calls before it
-/// replies; a read makes the buffered writes first, so a handler always reads what it wrote. A write that
-/// faults is reported by `finish` (the device answers `EFAULT`, as the driver's
-/// `copy_to_user` failure); the writes after it in the buffer are not made, as when each was
-/// made on its own and the first failure ended the handler. Buffered writes not finished are
-/// made when the value is dropped.
+/// **The window.** On the frontend nodes the process-vm transport uses restricted CUSE ioctls
+/// (see [`crate::device`]): for an `_IOWR` command the kernel copies the `_IOC_SIZE` bytes at
+/// `arg` (the top-level params) into the request and copies the reply's data back to `arg`,
+/// as `nvidia_ioctl` copies them in and out. [`VmMemory::for_ioctl`] keeps those bytes as a
+/// window: reads inside it need no syscall, writes inside it go into the reply
+/// ([`VmMemory::reply_data`]).
+///
+/// **Writes** outside the window are buffered and made together, in order, with one
+/// `process_vm_writev` (one remote iovec per write) by [`ClientMemory::flush`] (`ioctl-proxy`
+/// calls it after a request's last write, the top-level struct) or [`VmMemory::finish`],
+/// which the device calls before it replies. A read makes the buffered writes first, so a
+/// handler always reads what it wrote. A write that faults is reported by `finish` (the device
+/// answers `EFAULT`, as the driver's `copy_to_user` failure); the writes after it are not made,
+/// as when each was made on its own and the first failure ended the handler. Buffered writes
+/// not finished are made when the value is dropped.
 pub struct VmMemory {
     tid: u32,
     /// (address, bytes) of the writes not made yet, in order.
     pending: Vec<(u64, Vec<u8>)>,
+    window: Option<Window>,
+}
+
+/// The top-level params copied in by the kernel, with the writes made to them since.
+struct Window {
+    addr: u64,
+    bytes: Vec<u8>,
+    /// Written to: the reply carries the bytes back.
+    dirty: bool,
+}
+
+impl Window {
+    fn offset(&self, addr: u64, len: usize) -> Option<usize> {
+        let off = usize::try_from(addr.checked_sub(self.addr)?).ok()?;
+        (off.checked_add(len)? <= self.bytes.len()).then_some(off)
+    }
+
+    fn overlaps(&self, addr: u64, len: usize) -> bool {
+        let end = addr.saturating_add(len as u64);
+        let wend = self.addr.saturating_add(self.bytes.len() as u64);
+        len > 0 && addr < wend && self.addr < end
+    }
+
+    /// Applies the part of a write at `addr` that falls inside the window.
+    fn apply(&mut self, addr: u64, data: &[u8]) {
+        let wend = self.addr.saturating_add(self.bytes.len() as u64);
+        for (i, b) in data.iter().enumerate() {
+            let a = addr.wrapping_add(i as u64);
+            if a >= self.addr && a < wend {
+                self.bytes[(a - self.addr) as usize] = *b;
+                self.dirty = true;
+            }
+        }
+    }
 }
 
 impl VmMemory {
@@ -38,7 +79,24 @@ impl VmMemory {
         VmMemory {
             tid,
             pending: Vec::new(),
+            window: None,
         }
+    }
+
+    /// Memory of the thread that issued ioctl `arg`, with the bytes the kernel copied in for a
+    /// restricted ioctl (`in_data`) as the window when they are also what it copies back
+    /// (`out_size` equal: an `_IOWR` command). Otherwise no window: everything through the
+    /// syscalls, as [`VmMemory::new`].
+    pub fn for_ioctl(tid: u32, arg: u64, in_data: &[u8], out_size: u32) -> Self {
+        let mut m = Self::new(tid);
+        if !in_data.is_empty() && usize::try_from(out_size) == Ok(in_data.len()) {
+            m.window = Some(Window {
+                addr: arg,
+                bytes: in_data.to_vec(),
+                dirty: false,
+            });
+        }
+        m
     }
 
     /// Makes the buffered writes, with one `process_vm_writev`. `Fault` if any of them could
@@ -49,6 +107,28 @@ impl VmMemory {
         }
         let writes = std::mem::take(&mut self.pending);
         write_all(self.tid, &writes).map_err(vm_error)
+    }
+
+    /// What the reply must carry for the kernel to copy back to `arg`: the window when it was
+    /// written to, else nothing (the kernel then copies nothing). Call after [`finish`]
+    /// succeeded, for a successful ioctl.
+    ///
+    /// [`finish`]: VmMemory::finish
+    pub fn reply_data(&mut self) -> Vec<u8> {
+        match self.window.take() {
+            Some(w) if w.dirty => w.bytes,
+            _ => Vec::new(),
+        }
+    }
+
+    /// For an ioctl that fails with an errno: the kernel copies nothing back then, so a window
+    /// that was written to is written with `process_vm_writev` (as the driver copies the params
+    /// back on every error but `EFAULT`), after the buffered writes.
+    pub fn finish_failed(&mut self) {
+        if let Some(w) = self.window.take().filter(|w| w.dirty) {
+            self.pending.push((w.addr, w.bytes));
+        }
+        let _ = self.finish();
     }
 }
 
@@ -70,16 +150,16 @@ fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
     const MAX_IOV: usize = 1024;
     let pid =
         libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
-    let writes: Vec<&(u64, Vec<u8>)> = writes.iter().filter(|(_, d)| !d.is_empty()).collect();
     for chunk in writes.chunks(MAX_IOV) {
         let local: Vec<IoSlice<'_>> = chunk.iter().map(|(_, d)| IoSlice::new(d)).collect();
         let mut remote = Vec::with_capacity(chunk.len());
+        let mut want = 0;
         for (addr, d) in chunk {
             let base = usize::try_from(*addr)
                 .map_err(|_| std::io::Error::from_raw_os_error(libc::EFAULT))?;
             remote.push(RemoteIoVec { base, len: d.len() });
+            want += d.len();
         }
-        let want: usize = chunk.iter().map(|(_, d)| d.len()).sum();
         let n = process_vm_writev(nix::unistd::Pid::from_raw(pid), &local, &remote)
             .map_err(std::io::Error::from)?;
         if n != want {
@@ -98,7 +178,20 @@ fn vm_error(e: std::io::Error) -> MemError {
 
 impl ClientMemory for VmMemory {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
-        // Reads see the writes made before them.
+        if let Some(w) = &self.window {
+            if let Some(off) = w.offset(addr, len) {
+                return Ok(w.bytes[off..off + len].to_vec());
+            }
+        }
+        // Reads see the writes made before them: the buffered ones, and the window's when the
+        // read overlaps it.
+        if let Some(w) = self
+            .window
+            .as_ref()
+            .filter(|w| w.dirty && w.overlaps(addr, len))
+        {
+            self.pending.push((w.addr, w.bytes.clone()));
+        }
         self.finish()?;
         let mut buf = vec![0u8; len];
         sys::process_vm_read(self.tid, addr, &mut buf).map_err(vm_error)?;
@@ -110,6 +203,18 @@ impl ClientMemory for VmMemory {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if let Some(w) = &mut self.window {
+            // The reply is copied back last, so it must carry every write to the window's
+            // bytes; a write only partly inside goes out through the syscall too.
+            let inside = w.offset(addr, data.len()).is_some();
+            w.apply(addr, data);
+            if inside {
+                return Ok(());
+            }
+        }
         self.pending.push((addr, data.to_vec()));
         Ok(())
     }
@@ -381,6 +486,60 @@ mod tests {
         assert_eq!(b[48..52], [5; 4]);
         assert_eq!(b[56..60], [0; 4]);
         assert_eq!(m.finish(), Ok(()), "nothing left buffered");
+    }
+
+    #[test]
+    fn test_vm_window_serves_the_top_struct_and_carries_its_write_back_in_the_reply() {
+        // Address 8 is never mapped: only the window can serve it.
+        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 4);
+        assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(m.read(10, 2).unwrap(), vec![3, 4]);
+        assert_eq!(
+            m.read(6, 4),
+            Err(MemError::Fault),
+            "past the window: the syscall"
+        );
+        m.write(9, &[7]).unwrap();
+        assert_eq!(m.read(8, 4).unwrap(), vec![1, 7, 3, 4]);
+        m.flush().unwrap();
+        m.finish().unwrap();
+        assert_eq!(m.reply_data(), vec![1, 7, 3, 4]);
+
+        // Not written: the reply carries nothing (the kernel copies nothing back).
+        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 4);
+        assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(m.reply_data(), Vec::<u8>::new());
+
+        // Only an _IOWR command (in and out the same size) gets a window.
+        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 0);
+        assert_eq!(m.read(8, 4), Err(MemError::Fault));
+    }
+
+    #[test]
+    fn test_vm_window_writes_reach_the_client_on_failure_and_overlaps_stay_ordered() {
+        let tid = std::process::id();
+        let mut buf = vec![0u8; 32];
+        let base = buf.as_mut_ptr() as u64;
+        // The window is buf[8..16] as the kernel copied it.
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8);
+        // A nested write overlapping the window's start, then the top struct.
+        m.write(base + 4, &[1; 8]).unwrap();
+        m.write(base + 8, &[2, 2]).unwrap();
+        // A read overlapping the window sees the writes.
+        assert_eq!(m.read(base + 6, 6).unwrap(), vec![1, 1, 2, 2, 1, 1]);
+        m.finish_failed();
+        let b = std::hint::black_box(&buf);
+        assert_eq!(b[4..16], [1, 1, 1, 1, 2, 2, 1, 1, 5, 5, 5, 5]);
+
+        // Success: the nested write goes through the syscall, the window through the reply,
+        // which carries the nested write's overlapping bytes too.
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8);
+        m.write(base + 20, &[3; 4]).unwrap();
+        m.write(base + 12, &[4; 8]).unwrap();
+        m.finish().unwrap();
+        assert_eq!(m.reply_data(), vec![5, 5, 5, 5, 4, 4, 4, 4]);
+        let b = std::hint::black_box(&buf);
+        assert_eq!(b[16..24], [4, 4, 4, 4, 3, 3, 3, 3]);
     }
 
     #[test]
