@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -337,7 +338,7 @@ impl Session {
         let shared = Arc::new(Shared {
             chan: Arc::clone(&self.chan),
             handler,
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(IdMap::default()),
             pool: Mutex::new(PoolState::default()),
             max: self.cfg.max_workers,
             buf_size: self.cfg.read_buffer_size(),
@@ -476,12 +477,19 @@ pub(crate) fn negotiate(
     Ok((out, info))
 }
 
-/// Writes `parts` as one message with one `writev`, retrying only on EINTR.
+/// Writes `parts` (at most 4) as one message with one `writev`, retrying only on EINTR.
 pub(crate) fn write_all_once(chan: &File, parts: &[&[u8]]) -> io::Result<()> {
-    let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut slices = [IoSlice::new(&[]); 4];
+    if parts.len() > slices.len() {
+        return Err(io::Error::other("too many parts for one CUSE message"));
+    }
+    for (s, p) in slices.iter_mut().zip(parts) {
+        *s = IoSlice::new(p);
+    }
+    let slices = &slices[..parts.len()];
     let want: usize = parts.iter().map(|p| p.len()).sum();
     loop {
-        match (&*chan).write_vectored(&slices) {
+        match (&*chan).write_vectored(slices) {
             Ok(n) if n == want => return Ok(()),
             Ok(n) => {
                 return Err(io::Error::new(
@@ -541,13 +549,38 @@ const MIN_THREADS: usize = 2;
 /// (a signal that arrives just before a thread enters `read` does not interrupt it).
 const WAKE_RETRY: Duration = Duration::from_millis(10);
 
+/// A map keyed by ids that no client chooses (the kernel's request uniques, our thread ids),
+/// so a multiplicative hash is enough: SipHash's protection against chosen keys is not needed
+/// on this per-request path.
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// The hasher of [`IdMap`].
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// What every serving thread and the supervisor share.
 struct Shared {
     chan: Arc<File>,
     handler: Arc<dyn Handler>,
     /// Requests read and not yet answered, by `unique`, so that `FUSE_INTERRUPT` can reach
     /// them (whichever thread reads the interrupt).
-    inflight: Mutex<HashMap<u64, Arc<InterruptFlag>>>,
+    inflight: Mutex<IdMap<Arc<InterruptFlag>>>,
     pool: Mutex<PoolState>,
     /// Most handlers running at once (`max_workers`).
     max: usize,
@@ -572,7 +605,7 @@ struct Slot {
 /// The pool. `readers + busy == slots.len()`: every thread either reads or runs handlers.
 #[derive(Default)]
 struct PoolState {
-    slots: HashMap<u64, Slot>,
+    slots: IdMap<Slot>,
     next_id: u64,
     readers: usize,
     busy: usize,
@@ -590,7 +623,7 @@ impl PoolState {
 }
 
 impl Shared {
-    fn inflight(&self) -> MutexGuard<'_, HashMap<u64, Arc<InterruptFlag>>> {
+    fn inflight(&self) -> MutexGuard<'_, IdMap<Arc<InterruptFlag>>> {
         self.inflight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -109,7 +109,9 @@ pub struct CountRow {
 /// Calls per entry and decision since the proxy started.
 #[derive(Debug, Default)]
 pub struct AuditCounts {
-    counts: Mutex<BTreeMap<(Kind, String, Decision), u64>>,
+    /// Keyed by (kind, decision), then name, so that counting a call that was counted before
+    /// looks the name up by reference and allocates nothing (this runs for every call).
+    counts: Mutex<BTreeMap<(Kind, Decision), BTreeMap<String, u64>>>,
 }
 
 impl Kind {
@@ -140,13 +142,20 @@ impl AuditCounts {
     /// Counts one call.
     pub fn add(&self, kind: Kind, name: &str, decision: Decision) {
         let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        *c.entry((kind, name.to_owned(), decision)).or_insert(0) += 1;
+        let names = c.entry((kind, decision)).or_default();
+        match names.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                names.insert(name.to_owned(), 1);
+            }
+        }
     }
 
     /// The count of one entry and decision.
     pub fn get(&self, kind: Kind, name: &str, decision: Decision) -> u64 {
         let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        c.get(&(kind, name.to_owned(), decision))
+        c.get(&(kind, decision))
+            .and_then(|names| names.get(name))
             .copied()
             .unwrap_or(0)
     }
@@ -154,14 +163,19 @@ impl AuditCounts {
     /// Every row, sorted by kind, name, decision.
     pub fn snapshot(&self) -> Vec<CountRow> {
         let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        c.iter()
-            .map(|((kind, name, decision), &count)| CountRow {
-                kind: *kind,
-                name: name.clone(),
-                decision: *decision,
-                count,
+        let mut rows: Vec<CountRow> = c
+            .iter()
+            .flat_map(|(&(kind, decision), names)| {
+                names.iter().map(move |(name, &count)| CountRow {
+                    kind,
+                    name: name.clone(),
+                    decision,
+                    count,
+                })
             })
-            .collect()
+            .collect();
+        rows.sort_by(|a, b| (a.kind, &a.name, a.decision).cmp(&(b.kind, &b.name, b.decision)));
+        rows
     }
 }
 
@@ -222,5 +236,25 @@ mod tests {
             2
         );
         assert_eq!(c.snapshot().len(), 2);
+        // Rows come sorted by kind, name, decision.
+        let c = AuditCounts::default();
+        c.add(Kind::Control, "B", Decision::Allowed);
+        c.add(Kind::Control, "A", Decision::Failed);
+        c.add(Kind::Escape, "Z", Decision::Denied);
+        c.add(Kind::Control, "A", Decision::Allowed);
+        let rows: Vec<_> = c
+            .snapshot()
+            .into_iter()
+            .map(|r| (r.kind, r.name, r.decision))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (Kind::Escape, "Z".to_owned(), Decision::Denied),
+                (Kind::Control, "A".to_owned(), Decision::Allowed),
+                (Kind::Control, "A".to_owned(), Decision::Failed),
+                (Kind::Control, "B".to_owned(), Decision::Allowed),
+            ]
+        );
     }
 }
