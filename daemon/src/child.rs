@@ -21,7 +21,9 @@ pub fn block_termination_signals() -> Result<()> {
 }
 
 /// Runs `cmd` to its end. SIGINT, SIGTERM and SIGHUP sent to nvproxy (blocked beforehand with
-/// [`block_termination_signals`]) are forwarded to the command instead of ending nvproxy.
+/// [`block_termination_signals`]) are forwarded to the command instead of ending nvproxy. (A
+/// terminal's Ctrl-C also reaches the command directly, as it shares nvproxy's process group:
+/// the command may then see SIGINT twice.)
 pub fn run_forwarding_signals(cmd: &mut Command) -> Result<ExitStatus> {
     let mut child = cmd.spawn().context("starting the command")?;
     let pid = Pid::from_raw(i32::try_from(child.id()).context("child pid")?);
