@@ -108,7 +108,7 @@ impl Proc {
         }
     }
 
-    /// Waits for a stdout line equal to `want`.
+    /// Waits for a stdout line that starts with `want`.
     fn wait_line(&mut self, want: &str) {
         let deadline = Instant::now() + TIMEOUT;
         loop {
@@ -116,7 +116,7 @@ impl Proc {
                 .lines
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             {
-                Ok((true, l)) if l == want => return self.stdout.push(l),
+                Ok((true, l)) if l.starts_with(want) => return self.stdout.push(l),
                 Ok(item) => self.store(item),
                 Err(e) => panic!(
                     "{}: no line {want:?} ({e:?})\n{}",
@@ -600,6 +600,93 @@ fn test_uvm_ioctls_are_audited_and_the_suggestion_allows_exactly_them() {
             .iter()
             .any(|v| v["decision"] == "denied" && v["errno"] == 22),
         "no denied UVM_VALIDATE_VA_RANGE event: {lines2:#?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_instances_with_policy_files_from_an_audit_run() {
+    let dir = scratch_dir("serve");
+    let log = dir.join("run.jsonl");
+    let (p, st) = exec(
+        "audit",
+        &["--mode", "audit", "--audit-log", s(&log)],
+        &[NVFE, "init"],
+    );
+    assert_ok(&p, st);
+    let (_, text) = suggest(&dir, &log, "job.toml");
+    std::fs::write(dir.join("tight.toml"), without(&text, REMOVED)).unwrap();
+    // Relative policy paths: next to the config file.
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "driver = \"sim\"\n[daemon]\naudit_dir = \"{}\"\n\
+             [[instance]]\nname = \"full\"\ngpus = [0]\npolicy = \"job.toml\"\n\
+             [[instance]]\nname = \"tight\"\ngpus = [0]\npolicy = \"tight.toml\"\n",
+            s(&dir.join("audit"))
+        ),
+    )
+    .unwrap();
+    let chk = nvproxy("check-config", &["check-config", s(&config)]);
+    assert!(
+        chk.stdout
+            .iter()
+            .any(|l| l.starts_with("instance tight:") && l.contains("tight.toml")),
+        "{}",
+        chk.transcript()
+    );
+
+    require_cuse();
+    let mut daemon = Proc::spawn(
+        "serve",
+        Command::new(nvproxy_bin()).args(["serve", "--config", s(&config), "--check-leaks"]),
+    );
+    daemon.wait_line("READY");
+    let mut full = Proc::spawn(
+        "run full",
+        Command::new(nvproxy_bin()).args(["run", "--instance", "full", "--", NVFE, "init"]),
+    );
+    let st = full.wait();
+    assert_ok(&full, st);
+    let mut tight = Proc::spawn(
+        "run tight",
+        Command::new(nvproxy_bin()).args([
+            "run",
+            "--instance",
+            "tight",
+            "--",
+            NVFE,
+            "probe-control",
+            REMOVED,
+            "--expect",
+            "NV_ERR_NOT_SUPPORTED",
+        ]),
+    );
+    let st = tight.wait();
+    assert_ok(&tight, st);
+    kill(Pid::from_raw(daemon.child.id() as i32), Signal::SIGTERM).expect("kill serve");
+    let st = daemon.wait();
+    assert_ok(&daemon, st);
+
+    let full_log = audit_lines(&dir.join("audit/full.jsonl"));
+    assert!(
+        !lines_naming(&full_log, "count", REMOVED).is_empty(),
+        "{full_log:#?}"
+    );
+    assert!(
+        full_log
+            .iter()
+            .all(|v| v["decision"] != "denied" && v["decision"] != "audit-would-deny"),
+        "{full_log:#?}"
+    );
+    let tight_log = audit_lines(&dir.join("audit/tight.jsonl"));
+    assert!(
+        lines_naming(&tight_log, "event", REMOVED)
+            .iter()
+            .any(|v| v["decision"] == "denied" && v["reason"] == "policy"),
+        "{tight_log:#?}"
     );
     std::fs::remove_dir_all(&dir).ok();
 }
