@@ -14,6 +14,14 @@
 //!   With the host driver it is the host's file with that one line changed; without one, a small
 //!   tmpfs is mounted on `/proc/driver` (the only way to add files under procfs).
 //!
+//! - `/dev/char` is the namespace's own directory: the host's links except those to hidden
+//!   nodes, plus `195:255` and `195:<N>` pointing at our `nvidiactl` and `nvidia<N>` (the links
+//!   the NVIDIA driver's tools keep; libcuda re-creates `195:255` itself at initialisation and
+//!   fails with `CUDA_ERROR_OPERATING_SYSTEM` where it cannot, and must never write into the
+//!   host's `/dev/char`);
+//! - with `--sim-proc DIR` (the simulated driver), `/proc/driver/nvidia` is a tmpfs holding
+//!   DIR's files (the simulated driver's `params`, `version`, `gpus/<pci>/information`)
+//!   instead of the host's or none;
 //! - with `--mmap-socket`, `/run/nvproxy` is a small tmpfs holding only `mmap.sock`, a bind
 //!   mount of the instance's socket (so other instances' sockets are not even visible), and the
 //!   command runs with the shim appended to `LD_PRELOAD` and `NVPROXY_NODES` set (see the
@@ -39,6 +47,10 @@ pub struct NsSpec {
     /// Provide /proc/driver/nvidia/params with `ModifyDeviceFiles: 0`.
     #[arg(long)]
     pub driver_params: bool,
+    /// Replace /proc/driver/nvidia with the files of DIR (the simulated driver's), copied into a
+    /// tmpfs; implies the params file (DIR's).
+    #[arg(long, value_name = "DIR")]
+    pub sim_proc: Option<PathBuf>,
     /// The instance's mmap socket, bind-mounted at /run/nvproxy/mmap.sock.
     #[arg(long, value_name = "PATH")]
     pub mmap_socket: Option<PathBuf>,
@@ -79,7 +91,9 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     )
     .context("making / private")?;
     setup_dev(&spec.nodes)?;
-    if spec.driver_params {
+    if let Some(dir) = &spec.sim_proc {
+        setup_sim_proc(dir)?;
+    } else if spec.driver_params {
         setup_driver_params()?;
     }
     if let Some(socket) = &spec.mmap_socket {
@@ -196,6 +210,8 @@ fn setup_dev(nodes: &[(PathBuf, String)]) -> Result<()> {
         let ft = entry.file_type()?;
         if ft.is_symlink() {
             symlink(fs::read_link(&src)?, &dst)?;
+        } else if ft.is_dir() && name_str == "char" {
+            copy_char_links(&src, &dst)?;
         } else if ft.is_dir() {
             fs::create_dir(&dst)?;
             bind(&src, &dst, true)?;
@@ -213,11 +229,54 @@ fn setup_dev(nodes: &[(PathBuf, String)]) -> Result<()> {
         let dst = old.join(name);
         fs::File::create(&dst).with_context(|| format!("creating {}", dst.display()))?;
         bind(&src, &dst, false)?;
+        if let Some(link) = char_link_name(name) {
+            let dir = old.join("char");
+            fs::create_dir_all(&dir)?;
+            let _ = fs::remove_file(dir.join(&link));
+            symlink(format!("../{name}"), dir.join(&link))
+                .with_context(|| format!("creating /dev/char/{link}"))?;
+        }
     }
     nix::mount::umount2(stage, nix::mount::MntFlags::MNT_DETACH)
         .context("detaching staging /dev")?;
     nix::mount::umount2("/run", nix::mount::MntFlags::MNT_DETACH)
         .context("detaching staging /run")?;
+    Ok(())
+}
+
+/// The `/dev/char` link NVIDIA's tools keep for a node: `195:255` for `nvidiactl`, `195:<N>`
+/// for `nvidia<N>` (the driver's major and minors, whatever the node's own numbers).
+fn char_link_name(node: &str) -> Option<String> {
+    if node == "nvidiactl" {
+        return Some("195:255".to_owned());
+    }
+    let minor: u32 = node.strip_prefix("nvidia")?.parse().ok()?;
+    Some(format!("195:{minor}"))
+}
+
+/// Fills the namespace's own `/dev/char` with the host's links, except those to hidden entries
+/// (the host's NVIDIA nodes).
+fn copy_char_links(host: &Path, dst: &Path) -> Result<()> {
+    fs::create_dir(dst)?;
+    for entry in fs::read_dir(host).context("reading the host's /dev/char")? {
+        let entry = entry?;
+        if !entry.file_type()?.is_symlink() {
+            continue;
+        }
+        let target = fs::read_link(entry.path())?;
+        let hidden = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(hidden_dev_entry)
+            || target.components().any(|c| {
+                c.as_os_str()
+                    .to_str()
+                    .is_some_and(|n| n != ".." && hidden_dev_entry(n))
+            });
+        if !hidden {
+            symlink(&target, dst.join(entry.file_name()))?;
+        }
+    }
     Ok(())
 }
 
@@ -267,6 +326,56 @@ fn setup_driver_params() -> Result<()> {
     Ok(())
 }
 
+/// Shows `dir`'s files (relative paths, one level of subdirectories and more) as
+/// `/proc/driver/nvidia`, on a tmpfs over the host's directory or, without one, over
+/// `/proc/driver`.
+fn setup_sim_proc(dir: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    collect_files(dir, Path::new(""), &mut files)
+        .with_context(|| format!("reading {}", dir.display()))?;
+    let nvidia = Path::new("/proc/driver/nvidia");
+    let (mount_on, root) = if nvidia.is_dir() {
+        (nvidia, nvidia.to_path_buf())
+    } else {
+        let driver = Path::new("/proc/driver");
+        if !driver.is_dir() {
+            bail!("/proc/driver does not exist on this kernel: cannot provide /proc/driver/nvidia");
+        }
+        (driver, driver.join("nvidia"))
+    };
+    mount(
+        Some("tmpfs"),
+        mount_on,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=755,size=256k"),
+    )
+    .with_context(|| format!("mounting a tmpfs on {}", mount_on.display()))?;
+    fs::create_dir_all(&root)?;
+    for (rel, data) in files {
+        let dst = root.join(rel);
+        if let Some(parent) = dst.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&dst, data).with_context(|| format!("writing {}", dst.display()))?;
+    }
+    Ok(())
+}
+
+fn collect_files(base: &Path, rel: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) -> Result<()> {
+    for entry in fs::read_dir(base.join(rel))? {
+        let entry = entry?;
+        let rel = rel.join(entry.file_name());
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            collect_files(base, &rel, out)?;
+        } else if ft.is_file() {
+            out.push((rel.clone(), fs::read(base.join(&rel))?));
+        }
+    }
+    Ok(())
+}
+
 fn exec(
     command: &[String],
     env: &[(std::ffi::OsString, std::ffi::OsString)],
@@ -312,6 +421,13 @@ mod tests {
         assert!(parse_node("/x=../etc").is_err());
         assert!(parse_node("/x=a/b").is_err());
         assert!(parse_node("/x").is_err());
+    }
+
+    #[test]
+    fn test_char_links_use_the_drivers_numbers() {
+        assert_eq!(char_link_name("nvidiactl").as_deref(), Some("195:255"));
+        assert_eq!(char_link_name("nvidia3").as_deref(), Some("195:3"));
+        assert_eq!(char_link_name("nvidia-uvm"), None);
     }
 
     #[test]

@@ -339,9 +339,19 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     for n in running.ns_node_args() {
         cmd.arg("--node").arg(n);
     }
+    let sim_proc = match &driver.sim {
+        Some(sim) => Some(write_sim_proc(sim, &inst.name, &inst.gpus)?),
+        None => None,
+    };
+    if let Some(dir) = &sim_proc {
+        cmd.arg("--sim-proc").arg(dir);
+    }
     cmd.args(running.ns_mmap_args(shim.as_deref())?);
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
+    if let Some(dir) = &sim_proc {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let table_clean = running.stop();
     let clean = leak_check(&driver) && table_clean;
     drop(driver);
@@ -359,6 +369,23 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(LEAK_EXIT));
     }
     Ok(ExitCode::from(code))
+}
+
+/// Writes the simulated driver's `/proc/driver/nvidia` files (`nvsim::procfs`) into a fresh
+/// directory for `ns-exec --sim-proc`; the caller removes it once the command has ended
+/// (ns-exec copies the files into its namespace).
+fn write_sim_proc(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("nvproxy-{instance}-proc"));
+    let _ = std::fs::remove_dir_all(&dir);
+    for f in nvsim::procfs::proc_files(sim.config(), gpus) {
+        let path = dir.join(&f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, f.text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(dir)
 }
 
 /// `nvproxy serve` options.

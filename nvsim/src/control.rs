@@ -158,6 +158,18 @@ pub(crate) fn control(
     };
     // Every simulated control has a known size (checked above); anything else is not simulated.
     let (Some(pl), Some(_)) = (pbuf, expected_size(drv, p.cmd)) else {
+        tracing::debug!(
+            cmd = format_args!("{:#x}", p.cmd),
+            size,
+            params = pbuf.map(|l| {
+                let b = bytes(call, l);
+                b[..b.len().min(256)]
+                    .iter()
+                    .map(|x| format!("{x:02x}"))
+                    .collect::<String>()
+            }),
+            "control of unknown size not simulated"
+        );
         return NV_ERR_NOT_SUPPORTED;
     };
     let mut c = Ctx {
@@ -379,7 +391,8 @@ pub(crate) fn control(
         }
         // The controls of libcuda's and nvidia-smi's initialisation (control_init.rs); the
         // rest is not exported by the target's class, or not simulated.
-        _ => crate::control_init::control(st, c, p.cmd, target).unwrap_or(NV_ERR_NOT_SUPPORTED),
+        _ => crate::control_init::control(st, c, p.hClient, p.cmd, target)
+            .unwrap_or(NV_ERR_NOT_SUPPORTED),
     }
 }
 

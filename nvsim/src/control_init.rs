@@ -10,7 +10,7 @@
 use nvproxy_abi::structs::NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS;
 
 use crate::control::{Ctx, Target};
-use crate::driver::State;
+use crate::driver::{Kind, State};
 use crate::status::*;
 
 /// Control command numbers answered here.
@@ -49,6 +49,12 @@ pub mod cmd {
     pub const GR_GET_GPC_MASK: u32 = 0x2080_122a;
     /// `NV2080_CTRL_CMD_GR_GET_TPC_MASK`.
     pub const GR_GET_TPC_MASK: u32 = 0x2080_122b;
+    /// `NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE`.
+    pub const CLIENT_GET_ADDR_SPACE_TYPE: u32 = 0x0000_0d01;
+    /// `NV2080_CTRL_CMD_GSP_GET_FEATURES`.
+    pub const GSP_GET_FEATURES: u32 = 0x2080_3601;
+    /// `NV2080_CTRL_CMD_GPU_QUERY_COMPUTE_MODE_RULES`.
+    pub const GPU_QUERY_COMPUTE_MODE_RULES: u32 = 0x2080_0131;
     /// `NV0080_CTRL_CMD_FB_GET_CAPS_V2`.
     pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
 }
@@ -62,9 +68,15 @@ const HOST_CAPS_GPU_COHERENT_MAPPING_SUPPORTED: u8 = 0x04;
 
 /// One control of the initialisation set; `None` when the command (or this target for it) is
 /// not one of them.
-pub(crate) fn control(st: &mut State, mut c: Ctx<'_>, command: u32, target: Target) -> Option<u32> {
+pub(crate) fn control(
+    st: &mut State,
+    mut c: Ctx<'_>,
+    h_client: u32,
+    command: u32,
+    target: Target,
+) -> Option<u32> {
     let input = hex_prefix(&mut c);
-    let status = answer(st, &mut c, command, target);
+    let status = answer(st, &mut c, h_client, command, target);
     if status != Some(NV_OK) {
         // What a client asked that the simulator does not answer, or answers with an error
         // (`RUST_LOG=nvsim=debug`).
@@ -88,7 +100,13 @@ fn hex_prefix(c: &mut Ctx<'_>) -> String {
         .collect()
 }
 
-fn answer(st: &mut State, c: &mut Ctx<'_>, command: u32, target: Target) -> Option<u32> {
+fn answer(
+    st: &mut State,
+    c: &mut Ctx<'_>,
+    h_client: u32,
+    command: u32,
+    target: Target,
+) -> Option<u32> {
     let drv = c.drv;
     Some(match (command, target) {
         (cmd::SYNC_GPU_BOOST_GROUP_INFO, Target::Client) => {
@@ -267,6 +285,48 @@ fn answer(st: &mut State, c: &mut Ctx<'_>, command: u32, target: Target) -> Opti
                 .get(gpc as usize)
                 .map_or(0, |&n| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 });
             c.put(20, &mask);
+            NV_OK
+        }
+        (cmd::CLIENT_GET_ADDR_SPACE_TYPE, Target::Client) => {
+            // cliresCtrlCmdClientGetAddrSpaceType: a memory object's aperture (memGetMapAddrSpace:
+            // system memory SYSMEM = 1, video memory VIDMEM = 2, a usermode page REGMEM = 3); a
+            // device or subdevice maps its registers (gpuresGetMapAddrSpace: REGMEM); anything
+            // else NV_ERR_INVALID_OBJECT; an unknown handle fails clientGetResourceRef.
+            let h: u32 = c.get(0).expect("size checked");
+            let Some(obj) = st.clients.get(&h_client).and_then(|cl| cl.objects.get(&h)) else {
+                return Some(NV_ERR_OBJECT_NOT_FOUND);
+            };
+            let space = match obj.kind {
+                Kind::Memory { block } => match st.blocks.get(&block) {
+                    Some(b) if b.regs => 3,
+                    Some(b) if b.video => 2,
+                    Some(_) => 1,
+                    None => return Some(NV_ERR_OBJECT_NOT_FOUND),
+                },
+                Kind::Device { .. } | Kind::Subdevice { .. } => 3,
+                _ => return Some(NV_ERR_INVALID_OBJECT),
+            };
+            c.put(8, &(space as u32));
+            NV_OK
+        }
+        (cmd::GSP_GET_FEATURES, Target::Subdevice(_)) => {
+            // Answered by the GSP-RM client (the handler is not in the open tree; semantics from
+            // ctrl2080gsp.h): an H100 runs GSP-RM, by default, so bValid and bDefaultGspRmGpu
+            // are true, UVM_ENABLED (bit 0) is set, and firmwareVersion is the firmware's build
+            // version, the driver's own.
+            c.put(0, &1u32);
+            c.put(4, &1u8);
+            c.put(5, &1u8);
+            let mut fw = [0u8; 64];
+            crate::buf::put_cstr(&mut fw, &drv.version_string);
+            c.put(6, &fw);
+            NV_OK
+        }
+        (cmd::GPU_QUERY_COMPUTE_MODE_RULES, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdGpuQueryComputeModeRules: the rules set by
+            // GPU_SET_COMPUTE_MODE_RULES (nvidia-smi -c), default
+            // NV2080_CTRL_GPU_COMPUTE_MODE_RULES_NONE (the "Default" compute mode).
+            c.put(0, &0u32);
             NV_OK
         }
         (cmd::DEVICE_FB_GET_CAPS_V2, Target::Device) => {

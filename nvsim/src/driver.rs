@@ -114,6 +114,10 @@ pub(crate) struct MemBlock {
     pub bytes: u64,
     /// Video memory (counts against the GPU) or system memory.
     pub video: bool,
+    /// A register aperture (a `*_USERMODE_A` object's page of BAR0): mapped through the GPU's
+    /// node like video memory, but not memory (neither counted against the GPU nor in
+    /// `allocated_memory`).
+    pub regs: bool,
     /// Objects referencing it.
     pub refs: u32,
 }
@@ -286,7 +290,12 @@ impl SimDriver {
             live_clients: st.clients.len(),
             live_objects: st.clients.values().map(|c| c.objects.len()).sum(),
             os_events: st.os_events.len(),
-            allocated_memory: st.blocks.values().map(|b| b.bytes).sum(),
+            allocated_memory: st
+                .blocks
+                .values()
+                .filter(|b| !b.regs)
+                .map(|b| b.bytes)
+                .sum(),
             attached_gpus: (0..self.config.gpus.len())
                 .filter(|&g| self.gpu_attached(&st, g))
                 .count(),

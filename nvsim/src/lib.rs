@@ -90,6 +90,7 @@ mod control_init;
 mod driver;
 mod escape;
 mod memory;
+pub mod procfs;
 pub mod rm;
 pub mod status;
 mod uvm;

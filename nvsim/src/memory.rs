@@ -182,7 +182,7 @@ impl State {
         Ok(MemObject {
             block,
             bytes: b.bytes,
-            video: b.video,
+            video: b.video || b.regs,
             gpu: b.gpu,
         })
     }

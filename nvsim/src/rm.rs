@@ -31,6 +31,10 @@ pub const NV01_MEMORY_SYSTEM: u32 = 0x003e;
 pub const NV01_MEMORY_LOCAL_USER: u32 = 0x0040;
 /// `FERMI_VASPACE_A`.
 pub const FERMI_VASPACE_A: u32 = 0x90f1;
+/// `HOPPER_USERMODE_A`: the page of BAR0 with the GPU's time and the channel doorbell.
+pub const HOPPER_USERMODE_A: u32 = 0xc661;
+/// `NVC661_NV_USERMODE__SIZE`: one 64 KiB page.
+const USERMODE_BYTES: u64 = 0x1_0000;
 
 /// `RS_CLIENT_HANDLE_BASE`: driver-chosen client handles are `0xc1d00000 | index`.
 pub const RS_CLIENT_HANDLE_BASE: u32 = 0xc1d0_0000;
@@ -95,6 +99,8 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         NV20_SUBDEVICE_0 => (table(class, 4), false),
         NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER => (table(class, 120), true),
         FERMI_VASPACE_A => (table(class, 48), true),
+        // RS_OPTIONAL(NV_HOPPER_USERMODE_A_PARAMS)
+        HOPPER_USERMODE_A => (table(class, 2), false),
         _ => return None,
     })
 }
@@ -214,6 +220,7 @@ impl State {
         let parent_ok = match a.class {
             NV01_DEVICE_0 => is_root_class(parent_class),
             NV20_SUBDEVICE_0 | NV01_MEMORY_SYSTEM => parent_class == NV01_DEVICE_0,
+            HOPPER_USERMODE_A => parent_class == NV20_SUBDEVICE_0,
             NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A => {
                 matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
             }
@@ -399,6 +406,7 @@ impl State {
                         gpu,
                         bytes,
                         video,
+                        regs: false,
                         refs: 1,
                     },
                 );
@@ -410,6 +418,36 @@ impl State {
                     out.limit = bytes - 1;
                     crate::buf::write(p, 0, &out);
                 }
+                Ok(Kind::Memory { block: id })
+            }
+            HOPPER_USERMODE_A => {
+                // usrmodeConstruct: bBar1Mapping picks the BAR1 alias of the page, bPriv the
+                // privileged page, which needs BAR1 and a kernel caller.
+                let (bar1, privileged) = match a.params.as_deref() {
+                    None => (false, false),
+                    Some(p) => (p[0] != 0, p[1] != 0),
+                };
+                if privileged && !bar1 {
+                    return Err(NV_ERR_INVALID_PARAMETER);
+                }
+                if privileged {
+                    return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
+                }
+                let gpu = self
+                    .gpu_of(a.h_client, a.h_parent)
+                    .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+                let id = self.next_block;
+                self.next_block += 1;
+                self.blocks.insert(
+                    id,
+                    MemBlock {
+                        gpu,
+                        bytes: USERMODE_BYTES,
+                        video: false,
+                        regs: true,
+                        refs: 1,
+                    },
+                );
                 Ok(Kind::Memory { block: id })
             }
             FERMI_VASPACE_A => {

@@ -571,8 +571,8 @@ fn test_unknown_control_is_not_supported() {
     let s = stack(&d, 0);
     let (st, _) = control(&s.ctl, s.client, s.subdevice, 0x2080_01ee, &[0; 8]);
     assert_eq!(st, NV_ERR_NOT_SUPPORTED);
-    // Known to the driver (GPU_GET_ENGINES_V2, 252 bytes on 535) but not simulated.
-    let (st, _) = control(&s.ctl, s.client, s.subdevice, 0x2080_0170, &[0; 252]);
+    // Known to the driver (GPU_QUERY_ECC_STATUS, 984 bytes on 535) but not simulated.
+    let (st, _) = control(&s.ctl, s.client, s.subdevice, 0x2080_012f, &[0; 984]);
     assert_eq!(st, NV_ERR_NOT_SUPPORTED);
 }
 
