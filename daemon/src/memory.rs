@@ -144,27 +144,45 @@ impl Drop for VmMemory {
 /// Writes every `(address, bytes)` of `writes`, in order, with as few `process_vm_writev` calls
 /// as the kernel's iovec limit allows (one for any ioctl). Short (a fault part way) is EFAULT.
 fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
-    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
+    use nix::sys::uio::RemoteIoVec;
     use std::io::IoSlice;
     /// `UIO_MAXIOV`.
     const MAX_IOV: usize = 1024;
-    let pid =
-        libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
-    for chunk in writes.chunks(MAX_IOV) {
-        let local: Vec<IoSlice<'_>> = chunk.iter().map(|(_, d)| IoSlice::new(d)).collect();
-        let mut remote = Vec::with_capacity(chunk.len());
-        let mut want = 0;
-        for (addr, d) in chunk {
-            let base = usize::try_from(*addr)
-                .map_err(|_| std::io::Error::from_raw_os_error(libc::EFAULT))?;
-            remote.push(RemoteIoVec { base, len: d.len() });
-            want += d.len();
-        }
-        let n = process_vm_writev(nix::unistd::Pid::from_raw(pid), &local, &remote)
-            .map_err(std::io::Error::from)?;
+    /// An ioctl's writes fit here: no allocation.
+    const SMALL: usize = 8;
+    let pid = nix::unistd::Pid::from_raw(
+        libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?,
+    );
+    let remote_of = |(addr, d): &(u64, Vec<u8>)| {
+        usize::try_from(*addr)
+            .map(|base| RemoteIoVec { base, len: d.len() })
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFAULT))
+    };
+    let one = |local: &[IoSlice<'_>], remote: &[RemoteIoVec]| {
+        let want: usize = remote.iter().map(|r| r.len).sum();
+        let n =
+            nix::sys::uio::process_vm_writev(pid, local, remote).map_err(std::io::Error::from)?;
         if n != want {
             return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
         }
+        Ok(())
+    };
+    if writes.len() <= SMALL {
+        let mut local = [IoSlice::new(&[]); SMALL];
+        let mut remote = [RemoteIoVec { base: 0, len: 0 }; SMALL];
+        for (i, w) in writes.iter().enumerate() {
+            local[i] = IoSlice::new(&w.1);
+            remote[i] = remote_of(w)?;
+        }
+        return one(&local[..writes.len()], &remote[..writes.len()]);
+    }
+    for chunk in writes.chunks(MAX_IOV) {
+        let local: Vec<IoSlice<'_>> = chunk.iter().map(|(_, d)| IoSlice::new(d)).collect();
+        let remote = chunk
+            .iter()
+            .map(remote_of)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        one(&local, &remote)?;
     }
     Ok(())
 }
@@ -486,6 +504,13 @@ mod tests {
         assert_eq!(b[48..52], [5; 4]);
         assert_eq!(b[56..60], [0; 4]);
         assert_eq!(m.finish(), Ok(()), "nothing left buffered");
+        // More writes than fit the stack arrays.
+        for i in 0..12u8 {
+            m.write(base + u64::from(i), &[i + 100]).unwrap();
+        }
+        m.flush().unwrap();
+        let b = std::hint::black_box(&buf);
+        assert_eq!(b[..12], (100..112).collect::<Vec<u8>>()[..]);
     }
 
     #[test]

@@ -21,7 +21,6 @@ use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64, wr32};
-use crate::proxy::unknown_name;
 use crate::request::{Dir, Req, Stop, deny, fail};
 
 /// `NVOS21_PARAMETERS` size.
@@ -84,7 +83,7 @@ impl Req<'_> {
         let class = rd32(&host_top, 12);
         let (p_alloc, p_rights) = (rd64(&host_top, 16), rd64(&host_top, 24));
         self.note.number = class;
-        self.note.name = unknown_name(Kind::Class, class);
+        self.note.name = "".into(); // unknown until the table says otherwise
 
         // NV01_EVENT: the driver takes the real class from NV0005_ALLOC_PARAMETERS.hClass
         // (_fixupAllocParams); only the OS event is a user-mode class.
@@ -105,7 +104,7 @@ impl Req<'_> {
         let Some(spec) = self.px.abi.classes.get(&eff).copied() else {
             return deny(NV_ERR_INVALID_CLASS, "unknown class");
         };
-        self.note.name = spec.name.to_owned();
+        self.note.name = spec.name.into();
         if !self.check_policy(spec.name, spec.caps) {
             return deny(NV_ERR_INVALID_CLASS, "policy");
         }

@@ -21,7 +21,6 @@ use crate::embedded::{Count, embedded};
 use crate::error::ProxyError;
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64};
-use crate::proxy::unknown_name;
 use crate::request::{Dir, Req, Stop, answer_ok, deny, fail};
 
 /// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
@@ -123,9 +122,9 @@ impl Req<'_> {
         };
         self.note.number = cmd;
         self.note.name = match (spec, pass) {
-            (Some(s), _) => s.name.to_owned(),
-            (None, Some(p)) => format!("{p} {cmd:#010x}"),
-            (None, None) => unknown_name(Kind::Control, cmd),
+            (Some(s), _) => s.name.into(),
+            (None, Some(p)) => format!("{p} {cmd:#010x}").into(),
+            (None, None) => "".into(), // unknown: named from kind and number at the end
         };
         if cmd == 0 || cmd & 0xffff == 0 {
             return answer_ok("NULL control");

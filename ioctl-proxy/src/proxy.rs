@@ -395,10 +395,17 @@ impl Proxy {
         if decision == Decision::Allowed && failed {
             decision = Decision::Failed;
         }
-        self.counts.add(note.kind, &note.name, decision);
+        let unknown;
+        let name: &str = if note.name.is_empty() {
+            unknown = unknown_name(note.kind, note.number);
+            &unknown
+        } else {
+            &note.name
+        };
+        self.counts.add(note.kind, name, decision);
         debug!(
             kind = ?note.kind,
-            name = %note.name,
+            name = %name,
             decision = ?decision,
             reason = note.reason.unwrap_or(""),
             nv_status = note.nv_status.unwrap_or(0),
@@ -415,7 +422,7 @@ impl Proxy {
             tid: caller.tid,
             node: node.to_string(),
             kind: note.kind,
-            name: note.name,
+            name: name.to_owned(),
             number: note.number,
             decision,
             reason: note.reason,

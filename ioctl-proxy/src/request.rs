@@ -2,6 +2,7 @@
 //! the escape handlers. RM_CONTROL, RM_ALLOC and the GPU-set handling live in their own modules
 //! as further `impl Req` blocks.
 
+use std::borrow::Cow;
 use std::mem::offset_of;
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::memory::{ClientMemory, MemError};
 use crate::nv::*;
 use crate::plan::{Buf, Plan, rd32, rd64, wr32};
 use crate::policy::Verdict;
-use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy, unknown_name};
+use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy};
 
 /// Which way a nested buffer is copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,10 @@ impl Dir {
 #[derive(Debug, Clone)]
 pub(crate) struct Note {
     pub(crate) kind: Kind,
-    pub(crate) name: String,
+    /// The entry's name; empty for an entry the table does not know, named at the end from
+    /// `kind` and `number` ([`crate::proxy::unknown_name`]) so that known entries, the
+    /// common case, cost no formatting.
+    pub(crate) name: Cow<'static, str>,
     pub(crate) number: u32,
     pub(crate) decision: Decision,
     pub(crate) reason: Option<&'static str>,
@@ -154,7 +158,7 @@ impl<'a> Req<'a> {
             fds,
             note: Note {
                 kind: Kind::Escape,
-                name: String::new(),
+                name: Cow::Borrowed(""),
                 number: 0,
                 decision: Decision::Allowed,
                 reason: None,
@@ -399,7 +403,7 @@ impl<'a> Req<'a> {
     pub(crate) fn dispatch(&mut self, cmd: u32, arg: u64) -> Result<i32, ProxyError> {
         let mut nr = u32::from(ioc_nr(cmd));
         self.note.number = nr;
-        self.note.name = unknown_name(Kind::Escape, nr);
+        self.note.name = Cow::Borrowed("");
         if ioc_type(cmd) != NV_IOCTL_MAGIC {
             self.set_decision(Decision::Denied, "not an NVIDIA ioctl");
             return Err(ProxyError::NotNvidia { cmd });
@@ -421,7 +425,7 @@ impl<'a> Req<'a> {
             size = rd32(&x, 4);
             addr = rd64(&x, 8);
             self.note.number = nr;
-            self.note.name = unknown_name(Kind::Escape, nr);
+            self.note.name = Cow::Borrowed("");
             if size > NV_ABSOLUTE_MAX_IOCTL_SIZE {
                 self.set_decision(
                     Decision::Failed,

@@ -86,6 +86,7 @@ fn test_unknown_escape_is_einval_and_audited() {
         (ev.kind, ev.decision, ev.errno),
         (Kind::Escape, Decision::Denied, Some(libc::EINVAL))
     );
+    assert_eq!(ev.name, "NV_ESC_0x28");
 }
 
 #[test]
@@ -422,7 +423,11 @@ fn test_unknown_class_answers_invalid_class_with_ioctl_success() {
     let (status, _) = env.alloc(c, c, 0xbeef, &[]);
     assert_eq!(status, NV_ERR_INVALID_CLASS);
     assert_eq!(env.host.calls_nr(0x2b).len(), 1); // only the client
-    assert_eq!(env.events.all().last().unwrap().decision, Decision::Denied);
+    let ev = env.events.all().last().unwrap().clone();
+    assert_eq!(
+        (ev.decision, ev.name.as_str()),
+        (Decision::Denied, "class 0xbeef")
+    );
 }
 
 #[test]
@@ -683,6 +688,11 @@ fn test_unknown_control_is_not_supported_with_ioctl_success() {
         NV_ERR_NOT_SUPPORTED
     );
     assert!(env.host.calls_nr(0x2a).is_empty());
+    let ev = env.events.all().last().unwrap().clone();
+    assert_eq!(
+        (ev.kind, ev.name.as_str()),
+        (Kind::Control, "control 0x00000b7f")
+    );
 }
 
 #[test]
