@@ -6,13 +6,14 @@
 #
 # Usage: tests/run-kernel-tests.sh [TEST_TARGET...]     (default: every target in KERNEL_TESTS)
 # Environment: NVPROXY_KERNEL_TESTS=auto|native|vm (default auto)
+#              NVIDIA_USERSPACE_DIR is set for real_clients_kernel (tests/nvidia-userspace/fetch.sh).
 #              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd -P)
 
 # Integration test targets of the `tests` crate whose tests are #[ignore]d because they need /dev/cuse.
-KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel audit_kernel)
+KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel audit_kernel real_clients_kernel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${KERNEL_TESTS[@]}")
 
@@ -30,9 +31,17 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import js
 # proxy_kernel, mmap_kernel and audit_kernel run the daemon's binary (which wants the preload shim
 # beside it): build both and tell the tests where nvproxy is.
 for t in "${targets[@]}"; do
-  if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel ]]; then
+  if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel || $t == real_clients_kernel ]]; then
     cargo build -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
     export NVPROXY_BIN="$target_dir/debug/nvproxy"
+  fi
+  if [[ $t == real_clients_kernel ]]; then
+    # NVIDIA's libcuda/NVML/nvidia-smi from Debian's non-free archive, unpacked under the target
+    # dir (fetched here, on the host: the VM has no network). The tests run both versions.
+    export NVIDIA_USERSPACE_DIR="$target_dir/nvidia-userspace"
+    for v in 535.216.03 535.261.03; do
+      NVIDIA_USERSPACE_CACHE="$NVIDIA_USERSPACE_DIR" tests/nvidia-userspace/fetch.sh "$v" >/dev/null
+    done
   fi
 done
 
