@@ -549,6 +549,9 @@ const MIN_THREADS: usize = 2;
 /// (a signal that arrives just before a thread enters `read` does not interrupt it).
 const WAKE_RETRY: Duration = Duration::from_millis(10);
 
+/// How long the supervisor keeps waking readers on stop before it gives up and returns.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// A map keyed by ids that no client chooses (the kernel's request uniques, our thread ids),
 /// so a multiplicative hash is enough: SipHash's protection against chosen keys is not needed
 /// on this per-request path.
@@ -792,11 +795,22 @@ impl Shared {
             }
         };
         self.pool().shutdown = true;
+        let deadline = Instant::now() + STOP_WAIT;
         loop {
             {
                 let st = self.pool();
                 let readers: Vec<_> = st.slots.values().filter(|s| s.reading).collect();
                 if readers.is_empty() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    // Only if something else in the process took over the wake signal.
+                    warn!(
+                        threads = readers.len(),
+                        signal = sys::wake_signal(),
+                        "serving threads did not leave read; they keep the device until the \
+                         next request or the process exits"
+                    );
                     break;
                 }
                 for s in readers {
