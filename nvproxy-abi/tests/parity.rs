@@ -189,6 +189,26 @@ fn layouts() -> Vec<Layout> {
         layout!("UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS" => UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS { gpu_uuid, pageableMemAccess, rmStatus }),
         layout!("UVM_VALIDATE_VA_RANGE_PARAMS" => UVM_VALIDATE_VA_RANGE_PARAMS { base, length, rmStatus }),
         layout!("UVM_CREATE_EXTERNAL_RANGE_PARAMS" => UVM_CREATE_EXTERNAL_RANGE_PARAMS { base, length, rmStatus }),
+        // client.rs
+        layout!("NV0000_SYNC_GPU_BOOST_GROUP_CONFIG" => NV0000_SYNC_GPU_BOOST_GROUP_CONFIG { gpuCount, gpuIds, boostGroupId, bBridgeless }),
+        layout!("NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS" => NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS { groupCount, pBoostGroups }),
+        layout!("NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS" => NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS { enableMask }),
+        layout!("NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS" => NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS { capsTbl }),
+        layout!("NV0080_CTRL_FB_GET_CAPS_V2_PARAMS" => NV0080_CTRL_FB_GET_CAPS_V2_PARAMS { capsTbl }),
+        layout!("NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS" => NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS { swizzId, partitionCount }),
+        layout!("NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS" => NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS { rules }),
+        layout!("NV2080_CTRL_BUS_INFO" => NV2080_CTRL_BUS_INFO { index, data }),
+        layout!("NV2080_CTRL_BUS_GET_INFO_V2_PARAMS" => NV2080_CTRL_BUS_GET_INFO_V2_PARAMS { busInfoListSize, busInfoList }),
+        layout!("NV2080_CTRL_BUS_PCI_BAR_INFO" => NV2080_CTRL_BUS_PCI_BAR_INFO { flags, barSize, barSizeBytes, barOffset }),
+        layout!("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS" => NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS { pciBarCount, pciBarInfo }),
+        layout!("NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE" => NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE { cpuTime, gpuTime }),
+        layout!("NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS" => NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS { cpuClkId, sampleCount, samples }),
+        layout!("NV2080_CTRL_GSP_GET_FEATURES_PARAMS" => NV2080_CTRL_GSP_GET_FEATURES_PARAMS { gspFeatures, bValid, bDefaultGspRmGpu, firmwareVersion }),
+        layout!("NV2080_CTRL_GR_GET_CAPS_V2_PARAMS" => NV2080_CTRL_GR_GET_CAPS_V2_PARAMS { capsTbl, grRouteInfo, bCapsPopulated }),
+        layout!("NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS" => NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS { grRouteInfo, imla0, fmla16, dp, fmla32, ffma, imla1, imla2, imla3, imla4 }),
+        layout!("NV2080_CTRL_GR_GET_GPC_MASK_PARAMS" => NV2080_CTRL_GR_GET_GPC_MASK_PARAMS { grRouteInfo, gpcMask }),
+        layout!("NV2080_CTRL_GR_GET_TPC_MASK_PARAMS" => NV2080_CTRL_GR_GET_TPC_MASK_PARAMS { grRouteInfo, gpcId, tpcMask }),
+        layout!("NV_HOPPER_USERMODE_A_PARAMS" => NV_HOPPER_USERMODE_A_PARAMS { bBar1Mapping, bPriv }),
     ]
 }
 

@@ -7,7 +7,10 @@
 //! would ask GSP firmware for something the simulator does not model, the control says what it
 //! answers instead.
 
-use nvproxy_abi::structs::NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS;
+use std::mem::offset_of;
+
+use nvproxy_abi::structs::*;
+use zerocopy::FromZeros;
 
 use crate::control::{Ctx, Target};
 use crate::driver::{Kind, State};
@@ -154,14 +157,24 @@ fn answer(
         }
         (cmd::DEVICE_GPU_GET_VIRTUALIZATION_MODE, Target::Device) => {
             // deviceCtrlCmdGpuGetVirtualizationMode: bare metal, neither a vGPU guest, a
-            // passthrough guest nor a vGPU host: NV0080_CTRL_GPU_VIRTUALIZATION_MODE_NONE.
+            // passthrough guest nor a vGPU host: NV0080_CTRL_GPU_VIRTUALIZATION_MODE_NONE; from
+            // 555 also isGridBuild (offset 4), false for the regular driver.
             c.put(0, &0u32);
+            if c.size >= 5 {
+                c.put(4, &0u8);
+            }
             NV_OK
         }
         (cmd::GPU_GET_ACTIVE_PARTITION_IDS, Target::Subdevice(_)) => {
             // subdeviceCtrlCmdGpuGetActivePartitionIds: partitionCount = 0, then MIG mode is
             // off (as an H100 ships) -> NV_ERR_NOT_SUPPORTED.
-            c.put(0, &0u32);
+            c.put(
+                offset_of!(
+                    NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS,
+                    partitionCount
+                ),
+                &0u32,
+            );
             NV_ERR_NOT_SUPPORTED
         }
         (cmd::BUS_GET_INFO_V2, Target::Subdevice(g)) => {
@@ -195,15 +208,17 @@ fn answer(
             // {flags 0, barSize in MiB, barSizeBytes, barOffset = its CPU physical address};
             // the remaining entries zeroed.
             let bars = pci_bars(&drv.config.gpus[g]);
-            c.put(0, &(bars.len() as u32));
-            for i in 0..PCI_MAX_BARS {
-                let (size, addr) = bars.get(i).copied().unwrap_or((0, 0));
-                let off = 8 + 24 * i;
-                c.put(off, &0u32);
-                c.put(off + 4, &((size >> 20) as u32));
-                c.put(off + 8, &size);
-                c.put(off + 16, &addr);
+            let mut q = NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS::new_zeroed();
+            q.pciBarCount = bars.len() as u32;
+            for (out, &(size, addr)) in q.pciBarInfo.iter_mut().zip(bars.iter()) {
+                *out = NV2080_CTRL_BUS_PCI_BAR_INFO {
+                    flags: 0,
+                    barSize: (size >> 20) as u32,
+                    barSizeBytes: size,
+                    barOffset: addr,
+                };
             }
+            c.put(0, &q);
             NV_OK
         }
         (cmd::GPU_GET_ENGINES_V2, Target::Subdevice(_)) => {
@@ -228,63 +243,81 @@ fn answer(
             // its bits are not defined in the open headers (only NV0080_CTRL_GR_CAPS_TBL_SIZE):
             // the simulator reports no caps bits. grRouteInfo (offset 24) names GR0 or nothing
             // without MIG.
-            let populated: u8 = c.get(40).expect("size checked");
-            if populated == 0 {
-                c.put(0, &[0u8; 23]);
-                c.put(40, &1u8);
+            let mut q: NV2080_CTRL_GR_GET_CAPS_V2_PARAMS = c.get(0).expect("size checked");
+            if q.bCapsPopulated == 0 {
+                q.capsTbl = [0; 23];
+                q.bCapsPopulated = 1;
+                c.put(0, &q);
             }
             NV_OK
         }
         (cmd::CE_GET_ALL_CAPS, Target::Subdevice(_)) => {
             // subdeviceCtrlCmdCeGetAllCaps: capsTbl[NV2080_CTRL_MAX_PCES][2] in copy-engine
             // order and the `present` mask of the usable ones: COPY0..COPY9 (see `engines`).
+            // NV2080_CTRL_MAX_PCES is 32 with a u32 mask (68 bytes) before 545, then 64 with a
+            // u64 mask (136 bytes).
             let caps = ce_caps();
-            let mut tbl = [0u8; 64];
+            let pces = if c.size == 68 { 32 } else { 64 };
+            let mut tbl = vec![0u8; 2 * pces];
             for (i, cap) in caps.iter().enumerate() {
                 tbl[2 * i..2 * i + 2].copy_from_slice(cap);
             }
-            c.put(0, &tbl);
-            c.put(64, &((1u32 << caps.len()) - 1));
+            c.bytes_mut()[..2 * pces].copy_from_slice(&tbl);
+            let present = (1u64 << caps.len()) - 1;
+            if pces == 32 {
+                c.put(2 * pces, &(present as u32));
+            } else {
+                c.put(2 * pces, &present);
+            }
             NV_OK
         }
         (cmd::GR_GET_SM_ISSUE_RATE_MODIFIER, Target::Subdevice(_)) => {
             // The SM issue rates after grRouteInfo (16 bytes): imla0, fmla16, dp, fmla32, ffma,
             // imla1..imla4, from GSP's static info. A data-center Hopper runs every class of
             // instruction at full speed (*_FULL_SPEED = 0), including double precision.
-            c.put(16, &[0u8; 9]);
+            let mut q: NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS =
+                c.get(0).expect("size checked");
+            (q.imla0, q.fmla16, q.dp, q.fmla32, q.ffma) = (0, 0, 0, 0, 0);
+            (q.imla1, q.imla2, q.imla3, q.imla4) = (0, 0, 0, 0);
+            c.put(0, &q);
             NV_OK
         }
         (cmd::GR_GET_GLOBAL_SM_ORDER, Target::Subdevice(g)) => {
-            // subdeviceCtrlCmdKGrGetGlobalSmOrder: the static info's SM order; 12-byte entries
-            // {gpcId, localTpcId, localSmId, globalTpcId, virtualGpcId, migratableTpcId} (u16s),
-            // then numSm and numTpc at 6144.
+            // subdeviceCtrlCmdKGrGetGlobalSmOrder: the static info's SM order in
+            // globalSmId[512], entries of u16s {gpcId, localTpcId, localSmId, globalTpcId,
+            // virtualGpcId, migratableTpcId} (12 bytes), + ugpuId (14 bytes, 575) + physicalCpcId,
+            // virtualTpcId (18 bytes, 580+; all 0 here: one uGPU, CPC = TPC numbering not
+            // modelled); then numSm and numTpc; grRouteInfo last (16 bytes, 8-aligned).
+            let entry = (c.size - 24) / SM_ORDER_MAX;
             let gpu = &drv.config.gpus[g];
             let order = global_sm_order(gpu);
-            if order.len() > 512 {
+            if order.len() > SM_ORDER_MAX {
                 return Some(NV_ERR_INVALID_LIMIT);
             }
             for (i, e) in order.iter().enumerate() {
-                c.put(12 * i, e);
+                c.put(entry * i, e);
             }
-            c.put(6144, &(order.len() as u16));
-            c.put(6146, &(gpu.tpc_count() as u16));
+            c.put(entry * SM_ORDER_MAX, &(order.len() as u16));
+            c.put(entry * SM_ORDER_MAX + 2, &(gpu.tpc_count() as u16));
             NV_OK
         }
         (cmd::GR_GET_GPC_MASK, Target::Subdevice(g)) => {
             // subdeviceCtrlCmdKGrGetGpcMask without MIG: kgrmgrGetLegacyGpcMask, every GPC.
             let n = drv.config.gpus[g].gpc_count.min(32);
-            c.put(16, &(if n == 32 { u32::MAX } else { (1u32 << n) - 1 }));
+            let mut q: NV2080_CTRL_GR_GET_GPC_MASK_PARAMS = c.get(0).expect("size checked");
+            q.gpcMask = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+            c.put(0, &q);
             NV_OK
         }
         (cmd::GR_GET_TPC_MASK, Target::Subdevice(g)) => {
             // subdeviceCtrlCmdKGrGetTpcMask without MIG: kgrmgrGetLegacyTpcMask(gpcId), 0 for a
             // GPC that does not exist.
-            let gpc: u32 = c.get(16).expect("size checked");
+            let mut q: NV2080_CTRL_GR_GET_TPC_MASK_PARAMS = c.get(0).expect("size checked");
             let tpcs = tpcs_per_gpc(&drv.config.gpus[g]);
-            let mask = tpcs
-                .get(gpc as usize)
+            q.tpcMask = tpcs
+                .get(q.gpcId as usize)
                 .map_or(0, |&n| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 });
-            c.put(20, &mask);
+            c.put(0, &q);
             NV_OK
         }
         (cmd::CLIENT_GET_ADDR_SPACE_TYPE, Target::Client) => {
@@ -292,7 +325,9 @@ fn answer(
             // system memory SYSMEM = 1, video memory VIDMEM = 2, a usermode page REGMEM = 3); a
             // device or subdevice maps its registers (gpuresGetMapAddrSpace: REGMEM); anything
             // else NV_ERR_INVALID_OBJECT; an unknown handle fails clientGetResourceRef.
-            let h: u32 = c.get(0).expect("size checked");
+            let mut q: NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS =
+                c.get(0).expect("size checked");
+            let h = q.hObject;
             let Some(obj) = st.clients.get(&h_client).and_then(|cl| cl.objects.get(&h)) else {
                 return Some(NV_ERR_OBJECT_NOT_FOUND);
             };
@@ -306,7 +341,8 @@ fn answer(
                 Kind::Device { .. } | Kind::Subdevice { .. } => 3,
                 _ => return Some(NV_ERR_INVALID_OBJECT),
             };
-            c.put(8, &(space as u32));
+            q.addrSpaceType = space;
+            c.put(0, &q);
             NV_OK
         }
         (cmd::GSP_GET_FEATURES, Target::Subdevice(_)) => {
@@ -314,12 +350,12 @@ fn answer(
             // ctrl2080gsp.h): an H100 runs GSP-RM, by default, so bValid and bDefaultGspRmGpu
             // are true, UVM_ENABLED (bit 0) is set, and firmwareVersion is the firmware's build
             // version, the driver's own.
-            c.put(0, &1u32);
-            c.put(4, &1u8);
-            c.put(5, &1u8);
-            let mut fw = [0u8; 64];
-            crate::buf::put_cstr(&mut fw, &drv.version_string);
-            c.put(6, &fw);
+            let mut q = NV2080_CTRL_GSP_GET_FEATURES_PARAMS::new_zeroed();
+            q.gspFeatures = 1; // NV2080_CTRL_GSP_GET_FEATURES_UVM_ENABLED_TRUE
+            q.bValid = 1;
+            q.bDefaultGspRmGpu = 1;
+            crate::buf::put_cstr(&mut q.firmwareVersion, &drv.version_string);
+            c.put(0, &q);
             NV_OK
         }
         (cmd::GPU_QUERY_COMPUTE_MODE_RULES, Target::Subdevice(_)) => {
@@ -340,6 +376,9 @@ fn answer(
         _ => return None,
     })
 }
+
+/// `NV2080_CTRL_CMD_GR_GET_GLOBAL_SM_ORDER_MAX_SM_COUNT`.
+const SM_ORDER_MAX: usize = 512;
 
 /// TPCs per GPC: the GPU's TPCs spread over its GPCs, the first GPCs taking one more where they
 /// do not divide evenly (an H100 SXM5: 66 TPCs in 8 GPCs, two of 9 and six of 8).
@@ -409,9 +448,6 @@ pub(crate) fn engines() -> Vec<u32> {
     v.push(0x26); // SEC2
     v
 }
-
-/// `NV2080_CTRL_BUS_MAX_PCI_BARS`.
-const PCI_MAX_BARS: usize = 8;
 
 /// The GPU's PCI BARs as RM counts them (64-bit BARs count once): (size, CPU physical
 /// address). An H100 has BAR0 (16 MiB of registers), BAR1 (the framebuffer aperture) and BAR2
@@ -484,6 +520,12 @@ fn gpu_time_ns() -> u64 {
     clock_ns(nix::time::ClockId::CLOCK_REALTIME)
 }
 
+/// Offset of the samples in the correlation params.
+const SAMPLES: usize = offset_of!(
+    NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS,
+    samples
+);
+
 /// `subdeviceCtrlCmdTimerGetGpuCpuTimeCorrelationInfo` on a CPU-RM (not GSP-RM) build.
 fn time_correlation(c: &mut Ctx<'_>) -> u32 {
     let clk: u8 = c.get(0).expect("size checked");
@@ -499,8 +541,11 @@ fn time_correlation(c: &mut Ctx<'_>) -> u32 {
             // PTIMER, sampleCount pairs.
             for i in 0..usize::from(count) {
                 let cpu_us = clock_ns(nix::time::ClockId::CLOCK_REALTIME) / 1000;
-                c.put(8 + 16 * i, &gpu_time_ns());
-                c.put(8 + 16 * i + 8, &cpu_us);
+                let sample = NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE {
+                    cpuTime: cpu_us,
+                    gpuTime: gpu_time_ns(),
+                };
+                c.put(SAMPLES + 16 * i, &sample);
             }
             NV_OK
         }
@@ -510,8 +555,11 @@ fn time_correlation(c: &mut Ctx<'_>) -> u32 {
             let before = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC_RAW);
             let gpu = gpu_time_ns();
             let after = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC_RAW);
-            c.put(8, &gpu);
-            c.put(16, &(before / 2 + after / 2));
+            let sample = NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE {
+                cpuTime: before / 2 + after / 2,
+                gpuTime: gpu,
+            };
+            c.put(SAMPLES, &sample);
             NV_OK
         }
         // TSC (tmrGetGpuAndCpuTimestampPair reads the CPU's time-stamp counter, which this
