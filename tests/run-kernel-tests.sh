@@ -35,9 +35,10 @@ for t in "${targets[@]}"; do
     cargo build -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
     export NVPROXY_BIN="$target_dir/debug/nvproxy"
   fi
-  if [[ $t == real_clients_kernel ]]; then
+  if [[ $t == real_clients_kernel || $t == audit_kernel ]]; then
     # NVIDIA's libcuda/NVML/nvidia-smi from Debian's non-free archive, unpacked under the target
-    # dir (fetched here, on the host: the VM has no network). The tests run both versions.
+    # dir (fetched here, on the host: the VM has no network). real_clients_kernel runs both
+    # versions, audit_kernel 535.261.03.
     export NVIDIA_USERSPACE_DIR="$target_dir/nvidia-userspace"
     for v in 535.216.03 535.261.03; do
       NVIDIA_USERSPACE_CACHE="$NVIDIA_USERSPACE_DIR" tests/nvidia-userspace/fetch.sh "$v" >/dev/null

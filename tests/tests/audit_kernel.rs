@@ -2,11 +2,15 @@
 //! `nvproxy exec --mode audit --audit-log F`, `nvproxy policy suggest --from-audit F` turns the
 //! log into an allowlist-only policy, the workload passes under `--policy P` in enforce mode,
 //! and with one entry taken out of P that call gets the driver's refusal and the audit log
-//! names it. Also: `nvproxy audit summary`, the counts written when the command is killed or
-//! nvproxy itself is signalled, and UVM ioctls.
+//! names it. The workloads: `nvfe-client init`, `mmap-client uvm-map` (UVM) and NVIDIA's own
+//! `libcuda.so.1` (`cuda-probe init`; on the simulated driver `cuInit` stops where
+//! `real_clients_kernel` says, so "passes" there means "gets exactly as far"). Also: `nvproxy
+//! audit summary`, `serve` with policy files, and the counts written when the command is killed
+//! or nvproxy itself is signalled.
 //!
 //! Needs `/dev/cuse` and root: `#[ignore]`d, run by `tests/run-kernel-tests.sh` (natively or in
-//! the CUSE VM), which builds the daemon and the shim and sets `NVPROXY_BIN`.
+//! the CUSE VM), which builds the daemon and the shim and sets `NVPROXY_BIN`, and fetches
+//! NVIDIA's userspace (`NVIDIA_USERSPACE_DIR`, `tests/nvidia-userspace/fetch.sh`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -23,10 +27,15 @@ use serde_json::Value;
 
 const NVFE: &str = env!("CARGO_BIN_EXE_nvfe-client");
 const MMAP: &str = env!("CARGO_BIN_EXE_mmap-client");
+const PROBE: &str = env!("CARGO_BIN_EXE_cuda-probe");
+/// The NVIDIA userspace version of the libcuda round trip: `exec --driver sim`'s default.
+const CUDA_VERSION: &str = "535.261.03";
 /// One `nvproxy exec` (the VM guest runs 10-50x slower than the host).
 const TIMEOUT: Duration = Duration::from_secs(240);
 /// The control taken out of the suggested policy: `init` asks it once per GPU.
 const REMOVED: &str = "NV2080_CTRL_CMD_GPU_GET_NAME_STRING";
+/// Its command number, as cuda-probe prints it.
+const REMOVED_CMD: &str = "0x20800110";
 /// `NV_ERR_NOT_SUPPORTED`: a denied control's status (ioctl-proxy `policy` module docs).
 const NV_ERR_NOT_SUPPORTED: u64 = 0x56;
 
@@ -687,6 +696,172 @@ fn test_serve_instances_with_policy_files_from_an_audit_run() {
             .iter()
             .any(|v| v["decision"] == "denied" && v["reason"] == "policy"),
         "{tight_log:#?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// libcuda's directory of NVIDIA's userspace `version` (see `real_clients_kernel`).
+fn cuda_lib_dir(version: &str) -> PathBuf {
+    let root = std::env::var_os("NVIDIA_USERSPACE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::current_exe()
+                .expect("current_exe")
+                .parent()
+                .and_then(Path::parent)
+                .expect("test binary in target/<profile>/deps")
+                .join("../nvidia-userspace")
+        });
+    let lib = root.join(version).join("lib");
+    assert!(
+        lib.join("libcuda.so.1").exists(),
+        "NVIDIA userspace {version} not found under {}: run tests/nvidia-userspace/fetch.sh \
+         {version} (tests/run-kernel-tests.sh does, and sets NVIDIA_USERSPACE_DIR)",
+        root.display()
+    );
+    lib
+}
+
+/// `cuda-probe init` under `nvproxy exec --driver sim EXEC_ARGS`: the process and the probe's
+/// JSON line.
+fn cuda_init(tag: &str, exec_args: &[&str]) -> (Proc, ExitStatus, Value) {
+    let lib = format!("LD_LIBRARY_PATH={}", s(&cuda_lib_dir(CUDA_VERSION)));
+    let mut args = vec!["--sim-driver-version", CUDA_VERSION, "--check-leaks"];
+    args.extend_from_slice(exec_args);
+    let (p, st) = exec(tag, &args, &["env", &lib, PROBE, "init"]);
+    let j = p.summary_line();
+    (p, st, j)
+}
+
+impl Proc {
+    /// The last stdout line that is a JSON object (cuda-probe's report).
+    fn summary_line(&self) -> Value {
+        self.stdout
+            .iter()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(Value::is_object)
+            .unwrap_or_else(|| panic!("{}: no JSON line\n{}", self.tag, self.transcript()))
+    }
+}
+
+/// Where a cuda-probe run stopped: (failed call, CUresult name, NVIDIA ioctls made).
+fn probe_stop(j: &Value) -> (Value, Value, Value) {
+    (
+        j["failed"]["call"].clone(),
+        j["failed"]["result_name"].clone(),
+        j["nv_ioctls"].clone(),
+    )
+}
+
+#[test]
+#[ignore = "needs /dev/cuse, root and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn test_audit_suggest_enforce_round_trip_with_libcuda() {
+    let dir = scratch_dir("libcuda");
+    let log = dir.join("run.jsonl");
+
+    // 1. libcuda's cuInit in audit mode. On the simulated driver it stops at a GSP-only
+    //    control (real_clients_kernel): exit 1 (a step failed), not 3 (a leak).
+    let (p, st, audit_run) = cuda_init("cuda-audit", &["--mode", "audit", "--audit-log", s(&log)]);
+    assert_eq!(st.code(), Some(1), "{}", p.transcript());
+    assert_eq!(audit_run["failed"]["call"], "cuInit", "{audit_run}");
+    let lines = audit_lines(&log);
+    for (kind, name) in [
+        ("escape", "NV_ESC_CARD_INFO"),
+        ("class", "NV01_ROOT"),
+        ("control", REMOVED),
+        ("uvm", "UVM_INITIALIZE"),
+    ] {
+        assert!(
+            lines_naming(&lines, "count", name)
+                .iter()
+                .any(|v| v["kind"] == kind && v["decision"] == "allowed"),
+            "no allowed count line for {kind} {name}: {lines:#?}"
+        );
+    }
+    // Every NVIDIA ioctl libcuda made is counted.
+    let counted: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "count" && v["name"] != "mmap")
+        .map(|v| v["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        Some(counted),
+        audit_run["nv_ioctls"].as_u64(),
+        "counts vs the probe's own ioctl count: {lines:#?}"
+    );
+
+    // 2. The suggestion (the GSP pass-through controls as RM_GSS_LEGACY).
+    let (policy, text) = suggest(&dir, &log, "libcuda.toml");
+    assert!(
+        array(&text, "controls").iter().any(|c| c == REMOVED),
+        "{text}"
+    );
+    assert!(
+        array(&text, "uvm").iter().any(|c| c == "UVM_INITIALIZE"),
+        "{text}"
+    );
+    nvproxy(
+        "check",
+        &[
+            "policy",
+            "check",
+            s(&policy),
+            "--driver-version",
+            CUDA_VERSION,
+        ],
+    );
+
+    // 3. Enforce mode with it: libcuda gets exactly as far, and nothing is denied by policy.
+    let log2 = dir.join("enforce.jsonl");
+    let (p, st, enforced) = cuda_init(
+        "cuda-enforce",
+        &["--policy", s(&policy), "--audit-log", s(&log2)],
+    );
+    assert_eq!(st.code(), Some(1), "{}", p.transcript());
+    assert_eq!(probe_stop(&enforced), probe_stop(&audit_run), "{enforced}");
+    let by_policy: Vec<Value> = audit_lines(&log2)
+        .into_iter()
+        .filter(|v| v["type"] == "event" && v["reason"] == "policy")
+        .collect();
+    assert!(
+        by_policy.is_empty(),
+        "denied by the suggested policy: {by_policy:#?}"
+    );
+
+    // 4. Minus one control libcuda uses: its call gets NV_ERR_NOT_SUPPORTED (libcuda gives up
+    //    right there: the probe's last call before the teardown), and the log names the
+    //    control, denied.
+    let tight = dir.join("libcuda-minus-one.toml");
+    std::fs::write(&tight, without(&text, REMOVED)).unwrap();
+    let log3 = dir.join("minus-one.jsonl");
+    let (p, st, tightened) = cuda_init(
+        "cuda-minus-one",
+        &["--policy", s(&tight), "--audit-log", s(&log3)],
+    );
+    assert_eq!(st.code(), Some(1), "{}", p.transcript());
+    let calls = tightened["failed"]["last_ioctls"]
+        .as_array()
+        .expect("last_ioctls");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["code"] == REMOVED_CMD && c["nv_status"] == "0x56"),
+        "libcuda's {REMOVED} ({REMOVED_CMD}) should have got 0x56: {tightened}"
+    );
+    assert!(
+        tightened["nv_ioctls"].as_u64() < audit_run["nv_ioctls"].as_u64(),
+        "libcuda should stop earlier: {tightened}"
+    );
+    let lines3 = audit_lines(&log3);
+    assert!(
+        lines_naming(&lines3, "event", REMOVED)
+            .iter()
+            .any(|v| v["decision"] == "denied"
+                && v["kind"] == "control"
+                && v["reason"] == "policy"
+                && v["nv_status"].as_u64() == Some(NV_ERR_NOT_SUPPORTED)),
+        "no denied event for {REMOVED}: {lines3:#?}"
     );
     std::fs::remove_dir_all(&dir).ok();
 }
