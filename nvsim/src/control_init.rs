@@ -58,6 +58,8 @@ pub mod cmd {
     pub const GSP_GET_FEATURES: u32 = 0x2080_3601;
     /// `NV2080_CTRL_CMD_GPU_QUERY_COMPUTE_MODE_RULES`.
     pub const GPU_QUERY_COMPUTE_MODE_RULES: u32 = 0x2080_0131;
+    /// `NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO`.
+    pub const GET_GPU_FABRIC_PROBE_INFO: u32 = 0x2080_01a3;
     /// `NV0080_CTRL_CMD_FB_GET_CAPS_V2`.
     pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
 }
@@ -363,6 +365,13 @@ fn answer(
             // GPU_SET_COMPUTE_MODE_RULES (nvidia-smi -c), default
             // NV2080_CTRL_GPU_COMPUTE_MODE_RULES_NONE (the "Default" compute mode).
             c.put(0, &0u32);
+            NV_OK
+        }
+        (cmd::GET_GPU_FABRIC_PROBE_INFO, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdGetGpuFabricProbeInfo: no fabric probe was started for a GPU that
+            // is in no NVSwitch fabric (SYSTEM_GET_FABRIC_STATUS says SKIP), so state (offset 0
+            // in every version) = NV2080_CTRL_GPU_FABRIC_PROBE_STATE_UNSUPPORTED, NV_OK.
+            c.put(0, &0u8);
             NV_OK
         }
         (cmd::DEVICE_FB_GET_CAPS_V2, Target::Device) => {

@@ -33,6 +33,7 @@ const GPC_MASK: u32 = 0x2080_122a;
 const TPC_MASK: u32 = 0x2080_122b;
 const CE_GET_ALL_CAPS: u32 = 0x2080_2a0a;
 const HOPPER_USERMODE_A: u32 = 0xc661;
+const GET_GPU_FABRIC_PROBE_INFO: u32 = 0x2080_01a3;
 
 #[test]
 fn test_client_controls_answer_as_the_driver() {
@@ -105,6 +106,19 @@ fn test_client_controls_answer_as_the_driver() {
         (NV_OK, 1, 1, 1)
     );
     assert_eq!(cstr(&q.firmwareVersion), "535.261.03");
+
+    let (st, out) = control(
+        &s.ctl,
+        s.client,
+        s.subdevice,
+        GET_GPU_FABRIC_PROBE_INFO,
+        &[7; 40],
+    );
+    assert_eq!(
+        (st, out[0]),
+        (NV_OK, 0),
+        "probe state UNSUPPORTED: no NVSwitch fabric"
+    );
 }
 
 #[test]
