@@ -331,5 +331,13 @@ fn cuinit_goes_as_far_as_the_simulator_can_honestly_answer() {
             assert_eq!(c["ret"], 0, "{c}");
         }
         assert!(j["nv_ioctls"].as_u64().unwrap() >= 70, "{j}");
+        // The GPUs the driver showed libcuda: exactly the instance's (the second one when it is
+        // granted only that).
+        let shown = if exec_args.is_empty() { gpu(0) } else { gpu(1) };
+        assert_eq!(
+            j["probed_gpu_ids"],
+            serde_json::json!([format!("{:#x}", shown.gpu_id())]),
+            "{j}"
+        );
     }
 }

@@ -18,8 +18,9 @@
 //! - `module-ptx`: `cuModuleLoadData` of a tiny PTX kernel, `cuModuleGetFunction`,
 //!   `cuModuleUnload`.
 //!
-//! Every ioctl the process makes on an NVIDIA node is counted, and the last few are kept with
-//! their decoded escape, control/class and NV status: the binary exports its own `ioctl` (the
+//! Every ioctl the process makes on an NVIDIA node is counted, the last few are kept with their
+//! decoded escape, control/class and NV status, and the GPU ids of the last successful
+//! `GPU_GET_PROBED_IDS` are reported (`probed_gpu_ids`: the GPUs the driver showed libcuda): the binary exports its own `ioctl` (the
 //! dynamic linker binds libcuda's `ioctl` to it), which records the call and issues the real
 //! syscall. A step that fails prints the exact `CUresult` (number and name), the API call, and
 //! the last proxied calls.
@@ -177,6 +178,9 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
                 }
             };
             (code, status) = decode_escape(nr, size, &read);
+            if nr == NV_ESC_RM_CONTROL && code == u64::from(GPU_GET_PROBED_IDS) && status == 0 {
+                note_probed_ids(base, size);
+            }
         }
     }
     let slot = &RING_BUF[NEXT.fetch_add(1, Ordering::Relaxed) % RING];
@@ -192,6 +196,42 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
     ];
     for (f, v) in slot.iter().zip(vals) {
         f.store(v, Ordering::Relaxed);
+    }
+}
+
+/// `NV0000_CTRL_CMD_GPU_GET_PROBED_IDS`.
+const GPU_GET_PROBED_IDS: u32 = 0x214;
+/// The GPU ids of the last successful `GPU_GET_PROBED_IDS` the process made (its first
+/// `PROBED_KEPT` entries; `u32::MAX` = none): which GPUs the driver showed libcuda.
+const PROBED_KEPT: usize = 8;
+static PROBED: [AtomicU64; PROBED_KEPT] = [const { AtomicU64::new(NONE) }; PROBED_KEPT];
+
+/// Keeps the first gpuIds of a successful `GPU_GET_PROBED_IDS`, whose `NVOS54_PARAMETERS` are
+/// the `size` bytes at `base`.
+fn note_probed_ids(base: *const u8, size: usize) {
+    use std::mem::offset_of;
+    let (p_off, len_off) = (
+        offset_of!(NVOS54_PARAMETERS, params),
+        offset_of!(NVOS54_PARAMETERS, paramsSize),
+    );
+    if size < size_of::<NVOS54_PARAMETERS>() {
+        return;
+    }
+    // SAFETY: the driver copied the whole NVOS54_PARAMETERS in and out (ret 0).
+    let (ptr, len) = unsafe {
+        (
+            std::ptr::read_unaligned(base.add(p_off).cast::<u64>()),
+            peek_u32(base, len_off) as usize,
+        )
+    };
+    if ptr == 0 || len < 4 * PROBED_KEPT {
+        return;
+    }
+    for (i, slot) in PROBED.iter().enumerate() {
+        // SAFETY: the driver copied paramsSize (>= 4 * PROBED_KEPT) bytes out to `ptr` (ret 0
+        // and NV_OK), the caller's own buffer.
+        let id = unsafe { peek_u32(ptr as usize as *const u8, 4 * i) };
+        slot.store(u64::from(id), Ordering::Relaxed);
     }
 }
 
@@ -695,6 +735,12 @@ fn main() -> ExitCode {
         json!({
             "ok": ok,
             "nv_ioctls": NV_IOCTLS.load(Ordering::Relaxed),
+            "probed_gpu_ids": PROBED
+                .iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .filter(|&v| v != NONE && v != u64::from(u32::MAX))
+                .map(|v| format!("{v:#x}"))
+                .collect::<Vec<_>>(),
             "steps": steps,
             "failed": failed,
             "mismatches": mismatches,
