@@ -77,6 +77,8 @@ pub(crate) enum Target {
     Client,
     Device,
     Subdevice(usize),
+    /// An `NV_CONFIDENTIAL_COMPUTE` object.
+    ConfCompute,
     Other,
 }
 
@@ -152,6 +154,7 @@ pub(crate) fn control(
             Some(o) => match o.kind {
                 Kind::Device { .. } => Target::Device,
                 Kind::Subdevice { gpu, .. } => Target::Subdevice(gpu),
+                Kind::ConfCompute => Target::ConfCompute,
                 _ => Target::Other,
             },
         }

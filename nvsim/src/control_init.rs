@@ -60,6 +60,10 @@ pub mod cmd {
     pub const GPU_QUERY_COMPUTE_MODE_RULES: u32 = 0x2080_0131;
     /// `NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO`.
     pub const GET_GPU_FABRIC_PROBE_INFO: u32 = 0x2080_01a3;
+    /// `NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_CAPABILITIES`.
+    pub const CONF_COMPUTE_GET_CAPABILITIES: u32 = 0xcb33_0101;
+    /// `NV_CONF_COMPUTE_CTRL_CMD_SYSTEM_GET_GPUS_STATE`.
+    pub const CONF_COMPUTE_GET_GPUS_STATE: u32 = 0xcb33_0104;
     /// `NV0080_CTRL_CMD_FB_GET_CAPS_V2`.
     pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
 }
@@ -371,6 +375,28 @@ fn answer(
             // subdeviceCtrlCmdGetGpuFabricProbeInfo: no fabric probe was started for a GPU that
             // is in no NVSwitch fabric (SYSTEM_GET_FABRIC_STATUS says SKIP), so state (offset 0
             // in every version) = NV2080_CTRL_GPU_FABRIC_PROBE_STATE_UNSUPPORTED, NV_OK.
+            c.put(0, &0u8);
+            NV_OK
+        }
+        (cmd::CONF_COMPUTE_GET_CAPABILITIES, Target::ConfCompute) => {
+            // confComputeApiCtrlCmdSystemGetCapabilities from the GPU manager's ccCaps, which
+            // the first GPU to attach sets (gpumgrSetGpuCcCaps): an H100 is HCC-capable
+            // (PDB_PROP_GPU_CC_FEATURE_CAPABLE) with CC off and no dev-tools mode. Bytes:
+            // cpuCapability (NONE: not a SEV/TDX guest), gpusCapability (HCC = 2 once a GPU
+            // is attached; the simulator does not keep the caps after the last GPU detaches),
+            // environment (UNAVAILABLE), ccFeature (DISABLED), devToolsMode (DISABLED), and from
+            // 550 multiGpuMode (NONE).
+            let attached = (0..drv.config.gpus.len()).any(|g| drv.gpu_attached(st, g));
+            let size = c.size;
+            let out = c.bytes_mut();
+            out.fill(0);
+            out[1] = if attached { 2 } else { 0 };
+            debug_assert!(size >= 5);
+            NV_OK
+        }
+        (cmd::CONF_COMPUTE_GET_GPUS_STATE, Target::ConfCompute) => {
+            // confComputeApiCtrlCmdSystemGetGpusState: bAcceptClientRequest, set only in
+            // dev-tools mode (or by SET_GPUS_STATE from a privileged client): false.
             c.put(0, &0u8);
             NV_OK
         }

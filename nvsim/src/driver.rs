@@ -72,6 +72,8 @@ pub(crate) enum Kind {
     VaSpace { gpu: usize },
     /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id.
     Event { os_event: u64 },
+    /// `NV_CONFIDENTIAL_COMPUTE` under a client: the system's confidential-computing state.
+    ConfCompute,
 }
 
 /// An RM client (`NV01_ROOT*`).

@@ -33,6 +33,8 @@ pub const NV01_MEMORY_LOCAL_USER: u32 = 0x0040;
 pub const FERMI_VASPACE_A: u32 = 0x90f1;
 /// `HOPPER_USERMODE_A`: the page of BAR0 with the GPU's time and the channel doorbell.
 pub const HOPPER_USERMODE_A: u32 = 0xc661;
+/// `NV_CONFIDENTIAL_COMPUTE`: confidential-computing state and keys, under a client.
+pub const NV_CONFIDENTIAL_COMPUTE: u32 = 0xcb33;
 /// `NVC661_NV_USERMODE__SIZE`: one 64 KiB page.
 const USERMODE_BYTES: u64 = 0x1_0000;
 
@@ -101,6 +103,8 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         FERMI_VASPACE_A => (table(class, 48), true),
         // RS_OPTIONAL(NV_HOPPER_USERMODE_A_PARAMS)
         HOPPER_USERMODE_A => (table(class, 2), false),
+        // RS_OPTIONAL(NV_CONFIDENTIAL_COMPUTE_ALLOC_PARAMS)
+        NV_CONFIDENTIAL_COMPUTE => (table(class, 4), false),
         _ => return None,
     })
 }
@@ -221,6 +225,7 @@ impl State {
             NV01_DEVICE_0 => is_root_class(parent_class),
             NV20_SUBDEVICE_0 | NV01_MEMORY_SYSTEM => parent_class == NV01_DEVICE_0,
             HOPPER_USERMODE_A => parent_class == NV20_SUBDEVICE_0,
+            NV_CONFIDENTIAL_COMPUTE => is_root_class(parent_class),
             NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A => {
                 matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
             }
@@ -304,7 +309,7 @@ impl State {
         match o.kind {
             Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu } => Some(gpu),
             Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
-            Kind::Event { .. } => None,
+            Kind::Event { .. } | Kind::ConfCompute => None,
         }
     }
 
@@ -420,6 +425,8 @@ impl State {
                 }
                 Ok(Kind::Memory { block: id })
             }
+            // confComputeApiConstruct: points at the GPU manager's CC caps; nothing can fail.
+            NV_CONFIDENTIAL_COMPUTE => Ok(Kind::ConfCompute),
             HOPPER_USERMODE_A => {
                 // usrmodeConstruct: bBar1Mapping picks the BAR1 alias of the page, bPriv the
                 // privileged page, which needs BAR1 and a kernel caller.

@@ -34,6 +34,9 @@ const TPC_MASK: u32 = 0x2080_122b;
 const CE_GET_ALL_CAPS: u32 = 0x2080_2a0a;
 const HOPPER_USERMODE_A: u32 = 0xc661;
 const GET_GPU_FABRIC_PROBE_INFO: u32 = 0x2080_01a3;
+const NV_CONFIDENTIAL_COMPUTE: u32 = 0xcb33;
+const CC_GET_CAPABILITIES: u32 = 0xcb33_0101;
+const CC_GET_GPUS_STATE: u32 = 0xcb33_0104;
 
 #[test]
 fn test_client_controls_answer_as_the_driver() {
@@ -322,6 +325,40 @@ fn test_usermode_page_is_register_memory_of_the_subdevice() {
     assert_eq!(st, NV_ERR_OBJECT_NOT_FOUND);
     assert_eq!(before.allocated_memory, 0, "a register page is not memory");
     assert_eq!(free(&s.ctl, s.client, h), NV_OK);
+}
+
+#[test]
+fn test_confidential_compute_object_reports_cc_off_on_a_capable_gpu() {
+    let d = sim(1);
+    let ctl = open(&d, ioctl_proxy::NodeKind::Ctl);
+    let c = client(&ctl);
+    // Under the client only.
+    let (st, h) = alloc(
+        &ctl,
+        c,
+        c,
+        0,
+        NV_CONFIDENTIAL_COMPUTE,
+        Some(&c.to_ne_bytes()),
+    );
+    assert_eq!(st, NV_OK);
+    // No GPU attached yet: the GPU manager has no CC caps.
+    let (st, out) = control(&ctl, c, h, CC_GET_CAPABILITIES, &[9; 5]);
+    assert_eq!((st, out), (NV_OK, vec![0, 0, 0, 0, 0]));
+    let (st, out) = control(&ctl, c, h, CC_GET_GPUS_STATE, &[1]);
+    assert_eq!((st, out), (NV_OK, vec![0]));
+    // The control is the CC object's, not the client's.
+    let (st, _) = control(&ctl, c, c, CC_GET_CAPABILITIES, &[0; 5]);
+    assert_eq!(st, NV_ERR_NOT_SUPPORTED);
+    // With nvidia0 open the GPU is attached: HCC-capable, CC disabled.
+    let s = stack(&d, 0);
+    let (st, h2) = alloc(&s.ctl, s.client, s.client, 0, NV_CONFIDENTIAL_COMPUTE, None);
+    assert_eq!(st, NV_OK);
+    let (st, out) = control(&s.ctl, s.client, h2, CC_GET_CAPABILITIES, &[0; 5]);
+    assert_eq!((st, out), (NV_OK, vec![0, 2, 0, 0, 0]));
+    let (st, _) = alloc(&s.ctl, s.client, s.device, 0, NV_CONFIDENTIAL_COMPUTE, None);
+    assert_eq!(st, NV_ERR_INVALID_OBJECT_PARENT);
+    assert_eq!(free(&ctl, c, h), NV_OK);
 }
 
 #[test]
