@@ -65,6 +65,10 @@ pub mod cmd {
     pub const MC_GET_ARCH_INFO: u32 = 0x2080_1701;
     /// `NV2080_CTRL_CMD_BUS_GET_PCI_INFO`.
     pub const BUS_GET_PCI_INFO: u32 = 0x2080_1801;
+    /// `NV2080_CTRL_CMD_RC_RELEASE_WATCHDOG_REQUESTS` (no params).
+    pub const RC_RELEASE_WATCHDOG_REQUESTS: u32 = 0x2080_220c;
+    /// `NV2080_CTRL_CMD_RC_SOFT_DISABLE_WATCHDOG` (no params).
+    pub const RC_SOFT_DISABLE_WATCHDOG: u32 = 0x2080_2210;
 }
 
 const INVALID_ID: u32 = 0xffff_ffff;
@@ -115,6 +119,11 @@ pub(crate) fn control(
     loc: Loc,
 ) -> u32 {
     let p: NVOS54_PARAMETERS = read_at(call, loc, 0).expect("size checked by the escape");
+    // RmDeprecatedGetControlHandler runs before the resource server: a legacy GSS command on a
+    // GPU object goes to GSP firmware past all of the checks below.
+    if let Some(status) = crate::gss_legacy::control(st, &p, call, loc) {
+        return status;
+    }
     // NULL commands (class-wide too) succeed without looking at anything.
     if p.cmd & 0xffff == 0 {
         return NV_OK;
@@ -159,6 +168,24 @@ pub(crate) fn control(
             },
         }
     };
+    // Controls without params.
+    if size == 0 && expected_size(drv, p.cmd) == Some(0) {
+        return match (p.cmd, target) {
+            // krcWatchdogChangeState: releasing and soft-disabling never conflict with another
+            // client's request (only enable against disable does); MIG is off.
+            (
+                cmd::RC_RELEASE_WATCHDOG_REQUESTS | cmd::RC_SOFT_DISABLE_WATCHDOG,
+                Target::Subdevice(_),
+            ) => NV_OK,
+            _ => {
+                tracing::debug!(
+                    cmd = format_args!("{:#x}", p.cmd),
+                    "control without params not simulated"
+                );
+                NV_ERR_NOT_SUPPORTED
+            }
+        };
+    }
     // Every simulated control has a known size (checked above); anything else is not simulated.
     let (Some(pl), Some(_)) = (pbuf, expected_size(drv, p.cmd)) else {
         tracing::debug!(
@@ -644,20 +671,32 @@ fn gpu_info(gpu: &SimGpu, index: u32) -> u32 {
 }
 
 /// `NV2080_CTRL_GR_INFO_INDEX_*` values (the `NV0080_CTRL_GR_INFO_INDEX_*` numbering).
+///
+/// GSP firmware fills these on a real GPU; the open headers name the indices but say little
+/// about them. What each one counts follows a real GA106's answers (an RTX 3060, 28 SMs in
+/// 14 TPCs over 3 GPCs, driver 580.159.04, published in `reindertpelsma/kayfabe`,
+/// `docs` capture "GR_GET_INFO (0x20801201)", 58 entries): `SHADER_PIPE_COUNT` is the enabled
+/// GPCs (3), `SHADER_PIPE_SUB_COUNT` the enabled TPCs (14), `THREAD_STACK_SCALING_FACTOR` the
+/// SMs (28), the `LITTER_*` values are per-design maxima (`LITTER_NUM_TPC_PER_GPC` 6 on a part
+/// with at most 5 enabled), `MAX_SP_PER_SM` is 0, and the subcontext counts are 64 / 2 (legacy)
+/// / 64 (per engine). libcuda derives its multiprocessor count from these.
 fn gr_info(gpu: &SimGpu, index: u32) -> u32 {
     let tpc = gpu.tpc_count();
     match index {
+        0x07 => gpu.gpc_count, // SHADER_PIPE_COUNT
+        0x08 => gpu.sm_count,  // THREAD_STACK_SCALING_FACTOR
+        0x09 => tpc,           // SHADER_PIPE_SUB_COUNT
         0x0c => (gpu.compute_capability.0 << 8) | gpu.compute_capability.1, // SM_VERSION
-        0x0d => 64,                                                         // MAX_WARPS_PER_SM
-        0x0e => 32,                                                         // MAX_THREADS_PER_WARP
-        0x13 => 128,                                                        // MAX_SP_PER_SM
-        0x14 => gpu.gpc_count,                                              // LITTER_NUM_GPCS
+        0x0d => 64,            // MAX_WARPS_PER_SM
+        0x0e => 32,            // MAX_THREADS_PER_WARP
+        0x14 => gpu.gpc_count, // LITTER_NUM_GPCS
         0x17 => tpc.div_ceil(gpu.gpc_count.max(1)), // LITTER_NUM_TPC_PER_GPC
-        0x1d => gpu.sm_count * 128,                 // GPU_CORE_COUNT
-        0x20 => gpu.sm_per_tpc,                     // LITTER_NUM_SM_PER_TPC
-        0x23 => gpu.sm_count * 4,                   // TENSOR_CORE_COUNT
-        0x24 => 1,                                  // LITTER_NUM_GRS
-        0x2c | 0x2d => 64,                          // MAX_(LEGACY_)SUBCONTEXT_COUNT
+        0x1d => gpu.sm_count * 128, // GPU_CORE_COUNT
+        0x20 => gpu.sm_per_tpc, // LITTER_NUM_SM_PER_TPC
+        0x23 => gpu.sm_count * 4, // TENSOR_CORE_COUNT
+        0x24 => 1,             // LITTER_NUM_GRS
+        0x2c | 0x2e => 64,     // MAX_SUBCONTEXT_COUNT, MAX_PER_ENGINE_SUBCONTEXT_COUNT
+        0x2d => 2,             // MAX_LEGACY_SUBCONTEXT_COUNT
         _ => 0,
     }
 }

@@ -66,6 +66,8 @@ pub mod cmd {
     pub const CONF_COMPUTE_GET_GPUS_STATE: u32 = 0xcb33_0104;
     /// `NV0080_CTRL_CMD_FB_GET_CAPS_V2`.
     pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
+    /// `NV2080_CTRL_CMD_BUS_GET_C2C_INFO`.
+    pub const BUS_GET_C2C_INFO: u32 = 0x2080_182b;
 }
 
 /// `NV0000_CTRL_GPU_INVALID_ID`.
@@ -369,6 +371,14 @@ fn answer(
             // GPU_SET_COMPUTE_MODE_RULES (nvidia-smi -c), default
             // NV2080_CTRL_GPU_COMPUTE_MODE_RULES_NONE (the "Default" compute mode).
             c.put(0, &0u32);
+            NV_OK
+        }
+        (cmd::BUS_GET_C2C_INFO, Target::Subdevice(_)) => {
+            // Answered by GSP firmware (no kernel handler). A PCIe H100 has no C2C link (that
+            // is Grace Hopper's), so: link down, no links, no bandwidth, NV_OK; this is also
+            // what a real GA106 with 580.159.04 answers (reindertpelsma/kayfabe,
+            // traces/real_ga106/cuinit_ioctl_trace_real_ga106.txt row 86: 28 zero bytes, NV_OK).
+            c.bytes_mut().fill(0);
             NV_OK
         }
         (cmd::GET_GPU_FABRIC_PROBE_INFO, Target::Subdevice(_)) => {

@@ -68,8 +68,12 @@ pub(crate) enum Kind {
     Subdevice { gpu: usize, inst: u32 },
     /// A memory object referencing a block (shared by dups).
     Memory { block: u64 },
-    /// `FERMI_VASPACE_A` of GPU `gpu`.
-    VaSpace { gpu: usize },
+    /// `FERMI_VASPACE_A` of GPU `gpu`, referencing VA space `id` (`State::vaspaces`, shared
+    /// by dups).
+    VaSpace { gpu: usize, id: u64 },
+    /// `NV50_MEMORY_VIRTUAL`: the range at `addr` of VA space `id`, a dependant of the VA
+    /// space object `vas_handle`.
+    VirtMem { id: u64, vas_handle: u32, addr: u64 },
     /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id.
     Event { os_event: u64 },
     /// `NV_CONFIDENTIAL_COMPUTE` under a client: the system's confidential-computing state.
@@ -135,6 +139,8 @@ pub(crate) struct State {
     pub next_os_event: u64,
     pub blocks: BTreeMap<u64, MemBlock>,
     pub next_block: u64,
+    /// GPU VA spaces by id (`vaspace.rs`); ids come from `next_block`.
+    pub vaspaces: BTreeMap<u64, crate::vaspace::VaSpace>,
     pub gpus: Vec<GpuState>,
     /// `NV_ESC_SYS_PARAMS.memblock_size`, set once.
     pub memblock_size: u64,

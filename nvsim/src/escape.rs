@@ -30,7 +30,6 @@ fn errno(e: i32) -> io::Error {
 /// the end of the payload)`.
 const NOT_SUPPORTED_ESCAPES: &[(u8, bool, usize)] = &[
     (NV_ESC_RM_IDLE_CHANNELS, true, 8), // NVOS30 status at 48 of 56
-    (NV_ESC_RM_VID_HEAP_CONTROL, true, 164), // NVOS32 status at 20 of 184
     (NV_ESC_RM_ALLOC_CONTEXT_DMA2, true, 8), // NVOS39 status at 48 of 56
     (NV_ESC_RM_MAP_MEMORY_DMA, true, 8), // NVOS46 status 8 before the end (56 or 64)
     (NV_ESC_RM_UNMAP_MEMORY_DMA, true, 8), // NVOS47 status 8 before the end (40 or 48)
@@ -256,6 +255,13 @@ pub(crate) fn ioctl(
             p.status = status;
             p.hObjectNew = h;
             write_at(call, loc, 0, &p);
+            ok
+        }
+        NV_ESC_RM_VID_HEAP_CONTROL => {
+            if !ctl || size != size_of::<NVOS32_PARAMETERS>() {
+                return Err(errno(EINVAL));
+            }
+            crate::vidheap::vid_heap_control(drv, &mut st, call, loc, os_info);
             ok
         }
         NV_ESC_RM_FREE => {

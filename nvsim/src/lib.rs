@@ -62,7 +62,11 @@
 //! - Classes: `NV01_ROOT*` (client handles `0xc1d00000 | n`, or the caller's `hRoot`),
 //!   `NV01_DEVICE_0`, `NV20_SUBDEVICE_0`, `NV01_EVENT` / `NV01_EVENT_OS_EVENT`,
 //!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
-//!   `FERMI_VASPACE_A`; driver-chosen object handles from `0xcaf00000`.
+//!   `FERMI_VASPACE_A` (with its VA range) and `NV50_MEMORY_VIRTUAL` (reserved ranges in it,
+//!   see `vaspace.rs`); driver-chosen object handles from `0xcaf00000`.
+//! - `RM_VID_HEAP_CONTROL`'s `ALLOC_SIZE`, translated onto `RM_ALLOC` as the driver does.
+//! - Legacy GSS controls (answered by GSP firmware on a real GPU): only those whose firmware
+//!   answer has been measured (`gss_legacy.rs`); the rest `NV_ERR_NOT_SUPPORTED`.
 //! - Controls: those in [`control::cmd`], answered with the [`SimGpu`] values.
 //! - Status codes of the resource server for unknown clients, parents and objects, duplicate
 //!   handles, wrong parent classes, clients used from another file (strict client validation),
@@ -73,11 +77,13 @@
 //! UVM range groups (`SET_RANGE_GROUP`, `MIGRATE_RANGE_GROUP`: `NV_ERR_NOT_SUPPORTED`), HMM and
 //! ATS, UVM channels (no channel class exists) and the UVM commands outside the ABI tables
 //! (`EINVAL`); the other memory escapes
-//! (`RM_VID_HEAP_CONTROL`, DMA mapping, dma-buf export, `RM_ALLOC_MEMORY` of classes other than
+//! (`RM_VID_HEAP_CONTROL` functions other than `ALLOC_SIZE`, DMA mapping, dma-buf export,
+//! `RM_ALLOC_MEMORY` of classes other than
 //! `NV01_MEMORY_SYSTEM` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
 //! subdevice) mappings and the driver's `mmap`-time checks on the VMA (see `memory.rs`);
 //! classes other than clients, device, subdevice,
-//! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` and `FERMI_VASPACE_A`
+//! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER`, `FERMI_VASPACE_A` and
+//! `NV50_MEMORY_VIRTUAL`
 //! (`NV_ERR_INVALID_CLASS`); controls other than those in [`control::cmd`]
 //! (`NV_ERR_NOT_SUPPORTED`); NUMA, I2C, registry and event-data escapes (`EINVAL`).
 #![forbid(unsafe_code)]
@@ -89,11 +95,14 @@ pub mod control;
 mod control_init;
 mod driver;
 mod escape;
+pub mod gss_legacy;
 mod memory;
 pub mod procfs;
 pub mod rm;
 pub mod status;
 mod uvm;
+mod vaspace;
+mod vidheap;
 
 pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
 pub use driver::{SimDriver, SimFile, SimStats};

@@ -31,6 +31,8 @@ pub const NV01_MEMORY_SYSTEM: u32 = 0x003e;
 pub const NV01_MEMORY_LOCAL_USER: u32 = 0x0040;
 /// `FERMI_VASPACE_A`.
 pub const FERMI_VASPACE_A: u32 = 0x90f1;
+/// `NV50_MEMORY_VIRTUAL`: a reserved range of a GPU VA space.
+pub const NV50_MEMORY_VIRTUAL: u32 = 0x50a0;
 /// `HOPPER_USERMODE_A`: the page of BAR0 with the GPU's time and the channel doorbell.
 pub const HOPPER_USERMODE_A: u32 = 0xc661;
 /// `NV_CONFIDENTIAL_COMPUTE`: confidential-computing state and keys, under a client.
@@ -99,7 +101,9 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         | NV01_EVENT_KERNEL_CALLBACK_EX => (table(NV01_EVENT_OS_EVENT, 24), true),
         NV01_DEVICE_0 => (table(class, 56), false),
         NV20_SUBDEVICE_0 => (table(class, 4), false),
-        NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER => (table(class, 120), true),
+        NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER | NV50_MEMORY_VIRTUAL => {
+            (table(class, 120), true)
+        }
         FERMI_VASPACE_A => (table(class, 48), true),
         // RS_OPTIONAL(NV_HOPPER_USERMODE_A_PARAMS)
         HOPPER_USERMODE_A => (table(class, 2), false),
@@ -226,7 +230,7 @@ impl State {
             NV20_SUBDEVICE_0 | NV01_MEMORY_SYSTEM => parent_class == NV01_DEVICE_0,
             HOPPER_USERMODE_A => parent_class == NV20_SUBDEVICE_0,
             NV_CONFIDENTIAL_COMPUTE => is_root_class(parent_class),
-            NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A => {
+            NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A | NV50_MEMORY_VIRTUAL => {
                 matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
             }
             _ => true, // events: RS_ANY_PARENT
@@ -304,10 +308,13 @@ impl State {
     }
 
     /// The GPU an object (device, subdevice, memory, VA space) belongs to.
-    fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
+    pub(crate) fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
         let o = self.clients.get(&h_client)?.objects.get(&h)?;
         match o.kind {
-            Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu } => Some(gpu),
+            Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu, .. } => {
+                Some(gpu)
+            }
+            Kind::VirtMem { id, .. } => self.vaspaces.get(&id).map(|v| v.gpu),
             Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
             Kind::Event { .. } | Kind::ConfCompute => None,
         }
@@ -461,7 +468,53 @@ impl State {
                 let gpu = self
                     .gpu_of(a.h_client, a.h_parent)
                     .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
-                Ok(Kind::VaSpace { gpu })
+                // NV_VASPACE_ALLOCATION_PARAMETERS: vaSize at 8, vaBase at 40 (both in/out).
+                let p = a.params.as_deref_mut().ok_or(NV_ERR_INVALID_ARGUMENT)?;
+                let size: u64 = crate::buf::read(p, 8).ok_or(NV_ERR_INVALID_ADDRESS)?;
+                let base: u64 = crate::buf::read(p, 40).ok_or(NV_ERR_INVALID_ADDRESS)?;
+                let vas = crate::vaspace::VaSpace::new(gpu, base, size)?;
+                crate::buf::write(p, 40, &vas.start);
+                crate::buf::write(p, 8, &(vas.limit + 1));
+                let id = self.next_block;
+                self.next_block += 1;
+                self.vaspaces.insert(id, vas);
+                Ok(Kind::VaSpace { gpu, id })
+            }
+            NV50_MEMORY_VIRTUAL => {
+                let gpu = self
+                    .gpu_of(a.h_client, a.h_parent)
+                    .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+                let p = a.params.as_deref_mut().ok_or(NV_ERR_INVALID_ARGUMENT)?;
+                let mut mp: nvproxy_abi::structs::NV_MEMORY_ALLOCATION_PARAMS =
+                    crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
+                if mp.flags & crate::vaspace::FLAGS_VIRTUAL == 0 {
+                    return Err(NV_ERR_INVALID_ARGUMENT);
+                }
+                if mp.hVASpace == 0 {
+                    // The device's default VA space is not simulated.
+                    return Err(NV_ERR_NOT_SUPPORTED);
+                }
+                let id = match self.clients[&a.h_client].objects.get(&mp.hVASpace) {
+                    None => return Err(NV_ERR_OBJECT_NOT_FOUND),
+                    Some(o) => match o.kind {
+                        Kind::VaSpace { gpu: g, id } if g == gpu => id,
+                        _ => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
+                    },
+                };
+                let vas = self
+                    .vaspaces
+                    .get_mut(&id)
+                    .expect("a VA space object's state");
+                let (addr, size) = vas.reserve(mp.flags, mp.size, mp.alignment, mp.offset)?;
+                mp.offset = addr;
+                mp.size = size;
+                mp.limit = size - 1;
+                crate::buf::write(p, 0, &mp);
+                Ok(Kind::VirtMem {
+                    id,
+                    vas_handle: mp.hVASpace,
+                    addr,
+                })
             }
             NV01_EVENT_KERNEL_CALLBACK | NV01_EVENT_KERNEL_CALLBACK_EX => {
                 // eventConstruct: never from user space.
@@ -514,6 +567,20 @@ impl State {
                     }
                 }
             }
+            Kind::VaSpace { id, .. } => {
+                let gone = self.vaspaces.get_mut(&id).is_some_and(|v| {
+                    v.refs -= 1;
+                    v.refs == 0
+                });
+                if gone {
+                    self.vaspaces.remove(&id);
+                }
+            }
+            Kind::VirtMem { id, addr, .. } => {
+                if let Some(v) = self.vaspaces.get_mut(&id) {
+                    v.release(addr);
+                }
+            }
             Kind::Event { os_event } => {
                 if let Some(i) = self.os_events.iter().position(|e| e.id == os_event) {
                     let e = &mut self.os_events[i];
@@ -529,10 +596,14 @@ impl State {
 
     /// Frees `h` of client `h_client` and everything under it, children first.
     fn free_subtree(&mut self, h_client: u32, h: u32) {
+        // The children, and the dependants (refAddDependant): virtual memory in a VA space.
         let children: Vec<u32> = self.clients[&h_client]
             .objects
             .iter()
-            .filter(|(_, o)| o.parent == h)
+            .filter(|(_, o)| {
+                o.parent == h
+                    || matches!(o.kind, Kind::VirtMem { vas_handle, .. } if vas_handle == h)
+            })
             .map(|(&k, _)| k)
             .collect();
         for c in children {
@@ -655,10 +726,18 @@ impl State {
         // Access: the owner has every right; other clients of the same process get
         // RS_ACCESS_DUP_OBJECT from the default RS_SHARE_TYPE_PID policy, and every client of a
         // simulated driver belongs to the one daemon process.
-        if let Kind::Memory { block } = src_kind {
-            if let Some(b) = self.blocks.get_mut(&block) {
-                b.refs += 1;
+        match src_kind {
+            Kind::Memory { block } => {
+                if let Some(b) = self.blocks.get_mut(&block) {
+                    b.refs += 1;
+                }
             }
+            Kind::VaSpace { id, .. } => {
+                if let Some(v) = self.vaspaces.get_mut(&id) {
+                    v.refs += 1;
+                }
+            }
+            _ => {}
         }
         self.clients
             .get_mut(&h_client)

@@ -746,7 +746,7 @@ fn register_gpu_va_space(drv: &SimDriver, st: &mut State, file: i32, call: &mut 
         return NV_ERR_OBJECT_NOT_FOUND;
     };
     match obj.kind {
-        Kind::VaSpace { gpu } if obj.class == FERMI_VASPACE_A && gpu == g => {}
+        Kind::VaSpace { gpu, .. } if obj.class == FERMI_VASPACE_A && gpu == g => {}
         Kind::VaSpace { .. } => return NV_ERR_INVALID_DEVICE,
         _ => return NV_ERR_INVALID_ARGUMENT,
     }

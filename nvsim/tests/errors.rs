@@ -250,7 +250,16 @@ fn test_memory_escapes_check_their_node() {
     let mut call = esc_call(NV_ESC_RM_VID_HEAP_CONTROL, &[0; 184]);
     assert_eq!(s.ctl.ioctl(&mut call).unwrap(), 0);
     let p = NVOS32_PARAMETERS::read_from_bytes(&call.params).unwrap();
-    assert_eq!(p.status, NV_ERR_NOT_SUPPORTED);
+    assert_eq!(
+        p.status, NV_ERR_INVALID_ARGUMENT,
+        "function 0 is none of the driver's"
+    );
+    let mut call = esc_call(NV_ESC_RM_VID_HEAP_CONTROL, &[0; 184]);
+    assert_eq!(
+        errno(s.gpu.ioctl(&mut call)),
+        Some(EINVAL),
+        "control node only"
+    );
 }
 
 // ---- RM statuses: clients, objects, handles ---------------------------------------------

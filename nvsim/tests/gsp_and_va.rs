@@ -1,0 +1,287 @@
+//! Legacy GSS controls (measured firmware answers only), `RM_VID_HEAP_CONTROL`, GPU VA spaces
+//! and `NV50_MEMORY_VIRTUAL` reservations.
+
+mod common;
+
+use common::*;
+use nvproxy_abi::ioctl::*;
+use nvproxy_abi::structs::*;
+use nvsim::status::*;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+const NV50_MEMORY_VIRTUAL: u32 = 0x50a0;
+const FERMI_VASPACE_A: u32 = 0x90f1;
+const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
+
+// ---- legacy GSS ----------------------------------------------------------------------------
+
+#[test]
+fn gss_8159_returns_the_buffer_unchanged_with_nv_ok() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    // libcuda's request: words 2, 0xc, 0, 0x25, the rest zero; and a patterned one.
+    let mut req = vec![0u8; 332];
+    req[0] = 2;
+    req[4] = 0xc;
+    req[12] = 0x25;
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_8159, &req);
+    assert_eq!((st, out), (NV_OK, req));
+    let pattern: Vec<u8> = (0..332u32).map(|i| (i % 251) as u8).collect();
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_8159, &pattern);
+    assert_eq!((st, out), (NV_OK, pattern));
+}
+
+#[test]
+fn gss_8162_writes_the_measured_byte() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_8162, &[0]);
+    assert_eq!((st, out), (NV_OK, vec![1]));
+}
+
+#[test]
+fn gss_unmeasured_wrong_size_and_privileged_are_refused() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    // Unmeasured command (libcuda's 0x20808161), and a measured one with another size.
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_8161, &[7; 952]);
+    assert_eq!((st, out), (NV_ERR_NOT_SUPPORTED, vec![7; 952]));
+    let (st, _) = control(&s.ctl, s.client, s.subdevice, 0x2080_8159, &[0; 331]);
+    assert_eq!(st, NV_ERR_NOT_SUPPORTED);
+    // RM_GSS_LEGACY_MASK_PRIVILEGED needs a root-level caller; the simulator's are users.
+    let (st, _) = control(&s.ctl, s.client, s.subdevice, 0x2080_c159, &[0; 332]);
+    assert_eq!(st, NV_ERR_INSUFFICIENT_PERMISSIONS);
+    // On the device too (gpuGetByHandle finds its GPU).
+    let (st, _) = control(&s.ctl, s.client, s.device, 0x2080_8159, &[0; 332]);
+    assert_eq!(st, NV_OK);
+}
+
+#[test]
+fn gss_on_a_non_gpu_object_takes_the_normal_path() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    // The client is no GPU object: RmDeprecatedGetControlHandler finds no GPU, so the resource
+    // server handles it and knows no such control.
+    let (st, _) = control(&s.ctl, s.client, s.client, 0x2080_8159, &[0; 332]);
+    assert_eq!(st, NV_ERR_NOT_SUPPORTED);
+    // An unknown object: the normal path's lookup.
+    let (st, _) = control(&s.ctl, s.client, 0xdead, 0x2080_8159, &[0; 332]);
+    assert_eq!(st, NV_ERR_OBJECT_NOT_FOUND);
+}
+
+// ---- VA spaces and virtual memory -------------------------------------------------------
+
+fn vaspace(s: &Stack, h: u32, va_base: u64, va_size: u64) -> (u32, u64, u64) {
+    let mut p = [0u8; 48];
+    p[8..16].copy_from_slice(&va_size.to_ne_bytes());
+    p[40..48].copy_from_slice(&va_base.to_ne_bytes());
+    let (r, a, out) = alloc_full(&s.ctl, s.client, s.device, h, FERMI_VASPACE_A, Some(&p));
+    assert_eq!(r.unwrap(), 0);
+    let out = out.unwrap();
+    let size = u64::from_ne_bytes(out[8..16].try_into().unwrap());
+    let base = u64::from_ne_bytes(out[40..48].try_into().unwrap());
+    (a.status, base, size)
+}
+
+fn virt_params(flags: u32, size: u64, offset: u64, h_vaspace: u32) -> Vec<u8> {
+    let mut p = NV_MEMORY_ALLOCATION_PARAMS::new_zeroed();
+    p.flags = flags;
+    p.size = size;
+    p.offset = offset;
+    p.hVASpace = h_vaspace;
+    p.as_bytes().to_vec()
+}
+
+const VIRTUAL: u32 = 0x8_0000;
+const FIXED: u32 = 0x10;
+
+#[test]
+fn vaspace_reports_its_range() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(vaspace(&s, 0xa1, 0, 0), (NV_OK, 1 << 20, 1 << 57));
+    assert_eq!(
+        vaspace(&s, 0xa2, 1 << 32, 1 << 40),
+        (NV_OK, 1 << 32, 1 << 40)
+    );
+    assert_eq!(vaspace(&s, 0xa3, 0, 1 << 58).0, NV_ERR_INVALID_ARGUMENT);
+}
+
+#[test]
+fn virtual_memory_reserves_non_overlapping_ranges_and_is_a_dependant() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(vaspace(&s, 0xa1, 0, 0).0, NV_OK);
+    let objects = d.stats().live_objects;
+    let fixed = |h: u32, size: u64, at: u64| {
+        let p = virt_params(VIRTUAL | FIXED, size, at, 0xa1);
+        let (r, a, out) = alloc_full(&s.ctl, s.client, s.device, h, NV50_MEMORY_VIRTUAL, Some(&p));
+        assert_eq!(r.unwrap(), 0);
+        let m = NV_MEMORY_ALLOCATION_PARAMS::read_from_bytes(&out.unwrap()).unwrap();
+        (a.status, m.offset, m.size, m.limit)
+    };
+    assert_eq!(
+        fixed(0xb1, 0xfb00_0000, 0x2_0000_0000),
+        (NV_OK, 0x2_0000_0000, 0xfb00_0000, 0xfaff_ffff)
+    );
+    assert_eq!(
+        fixed(0xb2, 0x1000, 0x2_0001_0000).0,
+        NV_ERR_NO_MEMORY,
+        "overlaps"
+    );
+    assert_eq!(
+        fixed(0xb2, 0x1000, 0x2_0000_1000).0,
+        NV_ERR_INVALID_ARGUMENT,
+        "unaligned"
+    );
+    assert_eq!(
+        fixed(0xb2, 0x1000, 0x10000).0,
+        NV_ERR_NO_MEMORY,
+        "below the VA space"
+    );
+    assert_eq!(
+        fixed(0xb2, 0x1000, 0x2_fb00_0000),
+        (NV_OK, 0x2_fb00_0000, 0x10000, 0xffff)
+    );
+    // Without VIRTUAL, without or with a foreign VA space.
+    let p = virt_params(0, 0x1000, 0, 0xa1);
+    let st = alloc(
+        &s.ctl,
+        s.client,
+        s.device,
+        0xb3,
+        NV50_MEMORY_VIRTUAL,
+        Some(&p),
+    )
+    .0;
+    assert_eq!(st, NV_ERR_INVALID_ARGUMENT);
+    let p = virt_params(VIRTUAL, 0x1000, 0, 0);
+    let st = alloc(
+        &s.ctl,
+        s.client,
+        s.device,
+        0xb3,
+        NV50_MEMORY_VIRTUAL,
+        Some(&p),
+    )
+    .0;
+    assert_eq!(
+        st, NV_ERR_NOT_SUPPORTED,
+        "the device's default VA space is not simulated"
+    );
+    let p = virt_params(VIRTUAL, 0x1000, 0, s.subdevice);
+    let st = alloc(
+        &s.ctl,
+        s.client,
+        s.device,
+        0xb3,
+        NV50_MEMORY_VIRTUAL,
+        Some(&p),
+    )
+    .0;
+    assert_eq!(st, NV_ERR_INVALID_OBJECT_HANDLE);
+    assert_eq!(d.stats().live_objects, objects + 2);
+    // Freeing one reservation frees its range; freeing the VA space frees its dependants.
+    assert_eq!(free(&s.ctl, s.client, 0xb1), NV_OK);
+    assert_eq!(fixed(0xb4, 0x1000, 0x2_0000_0000).0, NV_OK);
+    assert_eq!(free(&s.ctl, s.client, 0xa1), NV_OK);
+    assert_eq!(d.stats().live_objects, objects - 1);
+    assert_eq!(free(&s.ctl, s.client, s.client), NV_OK);
+    assert_eq!(d.stats().live_objects, 0);
+}
+
+// ---- RM_VID_HEAP_CONTROL -----------------------------------------------------------------
+
+fn vid_heap(
+    s: &Stack,
+    h_vaspace: u32,
+    flags: u32,
+    attr: u32,
+    size: u64,
+    offset: u64,
+    h_mem: u32,
+) -> NVOS32_PARAMETERS {
+    let mut p = NVOS32_PARAMETERS::new_zeroed();
+    p.hRoot = s.client;
+    p.hObjectParent = s.device;
+    p.function = NVOS32_FUNCTION_ALLOC_SIZE;
+    p.hVASpace = h_vaspace;
+    p.data[4..8].copy_from_slice(&h_mem.to_ne_bytes());
+    p.data[12..16].copy_from_slice(&flags.to_ne_bytes());
+    p.data[16..20].copy_from_slice(&attr.to_ne_bytes());
+    p.data[48..56].copy_from_slice(&size.to_ne_bytes());
+    p.data[64..72].copy_from_slice(&offset.to_ne_bytes());
+    let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
+    assert_eq!(r.unwrap(), 0);
+    out
+}
+
+fn field64(p: &NVOS32_PARAMETERS, at: usize) -> u64 {
+    u64::from_ne_bytes(p.data[at..at + 8].try_into().unwrap())
+}
+
+fn field32(p: &NVOS32_PARAMETERS, at: usize) -> u32 {
+    u32::from_ne_bytes(p.data[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn vid_heap_alloc_size_reserves_virtual_memory_like_libcuda_asks() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(vaspace(&s, 0xa1, 0, 0).0, NV_OK);
+    // libcuda 535's cuInit: flags 0x8c415 (VIRTUAL, MAP_NOT_REQUIRED, HANDLE_PROVIDED, LAZY,
+    // FIXED_ADDRESS, GROWS_DOWN, IGNORE_BANK).
+    let p = vid_heap(&s, 0xa1, 0x8c415, 0, 4_211_081_216, 0x1_0000_0000, 0xcafe);
+    assert_eq!(p.status, NV_OK);
+    assert_eq!(field32(&p, 4), 0xcafe, "hMemory");
+    assert_eq!(field32(&p, 32), 256, "partitionStride");
+    assert_eq!(field64(&p, 64), 0x1_0000_0000, "offset");
+    assert_eq!(field64(&p, 48), 4_211_081_216, "size");
+    assert_eq!(field64(&p, 72), 4_211_081_216 - 1, "limit");
+    // The same range again: taken.
+    let p = vid_heap(&s, 0xa1, 0x8c415, 0, 0x10000, 0x1_0000_0000, 0xcaff);
+    assert_eq!(p.status, NV_ERR_NO_MEMORY);
+    // Video memory (attr location VIDMEM, no handle given: the driver picks one).
+    let before = d.stats().allocated_memory;
+    let p = vid_heap(&s, 0, 0, 0, 0x20_0000, 0, 0x1234);
+    assert_eq!(p.status, NV_OK);
+    assert_ne!(field32(&p, 4), 0x1234, "a driver-chosen handle");
+    assert_eq!(d.stats().allocated_memory, before + 0x20_0000);
+    assert_eq!(free(&s.ctl, s.client, field32(&p, 4)), NV_OK);
+    assert_eq!(d.stats().allocated_memory, before);
+    let _ = NV01_MEMORY_LOCAL_USER;
+}
+
+#[test]
+fn vid_heap_other_functions_and_bad_input() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let mut p = NVOS32_PARAMETERS::new_zeroed();
+    p.hRoot = s.client;
+    for (function, ivc, want) in [
+        (0u32, 0u16, NV_ERR_INVALID_ARGUMENT), // no such function
+        (99, 0, NV_ERR_INVALID_ARGUMENT),
+        (3, 0, NV_ERR_NOT_SUPPORTED),  // FREE: exists, not simulated
+        (27, 0, NV_ERR_NOT_SUPPORTED), // ALLOC_OS_DESCRIPTOR
+        (2, 1, NV_ERR_NOT_SUPPORTED),  // an IVC heap
+    ] {
+        p.function = function;
+        p.ivcHeapNumber = ivc;
+        let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
+        assert_eq!(
+            (r.unwrap(), out.status),
+            (0, want),
+            "function {function} ivc {ivc}"
+        );
+    }
+    // Unknown client, and the GPU node.
+    let mut q = NVOS32_PARAMETERS::new_zeroed();
+    q.function = NVOS32_FUNCTION_ALLOC_SIZE;
+    q.hRoot = 0xc1d0_7777;
+    let (_, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &q);
+    assert_ne!(out.status, NV_OK);
+    assert_eq!(
+        errno(esc(&s.gpu, NV_ESC_RM_VID_HEAP_CONTROL, &q).0),
+        Some(22)
+    );
+}
