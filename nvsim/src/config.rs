@@ -62,6 +62,10 @@ pub struct SimGpu {
     pub pcie_gen: u32,
     /// PCIe link width in lanes (16).
     pub pcie_width: u32,
+    /// Maximum graphics (GPC) clock in kHz (1980 MHz for an H100 SXM5).
+    pub max_gpc_clock_khz: u32,
+    /// Maximum memory clock in kHz as CUDA reports it (2619 MHz for an H100 SXM5's HBM3).
+    pub max_memory_clock_khz: u32,
 }
 
 /// PCI bus numbers of the eight GPUs of a typical HGX H100 board.
@@ -103,6 +107,8 @@ impl SimGpu {
             bar1_address: 0xa000_0000_0000 + u64::from(index) * 0x40_0000_0000,
             pcie_gen: 5,
             pcie_width: 16,
+            max_gpc_clock_khz: 1_980_000,
+            max_memory_clock_khz: 2_619_000,
         }
     }
 

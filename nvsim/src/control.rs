@@ -121,7 +121,7 @@ pub(crate) fn control(
     let p: NVOS54_PARAMETERS = read_at(call, loc, 0).expect("size checked by the escape");
     // RmDeprecatedGetControlHandler runs before the resource server: a legacy GSS command on a
     // GPU object goes to GSP firmware past all of the checks below.
-    if let Some(status) = crate::gss_legacy::control(st, &p, call, loc) {
+    if let Some(status) = crate::gss_legacy::control(drv, st, &p, call, loc) {
         return status;
     }
     // NULL commands (class-wide too) succeed without looking at anything.

@@ -25,7 +25,8 @@ use ioctl_proxy::HostCall;
 use nvproxy_abi::structs::NVOS54_PARAMETERS;
 
 use crate::buf::{Loc, bytes, bytes_mut, child};
-use crate::driver::State;
+use crate::config::SimGpu;
+use crate::driver::{SimDriver, State};
 use crate::status::*;
 
 /// `RM_GSS_LEGACY_MASK`.
@@ -52,6 +53,9 @@ pub enum Answer {
     Unchanged,
     /// `NV_OK` with these bytes written at offset 0.
     Bytes(&'static [u8]),
+    /// `NV_OK` with the whole buffer replaced: these little-endian words, then zeros (the
+    /// zero tail was measured too).
+    Words(&'static [u32]),
 }
 
 /// The legacy GSS commands whose answer has been measured on a real GPU (GA106, 580.159.04;
@@ -68,12 +72,32 @@ pub const MEASURED: &[Measured] = &[
         size: 1,
         answer: Answer::Bytes(&[1]),
     },
+    // The CLK/PERF legacy controls libcuda sends for cuDeviceGetAttribute and the CUDA
+    // runtime at its initialisation; measured replies of the same GA106
+    // (`reindertpelsma/kayfabe`, `crates/kayfabe-rmrpc/src/cudartinit.rs`: "[measured
+    // 2026-08-20, real GA106 (RTX 3060) on 580.159.04]").
+    Measured {
+        cmd: 0x2080_9009,
+        size: 8,
+        answer: Answer::Words(&[0x0, 0xd]),
+    },
+    Measured {
+        cmd: 0x2080_9001,
+        size: 8,
+        answer: Answer::Words(&[0x03fc_007f, 0x0]),
+    },
+    Measured {
+        cmd: 0x2080_9064,
+        size: 520,
+        answer: Answer::Words(&[0x0, 0x2, 0x1, 0x1, 0x1, 0x64, 0x4, 0x10, 0x1, 0x64]),
+    },
 ];
 
 /// Handles `p` when the driver would route it to `RmGssLegacyRpcCmd`; `None` when the control
 /// takes the normal path (not a legacy GSS command, unknown client, or an object that is not
 /// a GPU's, for which `gpuGetByHandle` fails).
 pub(crate) fn control(
+    drv: &SimDriver,
     st: &State,
     p: &NVOS54_PARAMETERS,
     call: &mut HostCall,
@@ -93,6 +117,10 @@ pub(crate) fn control(
     if size != 0 && pbuf.is_none_or(|l| bytes(call, l).len() < size) {
         return Some(NV_ERR_INVALID_ADDRESS);
     }
+    let gpu = st.gpu_of(p.hClient, p.hObject).expect("checked above");
+    if let Some(status) = clocks(&drv.config.gpus[gpu], p, call, pbuf) {
+        return Some(status);
+    }
     let Some(m) = MEASURED
         .iter()
         .find(|m| m.cmd == p.cmd && m.size == p.paramsSize)
@@ -104,8 +132,16 @@ pub(crate) fn control(
         );
         return Some(NV_ERR_NOT_SUPPORTED);
     };
-    if let (Answer::Bytes(b), Some(l)) = (m.answer, pbuf) {
-        bytes_mut(call, l)[..b.len()].copy_from_slice(b);
+    match (m.answer, pbuf) {
+        (Answer::Bytes(b), Some(l)) => bytes_mut(call, l)[..b.len()].copy_from_slice(b),
+        (Answer::Words(w), Some(l)) => {
+            let out = &mut bytes_mut(call, l)[..size];
+            out.fill(0);
+            for (i, word) in w.iter().enumerate() {
+                out[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        _ => {}
     }
     Some(NV_OK)
 }
@@ -122,9 +158,64 @@ mod tests {
                 m.cmd & RM_GSS_LEGACY_MASK_PRIVILEGED,
                 RM_GSS_LEGACY_MASK_PRIVILEGED
             );
-            if let Answer::Bytes(b) = m.answer {
-                assert!(b.len() <= m.size as usize);
+            match m.answer {
+                Answer::Bytes(b) => assert!(b.len() <= m.size as usize),
+                Answer::Words(w) => assert!(4 * w.len() <= m.size as usize),
+                Answer::Unchanged => {}
             }
         }
+    }
+}
+
+/// `0x2080a084` (4 bytes) and `0x2080a026` (532 bytes): the clock queries libcuda sends for
+/// `cuDeviceGetAttribute(CLOCK_RATE / MEMORY_CLOCK_RATE)` (and the CUDA runtime at its start).
+///
+/// Layout as measured on a real GA102 with 580.159.04 (`reindertpelsma/kayfabe`,
+/// `crates/kf-abi/src/gssreplay.rs`, 136 bare-metal calls): `0x2080a084` is answered `NV_OK`
+/// with nothing written. `0x2080a026`'s request carries `0x400` at 0 and an entry count at
+/// 0x10, then 16-byte entries from 0x14 of `{domain, 0, kHz (out), 0}`, asked for the GPC
+/// (`0x1`) and memory (`0x10`) clock domains; the firmware writes the maximum clock of each in
+/// kHz, a byte 2 at 4 and the words 4 at 8 and 1 at 0x0c (their meaning is unknown; they are
+/// written as measured). The clocks themselves are the simulated GPU's
+/// ([`SimGpu::max_gpc_clock_khz`], [`SimGpu::max_memory_clock_khz`]). A request of another
+/// shape, or for a domain other than these two, gets `NV_ERR_NOT_SUPPORTED`: that is not a
+/// measured answer.
+fn clocks(
+    gpu: &SimGpu,
+    p: &NVOS54_PARAMETERS,
+    call: &mut HostCall,
+    pbuf: Option<Loc>,
+) -> Option<u32> {
+    const DOMAIN_GPC: u32 = 0x1;
+    const DOMAIN_MCLK: u32 = 0x10;
+    match (p.cmd, p.paramsSize, pbuf) {
+        (0x2080_a084, 4, Some(_)) => Some(NV_OK),
+        (0x2080_a026, 532, Some(l)) => {
+            let b = bytes_mut(call, l);
+            let word = |b: &[u8], at: usize| {
+                u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+            };
+            let count = word(b, 0x10) as usize;
+            if word(b, 0) != 0x400 || count == 0 || 0x14 + 16 * count > 532 {
+                return Some(NV_ERR_NOT_SUPPORTED);
+            }
+            let mut khz = Vec::with_capacity(count);
+            for i in 0..count {
+                khz.push(match word(b, 0x14 + 16 * i) {
+                    DOMAIN_GPC => gpu.max_gpc_clock_khz,
+                    DOMAIN_MCLK => gpu.max_memory_clock_khz,
+                    _ => return Some(NV_ERR_NOT_SUPPORTED),
+                });
+            }
+            for (i, k) in khz.into_iter().enumerate() {
+                let at = 0x14 + 16 * i + 8;
+                b[at..at + 4].copy_from_slice(&k.to_le_bytes());
+            }
+            b[4] = 2;
+            b[8..12].copy_from_slice(&4u32.to_le_bytes());
+            b[12..16].copy_from_slice(&1u32.to_le_bytes());
+            Some(NV_OK)
+        }
+        _ => None,
     }
 }

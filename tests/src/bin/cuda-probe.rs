@@ -445,6 +445,22 @@ const ATTRS: &[(c_int, &str)] = &[
     (33, "pci_bus_id"),
     (34, "pci_device_id"),
     (50, "pci_domain_id"),
+    (13, "clock_rate_khz"),
+    (36, "memory_clock_rate_khz"),
+    (37, "global_memory_bus_width"),
+    (38, "l2_cache_size"),
+    (1, "max_threads_per_block"),
+    (39, "max_threads_per_multiprocessor"),
+    (10, "warp_size"),
+    (8, "max_shared_memory_per_block"),
+    (81, "max_shared_memory_per_multiprocessor"),
+    (9, "total_constant_memory"),
+    (32, "ecc_enabled"),
+    (18, "integrated"),
+    (20, "compute_mode"),
+    (41, "unified_addressing"),
+    (83, "managed_memory"),
+    (89, "concurrent_managed_access"),
 ];
 /// `CU_MEM_ATTACH_GLOBAL`.
 const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
