@@ -65,6 +65,10 @@ pub mod cmd {
     pub const MC_GET_ARCH_INFO: u32 = 0x2080_1701;
     /// `NV2080_CTRL_CMD_BUS_GET_PCI_INFO`.
     pub const BUS_GET_PCI_INFO: u32 = 0x2080_1801;
+    /// `NV2080_CTRL_CMD_GPU_ACQUIRE_COMPUTE_MODE_RESERVATION` (no params).
+    pub const GPU_ACQUIRE_COMPUTE_MODE_RESERVATION: u32 = 0x2080_0145;
+    /// `NV2080_CTRL_CMD_GPU_RELEASE_COMPUTE_MODE_RESERVATION` (no params).
+    pub const GPU_RELEASE_COMPUTE_MODE_RESERVATION: u32 = 0x2080_0146;
     /// `NV2080_CTRL_CMD_RC_RELEASE_WATCHDOG_REQUESTS` (no params).
     pub const RC_RELEASE_WATCHDOG_REQUESTS: u32 = 0x2080_220c;
     /// `NV2080_CTRL_CMD_RC_SOFT_DISABLE_WATCHDOG` (no params).
@@ -177,6 +181,21 @@ pub(crate) fn control(
                 cmd::RC_RELEASE_WATCHDOG_REQUESTS | cmd::RC_SOFT_DISABLE_WATCHDOG,
                 Target::Subdevice(_),
             ) => NV_OK,
+            // subdeviceCtrlCmdGpuAcquireComputeModeReservation: the simulated GPUs are in
+            // compute mode NONE (QUERY_COMPUTE_MODE_RULES), where the caller always gets it.
+            (cmd::GPU_ACQUIRE_COMPUTE_MODE_RESERVATION, Target::Subdevice(g)) => {
+                st.gpus[g].compute_reservation = Some(p.hClient);
+                NV_OK
+            }
+            // ...Release: only the holder may release it.
+            (cmd::GPU_RELEASE_COMPUTE_MODE_RESERVATION, Target::Subdevice(g)) => {
+                if st.gpus[g].compute_reservation == Some(p.hClient) {
+                    st.gpus[g].compute_reservation = None;
+                    NV_OK
+                } else {
+                    NV_ERR_STATE_IN_USE
+                }
+            }
             _ => {
                 tracing::debug!(
                     cmd = format_args!("{:#x}", p.cmd),

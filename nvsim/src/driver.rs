@@ -46,6 +46,8 @@ pub(crate) struct GpuState {
     pub vidmem_used: u64,
     /// Next simulated FB offset handed out.
     pub fb_cursor: u64,
+    /// The client holding the compute-mode reservation (`hComputeModeReservation`).
+    pub compute_reservation: Option<u32>,
 }
 
 /// An RM object other than a client.

@@ -614,6 +614,12 @@ impl State {
             .get_mut(&h_client)
             .and_then(|c| c.objects.remove(&h))
         {
+            // subdevicePreDestruct: the client's compute-mode reservation goes with it.
+            if let Kind::Subdevice { gpu, .. } = o.kind {
+                if self.gpus[gpu].compute_reservation == Some(h_client) {
+                    self.gpus[gpu].compute_reservation = None;
+                }
+            }
             self.destroy(&o.kind);
         }
     }

@@ -15,11 +15,14 @@
 //!   exactly that GPU, as GPU 0;
 //! - a userspace of another version than the simulated driver's is refused as on a real
 //!   machine (NVML's version mismatch);
-//! - `cuInit` goes as far as the simulated driver can honestly answer: it stops at the legacy
-//!   GSS control `0x20808159`, which the real driver forwards to GSP firmware and whose meaning
-//!   and answer are in no open source (`tests/nvidia-userspace/RESULTS.md`). The test asserts
-//!   exactly that stop (CUresult, the control, its NV status, that only teardown follows), so a
-//!   change in how far libcuda gets is seen;
+//! - `cuInit`, `cuDeviceGetCount`/`Get`/`GetName`/`GetUuid`/`TotalMem`/`GetPCIBusId` and
+//!   `cuDeviceGetAttribute` (compute capability, SMs, clocks, bus width, L2, ...) succeed with
+//!   the simulated GPU's values, for both userspace versions and for an instance granted only
+//!   the second of two GPUs;
+//! - `cuCtxCreate` stops where the simulator stops: its first channel object
+//!   (`KEPLER_CHANNEL_GROUP_A`, `NV_ERR_INVALID_CLASS`), because a context needs the GPU to run
+//!   the channels' pushbuffers (`tests/nvidia-userspace/RESULTS.md`); the test asserts exactly
+//!   that stop, so a change in how far libcuda gets is seen;
 //! - every run with `--check-leaks`: the simulated driver and the proxy hold nothing afterwards.
 
 use std::io::Read;
@@ -289,9 +292,17 @@ fn probe_json(o: &Output) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("cuda-probe output {text:?}: {e}"))
 }
 
+/// The PCI bus id as `cuDeviceGetPCIBusId` writes it.
+fn cuda_bus_id(g: &nvsim::SimGpu) -> String {
+    format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        g.pci_domain, g.pci_bus, g.pci_device, g.pci_function
+    )
+}
+
 #[test]
 #[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
-fn cuinit_goes_as_far_as_the_simulator_can_honestly_answer() {
+fn cuinit_and_device_queries_return_the_simulated_gpu() {
     require_cuse();
     for (v, exec_args) in [
         (VERSIONS[0], &[][..]),
@@ -299,45 +310,97 @@ fn cuinit_goes_as_far_as_the_simulator_can_honestly_answer() {
         (VERSIONS[1], &["--sim-gpus", "2", "--gpus", "1"][..]),
     ] {
         let (lib, _) = userspace(v);
-        let o = exec(v, exec_args, &lib, &[PROBE, "init"]);
-        // The probe's own status (1: a step failed), not --check-leaks' 3.
-        assert_eq!(
-            o.status.code(),
-            Some(1),
-            "cuda-probe init with {v} {exec_args:?}"
+        let shown = if exec_args.is_empty() { gpu(0) } else { gpu(1) };
+        let (uuid, bus) = (shown.uuid_string(), cuda_bus_id(&shown));
+        let o = exec(
+            v,
+            exec_args,
+            &lib,
+            &[
+                PROBE,
+                "--expect-count",
+                "1",
+                "--expect-name",
+                &shown.name,
+                "--expect-uuid",
+                &uuid,
+                "--expect-pci-bus-id",
+                &bus,
+                "init",
+            ],
         );
         let j = probe_json(&o);
-        let failed = &j["failed"];
-        assert_eq!(failed["call"], "cuInit");
-        assert_eq!(failed["result_name"], "CUDA_ERROR_NO_DEVICE", "{j}");
-        // libcuda's last request before it tears down: the legacy GSS control, answered
-        // NV_ERR_NOT_SUPPORTED (0x56) by the simulator because GSP's answer is unknown.
-        let calls = failed["last_ioctls"].as_array().expect("last_ioctls");
-        let first_teardown = calls
-            .iter()
-            .position(|c| {
-                c["escape"] == "RM_UNMAP_MEMORY"
-                    || c["escape"] == "RM_FREE"
-                    || c["uvm_cmd"] == "0x30000002"
-            })
-            .expect("libcuda tears down after the failure");
-        let before = &calls[first_teardown - 1];
-        assert_eq!(before["escape"], "RM_CONTROL", "{before}");
-        assert_eq!(before["code"], "0x20808159", "{before}");
-        assert_eq!(before["nv_status"], "0x56", "{before}");
-        // Everything before it in the window succeeded or is one of the documented tolerated
-        // NOT_SUPPORTED answers.
-        for c in &calls[..first_teardown - 1] {
-            assert_eq!(c["ret"], 0, "{c}");
+        assert_ok(&o, &format!("cuda-probe init with {v} {exec_args:?}: {j}"));
+        assert_eq!(j["failed"], Value::Null, "{j}");
+        let d = &j["steps"][0]["devices"][0];
+        let want = [
+            ("total_mem", shown.memory_bytes),
+            (
+                "compute_capability_major",
+                u64::from(shown.compute_capability.0),
+            ),
+            (
+                "compute_capability_minor",
+                u64::from(shown.compute_capability.1),
+            ),
+            ("multiprocessor_count", u64::from(shown.sm_count)),
+            ("clock_rate_khz", u64::from(shown.max_gpc_clock_khz)),
+            (
+                "memory_clock_rate_khz",
+                u64::from(shown.max_memory_clock_khz),
+            ),
+            ("global_memory_bus_width", u64::from(shown.memory_bus_width)),
+            ("l2_cache_size", u64::from(shown.l2_cache_bytes)),
+            ("pci_bus", u64::from(shown.pci_bus)),
+            ("pci_device", u64::from(shown.pci_device)),
+            ("pci_domain", u64::from(shown.pci_domain)),
+            ("warp_size", 32),
+            ("managed_memory", 1),
+            ("unified_addressing", 1),
+        ];
+        for (key, value) in want {
+            assert_eq!(
+                d[key].as_u64(),
+                Some(value),
+                "{key} with {v} {exec_args:?}: {d}"
+            );
         }
-        assert!(j["nv_ioctls"].as_u64().unwrap() >= 70, "{j}");
         // The GPUs the driver showed libcuda: exactly the instance's (the second one when it is
         // granted only that).
-        let shown = if exec_args.is_empty() { gpu(0) } else { gpu(1) };
         assert_eq!(
             j["probed_gpu_ids"],
             serde_json::json!([format!("{:#x}", shown.gpu_id())]),
             "{j}"
         );
     }
+}
+
+#[test]
+#[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn cuctxcreate_stops_at_the_first_channel_class() {
+    require_cuse();
+    let v = VERSIONS[1];
+    let (lib, _) = userspace(v);
+    let o = exec(v, &[], &lib, &[PROBE, "ctx"]);
+    // The probe's own status (1: a step failed), not --check-leaks' 3: libcuda freed all.
+    assert_eq!(o.status.code(), Some(1), "cuda-probe ctx with {v}");
+    let j = probe_json(&o);
+    assert_eq!(j["steps"][0]["ok"], true, "init passes: {j}");
+    let failed = &j["failed"];
+    assert_eq!(failed["call"], "cuCtxCreate_v2", "{j}");
+    // The context's first channel object: KEPLER_CHANNEL_GROUP_A, a class the simulator does
+    // not have (NV_ERR_INVALID_CLASS), after which libcuda only tears down.
+    let calls = failed["last_ioctls"].as_array().expect("last_ioctls");
+    let tsg = calls
+        .iter()
+        .position(|c| c["escape"] == "RM_ALLOC" && c["code"] == "0xa06c")
+        .unwrap_or_else(|| panic!("no KEPLER_CHANNEL_GROUP_A alloc in {j}"));
+    assert_eq!(calls[tsg]["nv_status"], "0x22", "{j}");
+    for c in &calls[..tsg] {
+        assert_eq!(c["ret"], 0, "{c}");
+    }
+    assert!(
+        calls[tsg + 1..].iter().all(|c| c["escape"] != "RM_ALLOC"),
+        "nothing is allocated after the refusal: {j}"
+    );
 }

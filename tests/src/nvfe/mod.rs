@@ -59,6 +59,9 @@ pub const GR_INFO_INDICES: &[(u32, &str)] = &[
     (0x13, "max_sp_per_sm"),
     (0x1d, "gpu_core_count"),
     (0x20, "litter_num_sm_per_tpc"),
+    (0x07, "shader_pipe_count"),
+    (0x09, "shader_pipe_sub_count"),
+    (0x08, "thread_stack_scaling_factor"),
 ];
 
 /// A buffer an embedded pointer of a [`Call`] names.
@@ -1011,10 +1014,13 @@ impl Session {
             gr_info.insert(*key, v);
             info.insert((*key).into(), v.into());
         }
-        let sms = gr_info["gpu_core_count"]
-            .checked_div(gr_info["max_sp_per_sm"])
-            .unwrap_or(0);
+        // Enabled TPCs (SHADER_PIPE_SUB_COUNT) times SMs per TPC; THREAD_STACK_SCALING_FACTOR
+        // is the SM count too (a real GA106 answers 14 TPCs, 2 per TPC, 28).
+        let sms = gr_info["shader_pipe_sub_count"] * gr_info["litter_num_sm_per_tpc"];
         check(sms > 0, || format!("{gr}: SM count 0 ({gr_info:?})"))?;
+        check(sms == gr_info["thread_stack_scaling_factor"], || {
+            format!("{gr}: {sms} SMs from the TPCs, not THREAD_STACK_SCALING_FACTOR ({gr_info:?})")
+        })?;
         info.insert("sm_count".into(), sms.into());
 
         self.gpus[i].info = info;
