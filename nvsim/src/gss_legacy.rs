@@ -146,27 +146,6 @@ pub(crate) fn control(
     Some(NV_OK)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn measured_answers_fit_their_sizes_and_are_not_privileged() {
-        for m in MEASURED {
-            assert_ne!(m.cmd & RM_GSS_LEGACY_MASK, 0);
-            assert_ne!(
-                m.cmd & RM_GSS_LEGACY_MASK_PRIVILEGED,
-                RM_GSS_LEGACY_MASK_PRIVILEGED
-            );
-            match m.answer {
-                Answer::Bytes(b) => assert!(b.len() <= m.size as usize),
-                Answer::Words(w) => assert!(4 * w.len() <= m.size as usize),
-                Answer::Unchanged => {}
-            }
-        }
-    }
-}
-
 /// `0x2080a084` (4 bytes) and `0x2080a026` (532 bytes): the clock queries libcuda sends for
 /// `cuDeviceGetAttribute(CLOCK_RATE / MEMORY_CLOCK_RATE)` (and the CUDA runtime at its start).
 ///
@@ -217,5 +196,26 @@ fn clocks(
             Some(NV_OK)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_answers_fit_their_sizes_and_are_not_privileged() {
+        for m in MEASURED {
+            assert_ne!(m.cmd & RM_GSS_LEGACY_MASK, 0);
+            assert_ne!(
+                m.cmd & RM_GSS_LEGACY_MASK_PRIVILEGED,
+                RM_GSS_LEGACY_MASK_PRIVILEGED
+            );
+            match m.answer {
+                Answer::Bytes(b) => assert!(b.len() <= m.size as usize),
+                Answer::Words(w) => assert!(4 * w.len() <= m.size as usize),
+                Answer::Unchanged => {}
+            }
+        }
     }
 }

@@ -40,6 +40,87 @@ fn gss_8162_writes_the_measured_byte() {
 }
 
 #[test]
+fn gss_clock_queries_answer_the_simulated_gpus_max_clocks() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let gpu = nvsim::SimGpu::h100(0);
+    // 0x2080a084: NV_OK, nothing written.
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_a084, &[9, 9, 9, 9]);
+    assert_eq!((st, out), (NV_OK, vec![9, 9, 9, 9]));
+    // 0x2080a026 for GPC (1) and MCLK (0x10), as libcuda asks it.
+    let mut req = vec![0u8; 532];
+    let put = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    put(&mut req, 0, 0x400);
+    put(&mut req, 0x10, 2);
+    put(&mut req, 0x14, 0x1);
+    put(&mut req, 0x24, 0x10);
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_a026, &req);
+    assert_eq!(st, NV_OK);
+    let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+    assert_eq!(word(0x1c), gpu.max_gpc_clock_khz);
+    assert_eq!(word(0x2c), gpu.max_memory_clock_khz);
+    assert_eq!((out[4], word(8), word(0x0c)), (2, 4, 1));
+    // Another domain, a bad header, too many entries: not a measured shape.
+    let mut other = req.clone();
+    put(&mut other, 0x24, 0x2);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_a026, &other).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    let mut other = req.clone();
+    put(&mut other, 0, 0x401);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_a026, &other).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    let mut other = req.clone();
+    put(&mut other, 0x10, 33);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_a026, &other).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    // The measured CLK word pair.
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_9009, &[0xff; 8]);
+    assert_eq!((st, out), (NV_OK, vec![0, 0, 0, 0, 0xd, 0, 0, 0]));
+}
+
+#[test]
+fn compute_mode_reservation_is_held_by_one_client_until_its_subdevice_goes() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let other = client(&s.ctl);
+    let dev = device(&s.ctl, other, 0xd0, 0);
+    let sub = subdevice(&s.ctl, other, dev, 0xd1);
+    let (acquire, release) = (0x2080_0145, 0x2080_0146);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, acquire, &[]).0,
+        NV_OK
+    );
+    // Compute mode NONE: another client gets it too, and then holds it.
+    assert_eq!(control(&s.ctl, other, sub, acquire, &[]).0, NV_OK);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, release, &[]).0,
+        NV_ERR_STATE_IN_USE
+    );
+    assert_eq!(control(&s.ctl, other, sub, release, &[]).0, NV_OK);
+    assert_eq!(
+        control(&s.ctl, other, sub, release, &[]).0,
+        NV_ERR_STATE_IN_USE
+    );
+    // Freeing the holder's subdevice drops the reservation.
+    assert_eq!(control(&s.ctl, other, sub, acquire, &[]).0, NV_OK);
+    assert_eq!(free(&s.ctl, other, sub), NV_OK);
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, acquire, &[]).0,
+        NV_OK
+    );
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, release, &[]).0,
+        NV_OK
+    );
+}
+
+#[test]
 fn gss_unmeasured_wrong_size_and_privileged_are_refused() {
     let d = sim(1);
     let s = stack(&d, 0);
