@@ -123,7 +123,18 @@ fn alloc_size(drv: &SimDriver, st: &mut State, p: &mut NVOS32_PARAMETERS, os_inf
     } else {
         rm::NV01_MEMORY_SYSTEM
     };
+    // From 545 on the params end with numaNode (128 bytes), copied in from AllocSize.numaNode
+    // (after ctagOffset).
     let mut params = mp.as_bytes().to_vec();
+    let class_size = drv
+        .abi
+        .classes
+        .get(&class)
+        .map_or(params.len(), |c| c.param_size as usize);
+    if class_size >= 128 {
+        params.resize(class_size, 0);
+        params[120..124].copy_from_slice(&p.data[112..116]);
+    }
     let (status, h) = st.alloc(
         drv,
         AllocArgs {

@@ -153,7 +153,8 @@ fn gss_on_a_non_gpu_object_takes_the_normal_path() {
 // ---- VA spaces and virtual memory -------------------------------------------------------
 
 fn vaspace(s: &Stack, h: u32, va_base: u64, va_size: u64) -> (u32, u64, u64) {
-    let mut p = [0u8; 48];
+    // 48 bytes before 580, 56 (pasid) from 580 on; vaSize and vaBase stay at 8 and 40.
+    let mut p = [0u8; 56];
     p[8..16].copy_from_slice(&va_size.to_ne_bytes());
     p[40..48].copy_from_slice(&va_base.to_ne_bytes());
     let (r, a, out) = alloc_full(&s.ctl, s.client, s.device, h, FERMI_VASPACE_A, Some(&p));
@@ -365,4 +366,25 @@ fn vid_heap_other_functions_and_bad_input() {
         errno(esc(&s.gpu, NV_ESC_RM_VID_HEAP_CONTROL, &q).0),
         Some(22)
     );
+}
+
+#[test]
+fn vid_heap_alloc_size_works_with_every_versions_alloc_params() {
+    // From 545 on NV_MEMORY_ALLOCATION_PARAMS is 128 bytes (numaNode).
+    for v in [
+        "535.216.03",
+        "550.163.01",
+        "570.211.01",
+        "580.142",
+        "595.45.04",
+    ] {
+        let version: nvproxy_abi::DriverVersion = v.parse().unwrap();
+        let d = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1).with_version(version));
+        let s = stack(&d, 0);
+        assert_eq!(vaspace(&s, 0xa1, 0, 0).0, NV_OK, "{v}");
+        let p = vid_heap(&s, 0xa1, 0x8c415, 0, 0x20_0000, 0x1_0000_0000, 0xcafe);
+        assert_eq!(p.status, NV_OK, "{v}");
+        let p = vid_heap(&s, 0, 0, 0, 0x20_0000, 0, 0);
+        assert_eq!(p.status, NV_OK, "{v}");
+    }
 }

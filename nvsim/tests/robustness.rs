@@ -89,6 +89,20 @@ fn test_random_controls_never_panic() {
         FB_GET_INFO_V2,
         MC_GET_ARCH_INFO,
         BUS_GET_PCI_INFO,
+        RC_RELEASE_WATCHDOG_REQUESTS,
+        RC_SOFT_DISABLE_WATCHDOG,
+        GPU_ACQUIRE_COMPUTE_MODE_RESERVATION,
+        GPU_RELEASE_COMPUTE_MODE_RESERVATION,
+        // Legacy GSS: measured, modelled (clocks), unmeasured and privileged ones.
+        0x2080_8159,
+        0x2080_8162,
+        0x2080_9009,
+        0x2080_9001,
+        0x2080_9064,
+        0x2080_a084,
+        0x2080_a026,
+        0x2080_a001,
+        0x2080_c159,
     ];
     let d = sim(1);
     let mut rng = Lcg(11);
@@ -97,8 +111,9 @@ fn test_random_controls_never_panic() {
         for obj in [s.client, s.device, s.subdevice, 0x1234] {
             for _ in 0..40 {
                 let exact = [
-                    4usize, 12, 16, 32, 40, 64, 128, 132, 256, 268, 516, 644, 776, 436,
-                ][(rng.next() % 14) as usize];
+                    4usize, 12, 16, 32, 40, 64, 128, 132, 256, 268, 516, 644, 776, 436, 0, 1, 8,
+                    332, 520, 532,
+                ][(rng.next() % 20) as usize];
                 let len = if rng.next() % 2 == 0 {
                     exact
                 } else {
@@ -113,5 +128,41 @@ fn test_random_controls_never_panic() {
         }
     }
     drop(s);
+    assert_eq!(d.stats(), SimStats::default());
+}
+
+#[test]
+fn test_random_vid_heap_and_virtual_allocations_never_panic_or_leak() {
+    use nvproxy_abi::structs::NVOS32_PARAMETERS;
+    use zerocopy::{FromBytes, IntoBytes};
+    let d = sim(1);
+    let mut rng = Lcg(13);
+    {
+        let s = stack(&d, 0);
+        // A VA space with random base/size, then random NVOS32 ALLOC_SIZE and RM_ALLOC
+        // NV50_MEMORY_VIRTUAL requests in it.
+        for i in 0..200u32 {
+            let mut vas = rng.bytes(48);
+            if i % 2 == 0 {
+                vas[8..16].copy_from_slice(&0u64.to_ne_bytes());
+                vas[40..48].copy_from_slice(&0u64.to_ne_bytes());
+            }
+            let _ = alloc_full(&s.ctl, s.client, s.device, 0xa000 + i, 0x90f1, Some(&vas));
+            let mut p = NVOS32_PARAMETERS::read_from_bytes(&rng.bytes(184)).unwrap();
+            p.hRoot = s.client;
+            p.hObjectParent = if i % 3 == 0 { s.subdevice } else { s.device };
+            p.function = 2;
+            p.ivcHeapNumber = 0;
+            p.hVASpace = if i % 4 == 0 { 0 } else { 0xa000 + i };
+            let _ = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
+            let mut m = rng.bytes(120);
+            m[108..112].copy_from_slice(&(0xa000 + i).to_ne_bytes()); // hVASpace
+            if i % 2 == 0 {
+                m[8..12].copy_from_slice(&0x8_0010u32.to_ne_bytes()); // VIRTUAL | FIXED
+            }
+            let _ = alloc_full(&s.ctl, s.client, s.device, 0xb000 + i, 0x50a0, Some(&m));
+            let _ = p.as_bytes();
+        }
+    }
     assert_eq!(d.stats(), SimStats::default());
 }
