@@ -2,8 +2,9 @@
 # measure.sh: what NVIDIA's own clients cost through the proxy on the simulated GPU, in the VM.
 # For each repetition, in ONE VM run (tests/vm/cuse-vm, emulated: absolute times are 10-50x a
 # real machine's, see shared/vm/README.md):
-#   - `cuda-probe init` (libcuda's cuInit up to where it stops, see RESULTS.md): the NVIDIA ioctls
-#     the process made (the probe's own recorder) and cuInit's wall time inside the process;
+#   - `cuda-probe init` (libcuda's cuInit, then the device queries: count, name, UUID, memory, bus
+#     id, 22 attributes): the NVIDIA ioctls the process made (the probe's own recorder) and the
+#     wall time inside the process, for cuInit alone and for the whole step;
 #   - `nvidia-smi -L`: the ioctls the proxy served (the instance's audit counts and events,
 #     summed) and the command's wall time inside the namespace (bash's `time`, so nvproxy's own
 #     set-up and tear-down are not in it), and the same for `cuda-probe init` from the audit log;
@@ -66,14 +67,17 @@ import json, sys
 print(sum(e["count"] for e in map(json.loads, open(sys.argv[1])) if e.get("type") == "count"))' "$1"
 }
 
-declare -a probe_ioctls probe_ms probe_audit smi_ioctls smi_s smi_exec_s probe_s
+declare -a probe_ioctls probe_ms probe_audit smi_ioctls smi_s smi_exec_s probe_s init_ioctls init_ms
 for ((r = 0; r < REPS; r++)); do
   a=$WORK/probe-$r.jsonl
   { time "$BIN/nvproxy" exec --driver sim --sim-driver-version "$VERSION" --audit-log "$a" -- \
       env LD_LIBRARY_PATH="$LIB" "$BIN/cuda-probe" init >"$WORK/probe-$r.json" || true; } 2>"$WORK/probe-$r.time"
   [[ -s $WORK/probe-$r.json ]] || { cat "$WORK/probe-$r.time" >&2; echo "$PROG: cuda-probe printed nothing" >&2; exit 1; }
-  probe_ioctls[r]=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"][0]["ioctls"])' "$WORK/probe-$r.json")
-  probe_ms[r]=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["steps"][0]["ms"]))' "$WORK/probe-$r.json")
+  step() { python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["steps"][0][sys.argv[2]]))' "$WORK/probe-$r.json" "$1"; }
+  probe_ioctls[r]=$(step cuinit_ioctls)
+  probe_ms[r]=$(step cuinit_ms)
+  init_ioctls[r]=$(step ioctls)
+  init_ms[r]=$(step ms)
   probe_audit[r]=$(audit_total "$a")
   a=$WORK/smi-$r.jsonl
   { time "$BIN/nvproxy" exec --driver sim --sim-driver-version "$VERSION" --audit-log "$a" -- \
@@ -84,7 +88,7 @@ for ((r = 0; r < REPS; r++)); do
   smi_exec_s[r]=$(tail -1 "$WORK/smi-$r.time")
   smi_ioctls[r]=$(audit_total "$a")
   probe_s[r]=$(tail -1 "$WORK/probe-$r.time")
-  echo "rep $r: cuInit ${probe_ioctls[r]} ioctls (proxy saw ${probe_audit[r]}) ${probe_ms[r]} ms;" \
+  echo "rep $r: cuInit ${probe_ioctls[r]} ioctls ${probe_ms[r]} ms, init step ${init_ioctls[r]} (proxy saw ${probe_audit[r]}) ${init_ms[r]} ms;" \
        "nvidia-smi -L ${smi_ioctls[r]} ioctls ${smi_s[r]} s (exec ${smi_exec_s[r]} s)" >&2
 done
 
@@ -102,7 +106,8 @@ Measured $(date -u +%Y-%m-%d) in the CUSE VM (tests/vm/cuse-vm, TCG emulation, 1
 
 | client | NVIDIA ioctls | wall time in the VM |
 |---|---|---|
-| \`cuInit\` (libcuda, until it stops at 0x20808159, incl. its teardown), counted in the process | $(stats "${probe_ioctls[@]}") | $(stats "${probe_ms[@]}") ms (the cuInit call) |
+| \`cuInit(0)\` (libcuda), counted in the process | $(stats "${probe_ioctls[@]}") | $(stats "${probe_ms[@]}") ms (the call) |
+| \`cuda-probe init\` (cuInit + device queries), counted in the process | $(stats "${init_ioctls[@]}") | $(stats "${init_ms[@]}") ms (the step) |
 | the same, served by the proxy (audit counts) | $(stats "${probe_audit[@]}") | $(stats "${probe_s[@]}") s (whole \`nvproxy exec\` of cuda-probe) |
 | \`nvidia-smi -L\`, served by the proxy (audit counts) | $(stats "${smi_ioctls[@]}") | $(stats "${smi_s[@]}") s (the command) / $(stats "${smi_exec_s[@]}") s (whole \`nvproxy exec\`) |
 EOF

@@ -8,7 +8,8 @@
 //! `--lib`); no CUDA headers are needed, the few function types are declared here. Steps, run in
 //! this order whatever the order given (each runs the ones it needs first):
 //!
-//! - `init`: `cuInit(0)`, `cuDriverGetVersion`, `cuDeviceGetCount`, and for each device
+//! - `init`: `cuInit(0)` (its own ioctls and time are reported as `cuinit_ioctls`/`cuinit_ms`),
+//!   `cuDriverGetVersion`, `cuDeviceGetCount`, and for each device
 //!   `cuDeviceGet`, `cuDeviceGetName`, `cuDeviceGetUuid_v2`, `cuDeviceTotalMem_v2`, the compute
 //!   capability, SM count and PCI attributes, `cuDeviceGetPCIBusId`;
 //! - `ctx`: `cuCtxCreate_v2` on device 0 and `cuMemGetInfo_v2` (destroyed at the end);
@@ -496,8 +497,12 @@ struct Probe {
 impl Probe {
     fn init(&mut self, out: &mut Value) -> Result<(), Failure> {
         let c = &self.cuda;
+        let (before, t) = (NV_IOCTLS.load(Ordering::Relaxed), Instant::now());
         // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
-        check("cuInit", unsafe { (c.init)(0) })?;
+        let r = check("cuInit", unsafe { (c.init)(0) });
+        out["cuinit_ms"] = (t.elapsed().as_secs_f64() * 1000.0).into();
+        out["cuinit_ioctls"] = (NV_IOCTLS.load(Ordering::Relaxed) - before).into();
+        r?;
         let mut version = 0;
         // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
         check("cuDriverGetVersion", unsafe {
