@@ -252,6 +252,17 @@ pub struct Session {
     chan: Arc<File>,
     cfg: DeviceConfig,
     control: SessionControl,
+    thread_start: Option<ThreadStart>,
+}
+
+/// The hook of [`Session::on_thread_start`].
+#[derive(Clone)]
+struct ThreadStart(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ThreadStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ThreadStart(..)")
+    }
 }
 
 /// What one read attempt gave.
@@ -288,7 +299,19 @@ impl Session {
             chan: Arc::new(file),
             cfg,
             control: SessionControl::new()?,
+            thread_start: None,
         })
+    }
+
+    /// Runs `hook` on every serving thread when it starts, before it reads its first request:
+    /// for per-thread state that handlers rely on (Linux credentials and capabilities are per
+    /// thread). The thread that calls [`Session::run`] answers `CUSE_INIT` and supervises only;
+    /// it does not run the hook. A hook cannot refuse the thread: one whose failure must not
+    /// let requests through records its outcome where the handlers check it. A panic in the
+    /// hook is logged and the thread serves on.
+    pub fn on_thread_start(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.thread_start = Some(ThreadStart(Arc::new(hook)));
+        self
     }
 
     /// A handle to stop the session and to learn when `CUSE_INIT` was answered.
@@ -343,6 +366,7 @@ impl Session {
             max: self.cfg.max_workers,
             buf_size: self.cfg.read_buffer_size(),
             control: self.control.clone(),
+            thread_start: self.thread_start.clone(),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -590,6 +614,8 @@ struct Shared {
     /// Size of each thread's request buffer.
     buf_size: usize,
     control: SessionControl,
+    /// [`Session::on_thread_start`]'s hook.
+    thread_start: Option<ThreadStart>,
 }
 
 /// One serving thread.
@@ -696,6 +722,11 @@ impl Shared {
     /// A serving thread: reads a request, and runs its handler itself once it made sure that
     /// another thread is reading (leader/follower, as libfuse's multi-threaded loop).
     fn serve(self: Arc<Self>, id: u64) {
+        if let Some(ThreadStart(hook)) = &self.thread_start {
+            if catch_unwind(AssertUnwindSafe(|| hook())).is_err() {
+                error!("thread start hook panicked");
+            }
+        }
         if let Err(e) = sys::unblock_wake_signal() {
             warn!(error = %e, "cannot unblock the wake signal; stop may hang");
         }

@@ -3,7 +3,13 @@
 //! The handler is thin: it answers our private identify ioctl itself, picks the client-memory
 //! transport, keeps the retry plans between CUSE retry rounds, and hands every other ioctl to the
 //! instance's [`Backend`] (the `ioctl-proxy` request path).
+//!
+//! The threads that run these handlers call the host driver on the tenant's behalf, and the
+//! NVIDIA driver takes an RM caller's privilege from the calling thread's capabilities
+//! (`os_is_administrator()` is `capable(CAP_SYS_ADMIN)`): they give up `CAP_SYS_ADMIN` for good
+//! ([`drop_admin_on_this_thread`]) when they start and, failing that, refuse every request.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -18,6 +24,53 @@ use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
 use crate::mmap::InstanceMmap;
+use crate::sys;
+
+thread_local! {
+    /// Whether this thread has given up `CAP_SYS_ADMIN` ([`drop_admin_on_this_thread`]).
+    static WITHOUT_ADMIN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the calling thread an unprivileged caller of the host driver, once per thread: removes
+/// `CAP_SYS_ADMIN` from its effective, permitted and inheritable sets and keeps every other
+/// capability (the request path needs e.g. `CAP_SYS_PTRACE` for `process_vm_readv` and
+/// `pidfd_getfd`). Capabilities are per thread, so the rest of the daemon keeps it; the threads
+/// this one starts later inherit the drop.
+///
+/// Why: the driver asks the calling thread (`os_is_administrator()` = `capable(CAP_SYS_ADMIN)`,
+/// kernel-open/common/inc/nv-linux.h `NV_IS_SUSER`) on every RM call, caches the answer in each
+/// RM client it creates (`cachedPrivilege`, rmapi/client.c), and lets only root-level callers
+/// through privileged controls, allocations and legacy GSS controls
+/// (`RmGssLegacyRpcCmd`). A thread of a root daemon would make every tenant an RM
+/// administrator; without `CAP_SYS_ADMIN` a tenant gets what an unprivileged process gets.
+///
+/// Runs when a serving thread starts (the session's thread-start hook, `instance.rs`) and
+/// again at the start of each request that may reach the driver: after the first success a
+/// thread-local flag makes that free. On failure the request is refused with `EPERM` (and
+/// logged), never forwarded with admin rights; the next request tries again.
+pub fn drop_admin_on_this_thread() -> Result<(), Errno> {
+    if WITHOUT_ADMIN.get() {
+        return Ok(());
+    }
+    match sys::drop_thread_capability(sys::CAP_SYS_ADMIN) {
+        Ok(()) => {
+            WITHOUT_ADMIN.set(true);
+            tracing::debug!(
+                tid = sys::gettid(),
+                "request thread runs without CAP_SYS_ADMIN"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(
+                tid = sys::gettid(),
+                error = %e,
+                "cannot drop CAP_SYS_ADMIN on a request thread: refusing its requests (EPERM)"
+            );
+            Err(Errno::EPERM)
+        }
+    }
+}
 
 /// Which node of an instance a device is, as the tenant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,12 +238,17 @@ impl NodeDevice {
 
 impl Handler for NodeDevice {
     fn open(&self, req: &Request, _flags: u32) -> Result<Opened, Errno> {
+        drop_admin_on_this_thread()?;
         let fh = self.backend.open(self.node, req.pid())?;
         self.mmap.opened(self.node, req.pid());
         Ok(Opened { fh, open_flags: 0 })
     }
 
     fn release(&self, _req: &Request, fh: u64, _flags: u32) {
+        // Nothing to refuse here: release only closes host files, and the driver frees what a
+        // closed file held through its internal RM API whatever the closer's capabilities
+        // (`RmFreeUnusedClients`, osapi.c). A failure is logged.
+        let _ = drop_admin_on_this_thread();
         self.plans().retain(|&(f, _), _| f != fh);
         self.mmap.released(self.node, fh);
         self.backend.release(fh);
@@ -205,6 +263,7 @@ impl Handler for NodeDevice {
     }
 
     fn ioctl(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
+        drop_admin_on_this_thread()?;
         if io.cmd == NVPROXY_IOC_IDENTIFY {
             if !self.fdid.is_genuine(req.pid(), io.arg) {
                 tracing::warn!(pid = req.pid(), "identify ioctl from a client refused");
@@ -228,5 +287,28 @@ impl Handler for NodeDevice {
             MemoryTransport::ProcessVm => self.ioctl_vm(req, io),
             MemoryTransport::Retry => self.ioctl_retry(req, io),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_drop_admin_on_this_thread_clears_cap_sys_admin_of_that_thread_only() {
+        let before = sys::thread_caps().unwrap();
+        let (first, second, caps) = std::thread::spawn(|| {
+            let first = drop_admin_on_this_thread();
+            let second = drop_admin_on_this_thread(); // the thread-local flag: no syscall
+            (first, second, sys::thread_caps().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!((first, second), (Ok(()), Ok(())));
+        assert!(!caps.has_effective(sys::CAP_SYS_ADMIN));
+        assert!(!caps.has_permitted(sys::CAP_SYS_ADMIN));
+        let admin = 1u64 << sys::CAP_SYS_ADMIN;
+        assert_eq!(caps.permitted, before.permitted & !admin);
+        assert_eq!(sys::thread_caps().unwrap(), before);
     }
 }

@@ -95,6 +95,23 @@ pub fn run_checks() -> Vec<Check> {
         ),
     });
 
+    out.push(match request_thread_drop() {
+        Ok(()) => check(
+            "RM privilege",
+            true,
+            "request threads run without CAP_SYS_ADMIN: the host driver treats tenants as \
+             unprivileged (tried on a scratch thread)",
+        ),
+        Err(e) => check(
+            "RM privilege",
+            false,
+            format!(
+                "cannot drop CAP_SYS_ADMIN on a thread ({e}): every request to the nodes \
+                 would be refused with EPERM"
+            ),
+        ),
+    });
+
     out.push(match sys::landlock_abi_version() {
         Ok(v) if v >= 5 => check("landlock", true, format!("ABI {v} (IOCTL_DEV available)")),
         Ok(v) => check(
@@ -131,6 +148,21 @@ pub fn run_checks() -> Vec<Check> {
         ),
     });
     out
+}
+
+/// Does what every request thread does when it starts (`device::drop_admin_on_this_thread`)
+/// on a scratch thread, which then ends: capabilities are per thread, so doctor's own stay.
+fn request_thread_drop() -> Result<(), String> {
+    std::thread::spawn(|| {
+        sys::drop_thread_capability(sys::CAP_SYS_ADMIN).map_err(|e| e.to_string())?;
+        let caps = sys::thread_caps().map_err(|e| e.to_string())?;
+        if caps.has_effective(sys::CAP_SYS_ADMIN) || caps.has_permitted(sys::CAP_SYS_ADMIN) {
+            return Err("still held after the drop".to_owned());
+        }
+        Ok(())
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the scratch thread panicked".to_owned()))
 }
 
 /// The loaded NVIDIA kernel module's version, from sysfs or procfs.

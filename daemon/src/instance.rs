@@ -61,9 +61,13 @@ impl InstanceNodes {
             let mut cfg = DeviceConfig::new(devname.clone());
             cfg.unrestricted_ioctl = crate::device::unrestricted_ioctls(node, transport);
             cfg.max_workers = 128;
-            let session = Session::open(cfg).with_context(|| {
-                format!("opening /dev/cuse for {devname} (modprobe cuse? root?)")
-            })?;
+            // Every serving thread gives up CAP_SYS_ADMIN before its first request; the
+            // handlers check again and refuse requests on a thread where that failed.
+            let session = Session::open(cfg)
+                .with_context(|| format!("opening /dev/cuse for {devname} (modprobe cuse? root?)"))?
+                .on_thread_start(|| {
+                    let _ = crate::device::drop_admin_on_this_thread();
+                });
             let control = session.control();
             let node_backend = match (node, &uvm) {
                 (NodeRef::Uvm, Some(u)) => u.clone(),

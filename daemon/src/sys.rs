@@ -42,6 +42,122 @@ pub fn pidfd_thread_supported() -> io::Result<()> {
     Ok(())
 }
 
+/// `CAP_SYS_ADMIN` (linux/capability.h): what the NVIDIA driver's `os_is_administrator()`
+/// (`NV_IS_SUSER`, `capable(CAP_SYS_ADMIN)`) asks of the calling thread.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// `_LINUX_CAPABILITY_VERSION_3` (linux/capability.h): 64-bit sets, as two 32-bit words.
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct` (linux/capability.h).
+#[repr(C)]
+struct CapUserHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` (linux/capability.h); version 3 takes two of them
+/// (capabilities 0-31, then 32-63).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapUserData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// One thread's capability sets, as 64-bit masks (bit N is capability N).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadCaps {
+    /// What the kernel's `capable()` checks.
+    pub effective: u64,
+    /// The most the thread may ever have in `effective` again.
+    pub permitted: u64,
+    /// What an `execve` may pass on.
+    pub inheritable: u64,
+}
+
+impl ThreadCaps {
+    /// Whether `cap` is in the effective set.
+    pub fn has_effective(&self, cap: u32) -> bool {
+        cap < 64 && self.effective & (1u64 << cap) != 0
+    }
+
+    /// Whether `cap` is in the permitted set.
+    pub fn has_permitted(&self, cap: u32) -> bool {
+        cap < 64 && self.permitted & (1u64 << cap) != 0
+    }
+}
+
+fn capget_thread() -> io::Result<[CapUserData; 2]> {
+    let mut hdr = CapUserHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0, // the calling thread
+    };
+    let mut data = [CapUserData::default(); 2];
+    // SAFETY: `hdr` is a live, exclusive `__user_cap_header_struct`; with version 3 the kernel
+    // writes exactly two `__user_cap_data_struct`s at `data`, which holds two. Both outlive the
+    // call; the kernel keeps no pointer to them.
+    let ret = unsafe { libc::syscall(libc::SYS_capget, &raw mut hdr, data.as_mut_ptr()) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
+}
+
+/// The calling thread's capabilities (`capget` on this thread; capabilities are per thread).
+pub fn thread_caps() -> io::Result<ThreadCaps> {
+    let [lo, hi] = capget_thread()?;
+    let join = |l: u32, h: u32| u64::from(l) | (u64::from(h) << 32);
+    Ok(ThreadCaps {
+        effective: join(lo.effective, hi.effective),
+        permitted: join(lo.permitted, hi.permitted),
+        inheritable: join(lo.inheritable, hi.inheritable),
+    })
+}
+
+/// Removes `cap` from the calling thread's effective, permitted and inheritable sets and keeps
+/// every other capability it has (`capget`, then `capset` on this thread only). Irreversible
+/// for the thread and for the threads it starts later: nothing regains a capability that is
+/// not in its permitted set short of an `execve` of a privileged file. Read back afterwards:
+/// an error unless `cap` is gone from both sets.
+pub fn drop_thread_capability(cap: u32) -> io::Result<()> {
+    if cap >= 64 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut data = capget_thread()?;
+    let word = &mut data[(cap / 32) as usize];
+    let bit = !(1u32 << (cap % 32));
+    word.effective &= bit;
+    word.permitted &= bit;
+    word.inheritable &= bit;
+    let mut hdr = CapUserHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0, // the calling thread; capset cannot change another
+    };
+    // SAFETY: `hdr` is a live `__user_cap_header_struct` (the kernel may write the version it
+    // prefers back into it, hence exclusive); with version 3 the kernel reads exactly the two
+    // `__user_cap_data_struct`s at `data`. Both outlive the call.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, &raw mut hdr, data.as_ptr()) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let now = thread_caps()?;
+    if now.has_effective(cap) || now.has_permitted(cap) {
+        return Err(io::Error::other(format!(
+            "capability {cap} still held after capset"
+        )));
+    }
+    Ok(())
+}
+
+/// The calling thread's id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    u32::try_from(tid).unwrap_or(0)
+}
+
 /// Reads `buf.len()` bytes at `addr` in thread `tid`'s address space. A short read (the range
 /// crosses an unmapped page) is reported as `EFAULT`, like the driver's `copy_from_user`.
 pub fn process_vm_read(tid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -214,4 +330,44 @@ pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     // SAFETY: the kernel installed `fd` in our table for this message alone; nothing else in the
     // process knows it, so this is its only owner.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_drop_thread_capability_clears_it_on_that_thread_only_and_keeps_the_rest() {
+        let before = thread_caps().unwrap();
+        let after = std::thread::spawn(|| {
+            drop_thread_capability(CAP_SYS_ADMIN).unwrap();
+            drop_thread_capability(CAP_SYS_ADMIN).unwrap(); // again: a no-op
+            thread_caps().unwrap()
+        })
+        .join()
+        .unwrap();
+        let admin = 1u64 << CAP_SYS_ADMIN;
+        assert_eq!(
+            after,
+            ThreadCaps {
+                effective: before.effective & !admin,
+                permitted: before.permitted & !admin,
+                inheritable: before.inheritable & !admin,
+            }
+        );
+        assert_eq!(thread_caps().unwrap(), before);
+    }
+
+    #[test]
+    fn test_thread_started_after_the_drop_inherits_it() {
+        let child = std::thread::spawn(|| {
+            drop_thread_capability(CAP_SYS_ADMIN).unwrap();
+            std::thread::spawn(|| thread_caps().unwrap())
+                .join()
+                .unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!child.has_effective(CAP_SYS_ADMIN) && !child.has_permitted(CAP_SYS_ADMIN));
+    }
 }

@@ -6,8 +6,19 @@
 //! control the driver knows, `paramsSize` must equal the control's params size
 //! (`NV_ERR_INVALID_ARGUMENT`); then an unknown `hObject` is `NV_ERR_OBJECT_NOT_FOUND`
 //! (`serverControl` → `clientGetResourceRef`, `rs_server.c`); then an unknown control is
-//! `NV_ERR_NOT_SUPPORTED` (`resControlLookup`). All with ioctl success. Opaque pass-through controls (legacy GSS, NV2081) are bounded by
-//! `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE`, as `rmapiParamsAcquire` bounds them.
+//! `NV_ERR_NOT_SUPPORTED` (`resControlLookup`). All with ioctl success. Opaque pass-through
+//! controls (legacy GSS, NV2081) are bounded by `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE`, as
+//! `rmapiParamsAcquire` bounds them.
+//!
+//! A privileged legacy GSS control (`cmd & 0xC000 == 0xC000`, `RM_GSS_LEGACY_MASK_PRIVILEGED`)
+//! is never forwarded: after the client and params/size checks (and the object check, so an
+//! unknown `hObject` keeps its `NV_ERR_OBJECT_NOT_FOUND`) it is answered
+//! `NV_ERR_INSUFFICIENT_PERMISSIONS` and audited as denied, in both modes. `RmGssLegacyRpcCmd`
+//! (`src/nvidia/interface/deprecated/rmapi_gss_legacy_control.c`) gives that answer to every
+//! caller below `RS_PRIV_LEVEL_USER_ROOT`, and the daemon's request threads run without
+//! `CAP_SYS_ADMIN` (`os_is_administrator`), so this is defence in depth. One difference: the
+//! driver refuses before its own params/size check, so a malformed privileged legacy control
+//! gets `NV_ERR_INSUFFICIENT_PERMISSIONS` there and `NV_ERR_INVALID_ARGUMENT` here.
 
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
@@ -73,6 +84,12 @@ const IMPORTED_CLASS: u32 = 0xffff_ffff;
 /// `NV_ERR_INVALID_PARAMETER`: the OS_UNIX controls' answer for an fd that is no nvidiactl file
 /// (`nv_get_file_private` failure, `src/nvidia/arch/nvalloc/unix/src/os.c`).
 const NV_ERR_INVALID_PARAMETER: u32 = 0x3b;
+/// `RM_GSS_LEGACY_MASK_PRIVILEGED` (`src/nvidia/interface/deprecated/rmapi_deprecated.h`): a
+/// legacy GSS control with both bits set needs a root-level caller.
+const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
+/// `NV_ERR_INSUFFICIENT_PERMISSIONS`: `RmGssLegacyRpcCmd`'s answer to a privileged legacy GSS
+/// control from a caller below `RS_PRIV_LEVEL_USER_ROOT` (`rmapi_gss_legacy_control.c`).
+const NV_ERR_INSUFFICIENT_PERMISSIONS: u32 = 0x1b;
 /// `NV_ERR_INVALID_DEVICE`: escape.c's answer when `NV00FD_CTRL_CMD_ATTACH_GPU`'s
 /// `devDescriptor` is no NVIDIA device file.
 const NV_ERR_INVALID_DEVICE: u32 = 0x26;
@@ -132,6 +149,17 @@ impl Req<'_> {
         self.need_client(h_client)?;
         if (size != 0) != (params != 0) {
             return fail(NV_ERR_INVALID_ARGUMENT, "params and paramsSize disagree");
+        }
+        if cmd & RM_GSS_LEGACY_MASK_PRIVILEGED == RM_GSS_LEGACY_MASK_PRIVILEGED {
+            // `RmGssLegacyRpcCmd` refuses these to a caller below RS_PRIV_LEVEL_USER_ROOT before
+            // it copies the params; the daemon's request threads run without CAP_SYS_ADMIN, so
+            // the driver would answer the same. Refused here in both modes, never forwarded. An
+            // unknown object keeps the driver's normal-path answer.
+            self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+            return deny(
+                NV_ERR_INSUFFICIENT_PERMISSIONS,
+                "privileged legacy GSS control (caller is not root-level)",
+            );
         }
         // A control the policy denies (or that we cannot translate) looks exactly like one the
         // driver lacks: no size check, then the object lookup, then NOT_SUPPORTED.

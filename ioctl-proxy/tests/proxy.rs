@@ -12,6 +12,7 @@ use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, ioc, nv_iowr};
 const A: u64 = 0x40_0000; // a top-level struct
 const B: u64 = 0x41_0000; // a nested buffer
 
+const NV_ERR_INSUFFICIENT_PERMISSIONS: u32 = 0x1b;
 const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
 const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
 const NV_ERR_INVALID_CLASS: u32 = 0x22;
@@ -648,6 +649,81 @@ fn test_opaque_pass_through_control_is_forwarded_within_the_bound() {
         env.host.controls(0x2080_8001)[0].call.nested[0].data,
         vec![7; 64]
     );
+}
+
+#[test]
+fn test_privileged_legacy_gss_control_is_insufficient_permissions_without_the_host() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    let (status, _) = env.control(c, sub, 0x2080_c159, &[7; 64]);
+    assert_eq!(status, NV_ERR_INSUFFICIENT_PERMISSIONS);
+    assert!(env.host.calls().is_empty());
+    let ev = env.events.all().last().unwrap().clone();
+    assert_eq!(
+        (ev.kind, ev.number, ev.decision, ev.nv_status),
+        (
+            Kind::Control,
+            0x2080_c159,
+            Decision::Denied,
+            Some(NV_ERR_INSUFFICIENT_PERMISSIONS)
+        )
+    );
+}
+
+#[test]
+fn test_privileged_legacy_gss_control_is_refused_in_audit_mode() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.mode = Mode::Audit;
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    let (status, _) = env.control(c, sub, 0x2080_c159, &[7; 64]);
+    assert_eq!(status, NV_ERR_INSUFFICIENT_PERMISSIONS);
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_privileged_legacy_gss_control_on_an_unknown_object_is_object_not_found() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.host.clear();
+    let (status, _) = env.control(c, 0xcafe_0001, 0x2080_c159, &[7; 64]);
+    assert_eq!(status, NV_ERR_OBJECT_NOT_FOUND);
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_privileged_legacy_gss_control_with_disagreeing_params_is_invalid_argument() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    let mut p = vec![0u8; 32];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, sub);
+    wr32(&mut p, 8, 0x2080_c159);
+    wr32(&mut p, 24, 64); // a size without a pointer
+    env.mem.map(A, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2a, 32), A).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(A, 32), 28), NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.calls().is_empty());
+}
+
+#[test]
+fn test_non_privileged_legacy_gss_control_is_still_forwarded() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    let (status, _) = env.control(c, sub, 0x2080_8159, &[7; 64]);
+    assert_eq!(status, 0);
+    let seen = env.host.controls(0x2080_8159);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].call.nested[0].data, vec![7; 64]);
 }
 
 #[test]

@@ -695,6 +695,11 @@ fn test_exec_64_concurrent_clients_all_pass() {
 
 /// `nvproxy serve` with two instances `a` (sim GPU 0) and `b` (sim GPU 1), waited for READY.
 fn serve_two_instances() -> (Proc, PathBuf) {
+    serve_two_instances_with_env(&[])
+}
+
+/// [`serve_two_instances`] with extra environment variables for the daemon.
+fn serve_two_instances_with_env(env: &[(&str, &str)]) -> (Proc, PathBuf) {
     require_cuse();
     let dir = scratch_dir("serve");
     let config = dir.join("config.toml");
@@ -726,7 +731,8 @@ caps = ["compute", "utility"]
     c.arg("serve")
         .arg("--config")
         .arg(&config)
-        .arg("--check-leaks");
+        .arg("--check-leaks")
+        .envs(env.iter().copied());
     let mut daemon = Proc::spawn("serve", &mut c, false);
     // `READY a b`: every instance serves.
     daemon.wait_line(READY_TIMEOUT, |l| l.starts_with("READY"));
@@ -844,5 +850,159 @@ fn test_serve_register_fd_naming_another_instances_ctl_fails_ebadf() {
         "cross-instance-fd: {status:?}\n{}",
         p.transcript()
     );
+    stop(daemon);
+}
+
+// ---- privilege towards the host driver ----------------------------------------------------
+
+/// What the daemon logs (debug, target `nvproxy::device`) when a serving thread has dropped
+/// `CAP_SYS_ADMIN`, with its `tid`.
+const DROPPED: &str = "request thread runs without CAP_SYS_ADMIN";
+/// `CAP_SYS_ADMIN` (linux/capability.h): the NVIDIA driver's `os_is_administrator()`.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// One thread of a process as `/proc/<pid>/task/<tid>/` shows it.
+#[derive(Debug)]
+struct TaskCaps {
+    tid: u32,
+    comm: String,
+    /// `CAP_SYS_ADMIN` in `CapEff` / `CapPrm`.
+    admin_eff: bool,
+    admin_prm: bool,
+}
+
+/// Every thread of `pid` with its name and whether it holds `CAP_SYS_ADMIN` (threads that exit
+/// while being read are skipped).
+fn task_caps(pid: u32) -> Vec<TaskCaps> {
+    let dir = format!("/proc/{pid}/task");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let path = entry.expect("task entry").path();
+        let Some(tid) = path.file_name().and_then(|n| n.to_str()?.parse().ok()) else {
+            continue;
+        };
+        let (Ok(comm), Ok(status)) = (
+            std::fs::read_to_string(path.join("comm")),
+            std::fs::read_to_string(path.join("status")),
+        ) else {
+            continue; // exited meanwhile
+        };
+        let cap = |field: &str| {
+            let hex = status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .unwrap_or_else(|| panic!("no {field} in {}/status", path.display()))
+                .trim();
+            let mask =
+                u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{field} {hex:?}: {e}"));
+            mask & (1 << CAP_SYS_ADMIN) != 0
+        };
+        out.push(TaskCaps {
+            tid,
+            comm: comm.trim().to_owned(),
+            admin_eff: cap("CapEff:"),
+            admin_prm: cap("CapPrm:"),
+        });
+    }
+    out
+}
+
+/// Removes ANSI escape sequences (the log's colours) from `line`.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `tid`s of the daemon's [`DROPPED`] log lines so far.
+fn dropped_tids(daemon: &mut Proc) -> Vec<u32> {
+    while let Ok(item) = daemon.lines.try_recv() {
+        daemon.store(item);
+    }
+    daemon
+        .stderr
+        .iter()
+        .map(|l| strip_ansi(l))
+        .filter(|l| l.contains(DROPPED))
+        .filter_map(|l| {
+            let rest = &l[l.find("tid=")? + 4..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+/// The NVIDIA driver takes an RM caller's privilege from the calling thread's capabilities
+/// (`os_is_administrator()` is `capable(CAP_SYS_ADMIN)`). A root daemon's threads that serve
+/// the nodes (cuse-dev's `cuse-worker` threads, which run the handlers themselves) must have
+/// dropped `CAP_SYS_ADMIN` from their effective and permitted sets, while the rest of the
+/// daemon (its main thread) keeps it.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_request_threads_run_without_cap_sys_admin() {
+    let (mut daemon, _dir) =
+        serve_two_instances_with_env(&[("RUST_LOG", "info,nvproxy::device=debug")]);
+    let pid = daemon.child.id();
+    // Requests served: the client opened nvidiactl and allocated an RM client through it.
+    let mut hold = run_in("a", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+
+    // The log lines come through a pipe and a pump thread: give them a moment to arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (tasks, logged) = loop {
+        let tasks = task_caps(pid);
+        let logged = dropped_tids(&mut daemon);
+        let all_logged = tasks
+            .iter()
+            .filter(|t| t.comm == "cuse-worker")
+            .all(|t| logged.contains(&t.tid));
+        if all_logged || Instant::now() >= deadline {
+            break (tasks, logged);
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let dump = format!("{tasks:#?}\nlogged tids: {logged:?}");
+    let main = tasks
+        .iter()
+        .find(|t| t.tid == pid)
+        .unwrap_or_else(|| panic!("no main thread\n{dump}"));
+    assert!(
+        main.admin_eff && main.admin_prm,
+        "the daemon's main thread lost CAP_SYS_ADMIN (the VM runs it as root)\n{dump}"
+    );
+    let workers: Vec<&TaskCaps> = tasks.iter().filter(|t| t.comm == "cuse-worker").collect();
+    assert!(!workers.is_empty(), "no cuse-worker thread\n{dump}");
+    for w in &workers {
+        assert!(
+            !w.admin_eff && !w.admin_prm,
+            "serving thread {} holds CAP_SYS_ADMIN\n{dump}",
+            w.tid
+        );
+        assert!(
+            logged.contains(&w.tid),
+            "serving thread {} never logged its drop\n{dump}",
+            w.tid
+        );
+    }
+    for tid in &logged {
+        if let Some(t) = tasks.iter().find(|t| t.tid == *tid) {
+            assert_eq!(t.comm, "cuse-worker", "{dump}");
+        }
+    }
+
+    hold.send("free");
+    let status = hold.wait(EXEC_TIMEOUT);
+    assert!(status.success(), "hold: {status:?}\n{}", hold.transcript());
     stop(daemon);
 }
