@@ -19,6 +19,8 @@
 //! caps = ["compute", "utility"]  # compute, utility, graphics, video, rdma, profiling, fabric-imex-mgmt
 //! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
 //! allow = ["NV2080_CTRL_CMD_GPU_GET_ECC_CONFIGURATION"]  # admin overrides, by driver name
+//!                                # (pass-through controls: "RM_GSS_LEGACY" or one command,
+//!                                # "RM_GSS_LEGACY 0x20808159"; see `policy_cmd.rs`)
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
@@ -28,6 +30,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use ioctl_proxy::policy::pass_through_name;
 use nvproxy_abi::{Caps, DriverVersion};
 use serde::Deserialize;
 
@@ -114,7 +117,9 @@ pub struct InstanceConfig {
     /// enforce or audit.
     #[serde(default)]
     pub mode: Mode,
-    /// Escapes, controls, classes or UVM ioctls allowed beyond the caps, by driver name.
+    /// Escapes, controls, classes or UVM ioctls allowed beyond the caps, by driver name; a
+    /// pass-through control by family (`RM_GSS_LEGACY`) or command (`RM_GSS_LEGACY
+    /// 0x20808159`, normalised to lowercase hex by [`Config::parse`]).
     #[serde(default)]
     pub allow: Vec<String>,
     /// Audit log path (JSON lines).
@@ -198,7 +203,14 @@ impl Config {
 
     /// Parses and validates config text.
     pub fn parse(text: &str) -> Result<Config> {
-        let cfg: Config = toml::from_str(text)?;
+        let mut cfg: Config = toml::from_str(text)?;
+        for inst in &mut cfg.instances {
+            for n in &mut inst.allow {
+                if let Ok(Some(normal)) = pass_through_name(n) {
+                    *n = normal;
+                }
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -302,6 +314,16 @@ impl InstanceConfig {
             bail!("GPU minor {g} is out of range (0-254)");
         }
         parse_caps(&self.caps)?;
+        for n in &self.allow {
+            // Pass-through controls have no table entries: their names are checked here.
+            match pass_through_name(n) {
+                Err(e) => bail!("allow: {e}"),
+                Ok(Some(normal)) if normal != *n => {
+                    bail!("allow: {n:?}: write it as {normal:?} (lowercase hex)")
+                }
+                Ok(_) => {}
+            }
+        }
         Ok(())
     }
 
@@ -321,6 +343,67 @@ mod tests {
     use super::*;
 
     const EXAMPLE: &str = include_str!("../../examples/config.toml");
+
+    fn instance_allowing(allow: &str) -> Result<Config> {
+        Config::parse(&format!(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nallow = [{allow}]\n"
+        ))
+    }
+
+    #[test]
+    fn test_allow_takes_pass_through_families_and_normalised_commands() {
+        let cfg = instance_allowing(
+            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x2080815A\", \
+             \"NV2081_BINAPI 0x20810108\"",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.instances[0].allow,
+            [
+                "RM_GSS_LEGACY",
+                "NV2081_BINAPI",
+                "RM_GSS_LEGACY 0x2080815a",
+                "NV2081_BINAPI 0x20810108"
+            ]
+        );
+    }
+
+    #[test]
+    fn test_allow_refuses_bad_pass_through_commands_naming_them() {
+        for (bad, want) in [
+            ("RM_GSS_LEGACY 0x20800159", "bit 0x8000 is clear"),
+            ("NV2081_BINAPI 0x20800108", "its class is 0x2080"),
+            (
+                "RM_GSS_LEGACY 0x2080c159",
+                "never forwarded: the proxy refuses privileged legacy GSS controls",
+            ),
+            (
+                "RM_GSS_LEGACY 0xzz",
+                "is not a valid RM_GSS_LEGACY policy name",
+            ),
+        ] {
+            let msg = format!(
+                "{:#}",
+                instance_allowing(&format!("\"{bad}\"")).unwrap_err()
+            );
+            assert!(
+                msg.contains(&format!("allow: \"{bad}\"")) && msg.contains(want),
+                "{bad}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn test_instance_allow_unnormalised_command_is_refused_with_its_normal_form() {
+        // `nvproxy exec --allow` builds the instance without Config::parse.
+        let mut cfg = instance_allowing("").unwrap();
+        cfg.instances[0].allow = vec!["RM_GSS_LEGACY 0x2080815A".into()];
+        let msg = format!("{:#}", cfg.instances[0].validate().unwrap_err());
+        assert!(
+            msg.contains("write it as \"RM_GSS_LEGACY 0x2080815a\""),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn test_example_config_parses() {

@@ -14,8 +14,14 @@
 //! ```
 //!
 //! Every name must be in its section's table of the driver version the instance runs
-//! (`NV_ESC_*` escapes, controls, classes, `UVM_*` ioctls, as the audit trail names them; the
-//! two pass-through control families are named `RM_GSS_LEGACY` and `NV2081_BINAPI`). With
+//! (`NV_ESC_*` escapes, controls, classes, `UVM_*` ioctls, as the audit trail names them). The
+//! two pass-through control families have no table entries: under `controls` (and in `deny`)
+//! they are named as a family, `RM_GSS_LEGACY` or `NV2081_BINAPI` (every command of it), or as
+//! one command in the audit trail's form, `RM_GSS_LEGACY 0x20808159` (hex digits in any case,
+//! normalised to lowercase when the file is read); a command outside its family, a malformed
+//! number and a privileged legacy GSS command (`cmd & 0xC000 == 0xC000`, never forwarded) are
+//! errors (`ioctl_proxy::policy::pass_through_name`). `policy suggest` lists one entry per
+//! pass-through command the log records, never the family. With
 //! `allow_only = true`, controls need `NV_ESC_RM_CONTROL` and classes `NV_ESC_RM_ALLOC` in
 //! `escapes`: a control is only looked at after its escape passed. Unknown keys and names are
 //! errors that name them. Entries the table does not know cannot be allowed by any policy (see
@@ -28,6 +34,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use ioctl_proxy::InstancePolicy;
 use ioctl_proxy::audit::{Decision, Kind};
+use ioctl_proxy::policy::{PASS_THROUGH_FAMILIES, PassThroughNameError, pass_through_name};
 use nvproxy_abi::{DriverAbi, DriverVersion};
 use serde::Deserialize;
 
@@ -37,8 +44,9 @@ use crate::audit_cmd::AuditLog;
 pub const CONTROL_ESCAPE: &str = "NV_ESC_RM_CONTROL";
 /// The escape every class allocation goes through.
 pub const ALLOC_ESCAPE: &str = "NV_ESC_RM_ALLOC";
-/// Control families the proxy passes through without a table entry (policy names).
-pub const PASS_THROUGH_CONTROLS: [&str; 2] = ["RM_GSS_LEGACY", "NV2081_BINAPI"];
+/// Control families the proxy passes through without a table entry (policy names; each
+/// command of them is named `FAMILY 0x%08x`).
+pub const PASS_THROUGH_CONTROLS: [&str; 2] = PASS_THROUGH_FAMILIES;
 
 /// `nvproxy policy ...`.
 #[derive(Debug, clap::Subcommand)]
@@ -222,9 +230,27 @@ impl PolicyFile {
         PolicyFile::parse(&text).with_context(|| format!("in policy file {}", path.display()))
     }
 
-    /// Parses policy file text.
+    /// Parses policy file text. Valid pass-through command names are normalised
+    /// (`RM_GSS_LEGACY 0x2080815A` → `RM_GSS_LEGACY 0x2080815a`); invalid ones are kept as
+    /// written for [`PolicyFile::check`] to report.
     pub fn parse(text: &str) -> Result<PolicyFile> {
-        let f: FileToml = toml::from_str(text)?;
+        let mut f: FileToml = toml::from_str(text)?;
+        let p = &mut f.policy;
+        for set in [
+            &mut p.escapes,
+            &mut p.controls,
+            &mut p.classes,
+            &mut p.uvm,
+            &mut p.deny,
+        ] {
+            *set = std::mem::take(set)
+                .into_iter()
+                .map(|n| match pass_through_name(&n) {
+                    Ok(Some(normal)) => normal,
+                    _ => n,
+                })
+                .collect();
+        }
         Ok(f.policy)
     }
 
@@ -246,15 +272,22 @@ impl PolicyFile {
                 if names.knows(kind, n) {
                     continue;
                 }
+                // A pass-through command (`RM_GSS_LEGACY 0x20808159`): no table entry.
+                let pass = pass_through_name(n);
+                match (&pass, kind) {
+                    (Err(e), _) => {
+                        problems.push(format!("{key}: {e}"));
+                        continue;
+                    }
+                    (Ok(Some(_)), Kind::Control) => continue,
+                    (Ok(Some(_)), _) => {
+                        problems.push(misplaced(key, n, Kind::Control, kind));
+                        continue;
+                    }
+                    (Ok(None), _) => {}
+                }
                 match names.kind_of(n) {
-                    Some(k) => problems.push(format!(
-                        "{key}: {n} is a{} {}, not a{} {} entry (list it under {})",
-                        article(k),
-                        k.as_str(),
-                        article(kind),
-                        kind.as_str(),
-                        section_of(k)
-                    )),
+                    Some(k) => problems.push(misplaced(key, n, k, kind)),
                     None => unknown.push(n.as_str()),
                 }
             }
@@ -266,12 +299,15 @@ impl PolicyFile {
                 ));
             }
         }
-        let unknown_deny: Vec<&str> = self
-            .deny
-            .iter()
-            .filter(|n| names.kind_of(n).is_none())
-            .map(String::as_str)
-            .collect();
+        let mut unknown_deny = Vec::new();
+        for n in &self.deny {
+            match pass_through_name(n) {
+                Err(e) => problems.push(format!("deny: {e}")),
+                Ok(Some(_)) => {}
+                Ok(None) if names.kind_of(n).is_none() => unknown_deny.push(n.as_str()),
+                Ok(None) => {}
+            }
+        }
         if !unknown_deny.is_empty() {
             problems.push(format!(
                 "deny: not in the ABI table of {}: {}",
@@ -343,6 +379,18 @@ impl PolicyFile {
     }
 }
 
+/// "`key`: `n` is a `is`, not a `want` entry (list it under ...)".
+fn misplaced(key: &str, n: &str, is: Kind, want: Kind) -> String {
+    format!(
+        "{key}: {n} is a{} {}, not a{} {} entry (list it under {})",
+        article(is),
+        is.as_str(),
+        article(want),
+        want.as_str(),
+        section_of(is)
+    )
+}
+
 fn article(k: Kind) -> &'static str {
     match k {
         Kind::Escape | Kind::Uvm => "n",
@@ -365,20 +413,8 @@ fn section_of(k: Kind) -> &'static str {
 enum Left {
     Denied,
     Unknown,
+    Privileged,
     UvmMmap,
-}
-
-/// The policy name of an audit-log entry: the pass-through control families are counted per
-/// command (`RM_GSS_LEGACY 0x...`) but allowed as one name.
-fn policy_name(kind: Kind, name: &str) -> &str {
-    if kind == Kind::Control {
-        for p in PASS_THROUGH_CONTROLS {
-            if name.strip_prefix(p).is_some_and(|r| r.starts_with(' ')) {
-                return p;
-            }
-        }
-    }
-    name
 }
 
 fn used(d: Decision) -> bool {
@@ -411,15 +447,24 @@ pub fn suggest(log: &AuditLog, names: &AbiNames, source: &Path) -> String {
             left.push((Left::UvmMmap, kind, name.to_owned(), calls));
             continue;
         }
-        let pname = policy_name(kind, name);
-        // A call that failed before its control or class was read is counted under the
-        // escape's name with the control's or class's kind.
-        let kind_in_table = if names.knows(kind, pname) {
-            Some(kind)
-        } else if names.knows(Kind::Escape, pname) {
-            Some(Kind::Escape)
-        } else {
-            None
+        // A pass-through control is counted per command (`RM_GSS_LEGACY 0x20808159`) and
+        // suggested per command, never as its family: the policy is as strict as the log.
+        // (A family name or a malformed one, which the proxy never writes, goes on below.)
+        let pass_through = match kind {
+            Kind::Control => pass_through_name(name),
+            _ => Ok(None),
+        };
+        let (pname, kind_in_table) = match pass_through {
+            Err(PassThroughNameError::Privileged { .. }) => {
+                left.push((Left::Privileged, kind, name.to_owned(), calls));
+                continue;
+            }
+            Ok(Some(command)) if command.contains(' ') => (command, Some(kind)),
+            // A call that failed before its control or class was read is counted under the
+            // escape's name with the control's or class's kind.
+            _ if names.knows(kind, name) => (name.to_owned(), Some(kind)),
+            _ if names.knows(Kind::Escape, name) => (name.to_owned(), Some(Kind::Escape)),
+            _ => (name.to_owned(), None),
         };
         let Some(k) = kind_in_table else {
             left.push((Left::Unknown, kind, name.to_owned(), calls));
@@ -429,11 +474,7 @@ pub fn suggest(log: &AuditLog, names: &AbiNames, source: &Path) -> String {
             left.push((Left::Denied, kind, name.to_owned(), calls));
             continue;
         }
-        let merged = chosen
-            .entry(k)
-            .or_default()
-            .entry(pname.to_owned())
-            .or_default();
+        let merged = chosen.entry(k).or_default().entry(pname).or_default();
         for (d, n) in calls {
             *merged.entry(d).or_insert(0) += n;
         }
@@ -518,6 +559,11 @@ pub fn suggest(log: &AuditLog, names: &AbiNames, source: &Path) -> String {
                 Left::Unknown,
                 "unknown to the ABI table (no policy can allow them: they get the driver's \
                  \"unknown\" answer)",
+            ),
+            (
+                Left::Privileged,
+                "privileged legacy GSS controls (never forwarded: the proxy refuses them \
+                 whatever the policy, and a policy cannot name them)",
             ),
             (
                 Left::UvmMmap,
@@ -702,6 +748,9 @@ mod tests {
                 3,
             ),
             count("control", "RM_GSS_LEGACY 0x20808001", "allowed", 1),
+            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 2),
+            count("control", "RM_GSS_LEGACY 0x20808161", "failed", 1),
+            count("control", "NV2081_BINAPI 0x20810108", "allowed", 1),
             count("class", "NV01_ROOT_CLIENT", "allowed", 1),
             count("uvm", "UVM_INITIALIZE", "allowed", 1),
             count("uvm", "mmap", "allowed", 2),
@@ -727,7 +776,10 @@ mod tests {
                 "NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS",
                 "NV2080_CTRL_CMD_FB_GET_INFO_V2",
                 "NV2080_CTRL_CMD_GPU_GET_NAME_STRING",
-                "RM_GSS_LEGACY"
+                "NV2081_BINAPI 0x20810108",
+                "RM_GSS_LEGACY 0x20808001",
+                "RM_GSS_LEGACY 0x20808159",
+                "RM_GSS_LEGACY 0x20808161"
             ]
         );
         assert_eq!(f.classes.iter().collect::<Vec<_>>(), ["NV01_ROOT_CLIENT"]);
@@ -739,6 +791,7 @@ mod tests {
             "#     control control 0x20800999: denied 1",
             "#     uvm mmap: allowed 2",
             "# carries the controls",
+            "\"RM_GSS_LEGACY 0x20808159\",                # allowed 2",
             "# audit-would-deny 3",
             "# failed 1",
         ] {
@@ -785,6 +838,155 @@ mod tests {
         let f = PolicyFile::parse(&text).unwrap();
         f.check(&names()).unwrap();
         assert!(f.names().is_empty());
+    }
+
+    #[test]
+    fn test_suggest_names_each_pass_through_command_never_the_family() {
+        let text = suggest_from(&[
+            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 2),
+            count("control", "RM_GSS_LEGACY 0x20808162", "audit-would-deny", 1),
+            count("control", "NV2081_BINAPI 0x20810108", "failed", 1),
+        ]);
+        let f = PolicyFile::parse(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        f.check(&names()).unwrap();
+        assert_eq!(
+            f.controls.iter().collect::<Vec<_>>(),
+            [
+                "NV2081_BINAPI 0x20810108",
+                "RM_GSS_LEGACY 0x20808159",
+                "RM_GSS_LEGACY 0x20808162"
+            ]
+        );
+        assert!(
+            text.contains("\"RM_GSS_LEGACY 0x20808159\", # allowed 2\n"),
+            "{text}"
+        );
+        for family in PASS_THROUGH_CONTROLS {
+            assert!(!text.contains(&format!("\"{family}\"")), "{text}");
+        }
+    }
+
+    #[test]
+    fn test_suggest_leaves_privileged_legacy_gss_controls_out_as_comments() {
+        let text = suggest_from(&[
+            count("control", "RM_GSS_LEGACY 0x2080c159", "denied", 1),
+            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 1),
+        ]);
+        let f = PolicyFile::parse(&text).unwrap();
+        f.check(&names()).unwrap();
+        assert_eq!(
+            f.controls.iter().collect::<Vec<_>>(),
+            ["RM_GSS_LEGACY 0x20808159"]
+        );
+        assert!(
+            text.contains("# - privileged legacy GSS controls"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#     control RM_GSS_LEGACY 0x2080c159: denied 1"),
+            "{text}"
+        );
+    }
+
+    fn check_controls(controls: &str) -> Result<PolicyFile> {
+        let f = PolicyFile::parse(&format!(
+            "[policy]\nallow_only = true\nescapes = [\"NV_ESC_RM_CONTROL\"]\ncontrols = [{controls}]\n"
+        ))?;
+        f.check(&names())?;
+        Ok(f)
+    }
+
+    #[test]
+    fn test_check_accepts_pass_through_families_and_commands() {
+        let f = check_controls(
+            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x20808159\", \
+             \"NV2081_BINAPI 0x20810108\"",
+        )
+        .unwrap();
+        assert_eq!(f.controls.len(), 4);
+    }
+
+    #[test]
+    fn test_check_normalises_the_hex_of_a_pass_through_command() {
+        let f = check_controls("\"RM_GSS_LEGACY 0X2080815F\"").unwrap();
+        assert_eq!(
+            f.controls.iter().collect::<Vec<_>>(),
+            ["RM_GSS_LEGACY 0x2080815f"]
+        );
+        let mut p = InstancePolicy::new("t", Caps::NONE, vec![0]);
+        f.apply(&mut p);
+        assert!(p.permits("RM_GSS_LEGACY 0x2080815f", Caps::COMPUTE_UTILITY));
+        assert!(!p.permits("RM_GSS_LEGACY 0x20808159", Caps::COMPUTE_UTILITY));
+    }
+
+    #[test]
+    fn test_check_refuses_a_pass_through_command_outside_its_family() {
+        let msg = format!(
+            "{:#}",
+            check_controls("\"RM_GSS_LEGACY 0x20800159\", \"NV2081_BINAPI 0x20800108\"")
+                .unwrap_err()
+        );
+        for want in [
+            "controls: \"RM_GSS_LEGACY 0x20800159\": 0x20800159 is outside the RM_GSS_LEGACY family \
+             (bit 0x8000 is clear)",
+            "controls: \"NV2081_BINAPI 0x20800108\": 0x20800108 is outside the NV2081_BINAPI family \
+             (its class is 0x2080, not 0x2081)",
+        ] {
+            assert!(msg.contains(want), "want {want:?} in {msg}");
+        }
+    }
+
+    #[test]
+    fn test_check_refuses_a_privileged_legacy_gss_command() {
+        let msg = format!(
+            "{:#}",
+            check_controls("\"RM_GSS_LEGACY 0x2080c159\"").unwrap_err()
+        );
+        assert!(
+            msg.contains(
+                "controls: \"RM_GSS_LEGACY 0x2080c159\": never forwarded: the proxy refuses \
+                 privileged legacy GSS controls"
+            ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn test_check_refuses_a_malformed_pass_through_command() {
+        for bad in [
+            "RM_GSS_LEGACY 0x2080815g",
+            "RM_GSS_LEGACY 20808159",
+            "RM_GSS_LEGACY 0x120808159",
+        ] {
+            let msg = format!("{:#}", check_controls(&format!("\"{bad}\"")).unwrap_err());
+            assert!(
+                msg.contains(&format!(
+                    "controls: \"{bad}\" is not a valid RM_GSS_LEGACY policy name"
+                )),
+                "{bad}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn test_check_of_pass_through_names_in_deny_and_in_the_wrong_section() {
+        let text = "[policy]\nallow_only = false\nclasses = [\"RM_GSS_LEGACY 0x20808159\"]\n\
+                    deny = [\"RM_GSS_LEGACY 0x20808162\", \"NV2081_BINAPI 0x2081c001\"]\n";
+        let msg = format!(
+            "{:#}",
+            PolicyFile::parse(text)
+                .unwrap()
+                .check(&names())
+                .unwrap_err()
+        );
+        for want in [
+            "classes: RM_GSS_LEGACY 0x20808159 is a control, not a class entry (list it under \
+             controls)",
+            "deny: \"NV2081_BINAPI 0x2081c001\": never forwarded",
+        ] {
+            assert!(msg.contains(want), "want {want:?} in {msg}");
+        }
+        assert!(!msg.contains("0x20808162"), "{msg}");
     }
 
     #[test]

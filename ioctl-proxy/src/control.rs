@@ -8,7 +8,9 @@
 //! (`serverControl` → `clientGetResourceRef`, `rs_server.c`); then an unknown control is
 //! `NV_ERR_NOT_SUPPORTED` (`resControlLookup`). All with ioctl success. Opaque pass-through
 //! controls (legacy GSS, NV2081) are bounded by `RMAPI_PARAM_COPY_MAX_PARAMS_SIZE`, as
-//! `rmapiParamsAcquire` bounds them.
+//! `rmapiParamsAcquire` bounds them. The policy names them by family (`RM_GSS_LEGACY`,
+//! `NV2081_BINAPI`) or by command (`RM_GSS_LEGACY 0x20808159`, the audit trail's name), see
+//! `policy.rs`.
 //!
 //! A privileged legacy GSS control (`cmd & 0xC000 == 0xC000`, `RM_GSS_LEGACY_MASK_PRIVILEGED`)
 //! is never forwarded: after the client and params/size checks (and the object check, so an
@@ -22,9 +24,7 @@
 
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
-use nvproxy_abi::{
-    Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation,
-};
+use nvproxy_abi::{Caps, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation};
 use tracing::debug;
 
 use crate::audit::Kind;
@@ -32,6 +32,7 @@ use crate::embedded::{Count, embedded};
 use crate::error::ProxyError;
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64};
+use crate::policy::pass_through_family;
 use crate::request::{Dir, Req, Stop, answer_ok, deny, fail};
 
 /// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
@@ -130,14 +131,10 @@ impl Req<'_> {
         let (h_client, h_object, cmd) = (rd32(&top, 0), rd32(&top, 4), rd32(&top, 8));
         let (params, size) = (rd64(&top, 16), rd32(&top, 24));
         let spec = self.px.abi.controls.get(&cmd).copied();
-        let pass = if cmd & RM_GSS_LEGACY_MASK != 0 {
-            Some("RM_GSS_LEGACY")
-        } else if cmd >> 16 == NV2081_BINAPI_CLASS {
-            Some("NV2081_BINAPI")
-        } else {
-            None
-        };
+        let pass = pass_through_family(cmd);
         self.note.number = cmd;
+        // A pass-through command's name (`RM_GSS_LEGACY 0x20808159`) is what the audit trail
+        // records and what a policy names it by (`policy::pass_through_name`).
         self.note.name = match (spec, pass) {
             (Some(s), _) => s.name.into(),
             (None, Some(p)) => format!("{p} {cmd:#010x}").into(),
@@ -171,10 +168,17 @@ impl Req<'_> {
                 true => Ok(Some(s.param_size)),
                 false => Err("policy"),
             },
-            (None, Some(p)) => match self.check_policy(p, Caps::COMPUTE_UTILITY) {
-                true => Ok(None),
-                false => Err("policy"),
-            },
+            (None, Some(_)) => {
+                // Judged by the command's name, which the policy also matches by its family's
+                // name; the name built for the note is lent to the check (no allocation).
+                let name = std::mem::take(&mut self.note.name);
+                let permitted = self.check_policy(&name, Caps::COMPUTE_UTILITY);
+                self.note.name = name;
+                match permitted {
+                    true => Ok(None),
+                    false => Err("policy"),
+                }
+            }
             (None, None) => Err("unknown control"),
         };
         match usable {

@@ -46,10 +46,24 @@
 //!   `NV_ERR_NOT_SUPPORTED`, a class `NV_ERR_INVALID_CLASS`) and are audited as `denied`, in
 //!   both modes, before the policy is asked. Naming them in `only` changes nothing (the daemon
 //!   refuses such names when it loads a policy file).
+//!
+//! # Pass-through controls
+//!
+//! Two control families have no table entries and are forwarded as opaque bytes (see
+//! `control.rs`): legacy GSS controls (`cmd & 0x8000 != 0`, which the driver hands to GSP
+//! firmware) and `NV2081_BINAPI` controls (`cmd >> 16 == 0x2081`); a command with both
+//! properties is a legacy GSS control, as the driver routes it. A policy names them either as
+//! the family ([`RM_GSS_LEGACY`], [`NV2081_BINAPI`]: every command of it; both families carry
+//! the caps compute and utility) or as one command, in the form the audit trail names them:
+//! `RM_GSS_LEGACY 0x20808159` (family, one space, `{:#010x}`; see [`pass_through_name`]). The
+//! check for such a command asks for both names: `deny` holding either denies it; `allow`, or
+//! with [`InstancePolicy::only`] set the `only` set, holding either permits it. Privileged
+//! legacy GSS controls (`cmd & 0xC000 == 0xC000`) are refused before the policy is asked, in
+//! both modes, so no policy can name them.
 
 use std::collections::BTreeSet;
 
-use nvproxy_abi::Caps;
+use nvproxy_abi::{Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK};
 use serde::Serialize;
 
 /// Enforce the policy, or only record what it would deny.
@@ -69,6 +83,150 @@ pub enum Mode {
 /// `compute,utility` that still touch firmware.
 pub const ADMIN_ONLY: &[&str] = &["NV208F_CTRL_CMD_GPU_VERIFY_INFOROM"];
 
+/// Policy name of the legacy GSS control family (`cmd & 0x8000 != 0`), and the first word of
+/// its commands' names.
+pub const RM_GSS_LEGACY: &str = "RM_GSS_LEGACY";
+/// Policy name of the `NV2081_BINAPI` control family (`cmd >> 16 == 0x2081`), and the first
+/// word of its commands' names. (A class of the same name exists; the flat policy sets do not
+/// tell the two apart, so naming that class permits every `NV2081_BINAPI` control too.)
+pub const NV2081_BINAPI: &str = "NV2081_BINAPI";
+/// The control families the proxy passes through without table entries.
+pub const PASS_THROUGH_FAMILIES: [&str; 2] = [RM_GSS_LEGACY, NV2081_BINAPI];
+/// `RM_GSS_LEGACY_MASK_PRIVILEGED` (`rmapi_deprecated.h`): a legacy GSS control with both bits
+/// set needs a root-level caller; the proxy never forwards one.
+pub const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
+
+/// The pass-through family of control `cmd`, as the dispatcher decides it (legacy GSS first,
+/// as the driver's `RmDeprecatedGetControlHandler` routes it before the resource server), or
+/// `None` for a control that is looked up in the table.
+pub fn pass_through_family(cmd: u32) -> Option<&'static str> {
+    if cmd & RM_GSS_LEGACY_MASK != 0 {
+        Some(RM_GSS_LEGACY)
+    } else if cmd >> 16 == NV2081_BINAPI_CLASS {
+        Some(NV2081_BINAPI)
+    } else {
+        None
+    }
+}
+
+/// The family of a pass-through command's name (`RM_GSS_LEGACY 0x20808159` →
+/// `RM_GSS_LEGACY`), without checking the number: used on the request path, where the name was
+/// built by the proxy. `None` for every other name (table names have no space).
+fn family_of_command_name(name: &str) -> Option<&'static str> {
+    let (family, _) = name.split_once(' ')?;
+    PASS_THROUGH_FAMILIES.into_iter().find(|f| *f == family)
+}
+
+/// Why a name that starts with a pass-through family is no valid policy name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PassThroughNameError {
+    /// Not `FAMILY` nor `FAMILY 0x` followed by 1 to 8 hex digits.
+    #[error(
+        "{name:?} is not a valid {family} policy name: want {family:?} (every command) or \
+         \"{family} 0x\" and up to 8 hex digits (one command, e.g. \"{family} {example:#010x}\")"
+    )]
+    Malformed {
+        /// The name as written.
+        name: String,
+        /// The family it starts with.
+        family: &'static str,
+        /// A command of that family.
+        example: u32,
+    },
+    /// The command is not in the family it was named under.
+    #[error("{name:?}: {cmd:#010x} is outside the {family} family ({why})")]
+    WrongFamily {
+        /// The name as written.
+        name: String,
+        /// The family it was named under.
+        family: &'static str,
+        /// The command.
+        cmd: u32,
+        /// What the command is instead.
+        why: String,
+    },
+    /// A privileged legacy GSS control (`cmd & 0xC000 == 0xC000`).
+    #[error(
+        "{name:?}: never forwarded: the proxy refuses privileged legacy GSS controls \
+         ({cmd:#010x} & 0xc000 == 0xc000)"
+    )]
+    Privileged {
+        /// The name as written.
+        name: String,
+        /// The command.
+        cmd: u32,
+    },
+}
+
+/// Checks and normalises a policy name of a pass-through control. `Ok(None)`: the name does
+/// not start with a pass-through family followed by a non-identifier character (a table name,
+/// or nothing; the caller checks it against the table). `Ok(Some(name))`: the family itself,
+/// or one command of it in the audit trail's form, `FAMILY 0x%08x` (the hex digits are read in
+/// any case, written lowercase). An error for a malformed number, a privileged legacy GSS
+/// command (`cmd & 0xC000 == 0xC000`, under either family) and a command outside the family
+/// (`RM_GSS_LEGACY`: `cmd & 0x8000 != 0`; `NV2081_BINAPI`: `cmd >> 16 == 0x2081` and bit
+/// 0x8000 clear, else the command is a legacy GSS one).
+pub fn pass_through_name(name: &str) -> Result<Option<String>, PassThroughNameError> {
+    let Some((family, rest)) = PASS_THROUGH_FAMILIES.into_iter().find_map(|f| {
+        let rest = name.strip_prefix(f)?;
+        let word_goes_on = rest
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        (!word_goes_on).then_some((f, rest))
+    }) else {
+        return Ok(None);
+    };
+    if rest.is_empty() {
+        return Ok(Some(family.to_owned()));
+    }
+    let example = if family == RM_GSS_LEGACY {
+        0x2080_8159
+    } else {
+        0x2081_0108
+    };
+    let malformed = || PassThroughNameError::Malformed {
+        name: name.to_owned(),
+        family,
+        example,
+    };
+    let digits = rest
+        .strip_prefix(" 0x")
+        .or_else(|| rest.strip_prefix(" 0X"))
+        .ok_or_else(malformed)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(malformed());
+    }
+    let cmd = u32::from_str_radix(digits, 16).map_err(|_| malformed())?;
+    if cmd & RM_GSS_LEGACY_MASK_PRIVILEGED == RM_GSS_LEGACY_MASK_PRIVILEGED {
+        return Err(PassThroughNameError::Privileged {
+            name: name.to_owned(),
+            cmd,
+        });
+    }
+    let actual = pass_through_family(cmd);
+    if actual != Some(family) {
+        return Err(PassThroughNameError::WrongFamily {
+            name: name.to_owned(),
+            family,
+            cmd,
+            why: match actual {
+                Some(RM_GSS_LEGACY) => {
+                    format!("bit 0x8000 makes it a legacy GSS control: {RM_GSS_LEGACY} {cmd:#010x}")
+                }
+                Some(other) => format!("bit 0x8000 is clear: {other} {cmd:#010x}"),
+                None if family == RM_GSS_LEGACY => "bit 0x8000 is clear".into(),
+                None => format!(
+                    "its class is {:#06x}, not {NV2081_BINAPI_CLASS:#06x}",
+                    cmd >> 16
+                ),
+            },
+        });
+    }
+    Ok(Some(format!("{family} {cmd:#010x}")))
+}
+
 /// One instance's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstancePolicy {
@@ -82,12 +240,13 @@ pub struct InstancePolicy {
     /// Enforce or audit.
     pub mode: Mode,
     /// Entry names (`NV_ESC_*`, control, class names) the admin allows beyond the caps.
+    /// Pass-through controls by family or command, normalised ([`pass_through_name`]).
     pub allow: BTreeSet<String>,
     /// Entry names the admin denies although the caps would allow them (wins over `allow`
-    /// and `only`).
+    /// and `only`). A family's name denies each of its commands.
     pub deny: BTreeSet<String>,
     /// Allowlist-only: when set, exactly these entries (and those in `allow`) are permitted,
-    /// whatever the caps; see the module docs.
+    /// whatever the caps; see the module docs. Pass-through names as in `allow`.
     pub only: Option<BTreeSet<String>>,
     /// Whether a client may `mmap` `/dev/nvidia-uvm` (default `true`). The mapping is made on
     /// the instance's own host UVM file, handed to the tenant, which can then issue raw UVM
@@ -124,16 +283,21 @@ impl InstancePolicy {
 
     /// Whether enforce mode allows the entry `name` with table caps `caps`: not in `deny`;
     /// then named in `allow`, or, with `only` set, named there (caps ignored), else enabled
-    /// by the caps and not [`ADMIN_ONLY`].
+    /// by the caps and not [`ADMIN_ONLY`]. A pass-through command's name
+    /// (`RM_GSS_LEGACY 0x20808159`) is also named by its family's name (`RM_GSS_LEGACY`) in
+    /// each of the three sets. Allocates nothing.
     pub fn permits(&self, name: &str, caps: Caps) -> bool {
-        if self.deny.contains(name) {
+        let family = family_of_command_name(name);
+        let named =
+            |set: &BTreeSet<String>| set.contains(name) || family.is_some_and(|f| set.contains(f));
+        if named(&self.deny) {
             return false;
         }
-        if self.allow.contains(name) {
+        if named(&self.allow) {
             return true;
         }
         if let Some(only) = &self.only {
-            return only.contains(name);
+            return named(only);
         }
         !ADMIN_ONLY.contains(&name) && caps.intersects(self.effective_caps())
     }
@@ -248,6 +412,210 @@ mod tests {
         assert_eq!(p.judge("B", Caps::COMPUTE_UTILITY), Verdict::AuditWouldDeny);
         p.mode = Mode::Enforce;
         assert_eq!(p.judge("B", Caps::COMPUTE_UTILITY), Verdict::Deny);
+    }
+
+    // ---- pass-through controls: family and command names ----------------------------------
+
+    const CMD: &str = "RM_GSS_LEGACY 0x20808159";
+    const OTHER: &str = "RM_GSS_LEGACY 0x20808162";
+    const BINAPI: &str = "NV2081_BINAPI 0x20810108";
+
+    #[test]
+    fn test_only_with_a_command_name_permits_that_command_alone() {
+        let p = only(&[CMD]);
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Deny);
+        assert_eq!(p.judge(BINAPI, Caps::COMPUTE_UTILITY), Verdict::Deny);
+    }
+
+    #[test]
+    fn test_only_with_a_family_name_permits_every_command_of_it() {
+        let p = only(&[RM_GSS_LEGACY]);
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(p.judge(BINAPI, Caps::COMPUTE_UTILITY), Verdict::Deny);
+    }
+
+    #[test]
+    fn test_allow_with_a_command_name_adds_it_to_only() {
+        let mut p = only(&[]);
+        p.allow.insert(BINAPI.into());
+        assert_eq!(p.judge(BINAPI, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(
+            p.judge("NV2081_BINAPI 0x20810109", Caps::COMPUTE_UTILITY),
+            Verdict::Deny
+        );
+    }
+
+    #[test]
+    fn test_deny_of_the_command_or_its_family_wins_over_only() {
+        let mut p = only(&[RM_GSS_LEGACY]);
+        p.deny.insert(OTHER.into());
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Deny);
+        let mut p = only(&[CMD]);
+        p.deny.insert(RM_GSS_LEGACY.into());
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Deny);
+    }
+
+    #[test]
+    fn test_caps_form_permits_pass_through_commands_unless_denied_by_family_or_command() {
+        let mut p = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![0]);
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        p.deny.insert(CMD.into());
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Deny);
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        p.deny.insert(NV2081_BINAPI.into());
+        assert_eq!(p.judge(BINAPI, Caps::COMPUTE_UTILITY), Verdict::Deny);
+    }
+
+    #[test]
+    fn test_caps_form_without_caps_needs_the_family_or_the_command_in_allow() {
+        let mut p = InstancePolicy::new("t", Caps::GRAPHICS, vec![0]);
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Deny);
+        p.allow.insert(CMD.into());
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Deny);
+        p.allow.insert(RM_GSS_LEGACY.into());
+        assert_eq!(p.judge(OTHER, Caps::COMPUTE_UTILITY), Verdict::Allow);
+    }
+
+    #[test]
+    fn test_only_with_a_command_name_in_audit_mode_judges_others_would_deny() {
+        let mut p = only(&[CMD]);
+        p.mode = Mode::Audit;
+        assert_eq!(p.judge(CMD, Caps::COMPUTE_UTILITY), Verdict::Allow);
+        assert_eq!(
+            p.judge(OTHER, Caps::COMPUTE_UTILITY),
+            Verdict::AuditWouldDeny
+        );
+    }
+
+    #[test]
+    fn test_a_family_word_alone_in_a_table_name_is_no_family() {
+        // Only "FAMILY <rest>" names are commands of a family.
+        let p = only(&[RM_GSS_LEGACY]);
+        assert!(!p.permits("RM_GSS_LEGACY_X", Caps::COMPUTE_UTILITY));
+        assert!(!p.permits("NV2080_CTRL_CMD_X 0x1", Caps::COMPUTE_UTILITY));
+    }
+
+    #[test]
+    fn test_pass_through_family_tests_legacy_gss_first() {
+        assert_eq!(pass_through_family(0x2080_8159), Some(RM_GSS_LEGACY));
+        assert_eq!(pass_through_family(0x2081_0108), Some(NV2081_BINAPI));
+        assert_eq!(pass_through_family(0x2081_8001), Some(RM_GSS_LEGACY));
+        assert_eq!(pass_through_family(0x2080_0110), None);
+    }
+
+    #[test]
+    fn test_pass_through_name_accepts_families_and_normalises_commands() {
+        for (name, want) in [
+            ("RM_GSS_LEGACY", "RM_GSS_LEGACY"),
+            ("NV2081_BINAPI", "NV2081_BINAPI"),
+            (CMD, CMD),
+            ("RM_GSS_LEGACY 0X2080815F", "RM_GSS_LEGACY 0x2080815f"),
+            ("RM_GSS_LEGACY 0x8001", "RM_GSS_LEGACY 0x00008001"),
+            ("NV2081_BINAPI 0x20810AbC", "NV2081_BINAPI 0x20810abc"),
+        ] {
+            assert_eq!(pass_through_name(name), Ok(Some(want.to_owned())), "{name}");
+        }
+    }
+
+    #[test]
+    fn test_pass_through_name_leaves_other_names_to_the_table() {
+        for name in [
+            "NV2080_CTRL_CMD_GPU_GET_NAME_STRING",
+            "RM_GSS_LEGACYX",
+            "",
+            "rm_gss_legacy",
+        ] {
+            assert_eq!(pass_through_name(name), Ok(None), "{name}");
+        }
+    }
+
+    #[test]
+    fn test_pass_through_name_refuses_malformed_numbers() {
+        for name in [
+            "RM_GSS_LEGACY 20808159",
+            "RM_GSS_LEGACY 0x",
+            "RM_GSS_LEGACY 0x2080815g",
+            "RM_GSS_LEGACY 0x120808159",
+            "RM_GSS_LEGACY  0x20808159",
+            "RM_GSS_LEGACY 0x20808159 ",
+            "RM_GSS_LEGACY 0x+0808159",
+            "RM_GSS_LEGACY\t0x20808159",
+            "NV2081_BINAPI 0x2081_0108",
+            "NV2081_BINAPI ",
+        ] {
+            let err = pass_through_name(name).unwrap_err();
+            assert!(
+                matches!(err, PassThroughNameError::Malformed { .. }),
+                "{name}: {err}"
+            );
+            assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn test_pass_through_name_refuses_a_command_outside_its_family() {
+        for (name, why) in [
+            ("RM_GSS_LEGACY 0x20800159", "bit 0x8000 is clear"),
+            (
+                "RM_GSS_LEGACY 0x20810108",
+                "bit 0x8000 is clear: NV2081_BINAPI 0x20810108",
+            ),
+            (
+                "NV2081_BINAPI 0x20800108",
+                "its class is 0x2080, not 0x2081",
+            ),
+            (
+                "NV2081_BINAPI 0x20818001",
+                "bit 0x8000 makes it a legacy GSS control: RM_GSS_LEGACY 0x20818001",
+            ),
+        ] {
+            let err = pass_through_name(name).unwrap_err();
+            assert!(
+                matches!(err, PassThroughNameError::WrongFamily { .. }),
+                "{name}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains(why) && msg.contains(name), "{msg}");
+        }
+    }
+
+    #[test]
+    fn test_pass_through_name_refuses_privileged_legacy_gss_commands() {
+        let err = pass_through_name("RM_GSS_LEGACY 0x2080C159").unwrap_err();
+        assert_eq!(
+            err,
+            PassThroughNameError::Privileged {
+                name: "RM_GSS_LEGACY 0x2080C159".into(),
+                cmd: 0x2080_c159
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("never forwarded: the proxy refuses privileged legacy GSS controls"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_no_table_control_is_named_as_a_pass_through_command() {
+        // The dispatcher names a control by its table entry first; a table entry in a
+        // pass-through family would make its command name in a policy match nothing.
+        for node in nvproxy_abi::nodes() {
+            for c in node.tables().controls.values() {
+                assert_eq!(
+                    pass_through_family(c.cmd),
+                    None,
+                    "{}: {} ({:#010x})",
+                    node.version,
+                    c.name,
+                    c.cmd
+                );
+            }
+        }
     }
 
     #[test]

@@ -1598,3 +1598,142 @@ fn test_debugger_read_memory_length_is_bounded() {
     );
     assert!(env.mem.largest_read <= 32);
 }
+
+// ---- pass-through controls named per command ------------------------------------------------
+
+/// An allowlist-only policy with what `Env` needs to make a client, a device and a subdevice,
+/// plus `names`.
+fn only_policy(names: &[&str]) -> InstancePolicy {
+    let mut policy = InstancePolicy::new("t", Caps::NONE, vec![1]);
+    let base = [
+        "NV_ESC_RM_ALLOC",
+        "NV_ESC_RM_CONTROL",
+        "NV01_ROOT_CLIENT",
+        "NV01_DEVICE_0",
+        "NV20_SUBDEVICE_0",
+    ];
+    policy.only = Some(base.iter().chain(names).map(|n| (*n).to_owned()).collect());
+    policy
+}
+
+fn only_env(names: &[&str]) -> Env {
+    Env::with(VERSION, only_policy(names))
+}
+
+/// The last audit event: (name, number, decision, reason, NV status).
+fn last_event(env: &Env) -> (String, u32, Decision, Option<&'static str>, Option<u32>) {
+    let ev = env.events.all().pop().expect("an audit event");
+    assert_eq!(ev.kind, Kind::Control);
+    (ev.name, ev.number, ev.decision, ev.reason, ev.nv_status)
+}
+
+#[test]
+fn test_only_naming_one_legacy_gss_command_forwards_it_and_denies_another() {
+    let mut env = only_env(&["RM_GSS_LEGACY 0x20808159"]);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(env.control(c, sub, 0x2080_8159, &[7; 64]).0, 0);
+    assert_eq!(env.host.controls(0x2080_8159).len(), 1);
+    assert_eq!(
+        env.control(c, sub, 0x2080_8162, &[7; 1]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert!(env.host.controls(0x2080_8162).is_empty());
+    assert_eq!(
+        last_event(&env),
+        (
+            "RM_GSS_LEGACY 0x20808162".to_owned(),
+            0x2080_8162,
+            Decision::Denied,
+            Some("policy"),
+            Some(NV_ERR_NOT_SUPPORTED)
+        )
+    );
+}
+
+#[test]
+fn test_only_naming_the_legacy_gss_family_forwards_every_command_of_it() {
+    let mut env = only_env(&["RM_GSS_LEGACY"]);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(env.control(c, sub, 0x2080_8159, &[7; 64]).0, 0);
+    assert_eq!(env.control(c, sub, 0x2080_8162, &[7; 1]).0, 0);
+    assert_eq!(env.host.calls().len(), 2);
+    // The family does not cover the other pass-through family.
+    assert_eq!(
+        env.control(c, sub, 0x2081_0108, &[7; 8]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+}
+
+#[test]
+fn test_only_naming_one_nv2081_command_forwards_it_and_denies_another() {
+    let mut env = only_env(&["NV2081_BINAPI 0x20810108"]);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(env.control(c, sub, 0x2081_0108, &[7; 8]).0, 0);
+    assert_eq!(
+        env.control(c, sub, 0x2081_0109, &[7; 8]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert_eq!(env.host.calls().len(), 1);
+    assert_eq!(last_event(&env).0, "NV2081_BINAPI 0x20810109");
+}
+
+#[test]
+fn test_caps_policy_denying_one_legacy_gss_command_forwards_the_others() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.deny.insert("RM_GSS_LEGACY 0x20808162".into());
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(
+        env.control(c, sub, 0x2080_8162, &[7; 1]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert_eq!(env.control(c, sub, 0x2080_8159, &[7; 64]).0, 0);
+    assert_eq!(env.host.calls().len(), 1);
+    assert_eq!(env.host.controls(0x2080_8159).len(), 1);
+}
+
+#[test]
+fn test_caps_policy_denying_the_legacy_gss_family_denies_each_command() {
+    let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.deny.insert("RM_GSS_LEGACY".into());
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(
+        env.control(c, sub, 0x2080_8159, &[7; 64]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    assert!(env.host.calls().is_empty());
+    assert_eq!(last_event(&env).0, "RM_GSS_LEGACY 0x20808159");
+}
+
+#[test]
+fn test_audit_mode_forwards_a_legacy_gss_command_the_only_set_leaves_out_as_would_deny() {
+    let mut policy = only_policy(&["RM_GSS_LEGACY 0x20808159"]);
+    policy.mode = Mode::Audit;
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(env.control(c, sub, 0x2080_8162, &[7; 1]).0, 0);
+    assert_eq!(env.host.controls(0x2080_8162).len(), 1);
+    assert_eq!(
+        last_event(&env),
+        (
+            "RM_GSS_LEGACY 0x20808162".to_owned(),
+            0x2080_8162,
+            Decision::AuditWouldDeny,
+            Some("policy"),
+            Some(0)
+        )
+    );
+}

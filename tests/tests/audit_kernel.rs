@@ -789,10 +789,18 @@ fn test_audit_suggest_enforce_round_trip_with_libcuda() {
         "counts vs the probe's own ioctl count: {lines:#?}"
     );
 
-    // 2. The suggestion (the GSP pass-through controls as RM_GSS_LEGACY).
+    // 2. The suggestion (the GSP pass-through controls one command each, never the family).
     let (policy, text) = suggest(&dir, &log, "libcuda.toml");
+    let controls = array(&text, "controls");
+    assert!(controls.iter().any(|c| c == REMOVED), "{text}");
     assert!(
-        array(&text, "controls").iter().any(|c| c == REMOVED),
+        controls.iter().any(|c| c == "RM_GSS_LEGACY 0x20808159"),
+        "{text}"
+    );
+    assert!(
+        !controls
+            .iter()
+            .any(|c| c == "RM_GSS_LEGACY" || c == "NV2081_BINAPI"),
         "{text}"
     );
     assert!(
