@@ -24,7 +24,9 @@
 
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
-use nvproxy_abi::{Caps, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation};
+use nvproxy_abi::{
+    Caps, RM_GSS_LEGACY_MASK_PRIVILEGED, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation,
+};
 use tracing::debug;
 
 use crate::audit::Kind;
@@ -85,9 +87,6 @@ const IMPORTED_CLASS: u32 = 0xffff_ffff;
 /// `NV_ERR_INVALID_PARAMETER`: the OS_UNIX controls' answer for an fd that is no nvidiactl file
 /// (`nv_get_file_private` failure, `src/nvidia/arch/nvalloc/unix/src/os.c`).
 const NV_ERR_INVALID_PARAMETER: u32 = 0x3b;
-/// `RM_GSS_LEGACY_MASK_PRIVILEGED` (`src/nvidia/interface/deprecated/rmapi_deprecated.h`): a
-/// legacy GSS control with both bits set needs a root-level caller.
-const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
 /// `NV_ERR_INSUFFICIENT_PERMISSIONS`: `RmGssLegacyRpcCmd`'s answer to a privileged legacy GSS
 /// control from a caller below `RS_PRIV_LEVEL_USER_ROOT` (`rmapi_gss_legacy_control.c`).
 const NV_ERR_INSUFFICIENT_PERMISSIONS: u32 = 0x1b;

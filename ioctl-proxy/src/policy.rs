@@ -63,7 +63,7 @@
 
 use std::collections::BTreeSet;
 
-use nvproxy_abi::{Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK};
+use nvproxy_abi::{Caps, NV2081_BINAPI_CLASS, RM_GSS_LEGACY_MASK, RM_GSS_LEGACY_MASK_PRIVILEGED};
 use serde::Serialize;
 
 /// Enforce the policy, or only record what it would deny.
@@ -92,9 +92,6 @@ pub const RM_GSS_LEGACY: &str = "RM_GSS_LEGACY";
 pub const NV2081_BINAPI: &str = "NV2081_BINAPI";
 /// The control families the proxy passes through without table entries.
 pub const PASS_THROUGH_FAMILIES: [&str; 2] = [RM_GSS_LEGACY, NV2081_BINAPI];
-/// `RM_GSS_LEGACY_MASK_PRIVILEGED` (`rmapi_deprecated.h`): a legacy GSS control with both bits
-/// set needs a root-level caller; the proxy never forwards one.
-pub const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
 
 /// The pass-through family of control `cmd`, as the dispatcher decides it (legacy GSS first,
 /// as the driver's `RmDeprecatedGetControlHandler` routes it before the resource server), or

@@ -29,7 +29,7 @@ pub use caps::{Caps, Translation};
 pub use error::AbiError;
 pub use table::{
     ClassSpec, ControlSpec, DriverAbi, EscapeSpec, NV2081_BINAPI_CLASS, ParamSize,
-    RM_GSS_LEGACY_MASK, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, UvmSpec,
+    RM_GSS_LEGACY_MASK, RM_GSS_LEGACY_MASK_PRIVILEGED, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, UvmSpec,
 };
 pub use tree::{AbiNode, Support, find, nodes};
 pub use version::DriverVersion;

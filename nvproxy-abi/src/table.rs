@@ -289,6 +289,11 @@ impl DriverAbi {
 /// same behaviour tests `cmd & RM_GSS_LEGACY_MASK != 0` before the table lookup.
 pub const RM_GSS_LEGACY_MASK: u32 = 0x8000;
 
+/// `RM_GSS_LEGACY_MASK_PRIVILEGED` (`src/nvidia/interface/deprecated/rmapi_deprecated.h`): a
+/// legacy GSS control with both bits set needs a root-level caller (`RmGssLegacyRpcCmd` answers
+/// anyone else `NV_ERR_INSUFFICIENT_PERMISSIONS`).
+pub const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
+
 /// Controls of class `NV2081_BINAPI` (`cmd >> 16 == 0x2081`) are forwarded by gVisor as simple
 /// controls without a per-command allowlist (GSP passes them through). Like
 /// [`RM_GSS_LEGACY_MASK`], a rule for the dispatcher, not table entries.

@@ -141,9 +141,10 @@ pub(crate) fn control(
     }
     let pbuf = child(call, loc, 16);
     let size = p.paramsSize;
+    let expected = expected_size(drv, p.cmd);
     if (size != 0 && pbuf.is_none())
         || (size == 0 && pbuf.is_some())
-        || expected_size(drv, p.cmd).is_some_and(|e| e != size)
+        || expected.is_some_and(|e| e != size)
     {
         return NV_ERR_INVALID_ARGUMENT;
     }
@@ -173,7 +174,7 @@ pub(crate) fn control(
         }
     };
     // Controls without params.
-    if size == 0 && expected_size(drv, p.cmd) == Some(0) {
+    if size == 0 && expected == Some(0) {
         return match (p.cmd, target) {
             // krcWatchdogChangeState: releasing and soft-disabling never conflict with another
             // client's request (only enable against disable does); MIG is off.
@@ -206,7 +207,7 @@ pub(crate) fn control(
         };
     }
     // Every simulated control has a known size (checked above); anything else is not simulated.
-    let (Some(pl), Some(_)) = (pbuf, expected_size(drv, p.cmd)) else {
+    let (Some(pl), Some(_)) = (pbuf, expected) else {
         tracing::debug!(
             cmd = format_args!("{:#x}", p.cmd),
             size,

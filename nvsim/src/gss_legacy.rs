@@ -23,16 +23,12 @@
 
 use ioctl_proxy::HostCall;
 use nvproxy_abi::structs::NVOS54_PARAMETERS;
+use nvproxy_abi::{RM_GSS_LEGACY_MASK, RM_GSS_LEGACY_MASK_PRIVILEGED};
 
 use crate::buf::{Loc, bytes, bytes_mut, child};
 use crate::config::SimGpu;
 use crate::driver::{SimDriver, State};
 use crate::status::*;
-
-/// `RM_GSS_LEGACY_MASK`.
-pub const RM_GSS_LEGACY_MASK: u32 = 0x8000;
-/// `RM_GSS_LEGACY_MASK_PRIVILEGED`.
-pub const RM_GSS_LEGACY_MASK_PRIVILEGED: u32 = 0xc000;
 
 /// One measured firmware answer.
 #[derive(Debug, Clone, Copy)]
@@ -106,7 +102,7 @@ pub(crate) fn control(
     if p.cmd & RM_GSS_LEGACY_MASK == 0 || !st.clients.contains_key(&p.hClient) {
         return None;
     }
-    st.gpu_of(p.hClient, p.hObject)?;
+    let gpu = st.gpu_of(p.hClient, p.hObject)?;
     // The simulator's callers are user-level (the proxy's tenants are unprivileged).
     if p.cmd & RM_GSS_LEGACY_MASK_PRIVILEGED == RM_GSS_LEGACY_MASK_PRIVILEGED {
         return Some(NV_ERR_INSUFFICIENT_PERMISSIONS);
@@ -117,7 +113,6 @@ pub(crate) fn control(
     if size != 0 && pbuf.is_none_or(|l| bytes(call, l).len() < size) {
         return Some(NV_ERR_INVALID_ADDRESS);
     }
-    let gpu = st.gpu_of(p.hClient, p.hObject).expect("checked above");
     if let Some(status) = clocks(&drv.config.gpus[gpu], p, call, pbuf) {
         return Some(status);
     }

@@ -49,7 +49,8 @@ struct AllocSize {
 }
 const _: () = assert!(size_of::<AllocSize>() == 112);
 const _: () = assert!(offset_of!(AllocSize, size) == 48);
-const _: () = assert!(offset_of!(AllocSize, address) == 80);
+const _: () =
+    assert!(offset_of!(AllocSize, address) == NVOS32_PARAMETERS::ALLOC_SIZE_ADDRESS_OFFSET);
 const _: () = assert!(offset_of!(AllocSize, attr2) == 104);
 
 /// The `NVOS32_FUNCTION_*` values the driver's table knows (`rmVidHeapControlTable`).
@@ -59,8 +60,6 @@ const KNOWN_FUNCTIONS: &[u32] = &[2, 3, 5, 6, 11, 14, 15, 16, 18, 19, 20, 27];
 const FLAGS_MEMORY_HANDLE_PROVIDED: u32 = 0x4000;
 /// `NVOS32_ALLOC_FLAGS_USE_BEGIN_END`.
 const FLAGS_USE_BEGIN_END: u32 = 0x2_0000;
-/// `NVOS32_ALLOC_FLAGS_VIRTUAL`.
-const FLAGS_VIRTUAL: u32 = 0x8_0000;
 
 /// One `RM_VID_HEAP_CONTROL` (size and node checked by the caller); writes the whole
 /// `NVOS32_PARAMETERS` back.
@@ -116,7 +115,7 @@ fn alloc_size(drv: &SimDriver, st: &mut State, p: &mut NVOS32_PARAMETERS, os_inf
         a.hMemory = 0;
     }
     // NVOS32_ATTR_LOCATION (bits 26:25) VIDMEM is 0.
-    let class = if a.flags & FLAGS_VIRTUAL != 0 {
+    let class = if a.flags & crate::vaspace::FLAGS_VIRTUAL != 0 {
         rm::NV50_MEMORY_VIRTUAL
     } else if (a.attr >> 25) & 3 == 0 {
         rm::NV01_MEMORY_LOCAL_USER
