@@ -1737,3 +1737,39 @@ fn test_audit_mode_forwards_a_legacy_gss_command_the_only_set_leaves_out_as_woul
         )
     );
 }
+
+/// Issue 9 finding 3: `NV0005_ALLOC_PARAMETERS.hClass` flipped by another tenant thread from
+/// `NV01_EVENT_OS_EVENT` to `NV01_EVENT_KERNEL_CALLBACK` (0x78) right after the proxy's read
+/// must not reach the driver: the class is judged on the one copy the host gets.
+#[test]
+fn test_nv01_event_class_flipped_after_the_read_never_reaches_the_host() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(20, evfile);
+    let mut ev = vec![0u8; 24];
+    wr32(&mut ev, 0, c);
+    wr32(&mut ev, 4, dev);
+    wr32(&mut ev, 8, 0x79);
+    wr64(&mut ev, 16, 20);
+    // Env::alloc maps the alloc params at 0x12_0000; hClass is at offset 8.
+    env.mem
+        .flip_after_read(0x12_0000 + 8, &0x78u32.to_ne_bytes());
+    let (status, _) = env.alloc(c, dev, 0x5, &ev);
+    assert_eq!(status, 0);
+    let seen = env.host.calls_nr(0x2b).pop().unwrap().call;
+    assert_eq!(rd32(&seen.params, 12), 0x5, "NV01_EVENT forwarded");
+    assert_eq!(
+        rd32(&seen.nested[0].data, 8),
+        0x79,
+        "the driver got another hClass than the one judged"
+    );
+    // The audit trail names what the driver got.
+    assert_eq!(
+        env.proxy
+            .counts()
+            .get(Kind::Class, "NV01_EVENT_OS_EVENT", Decision::Allowed),
+        1
+    );
+}

@@ -33,6 +33,7 @@ impl Tenant {
 
     fn ioctl(&mut self, open: OpenId, cmd: u32, top: &[u8]) -> (i32, Vec<u8>) {
         self.mem.map(TOP, top);
+        self.mem.begin_request();
         let r = self
             .proxy
             .ioctl(open, &CALLER, cmd, TOP, &mut self.mem, &self.fds)

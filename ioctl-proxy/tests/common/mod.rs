@@ -333,6 +333,14 @@ pub struct FakeMem {
     fetched: Vec<(u64, usize)>,
     wanted: Vec<(u64, usize)>,
     pub rounds: usize,
+    /// Ranges read since [`FakeMem::begin_request`]: a second read of any byte of them panics
+    /// (the request path reads each client byte once).
+    request_reads: Vec<(u64, usize)>,
+    /// `(addr, bytes)`: written at `addr` right after the first read that covers `addr`, as
+    /// another tenant thread racing the daemon would.
+    flips: Vec<(u64, Vec<u8>)>,
+    /// Whether the read-once check is on (from the first `begin_request`).
+    checking: bool,
 }
 
 impl FakeMem {
@@ -362,6 +370,17 @@ impl FakeMem {
         rd32(&self.get(addr, 4), 0)
     }
 
+    /// Starts a new request (one run of a handler): the read-once check starts over.
+    pub fn begin_request(&mut self) {
+        self.request_reads.clear();
+        self.checking = true;
+    }
+
+    /// After the first read covering `addr`, `bytes` are written there (a racing thread).
+    pub fn flip_after_read(&mut self, addr: u64, bytes: &[u8]) {
+        self.flips.push((addr, bytes.to_vec()));
+    }
+
     /// Makes every range asked for so far available (one retry round).
     pub fn fetch(&mut self) {
         self.rounds += 1;
@@ -385,12 +404,31 @@ impl ClientMemory for FakeMem {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
         self.reads.push((addr, len));
         self.largest_read = self.largest_read.max(len);
+        let end = addr.saturating_add(len as u64);
+        if let Some(&(a, l)) = self
+            .request_reads
+            .iter()
+            .find(|&&(a, l)| self.checking && a < end && addr < a + l as u64)
+        {
+            panic!(
+                "client bytes read twice in one request: {len} bytes at {addr:#x} overlap \
+                 the earlier read of {l} bytes at {a:#x}"
+            );
+        }
+        self.request_reads.push((addr, len));
         if self.retry && !Self::covered(&self.fetched, addr, len) {
             self.wanted.push((addr, len));
             return Err(MemError::Pending);
         }
         let (r, o) = self.region(addr, len).ok_or(MemError::Fault)?;
-        Ok(r[o..o + len].to_vec())
+        let data = r[o..o + len].to_vec();
+        if let Some(i) = self.flips.iter().position(|(a, _)| *a >= addr && *a < end) {
+            let (a, bytes) = self.flips.remove(i);
+            if let Some((r, o)) = self.region(a, bytes.len()) {
+                r[o..o + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
+        Ok(data)
     }
 
     fn reserve_write(&mut self, addr: u64, len: usize) -> Result<(), MemError> {
@@ -489,6 +527,7 @@ impl Env {
     }
 
     pub fn ioctl(&mut self, open: OpenId, cmd: u32, arg: u64) -> Result<i32, ProxyError> {
+        self.mem.begin_request();
         self.proxy
             .ioctl(open, &CALLER, cmd, arg, &mut self.mem, &self.fds)
     }
