@@ -36,7 +36,7 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
 use zerocopy::FromBytes;
 
-use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
+use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
 use crate::error::ProxyError;
 use crate::host::{HostCall, HostDriver, HostFile, NodeKind};
 use crate::mapping::MappingSlot;
@@ -397,12 +397,14 @@ impl Proxy {
         }
         let unknown;
         let name: &str = if note.name.is_empty() {
-            unknown = unknown_name(note.kind, note.number);
+            self.counts.add_unknown(note.kind, note.number, decision);
+            unknown = note.kind.unknown_name(note.number);
             &unknown
         } else {
+            self.counts
+                .add(note.kind, &note.name, note.number, decision);
             &note.name
         };
-        self.counts.add(note.kind, name, decision);
         debug!(
             kind = ?note.kind,
             name = %name,
@@ -430,15 +432,5 @@ impl Proxy {
             errno,
             latency_us,
         });
-    }
-}
-
-/// The name an entry has in audit events when the table does not know it.
-pub(crate) fn unknown_name(kind: Kind, number: u32) -> String {
-    match kind {
-        Kind::Escape => format!("NV_ESC_{number:#04x}"),
-        Kind::Control => format!("control {number:#010x}"),
-        Kind::Class => format!("class {number:#06x}"),
-        Kind::Uvm => format!("UVM {number:#x}"),
     }
 }

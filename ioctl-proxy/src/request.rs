@@ -53,7 +53,7 @@ impl Dir {
 pub(crate) struct Note {
     pub(crate) kind: Kind,
     /// The entry's name; empty for an entry the table does not know, named at the end from
-    /// `kind` and `number` ([`crate::proxy::unknown_name`]) so that known entries, the
+    /// `kind` and `number` ([`Kind::unknown_name`]) so that known entries, the
     /// common case, cost no formatting.
     pub(crate) name: Cow<'static, str>,
     pub(crate) number: u32,

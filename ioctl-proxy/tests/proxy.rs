@@ -1773,3 +1773,32 @@ fn test_nv01_event_class_flipped_after_the_read_never_reaches_the_host() {
         1
     );
 }
+
+/// Issue 9 finding 1: distinct unknown control numbers (also under hClient 0, refused at once)
+/// and pass-through commands must not grow the instance's counts without bound.
+#[test]
+fn test_distinct_unknown_numbers_keep_the_counts_bounded() {
+    let mut env = Env::new();
+    let rows_before = env.proxy.counts().len();
+    for n in 0..20_000u32 {
+        // Unknown NV2080 controls (no 0x8000 bit: not legacy GSS), hClient 0.
+        let cmd = 0x2080_0000 | (n % 0x7fff + 1) | (n / 0x7fff) << 24;
+        let (status, _) = env.control(0, 0, cmd, &[]);
+        assert_eq!(status, NV_ERR_INVALID_CLIENT);
+        // Legacy GSS pass-through commands, each named by its number.
+        let (status, _) = env.control(0, 0, 0x2080_8000 | (n % 0x3fff + 1), &[]);
+        assert_eq!(status, NV_ERR_INVALID_CLIENT);
+    }
+    let rows = env.proxy.counts().snapshot();
+    assert!(
+        rows.len() <= rows_before + AuditCounts::MAX_NAMES + 2,
+        "{} rows",
+        rows.len()
+    );
+    let other = rows
+        .iter()
+        .find(|r| r.name == Kind::Control.other_row() && r.decision == Decision::Denied)
+        .expect("fold-over row");
+    assert!(other.count >= 20_000, "{other:?}");
+    assert_eq!(other.numbers.len(), AuditCounts::FIRST_NUMBERS);
+}
