@@ -112,6 +112,8 @@ pub struct GpuInfo {
     pub minor: u32,
     /// The driver's GPU id, as NV0000 GPU controls name it.
     pub gpu_id: u32,
+    /// PCI domain, bus and slot (device) from the host's `NV_ESC_CARD_INFO`.
+    pub pci: (u32, u8, u8),
 }
 
 #[derive(Debug)]
@@ -194,6 +196,7 @@ impl Proxy {
             gpus.push(GpuInfo {
                 minor,
                 gpu_id: card.gpu_id,
+                pci: (card.pci_info.domain, card.pci_info.bus, card.pci_info.slot),
             });
         }
         Ok(Self {
@@ -342,6 +345,20 @@ impl Proxy {
 
     pub(crate) fn learn_device(&self, device_instance: u32, gpu_id: u32) {
         lock(&self.devices).insert(device_instance, gpu_id);
+    }
+
+    /// The device instances learned for the instance's GPUs, as a mask (bit = instance).
+    pub(crate) fn known_device_mask(&self) -> (u32, usize) {
+        let devices = lock(&self.devices);
+        let mut mask = 0u32;
+        let mut found = 0;
+        for (&inst, &gpu) in devices.iter() {
+            if self.gpu_in_set(gpu) && inst < 32 {
+                mask |= 1 << inst;
+                found += 1;
+            }
+        }
+        (mask, found)
     }
 
     /// Whether `gpu_id` is one of the instance's GPUs.

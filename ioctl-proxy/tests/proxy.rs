@@ -251,7 +251,8 @@ fn test_tenant_gpu_node_maps_to_host_minor() {
         env.proxy.gpus()[0],
         GpuInfo {
             minor: 1,
-            gpu_id: 0x200
+            gpu_id: 0x200,
+            pci: (0x11, 0, 0),
         }
     );
 }
@@ -1801,4 +1802,103 @@ fn test_distinct_unknown_numbers_keep_the_counts_bounded() {
         .expect("fold-over row");
     assert!(other.count >= 20_000, "{other:?}");
     assert_eq!(other.numbers.len(), AuditCounts::FIRST_NUMBERS);
+}
+
+// ---- issue 9 finding 4: controls whose output names GPUs -----------------------------------
+
+#[test]
+fn test_get_device_ids_shows_only_the_instances_devices() {
+    // Host GPUs 0, 1, 2 are device instances 0, 1, 2; the instance holds host GPUs 1 and 2.
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0x204, &[0; 4]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 0b110);
+    // An instance of host GPU 1 alone.
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0x204, &[0; 4]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 0b10, "another tenant's GPU 0 is visible");
+}
+
+#[test]
+fn test_boost_groups_name_only_the_instances_gpus() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0xa04, &[0; 2244]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 1, "groupCount");
+    assert_eq!(rd32(&out, 4), 1, "gpuCount");
+    assert_eq!(rd32(&out, 8), 0x200);
+    assert_eq!(rd32(&out, 12), 0, "a second id left in the group");
+    assert_eq!(rd32(&out, 4 + 132), 7, "boostGroupId kept");
+}
+
+#[test]
+fn test_nvlink_status_hides_peers_outside_the_set() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (_, sd) = env.device(c, 1);
+    let (status, out) = env.control(c, sd, 0x2080_3002, &[0; 5896]);
+    assert_eq!(status, 0);
+    for i in 0..3 {
+        let e = 8 + 184 * i;
+        let r = e + 88;
+        if i == 1 {
+            assert_eq!(out[e + 56], 1, "the link to our own GPU stays");
+            assert_eq!(rd64(&out, r + 24), 2);
+            assert_eq!(rd32(&out, r + 4), 0x11);
+        } else {
+            assert_eq!(
+                out[e + 56],
+                0,
+                "link {i} to a GPU outside the set still connected"
+            );
+            assert_eq!(rd64(&out, r + 24), 0xff, "remote device type");
+            assert!(
+                out[r..r + 48].iter().skip(24).skip(8).all(|&b| b == 0),
+                "UUID left"
+            );
+            assert_eq!(rd32(&out, r + 4), 0, "PCI domain left");
+        }
+    }
+}
+
+#[test]
+fn test_gpu_pids_list_only_this_process() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sd) = env.device(c, 1);
+    let (status, out) = env.control(c, sd, 0x2080_018d, &[0; 3812]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 8), 1);
+    assert_eq!(rd32(&out, 12), std::process::id());
+    assert_eq!(rd32(&out, 16), 0);
+}
+
+#[test]
+fn test_accounting_state_of_a_gpu_outside_the_set_is_refused() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("g", Caps::ALL_CONTAINER, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 12];
+    wr32(&mut p, 0, 0x100);
+    let (status, _) = env.control(c, c, 0xb02, &p);
+    assert_eq!(status, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.controls(0xb02).is_empty());
+    wr32(&mut p, 0, 0x200);
+    let (status, _) = env.control(c, c, 0xb02, &p);
+    assert_eq!(status, 0);
 }

@@ -245,6 +245,44 @@ impl HostFile for FakeFile {
                             }
                         }
                     }
+                    // GET_DEVICE_IDS: every host GPU's device instance (its index).
+                    (0x204, Some(p)) => {
+                        let mask = (0..gpus.len()).fold(0u32, |m, i| m | 1 << i);
+                        wr32(&mut call.nested[p].data, 0, mask);
+                    }
+                    // SYNC_GPU_BOOST_GROUP_INFO: one group of every host GPU.
+                    (0xa04, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 0, 1);
+                        wr32(d, 4, gpus.len() as u32);
+                        for (i, g) in gpus.iter().enumerate() {
+                            wr32(d, 8 + 4 * i, g.1);
+                        }
+                        wr32(d, 4 + 132, 7);
+                    }
+                    // NVLINK_GET_NVLINK_STATUS (535 layout: linkInfo at 8, 184-byte entries,
+                    // remoteDeviceInfo at 88): link i connects to host GPU i (a GPU, type 2,
+                    // PCI domain 0x10 + i as CARD_INFO says).
+                    (0x2080_3002, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 0, (1 << gpus.len()) - 1);
+                        for i in 0..gpus.len() {
+                            let e = 8 + 184 * i;
+                            d[e + 56] = 1;
+                            let r = e + 88;
+                            wr32(d, r + 4, 0x10 + i as u32);
+                            wr64(d, r + 24, 2);
+                            d[r + 32..r + 48].fill(0xa0 + i as u8);
+                        }
+                    }
+                    // GPU_GET_PIDS: this process and two others.
+                    (0x2080_018d, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 8, 3);
+                        wr32(d, 12, std::process::id());
+                        wr32(d, 16, 1);
+                        wr32(d, 20, 2);
+                    }
                     (0x205, Some(p)) => {
                         let d = &mut call.nested[p].data;
                         let id = rd32(d, 0);
