@@ -334,7 +334,7 @@ fn test_rm_memory_mapped_through_the_proxy_is_shared_with_the_driver() {
 #[test]
 fn test_device_ids_hide_another_tenants_attached_gpu() {
     let sim = SimDriver::new(SimConfig::default_gpus(2));
-    let mut a = Tenant::new(&sim, "a", vec![0]);
+    let a = Tenant::new(&sim, "a", vec![0]);
     let mut b = Tenant::new(&sim, "b", vec![1]);
     let a_gpu = a.proxy.open(FrontendNode::Gpu(0)).unwrap();
     let b_gpu = b.proxy.open(FrontendNode::Gpu(0)).unwrap();
