@@ -144,6 +144,7 @@ impl Req<'_> {
         } else if h_new != 0 && self.px.objects().contains(h_new, h_new) {
             return fail(NV_ERR_INSERT_DUPLICATE_NAME, "client handle in use");
         }
+        self.need_room()?;
 
         let psize = spec.param_size as usize;
         if params_read {

@@ -351,12 +351,14 @@ impl Req<'_> {
                     let parent = rd32(buf, 12);
                     self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
                 }
+                self.need_room()?;
                 self.unix_fd(plan, p, 0)?;
                 return Ok(true);
             }
             UNIX_IMPORT_OBJECTS => {
                 let parent = rd32(plan.buf(pb), 4);
                 self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+                self.need_room()?;
                 self.unix_fd(plan, p, 0)?;
                 return Ok(true);
             }

@@ -12,6 +12,7 @@ use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, ioc, nv_iowr};
 const A: u64 = 0x40_0000; // a top-level struct
 const B: u64 = 0x41_0000; // a nested buffer
 
+const NV_ERR_INSUFFICIENT_RESOURCES: u32 = 0x1a;
 const NV_ERR_INSUFFICIENT_PERMISSIONS: u32 = 0x1b;
 const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
 const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
@@ -1901,4 +1902,73 @@ fn test_accounting_state_of_a_gpu_outside_the_set_is_refused() {
     wr32(&mut p, 0, 0x200);
     let (status, _) = env.control(c, c, 0xb02, &p);
     assert_eq!(status, 0);
+}
+
+// ---- issue 9 finding 2: per-instance quotas --------------------------------------------------
+
+fn quota_policy(name: &str, open_files: usize, objects: usize) -> InstancePolicy {
+    let mut p = InstancePolicy::new(name, Caps::COMPUTE_UTILITY, vec![1]);
+    p.quotas = Quotas {
+        open_files,
+        objects,
+        in_flight: 4,
+    };
+    p
+}
+
+#[test]
+fn test_one_instance_at_its_open_quota_leaves_the_other_alone() {
+    let host = FakeHost::new(VERSION, &HOST_GPUS);
+    let (a, _) = proxy_on(&host, quota_policy("a", 8, 100));
+    let (b, _) = proxy_on(&host, quota_policy("b", 8, 100));
+    let opens: Vec<_> = (0..8).map(|_| a.open(FrontendNode::Ctl).unwrap()).collect();
+    let err = a.open(FrontendNode::Ctl).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOMEM, "{err}");
+    assert_eq!(
+        a.open(FrontendNode::Gpu(0)).unwrap_err().errno(),
+        libc::ENOMEM
+    );
+    // The other instance is untouched.
+    for _ in 0..8 {
+        b.open(FrontendNode::Ctl).unwrap();
+    }
+    // A release gives the slot back.
+    a.release(opens[0]);
+    assert_eq!(a.open_files(), 7);
+    a.open(FrontendNode::Ctl).unwrap();
+}
+
+#[test]
+fn test_allocations_past_the_object_quota_get_insufficient_resources() {
+    let mut env = Env::with(VERSION, quota_policy("a", 100, 3));
+    let c = env.alloc_client(env.ctl);
+    let (d, _sd) = env.device(c, 1);
+    assert_eq!(env.proxy.object_count(), 3);
+    env.host.clear();
+    let (status, _) = env.alloc(c, d, 0x2080, &[0; 4]);
+    assert_eq!(status, NV_ERR_INSUFFICIENT_RESOURCES);
+    assert!(
+        env.host.calls_nr(0x2b).is_empty(),
+        "the driver saw an allocation past the quota"
+    );
+    let (status, _) = env.alloc(0, 0, 0x41, &[]);
+    assert_eq!(
+        status, NV_ERR_INSUFFICIENT_RESOURCES,
+        "root client past the quota"
+    );
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!(
+        (ev.decision, ev.reason),
+        (Decision::Denied, Some("instance object quota reached"))
+    );
+}
+
+#[test]
+fn test_requests_past_the_in_flight_quota_fail_with_eagain() {
+    let env = Env::with(VERSION, quota_policy("a", 100, 100));
+    let guards: Vec<_> = (0..4).map(|_| env.proxy.enter_request().unwrap()).collect();
+    let err = env.proxy.enter_request().unwrap_err();
+    assert_eq!(err.errno(), libc::EAGAIN);
+    drop(guards);
+    env.proxy.enter_request().unwrap();
 }

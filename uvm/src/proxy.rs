@@ -160,11 +160,14 @@ impl UvmProxy {
     /// A client opened `/dev/nvidia-uvm`: opens a host UVM file for it. The id comes from the
     /// frontend's open-id space ([`Proxy::new_open_id`]).
     pub fn open(&self) -> Result<OpenId, ProxyError> {
-        let host = self
-            .proxy
-            .host_driver()
-            .open(NodeKind::Uvm)
-            .map_err(ProxyError::Host)?;
+        self.proxy.take_open_slot()?;
+        let host = match self.proxy.host_driver().open(NodeKind::Uvm) {
+            Ok(h) => h,
+            Err(e) => {
+                self.proxy.release_open_slot();
+                return Err(ProxyError::Host(e));
+            }
+        };
         let id = self.proxy.new_open_id();
         lock(&self.opens).insert(id, Arc::new(UvmOpen { host }));
         debug!(instance = %self.proxy.policy().name, open = id.0, "uvm open");
@@ -176,6 +179,9 @@ impl UvmProxy {
     /// mappings and fds the tenant holds).
     pub fn release(&self, open: OpenId) {
         let file = lock(&self.opens).remove(&open);
+        if file.is_some() {
+            self.proxy.release_open_slot();
+        }
         debug!(instance = %self.proxy.policy().name, open = open.0, "uvm release");
         drop(file);
     }
@@ -252,6 +258,7 @@ impl UvmProxy {
             .get(&open)
             .cloned()
             .ok_or(ProxyError::UnknownOpen(open.0))?;
+        let _in_flight = self.proxy.enter_request()?;
         let mut note = Note {
             name: Cow::Borrowed(""),
             decision: Decision::Allowed,
