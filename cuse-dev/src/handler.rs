@@ -2,10 +2,12 @@
 
 use std::fmt;
 use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use crate::error::{CuseError, HandlerReplyError};
+use crate::watchdog::{ClientWaits, Watchdog};
 use crate::wire::{
     self, FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT, FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES,
     FUSE_IOCTL_MAX_IOV, FUSE_IOCTL_RETRY, FUSE_IOCTL_UNRESTRICTED, ReplyBody, fuse_ioctl_iovec,
@@ -91,19 +93,38 @@ pub trait Handler: Send + Sync + 'static {
 
 /// The interrupt state of one request, shared by the reader (which sets it when a
 /// `FUSE_INTERRUPT` names the request) and the handler (which reads or waits for it).
+///
+/// It also records whether the request has been answered (by its handler, or by the
+/// client-wait watchdog, `watchdog.rs`: exactly one of them writes the reply) and whether a
+/// client wait of it fired.
 #[derive(Debug, Default)]
 pub(crate) struct InterruptFlag {
     set: Mutex<bool>,
     cv: Condvar,
+    answered: AtomicBool,
+    fired: AtomicBool,
 }
 
 impl InterruptFlag {
+    /// Claims the reply: true for the first caller only.
+    pub(crate) fn take_answer(&self) -> bool {
+        !self.answered.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn mark_fired(&self) {
+        self.fired.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn has_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
     pub(crate) fn raise(&self) {
         *self.set.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.cv.notify_all();
     }
 
-    fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         *self.set.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -137,6 +158,8 @@ pub struct Request {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
     pub(crate) interrupt: Arc<InterruptFlag>,
+    /// The session's client-wait watchdog (`None` for a detached request).
+    pub(crate) watchdog: Option<Arc<Watchdog>>,
 }
 
 impl Request {
@@ -149,7 +172,19 @@ impl Request {
             uid,
             gid,
             interrupt: Arc::default(),
+            watchdog: None,
         }
+    }
+
+    /// The request's client waits: arm one around each access to the caller's memory that
+    /// the caller's page faults can block (`process_vm_readv`/`writev`); see `watchdog.rs`.
+    /// Unbounded for a detached request.
+    pub fn client_waits(&self) -> ClientWaits {
+        ClientWaits::new(
+            self.watchdog.clone(),
+            self.unique,
+            Arc::clone(&self.interrupt),
+        )
     }
 
     /// The kernel's request id.

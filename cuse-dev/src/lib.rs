@@ -125,6 +125,7 @@ mod error;
 mod handler;
 mod session;
 mod sys;
+mod watchdog;
 pub mod wire;
 
 pub use errno::Errno;
@@ -134,3 +135,4 @@ pub use session::{
     DeviceConfig, InitInfo, MAX_DEV_MAJOR, MAX_DEV_MINOR, MAX_IO_SIZE, Session, SessionControl,
 };
 pub use sys::seqpacket_pair;
+pub use watchdog::{ClientWait, ClientWaits};

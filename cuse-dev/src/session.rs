@@ -18,6 +18,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::error::{CuseError, HandlerReplyError};
 use crate::handler::{Handler, InterruptFlag, Ioctl, PollHandle, Request, ioctl_reply_body};
 use crate::sys;
+use crate::watchdog::Watchdog;
 use crate::wire::{
     self, CUSE_INIT, CUSE_MIN_MINOR, CUSE_UNRESTRICTED_IOCTL, FUSE_INTERRUPT, FUSE_IOCTL_32BIT,
     FUSE_IOCTL_COMPAT, FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_KERNEL_MINOR_VERSION,
@@ -57,11 +58,14 @@ pub struct DeviceConfig {
     /// A serving thread that stayed idle (waiting in `read`) for this long exits; two always
     /// stay.
     pub idle_timeout: Duration,
+    /// How long a handler's armed wait on the client's memory may last before the request is
+    /// answered `EFAULT` without it (`watchdog.rs`).
+    pub client_wait_timeout: Duration,
 }
 
 impl DeviceConfig {
     /// Defaults: dynamic number, unrestricted ioctls, 128 KiB reads/writes, 64 workers, 10 s
-    /// idle timeout.
+    /// idle timeout, 10 s client-wait timeout.
     pub fn new(devname: impl Into<String>) -> Self {
         DeviceConfig {
             devname: devname.into(),
@@ -72,6 +76,7 @@ impl DeviceConfig {
             max_write: 128 * 1024,
             max_workers: 64,
             idle_timeout: Duration::from_secs(10),
+            client_wait_timeout: Duration::from_secs(10),
         }
     }
 
@@ -96,6 +101,11 @@ impl DeviceConfig {
         if self.max_workers == 0 {
             return Err(CuseError::InvalidConfig(
                 "max_workers must be at least 1".into(),
+            ));
+        }
+        if self.client_wait_timeout.is_zero() {
+            return Err(CuseError::InvalidConfig(
+                "client_wait_timeout must be above 0".into(),
             ));
         }
         Ok(())
@@ -367,6 +377,7 @@ impl Session {
             buf_size: self.cfg.read_buffer_size(),
             control: self.control.clone(),
             thread_start: self.thread_start.clone(),
+            watchdog: Watchdog::new(Some(Arc::clone(&self.chan)), self.cfg.client_wait_timeout),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -552,6 +563,11 @@ fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
     }
 }
 
+/// An error reply from outside a handler (the client-wait watchdog).
+pub(crate) fn send_error(chan: &File, unique: u64, errno: Errno) {
+    send_logged(chan, unique, Err(errno));
+}
+
 /// A reply written by the reader itself (protocol errors); never for unique 0 or INTERRUPT.
 fn reply_direct(chan: &File, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
     if hdr.unique == 0 || hdr.opcode == FUSE_INTERRUPT {
@@ -616,6 +632,8 @@ struct Shared {
     control: SessionControl,
     /// [`Session::on_thread_start`]'s hook.
     thread_start: Option<ThreadStart>,
+    /// Bounds handlers' waits on client memory (`watchdog.rs`).
+    watchdog: Arc<Watchdog>,
 }
 
 /// One serving thread.
@@ -826,6 +844,7 @@ impl Shared {
             }
         };
         self.pool().shutdown = true;
+        self.watchdog.stop();
         let deadline = Instant::now() + STOP_WAIT;
         loop {
             {
@@ -919,6 +938,9 @@ impl Shared {
                     Some(flag) => {
                         debug!(target_unique = arg.unique, "interrupt");
                         flag.raise();
+                        // A handler stuck on the client's memory cannot see it: the watchdog
+                        // answers EINTR for it.
+                        self.watchdog.poke();
                     }
                     None => {
                         // Finished, or read by another thread that has not registered it yet.
@@ -1068,6 +1090,7 @@ impl Shared {
             uid: job.header.uid,
             gid: job.header.gid,
             interrupt: job.interrupt,
+            watchdog: Some(Arc::clone(&self.watchdog)),
         };
         let interruptible = !matches!(job.op, Op::Release(_) | Op::Destroy);
         let result = if interruptible && req.is_interrupted() {
@@ -1091,7 +1114,11 @@ impl Shared {
             }
         };
         self.inflight().remove(&req.unique);
-        send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
+        if req.interrupt.take_answer() {
+            send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
+        } else {
+            debug!("already answered by the client-wait watchdog; handler's reply dropped");
+        }
     }
 
     fn call(&self, req: &Request, op: Op<'_>) -> Result<ReplyBody, Reject> {

@@ -614,3 +614,76 @@ fn concurrent_callers_from_many_threads() {
     assert!(h.control.worker_count() <= 8);
     Arc::into_inner(h).unwrap().finish();
 }
+
+/// Issue 9 finding 6: a handler stuck on the client's memory (a `process_vm_readv` on a page the
+/// client's `userfaultfd` holds does not return, and ignores signals) is answered `EFAULT` by the
+/// watchdog at the client-wait deadline; its own late reply is dropped; other requests are
+/// served meanwhile.
+#[test]
+fn a_handler_stuck_on_client_memory_is_answered_at_the_deadline() {
+    let dev = TestDevice::new();
+    let cfg = DeviceConfig {
+        client_wait_timeout: Duration::from_millis(200),
+        ..cfg()
+    };
+    let h = Harness::started(cfg, dev.clone());
+    let fh = h.peer.open();
+    let t = Instant::now();
+    let (u, rx) = h
+        .peer
+        .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 1500, &[], 0);
+    assert_eq!(
+        h.peer.ioctl(fh, FAST, 0, true, &Memory::default()).result,
+        Ok(7)
+    );
+    let r = common::wait(&rx, u);
+    assert_eq!(r.errno(), libc::EFAULT);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_millis(1200),
+        "{took:?}"
+    );
+    // The handler finishes later; its reply is not sent a second time.
+    while dev.client_waits_fired.lock().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(*dev.client_waits_fired.lock().unwrap(), [true]);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(h.peer.answered().get(&u), Some(&1));
+    // A wait that ends in time is not touched.
+    let (u, rx) = h
+        .peer
+        .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 10, &[], 0);
+    let r = common::wait(&rx, u);
+    assert_eq!(r.errno(), 0);
+    h.finish();
+}
+
+/// A client interrupted (signalled, perhaps killed) while its request's handler is stuck on its
+/// memory is released at once with `EINTR`: without it a killed client and the stuck thread
+/// would wait for each other forever.
+#[test]
+fn an_interrupt_releases_a_client_whose_handler_is_stuck_on_its_memory() {
+    let dev = TestDevice::new();
+    let h = Harness::started(cfg(), dev.clone());
+    let fh = h.peer.open();
+    let (u, rx) = h
+        .peer
+        .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 1500, &[], 0);
+    thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    h.peer.interrupt(u);
+    let r = common::wait(&rx, u);
+    assert_eq!(r.errno(), libc::EINTR);
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    while dev.client_waits_fired.lock().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(h.peer.answered().get(&u), Some(&1));
+    h.finish();
+}

@@ -12,6 +12,7 @@
 //! most one ioctl in flight, and the first round of every unrestricted ioctl arrives with no data,
 //! which starts a fresh plan.
 
+use cuse_dev::ClientWaits;
 use ioctl_proxy::{ClientMemory, MemError};
 
 use crate::sys;
@@ -35,6 +36,9 @@ use crate::sys;
 /// not finished are made when the value is dropped.
 pub struct VmMemory {
     tid: u32,
+    /// Deadlines on the syscalls, whose page faults the client controls (cuse-dev
+    /// `watchdog.rs`): past one the request has been answered and every further access fails.
+    waits: ClientWaits,
     /// (address, bytes) of the writes not made yet, in order.
     pending: Vec<(u64, Vec<u8>)>,
     window: Option<Window>,
@@ -78,9 +82,16 @@ impl VmMemory {
     pub fn new(tid: u32) -> Self {
         VmMemory {
             tid,
+            waits: ClientWaits::unbounded(),
             pending: Vec::new(),
             window: None,
         }
+    }
+
+    /// Bounds every syscall on the client's memory by the request's client-wait deadline.
+    pub fn with_waits(mut self, waits: ClientWaits) -> Self {
+        self.waits = waits;
+        self
     }
 
     /// Memory of the thread that issued ioctl `arg`, with the bytes the kernel copied in for a
@@ -106,7 +117,15 @@ impl VmMemory {
             return Ok(());
         }
         let writes = std::mem::take(&mut self.pending);
-        write_all(self.tid, &writes).map_err(vm_error)
+        if self.waits.fired() {
+            return Err(MemError::Fault);
+        }
+        let wait = self.waits.arm();
+        let r = write_all(self.tid, &writes).map_err(vm_error);
+        if wait.fired() {
+            return Err(MemError::Fault);
+        }
+        r
     }
 
     /// What the reply must carry for the kernel to copy back to `arg`: the window when it was
@@ -211,8 +230,18 @@ impl ClientMemory for VmMemory {
             self.pending.push((w.addr, w.bytes.clone()));
         }
         self.finish()?;
+        if self.waits.fired() {
+            return Err(MemError::Fault);
+        }
         let mut buf = vec![0u8; len];
-        sys::process_vm_read(self.tid, addr, &mut buf).map_err(vm_error)?;
+        let wait = self.waits.arm();
+        let r = sys::process_vm_read(self.tid, addr, &mut buf).map_err(vm_error);
+        if wait.fired() {
+            // Answered EFAULT meanwhile: abandon the request (no side effect follows a failed
+            // read).
+            return Err(MemError::Fault);
+        }
+        r?;
         Ok(buf)
     }
 
@@ -393,6 +422,48 @@ impl ClientMemory for RetryMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Issue 9 finding 6, shown with a real `userfaultfd`: a `process_vm_readv` of a page whose
+    /// missing-page fault the "tenant" does not resolve blocks the reading thread (and no signal
+    /// gets it out); the client-wait deadline fires meanwhile (the session answers the request
+    /// EFAULT then), and when the fault finally resolves the read fails instead of going on.
+    #[test]
+    fn test_a_read_of_a_userfaultfd_page_is_bounded_by_the_client_wait_deadline() {
+        let map = sys::AnonMap::new(4096).unwrap();
+        let uffd = sys::uffd_register_missing(map.addr(), 4096)
+            .expect("userfaultfd (the tests run as root; the kernel needs CONFIG_USERFAULTFD)");
+        let waits = ClientWaits::standalone(Duration::from_millis(200));
+        let addr = map.addr();
+        let tid = std::process::id();
+        let w = waits.clone();
+        let reader = std::thread::spawn(move || {
+            let mut mem = VmMemory::new(tid).with_waits(w);
+            let t = std::time::Instant::now();
+            (mem.read(addr + 64, 8), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            !reader.is_finished(),
+            "the read did not block on the unresolved fault"
+        );
+        assert!(waits.fired(), "the deadline did not fire");
+        assert_eq!(waits.fired_count(), 1);
+        use std::os::fd::AsFd;
+        sys::uffd_zeropage(uffd.as_fd(), map.addr(), 4096).unwrap();
+        let (res, took) = reader.join().unwrap();
+        assert_eq!(
+            res,
+            Err(MemError::Fault),
+            "a read after the deadline must fail"
+        );
+        assert!(took >= Duration::from_millis(500), "{took:?}");
+        // A read that does not wait is untouched.
+        let waits = ClientWaits::standalone(Duration::from_millis(200));
+        let mut mem = VmMemory::new(tid).with_waits(waits.clone());
+        assert_eq!(mem.read(addr + 64, 8).unwrap(), vec![0; 8]);
+        assert!(!waits.fired());
+    }
 
     #[test]
     fn test_first_round_asks_for_the_top_struct() {

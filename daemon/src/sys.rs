@@ -400,3 +400,97 @@ mod nofile_tests {
         assert_eq!((soft, hard2), (hard, hard));
     }
 }
+
+/// A `userfaultfd` with `len` bytes at `addr` (page-aligned, mapped) registered for missing-page
+/// faults: a read of them from anywhere blocks until [`uffd_zeropage`] (or the fd closes). For
+/// the tests that show a tenant's page fault holding a serving thread.
+#[cfg(test)]
+pub fn uffd_register_missing(addr: u64, len: u64) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: userfaultfd takes flags by value and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just returned by userfaultfd and is owned by nobody else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    /// `UFFD_API`, `_IOWR(0xAA, 0x3F, struct uffdio_api)`, `_IOWR(0xAA, 0x00, struct
+    /// uffdio_register)`, `UFFDIO_REGISTER_MODE_MISSING` (`include/uapi/linux/userfaultfd.h`).
+    const UFFD_API: u64 = 0xaa;
+    const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+    const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+    const MODE_MISSING: u64 = 1;
+    let mut api = [UFFD_API, 0u64, 0u64];
+    use std::os::fd::AsRawFd;
+    // SAFETY: UFFDIO_API reads and writes the 24-byte struct uffdio_api `api` points to.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API, api.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut reg = [addr, len, MODE_MISSING, 0u64];
+    // SAFETY: UFFDIO_REGISTER reads and writes the 32-byte struct uffdio_register `reg` points
+    // to; the range is the caller's mapping.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_REGISTER, reg.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Resolves the missing pages of `len` bytes at `addr` with zeros (`UFFDIO_ZEROPAGE`).
+#[cfg(test)]
+pub fn uffd_zeropage(fd: std::os::fd::BorrowedFd<'_>, addr: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const UFFDIO_ZEROPAGE: libc::c_ulong = 0xc020_aa04;
+    let mut z = [addr, len, 0u64, 0u64];
+    // SAFETY: UFFDIO_ZEROPAGE reads and writes the 32-byte struct uffdio_zeropage `z` points
+    // to.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_ZEROPAGE, z.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// An anonymous private mapping, unmapped on drop (tests).
+#[cfg(test)]
+pub struct AnonMap {
+    addr: u64,
+    len: usize,
+}
+
+#[cfg(test)]
+impl AnonMap {
+    /// Maps `len` bytes; no page is touched.
+    pub fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh anonymous mapping at an address the kernel chooses; nothing else is
+        // affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            addr: p as u64,
+            len,
+        })
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+#[cfg(test)]
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours (made by `new`) and nobody holds references into it.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}

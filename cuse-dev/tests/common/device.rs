@@ -45,6 +45,11 @@ pub const MANY_IOV: u32 = ioc(0, 14, 0);
 /// that sends a request to its own device and waits for it). Returns 1, or ETIMEDOUT.
 pub const WAIT_FAST: u32 = ioc(0, 15, 0);
 
+/// `_IO('T', 16)`: arms a client wait and then blocks `arg` ms whatever happens (as a
+/// `process_vm_readv` on a page the client's `userfaultfd` holds); returns 1, or EFAULT when
+/// the wait fired (a reply the session must drop).
+pub const CLIENT_WAIT: u32 = ioc(0, 16, 0);
+
 /// Size of `Xform { in_ptr: u64, out_ptr: u64, len: u32, pad: u32 }`.
 pub const XFORM_SIZE: u64 = 24;
 
@@ -58,6 +63,8 @@ pub struct TestDevice {
     pub releases: Mutex<Vec<u64>>,
     pub init: Mutex<Option<InitInfo>>,
     pub poll_notify_seen: Mutex<Vec<bool>>,
+    /// For each CLIENT_WAIT that finished: whether its wait fired.
+    pub client_waits_fired: Mutex<Vec<bool>>,
 }
 
 impl TestDevice {
@@ -249,6 +256,20 @@ impl Handler for TestDevice {
                 Ok(IoctlReply::result(1))
             }
             FAST => Ok(IoctlReply::result(7)),
+            CLIENT_WAIT => {
+                let waits = req.client_waits();
+                let fired = {
+                    let w = waits.arm();
+                    std::thread::sleep(Duration::from_millis(arg));
+                    w.fired()
+                };
+                self.client_waits_fired.lock().unwrap().push(fired);
+                if fired {
+                    Err(Errno::EFAULT)
+                } else {
+                    Ok(IoctlReply::result(1))
+                }
+            }
             WAIT_FAST => {
                 let before = self.calls(FAST);
                 let deadline = std::time::Instant::now() + Duration::from_millis(arg);
