@@ -6,68 +6,8 @@ use core::mem::offset_of;
 
 use nvproxy_abi::structs::NVOS32_PARAMETERS;
 
-/// `NV_OK`.
-pub const NV_OK: u32 = 0;
-/// `NV_ERR_INSERT_DUPLICATE_NAME`.
-pub const NV_ERR_INSERT_DUPLICATE_NAME: u32 = 0x19;
-/// `NV_ERR_INVALID_ADDRESS`.
-pub const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
-/// `NV_ERR_INVALID_ARGUMENT`.
-pub const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
-/// `NV_ERR_INVALID_CLASS`.
-pub const NV_ERR_INVALID_CLASS: u32 = 0x22;
-/// `NV_ERR_INSUFFICIENT_RESOURCES`: RM's answer when a client's handle space is exhausted; the
-/// proxy's when the instance's object quota is reached.
-pub const NV_ERR_INSUFFICIENT_RESOURCES: u32 = 0x1a;
-/// `NV_ERR_INVALID_CLIENT`.
-pub const NV_ERR_INVALID_CLIENT: u32 = 0x23;
-/// `NV_ERR_INVALID_OBJECT_HANDLE`.
-pub const NV_ERR_INVALID_OBJECT_HANDLE: u32 = 0x33;
-/// `NV_ERR_INVALID_OBJECT_PARENT`.
-pub const NV_ERR_INVALID_OBJECT_PARENT: u32 = 0x36;
-/// `NV_ERR_INVALID_PARAM_STRUCT`.
-pub const NV_ERR_INVALID_PARAM_STRUCT: u32 = 0x3a;
-/// `NV_ERR_NOT_SUPPORTED`.
-pub const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
-/// `NV_ERR_OBJECT_NOT_FOUND`.
-pub const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x57;
-
-/// `NV01_ROOT`.
-pub const NV01_ROOT: u32 = 0x0;
-/// `NV01_ROOT_NON_PRIV`.
-pub const NV01_ROOT_NON_PRIV: u32 = 0x1;
-/// `NV01_CONTEXT_DMA`.
-pub const NV01_CONTEXT_DMA: u32 = 0x2;
-/// `NV01_EVENT`: the real class is `NV0005_ALLOC_PARAMETERS.hClass`.
-pub const NV01_EVENT: u32 = 0x5;
-/// `NV01_MEMORY_SYSTEM`.
-pub const NV01_MEMORY_SYSTEM: u32 = 0x3e;
-/// `NV01_MEMORY_LOCAL_USER`.
-pub const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
-/// `NV01_ROOT_CLIENT`.
-pub const NV01_ROOT_CLIENT: u32 = 0x41;
-/// `NV_MEMORY_EXTENDED_USER`.
-pub const NV_MEMORY_EXTENDED_USER: u32 = 0x42;
-/// `NV01_MEMORY_VIRTUAL`.
-pub const NV01_MEMORY_VIRTUAL: u32 = 0x70;
-/// `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`.
-pub const NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: u32 = 0x71;
-/// `NV01_EVENT_OS_EVENT`.
-pub const NV01_EVENT_OS_EVENT: u32 = 0x79;
-/// `NV01_DEVICE_0`.
-pub const NV01_DEVICE_0: u32 = 0x80;
-/// `NV_IMEX_SESSION`.
-pub const NV_IMEX_SESSION: u32 = 0xf1;
-/// `NV_MEMORY_MULTICAST_FABRIC`.
-pub const NV_MEMORY_MULTICAST_FABRIC: u32 = 0xfd;
-/// `NV50_MEMORY_VIRTUAL`.
-pub const NV50_MEMORY_VIRTUAL: u32 = 0x50a0;
-/// `GT200_DEBUGGER`.
-pub const GT200_DEBUGGER: u32 = 0x83de;
-/// `FERMI_CONTEXT_SHARE_A`.
-pub const FERMI_CONTEXT_SHARE_A: u32 = 0x9067;
-/// `KEPLER_CHANNEL_GROUP_A`.
-pub const KEPLER_CHANNEL_GROUP_A: u32 = 0xa06c;
+pub use nvproxy_abi::class::*;
+pub use nvproxy_abi::status::*;
 
 /// `NVOS02_FLAGS_ALLOC_NONE` (field 17:16).
 pub const NVOS02_FLAGS_ALLOC_NONE: u32 = 1;

@@ -17,9 +17,11 @@
 #![deny(missing_docs)]
 
 mod caps;
+pub mod class;
 mod error;
 pub mod ioctl;
 pub mod render;
+pub mod status;
 pub mod structs;
 mod table;
 pub mod tree;

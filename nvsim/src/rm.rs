@@ -6,37 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::driver::{Client, Kind, MemBlock, Object, SimDriver, State};
 use crate::status::*;
+pub use nvproxy_abi::class::*;
 
-/// `NV01_ROOT`.
-pub const NV01_ROOT: u32 = 0x0000;
-/// `NV01_ROOT_NON_PRIV`.
-pub const NV01_ROOT_NON_PRIV: u32 = 0x0001;
-/// `NV01_ROOT_CLIENT`.
-pub const NV01_ROOT_CLIENT: u32 = 0x0041;
-/// `NV01_EVENT`: allocates the event subclass named in its params.
-pub const NV01_EVENT: u32 = 0x0005;
-/// `NV01_EVENT_OS_EVENT`.
-pub const NV01_EVENT_OS_EVENT: u32 = 0x0079;
-/// `NV01_EVENT_KERNEL_CALLBACK`.
-pub const NV01_EVENT_KERNEL_CALLBACK: u32 = 0x0078;
-/// `NV01_EVENT_KERNEL_CALLBACK_EX`.
-pub const NV01_EVENT_KERNEL_CALLBACK_EX: u32 = 0x007e;
-/// `NV01_DEVICE_0`.
-pub const NV01_DEVICE_0: u32 = 0x0080;
-/// `NV20_SUBDEVICE_0`.
-pub const NV20_SUBDEVICE_0: u32 = 0x2080;
-/// `NV01_MEMORY_SYSTEM`.
-pub const NV01_MEMORY_SYSTEM: u32 = 0x003e;
-/// `NV01_MEMORY_LOCAL_USER`.
-pub const NV01_MEMORY_LOCAL_USER: u32 = 0x0040;
-/// `FERMI_VASPACE_A`.
-pub const FERMI_VASPACE_A: u32 = 0x90f1;
-/// `NV50_MEMORY_VIRTUAL`: a reserved range of a GPU VA space.
-pub const NV50_MEMORY_VIRTUAL: u32 = 0x50a0;
-/// `HOPPER_USERMODE_A`: the page of BAR0 with the GPU's time and the channel doorbell.
-pub const HOPPER_USERMODE_A: u32 = 0xc661;
-/// `NV_CONFIDENTIAL_COMPUTE`: confidential-computing state and keys, under a client.
-pub const NV_CONFIDENTIAL_COMPUTE: u32 = 0xcb33;
 /// `NVC661_NV_USERMODE__SIZE`: one 64 KiB page.
 const USERMODE_BYTES: u64 = 0x1_0000;
 

@@ -62,15 +62,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::driver::{Kind, SimDriver, State};
 use crate::status::*;
+use nvproxy_abi::class::FERMI_VASPACE_A;
 
-/// `NV_ERR_GPU_UUID_NOT_FOUND`.
-const NV_ERR_GPU_UUID_NOT_FOUND: u32 = 0x0000_0012;
-/// `NV_ERR_INVALID_CHANNEL`.
-const NV_ERR_INVALID_CHANNEL: u32 = 0x0000_0021;
-/// `NV_ERR_INVALID_DEVICE`.
-const NV_ERR_INVALID_DEVICE: u32 = 0x0000_0026;
-/// `NV_ERR_UVM_ADDRESS_IN_USE`.
-const NV_ERR_UVM_ADDRESS_IN_USE: u32 = 0x0000_0068;
 /// `NV_WARN_NOTHING_TO_DO`.
 const NV_WARN_NOTHING_TO_DO: u32 = 0x0001_0006;
 
@@ -88,9 +81,6 @@ const CPU_UUID: [u8; 16] = [
 
 /// `EBADFD`: the driver's `uvm_mmap` on a file without a va_space.
 const EBADFD: i32 = 77;
-
-/// `FERMI_VASPACE_A`.
-const FERMI_VASPACE_A: u32 = 0x90f1;
 
 /// One open UVM file.
 #[derive(Debug, Default)]
