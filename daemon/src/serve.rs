@@ -12,7 +12,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use ioctl_proxy::real::RealHostDriver;
+use host_driver::real::RealHostDriver;
 use ioctl_proxy::{HostDriver, InstancePolicy, Proxy};
 use nvproxy_abi::DriverVersion;
 use nvsim::{SimConfig, SimDriver};
@@ -53,7 +53,7 @@ pub fn make_driver(
                     "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
                 )?
                 .with_unrestricted_mapping_fds(unrestricted_mmap_fds);
-            if !unrestricted_mmap_fds && !ioctl_proxy::restricted::ioctl_dev_restriction_available()
+            if !unrestricted_mmap_fds && !host_driver::restricted::ioctl_dev_restriction_available()
             {
                 tracing::warn!(
                     "Landlock cannot deny device ioctls on this kernel (needs ABI 5, Linux \

@@ -18,11 +18,11 @@ use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::error::ProxyError;
-use crate::host::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
 use crate::nv::NV_OK;
 use crate::plan::{Plan, rd32, wr32};
 use crate::proxy::{Proxy, host_cards};
 use crate::request::Req;
+use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
 
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
 
@@ -48,12 +48,12 @@ impl Proxy {
 
         let host = self.host_driver();
         let ctl = host
-            .open(crate::host::NodeKind::Ctl)
+            .open(host_driver::NodeKind::Ctl)
             .map_err(ProxyError::Host)?;
         let _nodes = self
             .gpus
             .iter()
-            .map(|g| host.open(crate::host::NodeKind::Gpu(g.minor)))
+            .map(|g| host.open(host_driver::NodeKind::Gpu(g.minor)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ProxyError::Host)?;
         let mut alloc = NVOS21_PARAMETERS::new_zeroed();

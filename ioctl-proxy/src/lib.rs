@@ -6,7 +6,8 @@
 //! - [`Proxy`]: one instance's frontend (`/dev/nvidiactl`, `/dev/nvidia<N>`) request path:
 //!   dispatch by the ABI table, policy ([`InstancePolicy`]), handle checks ([`ObjectTable`]),
 //!   fd and pointer translation, GPU-set isolation, audit ([`AuditSink`], [`AuditCounts`]).
-//! - [`host`]: the driver boundary; [`real::RealHostDriver`] is the real driver.
+//! - the driver boundary ([`HostDriver`], [`HostFile`]) is the `host-driver` crate, which also
+//!   holds the real driver.
 //! - [`memory`]: the caller's memory and the retry-transport contract.
 //!
 //! The daemon implements three traits: [`ClientMemory`] (per request), [`FdResolver`] (per
@@ -20,7 +21,6 @@ mod control;
 mod embedded;
 mod error;
 mod gpus;
-pub mod host;
 mod mapping;
 pub mod memory;
 mod nv;
@@ -28,14 +28,13 @@ pub mod objects;
 mod plan;
 pub mod policy;
 mod proxy;
-#[allow(unsafe_code)]
-pub mod real;
 mod request;
-pub mod restricted;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
 pub use error::ProxyError;
-pub use host::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
+pub use host_driver::{
+    HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
+};
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};

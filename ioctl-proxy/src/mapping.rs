@@ -28,10 +28,10 @@ use tracing::warn;
 
 use crate::audit::Decision;
 use crate::error::ProxyError;
-use crate::host::{HostFile, NodeKind};
 use crate::nv::NV_ERR_NOT_SUPPORTED;
 use crate::proxy::{FdError, FrontendNode, OpenFile, OpenId, Proxy};
 use crate::request::{Req, Stop};
+use host_driver::{HostFile, NodeKind};
 
 /// `NV_ERR_STATE_IN_USE` (`nvstatuscodes.h`): the target file already has an mmap context.
 pub(crate) const NV_ERR_STATE_IN_USE: u32 = 0x63;

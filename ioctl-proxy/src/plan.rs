@@ -6,7 +6,7 @@
 //! client therefore sees its own pointer and fd values, as after the real driver's
 //! `copy_to_user` of the whole struct.
 
-use crate::host::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
 
 /// Reads a native-endian `u32` at `off`; 0 when out of range (callers size buffers first).
 pub(crate) fn rd32(b: &[u8], off: usize) -> u32 {

@@ -38,12 +38,12 @@ use zerocopy::FromBytes;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
 use crate::error::ProxyError;
-use crate::host::{HostCall, HostDriver, HostFile, NodeKind};
 use crate::mapping::MappingSlot;
 use crate::memory::ClientMemory;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
 use crate::request::{Note, Req};
+use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
 /// through it).

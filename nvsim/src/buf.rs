@@ -1,6 +1,6 @@
 //! Reading and writing the buffers of a [`HostCall`] by position.
 
-use ioctl_proxy::HostCall;
+use host_driver::HostCall;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Where a buffer of a call lives: the top-level params or one of the nested buffers.

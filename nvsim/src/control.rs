@@ -1,7 +1,7 @@
 //! `NV_ESC_RM_CONTROL`: the checks of `_rmapiRmControl` and `serverControl`, and the controls a
 //! CUDA or `nvidia-smi` initialisation issues, answered with the configured GPU's values.
 
-use ioctl_proxy::HostCall;
+use host_driver::HostCall;
 use nvproxy_abi::RMAPI_PARAM_COPY_MAX_PARAMS_SIZE;
 use nvproxy_abi::structs::*;
 

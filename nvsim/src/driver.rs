@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use ioctl_proxy::{HostCall, HostDriver, HostFile, NodeKind};
+use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 use nvproxy_abi::{DriverAbi, DriverVersion};
 
 use crate::SimError;

@@ -9,7 +9,7 @@
 
 use std::io;
 
-use ioctl_proxy::{HostCall, NodeKind};
+use host_driver::{HostCall, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use zerocopy::FromZeros;

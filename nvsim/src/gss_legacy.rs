@@ -21,7 +21,7 @@
 //! the answers below are the measured behaviour of *a* GSP firmware, not of the simulated GPU's:
 //! see `tests/nvidia-userspace/RESULTS.md`.
 
-use ioctl_proxy::HostCall;
+use host_driver::HostCall;
 use nvproxy_abi::structs::NVOS54_PARAMETERS;
 use nvproxy_abi::{RM_GSS_LEGACY_MASK, RM_GSS_LEGACY_MASK_PRIVILEGED};
 

@@ -1,4 +1,4 @@
-//! A simulated NVIDIA kernel driver behind `ioctl-proxy`'s [`HostDriver`](ioctl_proxy::HostDriver) trait, for tests and
+//! A simulated NVIDIA kernel driver behind `host-driver`'s [`HostDriver`](host_driver::HostDriver) trait, for tests and
 //! `nvproxy serve --driver sim`.
 //!
 //! It models the driver, not a yes-machine: RM clients and objects with the resource server's
@@ -11,7 +11,7 @@
 //! simulator simplifies, the item says so.
 //!
 //! ```
-//! use ioctl_proxy::{HostDriver, NodeKind};
+//! use host_driver::{HostDriver, NodeKind};
 //! use nvsim::{SimConfig, SimDriver};
 //!
 //! let drv = SimDriver::new(SimConfig::default_gpus(2));
@@ -22,12 +22,12 @@
 //! ```
 //!
 //! # The call contract
-//! A call is a [`HostCall`](ioctl_proxy::HostCall): `cmd` is the full ioctl number, `params`
+//! A call is a [`HostCall`](host_driver::HostCall): `cmd` is the full ioctl number, `params`
 //! the top-level struct (exactly `_IOC_SIZE(cmd)` bytes, else `EFAULT`, as the driver's copy
 //! would fault), and `nested` the buffers that embedded pointers name: `parent: None` for a
 //! pointer in `params` at `offset`, `Some(j)` for one inside `nested[j]`. An absent entry is a
 //! NULL pointer; pointer values themselves are never read. fd fields carry
-//! [`HostFile::id`](ioctl_proxy::HostFile::id) values of this driver's files.
+//! [`HostFile::id`](host_driver::HostFile::id) values of this driver's files.
 //!
 //! # What is simulated
 //! - Files: `open` of the control node, of `/dev/nvidia<minor>` (`ENODEV` without a GPU on that
@@ -45,7 +45,7 @@
 //! - Memory the CPU can see: memory objects are backed by memfds (created when first mapped or
 //!   written); `RM_MAP_MEMORY` checks the range and the target file as the driver does and
 //!   stores an mmap context in the file named by `fd`; a file's
-//!   [`HostFile::mmap_fd`](ioctl_proxy::HostFile::mmap_fd) is a dup of the memfd its context
+//!   [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) is a dup of the memfd its context
 //!   names plus the context's offset, so bytes written through a client's mapping are what
 //!   [`SimDriver::memory_read`] returns, and [`SimDriver::memory_write`] shows in the mapping.
 //!   Files from `open_mapping` fail every ioctl with `EACCES`, as the real daemon's

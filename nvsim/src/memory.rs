@@ -10,7 +10,7 @@
 //!
 //! The simulator backs each memory block (an object and its dups) with a memfd of the block's
 //! size, created when the block is first mapped or written. A file's
-//! [`HostFile::mmap_fd`](ioctl_proxy::HostFile::mmap_fd) is a dup of the memfd of the block its
+//! [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) is a dup of the memfd of the block its
 //! context names, with the context's page-aligned offset into the block as the offset to add:
 //! the tenant's "`mmap(F, offset 0)`" becomes a map of the memfd at that offset, so bytes
 //! written through the mapping are what [`SimDriver::memory_read`] sees, and the reverse.
@@ -28,7 +28,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use ioctl_proxy::{HostCall, NodeKind};
+use host_driver::{HostCall, NodeKind};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 use nvproxy_abi::structs::{
     NV_MEMORY_ALLOCATION_PARAMS, NVOS33_PARAMETERS, NVOS34_PARAMETERS,
@@ -479,7 +479,7 @@ fn alloc_system(
     NV_OK
 }
 
-/// [`HostFile::mmap_fd`](ioctl_proxy::HostFile::mmap_fd) of file `file`: a dup of the memfd its
+/// [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) of file `file`: a dup of the memfd its
 /// context names and the context's offset into it; `EINVAL` without a context (`nv-mmap.c`:
 /// "invalid mmap").
 pub(crate) fn mmap_fd(drv: &SimDriver, file: i32) -> io::Result<(OwnedFd, u64)> {

@@ -11,7 +11,7 @@
 //!
 //! # Memory
 //! Each va_space has a sparse memfd of 2^47 bytes whose offset is the virtual address:
-//! [`HostFile::mmap_fd`](ioctl_proxy::HostFile::mmap_fd) of the file is a dup of it with
+//! [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) of the file is a dup of it with
 //! offset adjust 0, so a client's `mmap(addr, len, PROT_READ|PROT_WRITE, MAP_SHARED|MAP_FIXED,
 //! fd, addr)` (UVM's offset == VA rule) maps the bytes the simulated driver reads and writes
 //! at `addr` ([`SimDriver::uvm_read`], [`SimDriver::uvm_write`], semaphore releases).
@@ -55,7 +55,7 @@ use std::mem::offset_of;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
-use ioctl_proxy::{HostCall, NodeKind};
+use host_driver::{HostCall, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};

@@ -66,7 +66,7 @@ const FLAGS_USE_BEGIN_END: u32 = 0x2_0000;
 pub(crate) fn vid_heap_control(
     drv: &SimDriver,
     st: &mut State,
-    call: &mut ioctl_proxy::HostCall,
+    call: &mut host_driver::HostCall,
     loc: Loc,
     os_info: i32,
 ) {

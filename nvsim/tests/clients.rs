@@ -330,7 +330,7 @@ fn test_usermode_page_is_register_memory_of_the_subdevice() {
 #[test]
 fn test_confidential_compute_object_reports_cc_off_on_a_capable_gpu() {
     let d = sim(1);
-    let ctl = open(&d, ioctl_proxy::NodeKind::Ctl);
+    let ctl = open(&d, host_driver::NodeKind::Ctl);
     let c = client(&ctl);
     // Under the client only.
     let (st, h) = alloc(

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use ioctl_proxy::NodeKind;
+use host_driver::NodeKind;
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use nvsim::control::cmd;
@@ -408,7 +408,7 @@ fn test_xfer_cmd_carries_card_info() {
         ptr: 0x1234_0000,
     };
     let mut call = esc_call(NV_ESC_IOCTL_XFER_CMD, x.as_bytes());
-    call.nested.push(ioctl_proxy::NestedBuf {
+    call.nested.push(host_driver::NestedBuf {
         parent: None,
         offset: 8,
         data: vec![0; 72 * 4],

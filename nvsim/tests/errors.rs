@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use ioctl_proxy::{HostCall, HostDriver, NodeKind};
+use host_driver::{HostCall, HostDriver, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use nvsim::control::cmd;

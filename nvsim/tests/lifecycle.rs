@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use ioctl_proxy::{HostDriver, NodeKind};
+use host_driver::{HostDriver, NodeKind};
 use nvproxy_abi::DriverVersion;
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;

@@ -7,7 +7,7 @@ mod common;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use common::*;
-use ioctl_proxy::{HostDriver, NodeKind};
+use host_driver::{HostDriver, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use nvsim::SimStats;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use ioctl_proxy::{HostCall, NestedBuf, NodeKind};
+use host_driver::{HostCall, NestedBuf, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvsim::SimStats;
 

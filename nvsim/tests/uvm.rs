@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use common::*;
-use ioctl_proxy::{HostCall, NodeKind};
+use host_driver::{HostCall, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use nvsim::status::*;

@@ -1,5 +1,5 @@
 //! The mechanism behind RM memory mapping fds on a real kernel: a file opened by
-//! `ioctl_proxy::restricted::open_restricted` (a thread restricted with Landlock,
+//! `host_driver::restricted::open_restricted` (a thread restricted with Landlock,
 //! `LANDLOCK_ACCESS_FS_IOCTL_DEV` handled, not granted) can be `mmap`ped, but device ioctls on
 //! it fail with `EACCES`, in this process and in another one that inherits it; the VFS's own
 //! `FIOCLEX`/`FIONBIO` still work; the rest of the process keeps its ioctls.
@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::process::Command;
 
-use ioctl_proxy::restricted::{ioctl_dev_restriction_available, open_restricted};
+use host_driver::restricted::{ioctl_dev_restriction_available, open_restricted};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 
 const ZERO: &str = "/dev/zero";

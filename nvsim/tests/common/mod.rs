@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::Arc;
 
-use ioctl_proxy::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
+use host_driver::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use nvsim::{SimConfig, SimDriver};

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nvproxy_abi::DriverVersion;
 use nvproxy_abi::ioctl::ioc_size;
 
-use crate::host::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
 use crate::restricted::open_restricted;
+use crate::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
 
 /// Writes the address of every nested buffer (as `addr_of` gives it) into its parent at its
 /// offset. Fails, touching nothing, if a parent index is out of range or the buffer itself, or

@@ -1,4 +1,7 @@
-//! The boundary to the driver: the real one on a GPU host, or `nvsim`.
+//! The boundary to the driver: the real one on a GPU host ([`real::RealHostDriver`]), or
+//! `nvsim`. Like the kvm-bindings / kvm-ioctls cut: `nvproxy-abi` holds the data, this crate
+//! the calls; the request path (`ioctl-proxy`) and the simulator both depend on it, and the
+//! simulator no longer depends on the request path.
 //!
 //! A proxied call reaches the driver as a [`HostCall`]: the top-level parameter struct (with its
 //! fd fields already replaced by host file ids) plus the daemon-side buffers that its embedded
@@ -6,8 +9,15 @@
 //! the `ioctl`; the simulated driver reads the buffers by position instead of dereferencing
 //! anything, so neither the trait nor `nvsim` needs `unsafe`.
 
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
 use std::io;
 use std::sync::Arc;
+
+#[allow(unsafe_code)]
+pub mod real;
+pub mod restricted;
 
 /// Which host device node a file is open on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
