@@ -181,3 +181,19 @@ pub fn host_driver_version() -> Option<String> {
         })
         .map(str::to_owned)
 }
+
+/// The minors of the host driver's GPUs (`Device Minor:` of
+/// `/proc/driver/nvidia/gpus/*/information`), sorted; None when the driver lists none.
+pub fn host_gpu_minors() -> Option<Vec<u32>> {
+    let mut minors: Vec<u32> = fs::read_dir("/proc/driver/nvidia/gpus")
+        .ok()?
+        .filter_map(|e| fs::read_to_string(e.ok()?.path().join("information")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Device Minor:"))
+                .and_then(|m| m.trim().parse().ok())
+        })
+        .collect();
+    minors.sort_unstable();
+    (!minors.is_empty()).then_some(minors)
+}

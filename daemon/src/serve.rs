@@ -118,10 +118,15 @@ impl RunningInstance {
         let proxy = Proxy::for_host(policy, driver.host.clone())
             .with_context(|| format!("instance {}", inst.name))?
             .with_audit(sink.clone());
+        // The names must be in the table of the driver this instance runs on.
+        let names = crate::policy_cmd::AbiNames::of(
+            proxy.abi(),
+            format!("driver {}", driver.host.version().trim()),
+        );
+        crate::policy_cmd::check_allow(&inst.allow, &names)
+            .with_context(|| format!("instance {}", inst.name))?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
-            // The names must be in the table of the driver this instance runs on.
-            let label = format!("driver {}", driver.host.version().trim());
-            f.check(&crate::policy_cmd::AbiNames::of(proxy.abi(), label))
+            f.check(&names)
                 .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
         }
         let proxy = Arc::new(proxy);
@@ -145,7 +150,7 @@ impl RunningInstance {
         // After the nodes: their registration proved no live daemon serves this instance.
         let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
-        tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = ?inst.mode, "instance serving");
+        tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
             instance = %inst.name,
             socket = %mmap_socket.path().display(),
@@ -317,8 +322,14 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     let gpus = match (&args.gpus, args.driver) {
         (Some(g), _) => g.clone(),
         (None, DriverKind::Sim) => (0..args.sim_gpus).collect(),
-        (None, DriverKind::Host) => bail!("--gpus is required with --driver host"),
+        (None, DriverKind::Host) => bail!(
+            "--gpus is required with --driver host: name the host GPU minors the command gets \
+             (e.g. --gpus 0 for /dev/nvidia0), or use --driver sim"
+        ),
     };
+    if args.driver == DriverKind::Sim {
+        config::check_sim_gpus(&gpus, args.sim_gpus, "--sim-gpus").context("--gpus")?;
+    }
     let inst = InstanceConfig {
         name: format!("exec-{}", std::process::id()),
         gpus,
@@ -404,9 +415,14 @@ pub struct ServeArgs {
 
 /// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
-    let cfg = config::Config::load(&args.config)?;
+    let mut cfg = config::Config::load(&args.config)?;
+    if let Some(d) = args.driver {
+        cfg = cfg
+            .with_driver(d)
+            .with_context(|| format!("in config {}", args.config.display()))?;
+    }
     sys::block_termination_signals().context("blocking signals")?;
-    let kind = args.driver.unwrap_or(cfg.driver);
+    let kind = cfg.driver;
     let driver = make_driver(
         kind,
         cfg.sim.gpus,
