@@ -321,11 +321,8 @@ impl Config {
         let version: DriverVersion = v
             .parse()
             .map_err(|e| anyhow::anyhow!("[sim] driver_version: {e}"))?;
-        nvproxy_abi::find(&version).map_err(|e| {
-            anyhow::anyhow!(
-                "[sim] driver_version = {v:?}: {e} (`nvproxy abi versions` lists the known ones)"
-            )
-        })?;
+        nvproxy_abi::find(&version)
+            .map_err(|e| anyhow::anyhow!("[sim] driver_version = {v:?}: {e}"))?;
         if self.sim.gpus == 0 || self.sim.gpus > MAX_SIM_GPUS {
             bail!(
                 "[sim] gpus must be between 1 and {MAX_SIM_GPUS} (the driver's limit), not {}",
@@ -342,15 +339,19 @@ impl Config {
         }
         if self.driver == DriverKind::Sim {
             for inst in &self.instances {
-                check_sim_gpus(&inst.gpus, self.sim.gpus, "[sim] gpus")
-                    .with_context(|| format!("instance {:?}: gpus", inst.name))?;
+                check_sim_gpus(
+                    &inst.gpus,
+                    self.sim.gpus,
+                    &format!("[sim] gpus = {}", self.sim.gpus),
+                )
+                .with_context(|| format!("instance {:?}: gpus", inst.name))?;
             }
         }
         if self.instances.iter().any(|i| !i.allow.is_empty()) {
             let abi = self.abi_names()?;
             for inst in &self.instances {
                 crate::policy_cmd::check_allow(&inst.allow, &abi)
-                    .with_context(|| format!("instance {:?}", inst.name))?;
+                    .with_context(|| format!("instance {:?}: allow", inst.name))?;
             }
         }
         Ok(())
@@ -400,7 +401,7 @@ pub fn check_host_gpus(gpus: &[u32], minors: &[u32]) -> Result<()> {
 pub const MAX_SIM_GPUS: u32 = 32;
 
 /// Checks that every GPU index in `gpus` exists on a simulated driver with `sim_gpus` GPUs
-/// (minors `0..sim_gpus`); `setting` names where that count came from, for the message.
+/// (minors `0..sim_gpus`); `setting` says where that count came from (`[sim] gpus = 2`).
 pub fn check_sim_gpus(gpus: &[u32], sim_gpus: u32, setting: &str) -> Result<()> {
     let missing: Vec<String> = gpus
         .iter()
@@ -414,7 +415,7 @@ pub fn check_sim_gpus(gpus: &[u32], sim_gpus: u32, setting: &str) -> Result<()> 
             n => format!("GPUs 0-{}", n - 1),
         };
         bail!(
-            "no GPU {} on the simulated driver: {setting} = {sim_gpus} gives it {have}",
+            "no GPU {} on the simulated driver: {setting} gives it {have}",
             missing.join(", ")
         );
     }
@@ -707,7 +708,7 @@ mod tests {
             ));
             assert!(
                 msg.contains(&format!(
-                    "[sim] driver_version = \"{v}\": driver {v} is not"
+                    "[sim] driver_version = \"{v}\": nvproxy has no ABI tables for driver {v}"
                 )) && msg.contains("nvproxy abi versions"),
                 "{msg}"
             );

@@ -252,7 +252,7 @@ pub fn check_allow(allow: &[String], names: &AbiNames) -> Result<()> {
         }
     }
     if !problems.is_empty() {
-        bail!("allow: {}", problems.join("; "));
+        bail!("{}", problems.join("; "));
     }
     Ok(())
 }
@@ -706,7 +706,7 @@ mod tests {
             check_allow(&["NV_ESC_CARD_INFOO".into()], &names).unwrap_err()
         );
         assert!(
-            msg.starts_with("allow: NV_ESC_CARD_INFOO is not a name in the ABI table of driver 535.261.03 (nearest known: NV_ESC_CARD_INFO, "),
+            msg.starts_with("NV_ESC_CARD_INFOO is not a name in the ABI table of driver 535.261.03 (nearest known: NV_ESC_CARD_INFO, "),
             "{msg}"
         );
     }

@@ -49,9 +49,14 @@ pub fn make_driver(
     match kind {
         DriverKind::Host => {
             let d = RealHostDriver::new()
-                .context(
-                    "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
-                )?
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "no usable NVIDIA driver on this host: its version is read from \
+                         /sys/module/nvidia/version, else /proc/driver/nvidia/version: {e} (is \
+                         the nvidia kernel module loaded?). Without a GPU, use the simulated \
+                         driver: `--driver sim`, or driver = \"sim\" in the config"
+                    )
+                })?
                 .with_unrestricted_mapping_fds(unrestricted_mmap_fds);
             if !unrestricted_mmap_fds && !ioctl_proxy::restricted::ioctl_dev_restriction_available()
             {
@@ -71,6 +76,14 @@ pub fn make_driver(
             let version: DriverVersion = version
                 .parse()
                 .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
+            nvproxy_abi::find(&version)
+                .map_err(|e| anyhow::anyhow!("--sim-driver-version {version}: {e}"))?;
+            if gpus == 0 || gpus > config::MAX_SIM_GPUS {
+                bail!(
+                    "--sim-gpus {gpus}: the simulated driver has 1 to {} GPUs",
+                    config::MAX_SIM_GPUS
+                );
+            }
             let cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
             let sim =
                 SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
@@ -124,7 +137,7 @@ impl RunningInstance {
             format!("driver {}", driver.host.version().trim()),
         );
         crate::policy_cmd::check_allow(&inst.allow, &names)
-            .with_context(|| format!("instance {}", inst.name))?;
+            .with_context(|| format!("instance {}: allow", inst.name))?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
             f.check(&names)
                 .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
@@ -328,7 +341,12 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         ),
     };
     if args.driver == DriverKind::Sim {
-        config::check_sim_gpus(&gpus, args.sim_gpus, "--sim-gpus").context("--gpus")?;
+        config::check_sim_gpus(
+            &gpus,
+            args.sim_gpus,
+            &format!("--sim-gpus {}", args.sim_gpus),
+        )
+        .context("--gpus")?;
     }
     let inst = InstanceConfig {
         name: format!("exec-{}", std::process::id()),
@@ -341,6 +359,11 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         uvm_mmap: !args.no_uvm_mmap,
     };
     inst.validate()?;
+    crate::policy_cmd::check_allow(
+        &inst.allow,
+        &crate::policy_cmd::AbiNames::for_version(driver.host.version())?,
+    )
+    .context("--allow")?;
     let shim = args.shim.resolve()?;
     let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
 
@@ -487,9 +510,17 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .with_context(|| {
-            format!(
-                "instance {} is not being served ({})",
+        .map_err(|e| {
+            let todo = match crate::doctor::cuse_state() {
+                crate::doctor::CuseState::Present => format!(
+                    "start `nvproxy serve --config FILE` (as root) with a config whose \
+                     [[instance]] has name = {:?}",
+                    args.instance
+                ),
+                state => crate::doctor::cuse_advice(&state, &crate::doctor::CuseUse::ServeAndRun),
+            };
+            anyhow::anyhow!(
+                "instance {} is not being served ({}: {e}); {todo}",
                 args.instance,
                 dir.display()
             )

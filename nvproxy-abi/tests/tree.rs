@@ -85,7 +85,25 @@ fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
             nearest: Some(ver("570.211.01"))
         }
     );
-    assert!(err.to_string().contains("override"), "{err}");
+    let msg = err.to_string();
+    // No override exists: the message must not promise one.
+    assert!(
+        msg.starts_with("nvproxy has no ABI tables for driver 570.300.01 (")
+            && msg.contains("nearest known version on branch 570 is 570.211.01")
+            && !msg.contains("override"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn test_unknown_version_without_ancestor_says_so_once() {
+    let msg = find(&ver("999.100.01")).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of branch \
+         999 (`nvproxy abi versions` lists the versions it has): 999.100.01 needs a node of \
+         its own (ADDING_A_DRIVER_VERSION.md)"
+    );
 }
 
 #[test]
