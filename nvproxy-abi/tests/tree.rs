@@ -184,3 +184,13 @@ fn test_diff_rendering_reports_size_change() {
         "{out}"
     );
 }
+
+#[test]
+fn test_versions_rendering_says_what_the_sha256_dash_means() {
+    let out = render::versions();
+    assert!(
+        out.contains("sha256: of NVIDIA's x86_64 .run installer")
+            && out.contains("`-`: no checksum has been verified by us yet"),
+        "{out}"
+    );
+}
