@@ -330,3 +330,43 @@ pub fn host_gpu_minors() -> Option<Vec<u32>> {
     minors.sort_unstable();
     (!minors.is_empty()).then_some(minors)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_cuse_advice_without_a_module_points_at_the_vm_not_modprobe() {
+        let state = CuseState::NoModule {
+            kernel: "6.18.44-x".into(),
+            why: "/lib/modules/6.18.44-x does not exist".into(),
+        };
+        let exec = cuse_advice(&state, &CuseUse::SelfContained("nvproxy exec -- true"));
+        assert!(
+            exec.contains("this kernel (6.18.44-x) has no CUSE module")
+                && exec.contains("`modprobe cuse` cannot help")
+                && exec.ends_with("tests/vm/cuse-vm -- nvproxy exec -- true"),
+            "{exec}"
+        );
+        let serve = cuse_advice(&state, &CuseUse::ServeAndRun);
+        assert!(serve.contains("run.sh [CONFIG] -- COMMAND"), "{serve}");
+        let any = cuse_advice(&state, &CuseUse::Any);
+        assert!(
+            any.contains("tests/vm/cuse-vm -- ") && any.contains("run.sh"),
+            "{any}"
+        );
+    }
+
+    #[test]
+    fn test_cuse_advice_with_a_module_says_modprobe() {
+        let s = cuse_advice(&CuseState::Loadable, &CuseUse::Any);
+        assert!(s.contains("as root, run `modprobe cuse`"), "{s}");
+        assert!(!s.contains("cuse-vm"), "{s}");
+    }
+
+    #[test]
+    fn test_this_command_line_is_shell_quoted() {
+        let line = this_command_line();
+        assert!(line.starts_with('/') || line.starts_with('\''), "{line}");
+    }
+}

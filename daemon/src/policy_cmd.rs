@@ -81,7 +81,9 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
             driver_version,
         } => {
             let names = match driver_version {
-                Some(v) => AbiNames::for_version(v)?,
+                Some(v) => {
+                    AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
+                }
                 None => AbiNames::all_versions(),
             };
             let log = AuditLog::load(from_audit)?;
@@ -94,7 +96,9 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
             driver_version,
         } => {
             let names = match driver_version {
-                Some(v) => AbiNames::for_version(v)?,
+                Some(v) => {
+                    AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
+                }
                 None => AbiNames::for_host(),
             };
             let file = PolicyFile::load(path)?;
