@@ -208,6 +208,15 @@ impl AbiNames {
         all.into_iter().take(n).map(|(_, k)| k).collect()
     }
 
+    /// Unknown names, each followed by the nearest known ones: "A (nearest known: B, C, D), ...".
+    pub fn with_nearest(&self, unknown: &[&str]) -> String {
+        unknown
+            .iter()
+            .map(|n| format!("{n} (nearest known: {})", self.closest(n, 3).join(", ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// `name` is not in the table: the sentence that says so, with the nearest known names
     /// and where the whole list is (`nvproxy abi show VERSION`).
     pub fn unknown(&self, name: &str) -> String {
@@ -366,7 +375,7 @@ impl PolicyFile {
                 problems.push(format!(
                     "{key}: not in the ABI table of {}: {}",
                     names.label,
-                    unknown.join(", ")
+                    names.with_nearest(&unknown)
                 ));
             }
         }
@@ -383,7 +392,7 @@ impl PolicyFile {
             problems.push(format!(
                 "deny: not in the ABI table of {}: {}",
                 names.label,
-                unknown_deny.join(", ")
+                names.with_nearest(&unknown_deny)
             ));
         }
         if self.allow_only {
@@ -788,7 +797,7 @@ mod tests {
             .unwrap_err();
         let msg = format!("{err:#}");
         for want in [
-            "escapes: not in the ABI table of driver 535.261.03: NV_ESC_BOGUS",
+            "escapes: not in the ABI table of driver 535.261.03: NV_ESC_BOGUS (nearest known: ",
             "controls: not in the ABI table of driver 535.261.03: NV2080_CTRL_CMD_NOPE",
             "controls: NV01_ROOT_CLIENT is a class, not a control entry (list it under classes)",
             "uvm: not in the ABI table of driver 535.261.03: UVM_X",
