@@ -63,6 +63,8 @@ pub struct AuditLog {
     pub malformed: Vec<usize>,
     /// Valid JSON lines of another `type` (skipped).
     pub other: u64,
+    /// Events the rate limit (or a full writer queue) left out, from `suppressed` lines.
+    pub suppressed: u64,
 }
 
 #[derive(Deserialize)]
@@ -134,6 +136,10 @@ impl AuditLog {
                     }
                     Err(_) => log.malformed.push(i + 1),
                 },
+                Some("suppressed") => match value["events"].as_u64() {
+                    Some(n) => log.suppressed += n,
+                    None => log.malformed.push(i + 1),
+                },
                 _ => log.other += 1,
             }
         }
@@ -193,6 +199,14 @@ impl AuditLog {
                 "{}: skipped {} JSON line(s) that are neither events nor counts",
                 path.display(),
                 self.other
+            ));
+        }
+        if self.suppressed > 0 {
+            out.push(format!(
+                "{}: {} audit event(s) were suppressed by the rate limit; the count lines \
+                 include their calls, runs without count lines miss them",
+                path.display(),
+                self.suppressed
             ));
         }
         for i in &self.unterminated {

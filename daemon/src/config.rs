@@ -22,6 +22,9 @@
 //!                                # (pass-through controls: "RM_GSS_LEGACY" or one command,
 //!                                # "RM_GSS_LEGACY 0x20808159"; see `policy_cmd.rs`)
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
+//! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
+//! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
+//! max_in_flight = 256            # requests handled at once (past it: EAGAIN)
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
@@ -175,6 +178,30 @@ pub struct InstanceConfig {
     /// (ARCHITECTURE.md, "UVM"); false turns the path off (mmap fails with ENODEV).
     #[serde(default = "default_true")]
     pub uvm_mmap: bool,
+    /// Open files of the instance's nodes at once (`nvidiactl`, `nvidia<N>`, `nvidia-uvm`),
+    /// each a host file of the daemon; past it `open` fails with ENOMEM for this instance only.
+    #[serde(default)]
+    pub max_open_files: Option<usize>,
+    /// RM clients plus objects the instance may hold; past it allocations get
+    /// `NV_ERR_INSUFFICIENT_RESOURCES`.
+    #[serde(default)]
+    pub max_objects: Option<usize>,
+    /// Requests of the instance handled at once; past it an ioctl fails with EAGAIN.
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+}
+
+impl InstanceConfig {
+    /// The instance's quotas: the configured ones over the defaults
+    /// (`ioctl_proxy::Quotas::default`).
+    pub fn quotas(&self) -> ioctl_proxy::Quotas {
+        let d = ioctl_proxy::Quotas::default();
+        ioctl_proxy::Quotas {
+            open_files: self.max_open_files.unwrap_or(d.open_files),
+            objects: self.max_objects.unwrap_or(d.objects),
+            in_flight: self.max_in_flight.unwrap_or(d.in_flight),
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -469,6 +496,15 @@ impl InstanceConfig {
         if let Some(&g) = self.gpus.iter().find(|&&g| g > 254) {
             bail!("GPU minor {g} is out of range (0-254)");
         }
+        for (key, v) in [
+            ("max_open_files", self.max_open_files),
+            ("max_objects", self.max_objects),
+            ("max_in_flight", self.max_in_flight),
+        ] {
+            if v == Some(0) {
+                bail!("{key} = 0 would refuse every request; leave it out for the default");
+            }
+        }
         parse_caps(&self.caps)?;
         for n in &self.allow {
             // Pass-through controls have no table entries: their names are checked here.
@@ -504,6 +540,24 @@ mod tests {
         Config::parse(&format!(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nallow = [{allow}]\n"
         ))
+    }
+
+    #[test]
+    fn test_quotas_default_and_override_and_zero_is_refused() {
+        let cfg =
+            Config::parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        assert_eq!(cfg.instances[0].quotas(), ioctl_proxy::Quotas::default());
+        let cfg = Config::parse(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_open_files = 64\nmax_objects = 10\n",
+        )
+        .unwrap();
+        let q = cfg.instances[0].quotas();
+        assert_eq!((q.open_files, q.objects, q.in_flight), (64, 10, 256));
+        let err = Config::parse(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_objects = 0\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("max_objects = 0"), "{err:#}");
     }
 
     #[test]

@@ -84,6 +84,16 @@ fn main() -> ExitCode {
         .with_ansi(ansi)
         .init();
 
+    if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Exec(_) | Command::Run(_)
+    ) {
+        // Tenants' opens hold daemon fds; the per-instance quotas bound each tenant below this.
+        match sys::raise_nofile_limit() {
+            Ok((soft, _)) => tracing::debug!(soft, "RLIMIT_NOFILE"),
+            Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),
+        }
+    }
     let result: anyhow::Result<ExitCode> = match &cli.command {
         Command::Doctor => {
             let checks = doctor::run_checks();

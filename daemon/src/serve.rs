@@ -120,6 +120,7 @@ impl RunningInstance {
         };
         policy.allow = inst.allow.iter().cloned().collect();
         policy.uvm_mmap = inst.uvm_mmap;
+        policy.quotas = inst.quotas();
         let policy_file = match &inst.policy {
             Some(p) => Some(crate::policy_cmd::PolicyFile::load(p)?),
             None => None,
@@ -357,6 +358,9 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         audit_log: args.audit_log.clone(),
         policy: args.policy.clone(),
         uvm_mmap: !args.no_uvm_mmap,
+        max_open_files: None,
+        max_objects: None,
+        max_in_flight: None,
     };
     inst.validate()?;
     crate::policy_cmd::check_allow(

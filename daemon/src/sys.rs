@@ -371,3 +371,32 @@ mod tests {
         assert!(!child.has_effective(CAP_SYS_ADMIN) && !child.has_permitted(CAP_SYS_ADMIN));
     }
 }
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (every open of a tenant holds daemon fds:
+/// the default soft limit of 1024 would let one tenant's ~1000 opens exhaust the daemon; the
+/// per-instance `max_open_files` quota bounds each tenant below it). Returns (soft, hard)
+/// after the change.
+pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    }
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    Ok((soft, hard))
+}
+
+#[cfg(test)]
+mod nofile_tests {
+    use super::*;
+
+    #[test]
+    fn test_raise_nofile_limit_sets_soft_to_hard() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        // Start from a low soft limit, as a default session has.
+        setrlimit(Resource::RLIMIT_NOFILE, 1024.min(hard), hard).unwrap();
+        let (soft, hard2) = raise_nofile_limit().unwrap();
+        assert_eq!((soft, hard2), (hard, hard));
+    }
+}

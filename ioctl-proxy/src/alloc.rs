@@ -13,8 +13,11 @@
 //! (`deviceConstruct_IMPL`, `src/nvidia/src/kernel/gpu/device.c`: an invalid device instance;
 //! GPUs outside the set are invisible, so they answer as if they did not exist).
 
+use std::mem::offset_of;
+
 use nvproxy_abi::Translation;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
+use nvproxy_abi::structs::{NV0005_ALLOC_PARAMETERS, NVOS64_PARAMETERS};
 use tracing::debug;
 
 use crate::audit::Kind;
@@ -22,6 +25,11 @@ use crate::error::ProxyError;
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64, wr32};
 use crate::request::{Dir, Req, Stop, deny, fail};
+
+/// `NVOS64_PARAMETERS.pAllocParms`.
+const P_ALLOC_PARMS: usize = offset_of!(NVOS64_PARAMETERS, pAllocParms);
+/// `NVOS64_PARAMETERS.pRightsRequested`.
+const P_RIGHTS_REQUESTED: usize = offset_of!(NVOS64_PARAMETERS, pRightsRequested);
 
 /// `NVOS21_PARAMETERS` size.
 const NVOS21: usize = 32;
@@ -81,23 +89,38 @@ impl Req<'_> {
         let (h_root, h_parent, h_new) =
             (rd32(&host_top, 0), rd32(&host_top, 4), rd32(&host_top, 8));
         let class = rd32(&host_top, 12);
-        let (p_alloc, p_rights) = (rd64(&host_top, 16), rd64(&host_top, 24));
+        let (p_alloc, p_rights) = (
+            rd64(&host_top, P_ALLOC_PARMS),
+            rd64(&host_top, P_RIGHTS_REQUESTED),
+        );
         self.note.number = class;
         self.note.name = "".into(); // unknown until the table says otherwise
 
-        // NV01_EVENT: the driver takes the real class from NV0005_ALLOC_PARAMETERS.hClass
-        // (_fixupAllocParams); only the OS event is a user-mode class.
+        // The alloc params are read once, into the buffer the host gets; every decision below
+        // is made on that copy. NV01_EVENT: the driver takes the real class from
+        // NV0005_ALLOC_PARAMETERS.hClass (_fixupAllocParams); only the OS event is a user-mode
+        // class, and that is what its params are read as.
+        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, host_top);
         let mut eff = class;
+        let mut pbuf = None;
+        let mut params_read = false;
         if class == NV01_EVENT && p_alloc != 0 {
-            let p = self.mem.read(p_alloc, 24).map_err(|e| match e {
-                crate::MemError::Pending => Stop::Err(ProxyError::Pending),
-                _ => Stop::Status {
-                    status: NV_ERR_INVALID_ADDRESS,
-                    decision: crate::audit::Decision::Failed,
-                    reason: "bad nested pointer",
-                },
-            })?;
-            if rd32(&p, 8) == NV01_EVENT_OS_EVENT {
+            pbuf = self.nested(
+                &mut plan,
+                None,
+                P_ALLOC_PARMS,
+                p_alloc,
+                size_of::<NV0005_ALLOC_PARAMETERS>(),
+                Dir::InOut,
+            )?;
+            params_read = true;
+            let h_class = pbuf.map_or(0, |p| {
+                rd32(
+                    plan.buf(Some(p)),
+                    offset_of!(NV0005_ALLOC_PARAMETERS, hClass),
+                )
+            });
+            if h_class == NV01_EVENT_OS_EVENT {
                 eff = NV01_EVENT_OS_EVENT;
             }
         }
@@ -121,18 +144,20 @@ impl Req<'_> {
         } else if h_new != 0 && self.px.objects().contains(h_new, h_new) {
             return fail(NV_ERR_INSERT_DUPLICATE_NAME, "client handle in use");
         }
+        self.need_room()?;
 
-        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, host_top);
         let psize = spec.param_size as usize;
-        let pbuf = if psize > 0 {
-            self.nested(&mut plan, None, 16, p_alloc, psize, Dir::InOut)?
+        if params_read {
+            // NV01_EVENT_OS_EVENT's params are NV0005_ALLOC_PARAMETERS, already read above.
+            debug_assert_eq!(psize, size_of::<NV0005_ALLOC_PARAMETERS>());
+        } else if psize > 0 {
+            pbuf = self.nested(&mut plan, None, P_ALLOC_PARMS, p_alloc, psize, Dir::InOut)?;
         } else {
-            plan.null_ptr(None, 16);
-            None
-        };
+            plan.null_ptr(None, P_ALLOC_PARMS);
+        }
         if !nvos21 {
             // RS_ACCESS_MASK: one 32-bit limb; the driver only reads it.
-            self.nested(&mut plan, None, 24, p_rights, 4, Dir::In)?;
+            self.nested(&mut plan, None, P_RIGHTS_REQUESTED, p_rights, 4, Dir::In)?;
         }
         let record = if root {
             Record::Client

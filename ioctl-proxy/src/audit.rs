@@ -98,23 +98,70 @@ impl AuditSink for NullSink {
 pub struct CountRow {
     /// Which table.
     pub kind: Kind,
-    /// The entry name.
+    /// The entry name ([`Kind::other_row`] for the row entries the table does not know fold
+    /// into).
     pub name: String,
     /// The decision.
     pub decision: Decision,
     /// How many calls.
     pub count: u64,
+    /// Of the fold-over row: the first distinct numbers counted in it (at most
+    /// [`AuditCounts::FIRST_NUMBERS`]), so that an admin sees what was tried.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub numbers: Vec<u32>,
+}
+
+/// The fold-over row of one (kind, decision).
+#[derive(Debug, Default)]
+struct Other {
+    count: u64,
+    numbers: Vec<u32>,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    named: BTreeMap<String, u64>,
+    other: Option<Other>,
 }
 
 /// Calls per entry and decision since the proxy started.
+///
+/// Bounded whatever a tenant sends: the numbers of entries the table does not know (2^32 per
+/// kind, chosen by the tenant) all fold into one row per kind and decision,
+/// [`Kind::other_row`], which keeps the first [`AuditCounts::FIRST_NUMBERS`] distinct numbers;
+/// names built from a tenant's number (a pass-through command's `RM_GSS_LEGACY 0x...`) get
+/// their own row only while the kind has fewer than [`AuditCounts::MAX_NAMES`] rows, and fold
+/// into the same row after that. Table names are far fewer than the bound.
 #[derive(Debug, Default)]
 pub struct AuditCounts {
     /// Keyed by (kind, decision), then name, so that counting a call that was counted before
     /// looks the name up by reference and allocates nothing (this runs for every call).
-    counts: Mutex<BTreeMap<(Kind, Decision), BTreeMap<String, u64>>>,
+    counts: Mutex<BTreeMap<(Kind, Decision), Rows>>,
 }
 
 impl Kind {
+    /// The name of the count row that entries the table does not know fold into:
+    /// `"control (not in the table)"`.
+    pub fn other_row(self) -> &'static str {
+        match self {
+            Kind::Escape => "escape (not in the table)",
+            Kind::Control => "control (not in the table)",
+            Kind::Class => "class (not in the table)",
+            Kind::Uvm => "uvm (not in the table)",
+        }
+    }
+
+    /// The name an entry has in audit events when the table does not know it:
+    /// `control 0x2080dead`.
+    pub fn unknown_name(self, number: u32) -> String {
+        match self {
+            Kind::Escape => format!("NV_ESC_{number:#04x}"),
+            Kind::Control => format!("control {number:#010x}"),
+            Kind::Class => format!("class {number:#06x}"),
+            Kind::Uvm => format!("UVM {number:#x}"),
+        }
+    }
+
     /// The name the audit trail uses (`escape`, `control`, `class`, `uvm`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -139,43 +186,95 @@ impl Decision {
 }
 
 impl AuditCounts {
-    /// Counts one call.
-    pub fn add(&self, kind: Kind, name: &str, decision: Decision) {
-        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let names = c.entry((kind, decision)).or_default();
-        match names.get_mut(name) {
-            Some(n) => *n += 1,
-            None => {
-                names.insert(name.to_owned(), 1);
-            }
+    /// Named rows per (kind, decision) before further names fold into [`Kind::other_row`].
+    pub const MAX_NAMES: usize = 1024;
+    /// Distinct numbers the fold-over row keeps.
+    pub const FIRST_NUMBERS: usize = 16;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Kind, Decision), Rows>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one call of the entry `name` (number `number`).
+    pub fn add(&self, kind: Kind, name: &str, number: u32, decision: Decision) {
+        let mut c = self.lock();
+        let rows = c.entry((kind, decision)).or_default();
+        if let Some(n) = rows.named.get_mut(name) {
+            *n += 1;
+        } else if rows.named.len() < Self::MAX_NAMES {
+            rows.named.insert(name.to_owned(), 1);
+        } else {
+            rows.fold(number);
         }
     }
 
-    /// The count of one entry and decision.
+    /// Counts one call of an entry the table does not know: into [`Kind::other_row`].
+    pub fn add_unknown(&self, kind: Kind, number: u32, decision: Decision) {
+        self.lock()
+            .entry((kind, decision))
+            .or_default()
+            .fold(number);
+    }
+
+    /// The count of one entry and decision (`Kind::other_row` for the fold-over row).
     pub fn get(&self, kind: Kind, name: &str, decision: Decision) -> u64 {
-        let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        c.get(&(kind, decision))
-            .and_then(|names| names.get(name))
-            .copied()
-            .unwrap_or(0)
+        let c = self.lock();
+        c.get(&(kind, decision)).map_or(0, |rows| {
+            if name == kind.other_row() {
+                rows.other.as_ref().map_or(0, |o| o.count)
+            } else {
+                rows.named.get(name).copied().unwrap_or(0)
+            }
+        })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.lock()
+            .values()
+            .map(|r| r.named.len() + usize::from(r.other.is_some()))
+            .sum()
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Every row, sorted by kind, name, decision.
     pub fn snapshot(&self) -> Vec<CountRow> {
-        let c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rows: Vec<CountRow> = c
-            .iter()
-            .flat_map(|(&(kind, decision), names)| {
-                names.iter().map(move |(name, &count)| CountRow {
+        let c = self.lock();
+        let mut rows: Vec<CountRow> = Vec::new();
+        for (&(kind, decision), r) in c.iter() {
+            rows.extend(r.named.iter().map(|(name, &count)| CountRow {
+                kind,
+                name: name.clone(),
+                decision,
+                count,
+                numbers: Vec::new(),
+            }));
+            if let Some(o) = &r.other {
+                rows.push(CountRow {
                     kind,
-                    name: name.clone(),
+                    name: kind.other_row().to_owned(),
                     decision,
-                    count,
-                })
-            })
-            .collect();
+                    count: o.count,
+                    numbers: o.numbers.clone(),
+                });
+            }
+        }
         rows.sort_by(|a, b| (a.kind, &a.name, a.decision).cmp(&(b.kind, &b.name, b.decision)));
         rows
+    }
+}
+
+impl Rows {
+    fn fold(&mut self, number: u32) {
+        let o = self.other.get_or_insert_with(Other::default);
+        o.count += 1;
+        if o.numbers.len() < AuditCounts::FIRST_NUMBERS && !o.numbers.contains(&number) {
+            o.numbers.push(number);
+        }
     }
 }
 
@@ -228,9 +327,9 @@ mod tests {
     #[test]
     fn test_counts_aggregate_per_entry_and_decision() {
         let c = AuditCounts::default();
-        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed);
-        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed);
-        c.add(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Failed);
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", 0xc8, Decision::Allowed);
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", 0xc8, Decision::Allowed);
+        c.add(Kind::Escape, "NV_ESC_CARD_INFO", 0xc8, Decision::Failed);
         assert_eq!(
             c.get(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed),
             2
@@ -238,10 +337,10 @@ mod tests {
         assert_eq!(c.snapshot().len(), 2);
         // Rows come sorted by kind, name, decision.
         let c = AuditCounts::default();
-        c.add(Kind::Control, "B", Decision::Allowed);
-        c.add(Kind::Control, "A", Decision::Failed);
-        c.add(Kind::Escape, "Z", Decision::Denied);
-        c.add(Kind::Control, "A", Decision::Allowed);
+        c.add(Kind::Control, "B", 2, Decision::Allowed);
+        c.add(Kind::Control, "A", 1, Decision::Failed);
+        c.add(Kind::Escape, "Z", 3, Decision::Denied);
+        c.add(Kind::Control, "A", 1, Decision::Allowed);
         let rows: Vec<_> = c
             .snapshot()
             .into_iter()
@@ -255,6 +354,52 @@ mod tests {
                 (Kind::Control, "A".to_owned(), Decision::Failed),
                 (Kind::Control, "B".to_owned(), Decision::Allowed),
             ]
+        );
+    }
+
+    #[test]
+    fn test_unknown_numbers_fold_into_one_row_per_kind_and_decision() {
+        let c = AuditCounts::default();
+        for n in 0..20_000u32 {
+            c.add_unknown(Kind::Control, 0x1000_0000 + n, Decision::Denied);
+            c.add_unknown(Kind::Class, n, Decision::Denied);
+        }
+        let rows = c.snapshot();
+        assert_eq!(rows.len(), 2);
+        let r = &rows[0];
+        assert_eq!(
+            (r.kind, r.name.as_str()),
+            (Kind::Control, Kind::Control.other_row())
+        );
+        assert_eq!(r.count, 20_000);
+        assert_eq!(r.numbers.len(), AuditCounts::FIRST_NUMBERS);
+        assert_eq!(r.numbers[..2], [0x1000_0000, 0x1000_0001]);
+        let line = serde_json::to_string(r).unwrap();
+        assert!(
+            line.contains(r#""name":"control (not in the table)""#),
+            "{line}"
+        );
+        assert!(line.contains(r#""numbers":[268435456,"#), "{line}");
+    }
+
+    #[test]
+    fn test_names_past_the_bound_fold_and_known_rows_keep_counting() {
+        let c = AuditCounts::default();
+        c.add(Kind::Control, "KNOWN", 1, Decision::Allowed);
+        for n in 0..5_000u32 {
+            c.add(
+                Kind::Control,
+                &format!("RM_GSS_LEGACY {n:#x}"),
+                n,
+                Decision::Allowed,
+            );
+        }
+        c.add(Kind::Control, "KNOWN", 1, Decision::Allowed);
+        assert_eq!(c.len(), AuditCounts::MAX_NAMES + 1);
+        assert_eq!(c.get(Kind::Control, "KNOWN", Decision::Allowed), 2);
+        assert_eq!(
+            c.get(Kind::Control, Kind::Control.other_row(), Decision::Allowed),
+            5_000 - (AuditCounts::MAX_NAMES as u64 - 1)
         );
     }
 }

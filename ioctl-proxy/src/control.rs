@@ -56,9 +56,18 @@ const ATTACH_IDS: u32 = 0x215;
 const DETACH_IDS: u32 = 0x216;
 /// `NV0000_CTRL_CMD_GPU_GET_ACTIVE_DEVICE_IDS`.
 const GET_ACTIVE_DEVICE_IDS: u32 = 0x288;
-/// NV0000 controls whose first field is an input `gpuId`: `GET_PCI_INFO`,
-/// `GET_UUID_FROM_GPU_ID`, `QUERY_DRAIN_STATE`, `ASYNC_ATTACH_ID`, `WAIT_ATTACH_ID`.
-const GPU_ID_FIRST: [u32; 3] = [0x279, 0x289, 0x290];
+/// NV0000 controls whose first field is an input `gpuId` and whose answer for an unknown one is
+/// `NV_ERR_INVALID_ARGUMENT`: `QUERY_DRAIN_STATE`, `ASYNC_ATTACH_ID`, `WAIT_ATTACH_ID`,
+/// `GPUACCT_GET_ACCOUNTING_STATE`.
+const GPU_ID_FIRST: [u32; 4] = [0x279, 0x289, 0x290, 0xb02];
+/// `NV0000_CTRL_CMD_GPU_GET_DEVICE_IDS`: a mask of device instances.
+const GET_DEVICE_IDS: u32 = 0x204;
+/// `NV0000_CTRL_CMD_SYNC_GPU_BOOST_GROUP_INFO`: groups of gpuIds.
+const SYNC_GPU_BOOST_GROUP_INFO: u32 = 0xa04;
+/// `NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS`: per link, the remote device's PCI id and UUID.
+const NVLINK_GET_NVLINK_STATUS: u32 = 0x2080_3002;
+/// `NV2080_CTRL_CMD_GPU_GET_PIDS`: pids of the processes with clients on the GPU.
+const GPU_GET_PIDS: u32 = 0x2080_018d;
 /// Of the gpuId-first controls, those whose driver answer for an unknown gpuId is
 /// `NV_ERR_OBJECT_NOT_FOUND`: `GPU_GET_PCI_INFO`, `GPU_GET_UUID_FROM_GPU_ID`.
 const GPU_ID_NOT_FOUND: [u32; 2] = [0x21b, 0x275];
@@ -288,6 +297,10 @@ impl Req<'_> {
                     gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
                 }
             }
+            NVLINK_GET_NVLINK_STATUS if crate::gpus::nvlink_status_layout(size).is_none() => {
+                // Its remote-device fields could not be filtered: refused as absent.
+                return deny(NV_ERR_NOT_SUPPORTED, "NVLink status layout unknown");
+            }
             DISABLE_CHANNELS => {
                 let buf = plan.buf(pb);
                 if rd64(buf, 16) != 0 {
@@ -338,12 +351,14 @@ impl Req<'_> {
                     let parent = rd32(buf, 12);
                     self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
                 }
+                self.need_room()?;
                 self.unix_fd(plan, p, 0)?;
                 return Ok(true);
             }
             UNIX_IMPORT_OBJECTS => {
                 let parent = rd32(plan.buf(pb), 4);
                 self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+                self.need_room()?;
                 self.unix_fd(plan, p, 0)?;
                 return Ok(true);
             }
@@ -438,6 +453,10 @@ impl Req<'_> {
                 self.filter_id_lists(plan, p, &[128], None);
             }
             GET_ACTIVE_DEVICE_IDS => self.filter_active_devices(plan, p),
+            GET_DEVICE_IDS => self.filter_device_mask(h_client, plan, p),
+            SYNC_GPU_BOOST_GROUP_INFO => self.filter_boost_groups(plan, p),
+            NVLINK_GET_NVLINK_STATUS => self.filter_nvlink_status(plan, p, size),
+            GPU_GET_PIDS => self.filter_pids(plan, p),
             GET_ID_INFO | GET_ID_INFO_V2 => {
                 let buf = plan.buf(pb);
                 self.px.learn_device(rd32(buf, 8), rd32(buf, 0));

@@ -78,6 +78,22 @@ pub enum ProxyError {
     /// The host driver failed the syscall.
     #[error("host driver: {0}")]
     Host(#[source] io::Error),
+    /// The instance holds as many open files as its quota allows.
+    #[error("instance {instance}: open files quota ({limit}) reached")]
+    OpenQuota {
+        /// The instance.
+        instance: String,
+        /// The quota.
+        limit: usize,
+    },
+    /// The instance has as many requests in progress as its quota allows.
+    #[error("instance {instance}: in-flight requests quota ({limit}) reached")]
+    InFlightQuota {
+        /// The instance.
+        instance: String,
+        /// The quota.
+        limit: usize,
+    },
     /// The driver version has no ABI table.
     #[error(transparent)]
     Abi(#[from] AbiError),
@@ -122,6 +138,9 @@ impl ProxyError {
             Self::Fault => libc::EFAULT,
             Self::Pending => libc::EAGAIN,
             Self::UnknownOpen(_) => libc::EBADF,
+            // nvidia_open / uvm_open when the open's state cannot be allocated.
+            Self::OpenQuota { .. } => libc::ENOMEM,
+            Self::InFlightQuota { .. } => libc::EAGAIN,
             Self::NoSuchGpu(_) => libc::ENODEV,
             Self::Host(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -11,10 +11,11 @@ use core::mem::offset_of;
 use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, nv_iowr};
 use nvproxy_abi::structs::{
     NV0000_CTRL_GPU_ACTIVE_DEVICE, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
-    NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, nv_ioctl_card_info_t,
+    NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS,
+    nv_ioctl_card_info_t,
 };
 use tracing::debug;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::error::ProxyError;
 use crate::host::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
@@ -228,13 +229,21 @@ impl Req<'_> {
     }
 
     /// Whether device instance `device` (an `NV01_DEVICE_0` `deviceId`) is one of the
-    /// instance's GPUs. Unknown instances are looked up on the host with
-    /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` for each instance GPU, through the tenant's own
-    /// client `h_client` (a query; nothing changes).
+    /// instance's GPUs. Unknown instances are looked up on the host ([`Req::learn_devices`]).
     pub(crate) fn device_in_set(&self, h_client: u32, device: u32) -> bool {
         if let Some(gpu) = self.px.device_gpu(device) {
             return self.px.gpu_in_set(gpu);
         }
+        self.learn_devices(h_client);
+        self.px
+            .device_gpu(device)
+            .is_some_and(|gpu| self.px.gpu_in_set(gpu))
+    }
+
+    /// Learns the device instance of each instance GPU from the host with
+    /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, through the tenant's own client `h_client` (a
+    /// query; nothing changes).
+    fn learn_devices(&self, h_client: u32) {
         for g in &self.px.gpus {
             let mut info = vec![0u8; size_of::<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS>()];
             wr32(&mut info, 0, g.gpu_id);
@@ -264,8 +273,179 @@ impl Req<'_> {
                 self.px.learn_device(inst, g.gpu_id);
             }
         }
-        self.px
-            .device_gpu(device)
-            .is_some_and(|gpu| self.px.gpu_in_set(gpu))
+    }
+
+    /// `NV0000_CTRL_CMD_GPU_GET_DEVICE_IDS` (a mask of device instances): keeps the instance's
+    /// devices (`gpumgrGetDeviceInstanceMask` of the GPUs the tenant can see).
+    pub(crate) fn filter_device_mask(&self, h_client: u32, plan: &mut Plan, p: usize) {
+        let (mut mask, found) = self.px.known_device_mask();
+        if found < self.px.gpus.len() {
+            self.learn_devices(h_client);
+            mask = self.px.known_device_mask().0;
+        }
+        let host = rd32(plan.buf(Some(p)), 0);
+        plan.set32(Some(p), 0, host & mask);
+    }
+
+    /// `NV0000_CTRL_CMD_SYNC_GPU_BOOST_GROUP_INFO`: each group keeps the instance's GPUs;
+    /// groups left empty are dropped and the rest packed to the front.
+    pub(crate) fn filter_boost_groups(&self, plan: &mut Plan, p: usize) {
+        let Ok(mut info) =
+            NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS::read_from_bytes(plan.buf(Some(p)))
+        else {
+            return;
+        };
+        let n = (info.groupCount as usize).min(info.pBoostGroups.len());
+        let mut kept = Vec::with_capacity(n);
+        for g in &info.pBoostGroups[..n] {
+            let count = (g.gpuCount as usize).min(g.gpuIds.len());
+            let ids: Vec<u32> = g.gpuIds[..count]
+                .iter()
+                .copied()
+                .filter(|&id| self.px.gpu_in_set(id))
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let mut g = *g;
+            g.gpuIds = [0; 32];
+            g.gpuIds[..ids.len()].copy_from_slice(&ids);
+            g.gpuCount = ids.len() as u32;
+            kept.push(g);
+        }
+        info.groupCount = kept.len() as u32;
+        info.pBoostGroups = FromZeros::new_zeroed();
+        info.pBoostGroups[..kept.len()].copy_from_slice(&kept);
+        plan.overwrite(Some(p), 0, info.as_bytes());
+    }
+
+    /// `NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS`: a link whose remote end is a GPU outside the
+    /// set reads as unconnected, with no remote device (type `NONE`, PCI and UUID zero). The
+    /// layout is the version's ([`nvlink_status_layout`]); a size no layout knows is refused
+    /// before the call (`control_prepare`).
+    pub(crate) fn filter_nvlink_status(&self, plan: &mut Plan, p: usize, size: u32) {
+        let Some(l) = nvlink_status_layout(size) else {
+            return;
+        };
+        let mut buf = plan.buf(Some(p)).to_vec();
+        for i in 0..l.links {
+            let e = l.link_info + i * l.entry;
+            let r = e + l.remote;
+            let Some(remote) = buf.get(r..r + l.remote_size) else {
+                break;
+            };
+            let device_type = u64::from_ne_bytes(remote[24..32].try_into().unwrap_or([0; 8]));
+            if device_type != NVLINK_DEVICE_TYPE_GPU {
+                continue;
+            }
+            let pci = (
+                rd32(remote, 4),
+                u16::from_ne_bytes([remote[8], remote[9]]),
+                u16::from_ne_bytes([remote[10], remote[11]]),
+            );
+            let ours = self
+                .px
+                .gpus
+                .iter()
+                .any(|g| (g.pci.0, u16::from(g.pci.1), u16::from(g.pci.2)) == pci);
+            if ours {
+                continue;
+            }
+            buf[r..r + l.remote_size].fill(0);
+            buf[r + 24..r + 32].copy_from_slice(&NVLINK_DEVICE_TYPE_NONE.to_ne_bytes());
+            buf[e + NVLINK_LINK_CONNECTED] = 0;
+            buf[e + NVLINK_REMOTE_LINK_NUMBER] = 0;
+        }
+        plan.overwrite(Some(p), 0, &buf);
+    }
+
+    /// `NV2080_CTRL_CMD_GPU_GET_PIDS`: only this process's pid stays. Every RM client of an
+    /// instance belongs to the daemon process serving it; the others are other tenants'
+    /// workers or host processes, which a tenant must not see.
+    pub(crate) fn filter_pids(&self, plan: &mut Plan, p: usize) {
+        const COUNT: usize = 8;
+        const TABLE: usize = 12;
+        let me = std::process::id();
+        let buf = plan.buf(Some(p));
+        let max = buf.len().saturating_sub(TABLE) / 4;
+        let n = (rd32(buf, COUNT) as usize).min(max);
+        let mine = (0..n).any(|i| rd32(buf, TABLE + 4 * i) == me);
+        let mut table = vec![0u8; 4 * max];
+        if mine {
+            wr32(&mut table, 0, me);
+        }
+        plan.set32(Some(p), COUNT, u32::from(mine));
+        plan.overwrite(Some(p), TABLE, &table);
+    }
+}
+
+/// Where the per-link `remoteDeviceInfo` lies in `NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS_PARAMS`
+/// of one driver version (from the abi-facts of each version; the test
+/// `test_every_versions_nvlink_status_size_has_a_layout` keeps the table complete).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NvlinkStatusLayout {
+    /// Offset of `linkInfo[]`.
+    pub(crate) link_info: usize,
+    /// `sizeof(NV2080_CTRL_NVLINK_LINK_STATUS_INFO)`.
+    pub(crate) entry: usize,
+    /// Offset of `remoteDeviceInfo` in a link entry.
+    pub(crate) remote: usize,
+    /// `sizeof(NV2080_CTRL_NVLINK_DEVICE_INFO)`.
+    pub(crate) remote_size: usize,
+    /// Entries of `linkInfo[]` (`NV2080_CTRL_NVLINK_MAX_LINKS`).
+    pub(crate) links: usize,
+}
+
+/// `NV2080_CTRL_NVLINK_LINK_STATUS_INFO.connected` (the same in every version).
+const NVLINK_LINK_CONNECTED: usize = 56;
+/// `NV2080_CTRL_NVLINK_LINK_STATUS_INFO.remoteDeviceLinkNumber`.
+const NVLINK_REMOTE_LINK_NUMBER: usize = 58;
+/// `NV2080_CTRL_NVLINK_DEVICE_INFO_DEVICE_TYPE_GPU`.
+const NVLINK_DEVICE_TYPE_GPU: u64 = 2;
+/// `NV2080_CTRL_NVLINK_DEVICE_INFO_DEVICE_TYPE_NONE`.
+const NVLINK_DEVICE_TYPE_NONE: u64 = 0xff;
+
+/// The layout of the NVLink status params of `size` bytes.
+pub(crate) fn nvlink_status_layout(size: u32) -> Option<NvlinkStatusLayout> {
+    let (link_info, entry, remote, remote_size, links) = match size {
+        5896 => (8, 184, 88, 48, 32),   // 535 .. 550
+        6152 => (8, 192, 96, 48, 32),   // 555 .. 565
+        13320 => (8, 208, 96, 56, 64),  // 570, 575
+        13344 => (32, 208, 96, 56, 64), // 580
+        13864 => (32, 216, 96, 56, 64), // 590, 595
+        _ => return None,
+    };
+    Some(NvlinkStatusLayout {
+        link_info,
+        entry,
+        remote,
+        remote_size,
+        links,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_every_versions_nvlink_status_size_has_a_layout() {
+        for node in nvproxy_abi::nodes() {
+            let t = node.tables();
+            let Some(c) = t.controls.get(&0x2080_3002) else {
+                continue;
+            };
+            let l = nvlink_status_layout(c.param_size).unwrap_or_else(|| {
+                panic!("{}: NVLink status of {} bytes", node.version, c.param_size)
+            });
+            // 590 has a field after linkInfo[].
+            let end = l.link_info + l.links * l.entry;
+            assert!(
+                end <= c.param_size as usize && end + 8 >= c.param_size as usize,
+                "{}",
+                node.version
+            );
+            assert!(l.remote + l.remote_size <= l.entry);
+        }
     }
 }

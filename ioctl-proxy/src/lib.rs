@@ -38,5 +38,5 @@ pub use error::ProxyError;
 pub use host::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};
-pub use policy::{InstancePolicy, Mode, Verdict};
-pub use proxy::{Caller, FdError, FdResolver, FrontendNode, GpuInfo, OpenId, Proxy};
+pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
+pub use proxy::{Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, OpenId, Proxy};

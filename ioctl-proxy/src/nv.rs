@@ -16,6 +16,9 @@ pub const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
 pub const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
 /// `NV_ERR_INVALID_CLASS`.
 pub const NV_ERR_INVALID_CLASS: u32 = 0x22;
+/// `NV_ERR_INSUFFICIENT_RESOURCES`: RM's answer when a client's handle space is exhausted; the
+/// proxy's when the instance's object quota is reached.
+pub const NV_ERR_INSUFFICIENT_RESOURCES: u32 = 0x1a;
 /// `NV_ERR_INVALID_CLIENT`.
 pub const NV_ERR_INVALID_CLIENT: u32 = 0x23;
 /// `NV_ERR_INVALID_OBJECT_HANDLE`.

@@ -251,6 +251,41 @@ pub struct InstancePolicy {
     /// path off (the mmap fails with `ENODEV`, as on a CUSE node), at the price of CUDA's
     /// managed memory and its UVM initialisation.
     pub uvm_mmap: bool,
+    /// What the instance may hold of the daemon's resources.
+    pub quotas: Quotas,
+}
+
+/// Per-instance bounds on what a tenant can make the daemon hold (issue 9, finding 2). Each is
+/// answered to the offending tenant only, with the driver's own answer for running out:
+/// - `open_files`: opens of the instance's nodes (`/dev/nvidiactl`, `/dev/nvidia<N>`,
+///   `/dev/nvidia-uvm`), each a host file of the daemon; past it `open` fails with `ENOMEM`,
+///   what `nvidia_open` answers when it cannot allocate the open's state
+///   (`nv_alloc_file_private`, `kernel-open/nvidia/nv.c`) and `uvm_open` when the va_space
+///   cannot be created;
+/// - `objects`: RM clients and objects in the instance's object table; an allocation past it
+///   gets `NV_ERR_INSUFFICIENT_RESOURCES`, RM's answer when a client's handle space is
+///   exhausted (`clientGenResourceHandle`, `rs_client.c`), without reaching the driver;
+/// - `in_flight`: requests of the instance being handled at once, over all its nodes; past it
+///   the ioctl fails with `EAGAIN` (the driver has no such bound; the serving threads are the
+///   daemon's, and one tenant must not hold them all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Open files of the instance's nodes.
+    pub open_files: usize,
+    /// RM clients plus objects.
+    pub objects: usize,
+    /// Requests in progress at once.
+    pub in_flight: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            open_files: 4096,
+            objects: 131_072,
+            in_flight: 256,
+        }
+    }
 }
 
 impl InstancePolicy {
@@ -265,6 +300,7 @@ impl InstancePolicy {
             deny: BTreeSet::new(),
             only: None,
             uvm_mmap: true,
+            quotas: Quotas::default(),
         }
     }
 

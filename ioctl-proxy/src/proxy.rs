@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -36,7 +36,7 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
 use zerocopy::FromBytes;
 
-use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
+use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
 use crate::error::ProxyError;
 use crate::host::{HostCall, HostDriver, HostFile, NodeKind};
 use crate::mapping::MappingSlot;
@@ -112,6 +112,8 @@ pub struct GpuInfo {
     pub minor: u32,
     /// The driver's GPU id, as NV0000 GPU controls name it.
     pub gpu_id: u32,
+    /// PCI domain, bus and slot (device) from the host's `NV_ESC_CARD_INFO`.
+    pub pci: (u32, u8, u8),
 }
 
 #[derive(Debug)]
@@ -120,6 +122,16 @@ pub(crate) struct OpenFile {
     pub(crate) host: Arc<dyn HostFile>,
     /// The open's mapping host file and its mmap context (`mapping.rs`).
     pub(crate) mapping: Mutex<MappingSlot>,
+}
+
+/// A request in progress; dropping it leaves the instance's in-flight count.
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Entries of the host's `NV_ESC_CARD_INFO` array the proxy asks for (`NV_MAX_DEVICES`).
@@ -133,6 +145,10 @@ pub struct Proxy {
     pub(crate) gpus: Vec<GpuInfo>,
     opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
     next_open: AtomicU64,
+    /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
+    open_files: AtomicUsize,
+    /// Requests in progress (frontend and UVM), against `quotas.in_flight`.
+    in_flight: AtomicUsize,
     objects: Mutex<ObjectTable>,
     rm_lock: Mutex<()>,
     /// Device instance → GPU id, learned from `NV0000_CTRL_CMD_GPU_GET_ID_INFO(_V2)` replies.
@@ -194,6 +210,7 @@ impl Proxy {
             gpus.push(GpuInfo {
                 minor,
                 gpu_id: card.gpu_id,
+                pci: (card.pci_info.domain, card.pci_info.bus, card.pci_info.slot),
             });
         }
         Ok(Self {
@@ -203,6 +220,8 @@ impl Proxy {
             gpus,
             opens: Mutex::new(HashMap::new()),
             next_open: AtomicU64::new(1),
+            open_files: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
             objects: Mutex::new(ObjectTable::new()),
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
@@ -244,6 +263,52 @@ impl Proxy {
         &self.counts
     }
 
+    /// Takes one of the instance's open-file slots (`quotas.open_files`), for an open of any
+    /// of its nodes; [`Proxy::release_open_slot`] gives it back.
+    pub fn take_open_slot(&self) -> Result<(), ProxyError> {
+        let limit = self.policy.quotas.open_files;
+        self.open_files
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map(|_| ())
+            .map_err(|_| ProxyError::OpenQuota {
+                instance: self.policy.name.clone(),
+                limit,
+            })
+    }
+
+    /// Gives back an open-file slot.
+    pub fn release_open_slot(&self) {
+        let _ = self
+            .open_files
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Open files of the instance's nodes now.
+    pub fn open_files(&self) -> usize {
+        self.open_files.load(Ordering::Acquire)
+    }
+
+    /// Enters a request (`quotas.in_flight`); the guard leaves it.
+    pub fn enter_request(&self) -> Result<InFlight<'_>, ProxyError> {
+        let limit = self.policy.quotas.in_flight;
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map(|_| InFlight(&self.in_flight))
+            .map_err(|_| ProxyError::InFlightQuota {
+                instance: self.policy.name.clone(),
+                limit,
+            })
+    }
+
+    /// Whether one more RM client or object fits the instance's quota.
+    pub fn object_room(&self) -> bool {
+        lock(&self.objects).len() < self.policy.quotas.objects
+    }
+
     /// Opens a new host file for a client open of `node`.
     pub fn open(&self, node: FrontendNode) -> Result<OpenId, ProxyError> {
         let host_node = match node {
@@ -255,7 +320,14 @@ impl Proxy {
                     .minor,
             ),
         };
-        let host = self.host.open(host_node).map_err(ProxyError::Host)?;
+        self.take_open_slot()?;
+        let host = match self.host.open(host_node) {
+            Ok(h) => h,
+            Err(e) => {
+                self.release_open_slot();
+                return Err(ProxyError::Host(e));
+            }
+        };
         let id = OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed));
         lock(&self.opens).insert(
             id,
@@ -275,6 +347,9 @@ impl Proxy {
     /// keep their own reference). Returns the freed client handles.
     pub fn release(&self, open: OpenId) -> Vec<u32> {
         let file = lock(&self.opens).remove(&open);
+        if file.is_some() {
+            self.release_open_slot();
+        }
         let freed = lock(&self.objects).release_owner(open);
         debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
         drop(file);
@@ -344,6 +419,20 @@ impl Proxy {
         lock(&self.devices).insert(device_instance, gpu_id);
     }
 
+    /// The device instances learned for the instance's GPUs, as a mask (bit = instance).
+    pub(crate) fn known_device_mask(&self) -> (u32, usize) {
+        let devices = lock(&self.devices);
+        let mut mask = 0u32;
+        let mut found = 0;
+        for (&inst, &gpu) in devices.iter() {
+            if self.gpu_in_set(gpu) && inst < 32 {
+                mask |= 1 << inst;
+                found += 1;
+            }
+        }
+        (mask, found)
+    }
+
     /// Whether `gpu_id` is one of the instance's GPUs.
     pub fn gpu_in_set(&self, gpu_id: u32) -> bool {
         self.gpus.iter().any(|g| g.gpu_id == gpu_id)
@@ -372,6 +461,7 @@ impl Proxy {
         let _enter = span.enter();
         let start = Instant::now();
         let file = self.file(open).ok_or(ProxyError::UnknownOpen(open.0))?;
+        let _in_flight = self.enter_request()?;
         let node = file.node;
         let mut req = Req::new(self, open, file, mem, fds);
         let res = req.dispatch(cmd, arg);
@@ -397,12 +487,14 @@ impl Proxy {
         }
         let unknown;
         let name: &str = if note.name.is_empty() {
-            unknown = unknown_name(note.kind, note.number);
+            self.counts.add_unknown(note.kind, note.number, decision);
+            unknown = note.kind.unknown_name(note.number);
             &unknown
         } else {
+            self.counts
+                .add(note.kind, &note.name, note.number, decision);
             &note.name
         };
-        self.counts.add(note.kind, name, decision);
         debug!(
             kind = ?note.kind,
             name = %name,
@@ -430,15 +522,5 @@ impl Proxy {
             errno,
             latency_us,
         });
-    }
-}
-
-/// The name an entry has in audit events when the table does not know it.
-pub(crate) fn unknown_name(kind: Kind, number: u32) -> String {
-    match kind {
-        Kind::Escape => format!("NV_ESC_{number:#04x}"),
-        Kind::Control => format!("control {number:#010x}"),
-        Kind::Class => format!("class {number:#06x}"),
-        Kind::Uvm => format!("UVM {number:#x}"),
     }
 }

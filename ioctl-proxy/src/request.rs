@@ -53,7 +53,7 @@ impl Dir {
 pub(crate) struct Note {
     pub(crate) kind: Kind,
     /// The entry's name; empty for an entry the table does not know, named at the end from
-    /// `kind` and `number` ([`crate::proxy::unknown_name`]) so that known entries, the
+    /// `kind` and `number` ([`Kind::unknown_name`]) so that known entries, the
     /// common case, cost no formatting.
     pub(crate) name: Cow<'static, str>,
     pub(crate) number: u32,
@@ -376,6 +376,19 @@ impl<'a> Req<'a> {
         }
     }
 
+    /// Room for one more RM client or object in the instance's quota, or
+    /// `NV_ERR_INSUFFICIENT_RESOURCES` (decision `denied`) before the driver sees the call.
+    pub(crate) fn need_room(&self) -> Result<(), Stop> {
+        if self.px.object_room() {
+            Ok(())
+        } else {
+            deny(
+                NV_ERR_INSUFFICIENT_RESOURCES,
+                "instance object quota reached",
+            )
+        }
+    }
+
     /// Whether `h_client` is ours, or the denial.
     pub(crate) fn need_client(&self, h_client: u32) -> Result<(), Stop> {
         if self.px.objects().contains(h_client, h_client) {
@@ -571,6 +584,7 @@ impl<'a> Req<'a> {
             r.need_object(h_client, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
             r.need_client(h_src_client)?;
             r.need_object(h_src_client, h_src, NV_ERR_OBJECT_NOT_FOUND)?;
+            r.need_room()?;
             let class = r.px.objects().class_of(h_src_client, h_src).unwrap_or(0);
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_DUP_OBJECT, 28), top);
             let _g = r.px.rm_lock();
@@ -640,6 +654,7 @@ impl<'a> Req<'a> {
             if h_vaspace != 0 {
                 r.need_object(h_root, h_vaspace, NV_ERR_INVALID_OBJECT_HANDLE)?;
             }
+            r.need_room()?;
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_VID_HEAP_CONTROL, 184), top);
             let at = NVOS32_ALLOC_SIZE_ADDRESS;
             let p = rd64(plan.buf(None), at);
@@ -728,6 +743,7 @@ impl<'a> Req<'a> {
             r.need_client(h_client)?;
             r.need_object(h_client, h_subdevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
             r.need_object(h_client, h_memory, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_room()?;
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_CONTEXT_DMA2, 56), top);
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
@@ -776,6 +792,7 @@ impl<'a> Req<'a> {
             }
             r.need_client(h_root)?;
             r.need_object(h_root, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+            r.need_room()?;
             let map_now = class == NV01_MEMORY_SYSTEM
                 && (flags >> 16) & 3 != NVOS02_FLAGS_ALLOC_NONE
                 && (flags >> 30) & 3 != NVOS02_FLAGS_MAPPING_NO_MAP;

@@ -53,6 +53,7 @@ impl Session {
 
     fn ioctl(&mut self, open: OpenId, cmd: u32, top: &[u8]) -> (Result<i32, i32>, Vec<u8>) {
         self.mem.map(TOP, top);
+        self.mem.begin_request();
         let r = self
             .proxy
             .ioctl(open, &CALLER, cmd, TOP, &mut self.mem, &self.fds)

@@ -12,6 +12,7 @@ use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, ioc, nv_iowr};
 const A: u64 = 0x40_0000; // a top-level struct
 const B: u64 = 0x41_0000; // a nested buffer
 
+const NV_ERR_INSUFFICIENT_RESOURCES: u32 = 0x1a;
 const NV_ERR_INSUFFICIENT_PERMISSIONS: u32 = 0x1b;
 const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
 const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
@@ -251,7 +252,8 @@ fn test_tenant_gpu_node_maps_to_host_minor() {
         env.proxy.gpus()[0],
         GpuInfo {
             minor: 1,
-            gpu_id: 0x200
+            gpu_id: 0x200,
+            pci: (0x11, 0, 0),
         }
     );
 }
@@ -1736,4 +1738,237 @@ fn test_audit_mode_forwards_a_legacy_gss_command_the_only_set_leaves_out_as_woul
             Some(0)
         )
     );
+}
+
+/// Issue 9 finding 3: `NV0005_ALLOC_PARAMETERS.hClass` flipped by another tenant thread from
+/// `NV01_EVENT_OS_EVENT` to `NV01_EVENT_KERNEL_CALLBACK` (0x78) right after the proxy's read
+/// must not reach the driver: the class is judged on the one copy the host gets.
+#[test]
+fn test_nv01_event_class_flipped_after_the_read_never_reaches_the_host() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (dev, _) = env.device(c, 1);
+    let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.fds.0.insert(20, evfile);
+    let mut ev = vec![0u8; 24];
+    wr32(&mut ev, 0, c);
+    wr32(&mut ev, 4, dev);
+    wr32(&mut ev, 8, 0x79);
+    wr64(&mut ev, 16, 20);
+    // Env::alloc maps the alloc params at 0x12_0000; hClass is at offset 8.
+    env.mem
+        .flip_after_read(0x12_0000 + 8, &0x78u32.to_ne_bytes());
+    let (status, _) = env.alloc(c, dev, 0x5, &ev);
+    assert_eq!(status, 0);
+    let seen = env.host.calls_nr(0x2b).pop().unwrap().call;
+    assert_eq!(rd32(&seen.params, 12), 0x5, "NV01_EVENT forwarded");
+    assert_eq!(
+        rd32(&seen.nested[0].data, 8),
+        0x79,
+        "the driver got another hClass than the one judged"
+    );
+    // The audit trail names what the driver got.
+    assert_eq!(
+        env.proxy
+            .counts()
+            .get(Kind::Class, "NV01_EVENT_OS_EVENT", Decision::Allowed),
+        1
+    );
+}
+
+/// Issue 9 finding 1: distinct unknown control numbers (also under hClient 0, refused at once)
+/// and pass-through commands must not grow the instance's counts without bound.
+#[test]
+fn test_distinct_unknown_numbers_keep_the_counts_bounded() {
+    let mut env = Env::new();
+    let rows_before = env.proxy.counts().len();
+    for n in 0..20_000u32 {
+        // Unknown NV2080 controls (no 0x8000 bit: not legacy GSS), hClient 0.
+        let cmd = 0x2080_0000 | (n % 0x7fff + 1) | (n / 0x7fff) << 24;
+        let (status, _) = env.control(0, 0, cmd, &[]);
+        assert_eq!(status, NV_ERR_INVALID_CLIENT);
+        // Legacy GSS pass-through commands, each named by its number.
+        let (status, _) = env.control(0, 0, 0x2080_8000 | (n % 0x3fff + 1), &[]);
+        assert_eq!(status, NV_ERR_INVALID_CLIENT);
+    }
+    let rows = env.proxy.counts().snapshot();
+    assert!(
+        rows.len() <= rows_before + AuditCounts::MAX_NAMES + 2,
+        "{} rows",
+        rows.len()
+    );
+    let other = rows
+        .iter()
+        .find(|r| r.name == Kind::Control.other_row() && r.decision == Decision::Denied)
+        .expect("fold-over row");
+    assert!(other.count >= 20_000, "{other:?}");
+    assert_eq!(other.numbers.len(), AuditCounts::FIRST_NUMBERS);
+}
+
+// ---- issue 9 finding 4: controls whose output names GPUs -----------------------------------
+
+#[test]
+fn test_get_device_ids_shows_only_the_instances_devices() {
+    // Host GPUs 0, 1, 2 are device instances 0, 1, 2; the instance holds host GPUs 1 and 2.
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0x204, &[0; 4]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 0b110);
+    // An instance of host GPU 1 alone.
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0x204, &[0; 4]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 0b10, "another tenant's GPU 0 is visible");
+}
+
+#[test]
+fn test_boost_groups_name_only_the_instances_gpus() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (status, out) = env.control(c, c, 0xa04, &[0; 2244]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 0), 1, "groupCount");
+    assert_eq!(rd32(&out, 4), 1, "gpuCount");
+    assert_eq!(rd32(&out, 8), 0x200);
+    assert_eq!(rd32(&out, 12), 0, "a second id left in the group");
+    assert_eq!(rd32(&out, 4 + 132), 7, "boostGroupId kept");
+}
+
+#[test]
+fn test_nvlink_status_hides_peers_outside_the_set() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("one", Caps::COMPUTE_UTILITY, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (_, sd) = env.device(c, 1);
+    let (status, out) = env.control(c, sd, 0x2080_3002, &[0; 5896]);
+    assert_eq!(status, 0);
+    for i in 0..3 {
+        let e = 8 + 184 * i;
+        let r = e + 88;
+        if i == 1 {
+            assert_eq!(out[e + 56], 1, "the link to our own GPU stays");
+            assert_eq!(rd64(&out, r + 24), 2);
+            assert_eq!(rd32(&out, r + 4), 0x11);
+        } else {
+            assert_eq!(
+                out[e + 56],
+                0,
+                "link {i} to a GPU outside the set still connected"
+            );
+            assert_eq!(rd64(&out, r + 24), 0xff, "remote device type");
+            assert!(
+                out[r..r + 48].iter().skip(24).skip(8).all(|&b| b == 0),
+                "UUID left"
+            );
+            assert_eq!(rd32(&out, r + 4), 0, "PCI domain left");
+        }
+    }
+}
+
+#[test]
+fn test_gpu_pids_list_only_this_process() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    let (_, sd) = env.device(c, 1);
+    let (status, out) = env.control(c, sd, 0x2080_018d, &[0; 3812]);
+    assert_eq!(status, 0);
+    assert_eq!(rd32(&out, 8), 1);
+    assert_eq!(rd32(&out, 12), std::process::id());
+    assert_eq!(rd32(&out, 16), 0);
+}
+
+#[test]
+fn test_accounting_state_of_a_gpu_outside_the_set_is_refused() {
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new("g", Caps::ALL_CONTAINER, vec![1]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let mut p = vec![0u8; 12];
+    wr32(&mut p, 0, 0x100);
+    let (status, _) = env.control(c, c, 0xb02, &p);
+    assert_eq!(status, NV_ERR_INVALID_ARGUMENT);
+    assert!(env.host.controls(0xb02).is_empty());
+    wr32(&mut p, 0, 0x200);
+    let (status, _) = env.control(c, c, 0xb02, &p);
+    assert_eq!(status, 0);
+}
+
+// ---- issue 9 finding 2: per-instance quotas --------------------------------------------------
+
+fn quota_policy(name: &str, open_files: usize, objects: usize) -> InstancePolicy {
+    let mut p = InstancePolicy::new(name, Caps::COMPUTE_UTILITY, vec![1]);
+    p.quotas = Quotas {
+        open_files,
+        objects,
+        in_flight: 4,
+    };
+    p
+}
+
+#[test]
+fn test_one_instance_at_its_open_quota_leaves_the_other_alone() {
+    let host = FakeHost::new(VERSION, &HOST_GPUS);
+    let (a, _) = proxy_on(&host, quota_policy("a", 8, 100));
+    let (b, _) = proxy_on(&host, quota_policy("b", 8, 100));
+    let opens: Vec<_> = (0..8).map(|_| a.open(FrontendNode::Ctl).unwrap()).collect();
+    let err = a.open(FrontendNode::Ctl).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOMEM, "{err}");
+    assert_eq!(
+        a.open(FrontendNode::Gpu(0)).unwrap_err().errno(),
+        libc::ENOMEM
+    );
+    // The other instance is untouched.
+    for _ in 0..8 {
+        b.open(FrontendNode::Ctl).unwrap();
+    }
+    // A release gives the slot back.
+    a.release(opens[0]);
+    assert_eq!(a.open_files(), 7);
+    a.open(FrontendNode::Ctl).unwrap();
+}
+
+#[test]
+fn test_allocations_past_the_object_quota_get_insufficient_resources() {
+    let mut env = Env::with(VERSION, quota_policy("a", 100, 3));
+    let c = env.alloc_client(env.ctl);
+    let (d, _sd) = env.device(c, 1);
+    assert_eq!(env.proxy.object_count(), 3);
+    env.host.clear();
+    let (status, _) = env.alloc(c, d, 0x2080, &[0; 4]);
+    assert_eq!(status, NV_ERR_INSUFFICIENT_RESOURCES);
+    assert!(
+        env.host.calls_nr(0x2b).is_empty(),
+        "the driver saw an allocation past the quota"
+    );
+    let (status, _) = env.alloc(0, 0, 0x41, &[]);
+    assert_eq!(
+        status, NV_ERR_INSUFFICIENT_RESOURCES,
+        "root client past the quota"
+    );
+    let ev = env.events.all().pop().unwrap();
+    assert_eq!(
+        (ev.decision, ev.reason),
+        (Decision::Denied, Some("instance object quota reached"))
+    );
+}
+
+#[test]
+fn test_requests_past_the_in_flight_quota_fail_with_eagain() {
+    let env = Env::with(VERSION, quota_policy("a", 100, 100));
+    let guards: Vec<_> = (0..4).map(|_| env.proxy.enter_request().unwrap()).collect();
+    let err = env.proxy.enter_request().unwrap_err();
+    assert_eq!(err.errno(), libc::EAGAIN);
+    drop(guards);
+    env.proxy.enter_request().unwrap();
 }

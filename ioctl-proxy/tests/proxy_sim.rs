@@ -33,6 +33,7 @@ impl Tenant {
 
     fn ioctl(&mut self, open: OpenId, cmd: u32, top: &[u8]) -> (i32, Vec<u8>) {
         self.mem.map(TOP, top);
+        self.mem.begin_request();
         let r = self
             .proxy
             .ioctl(open, &CALLER, cmd, TOP, &mut self.mem, &self.fds)
@@ -326,4 +327,33 @@ fn test_rm_memory_mapped_through_the_proxy_is_shared_with_the_driver() {
     t.proxy.release(gpu);
     t.proxy.release(ctl);
     assert_eq!(sim.stats(), nvsim::SimStats::default());
+}
+
+/// Issue 9 finding 4 on the simulated driver: an instance granted host GPU 1 sees only its own
+/// device instance in GET_DEVICE_IDS, while another instance holds GPU 0 open (attached).
+#[test]
+fn test_device_ids_hide_another_tenants_attached_gpu() {
+    let sim = SimDriver::new(SimConfig::default_gpus(2));
+    let a = Tenant::new(&sim, "a", vec![0]);
+    let mut b = Tenant::new(&sim, "b", vec![1]);
+    let a_gpu = a.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    let b_gpu = b.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    let b_ctl = b.proxy.open(FrontendNode::Ctl).unwrap();
+    let (s, c) = b.alloc(b_ctl, 0, 0, 0x41, &[]);
+    assert_eq!(s, 0);
+    let mut info = vec![0u8; 32];
+    wr32(&mut info, 0, sim.config().gpus[1].gpu_id());
+    let (s, info) = b.control(b_ctl, c, c, 0x205, &info);
+    assert_eq!(s, 0);
+    let ours = rd32(&info, 8);
+    let (s, ids) = b.control(b_ctl, c, c, 0x204, &[0; 4]);
+    assert_eq!(s, 0);
+    assert_eq!(
+        rd32(&ids, 0),
+        1 << ours,
+        "device mask names another tenant's GPU"
+    );
+    for (t, o) in [(&a, a_gpu), (&b, b_gpu), (&b, b_ctl)] {
+        t.proxy.release(o);
+    }
 }

@@ -1,5 +1,6 @@
 //! [`UvmProxy`]: one instance's request path for `/dev/nvidia-uvm`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -84,7 +85,9 @@ fn uuid_at(b: &[u8], off: usize) -> [u8; 16] {
 /// What the audit event of a request says.
 #[derive(Debug)]
 struct Note {
-    name: String,
+    /// The entry's table name; empty for a command the table does not know (counted in the
+    /// fold-over row, named from its number only in an audit event).
+    name: Cow<'static, str>,
     decision: Decision,
     reason: Option<&'static str>,
     nv_status: Option<u32>,
@@ -157,11 +160,14 @@ impl UvmProxy {
     /// A client opened `/dev/nvidia-uvm`: opens a host UVM file for it. The id comes from the
     /// frontend's open-id space ([`Proxy::new_open_id`]).
     pub fn open(&self) -> Result<OpenId, ProxyError> {
-        let host = self
-            .proxy
-            .host_driver()
-            .open(NodeKind::Uvm)
-            .map_err(ProxyError::Host)?;
+        self.proxy.take_open_slot()?;
+        let host = match self.proxy.host_driver().open(NodeKind::Uvm) {
+            Ok(h) => h,
+            Err(e) => {
+                self.proxy.release_open_slot();
+                return Err(ProxyError::Host(e));
+            }
+        };
         let id = self.proxy.new_open_id();
         lock(&self.opens).insert(id, Arc::new(UvmOpen { host }));
         debug!(instance = %self.proxy.policy().name, open = id.0, "uvm open");
@@ -173,6 +179,9 @@ impl UvmProxy {
     /// mappings and fds the tenant holds).
     pub fn release(&self, open: OpenId) {
         let file = lock(&self.opens).remove(&open);
+        if file.is_some() {
+            self.proxy.release_open_slot();
+        }
         debug!(instance = %self.proxy.policy().name, open = open.0, "uvm release");
         drop(file);
     }
@@ -197,7 +206,9 @@ impl UvmProxy {
             .cloned()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         if !self.proxy.policy().uvm_mmap {
-            self.proxy.counts().add(Kind::Uvm, "mmap", Decision::Denied);
+            self.proxy
+                .counts()
+                .add(Kind::Uvm, "mmap", 0, Decision::Denied);
             self.proxy.audit_sink().record(&AuditEvent {
                 instance: self.proxy.policy().name.clone(),
                 pid: caller.pid,
@@ -216,7 +227,7 @@ impl UvmProxy {
         }
         self.proxy
             .counts()
-            .add(Kind::Uvm, "mmap", Decision::Allowed);
+            .add(Kind::Uvm, "mmap", 0, Decision::Allowed);
         file.host.mmap_fd()
     }
 
@@ -247,8 +258,9 @@ impl UvmProxy {
             .get(&open)
             .cloned()
             .ok_or(ProxyError::UnknownOpen(open.0))?;
+        let _in_flight = self.proxy.enter_request()?;
         let mut note = Note {
-            name: format!("UVM {cmd:#x}"),
+            name: Cow::Borrowed(""),
             decision: Decision::Allowed,
             reason: None,
             nv_status: None,
@@ -507,9 +519,17 @@ impl UvmProxy {
         if decision == Decision::Allowed && failed {
             decision = Decision::Failed;
         }
-        self.proxy.counts().add(Kind::Uvm, &note.name, decision);
+        let name: Cow<'static, str> = if note.name.is_empty() {
+            self.proxy.counts().add_unknown(Kind::Uvm, cmd, decision);
+            Kind::Uvm.unknown_name(cmd).into()
+        } else {
+            self.proxy
+                .counts()
+                .add(Kind::Uvm, &note.name, cmd, decision);
+            note.name
+        };
         debug!(
-            name = %note.name,
+            name = %name,
             decision = ?decision,
             reason = note.reason.unwrap_or(""),
             nv_status = note.nv_status.unwrap_or(0),
@@ -526,7 +546,7 @@ impl UvmProxy {
             tid: caller.tid,
             node: NODE.into(),
             kind: Kind::Uvm,
-            name: note.name,
+            name: name.into_owned(),
             number: cmd,
             decision,
             reason: note.reason,

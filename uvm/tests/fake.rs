@@ -692,3 +692,26 @@ fn test_warnings_are_not_failures_and_failures_are_audited() {
     );
     let _ = Arc::clone(&env.proxy);
 }
+
+/// Issue 9 finding 2: UVM opens count against the instance's open-file quota (with its
+/// frontend opens); past it `open` fails with ENOMEM for that instance only, while another
+/// instance on the same host still opens and initialises.
+#[test]
+fn test_uvm_opens_past_the_quota_fail_for_that_instance_only() {
+    let host = FakeHost::new("535.261.03", &HOST_GPUS);
+    let mut policy = InstancePolicy::new("a", Caps::COMPUTE_UTILITY, vec![1]);
+    policy.quotas.open_files = 16;
+    let a = Env::with(&host, policy);
+    // Env holds the control file and two UVM opens.
+    assert_eq!(a.proxy.open_files(), 3);
+    let extra: Vec<_> = (0..13).map(|_| a.uvm.open().unwrap()).collect();
+    let err = a.uvm.open().unwrap_err();
+    assert_eq!(err.errno(), libc::ENOMEM);
+    let b = Env::with(
+        &host,
+        InstancePolicy::new("b", Caps::COMPUTE_UTILITY, vec![2]),
+    );
+    b.uvm.open().unwrap();
+    a.uvm.release(extra[0]);
+    a.uvm.open().unwrap();
+}

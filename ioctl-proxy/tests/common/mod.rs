@@ -245,6 +245,44 @@ impl HostFile for FakeFile {
                             }
                         }
                     }
+                    // GET_DEVICE_IDS: every host GPU's device instance (its index).
+                    (0x204, Some(p)) => {
+                        let mask = (0..gpus.len()).fold(0u32, |m, i| m | 1 << i);
+                        wr32(&mut call.nested[p].data, 0, mask);
+                    }
+                    // SYNC_GPU_BOOST_GROUP_INFO: one group of every host GPU.
+                    (0xa04, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 0, 1);
+                        wr32(d, 4, gpus.len() as u32);
+                        for (i, g) in gpus.iter().enumerate() {
+                            wr32(d, 8 + 4 * i, g.1);
+                        }
+                        wr32(d, 4 + 132, 7);
+                    }
+                    // NVLINK_GET_NVLINK_STATUS (535 layout: linkInfo at 8, 184-byte entries,
+                    // remoteDeviceInfo at 88): link i connects to host GPU i (a GPU, type 2,
+                    // PCI domain 0x10 + i as CARD_INFO says).
+                    (0x2080_3002, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 0, (1 << gpus.len()) - 1);
+                        for i in 0..gpus.len() {
+                            let e = 8 + 184 * i;
+                            d[e + 56] = 1;
+                            let r = e + 88;
+                            wr32(d, r + 4, 0x10 + i as u32);
+                            wr64(d, r + 24, 2);
+                            d[r + 32..r + 48].fill(0xa0 + i as u8);
+                        }
+                    }
+                    // GPU_GET_PIDS: this process and two others.
+                    (0x2080_018d, Some(p)) => {
+                        let d = &mut call.nested[p].data;
+                        wr32(d, 8, 3);
+                        wr32(d, 12, std::process::id());
+                        wr32(d, 16, 1);
+                        wr32(d, 20, 2);
+                    }
                     (0x205, Some(p)) => {
                         let d = &mut call.nested[p].data;
                         let id = rd32(d, 0);
@@ -333,6 +371,14 @@ pub struct FakeMem {
     fetched: Vec<(u64, usize)>,
     wanted: Vec<(u64, usize)>,
     pub rounds: usize,
+    /// Ranges read since [`FakeMem::begin_request`]: a second read of any byte of them panics
+    /// (the request path reads each client byte once).
+    request_reads: Vec<(u64, usize)>,
+    /// `(addr, bytes)`: written at `addr` right after the first read that covers `addr`, as
+    /// another tenant thread racing the daemon would.
+    flips: Vec<(u64, Vec<u8>)>,
+    /// Whether the read-once check is on (from the first `begin_request`).
+    checking: bool,
 }
 
 impl FakeMem {
@@ -362,6 +408,17 @@ impl FakeMem {
         rd32(&self.get(addr, 4), 0)
     }
 
+    /// Starts a new request (one run of a handler): the read-once check starts over.
+    pub fn begin_request(&mut self) {
+        self.request_reads.clear();
+        self.checking = true;
+    }
+
+    /// After the first read covering `addr`, `bytes` are written there (a racing thread).
+    pub fn flip_after_read(&mut self, addr: u64, bytes: &[u8]) {
+        self.flips.push((addr, bytes.to_vec()));
+    }
+
     /// Makes every range asked for so far available (one retry round).
     pub fn fetch(&mut self) {
         self.rounds += 1;
@@ -385,12 +442,31 @@ impl ClientMemory for FakeMem {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
         self.reads.push((addr, len));
         self.largest_read = self.largest_read.max(len);
+        let end = addr.saturating_add(len as u64);
+        if let Some(&(a, l)) = self
+            .request_reads
+            .iter()
+            .find(|&&(a, l)| self.checking && a < end && addr < a + l as u64)
+        {
+            panic!(
+                "client bytes read twice in one request: {len} bytes at {addr:#x} overlap \
+                 the earlier read of {l} bytes at {a:#x}"
+            );
+        }
+        self.request_reads.push((addr, len));
         if self.retry && !Self::covered(&self.fetched, addr, len) {
             self.wanted.push((addr, len));
             return Err(MemError::Pending);
         }
         let (r, o) = self.region(addr, len).ok_or(MemError::Fault)?;
-        Ok(r[o..o + len].to_vec())
+        let data = r[o..o + len].to_vec();
+        if let Some(i) = self.flips.iter().position(|(a, _)| *a >= addr && *a < end) {
+            let (a, bytes) = self.flips.remove(i);
+            if let Some((r, o)) = self.region(a, bytes.len()) {
+                r[o..o + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
+        Ok(data)
     }
 
     fn reserve_write(&mut self, addr: u64, len: usize) -> Result<(), MemError> {
@@ -489,6 +565,7 @@ impl Env {
     }
 
     pub fn ioctl(&mut self, open: OpenId, cmd: u32, arg: u64) -> Result<i32, ProxyError> {
+        self.mem.begin_request();
         self.proxy
             .ioctl(open, &CALLER, cmd, arg, &mut self.mem, &self.fds)
     }
