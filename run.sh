@@ -80,7 +80,7 @@ if [[ -c /dev/cuse ]]; then
   exec "$bin/nvproxy" serve --config "$config"
 fi
 
-echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated, so expect tens of seconds)" >&2
+echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
 tests/vm/cuse-vm --prepare >/dev/null
 rc=0
 tests/vm/cuse-vm -- "$PWD/run.sh" --in-vm "$config" ${cmd[@]+-- "${cmd[@]}"} || rc=$?
