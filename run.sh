@@ -69,6 +69,9 @@ fi
 echo "run.sh: building nvproxy, its mmap shim and the test clients into $bin (the first build takes a few minutes)" >&2
 cargo build -q -p daemon -p preload -p tests
 
+# What serve would refuse, said here before anything starts.
+"$bin/nvproxy" check-config "$config" >/dev/null
+
 [[ -c /dev/cuse ]] || modprobe cuse 2>/dev/null || true
 if [[ -c /dev/cuse ]]; then
   if ((${#cmd[@]})); then
@@ -81,10 +84,17 @@ if [[ -c /dev/cuse ]]; then
 fi
 
 echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
+case $(realpath -m "$config") in
+  /tmp/*|/var/tmp/*|/run/*|/dev/shm/*)
+    echo "run.sh: $config is in a directory the VM does not see (it has its own /tmp, /var/tmp, /run and /dev/shm): put it under $PWD or another directory" >&2
+    exit 1 ;;
+esac
 tests/vm/cuse-vm --prepare >/dev/null
 rc=0
 tests/vm/cuse-vm -- "$PWD/run.sh" --in-vm "$config" ${cmd[@]+-- "${cmd[@]}"} || rc=$?
-if ((${#cmd[@]})); then
+if ((rc)); then
+  echo "run.sh: that failed in the VM (exit status $rc); the messages above say why. The demo alone: $0" >&2
+elif ((${#cmd[@]})); then
   echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: README.md \"Try it without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
 else
   echo "run.sh: that served the instances of $config and initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
