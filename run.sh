@@ -1,43 +1,102 @@
 #!/usr/bin/env bash
-# The README's "run it" command: builds nvproxy and serves the instances of a config file
-# (default: examples/config.toml, which uses the simulated driver: no GPU needed).
+# The README's "Run it" command: builds nvproxy (debug build, target/debug) and serves the
+# instances of a config file (default: examples/config.toml, which uses the simulated driver: no
+# GPU needed). Run it as root.
 #
-#   ./run.sh [CONFIG]
+#   ./run.sh [CONFIG]                 serve CONFIG until Ctrl-C (in a VM: a short demo)
+#   ./run.sh [CONFIG] -- COMMAND...   serve CONFIG, run COMMAND (as root, e.g.
+#                                     `target/debug/nvproxy run --instance job42 -- PROGRAM`),
+#                                     stop serving; exits with COMMAND's status
 #
-# Needs root and the kernel's CUSE module (`modprobe cuse`). On a kernel without CUSE (our CI and
-# dev machines), it says so and runs a short demo in a throwaway VM instead: the daemon serves the
-# config there, and a client performs the frontend of a CUDA initialisation through it.
+# Needs the kernel's CUSE (/dev/cuse; `modprobe cuse` where the kernel has the module). On a
+# kernel without it (our CI and dev machines) it says so and does the same inside a throwaway VM
+# (tests/vm/cuse-vm) whose kernel has CUSE: the daemon and COMMAND share that one VM run; without
+# COMMAND the demo runs nvfe-client (a CUDA frontend initialisation) through the first instance.
 set -euo pipefail
 cd "$(dirname "$0")"
-config=${1:-examples/config.toml}
+bin=target/debug
 
-echo "run.sh: building (release)" >&2
-cargo build --release -q -p daemon -p preload   # nvproxy and its mmap shim
-cargo build --release -q -p tests --bins          # the test clients (nvfe-client)
-bin=target/release
+in_vm=0
+if [[ ${1:-} == --in-vm ]]; then in_vm=1; shift; fi   # internal: the part that runs in the VM
+config=examples/config.toml
+if [[ $# -gt 0 && $1 != -- ]]; then config=$1; shift; fi
+if [[ $# -gt 0 ]]; then
+  [[ $1 == -- ]] || { echo "usage: $0 [CONFIG] [-- COMMAND...]" >&2; exit 2; }
+  shift
+fi
+cmd=("$@")
+
+# Serves $config in the background, runs the command (default: the demo), stops the daemon.
+serve_and_run() {
+  local out=${TMPDIR:-/tmp}/nvproxy-run.$$.out log=${TMPDIR:-/tmp}/nvproxy-run.$$.log pid first
+  local rc=0 serve_rc=0
+  "$bin/nvproxy" serve --config "$config" >"$out" 2>"$log" &
+  pid=$!
+  for _ in $(seq 300); do
+    grep -q '^READY' "$out" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if ! grep -q '^READY' "$out"; then
+    echo "run.sh: nvproxy serve --config $config did not get ready; its log:" >&2
+    cat "$log" >&2
+    kill "$pid" 2>/dev/null || true
+    return 1
+  fi
+  first=$(sed -n 's/^READY \([^ ]*\).*/\1/p' "$out")
+  echo "run.sh: serving $config: instances $(sed -n 's/^READY //p' "$out")" >&2
+  if ((${#cmd[@]})); then
+    "${cmd[@]}" || rc=$?
+  else
+    echo "run.sh: $bin/nvfe-client init through /dev/nvidiactl and /dev/nvidia0 of instance $first" >&2
+    "$bin/nvproxy" run --instance "$first" -- "$bin/nvfe-client" init || rc=$?
+  fi
+  kill -TERM "$pid"
+  wait "$pid" || serve_rc=$?
+  ((rc)) || rc=$serve_rc
+  echo "run.sh: daemon log (tail):" >&2
+  tail -n 6 "$log" >&2
+  rm -f "$out" "$log"
+  return "$rc"
+}
+
+if ((in_vm)); then serve_and_run; exit; fi
 
 if [[ $(id -u) != 0 ]]; then
-  echo "run.sh: nvproxy needs root (for /dev/cuse and mount namespaces); try: sudo $0 $*" >&2
+  echo "run.sh: nvproxy needs root (for /dev/cuse and mount namespaces): run $0 as root" >&2
   exit 1
 fi
+echo "run.sh: building nvproxy, its mmap shim and the test clients into $bin (the first build takes a few minutes)" >&2
+cargo build -q -p daemon -p preload -p tests
+
+# What serve would refuse, said here before anything starts.
+"$bin/nvproxy" check-config "$config" >/dev/null
+
 [[ -c /dev/cuse ]] || modprobe cuse 2>/dev/null || true
 if [[ -c /dev/cuse ]]; then
-  echo "run.sh: serving $config (Ctrl-C stops). In another shell, as root:" >&2
-  echo "  $bin/nvproxy run --instance job42 -- $bin/nvfe-client init" >&2
+  if ((${#cmd[@]})); then
+    rc=0; serve_and_run || rc=$?
+    echo "run.sh: ran ${cmd[*]} against the instances of $config (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance NAME -- PROGRAM runs any program through an instance" >&2
+    exit "$rc"
+  fi
+  echo "run.sh: serving $config until Ctrl-C. Next, in another shell as root: $bin/nvproxy run --instance job42 -- $bin/nvfe-client init (job42 is an instance of examples/config.toml)" >&2
   exec "$bin/nvproxy" serve --config "$config"
 fi
 
-echo "run.sh: this kernel has no CUSE (/dev/cuse); running the demo in a VM (tests/vm/cuse-vm)" >&2
+echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
+case $(realpath -m "$config") in
+  /tmp/*|/var/tmp/*|/run/*|/dev/shm/*)
+    echo "run.sh: $config is in a directory the VM does not see (it has its own /tmp, /var/tmp, /run and /dev/shm): put it under $PWD or another directory" >&2
+    exit 1 ;;
+esac
 tests/vm/cuse-vm --prepare >/dev/null
-tests/vm/cuse-vm -- bash -c '
-  set -e
-  '"$bin"'/nvproxy serve --config '"$config"' >/tmp/serve.out 2>/tmp/serve.log &
-  pid=$!
-  for _ in $(seq 100); do grep -q READY /tmp/serve.out && break; sleep 0.2; done
-  cat /tmp/serve.out
-  first=$(sed -n "s/^READY \([^ ]*\).*/\1/p" /tmp/serve.out)
-  echo "--- $first: nvfe-client init through /dev/nvidiactl and /dev/nvidia0 of the instance"
-  '"$bin"'/nvproxy run --instance "$first" -- '"$bin"'/nvfe-client init
-  kill -TERM $pid; wait $pid
-  echo "--- daemon log (tail)"; tail -n 8 /tmp/serve.log
-'
+rc=0
+tests/vm/cuse-vm -- "$PWD/run.sh" --in-vm "$config" ${cmd[@]+-- "${cmd[@]}"} || rc=$?
+if ((rc)); then
+  echo "run.sh: that failed in the VM (exit status $rc); the messages above say why. The demo alone: $0" >&2
+elif ((${#cmd[@]})); then
+  echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: README.md \"Try it without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
+else
+  echo "run.sh: that served the instances of $config and initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
+fi
+exit "$rc"

@@ -21,7 +21,7 @@ pub enum CuseError {
     #[error("invalid device configuration: {0}")]
     InvalidConfig(String),
     /// `/dev/cuse` could not be opened (missing module, not root, ...).
-    #[error("cannot open /dev/cuse (is the cuse module loaded, and are we root?)")]
+    #[error("cannot open /dev/cuse")]
     Open(#[source] io::Error),
     /// A helper resource (eventfd) could not be created.
     #[error("cannot set up the session")]

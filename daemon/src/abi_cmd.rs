@@ -42,7 +42,8 @@ pub fn render(cmd: &AbiCommand) -> Result<String> {
             render::show(&node.version, &node.tables())
         }
         AbiCommand::Diff { a, b } => {
-            let (na, nb) = (lookup(a)?, lookup(b)?);
+            let na = lookup(a).with_context(|| format!("abi diff {a} {b}: the old version"))?;
+            let nb = lookup(b).with_context(|| format!("abi diff {a} {b}: the new version"))?;
             render::diff((&na.version, &na.tables()), (&nb.version, &nb.tables()))
         }
     })
@@ -74,6 +75,35 @@ mod tests {
                 version: "580".into()
             })
             .is_err()
+        );
+    }
+
+    #[test]
+    fn test_show_unknown_version_promises_no_override() {
+        let err = render(&AbiCommand::Show {
+            version: "535.309.01".into(),
+        })
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.starts_with("abi show 535.309.01: nvproxy has no ABI tables for driver 535.309.01")
+                && msg.contains("535.288.01")
+                && !msg.contains("override"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn test_diff_names_the_bad_version() {
+        let err = render(&AbiCommand::Diff {
+            a: "535.216.03".into(),
+            b: "999.1.1".into(),
+        })
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.starts_with("abi diff 535.216.03 999.1.1: the new version: \"999.1.1\""),
+            "{msg}"
         );
     }
 

@@ -18,7 +18,7 @@
 //! gpus = [1]                     # host minors; the tenant sees them as nvidia0, nvidia1, ...
 //! caps = ["compute", "utility"]  # compute, utility, graphics, video, rdma, profiling, fabric-imex-mgmt
 //! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
-//! allow = ["NV2080_CTRL_CMD_GPU_GET_ECC_CONFIGURATION"]  # admin overrides, by driver name
+//! allow = ["NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION"]  # admin overrides, by driver name
 //!                                # (pass-through controls: "RM_GSS_LEGACY" or one command,
 //!                                # "RM_GSS_LEGACY 0x20808159"; see `policy_cmd.rs`)
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
@@ -69,6 +69,47 @@ pub enum Mode {
     /// Allow everything the ABI table knows; log what enforce would deny.
     Audit,
 }
+
+impl DriverKind {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Host => "host",
+            DriverKind::Sim => "sim",
+        }
+    }
+}
+
+impl MemoryTransport {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryTransport::ProcessVm => "process-vm",
+            MemoryTransport::Retry => "retry",
+        }
+    }
+}
+
+impl Mode {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Audit => "audit",
+        }
+    }
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+display_as_str!(DriverKind, MemoryTransport, Mode);
 
 /// `[sim]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -205,6 +246,19 @@ impl Config {
         }
         cfg.check_policy_files()
             .with_context(|| format!("in config {}", path.display()))?;
+        if cfg.driver == DriverKind::Host {
+            if let Some(minors) = crate::doctor::host_gpu_minors() {
+                for inst in &cfg.instances {
+                    check_host_gpus(&inst.gpus, &minors).with_context(|| {
+                        format!(
+                            "in config {}: instance {:?}: gpus",
+                            path.display(),
+                            inst.name
+                        )
+                    })?;
+                }
+            }
+        }
         Ok(cfg)
     }
 
@@ -215,10 +269,7 @@ impl Config {
         if self.instances.iter().all(|i| i.policy.is_none()) {
             return Ok(());
         }
-        let names = match self.driver {
-            DriverKind::Sim => crate::policy_cmd::AbiNames::for_version(&self.sim.driver_version)?,
-            DriverKind::Host => crate::policy_cmd::AbiNames::for_host(),
-        };
+        let names = self.abi_names()?;
         for inst in &self.instances {
             if let Some(p) = &inst.policy {
                 crate::policy_cmd::load_checked(p, &names)
@@ -242,7 +293,7 @@ impl Config {
         Ok(cfg)
     }
 
-    /// A human-readable description of what this config serves.
+    /// A human-readable description of what this config serves, in the file's own spellings.
     pub fn summary(&self) -> String {
         let mut out = match self.driver {
             DriverKind::Host => "driver: host\n".to_owned(),
@@ -251,7 +302,7 @@ impl Config {
                 self.sim.gpus, self.sim.driver_version
             ),
         };
-        out.push_str(&format!("client memory: {:?}\n", self.daemon.memory));
+        out.push_str(&format!("client memory: {}\n", self.daemon.memory));
         for i in &self.instances {
             let caps = parse_caps(&i.caps)
                 .map(|c| c.to_string())
@@ -260,26 +311,50 @@ impl Config {
                 .audit_path(&self.daemon)
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "log only".into());
+            let gpus: Vec<String> = i.gpus.iter().map(u32::to_string).collect();
+            let allow = if i.allow.is_empty() {
+                "nothing".to_owned()
+            } else {
+                i.allow.join(", ")
+            };
             out.push_str(&format!(
-                "instance {}: gpus {:?}, caps {caps}, mode {:?}, allow {:?}, audit {audit}",
-                i.name, i.gpus, i.mode, i.allow
+                "instance {}: gpus {}, caps {caps}, mode {}, allow {allow}, audit {audit}",
+                i.name,
+                gpus.join(", "),
+                i.mode
             ));
             if let Some(p) = &i.policy {
                 out.push_str(&format!(", policy {}", p.display()));
             }
+            if !i.uvm_mmap {
+                out.push_str(", uvm_mmap off");
+            }
             out.push('\n');
+        }
+        if self.instances.is_empty() {
+            out.push_str("no [[instance]]: serve would serve nothing\n");
         }
         out.trim_end().to_owned()
     }
 
-    /// Checks what serde cannot.
+    /// Checks what serde cannot: what `serve` would refuse with this config's driver. With
+    /// `driver = "sim"`: a known `[sim] driver_version`, GPU indices the simulated driver has,
+    /// and `allow` names in that version's table. With the host driver: `allow` names in the
+    /// host driver's table (every known version's when this host has none). `[sim]
+    /// driver_version` must be a known version whatever the driver (`serve --driver sim`
+    /// uses it).
     pub fn validate(&self) -> Result<()> {
-        self.sim
-            .driver_version
-            .parse::<DriverVersion>()
+        let v = &self.sim.driver_version;
+        let version: DriverVersion = v
+            .parse()
             .map_err(|e| anyhow::anyhow!("[sim] driver_version: {e}"))?;
-        if self.sim.gpus == 0 || self.sim.gpus > 64 {
-            bail!("[sim] gpus must be between 1 and 64, not {}", self.sim.gpus);
+        nvproxy_abi::find(&version)
+            .map_err(|e| anyhow::anyhow!("[sim] driver_version = {v:?}: {e}"))?;
+        if self.sim.gpus == 0 || self.sim.gpus > MAX_SIM_GPUS {
+            bail!(
+                "[sim] gpus must be between 1 and {MAX_SIM_GPUS} (the driver's limit), not {}",
+                self.sim.gpus
+            );
         }
         let mut names = BTreeSet::new();
         for inst in &self.instances {
@@ -289,8 +364,89 @@ impl Config {
                 bail!("instance name {:?} is used twice", inst.name);
             }
         }
+        if self.driver == DriverKind::Sim {
+            for inst in &self.instances {
+                check_sim_gpus(
+                    &inst.gpus,
+                    self.sim.gpus,
+                    &format!("[sim] gpus = {}", self.sim.gpus),
+                )
+                .with_context(|| format!("instance {:?}: gpus", inst.name))?;
+            }
+        }
+        if self.instances.iter().any(|i| !i.allow.is_empty()) {
+            let abi = self.abi_names()?;
+            for inst in &self.instances {
+                crate::policy_cmd::check_allow(&inst.allow, &abi)
+                    .with_context(|| format!("instance {:?}: allow", inst.name))?;
+            }
+        }
         Ok(())
     }
+
+    /// The names of the table this config runs with: the simulated driver's version, or the
+    /// host driver's (every known version's when this host has none).
+    pub fn abi_names(&self) -> Result<crate::policy_cmd::AbiNames> {
+        Ok(match self.driver {
+            DriverKind::Sim => crate::policy_cmd::AbiNames::for_version(&self.sim.driver_version)?,
+            DriverKind::Host => crate::policy_cmd::AbiNames::for_host(),
+        })
+    }
+
+    /// The config with another driver (`serve --driver`), checked again for that driver.
+    pub fn with_driver(mut self, driver: DriverKind) -> Result<Config> {
+        if driver != self.driver {
+            self.driver = driver;
+            self.validate()
+                .with_context(|| format!("with --driver {driver}"))?;
+            self.check_policy_files()
+                .with_context(|| format!("with --driver {driver}"))?;
+        }
+        Ok(self)
+    }
+}
+
+/// Checks that every GPU minor in `gpus` is one of the host driver's (`minors`).
+pub fn check_host_gpus(gpus: &[u32], minors: &[u32]) -> Result<()> {
+    let missing: Vec<String> = gpus
+        .iter()
+        .filter(|g| !minors.contains(g))
+        .map(u32::to_string)
+        .collect();
+    if !missing.is_empty() {
+        let have: Vec<String> = minors.iter().map(u32::to_string).collect();
+        bail!(
+            "the host driver has no GPU with minor {} (its GPUs, from /proc/driver/nvidia/gpus: {})",
+            missing.join(", "),
+            have.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The most GPUs the simulated driver (like the real one) supports.
+pub const MAX_SIM_GPUS: u32 = 32;
+
+/// Checks that every GPU index in `gpus` exists on a simulated driver with `sim_gpus` GPUs
+/// (minors `0..sim_gpus`); `setting` says where that count came from (`[sim] gpus = 2`).
+pub fn check_sim_gpus(gpus: &[u32], sim_gpus: u32, setting: &str) -> Result<()> {
+    let missing: Vec<String> = gpus
+        .iter()
+        .filter(|&&g| g >= sim_gpus)
+        .map(u32::to_string)
+        .collect();
+    if !missing.is_empty() {
+        let have = match sim_gpus {
+            0 => "none".to_owned(),
+            1 => "only GPU 0".to_owned(),
+            n => format!("GPUs 0-{}", n - 1),
+        };
+        bail!(
+            "no GPU {} on the simulated driver: {setting} gives it {have}",
+            missing.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Checks an instance name: it becomes a path segment under `/dev/nvproxy/`.
@@ -555,6 +711,139 @@ mod tests {
         let err = format!("{:#}", Config::load(&d.join("c.toml")).unwrap_err());
         assert!(err.contains("p.toml"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn parse_err(text: &str) -> String {
+        format!("{:#}", Config::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn test_gpu_index_the_simulated_driver_lacks_is_refused() {
+        // What `serve` refused as "host has no GPU /dev/nvidia5".
+        let msg = parse_err(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"a\"\ngpus = [0, 5]\n",
+        );
+        assert!(
+            msg.contains("instance \"a\": gpus: no GPU 5 on the simulated driver")
+                && msg.contains("[sim] gpus = 2 gives it GPUs 0-1"),
+            "{msg}"
+        );
+        let msg = parse_err("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [1]\n");
+        assert!(msg.contains("[sim] gpus = 1 gives it only GPU 0"), "{msg}");
+        // The host driver's GPUs are not known to `parse` (`load` reads /proc).
+        assert!(Config::parse("[[instance]]\nname = \"a\"\ngpus = [5]\n").is_ok());
+    }
+
+    #[test]
+    fn test_more_simulated_gpus_than_the_driver_supports_is_refused() {
+        let msg = parse_err("driver = \"sim\"\n[sim]\ngpus = 33\n");
+        assert!(
+            msg.contains("between 1 and 32") && msg.contains("33"),
+            "{msg}"
+        );
+        assert!(Config::parse("driver = \"sim\"\n[sim]\ngpus = 32\n").is_ok());
+    }
+
+    #[test]
+    fn test_host_gpu_minors_are_checked_against_the_drivers() {
+        assert!(check_host_gpus(&[0, 1], &[0, 1]).is_ok());
+        let msg = format!("{:#}", check_host_gpus(&[1, 5], &[0, 1]).unwrap_err());
+        assert!(
+            msg.contains("no GPU with minor 5") && msg.contains(": 0, 1)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn test_unknown_sim_driver_version_is_refused() {
+        for v in ["999.100.01", "535.309.01"] {
+            let msg = parse_err(&format!(
+                "driver = \"sim\"\n[sim]\ndriver_version = \"{v}\"\n"
+            ));
+            assert!(
+                msg.contains(&format!(
+                    "[sim] driver_version = \"{v}\": nvproxy has no ABI tables for driver {v}"
+                )) && msg.contains("nvproxy abi versions"),
+                "{msg}"
+            );
+        }
+        // Known versions pass, supported or not.
+        assert!(Config::parse("[sim]\ndriver_version = \"535.216.03\"\n").is_ok());
+    }
+
+    #[test]
+    fn test_unknown_allow_name_is_refused_naming_the_nearest() {
+        let msg = format!(
+            "{:#}",
+            instance_allowing("\"NV_ESC_CARD_INF\"").unwrap_err()
+        );
+        assert!(
+            msg.contains("instance \"a\": allow: NV_ESC_CARD_INF is not a name in the ABI table of driver 535.261.03")
+                && msg.contains("nearest known: NV_ESC_CARD_INFO")
+                && msg.contains("`nvproxy abi show 535.261.03` lists them all"),
+            "{msg}"
+        );
+        let msg = format!(
+            "{:#}",
+            instance_allowing("\"NV_NOT_A_THING\", \"NV_ESC_RM_CONTROL\"").unwrap_err()
+        );
+        assert!(
+            msg.contains("NV_NOT_A_THING is not a name") && !msg.contains("NV_ESC_RM_CONTROL is"),
+            "{msg}"
+        );
+        // Names of every kind are accepted.
+        instance_allowing(
+            "\"NV_ESC_CARD_INFO\", \"NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION\", \
+             \"NV01_ROOT_CLIENT\", \"UVM_INITIALIZE\"",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn test_unknown_allow_name_is_refused_for_the_host_driver_too() {
+        // No host driver here: every known version's names.
+        let msg = parse_err("[[instance]]\nname = \"a\"\ngpus = [0]\nallow = [\"NV_NOPE\"]\n");
+        assert!(
+            msg.contains("NV_NOPE is not a name in the ABI table of"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn test_summary_uses_the_config_spellings() {
+        let cfg = Config::parse(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n[daemon]\nmemory = \"process-vm\"\n\
+             [[instance]]\nname = \"a\"\ngpus = [1, 0]\nallow = [\"NV_ESC_CARD_INFO\"]\n\
+             [[instance]]\nname = \"b\"\ngpus = [0]\nmode = \"audit\"\n",
+        )
+        .unwrap();
+        let s = cfg.summary();
+        assert!(s.contains("client memory: process-vm\n"), "{s}");
+        assert!(
+            s.contains(
+                "instance a: gpus 1, 0, caps compute,utility, mode enforce, allow NV_ESC_CARD_INFO,"
+            ) || s.contains("instance a: gpus 1, 0, caps ")
+                && s.contains("mode enforce, allow NV_ESC_CARD_INFO,"),
+            "{s}"
+        );
+        assert!(s.contains("mode audit, allow nothing"), "{s}");
+        assert!(
+            !s.contains("ProcessVm") && !s.contains("Enforce") && !s.contains('"'),
+            "{s}"
+        );
+        let retry = Config::parse("[daemon]\nmemory = \"retry\"\n").unwrap();
+        assert!(retry.summary().contains("client memory: retry"));
+    }
+
+    #[test]
+    fn test_serve_driver_override_checks_the_config_again() {
+        let cfg =
+            Config::parse("[sim]\ngpus = 1\n[[instance]]\nname = \"a\"\ngpus = [3]\n").unwrap();
+        let msg = format!("{:#}", cfg.with_driver(DriverKind::Sim).unwrap_err());
+        assert!(
+            msg.contains("with --driver sim") && msg.contains("no GPU 3"),
+            "{msg}"
+        );
     }
 
     #[test]

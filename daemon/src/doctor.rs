@@ -31,25 +31,158 @@ fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Check {
     }
 }
 
+/// What this host has of CUSE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CuseState {
+    /// `/dev/cuse` exists.
+    Present,
+    /// The module is loaded (or built in) but there is no `/dev/cuse` node.
+    LoadedNoNode,
+    /// The running kernel has a cuse module that is not loaded.
+    Loadable,
+    /// The running kernel has no cuse module: `modprobe cuse` cannot work here.
+    NoModule {
+        /// `uname -r`.
+        kernel: String,
+        /// What was looked at, for the message.
+        why: String,
+    },
+}
+
+/// Looks at `/dev/cuse`, `/sys/module/cuse` and the running kernel's module directory
+/// (`/lib/modules/$(uname -r)`: `modules.builtin` and `modules.dep`).
+pub fn cuse_state() -> CuseState {
+    if Path::new("/dev/cuse").exists() {
+        return CuseState::Present;
+    }
+    if Path::new("/sys/module/cuse").exists() {
+        return CuseState::LoadedNoNode;
+    }
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let dir = Path::new("/lib/modules").join(&kernel);
+    if !dir.is_dir() {
+        return CuseState::NoModule {
+            why: format!("{} does not exist", dir.display()),
+            kernel,
+        };
+    }
+    let lists = |name: &str| {
+        fs::read_to_string(dir.join(name)).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split(':').next().is_some_and(|p| p.contains("/cuse.ko")))
+        })
+    };
+    if lists("modules.dep") || lists("modules.builtin") {
+        CuseState::Loadable
+    } else {
+        CuseState::NoModule {
+            why: format!("{} lists no cuse.ko", dir.display()),
+            kernel,
+        }
+    }
+}
+
+/// The nvproxy checkout this binary was built in (it sits in `<checkout>/target/<profile>/`),
+/// found by its `tests/vm/cuse-vm`.
+pub fn checkout() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .find(|d| d.join("tests/vm/cuse-vm").is_file() && d.join("run.sh").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// A file of the checkout, by its full path when the checkout is known.
+fn in_checkout(rel: &str) -> String {
+    checkout().map_or_else(
+        || format!("{rel} (in the nvproxy checkout)"),
+        |d| d.join(rel).display().to_string(),
+    )
+}
+
+/// What the advice about CUSE is for.
+pub enum CuseUse<'a> {
+    /// `nvproxy doctor`: every way.
+    Any,
+    /// A command that serves and uses its nodes itself (`exec`): it can run in the VM as is.
+    SelfContained(&'a str),
+    /// `serve` or `run`: the daemon and its clients must share one VM run.
+    ServeAndRun,
+}
+
+/// What to do about a missing `/dev/cuse`, ending in a command that works on this host.
+pub fn cuse_advice(state: &CuseState, what: &CuseUse<'_>) -> String {
+    match state {
+        CuseState::Present => "/dev/cuse is present".to_owned(),
+        CuseState::LoadedNoNode => "the cuse module is loaded but /dev/cuse is missing (no \
+             devtmpfs on /dev?): as root, mknod /dev/cuse c 10 203"
+            .to_owned(),
+        CuseState::Loadable => "the cuse module is not loaded: as root, run `modprobe cuse` \
+             (systemd/nvproxy-cuse.conf loads it at boot)"
+            .to_owned(),
+        CuseState::NoModule { kernel, why } => {
+            let vm = in_checkout("tests/vm/cuse-vm");
+            let run_sh = in_checkout("run.sh");
+            let nvproxy = std::env::current_exe()
+                .map_or_else(|_| "nvproxy".to_owned(), |p| p.display().to_string());
+            let how = match what {
+                CuseUse::Any => format!(
+                    "`{vm} -- {nvproxy} exec --driver sim -- PROGRAM` for one command with its own instance, or \
+                     `{run_sh} [CONFIG] -- COMMAND` to serve a config and run COMMAND against \
+                     its instances in one VM run"
+                ),
+                CuseUse::SelfContained(cmd) => format!("{vm} -- {cmd}"),
+                CuseUse::ServeAndRun => format!(
+                    "a daemon and its clients must share one VM run, which \
+                     `{run_sh} [CONFIG] -- COMMAND` does (COMMAND e.g. `{nvproxy} run \
+                     --instance NAME -- PROGRAM`), or give one command its own instance with \
+                     `{vm} -- {nvproxy} exec --driver sim -- PROGRAM`"
+                ),
+            };
+            format!(
+                "this kernel ({kernel}) has no CUSE module ({why}), so `modprobe cuse` cannot \
+                 help. Run nvproxy as root in the project's throwaway VM, whose kernel has \
+                 CUSE: {how}"
+            )
+        }
+    }
+}
+
+/// This process's command line, quoted for a shell, with the executable's full path.
+pub fn this_command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            let a = if i == 0 {
+                std::env::current_exe().map_or(a, |p| p.display().to_string())
+            } else {
+                a
+            };
+            if !a.is_empty()
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=,:@%+".contains(&b))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Runs every check. None of them changes the system.
 pub fn run_checks() -> Vec<Check> {
     let mut out = Vec::new();
 
-    let cuse = Path::new("/dev/cuse");
-    out.push(if cuse.exists() {
-        check("/dev/cuse", true, "present")
-    } else if Path::new("/sys/module/cuse").exists() {
-        check(
+    out.push(match cuse_state() {
+        CuseState::Present => check("/dev/cuse", true, "present"),
+        state => check(
             "/dev/cuse",
             false,
-            "cuse module loaded but /dev/cuse is missing (no devtmpfs?)",
-        )
-    } else {
-        check(
-            "/dev/cuse",
-            false,
-            "missing: run `modprobe cuse` (systemd/ ships a modules-load.d entry)",
-        )
+            format!("missing: {}", cuse_advice(&state, &CuseUse::Any)),
+        ),
     });
 
     // The effective uid, from /proc/self/status (third field of "Uid:").
@@ -135,7 +268,7 @@ pub fn run_checks() -> Vec<Check> {
         Err(e) => check(
             "mmap shim",
             false,
-            format!("{e:#}; without it every mmap() of the nodes fails with ENODEV (CUSE has no mmap)"),
+            format!("{e:#}"),
         ),
     });
 
@@ -180,4 +313,60 @@ pub fn host_driver_version() -> Option<String> {
                     .all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
         })
         .map(str::to_owned)
+}
+
+/// The minors of the host driver's GPUs (`Device Minor:` of
+/// `/proc/driver/nvidia/gpus/*/information`), sorted; None when the driver lists none.
+pub fn host_gpu_minors() -> Option<Vec<u32>> {
+    let mut minors: Vec<u32> = fs::read_dir("/proc/driver/nvidia/gpus")
+        .ok()?
+        .filter_map(|e| fs::read_to_string(e.ok()?.path().join("information")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Device Minor:"))
+                .and_then(|m| m.trim().parse().ok())
+        })
+        .collect();
+    minors.sort_unstable();
+    (!minors.is_empty()).then_some(minors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_cuse_advice_without_a_module_points_at_the_vm_not_modprobe() {
+        let state = CuseState::NoModule {
+            kernel: "6.18.44-x".into(),
+            why: "/lib/modules/6.18.44-x does not exist".into(),
+        };
+        let exec = cuse_advice(&state, &CuseUse::SelfContained("nvproxy exec -- true"));
+        assert!(
+            exec.contains("this kernel (6.18.44-x) has no CUSE module")
+                && exec.contains("`modprobe cuse` cannot help")
+                && exec.ends_with("tests/vm/cuse-vm -- nvproxy exec -- true"),
+            "{exec}"
+        );
+        let serve = cuse_advice(&state, &CuseUse::ServeAndRun);
+        assert!(serve.contains("run.sh [CONFIG] -- COMMAND"), "{serve}");
+        let any = cuse_advice(&state, &CuseUse::Any);
+        assert!(
+            any.contains("tests/vm/cuse-vm -- ") && any.contains("run.sh"),
+            "{any}"
+        );
+    }
+
+    #[test]
+    fn test_cuse_advice_with_a_module_says_modprobe() {
+        let s = cuse_advice(&CuseState::Loadable, &CuseUse::Any);
+        assert!(s.contains("as root, run `modprobe cuse`"), "{s}");
+        assert!(!s.contains("cuse-vm"), "{s}");
+    }
+
+    #[test]
+    fn test_this_command_line_is_shell_quoted() {
+        let line = this_command_line();
+        assert!(line.starts_with('/') || line.starts_with('\''), "{line}");
+    }
 }

@@ -64,7 +64,26 @@ impl InstanceNodes {
             // Every serving thread gives up CAP_SYS_ADMIN before its first request; the
             // handlers check again and refuse requests on a thread where that failed.
             let session = Session::open(cfg)
-                .with_context(|| format!("opening /dev/cuse for {devname} (modprobe cuse? root?)"))?
+                .map_err(|e| {
+                    let advice = match crate::doctor::cuse_state() {
+                        crate::doctor::CuseState::Present => {
+                            "opening it needs root (`nvproxy doctor` checks the host)".to_owned()
+                        }
+                        state => {
+                            let line = crate::doctor::this_command_line();
+                            let what = if std::env::args().nth(1).as_deref() == Some("exec") {
+                                crate::doctor::CuseUse::SelfContained(&line)
+                            } else {
+                                crate::doctor::CuseUse::ServeAndRun
+                            };
+                            crate::doctor::cuse_advice(&state, &what)
+                        }
+                    };
+                    anyhow::anyhow!(
+                        "registering the CUSE node {devname}: {:#}; {advice}",
+                        anyhow::Error::from(e)
+                    )
+                })?
                 .on_thread_start(|| {
                     let _ = crate::device::drop_admin_on_this_thread();
                 });

@@ -75,9 +75,13 @@ fn main() -> ExitCode {
             })
         }),
     };
+    // Colour only on a terminal: a log file or pipe gets plain text (NO_COLOR turns it off).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
 
     if matches!(

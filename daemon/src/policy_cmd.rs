@@ -81,7 +81,9 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
             driver_version,
         } => {
             let names = match driver_version {
-                Some(v) => AbiNames::for_version(v)?,
+                Some(v) => {
+                    AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
+                }
                 None => AbiNames::all_versions(),
             };
             let log = AuditLog::load(from_audit)?;
@@ -94,7 +96,9 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
             driver_version,
         } => {
             let names = match driver_version {
-                Some(v) => AbiNames::for_version(v)?,
+                Some(v) => {
+                    AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
+                }
                 None => AbiNames::for_host(),
             };
             let file = PolicyFile::load(path)?;
@@ -188,6 +192,82 @@ impl AbiNames {
             .find(|(_, s)| s.contains(name))
             .map(|(k, _)| *k)
     }
+
+    /// Up to `n` known names of any kind nearest to `name` (edit distance, ignoring case),
+    /// nearest first; names at the same distance in table order.
+    pub fn closest(&self, name: &str, n: usize) -> Vec<&'static str> {
+        let want = name.to_ascii_uppercase();
+        let mut all: Vec<(usize, &'static str)> = self
+            .names
+            .values()
+            .flatten()
+            .map(|&k| (edit_distance(&want, &k.to_ascii_uppercase()), k))
+            .collect();
+        all.sort();
+        all.dedup();
+        all.into_iter().take(n).map(|(_, k)| k).collect()
+    }
+
+    /// Unknown names, each followed by the nearest known ones: "A (nearest known: B, C, D), ...".
+    pub fn with_nearest(&self, unknown: &[&str]) -> String {
+        unknown
+            .iter()
+            .map(|n| format!("{n} (nearest known: {})", self.closest(n, 3).join(", ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `name` is not in the table: the sentence that says so, with the nearest known names
+    /// and where the whole list is (`nvproxy abi show VERSION`).
+    pub fn unknown(&self, name: &str) -> String {
+        let near = self.closest(name, 3);
+        let list = match self.label.strip_prefix("driver ") {
+            Some(v) => format!("`nvproxy abi show {v}` lists them all"),
+            None => "`nvproxy abi show VERSION` lists a version's".to_owned(),
+        };
+        format!(
+            "{name} is not a name in the ABI table of {} (nearest known: {}; {list})",
+            self.label,
+            near.join(", ")
+        )
+    }
+}
+
+/// Levenshtein distance between two strings, by bytes (the table's names are ASCII).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// Checks the names of an instance's `allow` (config) or `--allow` (exec) against `names`:
+/// every name must be a table entry of some kind or a pass-through control (family or one
+/// command); an unknown name is an error naming the nearest known ones.
+pub fn check_allow(allow: &[String], names: &AbiNames) -> Result<()> {
+    let mut problems = Vec::new();
+    for n in allow {
+        match pass_through_name(n) {
+            Err(e) => problems.push(e.to_string()),
+            Ok(Some(_)) => {}
+            Ok(None) if names.kind_of(n).is_some() => {}
+            Ok(None) => problems.push(names.unknown(n)),
+        }
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("; "));
+    }
+    Ok(())
 }
 
 // ---- the file ---------------------------------------------------------------------------------
@@ -295,7 +375,7 @@ impl PolicyFile {
                 problems.push(format!(
                     "{key}: not in the ABI table of {}: {}",
                     names.label,
-                    unknown.join(", ")
+                    names.with_nearest(&unknown)
                 ));
             }
         }
@@ -312,7 +392,7 @@ impl PolicyFile {
             problems.push(format!(
                 "deny: not in the ABI table of {}: {}",
                 names.label,
-                unknown_deny.join(", ")
+                names.with_nearest(&unknown_deny)
             ));
         }
         if self.allow_only {
@@ -607,6 +687,42 @@ pub fn load_checked(path: &Path, names: &AbiNames) -> Result<PolicyFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_edit_distance() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("NV_ESC_CARD_INF", "NV_ESC_CARD_INFO"), 1);
+    }
+
+    #[test]
+    fn test_closest_names_ignore_case_and_cover_every_kind() {
+        let names = AbiNames::for_version("535.261.03").unwrap();
+        assert_eq!(names.closest("nv_esc_card_info", 1), ["NV_ESC_CARD_INFO"]);
+        assert_eq!(names.closest("UVM_INITIALISE", 1), ["UVM_INITIALIZE"]);
+        assert_eq!(names.closest("NV01_ROOT_CLIENTS", 1), ["NV01_ROOT_CLIENT"]);
+        assert_eq!(names.closest("RM_GSS_LEGACI", 1), ["RM_GSS_LEGACY"]);
+        assert_eq!(names.closest("X", 3).len(), 3);
+    }
+
+    #[test]
+    fn test_check_allow_as_exec_allow_uses_it() {
+        let names = AbiNames::for_version("535.261.03").unwrap();
+        check_allow(
+            &["NV_ESC_CARD_INFO".into(), "RM_GSS_LEGACY 0x20808159".into()],
+            &names,
+        )
+        .unwrap();
+        let msg = format!(
+            "{:#}",
+            check_allow(&["NV_ESC_CARD_INFOO".into()], &names).unwrap_err()
+        );
+        assert!(
+            msg.starts_with("NV_ESC_CARD_INFOO is not a name in the ABI table of driver 535.261.03 (nearest known: NV_ESC_CARD_INFO, "),
+            "{msg}"
+        );
+    }
     use nvproxy_abi::Caps;
 
     fn names() -> AbiNames {
@@ -681,7 +797,7 @@ mod tests {
             .unwrap_err();
         let msg = format!("{err:#}");
         for want in [
-            "escapes: not in the ABI table of driver 535.261.03: NV_ESC_BOGUS",
+            "escapes: not in the ABI table of driver 535.261.03: NV_ESC_BOGUS (nearest known: ",
             "controls: not in the ABI table of driver 535.261.03: NV2080_CTRL_CMD_NOPE",
             "controls: NV01_ROOT_CLIENT is a class, not a control entry (list it under classes)",
             "uvm: not in the ABI table of driver 535.261.03: UVM_X",

@@ -49,9 +49,14 @@ pub fn make_driver(
     match kind {
         DriverKind::Host => {
             let d = RealHostDriver::new()
-                .context(
-                    "no usable NVIDIA driver on this host (use --driver sim for the simulated one)",
-                )?
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "no usable NVIDIA driver on this host: its version is read from \
+                         /sys/module/nvidia/version, else /proc/driver/nvidia/version: {e} (is \
+                         the nvidia kernel module loaded?). Without a GPU, use the simulated \
+                         driver: `--driver sim`, or driver = \"sim\" in the config"
+                    )
+                })?
                 .with_unrestricted_mapping_fds(unrestricted_mmap_fds);
             if !unrestricted_mmap_fds && !host_driver::restricted::ioctl_dev_restriction_available()
             {
@@ -71,6 +76,14 @@ pub fn make_driver(
             let version: DriverVersion = version
                 .parse()
                 .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
+            nvproxy_abi::find(&version)
+                .map_err(|e| anyhow::anyhow!("--sim-driver-version {version}: {e}"))?;
+            if gpus == 0 || gpus > config::MAX_SIM_GPUS {
+                bail!(
+                    "--sim-gpus {gpus}: the simulated driver has 1 to {} GPUs",
+                    config::MAX_SIM_GPUS
+                );
+            }
             let cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
             let sim =
                 SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
@@ -119,10 +132,15 @@ impl RunningInstance {
         let proxy = Proxy::for_host(policy, driver.host.clone())
             .with_context(|| format!("instance {}", inst.name))?
             .with_audit(sink.clone());
+        // The names must be in the table of the driver this instance runs on.
+        let names = crate::policy_cmd::AbiNames::of(
+            proxy.abi(),
+            format!("driver {}", driver.host.version().trim()),
+        );
+        crate::policy_cmd::check_allow(&inst.allow, &names)
+            .with_context(|| format!("instance {}: allow", inst.name))?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
-            // The names must be in the table of the driver this instance runs on.
-            let label = format!("driver {}", driver.host.version().trim());
-            f.check(&crate::policy_cmd::AbiNames::of(proxy.abi(), label))
+            f.check(&names)
                 .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
         }
         let proxy = Arc::new(proxy);
@@ -146,7 +164,7 @@ impl RunningInstance {
         // After the nodes: their registration proved no live daemon serves this instance.
         let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
-        tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = ?inst.mode, "instance serving");
+        tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
             instance = %inst.name,
             socket = %mmap_socket.path().display(),
@@ -318,8 +336,19 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     let gpus = match (&args.gpus, args.driver) {
         (Some(g), _) => g.clone(),
         (None, DriverKind::Sim) => (0..args.sim_gpus).collect(),
-        (None, DriverKind::Host) => bail!("--gpus is required with --driver host"),
+        (None, DriverKind::Host) => bail!(
+            "--gpus is required with --driver host: name the host GPU minors the command gets \
+             (e.g. --gpus 0 for /dev/nvidia0), or use --driver sim"
+        ),
     };
+    if args.driver == DriverKind::Sim {
+        config::check_sim_gpus(
+            &gpus,
+            args.sim_gpus,
+            &format!("--sim-gpus {}", args.sim_gpus),
+        )
+        .context("--gpus")?;
+    }
     let inst = InstanceConfig {
         name: format!("exec-{}", std::process::id()),
         gpus,
@@ -334,6 +363,11 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_in_flight: None,
     };
     inst.validate()?;
+    crate::policy_cmd::check_allow(
+        &inst.allow,
+        &crate::policy_cmd::AbiNames::for_version(driver.host.version())?,
+    )
+    .context("--allow")?;
     let shim = args.shim.resolve()?;
     let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
 
@@ -408,9 +442,14 @@ pub struct ServeArgs {
 
 /// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
-    let cfg = config::Config::load(&args.config)?;
+    let mut cfg = config::Config::load(&args.config)?;
+    if let Some(d) = args.driver {
+        cfg = cfg
+            .with_driver(d)
+            .with_context(|| format!("in config {}", args.config.display()))?;
+    }
     sys::block_termination_signals().context("blocking signals")?;
-    let kind = args.driver.unwrap_or(cfg.driver);
+    let kind = cfg.driver;
     let driver = make_driver(
         kind,
         cfg.sim.gpus,
@@ -475,9 +514,17 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .with_context(|| {
-            format!(
-                "instance {} is not being served ({})",
+        .map_err(|e| {
+            let todo = match crate::doctor::cuse_state() {
+                crate::doctor::CuseState::Present => format!(
+                    "start `nvproxy serve --config FILE` (as root) with a config whose \
+                     [[instance]] has name = {:?}",
+                    args.instance
+                ),
+                state => crate::doctor::cuse_advice(&state, &crate::doctor::CuseUse::ServeAndRun),
+            };
+            anyhow::anyhow!(
+                "instance {} is not being served ({}: {e}); {todo}",
                 args.instance,
                 dir.display()
             )

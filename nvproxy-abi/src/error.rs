@@ -20,7 +20,7 @@ pub enum AbiError {
         /// The version asked for.
         version: DriverVersion,
         /// The newest known version on the same branch that is not newer than `version`:
-        /// the most likely ABI match, which an administrator may choose to use anyway.
+        /// the most likely ABI match (named in the message; nothing uses it in its place).
         nearest: Option<DriverVersion>,
     },
 }
@@ -36,9 +36,10 @@ impl fmt::Display for AbiError {
                 nearest: Some(n),
             } => write!(
                 f,
-                "driver {version} is not in the ABI table; the nearest known ancestor on branch \
-                 {} is {n}. Its ABI may differ: an administrator can override the version check \
-                 to use {n}'s tables anyway",
+                "nvproxy has no ABI tables for driver {version} (`nvproxy abi versions` lists \
+                 the versions it has). The nearest known version on branch {} is {n}, but \
+                 nvproxy uses only the tables of the exact version and {n}'s may differ: \
+                 {version} needs a node of its own (ADDING_A_DRIVER_VERSION.md)",
                 version.major()
             ),
             AbiError::UnknownVersion {
@@ -46,8 +47,9 @@ impl fmt::Display for AbiError {
                 nearest: None,
             } => write!(
                 f,
-                "driver {version} is not in the ABI table and no known version on branch {} \
-                 precedes it; add a node for it (ADDING_A_DRIVER_VERSION.md)",
+                "nvproxy has no ABI tables for driver {version}, nor for any earlier version of \
+                 branch {} (`nvproxy abi versions` lists the versions it has): {version} needs \
+                 a node of its own (ADDING_A_DRIVER_VERSION.md)",
                 version.major()
             ),
         }

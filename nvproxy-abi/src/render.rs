@@ -15,7 +15,8 @@ fn support_name(s: Support) -> &'static str {
 }
 
 /// The version tree, one node per line, children indented under their parent:
-/// version, support, installer checksum (or `-`), parent (or `-`) and a note.
+/// version, support, installer checksum (or `-`), parent (or `-`) and a note; then two lines on
+/// what the support and sha256 columns mean.
 pub fn versions() -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -26,6 +27,21 @@ pub fn versions() -> String {
     for root in nodes().iter().filter(|n| n.parent.is_none()) {
         tree_lines(&mut out, root, "", "");
     }
+    let _ = writeln!(
+        out,
+        "\nsupport: supported = qualified by tests; unqualified = kept so that its ABI changes \
+         are inherited, not tested (served the same way)"
+    );
+    let _ = writeln!(
+        out,
+        "sha256: of NVIDIA's x86_64 .run installer of that version; `-`: no checksum has been \
+         verified by us yet{}",
+        if nodes().iter().all(|n| n.installer_sha256.is_none()) {
+            " (none has, so far)"
+        } else {
+            ""
+        }
+    );
     out
 }
 

@@ -85,7 +85,25 @@ fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
             nearest: Some(ver("570.211.01"))
         }
     );
-    assert!(err.to_string().contains("override"), "{err}");
+    let msg = err.to_string();
+    // No override exists: the message must not promise one.
+    assert!(
+        msg.starts_with("nvproxy has no ABI tables for driver 570.300.01 (")
+            && msg.contains("nearest known version on branch 570 is 570.211.01")
+            && !msg.contains("override"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn test_unknown_version_without_ancestor_says_so_once() {
+    let msg = find(&ver("999.100.01")).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of branch \
+         999 (`nvproxy abi versions` lists the versions it has): 999.100.01 needs a node of \
+         its own (ADDING_A_DRIVER_VERSION.md)"
+    );
 }
 
 #[test]
@@ -163,6 +181,16 @@ fn test_diff_rendering_reports_size_change() {
     let out = render::diff((&a.version, &a.tables()), (&b.version, &b.tables()));
     assert!(
         out.contains("NV_ESC_RM_UNMAP_MEMORY_DMA: size 40 -> 48"),
+        "{out}"
+    );
+}
+
+#[test]
+fn test_versions_rendering_says_what_the_sha256_dash_means() {
+    let out = render::versions();
+    assert!(
+        out.contains("sha256: of NVIDIA's x86_64 .run installer")
+            && out.contains("`-`: no checksum has been verified by us yet"),
         "{out}"
     );
 }

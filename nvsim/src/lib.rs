@@ -112,8 +112,8 @@ pub use driver::{SimDriver, SimFile, SimStats};
 #[non_exhaustive]
 pub enum SimError {
     /// The version has no node in the ABI tree, so its layouts are unknown.
-    #[error("no ABI tables for driver {0}")]
-    Version(#[source] nvproxy_abi::AbiError),
+    #[error(transparent)]
+    Version(nvproxy_abi::AbiError),
     /// Two GPUs share a minor number.
     #[error("two GPUs on minor {0}")]
     DuplicateMinor(u32),

@@ -13,9 +13,11 @@
 #
 # Where Debian 12 carries 535 (when written): bookworm/non-free 535.261.03-1,
 # bookworm-backports/non-free 535.216.03-2~bpo12+1, bookworm-security/non-free 535.309.01-0+deb12u1
-# (not a node of nvproxy's version tree). If no configured apt source has the non-free component
-# of every bookworm suite, this adds /etc/apt/sources.list.d/debian-non-free.sources (deb.debian.org,
-# like tests/vm/cuse-vm adds backports) and runs apt-get update.
+# (not a node of nvproxy's version tree). If the configured apt sources do not have the version,
+# this adds /etc/apt/sources.list.d/debian-non-free.sources (the non-free component of bookworm,
+# bookworm-updates, bookworm-backports and, where a security mirror is configured,
+# bookworm-security), with the Debian mirror the machine's own apt sources use
+# (tests/debian-mirror.sh; it fails when they name none), and runs apt-get update.
 set -euo pipefail
 PROG=fetch.sh
 die() { echo "$PROG: $*" >&2; exit 1; }
@@ -63,34 +65,27 @@ apt_version() {
     awk -F'|' -v v="$VERSION" '{gsub(/ /, "", $2); split($2, a, "-"); if (a[1] == v) {print $2; exit}}'
 }
 
-non_free_configured() {
-  local f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [[ -f $f ]] && grep -qE '^[^#]*non-free([[:space:]]|$)' "$f" && return 0
-  done
-  return 1
-}
+# shellcheck source=../debian-mirror.sh
+. "$HERE/../debian-mirror.sh"
+NON_FREE_SOURCES=/etc/apt/sources.list.d/debian-non-free.sources
 
+# Adds the non-free source (once: a version it does not have is not in Debian 12).
 ensure_non_free_source() {
-  non_free_configured && return 0
-  [[ ${NVIDIA_USERSPACE_NO_INSTALL:-0} == 1 ]] && die "no non-free apt source (NVIDIA_USERSPACE_NO_INSTALL=1)"
-  [[ $(id -u) == 0 ]] || die "no non-free apt source configured and we are not root"
+  local uri sec
+  [[ -f $NON_FREE_SOURCES ]] && return 1
+  [[ ${NVIDIA_USERSPACE_NO_INSTALL:-0} == 1 ]] && die "no libcuda1 $VERSION in the configured apt sources, and NVIDIA_USERSPACE_NO_INSTALL=1 forbids adding Debian's non-free component (apt-cache madison libcuda1 lists what there is)"
+  [[ $(id -u) == 0 ]] || die "no libcuda1 $VERSION in the configured apt sources; run as root to add Debian's non-free component ($NON_FREE_SOURCES)"
   (. /etc/os-release 2>/dev/null && [[ ${VERSION_CODENAME:-} == bookworm ]]) ||
-    die "no non-free apt source configured; only Debian 12 (bookworm) is set up automatically"
-  echo "$PROG: adding apt source /etc/apt/sources.list.d/debian-non-free.sources" >&2
-  cat >/etc/apt/sources.list.d/debian-non-free.sources <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates bookworm-backports
-Components: non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+    die "no libcuda1 $VERSION in the configured apt sources; only Debian 12 (bookworm) gets its non-free source added automatically"
+  uri=$(debian_mirror debian) ||
+    die "no Debian mirror in the apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/*.list, *.sources) to add the non-free component from: configure one (a deb source whose URI ends in /debian), or add non-free to it yourself"
+  sec=$(debian_mirror debian-security) || sec=
+  echo "$PROG: adding apt source $NON_FREE_SOURCES (non-free from $uri${sec:+ and $sec})" >&2
+  {
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm bookworm-updates bookworm-backports\nComponents: non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri"
+    [[ -z $sec ]] ||
+      printf '\nTypes: deb\nURIs: %s\nSuites: bookworm-security\nComponents: non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$sec"
+  } >"$NON_FREE_SOURCES"
   APT_UPDATED=0
 }
 
@@ -98,8 +93,7 @@ command -v apt-get >/dev/null || die "apt-get not found (Debian 12 only)"
 command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
 
 AVER=$(apt_version libcuda1)
-if [[ -z $AVER ]]; then
-  ensure_non_free_source
+if [[ -z $AVER ]] && ensure_non_free_source; then
   apt_update
   AVER=$(apt_version libcuda1)
 fi

@@ -89,12 +89,13 @@ mod caps_consts {
     pub const ADMIN: Caps = Caps::NONE;
 }
 
-/// Whether a node's version may be used without an administrator's override.
+/// Whether a node's version has been tested and qualified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Support {
     /// Tested and qualified.
     Supported,
-    /// Present so that its ABI changes are inherited correctly; usable only with an override.
+    /// Present so that its ABI changes are inherited correctly; not qualified. nvproxy serves
+    /// it like a supported version: there is no separate gate or override for it.
     Unqualified,
 }
 
