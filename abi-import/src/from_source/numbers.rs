@@ -326,25 +326,18 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
 
     // --- UVM ---
     let mut uvm_defs = Vec::new();
-    let mut uvm_text = String::new();
     for h in ["uvm_ioctl.h", "uvm_linux_ioctl.h", "uvm_types.h"] {
         let f = format!("{UVM}/{h}");
         let t = tree.read(&f)?;
         uvm_defs.extend(defines(&t, &f));
-        uvm_text.push_str(&t);
     }
-    // Macros of other headers that the UVM headers use (NV_MAX_DEVICES, …).
-    let used = identifiers(&uvm_text);
-    let own: BTreeSet<String> = uvm_defs.iter().map(|d| d.name.clone()).collect();
-    let mut kfiles = Vec::new();
-    all_files(tree, KCOMMON, &mut kfiles)?;
+    // Plus the device limits of nvlimits.h (NV_MAX_DEVICES, NV_MAX_SUBDEVICES), as in the
+    // reference files; its other limits are not listed there.
+    let limits = format!("{KCOMMON}/nvlimits.h");
     let mut extra = Vec::new();
-    for f in &kfiles {
-        if f.ends_with("/nvtypes.h") || f.ends_with("/nvstatus.h") || f.ends_with("/nvstatuscodes.h") {
-            continue;
-        }
-        for d in defines(&tree.read(f)?, f) {
-            if used.contains(&d.name) && !own.contains(&d.name) {
+    if tree.exists(&limits) {
+        for d in defines(&tree.read(&limits)?, &limits) {
+            if d.name.starts_with("NV_MAX_") && d.name.ends_with("DEVICES") {
                 extra.push(d.name);
             }
         }
