@@ -105,19 +105,6 @@ pub(crate) fn literal(text: &str) -> Option<Num> {
     }
 }
 
-fn is_ident(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
-}
-
-fn identifiers(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| is_ident(w))
-        .map(str::to_owned)
-        .collect()
-}
-
 pub(crate) struct Numbers {
     pub escapes: Vec<(String, Num)>,
     pub constants: Vec<(String, Num)>,

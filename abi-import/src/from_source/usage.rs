@@ -334,6 +334,45 @@ fn functions(text: &str) -> HashMap<String, String> {
     out
 }
 
+/// Analyses the functions `body` passes the payload (`arg_copy`, `pData`, `data`) to.
+fn follow(
+    body: &str,
+    funcs: &HashMap<String, String>,
+    known: &dyn Fn(&str) -> bool,
+    depth: u32,
+) -> Option<(Vec<String>, Option<&'static str>)> {
+    if depth == 0 {
+        return None;
+    }
+    let mut pos = 0;
+    while let Some(k) = body[pos..].find('(') {
+        let at = pos + k;
+        pos = at + 1;
+        let start = body[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |x| x + 1);
+        let f = &body[start..at];
+        let Some((s, e)) = balanced(body, at, b'(', b')') else { continue };
+        let args = split_args(&body[s..e]);
+        if !args
+            .iter()
+            .any(|a| matches!(a.as_str(), "arg_copy" | "pData" | "data"))
+        {
+            continue;
+        }
+        if let Some(fb) = funcs.get(f) {
+            let (t2, k2) = analyse(fb, known);
+            if !t2.is_empty() {
+                return Some((t2, k2));
+            }
+            if let Some(r) = follow(fb, funcs, known, depth - 1) {
+                return Some(r);
+            }
+        }
+    }
+    None
+}
+
 fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Result<(Value, Value)> {
     let names: BTreeSet<&str> = nums.escapes.iter().map(|(n, _)| n.as_str()).collect();
     let known = |t: &str| structs.contains_key(t) || t == "NvU32";
@@ -356,28 +395,10 @@ fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Re
         for seg in segments(t, &names) {
             let (mut types, mut kind) = analyse(&seg.body, &known);
             if types.is_empty() {
-                // The handler passes the payload on: look into the function it calls.
-                let mut pos = 0;
-                while let Some(k) = seg.body[pos..].find('(') {
-                    let at = pos + k;
-                    pos = at + 1;
-                    let start = seg.body[..at]
-                        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .map_or(0, |x| x + 1);
-                    let f = &seg.body[start..at];
-                    let Some((s, e)) = balanced(&seg.body, at, b'(', b')') else { continue };
-                    let args = &seg.body[s..e];
-                    if !(args.contains("arg_copy") || args.contains("pData") || args.contains("data")) {
-                        continue;
-                    }
-                    if let Some(fb) = funcs.get(f) {
-                        let (t2, k2) = analyse(fb, &known);
-                        if !t2.is_empty() {
-                            types = t2;
-                            kind = k2;
-                            break;
-                        }
-                    }
+                // The handler passes the payload on: look into the functions it calls.
+                if let Some((t2, k2)) = follow(&seg.body, &funcs, &known, 3) {
+                    types = t2;
+                    kind = k2;
                 }
             }
             if types.is_empty() {
@@ -512,7 +533,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
         let at = pos + k;
         pos = at + 5;
         let name = ident_at(body, at + 5);
-        let Some(&cmd) = controls.get(name) else { continue };
+        // Cases of commands the SDK headers do not define (guarded by `#ifdef NAME`) are kept,
+        // without `cmd`.
+        let cmd = controls.get(name).copied();
         let Some((s, e)) = balanced(body, at, b'{', b'}') else { continue };
         let block = &body[s..e];
         // #ifdef around the case?
@@ -593,7 +616,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
             if !other.is_empty() {
                 c.insert("other_flags".into(), json!(other));
             }
-            c.insert("ptr_offset".into(), json!(field_offset(structs, &params, &ptr)));
+            if let Some(o) = field_offset(structs, &params, &ptr) {
+                c.insert("ptr_offset".into(), json!(o));
+            }
             copies.push(Value::Object(c));
         }
         let mut entry = Map::new();
@@ -609,7 +634,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
         if let Some(c) = only_if {
             entry.insert("only_if".into(), json!(c));
         }
-        entry.insert("cmd".into(), json!(cmd as u64));
+        if let Some(cmd) = cmd {
+            entry.insert("cmd".into(), json!(cmd as u64));
+        }
         out.insert(name.to_owned(), Value::Object(entry));
     }
     Ok(out)
