@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use serde_json::{Map, Value, json};
 
 use super::numbers::{Numbers, code, literal};
-use super::{Tree, UNIX};
+use super::Tree;
 
 pub(crate) struct Usage {
     pub escape_params: Value,
@@ -389,6 +389,23 @@ fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Re
     for t in &texts {
         funcs.extend(functions(t));
     }
+    // Size-validation tables (`_NV_IOCTL_ENTRY(NV_ESC_X, type, isArray)`, 595 and later) are
+    // checked before any handler runs, so they decide the size check.
+    let mut table: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    for t in &texts {
+        let mut pos = 0;
+        while let Some(k) = t[pos..].find("_IOCTL_ENTRY(") {
+            let at = pos + k;
+            pos = at + 13;
+            let Some((s, e)) = balanced(t, at, b'(', b')') else { break };
+            let args = split_args(&t[s..e]);
+            if args.len() < 2 || !names.contains(args[0].as_str()) {
+                continue;
+            }
+            let array = args.get(2).is_some_and(|a| a == "NV_TRUE");
+            table.entry(args[0].clone()).or_insert((args[1].clone(), array));
+        }
+    }
     let mut params = Map::new();
     let mut checks = Map::new();
     for t in &texts {
@@ -413,7 +430,12 @@ fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Re
             }
         }
     }
-    let _ = UNIX;
+    for (n, (ty, array)) in table {
+        let kind = if array { "array" } else { "exact" };
+        let ty = if array && base_size(&ty).is_some() { format!("{ty}[]") } else { ty };
+        params.entry(n.clone()).or_insert_with(|| json!([ty]));
+        checks.insert(n, json!(kind));
+    }
     Ok((Value::Object(params), Value::Object(checks)))
 }
 
@@ -675,6 +697,11 @@ pub(crate) fn parse(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Valu
             let p = b.find("finn: Evaluated from")?;
             let q = b[p..].find("_MESSAGE_ID")? + p;
             let start = b[..q].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))? + 1;
+            // Only the usual form `(… << 8) | X_MESSAGE_ID` is read as a link, as in the
+            // reference files (NV0050's `(… << 8 | X_MESSAGE_ID)` before 550 is not).
+            if !b[..start].trim_end().strip_suffix('|')?.trim_end().ends_with(')') {
+                return None;
+            }
             let s = b[start..q].to_owned();
             structs.contains_key(&s).then_some(s)
         });
