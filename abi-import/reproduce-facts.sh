@@ -19,6 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # The paths `abi-import from-source` reads (see abi-import/src/from_source.rs).
 paths=(
+    version.mk
     src/common/sdk/nvidia/inc
     src/nvidia/arch/nvalloc/unix/include
     src/nvidia/arch/nvalloc/unix/src/escape.c
