@@ -27,7 +27,8 @@ from-source: DIR is a checkout (or `git archive`) of a tag of NVIDIA/open-gpu-ke
   abi-facts JSON (same shape as abi-facts/<version>.json): escape, UVM, control and class
   numbers, every struct's size, alignment, fields, pointers and fds, and the usage facts
   parsed from the kernel sources (class/control params, flags, deep-copy controls).
-  --version defaults to NVIDIA_VERSION in DIR/version.mk; --commit is recorded as given.";
+  --version defaults to NVIDIA_VERSION in DIR/version.mk; --commit defaults to the
+  checked-out commit when DIR is a git work tree (else null).";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

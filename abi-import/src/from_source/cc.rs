@@ -63,7 +63,10 @@ impl Cc {
     }
 
     pub(crate) fn version(&self) -> Result<String> {
-        let out = run(Command::new(&self.cc).arg("-dumpfullversion"), "cc -dumpfullversion")?;
+        let out = run(
+            Command::new(&self.cc).arg("-dumpfullversion"),
+            "cc -dumpfullversion",
+        )?;
         Ok(out.trim().to_owned())
     }
 
@@ -92,7 +95,12 @@ impl Cc {
     }
 
     /// Compiles `source` (no link); returns the compiler's diagnostics instead of failing.
-    pub(crate) fn diagnostics(&self, name: &str, source: &str, includes: &[PathBuf]) -> Result<(bool, String)> {
+    pub(crate) fn diagnostics(
+        &self,
+        name: &str,
+        source: &str,
+        includes: &[PathBuf],
+    ) -> Result<(bool, String)> {
         let src = self.work.join(format!("{name}.c"));
         std::fs::write(&src, source)?;
         let out = self
@@ -101,11 +109,19 @@ impl Cc {
             .arg(&src)
             .output()
             .with_context(|| format!("cannot run {}", self.cc))?;
-        Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 
     /// Compiles, links and runs `source`; returns what it printed.
-    pub(crate) fn run_program(&self, name: &str, source: &str, includes: &[PathBuf]) -> Result<String> {
+    pub(crate) fn run_program(
+        &self,
+        name: &str,
+        source: &str,
+        includes: &[PathBuf],
+    ) -> Result<String> {
         let src = self.work.join(format!("{name}.c"));
         std::fs::write(&src, source)?;
         let exe = self.work.join(name);
@@ -113,12 +129,17 @@ impl Cc {
             self.base(includes).arg("-O0").arg("-o").arg(&exe).arg(&src),
             &format!("compiling {}", src.display()),
         )?;
-        run(&mut Command::new(&exe), &format!("running {}", exe.display()))
+        run(
+            &mut Command::new(&exe),
+            &format!("running {}", exe.display()),
+        )
     }
 
     pub(crate) fn readelf(&self, obj: &Path, dump: &str) -> Result<String> {
         run(
-            Command::new("readelf").arg(format!("--debug-dump={dump}")).arg(obj),
+            Command::new("readelf")
+                .arg(format!("--debug-dump={dump}"))
+                .arg(obj),
             "readelf",
         )
     }

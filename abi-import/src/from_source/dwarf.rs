@@ -54,7 +54,9 @@ impl Dwarf {
             let t = line.trim_start();
             if let Some(rest) = t.strip_prefix('<') {
                 // " <1><1e>: Abbrev Number: 6 (DW_TAG_typedef)" or "    <1f>   DW_AT_name : ..."
-                let Some((first, rest)) = rest.split_once('>') else { continue };
+                let Some((first, rest)) = rest.split_once('>') else {
+                    continue;
+                };
                 if let Some(rest) = rest.strip_prefix('<') {
                     let depth: u32 = first.parse().context("DIE depth")?;
                     let (off, rest) = rest.split_once('>').context("DIE offset")?;
@@ -69,7 +71,10 @@ impl Dwarf {
                         stack.pop();
                     }
                     let idx = dies.len();
-                    dies.push(Die { tag, ..Die::default() });
+                    dies.push(Die {
+                        tag,
+                        ..Die::default()
+                    });
                     by_offset.insert(off, idx);
                     match stack.last() {
                         Some(&(_, parent)) => {
@@ -85,7 +90,9 @@ impl Dwarf {
                     cur = Some(idx);
                 } else if let Some(idx) = cur {
                     let rest = rest.trim_start();
-                    let Some((attr, value)) = rest.split_once(':') else { continue };
+                    let Some((attr, value)) = rest.split_once(':') else {
+                        continue;
+                    };
                     let attr = attr.trim();
                     let value = value.trim();
                     let die = &mut dies[idx];
@@ -117,11 +124,17 @@ impl Dwarf {
                 }
             }
         }
-        Ok(Dwarf { dies, by_offset, top })
+        Ok(Dwarf {
+            dies,
+            by_offset,
+            top,
+        })
     }
 
     pub(crate) fn ty(&self, die: usize) -> Option<usize> {
-        self.dies[die].ty.and_then(|o| self.by_offset.get(&o).copied())
+        self.dies[die]
+            .ty
+            .and_then(|o| self.by_offset.get(&o).copied())
     }
 }
 

@@ -46,7 +46,10 @@ impl Layout {
 fn is_cv(tag: &str) -> bool {
     matches!(
         tag,
-        "DW_TAG_const_type" | "DW_TAG_volatile_type" | "DW_TAG_restrict_type" | "DW_TAG_atomic_type"
+        "DW_TAG_const_type"
+            | "DW_TAG_volatile_type"
+            | "DW_TAG_restrict_type"
+            | "DW_TAG_atomic_type"
     )
 }
 
@@ -111,7 +114,13 @@ impl Types<'_> {
     }
 
     /// `[name, offset, size]` of the members of record `rec`, as described in the README.
-    pub(crate) fn fields(&self, rec: usize, prefix: &str, base: u64, out: &mut Vec<(String, u64, u64)>) -> Result<()> {
+    pub(crate) fn fields(
+        &self,
+        rec: usize,
+        prefix: &str,
+        base: u64,
+        out: &mut Vec<(String, u64, u64)>,
+    ) -> Result<()> {
         for &m in &self.dw.dies[rec].children {
             let md = &self.dw.dies[m];
             if md.tag != "DW_TAG_member" {
@@ -149,7 +158,13 @@ impl Types<'_> {
 
     /// Pointers inside an object of type `i` at `off`, named from `path` ("" for the outer
     /// struct itself).
-    pub(crate) fn pointers(&self, i: usize, path: &str, off: u64, out: &mut Vec<(String, u64, String)>) {
+    pub(crate) fn pointers(
+        &self,
+        i: usize,
+        path: &str,
+        off: u64,
+        out: &mut Vec<(String, u64, String)>,
+    ) {
         let mut t = i;
         loop {
             let d = &self.dw.dies[t];
@@ -193,7 +208,14 @@ impl Types<'_> {
         }
     }
 
-    fn array_pointers(&self, elem: usize, dims: &[Option<u64>], path: &str, off: u64, out: &mut Vec<(String, u64, String)>) {
+    fn array_pointers(
+        &self,
+        elem: usize,
+        dims: &[Option<u64>],
+        path: &str,
+        off: u64,
+        out: &mut Vec<(String, u64, String)>,
+    ) {
         let Some((&first, rest)) = dims.split_first() else {
             self.pointers(elem, path, off, out);
             return;
@@ -225,7 +247,11 @@ impl Types<'_> {
             }
         } else {
             for (p, o, kind) in &sub {
-                out.push((join(&format!("0..{}", n - 1), p), off + o, format!("{kind} stride {stride}")));
+                out.push((
+                    join(&format!("0..{}", n - 1), p),
+                    off + o,
+                    format!("{kind} stride {stride}"),
+                ));
             }
         }
     }
@@ -248,7 +274,10 @@ impl Types<'_> {
             };
             let r = self.resolve(mt);
             let rd = &self.dw.dies[r];
-            let int = matches!(rd.tag.as_str(), "DW_TAG_base_type" | "DW_TAG_enumeration_type");
+            let int = matches!(
+                rd.tag.as_str(),
+                "DW_TAG_base_type" | "DW_TAG_enumeration_type"
+            );
             let size = rd.byte_size.unwrap_or(0);
             if int && size >= 4 && fd_name(name) {
                 out.push((name.clone(), off, size));

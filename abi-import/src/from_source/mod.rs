@@ -20,7 +20,7 @@ mod layouts;
 mod numbers;
 mod usage;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -156,6 +156,22 @@ impl Tree {
             .collect()
     }
 
+    /// The commit checked out, when the tree is a git work tree.
+    pub(crate) fn git_head(&self) -> Option<String> {
+        if !self.root.join(".git").exists() {
+            return None;
+        }
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.root)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
     /// The driver version from `version.mk`, if the tree has it.
     pub(crate) fn version(&self) -> Option<String> {
         let text = self.read("version.mk").ok()?;
@@ -179,7 +195,14 @@ struct Unit {
     reachable: Option<std::collections::BTreeSet<String>>,
 }
 
-fn unit(cc: &cc::Cc, tree: &Tree, name: &str, source: &str, includes: &[PathBuf], uvm: bool) -> Result<Unit> {
+fn unit(
+    cc: &cc::Cc,
+    tree: &Tree,
+    name: &str,
+    source: &str,
+    includes: &[PathBuf],
+    uvm: bool,
+) -> Result<Unit> {
     let obj = cc.object(name, source, includes)?;
     let info = cc.readelf(&obj, "info")?;
     let lines = cc.readelf(&obj, "rawline")?;
@@ -195,7 +218,9 @@ fn unit(cc: &cc::Cc, tree: &Tree, name: &str, source: &str, includes: &[PathBuf]
     let reachable = uvm.then(|| {
         let roots: Vec<usize> = recs
             .iter()
-            .filter(|(n, (_, _, h))| n.starts_with("UVM_") && n.ends_with("_PARAMS") && h.starts_with(UVM))
+            .filter(|(n, (_, _, h))| {
+                n.starts_with("UVM_") && n.ends_with("_PARAMS") && h.starts_with(UVM)
+            })
             .map(|(_, (t, _, _))| *t)
             .collect();
         layouts::reachable(&dw, &roots)
@@ -206,22 +231,30 @@ fn unit(cc: &cc::Cc, tree: &Tree, name: &str, source: &str, includes: &[PathBuf]
     prog.push_str(source);
     prog.push_str("int main(void) {\n");
     for n in &names {
-        prog.push_str(&format!("  printf(\"%zu %zu\\n\", sizeof({n}), _Alignof({n}));\n"));
+        prog.push_str(&format!(
+            "  printf(\"%zu %zu\\n\", sizeof({n}), _Alignof({n}));\n"
+        ));
     }
     prog.push_str("  return 0;\n}\n");
     let out = cc.run_program(&format!("{name}_sizes"), &prog, includes)?;
     let mut structs = BTreeMap::new();
     let mut lines_out = out.lines();
     for n in names {
-        let line = lines_out.next().context("size program printed too little")?;
+        let line = lines_out
+            .next()
+            .context("size program printed too little")?;
         let (size, align) = line
             .split_once(' ')
             .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
             .context("size program printed garbage")?;
         let (_, rec, header) = &recs[n];
-        let l = layouts::layout(&dw, *rec, header.clone()).with_context(|| format!("struct {n}"))?;
+        let l =
+            layouts::layout(&dw, *rec, header.clone()).with_context(|| format!("struct {n}"))?;
         if l.size != size {
-            bail!("{n}: sizeof is {size} but the debugging information says {}", l.size);
+            bail!(
+                "{n}: sizeof is {size} but the debugging information says {}",
+                l.size
+            );
         }
         structs.insert(n.clone(), (l, align));
     }
@@ -266,8 +299,12 @@ pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
         "source".into(),
         json!(format!("NVIDIA/open-gpu-kernel-modules tag {version}")),
     );
-    facts.insert("commit".into(), json!(opts.commit));
-    facts.insert("abi".into(), json!(format!("x86_64 Linux (LP64), gcc {gcc}")));
+    let commit = opts.commit.clone().or_else(|| tree.git_head());
+    facts.insert("commit".into(), json!(commit));
+    facts.insert(
+        "abi".into(),
+        json!(format!("x86_64 Linux (LP64), gcc {gcc}")),
+    );
     facts.insert(
         "counts".into(),
         json!({
@@ -288,17 +325,32 @@ pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
     facts.insert("constants".into(), numbers::to_json(&nums.constants));
     facts.insert("uvm_ioctls".into(), numbers::to_json(&nums.uvm_ioctls));
     facts.insert("uvm_ioctl_params".into(), usage.uvm_ioctl_params);
-    facts.insert("uvm_init_flags".into(), numbers::to_json(&nums.uvm_init_flags));
-    facts.insert("uvm_constants".into(), numbers::to_json(&nums.uvm_constants));
+    facts.insert(
+        "uvm_init_flags".into(),
+        numbers::to_json(&nums.uvm_init_flags),
+    );
+    facts.insert(
+        "uvm_constants".into(),
+        numbers::to_json(&nums.uvm_constants),
+    );
     facts.insert("classes".into(), numbers::to_json(&nums.classes));
     facts.insert("class_alloc_params".into(), usage.class_alloc_params);
     facts.insert("controls".into(), numbers::to_json(&nums.controls));
     facts.insert("control_params".into(), Value::Object(usage.control_params));
-    facts.insert("control_params_inferred".into(), usage.control_params_inferred);
+    facts.insert(
+        "control_params_inferred".into(),
+        usage.control_params_inferred,
+    );
     facts.insert("control_flags".into(), usage.control_flags);
     facts.insert("rmctrl_flags".into(), numbers::to_json(&nums.rmctrl_flags));
-    facts.insert("unnamed_control_methods".into(), usage.unnamed_control_methods);
-    facts.insert("embedded_pointer_controls".into(), Value::Object(usage.embedded));
+    facts.insert(
+        "unnamed_control_methods".into(),
+        usage.unnamed_control_methods,
+    );
+    facts.insert(
+        "embedded_pointer_controls".into(),
+        Value::Object(usage.embedded),
+    );
     let unresolved: Map<String, Value> = usage.unresolved;
     facts.insert(
         "structs".into(),
@@ -316,6 +368,3 @@ pub(crate) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<()> {
     fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
-
-#[allow(dead_code)]
-fn _unused(_: HashMap<(), ()>) {}

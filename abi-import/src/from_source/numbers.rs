@@ -43,9 +43,13 @@ pub(crate) fn defines(text: &str, file: &str) -> Vec<Define> {
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        let Some(rest) = t.strip_prefix('#') else { continue };
+        let Some(rest) = t.strip_prefix('#') else {
+            continue;
+        };
         let rest = rest.trim_start();
-        let Some(rest) = rest.strip_prefix("define") else { continue };
+        let Some(rest) = rest.strip_prefix("define") else {
+            continue;
+        };
         if !rest.starts_with([' ', '\t']) {
             continue;
         }
@@ -119,7 +123,13 @@ pub(crate) struct Numbers {
 }
 
 /// Evaluates `names` in the context of `prelude` (the translation unit's includes).
-pub(crate) fn eval(cc: &Cc, tag: &str, prelude: &str, includes: &[PathBuf], names: &[String]) -> Result<BTreeMap<String, Num>> {
+pub(crate) fn eval(
+    cc: &Cc,
+    tag: &str,
+    prelude: &str,
+    includes: &[PathBuf],
+    names: &[String],
+) -> Result<BTreeMap<String, Num>> {
     let mut live: Vec<String> = names.to_vec();
     let mut done = false;
     let prelude_lines = prelude.lines().count();
@@ -145,12 +155,18 @@ pub(crate) fn eval(cc: &Cc, tag: &str, prelude: &str, includes: &[PathBuf], name
                 continue;
             }
             if line <= prelude_lines {
-                bail!("the headers do not compile:\n{}", super::cc::truncate(&diag, 4000));
+                bail!(
+                    "the headers do not compile:\n{}",
+                    super::cc::truncate(&diag, 4000)
+                );
             }
             bad.insert(line - prelude_lines - 1);
         }
         if bad.is_empty() {
-            bail!("cannot evaluate macros:\n{}", super::cc::truncate(&diag, 4000));
+            bail!(
+                "cannot evaluate macros:\n{}",
+                super::cc::truncate(&diag, 4000)
+            );
         }
         live = live
             .into_iter()
@@ -225,8 +241,10 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
     for f in &sdk_files {
         sdk_defs.extend(defines(&tree.read(f)?, f));
     }
-    let sdk_defines: HashMap<String, Define> =
-        sdk_defs.iter().map(|d| (d.name.clone(), d.clone())).collect();
+    let sdk_defines: HashMap<String, Define> = sdk_defs
+        .iter()
+        .map(|d| (d.name.clone(), d.clone()))
+        .collect();
 
     // Controls: the command macros FINN generated ("finn: Evaluated from "(..._INTERFACE_ID <<
     // 8) | ..."), when their number belongs to the class of their name, plus `*_CTRL_CMD_*`
@@ -236,7 +254,9 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
         if !(d.body.contains("finn: Evaluated from") && d.body.contains("INTERFACE_ID")) {
             continue;
         }
-        let Some(v) = literal(&code(&d.body)) else { continue };
+        let Some(v) = literal(&code(&d.body)) else {
+            continue;
+        };
         let n = &d.name;
         let class = n
             .strip_prefix("NV")
@@ -351,7 +371,9 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
     let mut uvm_const: Vec<String> = uvm_defs
         .iter()
         .map(|d| d.name.clone())
-        .filter(|n| !n.starts_with('_') && !ioctl_set.contains(n) && !n.starts_with("UVM_INIT_FLAGS_"))
+        .filter(|n| {
+            !n.starts_with('_') && !ioctl_set.contains(n) && !n.starts_with("UVM_INIT_FLAGS_")
+        })
         .collect();
     uvm_const.extend(extra);
     let uvm_const = dedup(uvm_const);

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use anyhow::{Context, Result};
 use serde_json::{Map, Value, json};
 
-use super::numbers::{Numbers, code, literal};
 use super::Tree;
+use super::numbers::{Numbers, code, literal};
 
 pub(crate) struct Usage {
     pub escape_params: Value,
@@ -180,13 +180,22 @@ fn segments(text: &str, escapes: &BTreeSet<&str>) -> Vec<Segment> {
                 p = p + c + n.len();
             }
             if let Some((s, e)) = balanced(text, open, b'{', b'}') {
-                out.push(Segment { names, body: text[s..e].to_owned() });
+                out.push(Segment {
+                    names,
+                    body: text[s..e].to_owned(),
+                });
                 pos = e;
             }
             continue;
         }
         if let Some((s, e)) = balanced(text, open, b'{', b'}') {
-            if is_case && !text[at + name.len()..open].trim().trim_start_matches(':').trim().is_empty() {
+            if is_case
+                && !text[at + name.len()..open]
+                    .trim()
+                    .trim_start_matches(':')
+                    .trim()
+                    .is_empty()
+            {
                 // `case X:` without a braced block: take the text up to the next `case`/`default`.
                 let rest = &text[at + name.len() + 1..];
                 let end = ["case ", "default:"]
@@ -194,10 +203,16 @@ fn segments(text: &str, escapes: &BTreeSet<&str>) -> Vec<Segment> {
                     .filter_map(|m| rest.find(m))
                     .min()
                     .unwrap_or(rest.len());
-                out.push(Segment { names: vec![name.to_owned()], body: rest[..end].to_owned() });
+                out.push(Segment {
+                    names: vec![name.to_owned()],
+                    body: rest[..end].to_owned(),
+                });
                 continue;
             }
-            out.push(Segment { names: vec![name.to_owned()], body: text[s..e].to_owned() });
+            out.push(Segment {
+                names: vec![name.to_owned()],
+                body: text[s..e].to_owned(),
+            });
             pos = e;
         }
     }
@@ -241,7 +256,9 @@ fn analyse(body: &str, known: &dyn Fn(&str) -> bool) -> (Vec<String>, Option<&'s
     while let Some(k) = body[pos..].find("sizeof") {
         let at = pos + k;
         pos = at + 6;
-        let Some((s, e)) = balanced(body, at, b'(', b')') else { break };
+        let Some((s, e)) = balanced(body, at, b'(', b')') else {
+            break;
+        };
         if !body[at + 6..s - 1].trim().is_empty() {
             continue;
         }
@@ -257,7 +274,8 @@ fn analyse(body: &str, known: &dyn Fn(&str) -> bool) -> (Vec<String>, Option<&'s
         // The comparison the sizeof takes part in, within its statement.
         let stmt_start = body[..at].rfind([';', '{', '}']).map_or(0, |x| x + 1);
         let before = &body[stmt_start..at];
-        if !(before.contains("dataSize") || before.contains("arg_size") || before.contains("Size")) {
+        if !(before.contains("dataSize") || before.contains("arg_size") || before.contains("Size"))
+        {
             continue;
         }
         let op = before.trim_end();
@@ -288,7 +306,13 @@ fn analyse(body: &str, known: &dyn Fn(&str) -> bool) -> (Vec<String>, Option<&'s
         }
         let types = types
             .into_iter()
-            .map(|t| if kind == "array" && base_size(&t).is_some() { format!("{t}[]") } else { t })
+            .map(|t| {
+                if kind == "array" && base_size(&t).is_some() {
+                    format!("{t}[]")
+                } else {
+                    t
+                }
+            })
             .collect();
         return (types, Some(kind));
     }
@@ -319,7 +343,9 @@ fn functions(text: &str) -> HashMap<String, String> {
             continue;
         }
         let head = &t[..t.find('(').unwrap_or(0)];
-        let Some(name) = head.split_whitespace().last() else { continue };
+        let Some(name) = head.split_whitespace().last() else {
+            continue;
+        };
         let name = name.trim_start_matches('*');
         let off = line.as_ptr() as usize - text.as_ptr() as usize;
         if let Some((s, e)) = balanced(text, off, b'{', b'}') {
@@ -352,7 +378,9 @@ fn follow(
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .map_or(0, |x| x + 1);
         let f = &body[start..at];
-        let Some((s, e)) = balanced(body, at, b'(', b')') else { continue };
+        let Some((s, e)) = balanced(body, at, b'(', b')') else {
+            continue;
+        };
         let args = split_args(&body[s..e]);
         if !args
             .iter()
@@ -373,7 +401,11 @@ fn follow(
     None
 }
 
-fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Result<(Value, Value)> {
+fn escapes(
+    tree: &Tree,
+    nums: &Numbers,
+    structs: &BTreeMap<String, Value>,
+) -> Result<(Value, Value)> {
     let names: BTreeSet<&str> = nums.escapes.iter().map(|(n, _)| n.as_str()).collect();
     let known = |t: &str| structs.contains_key(t) || t == "NvU32";
     let files = [
@@ -397,13 +429,17 @@ fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Re
         while let Some(k) = t[pos..].find("_IOCTL_ENTRY(") {
             let at = pos + k;
             pos = at + 13;
-            let Some((s, e)) = balanced(t, at, b'(', b')') else { break };
+            let Some((s, e)) = balanced(t, at, b'(', b')') else {
+                break;
+            };
             let args = split_args(&t[s..e]);
             if args.len() < 2 || !names.contains(args[0].as_str()) {
                 continue;
             }
             let array = args.get(2).is_some_and(|a| a == "NV_TRUE");
-            table.entry(args[0].clone()).or_insert((args[1].clone(), array));
+            table
+                .entry(args[0].clone())
+                .or_insert((args[1].clone(), array));
         }
     }
     let mut params = Map::new();
@@ -432,7 +468,11 @@ fn escapes(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Re
     }
     for (n, (ty, array)) in table {
         let kind = if array { "array" } else { "exact" };
-        let ty = if array && base_size(&ty).is_some() { format!("{ty}[]") } else { ty };
+        let ty = if array && base_size(&ty).is_some() {
+            format!("{ty}[]")
+        } else {
+            ty
+        };
         params.entry(n.clone()).or_insert_with(|| json!([ty]));
         checks.insert(n, json!(kind));
     }
@@ -449,7 +489,9 @@ fn class_alloc(tree: &Tree, nums: &Numbers) -> Result<Value> {
     let mut pos = 0;
     while let Some(k) = text[pos..].find("RS_ENTRY(") {
         let at = pos + k;
-        let Some((s, e)) = balanced(&text, at, b'(', b')') else { break };
+        let Some((s, e)) = balanced(&text, at, b'(', b')') else {
+            break;
+        };
         pos = e;
         let body: String = text[s..e]
             .lines()
@@ -541,14 +583,22 @@ fn field_offset(structs: &BTreeMap<String, Value>, s: &str, path: &str) -> Optio
         .and_then(|f| f[1].as_u64())
 }
 
-fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Result<Map<String, Value>> {
+fn embedded(
+    tree: &Tree,
+    nums: &Numbers,
+    structs: &BTreeMap<String, Value>,
+) -> Result<Map<String, Value>> {
     let file = "src/nvidia/src/kernel/rmapi/embedded_param_copy.c";
     let raw = strip_comments(&tree.read(file)?);
     let funcs = functions(&raw);
     let body = funcs
         .get("embeddedParamCopyIn")
         .context("embedded_param_copy.c has no embeddedParamCopyIn")?;
-    let controls: HashMap<&str, i128> = nums.controls.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let controls: HashMap<&str, i128> = nums
+        .controls
+        .iter()
+        .map(|(n, v)| (n.as_str(), *v))
+        .collect();
     let mut out = Map::new();
     let mut pos = 0;
     while let Some(k) = body[pos..].find("case ") {
@@ -558,7 +608,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
         // Cases of commands the SDK headers do not define (guarded by `#ifdef NAME`) are kept,
         // without `cmd`.
         let cmd = controls.get(name).copied();
-        let Some((s, e)) = balanced(body, at, b'{', b'}') else { continue };
+        let Some((s, e)) = balanced(body, at, b'{', b'}') else {
+            continue;
+        };
         let block = &body[s..e];
         // #ifdef around the case?
         let mut only_if = None;
@@ -585,7 +637,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
         let mut p = 0;
         while let Some(k) = block[p..].find("RMAPI_PARAM_COPY_INIT(") {
             let at2 = p + k;
-            let Some((a, b)) = balanced(block, at2, b'(', b')') else { break };
+            let Some((a, b)) = balanced(block, at2, b'(', b')') else {
+                break;
+            };
             p = b;
             let args = split_args(&block[a..b]);
             if args.len() < 5 {
@@ -618,7 +672,11 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
             } else {
                 c.insert("elem_size".into(), json!(es));
             }
-            let flag_of = |f: &str| squash(block).contains(&format!("paramCopies[{index}].flags|=RMAPI_PARAM_COPY_FLAGS_{f}"));
+            let flag_of = |f: &str| {
+                squash(block).contains(&format!(
+                    "paramCopies[{index}].flags|=RMAPI_PARAM_COPY_FLAGS_{f}"
+                ))
+            };
             c.insert("copy_in".into(), json!(!flag_of("SKIP_COPYIN")));
             c.insert("copy_out".into(), json!(!flag_of("SKIP_COPYOUT")));
             if flag_of("ZERO_BUFFER") {
@@ -630,7 +688,9 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
             let mut q = 0;
             while let Some(k) = sq[q..].find(&pat) {
                 let f = ident_at(&sq, q + k + pat.len());
-                if !matches!(f, "SKIP_COPYIN" | "SKIP_COPYOUT" | "ZERO_BUFFER") && !other.contains(&f.to_owned()) {
+                if !matches!(f, "SKIP_COPYIN" | "SKIP_COPYOUT" | "ZERO_BUFFER")
+                    && !other.contains(&f.to_owned())
+                {
                     other.push(f.to_owned());
                 }
                 q = q + k + pat.len();
@@ -664,13 +724,21 @@ fn embedded(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> R
     Ok(out)
 }
 
-pub(crate) fn parse(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Value>) -> Result<Usage> {
+pub(crate) fn parse(
+    tree: &Tree,
+    nums: &Numbers,
+    structs: &BTreeMap<String, Value>,
+) -> Result<Usage> {
     let mut uvm_ioctl_params = Map::new();
     for (n, _) in &nums.uvm_ioctls {
         let p = format!("{n}_PARAMS");
         uvm_ioctl_params.insert(
             n.clone(),
-            if structs.contains_key(&p) { json!(p) } else { Value::Null },
+            if structs.contains_key(&p) {
+                json!(p)
+            } else {
+                Value::Null
+            },
         );
     }
     let (escape_params, escape_size_check) = escapes(tree, nums, structs)?;
@@ -699,7 +767,12 @@ pub(crate) fn parse(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Valu
             let start = b[..q].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))? + 1;
             // Only the usual form `(… << 8) | X_MESSAGE_ID` is read as a link, as in the
             // reference files (NV0050's `(… << 8 | X_MESSAGE_ID)` before 550 is not).
-            if !b[..start].trim_end().strip_suffix('|')?.trim_end().ends_with(')') {
+            if !b[..start]
+                .trim_end()
+                .strip_suffix('|')?
+                .trim_end()
+                .ends_with(')')
+            {
                 return None;
             }
             let s = b[start..q].to_owned();
@@ -731,7 +804,9 @@ pub(crate) fn parse(tree: &Tree, nums: &Numbers, structs: &BTreeMap<String, Valu
     let mut refer = |name: &str, by: &str| {
         let base = name.trim_end_matches("[]");
         if !structs.contains_key(base) && base_size(base).is_none() {
-            let e = unresolved.entry(base.to_owned()).or_insert_with(|| json!([]));
+            let e = unresolved
+                .entry(base.to_owned())
+                .or_insert_with(|| json!([]));
             if let Some(a) = e.as_array_mut() {
                 a.push(json!(by));
             }
