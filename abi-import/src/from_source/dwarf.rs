@@ -197,3 +197,57 @@ pub(crate) fn file_table(text: &str) -> Result<HashMap<u64, String>> {
     }
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = " <0><c>: Abbrev Number: 96 (DW_TAG_compile_unit)
+    <12>   DW_AT_name        : (indirect line string, offset: 0x5): /tmp/tu1.c
+ <1><1e>: Abbrev Number: 6 (DW_TAG_typedef)
+    <1f>   DW_AT_name        : (indirect string, offset: 0x148d5): S_T
+    <23>   DW_AT_decl_file   : 1
+    <26>   DW_AT_type        : <0x2a>
+ <1><2a>: Abbrev Number: 7 (DW_TAG_structure_type)
+    <2b>   DW_AT_byte_size   : 16
+ <2><2c>: Abbrev Number: 8 (DW_TAG_member)
+    <2d>   DW_AT_name        : a
+    <30>   DW_AT_type        : <0x40>
+    <34>   DW_AT_data_member_location: 8
+ <2><38>: Abbrev Number: 0
+ <1><40>: Abbrev Number: 59 (DW_TAG_base_type)
+    <41>   DW_AT_byte_size   : 8
+    <42>   DW_AT_name        : long unsigned int
+";
+
+    #[test]
+    fn parses_dies() {
+        let dw = Dwarf::parse(INFO).unwrap();
+        assert_eq!(dw.top.len(), 3);
+        let td = dw.top[0];
+        assert_eq!(dw.dies[td].name.as_deref(), Some("S_T"));
+        let s = dw.ty(td).unwrap();
+        assert_eq!(dw.dies[s].byte_size, Some(16));
+        let m = dw.dies[s].children[0];
+        assert_eq!(dw.dies[m].member_location, Some(8));
+        assert_eq!(dw.dies[dw.ty(m).unwrap()].byte_size, Some(8));
+    }
+
+    #[test]
+    fn file_table() {
+        let t = " The Directory Table (offset 0x22, lines 2, columns 1):
+  Entry\tName
+  0\t(indirect line string, offset: 0x10): /tmp
+  1\t(indirect line string, offset: 0x1a): /src/inc
+
+ The File Name Table (offset 0x81, lines 2, columns 2):
+  Entry\tDir\tName
+  0\t0\t(indirect line string, offset: 0x434): tu1.c
+  1\t1\t(indirect line string, offset: 0x43a): nvtypes.h
+
+ No Line Number Statements.
+";
+        let f = super::file_table(t).unwrap();
+        assert_eq!(f[&1], "/src/inc/nvtypes.h");
+    }
+}

@@ -409,3 +409,28 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
         sdk_defines,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defines_skip_function_like_and_join_continuations() {
+        let text = "#define A (0x10U) /* finn: x */\n#define F(x) x\n# define B (A | \\\n  2)\n#define\tC\n";
+        let d = defines(text, "f.h");
+        let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["A", "B", "C"]);
+        assert_eq!(code(&d[0].body), "(0x10U)");
+        assert!(d[0].body.contains("finn"));
+        assert_eq!(code(&d[1].body), "(A |   2)");
+    }
+
+    #[test]
+    fn literals() {
+        assert_eq!(literal("(0x5000U)"), Some(0x5000));
+        assert_eq!(literal("12"), Some(12));
+        assert_eq!(literal("0x000000400"), Some(0x400));
+        assert_eq!(literal("(A | B)"), None);
+        assert_eq!(literal("7:0"), None);
+    }
+}

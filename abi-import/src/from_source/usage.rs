@@ -844,3 +844,42 @@ pub(crate) fn parse(
         unresolved,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_removed_but_lines_kept() {
+        let t = "a /* x\ny */ b // c\n\"/* s */\" d";
+        assert_eq!(strip_comments(t), "a \n b \n\"/* s */\" d");
+    }
+
+    #[test]
+    fn args_split_at_top_level() {
+        assert_eq!(
+            split_args(" a, f(b, c), (d,e) ,g"),
+            ["a", "f(b, c)", "(d,e)", "g"]
+        );
+    }
+
+    #[test]
+    fn size_checks() {
+        let known = |t: &str| t.starts_with("NVOS") || t == "NvU32";
+        let body = "NVOS21_PARAMETERS *pApi = data; NVOS64_PARAMETERS *pAcc = data;\n\
+                    NvBool b = (dataSize == sizeof(NVOS64_PARAMETERS));\n\
+                    if ((dataSize != sizeof(*pApi)) && (dataSize != sizeof(*pAcc))) {}";
+        let (t, k) = analyse(body, &known);
+        assert_eq!(t, ["NVOS21_PARAMETERS", "NVOS64_PARAMETERS"]);
+        assert_eq!(k, Some("exact"));
+        let (t, k) = analyse(
+            "size_t n = arg_size / sizeof(NvU32); if (arg_size % sizeof(NvU32) != 0) {}",
+            &known,
+        );
+        assert_eq!(t, ["NvU32[]"]);
+        assert_eq!(k, Some("array"));
+        let (t, k) = analyse("NVOS00_PARAMETERS *p = data; use(p);", &known);
+        assert_eq!(t, ["NVOS00_PARAMETERS"]);
+        assert_eq!(k, Some("none"));
+    }
+}
