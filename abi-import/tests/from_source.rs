@@ -49,8 +49,8 @@ fn diff(path: &str, got: &Value, want: &Value, out: &mut Vec<String>, max: usize
 
 fn short(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 200 {
-        format!("{}…", &s[..200])
+    if s.chars().count() > 200 {
+        format!("{}…", s.chars().take(200).collect::<String>())
     } else {
         s
     }

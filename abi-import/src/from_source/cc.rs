@@ -62,12 +62,20 @@ impl Cc {
         Ok(Cc { cc, work })
     }
 
+    /// The compiler as the `abi` field names it: `gcc 12.2.0`, or for clang the first line of
+    /// `cc --version`.
     pub(crate) fn version(&self) -> Result<String> {
-        let out = run(
-            Command::new(&self.cc).arg("-dumpfullversion"),
-            "cc -dumpfullversion",
-        )?;
-        Ok(out.trim().to_owned())
+        let banner = run(Command::new(&self.cc).arg("--version"), "cc --version")?;
+        let first = banner.lines().next().unwrap_or("").trim().to_owned();
+        if !first.contains("clang") {
+            if let Ok(v) = run(
+                Command::new(&self.cc).arg("-dumpfullversion"),
+                "cc -dumpfullversion",
+            ) {
+                return Ok(format!("gcc {}", v.trim()));
+            }
+        }
+        Ok(first)
     }
 
     fn base(&self, includes: &[PathBuf]) -> Command {

@@ -301,10 +301,7 @@ pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
     );
     let commit = opts.commit.clone().or_else(|| tree.git_head());
     facts.insert("commit".into(), json!(commit));
-    facts.insert(
-        "abi".into(),
-        json!(format!("x86_64 Linux (LP64), gcc {gcc}")),
-    );
+    facts.insert("abi".into(), json!(format!("x86_64 Linux (LP64), {gcc}")));
     facts.insert(
         "counts".into(),
         json!({
