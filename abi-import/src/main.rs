@@ -4,10 +4,13 @@
 //! ```text
 //! abi-import extract FACTS.json [--allowlist TSV] [--out DIR]   writes DIR/<version>.json
 //! abi-import suggest EXTRACT.json [--base VERSION]              prints a delta for tree/deltas.rs
+//! abi-import from-source DIR --out FACTS.json [--version V] [--commit C]
+//!                                                      derives a facts file from driver sources
 //! ```
 //! See `ADDING_A_DRIVER_VERSION.md` at the repository root.
 
 mod extract;
+mod from_source;
 mod suggest;
 
 use std::path::PathBuf;
@@ -16,11 +19,24 @@ use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "usage:
   abi-import extract FACTS.json [--allowlist nvproxy-allowlist.tsv] [--out nvproxy-abi/facts]
-  abi-import suggest EXTRACT.json [--base VERSION]";
+  abi-import suggest EXTRACT.json [--base VERSION]
+  abi-import from-source DIR --out FACTS.json [--version VERSION] [--commit COMMIT]
+
+from-source: DIR is a checkout (or `git archive`) of a tag of NVIDIA/open-gpu-kernel-modules.
+  Compiles its public headers with the system C compiler ($CC, else cc) and writes the
+  abi-facts JSON (same shape as abi-facts/<version>.json): escape, UVM, control and class
+  numbers, every struct's size, alignment, fields, pointers and fds, and the usage facts
+  parsed from the kernel sources (class/control params, flags, deep-copy controls).
+  --version defaults to NVIDIA_VERSION in DIR/version.mk; --commit defaults to the
+  checked-out commit when DIR is a git work tree (else null).";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, rest) = args.split_first().context(USAGE)?;
+    if matches!(mode.as_str(), "--help" | "-h" | "help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     let (path, opts) = rest.split_first().context(USAGE)?;
     let opt = |name: &str| -> Result<Option<&String>> {
         match opts.iter().position(|o| o == name) {
@@ -32,7 +48,10 @@ fn main() -> Result<()> {
         }
     };
     for o in opts.iter().step_by(2) {
-        if !matches!(o.as_str(), "--allowlist" | "--out" | "--base") {
+        if !matches!(
+            o.as_str(),
+            "--allowlist" | "--out" | "--base" | "--version" | "--commit"
+        ) {
             bail!("unknown option {o}\n{USAGE}");
         }
     }
@@ -50,6 +69,16 @@ fn main() -> Result<()> {
                 "{}",
                 suggest::run(path.as_ref(), opt("--base")?.map(String::as_str))?
             );
+            Ok(())
+        }
+        "from-source" => {
+            let out = opt("--out")?.context("from-source needs --out FILE")?;
+            let opts = from_source::Options {
+                version: opt("--version")?.cloned(),
+                commit: opt("--commit")?.cloned(),
+            };
+            from_source::run(path.as_ref(), out.as_ref(), &opts)?;
+            println!("wrote {out}");
             Ok(())
         }
         _ => bail!("unknown mode {mode}\n{USAGE}"),

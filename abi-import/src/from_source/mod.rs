@@ -1,0 +1,367 @@
+//! `from-source`: derive an abi-facts file from a driver source tree.
+//!
+//! The tree is a checkout (or `git archive`) of a tag of NVIDIA/open-gpu-kernel-modules. The
+//! method is the one described in `abi-facts/README.md` ("How the layouts were obtained"):
+//!
+//! 1. Two translation units are generated: one including the SDK headers (`nvos.h`, `class/`,
+//!    `alloc/`, `ctrl/`) and the Unix ioctl headers, one including the UVM ioctl headers. They
+//!    are compiled with `-g`, and the struct and member list is read from the DWARF that
+//!    `readelf --debug-dump=info` prints ([`layouts`]).
+//! 2. A generated C program prints `sizeof` and `_Alignof` of every struct; sizes are checked
+//!    against the debugging information.
+//! 3. Candidate macros are found by scanning the headers' `#define`s and evaluated by the
+//!    compiler; those that are not integer constant expressions are dropped ([`numbers`]).
+//! 4. The facts about how the kernel uses the structs are parsed from the few kernel sources
+//!    named in the README ([`usage`]).
+
+mod cc;
+mod dwarf;
+mod layouts;
+mod numbers;
+mod usage;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Map, Value, json};
+
+pub(crate) const SDK: &str = "src/common/sdk/nvidia/inc";
+pub(crate) const UNIX: &str = "src/nvidia/arch/nvalloc/unix/include";
+pub(crate) const UVM: &str = "kernel-open/nvidia-uvm";
+pub(crate) const KCOMMON: &str = "kernel-open/common/inc";
+
+/// The Unix ioctl headers, in include order; those missing from a version are skipped.
+const UNIX_HEADERS: &[&str] = &[
+    "nv-ioctl.h",
+    "nv-ioctl-numbers.h",
+    "nv-ioctl-numa.h",
+    "nv_escape.h",
+    "nv-unix-nvos-params-wrappers.h",
+    "nv-ioctl-lockless-diag.h",
+    "nv-ioctl-nvlog.h",
+];
+const UVM_HEADERS: &[&str] = &["uvm_ioctl.h", "uvm_linux_ioctl.h", "uvm_types.h"];
+
+pub(crate) struct Tree {
+    pub root: PathBuf,
+}
+
+impl Tree {
+    pub(crate) fn open(dir: &Path) -> Result<Tree> {
+        if !dir.is_dir() {
+            bail!("{} is not a folder", dir.display());
+        }
+        let root = dir
+            .canonicalize()
+            .with_context(|| format!("resolving {}", dir.display()))?;
+        let tree = Tree { root };
+        for need in [
+            format!("{SDK}/nvos.h"),
+            format!("{UNIX}/nv_escape.h"),
+            format!("{UVM}/uvm_ioctl.h"),
+        ] {
+            if !tree.path(&need).is_file() {
+                bail!(
+                    "{} does not look like an open-gpu-kernel-modules tree: {need} is missing",
+                    dir.display()
+                );
+            }
+        }
+        Ok(tree)
+    }
+
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    pub(crate) fn read(&self, rel: &str) -> Result<String> {
+        let p = self.path(rel);
+        let bytes = fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    pub(crate) fn exists(&self, rel: &str) -> bool {
+        self.path(rel).is_file()
+    }
+
+    /// Files (relative paths) matching `dir/*suffix`, sorted.
+    pub(crate) fn list(&self, dir: &str, prefix: &str, suffix: &str) -> Result<Vec<String>> {
+        let p = self.path(dir);
+        let mut out = Vec::new();
+        for e in fs::read_dir(&p).with_context(|| format!("listing {}", p.display()))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type()?.is_file() && name.starts_with(prefix) && name.ends_with(suffix) {
+                out.push(format!("{dir}/{name}"));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The SDK headers of translation unit 1, relative to `SDK`, in include order.
+    fn sdk_headers(&self) -> Result<Vec<String>> {
+        let strip = |v: Vec<String>| -> Vec<String> {
+            v.into_iter()
+                .map(|s| s[SDK.len() + 1..].to_owned())
+                .collect()
+        };
+        let mut h = vec!["nvos.h".to_owned()];
+        h.extend(strip(self.list(&format!("{SDK}/class"), "cl", ".h")?));
+        h.extend(strip(self.list(&format!("{SDK}/alloc"), "", ".h")?));
+        h.extend(strip(self.list(&format!("{SDK}/ctrl"), "ctrl", ".h")?));
+        let mut subdirs: Vec<String> = fs::read_dir(self.path(&format!("{SDK}/ctrl")))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("ctrl"))
+            .collect();
+        subdirs.sort();
+        for d in subdirs {
+            h.extend(strip(self.list(&format!("{SDK}/ctrl/{d}"), "", ".h")?));
+        }
+        Ok(h)
+    }
+
+    pub(crate) fn unix_headers(&self) -> Vec<String> {
+        UNIX_HEADERS
+            .iter()
+            .filter(|h| self.exists(&format!("{UNIX}/{h}")))
+            .map(|h| (*h).to_owned())
+            .collect()
+    }
+
+    pub(crate) fn includes1(&self) -> Vec<PathBuf> {
+        vec![self.path(SDK), self.path(UNIX)]
+    }
+
+    pub(crate) fn includes_uvm(&self) -> Vec<PathBuf> {
+        vec![self.path(KCOMMON), self.path(UVM)]
+    }
+
+    pub(crate) fn tu1(&self) -> Result<String> {
+        let mut s = String::new();
+        for h in self.sdk_headers()?.iter().chain(self.unix_headers().iter()) {
+            s.push_str(&format!("#include \"{h}\"\n"));
+        }
+        Ok(s)
+    }
+
+    pub(crate) fn tu_uvm(&self) -> String {
+        UVM_HEADERS
+            .iter()
+            .map(|h| format!("#include \"{h}\"\n"))
+            .collect()
+    }
+
+    /// The commit checked out, when the tree is a git work tree.
+    pub(crate) fn git_head(&self) -> Option<String> {
+        if !self.root.join(".git").exists() {
+            return None;
+        }
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.root)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The driver version from `version.mk`, if the tree has it.
+    pub(crate) fn version(&self) -> Option<String> {
+        let text = self.read("version.mk").ok()?;
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "NVIDIA_VERSION").then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// Options of `from-source`.
+pub(crate) struct Options {
+    pub version: Option<String>,
+    pub commit: Option<String>,
+}
+
+/// The layouts of one translation unit: typedef name -> layout and alignment.
+struct Unit {
+    structs: BTreeMap<String, (layouts::Layout, u64)>,
+    /// Typedef names reachable from the UVM params structs (only for the UVM unit).
+    reachable: Option<std::collections::BTreeSet<String>>,
+}
+
+fn unit(
+    cc: &cc::Cc,
+    tree: &Tree,
+    name: &str,
+    source: &str,
+    includes: &[PathBuf],
+    uvm: bool,
+) -> Result<Unit> {
+    let obj = cc.object(name, source, includes)?;
+    let info = cc.readelf(&obj, "info")?;
+    let lines = cc.readelf(&obj, "rawline")?;
+    let dw = dwarf::Dwarf::parse(&info)?;
+    let files = dwarf::file_table(&lines)?;
+    let root = format!("{}/", tree.root.display());
+    let header_of = |i: usize| -> Option<String> {
+        let f = dw.dies[i].decl_file?;
+        let p = files.get(&f)?;
+        p.strip_prefix(&root).map(str::to_owned)
+    };
+    let recs = layouts::record_typedefs(&dw, &header_of);
+    let reachable = uvm.then(|| {
+        let roots: Vec<usize> = recs
+            .iter()
+            .filter(|(n, (_, _, h))| {
+                n.starts_with("UVM_") && n.ends_with("_PARAMS") && h.starts_with(UVM)
+            })
+            .map(|(_, (t, _, _))| *t)
+            .collect();
+        layouts::reachable(&dw, &roots)
+    });
+    // sizeof / _Alignof of every typedef, from a generated program.
+    let names: Vec<&String> = recs.keys().collect();
+    let mut prog = String::from("#include <stdio.h>\n");
+    prog.push_str(source);
+    prog.push_str("int main(void) {\n");
+    for n in &names {
+        prog.push_str(&format!(
+            "  printf(\"%zu %zu\\n\", sizeof({n}), _Alignof({n}));\n"
+        ));
+    }
+    prog.push_str("  return 0;\n}\n");
+    let out = cc.run_program(&format!("{name}_sizes"), &prog, includes)?;
+    let mut structs = BTreeMap::new();
+    let mut lines_out = out.lines();
+    for n in names {
+        let line = lines_out
+            .next()
+            .context("size program printed too little")?;
+        let (size, align) = line
+            .split_once(' ')
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+            .context("size program printed garbage")?;
+        let (_, rec, header) = &recs[n];
+        let l =
+            layouts::layout(&dw, *rec, header.clone()).with_context(|| format!("struct {n}"))?;
+        if l.size != size {
+            bail!(
+                "{n}: sizeof is {size} but the debugging information says {}",
+                l.size
+            );
+        }
+        structs.insert(n.clone(), (l, align));
+    }
+    Ok(Unit { structs, reachable })
+}
+
+pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
+    let tree = Tree::open(dir)?;
+    let cc = cc::Cc::new()?;
+    let gcc = cc.version()?;
+    let version = match opts.version.clone().or_else(|| tree.version()) {
+        Some(v) => v,
+        None => bail!(
+            "{} has no version.mk; give the driver version with --version",
+            dir.display()
+        ),
+    };
+
+    let tu1 = tree.tu1()?;
+    let u1 = unit(&cc, &tree, "tu1", &tu1, &tree.includes1(), false)?;
+    let tu2 = tree.tu_uvm();
+    let u2 = unit(&cc, &tree, "tu_uvm", &tu2, &tree.includes_uvm(), true)?;
+
+    let mut structs: BTreeMap<String, Value> = BTreeMap::new();
+    for (n, (l, a)) in &u1.structs {
+        structs.insert(n.clone(), l.to_json(*a));
+    }
+    let reach = u2.reachable.clone().unwrap_or_default();
+    for (n, (l, a)) in &u2.structs {
+        if reach.contains(n) && !structs.contains_key(n) {
+            structs.insert(n.clone(), l.to_json(*a));
+        }
+    }
+
+    let nums = numbers::evaluate(&cc, &tree, &tu1, &tu2)?;
+    let usage = usage::parse(&tree, &nums, &structs)?;
+
+    let count_with = |key: &str| structs.values().filter(|s| s.get(key).is_some()).count();
+    let mut facts = Map::new();
+    facts.insert("driver_version".into(), json!(version));
+    facts.insert(
+        "source".into(),
+        json!(format!("NVIDIA/open-gpu-kernel-modules tag {version}")),
+    );
+    let commit = opts.commit.clone().or_else(|| tree.git_head());
+    facts.insert("commit".into(), json!(commit));
+    facts.insert("abi".into(), json!(format!("x86_64 Linux (LP64), {gcc}")));
+    facts.insert(
+        "counts".into(),
+        json!({
+            "escapes": nums.escapes.len(),
+            "uvm_ioctls": nums.uvm_ioctls.len(),
+            "classes": nums.classes.len(),
+            "controls": nums.controls.len(),
+            "control_params": usage.control_params.len(),
+            "structs": structs.len(),
+            "structs_with_pointers": count_with("pointers"),
+            "structs_with_fds": count_with("fds"),
+            "embedded_pointer_controls": usage.embedded.len(),
+        }),
+    );
+    facts.insert("escapes".into(), numbers::to_json(&nums.escapes));
+    facts.insert("escape_params".into(), usage.escape_params);
+    facts.insert("escape_size_check".into(), usage.escape_size_check);
+    facts.insert("constants".into(), numbers::to_json(&nums.constants));
+    facts.insert("uvm_ioctls".into(), numbers::to_json(&nums.uvm_ioctls));
+    facts.insert("uvm_ioctl_params".into(), usage.uvm_ioctl_params);
+    facts.insert(
+        "uvm_init_flags".into(),
+        numbers::to_json(&nums.uvm_init_flags),
+    );
+    facts.insert(
+        "uvm_constants".into(),
+        numbers::to_json(&nums.uvm_constants),
+    );
+    facts.insert("classes".into(), numbers::to_json(&nums.classes));
+    facts.insert("class_alloc_params".into(), usage.class_alloc_params);
+    facts.insert("controls".into(), numbers::to_json(&nums.controls));
+    facts.insert("control_params".into(), Value::Object(usage.control_params));
+    facts.insert(
+        "control_params_inferred".into(),
+        usage.control_params_inferred,
+    );
+    facts.insert("control_flags".into(), usage.control_flags);
+    facts.insert("rmctrl_flags".into(), numbers::to_json(&nums.rmctrl_flags));
+    facts.insert(
+        "unnamed_control_methods".into(),
+        usage.unnamed_control_methods,
+    );
+    facts.insert(
+        "embedded_pointer_controls".into(),
+        Value::Object(usage.embedded),
+    );
+    let unresolved: Map<String, Value> = usage.unresolved;
+    facts.insert(
+        "structs".into(),
+        Value::Object(structs.into_iter().collect()),
+    );
+    facts.insert("unresolved_types".into(), Value::Object(unresolved));
+    facts.insert("skipped".into(), json!([]));
+    Ok(Value::Object(facts))
+}
+
+pub(crate) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<()> {
+    let facts = extract(dir, opts)?;
+    let mut text = serde_json::to_string_pretty(&facts)?;
+    text.push('\n');
+    fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}

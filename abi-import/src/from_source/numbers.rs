@@ -1,0 +1,436 @@
+//! Numbers: candidate macros are picked from the headers' `#define` lines, then evaluated by
+//! the compiler. Macros that are not integer constant expressions (bit ranges such as `7:0`,
+//! strings, empty guards) are dropped: each candidate becomes a `_Static_assert` line, and the
+//! lines the compiler rejects are removed until the file compiles.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Map, Value};
+
+use super::cc::Cc;
+use super::{KCOMMON, SDK, Tree, UNIX, UVM};
+
+/// An integer macro value (some UVM constants are >= 2^63, a few values could be negative).
+pub(crate) type Num = i128;
+
+pub(crate) fn to_json(m: &[(String, Num)]) -> Value {
+    let mut o = Map::new();
+    for (k, v) in m {
+        let v = if *v < 0 {
+            Value::from(*v as i64)
+        } else {
+            Value::from(*v as u64)
+        };
+        o.insert(k.clone(), v);
+    }
+    Value::Object(o)
+}
+
+/// One object-like `#define`: its name, the text after the name (continuations joined,
+/// comments kept) and the file (relative to the tree) that defines it.
+#[derive(Clone, Debug)]
+pub(crate) struct Define {
+    pub name: String,
+    pub body: String,
+    pub file: String,
+}
+
+/// Object-like `#define`s of a file, in order.
+pub(crate) fn defines(text: &str, file: &str) -> Vec<Define> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix('#') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let Some(rest) = rest.strip_prefix("define") else {
+            continue;
+        };
+        if !rest.starts_with([' ', '\t']) {
+            continue;
+        }
+        let rest = rest.trim_start();
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let mut body = rest[name.len()..].to_owned();
+        if body.starts_with('(') {
+            continue; // function-like
+        }
+        while body.trim_end().ends_with('\\') {
+            let b = body.trim_end();
+            body = b[..b.len() - 1].to_owned();
+            match lines.next() {
+                Some(l) => body.push_str(l),
+                None => break,
+            }
+        }
+        out.push(Define {
+            name,
+            body: body.trim().to_owned(),
+            file: file.to_owned(),
+        });
+    }
+    out
+}
+
+/// The body without comments, trimmed.
+pub(crate) fn code(body: &str) -> String {
+    let mut s = body.to_owned();
+    while let Some(a) = s.find("/*") {
+        let end = s[a..].find("*/").map_or(s.len(), |e| a + e + 2);
+        s.replace_range(a..end, " ");
+    }
+    if let Some(a) = s.find("//") {
+        s.truncate(a);
+    }
+    s.trim().to_owned()
+}
+
+/// A plain integer literal (`0x10U`, `(0x5000U)`, `12`).
+pub(crate) fn literal(text: &str) -> Option<Num> {
+    let mut t = text.trim();
+    while let Some(inner) = t.strip_prefix('(').and_then(|x| x.strip_suffix(')')) {
+        t = inner.trim();
+    }
+    let t = t.trim_end_matches(['u', 'U', 'l', 'L']);
+    if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i128::from_str_radix(h, 16).ok()
+    } else {
+        t.parse().ok()
+    }
+}
+
+pub(crate) struct Numbers {
+    pub escapes: Vec<(String, Num)>,
+    pub constants: Vec<(String, Num)>,
+    pub uvm_ioctls: Vec<(String, Num)>,
+    pub uvm_init_flags: Vec<(String, Num)>,
+    pub uvm_constants: Vec<(String, Num)>,
+    pub classes: Vec<(String, Num)>,
+    pub controls: Vec<(String, Num)>,
+    pub rmctrl_flags: Vec<(String, Num)>,
+    /// Every object-like define of the SDK headers, by name (the last one wins).
+    pub sdk_defines: HashMap<String, Define>,
+}
+
+/// Evaluates `names` in the context of `prelude` (the translation unit's includes).
+pub(crate) fn eval(
+    cc: &Cc,
+    tag: &str,
+    prelude: &str,
+    includes: &[PathBuf],
+    names: &[String],
+) -> Result<BTreeMap<String, Num>> {
+    let mut live: Vec<String> = names.to_vec();
+    let mut done = false;
+    let prelude_lines = prelude.lines().count();
+    for _round in 0..8 {
+        let mut src = String::from(prelude);
+        for n in &live {
+            src.push_str(&format!("_Static_assert(({n}) || 1, \"\");\n"));
+        }
+        let (ok, diag) = cc.diagnostics(&format!("{tag}_check"), &src, includes)?;
+        if ok {
+            done = true;
+            break;
+        }
+        let file = format!("{tag}_check.c:");
+        let mut bad = BTreeSet::new();
+        for l in diag.lines() {
+            let Some(pos) = l.find(&file) else { continue };
+            let rest = &l[pos + file.len()..];
+            let Some(line) = rest.split(':').next().and_then(|x| x.parse::<usize>().ok()) else {
+                continue;
+            };
+            if !l.contains("error") {
+                continue;
+            }
+            if line <= prelude_lines {
+                bail!(
+                    "the headers do not compile:\n{}",
+                    super::cc::truncate(&diag, 4000)
+                );
+            }
+            bad.insert(line - prelude_lines - 1);
+        }
+        if bad.is_empty() {
+            bail!(
+                "cannot evaluate macros:\n{}",
+                super::cc::truncate(&diag, 4000)
+            );
+        }
+        live = live
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !bad.contains(i))
+            .map(|(_, n)| n)
+            .collect();
+    }
+    if !done {
+        bail!("macro evaluation did not converge");
+    }
+    let mut src = String::from("#include <stdio.h>\n");
+    src.push_str(prelude);
+    src.push_str("int main(void) {\n");
+    for n in &live {
+        src.push_str(&format!(
+            "  if (({n}) < 0) printf(\"%lld\\n\", (long long)({n})); else printf(\"%llu\\n\", (unsigned long long)({n}));\n"
+        ));
+    }
+    src.push_str("  return 0;\n}\n");
+    let out = cc.run_program(&format!("{tag}_eval"), &src, includes)?;
+    let mut vals = BTreeMap::new();
+    let mut it = out.lines();
+    for n in live {
+        let v: Num = it
+            .next()
+            .context("macro program printed too little")?
+            .trim()
+            .parse()
+            .context("macro program printed garbage")?;
+        vals.insert(n, v);
+    }
+    Ok(vals)
+}
+
+fn pick(vals: &BTreeMap<String, Num>, names: &[String]) -> Vec<(String, Num)> {
+    names
+        .iter()
+        .filter_map(|n| vals.get(n).map(|v| (n.clone(), *v)))
+        .collect()
+}
+
+fn dedup(v: Vec<String>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    v.into_iter().filter(|n| seen.insert(n.clone())).collect()
+}
+
+fn all_files(tree: &Tree, dir: &str, out: &mut Vec<String>) -> Result<()> {
+    let p = tree.path(dir);
+    let mut entries: Vec<_> = std::fs::read_dir(&p)
+        .with_context(|| format!("listing {}", p.display()))?
+        .filter_map(|e| e.ok())
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = format!("{dir}/{name}");
+        if e.file_type()?.is_dir() {
+            all_files(tree, &rel, out)?;
+        } else if name.ends_with(".h") {
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<Numbers> {
+    // --- SDK defines (controls) ---
+    let mut sdk_files = Vec::new();
+    all_files(tree, SDK, &mut sdk_files)?;
+    let mut sdk_defs: Vec<Define> = Vec::new();
+    for f in &sdk_files {
+        sdk_defs.extend(defines(&tree.read(f)?, f));
+    }
+    let sdk_defines: HashMap<String, Define> = sdk_defs
+        .iter()
+        .map(|d| (d.name.clone(), d.clone()))
+        .collect();
+
+    // Controls: the command macros FINN generated ("finn: Evaluated from "(..._INTERFACE_ID <<
+    // 8) | ..."), when their number belongs to the class of their name, plus `*_CTRL_CMD_*`
+    // macros defined as another such macro.
+    let mut finn = Vec::new();
+    for d in &sdk_defs {
+        if !(d.body.contains("finn: Evaluated from") && d.body.contains("INTERFACE_ID")) {
+            continue;
+        }
+        let Some(v) = literal(&code(&d.body)) else {
+            continue;
+        };
+        let n = &d.name;
+        let class = n
+            .strip_prefix("NV")
+            .and_then(|r| r.get(..4).filter(|_| r.as_bytes().get(4) == Some(&b'_')))
+            .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()) && *h == h.to_ascii_uppercase());
+        if let Some(h) = class {
+            if h != "0000" && (v >> 16) != i128::from_str_radix(h, 16).unwrap_or(-1) {
+                continue;
+            }
+        }
+        finn.push(n.clone());
+    }
+    let finn_set: BTreeSet<&String> = finn.iter().collect();
+    let mut controls = finn.clone();
+    for d in &sdk_defs {
+        if !d.name.contains("_CTRL_CMD_") || finn_set.contains(&d.name) {
+            continue;
+        }
+        let c = code(&d.body);
+        let c = c.trim_start_matches('(').trim_end_matches(')').trim();
+        if finn_set.contains(&c.to_owned()) {
+            controls.push(d.name.clone());
+        }
+    }
+    let controls = dedup(controls);
+
+    // --- Unix ioctl headers ---
+    let mut unix_defs = Vec::new();
+    for h in tree.unix_headers() {
+        let f = format!("{UNIX}/{h}");
+        unix_defs.extend(defines(&tree.read(&f)?, &f));
+    }
+    let escapes: Vec<String> = dedup(
+        unix_defs
+            .iter()
+            .filter(|d| d.name.starts_with("NV_ESC_"))
+            .map(|d| d.name.clone())
+            .collect(),
+    );
+    let constants: Vec<String> = dedup(
+        unix_defs
+            .iter()
+            .map(|d| d.name.clone())
+            .filter(|n| {
+                n == "NV_IOCTL_MAGIC"
+                    || n == "NV_IOCTL_BASE"
+                    || n.starts_with("NV_RM_API_VERSION_")
+                    || n.starts_with("NV_IOCTL_NUMA_")
+                    || n.starts_with("NV_DMABUF_EXPORT_")
+            })
+            .collect(),
+    );
+
+    let mut names1 = controls.clone();
+    names1.extend(escapes.iter().cloned());
+    names1.extend(constants.iter().cloned());
+    let vals1 = eval(cc, "num1", tu1, &tree.includes1(), &dedup(names1))?;
+
+    let mut constants_v = pick(&vals1, &constants);
+    // NV_ABSOLUTE_MAX_IOCTL_SIZE lives in nv.h, which is not a user-space header.
+    let nvh = format!("{UNIX}/nv.h");
+    let max = if tree.exists(&nvh) {
+        defines(&tree.read(&nvh)?, &nvh)
+            .into_iter()
+            .find(|d| d.name == "NV_ABSOLUTE_MAX_IOCTL_SIZE")
+            .and_then(|d| literal(&code(&d.body)))
+    } else {
+        None
+    };
+    if let Some(m) = max {
+        constants_v.push(("NV_ABSOLUTE_MAX_IOCTL_SIZE".to_owned(), m));
+    }
+    constants_v.sort();
+
+    // --- UVM ---
+    let mut uvm_defs = Vec::new();
+    for h in ["uvm_ioctl.h", "uvm_linux_ioctl.h", "uvm_types.h"] {
+        let f = format!("{UVM}/{h}");
+        let t = tree.read(&f)?;
+        uvm_defs.extend(defines(&t, &f));
+    }
+    // Plus the device limits of nvlimits.h (NV_MAX_DEVICES, NV_MAX_SUBDEVICES), as in the
+    // reference files; its other limits are not listed there.
+    let limits = format!("{KCOMMON}/nvlimits.h");
+    let mut extra = Vec::new();
+    if tree.exists(&limits) {
+        for d in defines(&tree.read(&limits)?, &limits) {
+            if d.name.starts_with("NV_MAX_") && d.name.ends_with("DEVICES") {
+                extra.push(d.name);
+            }
+        }
+    }
+    let ioctl_names: Vec<String> = dedup(
+        uvm_defs
+            .iter()
+            .filter(|d| {
+                !d.name.starts_with('_')
+                    && (code(&d.body).starts_with("UVM_IOCTL_BASE(")
+                        || d.file.ends_with("uvm_linux_ioctl.h"))
+            })
+            .map(|d| d.name.clone())
+            .collect(),
+    );
+    let ioctl_set: BTreeSet<&String> = ioctl_names.iter().collect();
+    let init_flags: Vec<String> = dedup(
+        uvm_defs
+            .iter()
+            .filter(|d| d.name.starts_with("UVM_INIT_FLAGS_"))
+            .map(|d| d.name.clone())
+            .collect(),
+    );
+    let mut uvm_const: Vec<String> = uvm_defs
+        .iter()
+        .map(|d| d.name.clone())
+        .filter(|n| {
+            !n.starts_with('_') && !ioctl_set.contains(n) && !n.starts_with("UVM_INIT_FLAGS_")
+        })
+        .collect();
+    uvm_const.extend(extra);
+    let uvm_const = dedup(uvm_const);
+    let mut names2 = ioctl_names.clone();
+    names2.extend(init_flags.iter().cloned());
+    names2.extend(uvm_const.iter().cloned());
+    let vals2 = eval(cc, "num_uvm", tu_uvm, &tree.includes_uvm(), &dedup(names2))?;
+
+    // --- classes: the RM's generated class list ---
+    let classes_file = "src/nvidia/generated/g_allclasses.h";
+    let classes: Vec<(String, Num)> = defines(&tree.read(classes_file)?, classes_file)
+        .into_iter()
+        .filter_map(|d| literal(&code(&d.body)).map(|v| (d.name, v)))
+        .collect();
+
+    // --- RMCTRL flag bits ---
+    let control_h = "src/nvidia/inc/kernel/rmapi/control.h";
+    let rmctrl_flags: Vec<(String, Num)> = defines(&tree.read(control_h)?, control_h)
+        .into_iter()
+        .filter(|d| d.name.starts_with("RMCTRL_FLAGS_"))
+        .filter_map(|d| literal(&code(&d.body)).map(|v| (d.name, v)))
+        .collect();
+
+    Ok(Numbers {
+        escapes: pick(&vals1, &escapes),
+        constants: constants_v,
+        uvm_ioctls: pick(&vals2, &ioctl_names),
+        uvm_init_flags: pick(&vals2, &init_flags),
+        uvm_constants: pick(&vals2, &uvm_const),
+        classes,
+        controls: pick(&vals1, &controls),
+        rmctrl_flags,
+        sdk_defines,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defines_skip_function_like_and_join_continuations() {
+        let text = "#define A (0x10U) /* finn: x */\n#define F(x) x\n# define B (A | \\\n  2)\n#define\tC\n";
+        let d = defines(text, "f.h");
+        let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["A", "B", "C"]);
+        assert_eq!(code(&d[0].body), "(0x10U)");
+        assert!(d[0].body.contains("finn"));
+        assert_eq!(code(&d[1].body), "(A |   2)");
+    }
+
+    #[test]
+    fn literals() {
+        assert_eq!(literal("(0x5000U)"), Some(0x5000));
+        assert_eq!(literal("12"), Some(12));
+        assert_eq!(literal("0x000000400"), Some(0x400));
+        assert_eq!(literal("(A | B)"), None);
+        assert_eq!(literal("7:0"), None);
+    }
+}
