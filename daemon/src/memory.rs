@@ -215,9 +215,17 @@ fn vm_error(e: std::io::Error) -> MemError {
 
 impl ClientMemory for VmMemory {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
+        let mut buf = vec![0u8; len];
+        self.read_into(addr, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let len = buf.len();
         if let Some(w) = &self.window {
             if let Some(off) = w.offset(addr, len) {
-                return Ok(w.bytes[off..off + len].to_vec());
+                buf.copy_from_slice(&w.bytes[off..off + len]);
+                return Ok(());
             }
         }
         // Reads see the writes made before them: the buffered ones, and the window's when the
@@ -233,16 +241,14 @@ impl ClientMemory for VmMemory {
         if self.waits.fired() {
             return Err(MemError::Fault);
         }
-        let mut buf = vec![0u8; len];
         let wait = self.waits.arm();
-        let r = sys::process_vm_read(self.tid, addr, &mut buf).map_err(vm_error);
+        let r = sys::process_vm_read(self.tid, addr, buf).map_err(vm_error);
         if wait.fired() {
             // Answered EFAULT meanwhile: abandon the request (no side effect follows a failed
             // read).
             return Err(MemError::Fault);
         }
-        r?;
-        Ok(buf)
+        r
     }
 
     fn reserve_write(&mut self, _addr: u64, _len: usize) -> Result<(), MemError> {

@@ -17,13 +17,20 @@ use std::mem::offset_of;
 
 use nvproxy_abi::Translation;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
-use nvproxy_abi::structs::{NV0005_ALLOC_PARAMETERS, NVOS64_PARAMETERS};
+use nvproxy_abi::structs::{
+    NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, NV_CONTEXT_DMA_ALLOCATION_PARAMS,
+    NV_CTXSHARE_ALLOCATION_PARAMETERS, NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS,
+    NV00FD_ALLOCATION_PARAMETERS, NV00FD_ALLOCATION_PARAMETERS_V545,
+    NV00FD_ALLOCATION_PARAMETERS_V590, NV0005_ALLOC_PARAMETERS, NV0080_ALLOC_PARAMETERS,
+    NV83DE_ALLOC_PARAMETERS, NVOS21_PARAMETERS, NVOS64_PARAMETERS,
+};
 use tracing::debug;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::nv::*;
-use crate::plan::{Plan, rd32, rd64, wr32};
+use crate::plan::{Plan, rd32, rd64};
 use crate::request::{Dir, Req, Stop, deny, fail};
 
 /// `NVOS64_PARAMETERS.pAllocParms`.
@@ -31,27 +38,30 @@ const P_ALLOC_PARMS: usize = offset_of!(NVOS64_PARAMETERS, pAllocParms);
 /// `NVOS64_PARAMETERS.pRightsRequested`.
 const P_RIGHTS_REQUESTED: usize = offset_of!(NVOS64_PARAMETERS, pRightsRequested);
 
-/// `NVOS21_PARAMETERS` size.
-const NVOS21: usize = 32;
-/// `NVOS64_PARAMETERS` size.
-const NVOS64: usize = 48;
-
 /// The client's NVOS21 as NVOS64 (pRightsRequested NULL, flags 0).
-fn nvos21_to_64(b: &[u8]) -> Vec<u8> {
-    let mut o = vec![0u8; NVOS64];
-    o[..24].copy_from_slice(&b[..24]);
-    wr32(&mut o, 32, rd32(b, 24)); // paramsSize
-    wr32(&mut o, 40, rd32(b, 28)); // status
+fn nvos21_to_64(p: &NVOS21_PARAMETERS) -> NVOS64_PARAMETERS {
+    let mut o = NVOS64_PARAMETERS::new_zeroed();
+    o.hRoot = p.hRoot;
+    o.hObjectParent = p.hObjectParent;
+    o.hObjectNew = p.hObjectNew;
+    o.hClass = p.hClass;
+    o.pAllocParms = p.pAllocParms;
+    o.paramsSize = p.paramsSize;
+    o.status = p.status;
     o
 }
 
 /// The host's NVOS64 back in the client's NVOS21 layout.
-fn nvos64_to_21(b: &[u8]) -> Vec<u8> {
-    let mut o = vec![0u8; NVOS21];
-    o[..24].copy_from_slice(&b[..24]);
-    wr32(&mut o, 24, rd32(b, 32));
-    wr32(&mut o, 28, rd32(b, 40));
-    o
+fn nvos64_to_21(p: &NVOS64_PARAMETERS) -> NVOS21_PARAMETERS {
+    NVOS21_PARAMETERS {
+        hRoot: p.hRoot,
+        hObjectParent: p.hObjectParent,
+        hObjectNew: p.hObjectNew,
+        hClass: p.hClass,
+        pAllocParms: p.pAllocParms,
+        paramsSize: p.paramsSize,
+        status: p.status,
+    }
 }
 
 /// Classes whose alloc params carry fds (or need more than handle tracking) and that
@@ -79,20 +89,25 @@ impl Req<'_> {
     /// `NV_ESC_RM_ALLOC` with a 32- or 48-byte payload.
     pub(crate) fn rm_alloc(&mut self, addr: u64, size: usize) -> Result<i32, ProxyError> {
         self.note.kind = Kind::Class;
-        let status_off = if size == NVOS21 { 28 } else { 40 };
-        self.with_status(addr, size, status_off, |r, top| r.alloc(addr, top))
+        if size == size_of::<NVOS21_PARAMETERS>() {
+            const STATUS: usize = offset_of!(NVOS21_PARAMETERS, status);
+            self.with_params(addr, STATUS, |r, p: NVOS21_PARAMETERS| {
+                r.alloc(addr, nvos21_to_64(&p), true)
+            })
+        } else {
+            const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);
+            self.with_params(addr, STATUS, |r, p: NVOS64_PARAMETERS| {
+                r.alloc(addr, p, false)
+            })
+        }
     }
 
-    fn alloc(&mut self, addr: u64, top: Vec<u8>) -> Result<i32, Stop> {
-        let nvos21 = top.len() == NVOS21;
-        let host_top = if nvos21 { nvos21_to_64(&top) } else { top };
-        let (h_root, h_parent, h_new) =
-            (rd32(&host_top, 0), rd32(&host_top, 4), rd32(&host_top, 8));
-        let class = rd32(&host_top, 12);
-        let (p_alloc, p_rights) = (
-            rd64(&host_top, P_ALLOC_PARMS),
-            rd64(&host_top, P_RIGHTS_REQUESTED),
-        );
+    /// One allocation, as NVOS64 for the host (`nvos21`: the client used NVOS21 and gets its
+    /// own layout back).
+    fn alloc(&mut self, addr: u64, top: NVOS64_PARAMETERS, nvos21: bool) -> Result<i32, Stop> {
+        let (h_root, h_parent, h_new) = (top.hRoot, top.hObjectParent, top.hObjectNew);
+        let class = top.hClass;
+        let (p_alloc, p_rights) = (top.pAllocParms, top.pRightsRequested);
         self.note.number = class;
         self.note.name = "".into(); // unknown until the table says otherwise
 
@@ -100,7 +115,7 @@ impl Req<'_> {
         // is made on that copy. NV01_EVENT: the driver takes the real class from
         // NV0005_ALLOC_PARAMETERS.hClass (_fixupAllocParams); only the OS event is a user-mode
         // class, and that is what its params are read as.
-        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, host_top);
+        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, top.as_bytes().to_vec());
         let mut eff = class;
         let mut pbuf = None;
         let mut params_read = false;
@@ -114,12 +129,7 @@ impl Req<'_> {
                 Dir::InOut,
             )?;
             params_read = true;
-            let h_class = pbuf.map_or(0, |p| {
-                rd32(
-                    plan.buf(Some(p)),
-                    offset_of!(NV0005_ALLOC_PARAMETERS, hClass),
-                )
-            });
+            let h_class = pbuf.map_or(0, |p| plan.get::<NV0005_ALLOC_PARAMETERS>(Some(p)).hClass);
             if h_class == NV01_EVENT_OS_EVENT {
                 eff = NV01_EVENT_OS_EVENT;
             }
@@ -167,7 +177,7 @@ impl Req<'_> {
 
         let guard = self.px.rm_lock();
         if eff == NV01_DEVICE_0 {
-            let device = pbuf.map_or(0, |p| rd32(plan.buf(Some(p)), 0));
+            let device = pbuf.map_or(0, |p| plan.get::<NV0080_ALLOC_PARAMETERS>(Some(p)).deviceId);
             if !self.device_in_set(h_root, device) {
                 return deny(
                     NV_ERR_INVALID_CLASS,
@@ -176,9 +186,9 @@ impl Req<'_> {
             }
         }
         let ret = self.exec(&mut plan)?;
-        let out = &plan.call.params;
-        if rd32(out, 40) == NV_OK {
-            let h = rd32(out, 8);
+        let out = plan.get::<NVOS64_PARAMETERS>(None);
+        if out.status == NV_OK {
+            let h = out.hObjectNew;
             let mut t = self.px.objects();
             let r = match record {
                 Record::Client => t.add_client(self.open, h, eff),
@@ -193,8 +203,12 @@ impl Req<'_> {
             debug!(?r, h, class = eff, "alloc recorded");
         }
         drop(guard);
-        let convert = move |t: Vec<u8>| if nvos21 { nvos64_to_21(&t) } else { t };
-        Ok(self.finish_with(addr, plan, Some(40), ret, convert)?)
+        let convert = move |t: Vec<u8>| match NVOS64_PARAMETERS::read_from_bytes(&t) {
+            Ok(p) if nvos21 => nvos64_to_21(&p).as_bytes().to_vec(),
+            _ => t,
+        };
+        const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);
+        Ok(self.finish_with(addr, plan, Some(STATUS), ret, convert)?)
     }
 
     /// Class-specific checks and translation; returns the dependencies to record.
@@ -210,36 +224,54 @@ impl Req<'_> {
             return Ok(Record::Object { deps: Vec::new() });
         };
         let pb = Some(p);
-        let at = |plan: &Plan, off: usize| rd32(plan.buf(pb), off);
         let mut deps = Vec::new();
         match class {
             NV01_EVENT_OS_EVENT => {
-                // NV0005_ALLOC_PARAMETERS: hParentClient, hSrcResource, hClass, notifyIndex,
-                // data (the fd registered with NV_ESC_ALLOC_OS_EVENT).
-                let parent_client = at(plan, 0);
-                if parent_client != 0 {
-                    self.need_client(parent_client)?;
+                // data: the fd registered with NV_ESC_ALLOC_OS_EVENT.
+                type P = NV0005_ALLOC_PARAMETERS;
+                let q = plan.get::<P>(pb);
+                if q.hParentClient != 0 {
+                    self.need_client(q.hParentClient)?;
                 }
-                let fd = rd64(plan.buf(pb), 16) as i32;
-                let host = self.translate_fd_status(fd, NV_ERR_INVALID_ARGUMENT)?;
-                plan.rewrite64(pb, 16, host as u64);
+                let host = self.translate_fd_status(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
+                plan.rewrite64(pb, offset_of!(P, data), host as u64);
             }
             NV01_DEVICE_0 => {
-                // NV0080_ALLOC_PARAMETERS: hClientShare and hTargetClient name clients.
-                for off in [4, 8] {
-                    let c = at(plan, off);
+                // hClientShare and hTargetClient name clients.
+                let q = plan.get::<NV0080_ALLOC_PARAMETERS>(pb);
+                for c in [q.hClientShare, q.hTargetClient] {
                     if c != 0 {
                         self.need_client(c)?;
                     }
                 }
-                let (target, target_dev) = (at(plan, 8), at(plan, 12));
-                if target != 0 && target_dev != 0 {
-                    self.need_object(target, target_dev, NV_ERR_INVALID_OBJECT_HANDLE)?;
+                if q.hTargetClient != 0 && q.hTargetDevice != 0 {
+                    self.need_object(
+                        q.hTargetClient,
+                        q.hTargetDevice,
+                        NV_ERR_INVALID_OBJECT_HANDLE,
+                    )?;
                 }
             }
             NV_MEMORY_MULTICAST_FABRIC => {
-                // pOsEvent: optional fd (0 = none); at 32 in the 535 layout, 72 later.
-                let off = if plan.buf(pb).len() == 40 { 32 } else { 72 };
+                // pOsEvent: optional fd (0 = none); the layout is the version's.
+                let off = match plan.buf(pb).len() {
+                    n if n == size_of::<NV00FD_ALLOCATION_PARAMETERS>() => {
+                        offset_of!(NV00FD_ALLOCATION_PARAMETERS, pOsEvent)
+                    }
+                    n if n == size_of::<NV00FD_ALLOCATION_PARAMETERS_V590>() => {
+                        const _: () = assert!(
+                            offset_of!(NV00FD_ALLOCATION_PARAMETERS_V590, pOsEvent)
+                                == offset_of!(NV00FD_ALLOCATION_PARAMETERS_V545, pOsEvent)
+                        );
+                        offset_of!(NV00FD_ALLOCATION_PARAMETERS_V590, pOsEvent)
+                    }
+                    _ => {
+                        return deny(
+                            NV_ERR_INVALID_CLASS,
+                            "multicast fabric params of unknown size",
+                        );
+                    }
+                };
                 let fd = rd64(plan.buf(pb), off);
                 if fd != 0 {
                     let host = self.translate_fd_status(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
@@ -250,27 +282,36 @@ impl Req<'_> {
                 return deny(NV_ERR_NOT_SUPPORTED, "IMEX sessions need nvidia-caps fds");
             }
             GT200_DEBUGGER => {
-                // NV83DE_ALLOC_PARAMETERS.hAppClient names the debugged client.
-                let app = at(plan, 4);
-                self.need_client(app)?;
-                if app == h_root {
-                    deps.push(at(plan, 8));
+                // hAppClient names the debugged client.
+                let q = plan.get::<NV83DE_ALLOC_PARAMETERS>(pb);
+                self.need_client(q.hAppClient)?;
+                if q.hAppClient == h_root {
+                    deps.push(q.hClass3dObject);
                 }
             }
             NV01_MEMORY_VIRTUAL => {
-                let va = at(plan, 16);
+                let va = plan.get::<NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS>(pb).hVASpace;
                 if va != 0 && va != 0xffff_ffff {
                     deps.push(va);
                 }
             }
-            NV01_CONTEXT_DMA => deps.push(at(plan, 8)),
-            KEPLER_CHANNEL_GROUP_A => deps.push(at(plan, 8)),
-            FERMI_CONTEXT_SHARE_A => deps.push(at(plan, 0)),
-            // NV_CHANNEL_ALLOC_PARAMS: hContextShare at 24, hVASpace at 28 in every version of
-            // the tree (abi-facts).
+            NV01_CONTEXT_DMA => deps.push(plan.get::<NV_CONTEXT_DMA_ALLOCATION_PARAMS>(pb).hMemory),
+            KEPLER_CHANNEL_GROUP_A => {
+                deps.push(
+                    plan.get::<NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS>(pb)
+                        .hVASpace,
+                );
+            }
+            FERMI_CONTEXT_SHARE_A => {
+                deps.push(plan.get::<NV_CTXSHARE_ALLOCATION_PARAMETERS>(pb).hVASpace);
+            }
             _ if name.contains("CHANNEL_GPFIFO") => {
-                deps.push(at(plan, 24));
-                deps.push(at(plan, 28));
+                // NV_CHANNEL_ALLOC_PARAMS (not modelled): hContextShare at 24, hVASpace at 28
+                // in every version of the tree (abi-facts).
+                const H_CONTEXT_SHARE: usize = 24;
+                const H_VA_SPACE: usize = 28;
+                deps.push(rd32(plan.buf(pb), H_CONTEXT_SHARE));
+                deps.push(rd32(plan.buf(pb), H_VA_SPACE));
             }
             _ => {}
         }
@@ -282,7 +323,6 @@ impl Req<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::wr64;
 
     #[test]
     fn test_every_class_of_every_version_has_a_translation() {
@@ -301,18 +341,25 @@ mod tests {
 
     #[test]
     fn test_nvos21_roundtrip_through_nvos64() {
-        let mut b = vec![0u8; 32];
-        for (i, v) in [1u32, 2, 3, 0x41].iter().enumerate() {
-            wr32(&mut b, 4 * i, *v);
-        }
-        wr64(&mut b, 16, 0x1000);
-        wr32(&mut b, 24, 4);
-        wr32(&mut b, 28, 0x22);
-        let wide = nvos21_to_64(&b);
+        let p = NVOS21_PARAMETERS {
+            hRoot: 1,
+            hObjectParent: 2,
+            hObjectNew: 3,
+            hClass: 0x41,
+            pAllocParms: 0x1000,
+            paramsSize: 4,
+            status: 0x22,
+        };
+        let wide = nvos21_to_64(&p);
         assert_eq!(
-            (rd64(&wide, 16), rd32(&wide, 32), rd32(&wide, 40)),
-            (0x1000, 4, 0x22)
+            (
+                wide.pAllocParms,
+                wide.paramsSize,
+                wide.status,
+                wide.pRightsRequested
+            ),
+            (0x1000, 4, 0x22, 0)
         );
-        assert_eq!(nvos64_to_21(&wide), b);
+        assert_eq!(nvos64_to_21(&wide).as_bytes(), p.as_bytes());
     }
 }

@@ -23,11 +23,30 @@
 //! gets `NV_ERR_INSUFFICIENT_PERMISSIONS` there and `NV_ERR_INVALID_ARGUMENT` here.
 
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
-use nvproxy_abi::structs::{NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS};
+use std::mem::offset_of;
+
+use nvproxy_abi::structs::{
+    NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS, NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS,
+    NV0000_CTRL_GPU_GET_ID_INFO_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
+    NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS, NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS,
+    NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580, NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS,
+    NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS,
+    NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS, NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS,
+    NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS,
+    NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS,
+    NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS,
+    NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS,
+    NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS, NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS,
+    NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550, NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS,
+    NV00FD_CTRL_ATTACH_GPU_PARAMS, NV503C_CTRL_REGISTER_VA_SPACE_PARAMS,
+    NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS, NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS,
+    NVOS54_PARAMETERS,
+};
 use nvproxy_abi::{
     Caps, RM_GSS_LEGACY_MASK_PRIVILEGED, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, Translation,
 };
 use tracing::debug;
+use zerocopy::IntoBytes;
 
 use crate::audit::Kind;
 use crate::embedded::{Count, embedded};
@@ -128,16 +147,49 @@ pub(crate) fn control_handled(cmd: u32, t: Translation) -> bool {
         || !embedded(cmd, u32::MAX).is_empty()
 }
 
+/// `NVOS54_PARAMETERS.status`.
+const STATUS: usize = offset_of!(NVOS54_PARAMETERS, status);
+/// `NVOS54_PARAMETERS.params`.
+const PARAMS: usize = offset_of!(NVOS54_PARAMETERS, params);
+
+// The gpuId-first controls read their gpuId at 0, the P2P caps their ids and count as V1 does,
+// and the id-info learning reads V2's fields from V1 too.
+const _: () = {
+    assert!(offset_of!(NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS, gpuId) == 0);
+    assert!(offset_of!(NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS, gpuId) == 0);
+    assert!(offset_of!(NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS, gpuId) == 0);
+    assert!(offset_of!(NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS, gpuId) == 0);
+    assert!(offset_of!(NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS, gpuId) == 0);
+    assert!(
+        offset_of!(NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS, gpuCount)
+            == offset_of!(NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS, gpuCount)
+    );
+    assert!(
+        offset_of!(NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550, gpuCount)
+            == offset_of!(NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS, gpuCount)
+    );
+    assert!(
+        offset_of!(NV0000_CTRL_GPU_GET_ID_INFO_PARAMS, deviceInstance)
+            == offset_of!(NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS, deviceInstance)
+    );
+    assert!(
+        offset_of!(NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS, excludedGpuIds)
+            == offset_of!(NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580, excludedGpuIds)
+    );
+};
+
 impl Req<'_> {
     /// `NV_ESC_RM_CONTROL`.
     pub(crate) fn rm_control(&mut self, addr: u64) -> Result<i32, ProxyError> {
         self.note.kind = Kind::Control;
-        self.with_status(addr, 32, 28, |r, top| r.control(addr, top))
+        self.with_params(addr, STATUS, |r, top: NVOS54_PARAMETERS| {
+            r.control(addr, top)
+        })
     }
 
-    fn control(&mut self, addr: u64, top: Vec<u8>) -> Result<i32, Stop> {
-        let (h_client, h_object, cmd) = (rd32(&top, 0), rd32(&top, 4), rd32(&top, 8));
-        let (params, size) = (rd64(&top, 16), rd32(&top, 24));
+    fn control(&mut self, addr: u64, top: NVOS54_PARAMETERS) -> Result<i32, Stop> {
+        let (h_client, h_object, cmd) = (top.hClient, top.hObject, top.cmd);
+        let (params, size) = (top.params, top.paramsSize);
         let spec = self.px.abi.controls.get(&cmd).copied();
         let pass = pass_through_family(cmd);
         self.note.number = cmd;
@@ -202,8 +254,8 @@ impl Req<'_> {
         if let Err(reason) = usable {
             return deny(NV_ERR_NOT_SUPPORTED, reason);
         }
-        let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top);
-        let pbuf = self.nested(&mut plan, None, 16, params, size as usize, Dir::InOut)?;
+        let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top.as_bytes().to_vec());
+        let pbuf = self.nested(&mut plan, None, PARAMS, params, size as usize, Dir::InOut)?;
         let mutates = match pbuf {
             Some(p) => self.control_prepare(cmd, size, h_client, &mut plan, p)?,
             None => false,
@@ -211,12 +263,12 @@ impl Req<'_> {
         let guard = mutates.then(|| self.px.rm_lock());
         let ret = self.exec(&mut plan)?;
         if let Some(p) = pbuf {
-            if rd32(&plan.call.params, 28) == NV_OK {
+            if plan.get::<NVOS54_PARAMETERS>(None).status == NV_OK {
                 self.control_post(cmd, size, h_client, h_object, &mut plan, p);
             }
         }
         drop(guard);
-        Ok(self.finish(addr, plan, Some(28), ret)?)
+        Ok(self.finish(addr, plan, Some(STATUS), ret)?)
     }
 
     /// Control-specific checks and translation before the host call. Returns whether the
@@ -257,11 +309,15 @@ impl Req<'_> {
             BUILD_VERSION => self.build_version(plan, p)?,
             // gpumgrGetGpuIdInfoV2 (gpu_mgr.c): a gpuId with no GPU is NV_ERR_INVALID_ARGUMENT.
             GET_ID_INFO => {
-                gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?;
+                type P = NV0000_CTRL_GPU_GET_ID_INFO_PARAMS;
+                gpu_check(self, plan.get::<P>(pb).gpuId, NV_ERR_INVALID_ARGUMENT)?;
                 // szName is unused by the driver (gVisor forces it NULL too).
-                plan.null_ptr(pb, 16);
+                plan.null_ptr(pb, offset_of!(P, szName));
             }
-            GET_ID_INFO_V2 => gpu_check(self, rd32(plan.buf(pb), 0), NV_ERR_INVALID_ARGUMENT)?,
+            GET_ID_INFO_V2 => {
+                let id = plan.get::<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS>(pb).gpuId;
+                gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
+            }
             // GET_PCI_INFO (gpumgrGetProbedGpuDomainBusDevice) and GET_UUID_FROM_GPU_ID
             // (cliresCtrlCmdGpuGetUuidFromGpuId) answer an unknown gpuId with
             // NV_ERR_OBJECT_NOT_FOUND ("nvml wants to be able to tell this case apart").
@@ -273,27 +329,23 @@ impl Req<'_> {
             }
             ATTACH_IDS | DETACH_IDS => self.gpu_id_list(plan, p)?,
             c if P2P_CAPS.contains(&c) => {
-                let buf = plan.buf(pb);
-                let n = rd32(buf, 128) as usize;
+                // gpuIds[32] then gpuCount in every layout (V1, V2, _V550; asserted below).
+                let q = plan.get::<NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS>(pb);
+                let n = q.gpuCount as usize;
                 if n > NV0000_CTRL_GPU_MAX_GPUS {
                     return fail(NV_ERR_INVALID_ARGUMENT, "gpuCount above 32");
                 }
-                let ids: Vec<u32> = (0..n).map(|i| rd32(buf, 4 * i)).collect();
-                for id in ids {
+                for &id in &q.gpuIds[..n] {
                     gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
                 }
             }
             P2P_CAPS_MATRIX => {
-                let buf = plan.buf(pb);
-                let (a, b) = (rd32(buf, 0) as usize, rd32(buf, 4) as usize);
-                if a > 8 || b > 8 {
+                let q = plan.get::<NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS>(pb);
+                let (a, b) = (q.grpACount as usize, q.grpBCount as usize);
+                if a > q.gpuIdGrpA.len() || b > q.gpuIdGrpB.len() {
                     return fail(NV_ERR_INVALID_ARGUMENT, "group count above 8");
                 }
-                let ids: Vec<u32> = (0..a)
-                    .map(|i| rd32(buf, 8 + 4 * i))
-                    .chain((0..b).map(|i| rd32(buf, 40 + 4 * i)))
-                    .collect();
-                for id in ids {
+                for &id in q.gpuIdGrpA[..a].iter().chain(&q.gpuIdGrpB[..b]) {
                     gpu_check(self, id, NV_ERR_INVALID_ARGUMENT)?;
                 }
             }
@@ -302,64 +354,78 @@ impl Req<'_> {
                 return deny(NV_ERR_NOT_SUPPORTED, "NVLink status layout unknown");
             }
             DISABLE_CHANNELS => {
-                let buf = plan.buf(pb);
-                if rd64(buf, 16) != 0 {
+                let q = plan.get::<NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS>(pb);
+                if q.pRunlistPreemptEvent != 0 {
                     return fail(NV_ERR_INVALID_ARGUMENT, "pRunlistPreemptEvent must be NULL");
                 }
-                let n = (rd32(buf, 4) as usize).min(64);
-                let clients: Vec<u32> = (0..n).map(|i| rd32(buf, 24 + 4 * i)).collect();
-                for c in clients {
+                let n = (q.numChannels as usize).min(q.hClientList.len());
+                for &c in &q.hClientList[..n] {
                     self.need_client(c)?;
                 }
             }
             EXEC_REG_OPS => {
-                let target = rd32(plan.buf(pb), 0);
+                let target = plan
+                    .get::<NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS>(pb)
+                    .hClientTarget;
                 if target != 0 {
                     self.need_client(target)?;
                 }
             }
             REGISTER_VA_SPACE => {
-                let va = rd32(plan.buf(pb), 0);
+                let va = plan
+                    .get::<NV503C_CTRL_REGISTER_VA_SPACE_PARAMS>(pb)
+                    .hVASpace;
                 self.need_object(h_client, va, NV_ERR_OBJECT_NOT_FOUND)?;
             }
             ATTACH_GPU => {
-                let buf = plan.buf(pb);
-                self.need_object(h_client, rd32(buf, 0), NV_ERR_OBJECT_NOT_FOUND)?;
-                let fd = rd64(buf, 8) as i32;
-                let host = self.translate_fd_status(fd, NV_ERR_INVALID_DEVICE)?;
-                plan.rewrite64(pb, 8, host as u64);
+                type P = NV00FD_CTRL_ATTACH_GPU_PARAMS;
+                let q = plan.get::<P>(pb);
+                self.need_object(h_client, q.hSubdevice, NV_ERR_OBJECT_NOT_FOUND)?;
+                let host =
+                    self.translate_fd_status(q.devDescriptor as i32, NV_ERR_INVALID_DEVICE)?;
+                plan.rewrite64(pb, offset_of!(P, devDescriptor), host as u64);
             }
             UNIX_EXPORT_OBJECT => {
-                let buf = plan.buf(pb);
-                if rd32(buf, 0) == EXPORT_OBJECT_TYPE_RM {
-                    let handles = [rd32(buf, 4), rd32(buf, 8), rd32(buf, 12)];
-                    for h in handles.into_iter().filter(|&h| h != 0) {
+                type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS;
+                let q = plan.get::<P>(pb);
+                if q.object.r#type == EXPORT_OBJECT_TYPE_RM {
+                    // data: hDevice, hParent, hObject.
+                    for h in q.object.data.into_iter().filter(|&h| h != 0) {
                         self.need_object(h_client, h, NV_ERR_OBJECT_NOT_FOUND)?;
                     }
                 }
-                self.unix_fd(plan, p, 16)?;
+                self.unix_fd(plan, p, offset_of!(P, fd))?;
             }
-            UNIX_GET_EXPORT_INFO => self.unix_fd(plan, p, 0)?,
+            UNIX_GET_EXPORT_INFO => {
+                self.unix_fd(
+                    plan,
+                    p,
+                    offset_of!(NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS, fd),
+                )?;
+            }
             UNIX_EXPORT_OBJECTS => {
-                let h_device = rd32(plan.buf(pb), 4);
+                type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS;
+                let h_device = rd32(plan.buf(pb), offset_of!(P, hDevice));
                 self.need_object(h_client, h_device, NV_ERR_OBJECT_NOT_FOUND)?;
-                self.unix_fd(plan, p, 0)?;
+                self.unix_fd(plan, p, offset_of!(P, fd))?;
             }
             UNIX_IMPORT_OBJECT => {
-                let buf = plan.buf(pb);
-                if rd32(buf, 4) == EXPORT_OBJECT_TYPE_RM {
-                    let parent = rd32(buf, 12);
-                    self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
+                type P = NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS;
+                let q = plan.get::<P>(pb);
+                if q.object.r#type == EXPORT_OBJECT_TYPE_RM {
+                    // data: hParent, hObject (out).
+                    self.need_object(h_client, q.object.data[1], NV_ERR_INVALID_OBJECT_PARENT)?;
                 }
                 self.need_room()?;
-                self.unix_fd(plan, p, 0)?;
+                self.unix_fd(plan, p, offset_of!(P, fd))?;
                 return Ok(true);
             }
             UNIX_IMPORT_OBJECTS => {
-                let parent = rd32(plan.buf(pb), 4);
+                type P = NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS;
+                let parent = rd32(plan.buf(pb), offset_of!(P, hParent));
                 self.need_object(h_client, parent, NV_ERR_INVALID_OBJECT_PARENT)?;
                 self.need_room()?;
-                self.unix_fd(plan, p, 0)?;
+                self.unix_fd(plan, p, offset_of!(P, fd))?;
                 return Ok(true);
             }
             _ => {}
@@ -380,24 +446,30 @@ impl Req<'_> {
     /// string pointers NULL the driver only reports `sizeOfStrings`; otherwise it checks
     /// `sizeOfStrings` against its own (at most 256-byte) strings and copies each out.
     fn build_version(&mut self, plan: &mut Plan, p: usize) -> Result<(), Stop> {
+        type P = NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS;
+        const PTRS: [usize; 3] = [
+            offset_of!(P, pDriverVersionBuffer),
+            offset_of!(P, pVersionBuffer),
+            offset_of!(P, pTitleBuffer),
+        ];
         let pb = Some(p);
-        let buf = plan.buf(pb);
-        let ptrs = [rd64(buf, 8), rd64(buf, 16), rd64(buf, 24)];
+        let q = plan.get::<P>(pb);
+        let ptrs = [q.pDriverVersionBuffer, q.pVersionBuffer, q.pTitleBuffer];
         if ptrs.contains(&0) {
-            for off in [8, 16, 24] {
+            for off in PTRS {
                 plan.null_ptr(pb, off);
             }
             return Ok(());
         }
-        let size = rd32(buf, 0);
+        let size = q.sizeOfStrings;
         if size == 0 {
             return fail(NV_ERR_INVALID_PARAM_STRUCT, "sizeOfStrings is 0");
         }
         // The host sees buffers of at most 256 bytes and a sizeOfStrings that matches them;
         // the client gets its own value back.
         let len = size.min(BUILD_VERSION_MAX_STRING);
-        plan.rewrite32(pb, 0, len);
-        for (off, addr) in [8, 16, 24].into_iter().zip(ptrs) {
+        plan.rewrite32(pb, offset_of!(P, sizeOfStrings), len);
+        for (off, addr) in PTRS.into_iter().zip(ptrs) {
             self.nested(plan, pb, off, addr, len as usize, Dir::InOut)?;
         }
         Ok(())
@@ -445,12 +517,16 @@ impl Req<'_> {
     ) {
         let pb = Some(p);
         match cmd {
-            GET_ATTACHED_IDS => self.filter_id_lists(plan, p, &[0], None),
+            GET_ATTACHED_IDS => {
+                let ids = offset_of!(NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS, gpuIds);
+                self.filter_id_lists(plan, p, &[ids], None);
+            }
             GET_PROBED_IDS => {
+                type P = NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580;
                 // gpuFlags (580+) runs parallel to gpuIds.
-                let flags = (size >= 384).then_some(256);
-                self.filter_id_lists(plan, p, &[0], flags);
-                self.filter_id_lists(plan, p, &[128], None);
+                let flags = (size as usize == size_of::<P>()).then_some(offset_of!(P, gpuFlags));
+                self.filter_id_lists(plan, p, &[offset_of!(P, gpuIds)], flags);
+                self.filter_id_lists(plan, p, &[offset_of!(P, excludedGpuIds)], None);
             }
             GET_ACTIVE_DEVICE_IDS => self.filter_active_devices(plan, p),
             GET_DEVICE_IDS => self.filter_device_mask(h_client, plan, p),
@@ -458,18 +534,21 @@ impl Req<'_> {
             NVLINK_GET_NVLINK_STATUS => self.filter_nvlink_status(plan, p, size),
             GPU_GET_PIDS => self.filter_pids(plan, p),
             GET_ID_INFO | GET_ID_INFO_V2 => {
-                let buf = plan.buf(pb);
-                self.px.learn_device(rd32(buf, 8), rd32(buf, 0));
+                // gpuId and deviceInstance lie alike in both (asserted below).
+                let q = plan.get::<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS>(pb);
+                self.px.learn_device(q.deviceInstance, q.gpuId);
             }
             REGISTER_VA_SPACE => {
-                let va = rd32(plan.buf(pb), 0);
+                let va = plan
+                    .get::<NV503C_CTRL_REGISTER_VA_SPACE_PARAMS>(pb)
+                    .hVASpace;
                 let r = self.px.objects().add_dependency(h_client, h_object, va);
                 debug!(?r, "VA space dependency");
             }
             UNIX_IMPORT_OBJECT => {
-                let buf = plan.buf(pb);
-                if rd32(buf, 4) == EXPORT_OBJECT_TYPE_RM {
-                    let (parent, h) = (rd32(buf, 12), rd32(buf, 16));
+                let q = plan.get::<NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS>(pb);
+                if q.object.r#type == EXPORT_OBJECT_TYPE_RM {
+                    let (parent, h) = (q.object.data[1], q.object.data[2]);
                     let r = self
                         .px
                         .objects()
@@ -478,11 +557,10 @@ impl Req<'_> {
                 }
             }
             UNIX_IMPORT_OBJECTS => {
-                let buf = plan.buf(pb).to_vec();
-                let parent = rd32(&buf, 4);
+                let q = plan.get::<NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS>(pb);
+                let parent = q.hParent;
                 let mut t = self.px.objects();
-                for i in 0..128 {
-                    let h = rd32(&buf, 8 + 4 * i);
+                for h in q.objects {
                     if h != 0 {
                         let r = t.add_object(h_client, parent, h, IMPORTED_CLASS, &[]);
                         debug!(?r, h, "imported object");

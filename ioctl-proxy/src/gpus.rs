@@ -10,9 +10,9 @@ use core::mem::offset_of;
 
 use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, nv_iowr};
 use nvproxy_abi::structs::{
-    NV0000_CTRL_GPU_ACTIVE_DEVICE, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
+    NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
     NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS,
-    nv_ioctl_card_info_t,
+    NVOS54_PARAMETERS, nv_ioctl_card_info_t,
 };
 use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -25,6 +25,9 @@ use crate::request::Req;
 use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
 
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
+
+/// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` (`ctrl0000gpu.h`).
+const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
 
 /// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` (`ctrl0000gpu.h`).
 const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
@@ -212,20 +215,19 @@ impl Req<'_> {
 
     /// `GPU_GET_ACTIVE_DEVICE_IDS`: keeps the devices of the instance's GPUs.
     pub(crate) fn filter_active_devices(&self, plan: &mut Plan, p: usize) {
-        const DEV: usize = size_of::<NV0000_CTRL_GPU_ACTIVE_DEVICE>();
-        let buf = plan.buf(Some(p)).to_vec();
-        let max = (buf.len().saturating_sub(4)) / DEV;
-        let n = (rd32(&buf, 0) as usize).min(max);
-        let kept: Vec<&[u8]> = (0..n)
-            .map(|i| &buf[4 + i * DEV..4 + (i + 1) * DEV])
-            .filter(|d| self.px.gpu_in_set(rd32(d, 0)))
-            .collect();
-        let mut out = vec![0u8; buf.len()];
-        wr32(&mut out, 0, kept.len() as u32);
-        for (i, d) in kept.iter().enumerate() {
-            out[4 + i * DEV..4 + (i + 1) * DEV].copy_from_slice(d);
+        let q = plan.get::<NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS>(Some(p));
+        let n = (q.numDevices as usize).min(q.devices.len());
+        let mut out = NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS::new_zeroed();
+        let mut kept = 0;
+        for d in q.devices[..n]
+            .iter()
+            .filter(|d| self.px.gpu_in_set(d.gpuId))
+        {
+            out.devices[kept] = *d;
+            kept += 1;
         }
-        plan.overwrite(Some(p), 0, &out);
+        out.numDevices = kept as u32;
+        plan.overwrite(Some(p), 0, out.as_bytes());
     }
 
     /// Whether device instance `device` (an `NV01_DEVICE_0` `deviceId`) is one of the
@@ -244,31 +246,33 @@ impl Req<'_> {
     /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, through the tenant's own client `h_client` (a
     /// query; nothing changes).
     fn learn_devices(&self, h_client: u32) {
+        type Info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
         for g in &self.px.gpus {
-            let mut info = vec![0u8; size_of::<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS>()];
-            wr32(&mut info, 0, g.gpu_id);
-            let mut top = vec![0u8; 32];
-            wr32(&mut top, 0, h_client);
-            wr32(&mut top, 4, h_client);
-            wr32(&mut top, 8, 0x205);
-            top[16..24].copy_from_slice(&NESTED_PTR_PLACEHOLDER.to_ne_bytes());
-            wr32(&mut top, 24, info.len() as u32);
+            let mut info = Info::new_zeroed();
+            info.gpuId = g.gpu_id;
+            let mut top = NVOS54_PARAMETERS::new_zeroed();
+            top.hClient = h_client;
+            top.hObject = h_client;
+            top.cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
+            top.params = NESTED_PTR_PLACEHOLDER;
+            top.paramsSize = size_of::<Info>() as u32;
             let mut call = HostCall {
                 cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-                params: top,
+                params: top.as_bytes().to_vec(),
                 nested: vec![NestedBuf {
                     parent: None,
-                    offset: 16,
-                    data: info,
+                    offset: offset_of!(NVOS54_PARAMETERS, params),
+                    data: info.as_bytes().to_vec(),
                 }],
             };
-            let ok = self.file.host.ioctl(&mut call).is_ok() && rd32(&call.params, 28) == NV_OK;
+            let ok = self.file.host.ioctl(&mut call).is_ok()
+                && NVOS54_PARAMETERS::read_from_bytes(&call.params)
+                    .is_ok_and(|t| t.status == NV_OK);
             if ok {
-                let out = &call.nested[0].data;
-                let inst = rd32(
-                    out,
-                    offset_of!(NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS, deviceInstance),
-                );
+                let Ok(out) = Info::read_from_bytes(&call.nested[0].data) else {
+                    continue;
+                };
+                let inst = out.deviceInstance;
                 debug!(gpu_id = g.gpu_id, device = inst, "learned device instance");
                 self.px.learn_device(inst, g.gpu_id);
             }
@@ -334,14 +338,21 @@ impl Req<'_> {
             let Some(remote) = buf.get(r..r + l.remote_size) else {
                 break;
             };
-            let device_type = u64::from_ne_bytes(remote[24..32].try_into().unwrap_or([0; 8]));
+            let device_type = u64::from_ne_bytes(
+                remote[NVLINK_DEVICE_TYPE..NVLINK_DEVICE_TYPE + 8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
             if device_type != NVLINK_DEVICE_TYPE_GPU {
                 continue;
             }
             let pci = (
-                rd32(remote, 4),
-                u16::from_ne_bytes([remote[8], remote[9]]),
-                u16::from_ne_bytes([remote[10], remote[11]]),
+                rd32(remote, NVLINK_DEVICE_DOMAIN),
+                u16::from_ne_bytes([remote[NVLINK_DEVICE_BUS], remote[NVLINK_DEVICE_BUS + 1]]),
+                u16::from_ne_bytes([
+                    remote[NVLINK_DEVICE_DEVICE],
+                    remote[NVLINK_DEVICE_DEVICE + 1],
+                ]),
             );
             let ours = self
                 .px
@@ -352,7 +363,8 @@ impl Req<'_> {
                 continue;
             }
             buf[r..r + l.remote_size].fill(0);
-            buf[r + 24..r + 32].copy_from_slice(&NVLINK_DEVICE_TYPE_NONE.to_ne_bytes());
+            buf[r + NVLINK_DEVICE_TYPE..r + NVLINK_DEVICE_TYPE + 8]
+                .copy_from_slice(&NVLINK_DEVICE_TYPE_NONE.to_ne_bytes());
             buf[e + NVLINK_LINK_CONNECTED] = 0;
             buf[e + NVLINK_REMOTE_LINK_NUMBER] = 0;
         }
@@ -363,6 +375,8 @@ impl Req<'_> {
     /// instance belongs to the daemon process serving it; the others are other tenants'
     /// workers or host processes, which a tenant must not see.
     pub(crate) fn filter_pids(&self, plan: &mut Plan, p: usize) {
+        // NV2080_CTRL_GPU_GET_PIDS_PARAMS (not modelled; the same in every version of the
+        // tree, abi-facts): idType, id, pidTblCount, pidTbl[950].
         const COUNT: usize = 8;
         const TABLE: usize = 12;
         let me = std::process::id();
@@ -396,6 +410,12 @@ pub(crate) struct NvlinkStatusLayout {
     pub(crate) links: usize,
 }
 
+/// `NV2080_CTRL_NVLINK_DEVICE_INFO` fields (not modelled; the same in every version of the
+/// tree, abi-facts): `domain`, `bus`, `device`, `deviceType`.
+const NVLINK_DEVICE_DOMAIN: usize = 4;
+const NVLINK_DEVICE_BUS: usize = 8;
+const NVLINK_DEVICE_DEVICE: usize = 10;
+const NVLINK_DEVICE_TYPE: usize = 24;
 /// `NV2080_CTRL_NVLINK_LINK_STATUS_INFO.connected` (the same in every version).
 const NVLINK_LINK_CONNECTED: usize = 56;
 /// `NV2080_CTRL_NVLINK_LINK_STATUS_INFO.remoteDeviceLinkNumber`.

@@ -59,4 +59,30 @@ pub trait ClientMemory {
         reserved?;
         Ok(data)
     }
+
+    /// Reads `buf.len()` bytes at `addr` into `buf` (a typed params struct on the handler's
+    /// stack): [`read`] without its allocation where the transport can. A short read is
+    /// [`MemError::Fault`].
+    ///
+    /// [`read`]: ClientMemory::read
+    fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let data = self.read(addr, buf.len())?;
+        if data.len() != buf.len() {
+            return Err(MemError::Fault);
+        }
+        buf.copy_from_slice(&data);
+        Ok(())
+    }
+
+    /// [`read_into`] and [`reserve_write`] of the same region, as [`read_for_update`].
+    ///
+    /// [`read_into`]: ClientMemory::read_into
+    /// [`reserve_write`]: ClientMemory::reserve_write
+    /// [`read_for_update`]: ClientMemory::read_for_update
+    fn read_for_update_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let data = self.read_into(addr, buf);
+        let reserved = self.reserve_write(addr, buf.len());
+        data?;
+        reserved
+    }
 }

@@ -7,6 +7,12 @@
 //! `copy_to_user` of the whole struct.
 
 use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// What a handler reads client params as: a `#[repr(C)]` struct of `nvproxy-abi` whose layout
+/// the parity test checks for every driver version.
+pub(crate) trait Params: FromBytes + IntoBytes + Immutable + KnownLayout + Copy {}
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy> Params for T {}
 
 /// Reads a native-endian `u32` at `off`; 0 when out of range (callers size buffers first).
 pub(crate) fn rd32(b: &[u8], off: usize) -> u32 {
@@ -67,6 +73,21 @@ impl Plan {
             },
             outs: Vec::new(),
             restores: Vec::new(),
+        }
+    }
+
+    /// A buffer's leading bytes as `T` (zeros where the buffer is shorter: callers size
+    /// buffers by `T` first).
+    pub(crate) fn get<T: Params>(&self, b: Buf) -> T {
+        let bytes = self.buf(b);
+        match T::read_from_prefix(bytes) {
+            Ok((t, _)) => t,
+            Err(_) => {
+                let mut t = T::new_zeroed();
+                let n = bytes.len().min(size_of::<T>());
+                t.as_mut_bytes()[..n].copy_from_slice(&bytes[..n]);
+                t
+            }
         }
     }
 

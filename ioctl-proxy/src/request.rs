@@ -8,16 +8,21 @@ use std::sync::Arc;
 
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::{
-    NVOS46_PARAMETERS, NVOS46_PARAMETERS_V580, NVOS47_PARAMETERS, NVOS47_PARAMETERS_V550,
+    NVOS00_PARAMETERS, NVOS02_PARAMETERS, NVOS30_PARAMETERS, NVOS32_PARAMETERS, NVOS33_PARAMETERS,
+    NVOS34_PARAMETERS, NVOS39_PARAMETERS, NVOS46_PARAMETERS, NVOS46_PARAMETERS_V580,
+    NVOS47_PARAMETERS, NVOS47_PARAMETERS_V550, NVOS55_PARAMETERS, NVOS56_PARAMETERS,
+    NVOS57_PARAMETERS, nv_ioctl_alloc_os_event_t, nv_ioctl_nvos02_parameters_with_fd,
+    nv_ioctl_nvos33_parameters_with_fd, nv_ioctl_register_fd_t, nv_ioctl_xfer_t,
 };
 use nvproxy_abi::{EscapeSpec, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE};
 use tracing::debug;
+use zerocopy::{FromZeros, IntoBytes};
 
 use crate::audit::{Decision, Kind};
 use crate::error::ProxyError;
 use crate::memory::{ClientMemory, MemError};
 use crate::nv::*;
-use crate::plan::{Buf, Plan, rd32, rd64, wr32};
+use crate::plan::{Buf, Params, Plan, rd32, rd64, wr32};
 use crate::policy::Verdict;
 use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy};
 
@@ -200,6 +205,16 @@ impl<'a> Req<'a> {
         Ok(b)
     }
 
+    /// Reads the top-level params as `T`, once, and declares their write-back. A fault is
+    /// `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
+    pub(crate) fn read_params<T: Params>(&mut self, addr: u64) -> Result<T, ProxyError> {
+        let mut p = T::new_zeroed();
+        self.mem
+            .read_for_update_into(addr, p.as_mut_bytes())
+            .map_err(top_err)?;
+        Ok(p)
+    }
+
     /// Copies the top-level params back: always a request's last write, so the transport's
     /// buffered writes (nested outputs first) are flushed here, with one syscall.
     pub(crate) fn write_top(&mut self, addr: u64, data: &[u8]) -> Result<(), ProxyError> {
@@ -345,18 +360,17 @@ impl<'a> Req<'a> {
         self.finish_with(addr, plan, status_off, ret, |t| t)
     }
 
-    /// Runs an RM escape handler whose params carry a status at `status_off`: a [`Stop::Status`]
-    /// from it is written into the client's copy of the struct and the ioctl succeeds.
-    pub(crate) fn with_status(
+    /// Runs an RM escape handler on its params `T` (read once), whose NV status is at
+    /// `status_off`: a [`Stop::Status`] from it is written into the client's own copy of the
+    /// struct and the ioctl succeeds.
+    pub(crate) fn with_params<T: Params>(
         &mut self,
         addr: u64,
-        len: usize,
         status_off: usize,
-        f: impl FnOnce(&mut Self, Vec<u8>) -> Result<i32, Stop>,
+        f: impl FnOnce(&mut Self, T) -> Result<i32, Stop>,
     ) -> Result<i32, ProxyError> {
-        let top = self.read_top(addr, len)?;
-        let mut answer = top.clone();
-        match f(self, top) {
+        let p = self.read_params::<T>(addr)?;
+        match f(self, p) {
             Ok(r) => Ok(r),
             Err(Stop::Err(e)) => Err(e),
             Err(Stop::Status {
@@ -369,8 +383,9 @@ impl<'a> Req<'a> {
                 }
                 self.note.reason = Some(reason);
                 self.note.nv_status = Some(status);
-                wr32(&mut answer, status_off, status);
-                self.write_top(addr, &answer)?;
+                let mut answer = p;
+                wr32(answer.as_mut_bytes(), status_off, status);
+                self.write_top(addr, answer.as_bytes())?;
                 Ok(0)
             }
         }
@@ -433,10 +448,9 @@ impl<'a> Req<'a> {
                     size,
                 });
             }
-            let x = self.mem.read(arg, 16).map_err(top_err)?;
-            nr = rd32(&x, 0);
-            size = rd32(&x, 4);
-            addr = rd64(&x, 8);
+            let mut x = nv_ioctl_xfer_t::new_zeroed();
+            self.mem.read_into(arg, x.as_mut_bytes()).map_err(top_err)?;
+            (nr, size, addr) = (x.cmd, x.size, x.ptr);
             self.note.number = nr;
             self.note.name = Cow::Borrowed("");
             if size > NV_ABSOLUTE_MAX_IOCTL_SIZE {
@@ -528,27 +542,31 @@ impl<'a> Req<'a> {
 
     /// `NV_ESC_REGISTER_FD`: `ctl_fd` becomes the host id of the control file it names.
     fn register_fd(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        let top = self.read_top(addr, 4)?;
-        let fd = rd32(&top, 0) as i32;
-        let host = self.translate_fd_errno(fd)?;
-        let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, top);
-        plan.rewrite32(None, 0, host as u32);
+        let p = self.read_params::<nv_ioctl_register_fd_t>(addr)?;
+        let host = self.translate_fd_errno(p.ctl_fd)?;
+        let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, p.as_bytes().to_vec());
+        plan.rewrite32(
+            None,
+            offset_of!(nv_ioctl_register_fd_t, ctl_fd),
+            host as u32,
+        );
         let ret = self.exec(&mut plan)?;
         self.finish(addr, plan, None, ret)
     }
 
-    /// `NV_ESC_ALLOC_OS_EVENT` / `NV_ESC_FREE_OS_EVENT`: the client must be ours; `fd` is the
-    /// key the driver files the event under (and `NV0005_ALLOC_PARAMETERS.data` names later),
-    /// translated the same way everywhere.
+    /// `NV_ESC_ALLOC_OS_EVENT` / `NV_ESC_FREE_OS_EVENT` (the same layout): the client must be
+    /// ours; `fd` is the key the driver files the event under (and
+    /// `NV0005_ALLOC_PARAMETERS.data` names later), translated the same way everywhere.
     fn os_event(&mut self, nr: u8, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 16, 12, |r, top| {
-            r.need_client(rd32(&top, 0))?;
-            let fd = rd32(&top, 8) as i32;
-            let host = r.translate_fd_status(fd, NV_ERR_INVALID_ARGUMENT)?;
-            let mut plan = Plan::new(nv_iowr(nr, 16), top);
-            plan.rewrite32(None, 8, host as u32);
+        type P = nv_ioctl_alloc_os_event_t;
+        const STATUS: usize = offset_of!(P, Status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            r.need_client(p.hClient)?;
+            let host = r.translate_fd_status(p.fd, NV_ERR_INVALID_ARGUMENT)?;
+            let mut plan = Plan::new(nv_iowr(nr, size_of::<P>()), p.as_bytes().to_vec());
+            plan.rewrite32(None, offset_of!(P, fd), host as u32);
             let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(12), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
@@ -557,77 +575,96 @@ impl<'a> Req<'a> {
     /// an unknown handle as a no-op under `RS_COMPATABILITY_MODE` (`rs_server.c`, set by
     /// `src/nvidia/Makefile`), so a double free is `NV_OK` too.
     fn rm_free(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 16, 12, |r, top| {
-            let (h_root, h_old) = (rd32(&top, 0), rd32(&top, 8));
+        type P = NVOS00_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            let (h_root, h_old) = (p.hRoot, p.hObjectOld);
             r.need_client(h_root)?;
             if h_old != h_root && !r.px.objects().contains(h_root, h_old) {
                 return answer_ok("free of an unknown object is a no-op");
             }
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, 16), top);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_FREE, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
-            if rd32(&plan.call.params, 12) == NV_OK {
+            if plan.get::<P>(None).status == NV_OK {
                 let freed = r.px.objects().free(h_root, h_old);
                 debug!(?freed, "freed");
             }
-            Ok(r.finish(addr, plan, Some(12), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
     /// `NV_ESC_RM_DUP_OBJECT`: both clients must be ours; the new object is recorded with the
     /// source's class.
     fn rm_dup(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 28, 24, |r, top| {
-            let (h_client, h_parent) = (rd32(&top, 0), rd32(&top, 4));
-            let (h_src_client, h_src) = (rd32(&top, 12), rd32(&top, 16));
-            r.need_client(h_client)?;
-            r.need_object(h_client, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
-            r.need_client(h_src_client)?;
-            r.need_object(h_src_client, h_src, NV_ERR_OBJECT_NOT_FOUND)?;
+        type P = NVOS55_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            r.need_client(p.hClient)?;
+            r.need_object(p.hClient, p.hParent, NV_ERR_INVALID_OBJECT_PARENT)?;
+            r.need_client(p.hClientSrc)?;
+            r.need_object(p.hClientSrc, p.hObjectSrc, NV_ERR_OBJECT_NOT_FOUND)?;
             r.need_room()?;
-            let class = r.px.objects().class_of(h_src_client, h_src).unwrap_or(0);
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_DUP_OBJECT, 28), top);
+            let class =
+                r.px.objects()
+                    .class_of(p.hClientSrc, p.hObjectSrc)
+                    .unwrap_or(0);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_DUP_OBJECT, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
-            let out = &plan.call.params;
-            if rd32(out, 24) == NV_OK {
-                let h_new = rd32(out, 8);
+            let out = plan.get::<P>(None);
+            if out.status == NV_OK {
                 let added =
                     r.px.objects()
-                        .add_object(h_client, h_parent, h_new, class, &[]);
-                debug!(?added, h_new, "dup recorded");
+                        .add_object(p.hClient, p.hParent, out.hObject, class, &[]);
+                debug!(?added, h_new = out.hObject, "dup recorded");
             }
-            Ok(r.finish(addr, plan, Some(24), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
     /// `NV_ESC_RM_SHARE`: the object must be ours; a share policy that names a client
     /// (`RS_SHARE_TYPE_CLIENT`) must name one of ours.
     fn rm_share(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 24, 20, |r, top| {
-            let (h_client, h_object) = (rd32(&top, 0), rd32(&top, 4));
-            r.need_client(h_client)?;
-            r.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
-            let share_type = u16::from_ne_bytes([top[16], top[17]]);
-            if share_type == RS_SHARE_TYPE_CLIENT {
-                r.need_client(rd32(&top, 8))?;
+        type P = NVOS57_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            r.need_client(p.hClient)?;
+            r.need_object(p.hClient, p.hObject, NV_ERR_OBJECT_NOT_FOUND)?;
+            if p.sharePolicy.r#type == RS_SHARE_TYPE_CLIENT {
+                r.need_client(p.sharePolicy.target)?;
             }
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_SHARE, 24), top);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_SHARE, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
             let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(20), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
     /// `NV_ESC_RM_IDLE_CHANNELS`: three client arrays of `numChannels` handles; every client
     /// in them must be ours.
     fn rm_idle_channels(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 56, 48, |r, top| {
-            r.need_client(rd32(&top, 0))?;
-            let n = u64::from(rd32(&top, 12));
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_IDLE_CHANNELS, 56), top);
-            let clients = r.nested_array(&mut plan, None, 16, n, 4, Dir::In)?;
-            r.nested_array(&mut plan, None, 24, n, 4, Dir::In)?;
-            r.nested_array(&mut plan, None, 32, n, 4, Dir::In)?;
+        type P = NVOS30_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            r.need_client(p.hClient)?;
+            let n = u64::from(p.numChannels);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_IDLE_CHANNELS, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
+            let clients =
+                r.nested_array(&mut plan, None, offset_of!(P, phClients), n, 4, Dir::In)?;
+            r.nested_array(&mut plan, None, offset_of!(P, phDevices), n, 4, Dir::In)?;
+            r.nested_array(&mut plan, None, offset_of!(P, phChannels), n, 4, Dir::In)?;
             if let Some(i) = clients {
                 let list = plan.buf(Some(i)).to_vec();
                 for c in list.chunks_exact(4) {
@@ -635,7 +672,7 @@ impl<'a> Req<'a> {
                 }
             }
             let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(48), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
@@ -643,10 +680,11 @@ impl<'a> Req<'a> {
     /// functions include `ALLOC_OS_DESCRIPTOR`, which would pin pages of the *daemon* at a
     /// client-chosen address: never forwarded.
     fn rm_vid_heap(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 184, 20, |r, top| {
-            let (h_root, h_parent) = (rd32(&top, 0), rd32(&top, 4));
-            let (function, h_vaspace) = (rd32(&top, 8), rd32(&top, 12));
-            if function != nvproxy_abi::structs::NVOS32_FUNCTION_ALLOC_SIZE {
+        type P = NVOS32_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            let (h_root, h_parent, h_vaspace) = (p.hRoot, p.hObjectParent, p.hVASpace);
+            if p.function != nvproxy_abi::structs::NVOS32_FUNCTION_ALLOC_SIZE {
                 return deny(NV_ERR_NOT_SUPPORTED, "VID_HEAP function not proxied");
             }
             r.need_client(h_root)?;
@@ -655,18 +693,21 @@ impl<'a> Req<'a> {
                 r.need_object(h_root, h_vaspace, NV_ERR_INVALID_OBJECT_HANDLE)?;
             }
             r.need_room()?;
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_VID_HEAP_CONTROL, 184), top);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_VID_HEAP_CONTROL, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
             let at = NVOS32_ALLOC_SIZE_ADDRESS;
-            let p = rd64(plan.buf(None), at);
-            r.nested(&mut plan, None, at, p, 8, Dir::InOut)?;
+            let ptr = rd64(plan.buf(None), at);
+            r.nested(&mut plan, None, at, ptr, 8, Dir::InOut)?;
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
-            let out = plan.call.params.clone();
-            if rd32(&out, 20) == NV_OK {
-                let h_memory = rd32(&out, NVOS32_ALLOC_SIZE_HMEMORY);
-                let flags = rd32(&out, NVOS32_ALLOC_SIZE_FLAGS);
-                let attr = rd32(&out, NVOS32_ALLOC_SIZE_ATTR);
-                let attr2 = rd32(&out, NVOS32_ALLOC_SIZE_ATTR2);
+            let out = plan.buf(None);
+            if rd32(out, STATUS) == NV_OK {
+                let h_memory = rd32(out, NVOS32_ALLOC_SIZE_HMEMORY);
+                let flags = rd32(out, NVOS32_ALLOC_SIZE_FLAGS);
+                let attr = rd32(out, NVOS32_ALLOC_SIZE_ATTR);
+                let attr2 = rd32(out, NVOS32_ALLOC_SIZE_ATTR2);
                 let (class, deps) = vid_heap_class(flags, attr, attr2, h_vaspace);
                 let mut t = r.px.objects();
                 let deps: Vec<u32> = deps
@@ -676,7 +717,7 @@ impl<'a> Req<'a> {
                 let added = t.add_object(h_root, h_parent, h_memory, class, &deps);
                 debug!(?added, h_memory, class, "vid heap alloc recorded");
             }
-            Ok(r.finish(addr, plan, Some(20), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
@@ -687,47 +728,77 @@ impl<'a> Req<'a> {
     /// (`kernel-open/nvidia/nv-usermap.c`); an open whose mapping file already has a context
     /// `NV_ERR_STATE_IN_USE` (same function), without reaching the driver.
     fn rm_map_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 56, 40, |r, top| {
-            let h_client = rd32(&top, 0);
+        type P = nv_ioctl_nvos33_parameters_with_fd;
+        const STATUS: usize = offset_of!(P, params) + offset_of!(NVOS33_PARAMETERS, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            let h_client = p.params.hClient;
             r.need_client(h_client)?;
-            r.need_object(h_client, rd32(&top, 4), NV_ERR_INVALID_OBJECT_HANDLE)?;
-            r.need_object(h_client, rd32(&top, 8), NV_ERR_INVALID_OBJECT_HANDLE)?;
-            let target = r.mapping_target_status(rd32(&top, 48) as i32)?;
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_MAP_MEMORY, 56), top);
-            plan.rewrite32(None, 48, target.id as u32);
+            r.need_object(h_client, p.params.hDevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_object(h_client, p.params.hMemory, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            let target = r.mapping_target_status(p.fd)?;
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_MAP_MEMORY, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
+            plan.rewrite32(None, offset_of!(P, fd), target.id as u32);
             let ret = r.exec(&mut plan);
-            target.commit(ret.is_ok() && rd32(&plan.call.params, 40) == NV_OK);
-            Ok(r.finish(addr, plan, Some(40), ret?)?)
+            target.commit(ret.is_ok() && rd32(plan.buf(None), STATUS) == NV_OK);
+            Ok(r.finish(addr, plan, Some(STATUS), ret?)?)
         })
     }
 
     /// Escapes whose translation is only handle checks: `RM_UNMAP_MEMORY`,
     /// `RM_MAP_MEMORY_DMA`, `RM_UNMAP_MEMORY_DMA`, `RM_UPDATE_DEVICE_MAPPING_INFO`. CPU
     /// addresses in them are recorded by the driver, not dereferenced, and pass unchanged.
+    /// The layout is the version's, chosen by the payload size (the escape's size rule admits
+    /// only its versions' sizes).
     fn rm_handles(&mut self, spec: &EscapeSpec, addr: u64, size: usize) -> Result<i32, ProxyError> {
-        let (status_off, handles): (usize, &[usize]) = match (spec.nr, size) {
-            (NV_ESC_RM_UNMAP_MEMORY, _) => (24, &[4, 8]),
+        macro_rules! checks {
+            ($t:ty, $($h:ident),+) => {{
+                const _: () = assert!(offset_of!($t, hClient) == 0);
+                self.handle_checks::<$t>(
+                    spec.nr,
+                    addr,
+                    offset_of!($t, status),
+                    &[$(offset_of!($t, $h)),+],
+                )
+            }};
+        }
+        match (spec.nr, size) {
+            (NV_ESC_RM_UNMAP_MEMORY, _) => checks!(NVOS34_PARAMETERS, hDevice, hMemory),
             (NV_ESC_RM_MAP_MEMORY_DMA, s) if s == size_of::<NVOS46_PARAMETERS_V580>() => {
-                (offset_of!(NVOS46_PARAMETERS_V580, status), &[4, 8, 12])
+                checks!(NVOS46_PARAMETERS_V580, hDevice, hDma, hMemory)
             }
-            (NV_ESC_RM_MAP_MEMORY_DMA, _) => (offset_of!(NVOS46_PARAMETERS, status), &[4, 8, 12]),
+            (NV_ESC_RM_MAP_MEMORY_DMA, _) => checks!(NVOS46_PARAMETERS, hDevice, hDma, hMemory),
             (NV_ESC_RM_UNMAP_MEMORY_DMA, s) if s == size_of::<NVOS47_PARAMETERS_V550>() => {
-                (offset_of!(NVOS47_PARAMETERS_V550, status), &[4, 8, 12])
+                checks!(NVOS47_PARAMETERS_V550, hDevice, hDma, hMemory)
             }
-            (NV_ESC_RM_UNMAP_MEMORY_DMA, _) => (offset_of!(NVOS47_PARAMETERS, status), &[4, 8, 12]),
-            _ => (32, &[4, 8]), // NVOS56 (UPDATE_DEVICE_MAPPING_INFO)
-        };
-        let nr = spec.nr;
-        self.with_status(addr, size, status_off, |r, top| {
-            let h_client = rd32(&top, 0);
+            (NV_ESC_RM_UNMAP_MEMORY_DMA, _) => checks!(NVOS47_PARAMETERS, hDevice, hDma, hMemory),
+            // NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO
+            _ => checks!(NVOS56_PARAMETERS, hDevice, hMemory),
+        }
+    }
+
+    /// `hClient` (at 0) must be ours, and every non-zero handle at `handles` one of its
+    /// objects.
+    fn handle_checks<T: Params>(
+        &mut self,
+        nr: u8,
+        addr: u64,
+        status_off: usize,
+        handles: &[usize],
+    ) -> Result<i32, ProxyError> {
+        self.with_params(addr, status_off, |r, p: T| {
+            let b = p.as_bytes();
+            let h_client = rd32(b, 0);
             r.need_client(h_client)?;
             for &off in handles {
-                let h = rd32(&top, off);
+                let h = rd32(b, off);
                 if h != 0 {
                     r.need_object(h_client, h, NV_ERR_INVALID_OBJECT_HANDLE)?;
                 }
             }
-            let mut plan = Plan::new(nv_iowr(nr, size), top);
+            let mut plan = Plan::new(nv_iowr(nr, size_of::<T>()), b.to_vec());
             let ret = r.exec(&mut plan)?;
             Ok(r.finish(addr, plan, Some(status_off), ret)?)
         })
@@ -736,24 +807,31 @@ impl<'a> Req<'a> {
     /// `NV_ESC_RM_ALLOC_CONTEXT_DMA2`: `hObjectParent` is the client; the new context DMA
     /// depends on `hMemory`.
     fn rm_context_dma2(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 56, 48, |r, top| {
-            let h_client = rd32(&top, 0);
-            let (h_subdevice, h_new, class, h_memory) =
-                (rd32(&top, 4), rd32(&top, 8), rd32(&top, 12), rd32(&top, 24));
+        type P = NVOS39_PARAMETERS;
+        const STATUS: usize = offset_of!(P, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            let h_client = p.hObjectParent;
             r.need_client(h_client)?;
-            r.need_object(h_client, h_subdevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
-            r.need_object(h_client, h_memory, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_object(h_client, p.hSubDevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
+            r.need_object(h_client, p.hMemory, NV_ERR_INVALID_OBJECT_HANDLE)?;
             r.need_room()?;
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_CONTEXT_DMA2, 56), top);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_ALLOC_CONTEXT_DMA2, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
-            if rd32(&plan.call.params, 48) == NV_OK {
-                let added =
-                    r.px.objects()
-                        .add_object(h_client, h_client, h_new, class, &[h_memory]);
-                debug!(?added, h_new, "context dma recorded");
+            if plan.get::<P>(None).status == NV_OK {
+                let added = r.px.objects().add_object(
+                    h_client,
+                    h_client,
+                    p.hObjectNew,
+                    p.hClass,
+                    &[p.hMemory],
+                );
+                debug!(?added, h_new = p.hObjectNew, "context dma recorded");
             }
-            Ok(r.finish(addr, plan, Some(48), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 
@@ -769,9 +847,12 @@ impl<'a> Req<'a> {
     ///   the daemon: never forwarded (`NV_ERR_NOT_SUPPORTED`);
     /// - anything else: `NV_ERR_INVALID_CLASS`.
     fn rm_alloc_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
-        self.with_status(addr, 56, 40, |r, top| {
-            let (h_root, h_parent) = (rd32(&top, 0), rd32(&top, 4));
-            let (h_new, class, flags) = (rd32(&top, 8), rd32(&top, 12), rd32(&top, 16));
+        type P = nv_ioctl_nvos02_parameters_with_fd;
+        const STATUS: usize = offset_of!(P, params) + offset_of!(NVOS02_PARAMETERS, status);
+        self.with_params(addr, STATUS, |r, p: P| {
+            let q = p.params;
+            let (h_root, h_parent, h_new, class, flags) =
+                (q.hRoot, q.hObjectParent, q.hObjectNew, q.hClass, q.flags);
             if class == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR {
                 return deny(NV_ERR_NOT_SUPPORTED, "OS descriptor memory is not proxied");
             }
@@ -797,26 +878,30 @@ impl<'a> Req<'a> {
                 && (flags >> 16) & 3 != NVOS02_FLAGS_ALLOC_NONE
                 && (flags >> 30) & 3 != NVOS02_FLAGS_MAPPING_NO_MAP;
             let target = if map_now {
-                Some(r.mapping_target_errno(rd32(&top, 48) as i32)?)
+                Some(r.mapping_target_errno(p.fd)?)
             } else {
                 None
             };
             let host_fd = target.as_ref().map_or(-1, |t| t.id);
-            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_ALLOC_MEMORY, 56), top);
-            plan.rewrite32(None, 48, host_fd as u32);
+            let mut plan = Plan::new(
+                nv_iowr(NV_ESC_RM_ALLOC_MEMORY, size_of::<P>()),
+                p.as_bytes().to_vec(),
+            );
+            plan.rewrite32(None, offset_of!(P, fd), host_fd as u32);
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan);
+            let ok = rd32(plan.buf(None), STATUS) == NV_OK;
             if let Some(t) = target {
-                t.commit(ret.is_ok() && rd32(&plan.call.params, 40) == NV_OK);
+                t.commit(ret.is_ok() && ok);
             }
             let ret = ret?;
-            if rd32(&plan.call.params, 40) == NV_OK {
+            if ok {
                 let added =
                     r.px.objects()
                         .add_object(h_root, h_parent, h_new, class, &[]);
                 debug!(?added, h_new, "alloc memory recorded");
             }
-            Ok(r.finish(addr, plan, Some(40), ret)?)
+            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
 }
