@@ -29,9 +29,10 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::audit::Kind;
 use crate::error::ProxyError;
+use crate::kit::{Stop, deny, fail};
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64};
-use crate::request::{Dir, Req, Stop, deny, fail};
+use crate::request::{Dir, Req};
 
 /// `NVOS64_PARAMETERS.pAllocParms`.
 const P_ALLOC_PARMS: usize = offset_of!(NVOS64_PARAMETERS, pAllocParms);

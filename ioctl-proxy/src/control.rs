@@ -51,10 +51,11 @@ use zerocopy::IntoBytes;
 use crate::audit::Kind;
 use crate::embedded::{Count, embedded};
 use crate::error::ProxyError;
+use crate::kit::{Stop, answer_ok, deny, fail};
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64};
 use crate::policy::pass_through_family;
-use crate::request::{Dir, Req, Stop, answer_ok, deny, fail};
+use crate::request::{Dir, Req};
 
 /// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
 const BUILD_VERSION: u32 = 0x101;

@@ -21,6 +21,7 @@ mod control;
 mod embedded;
 mod error;
 mod gpus;
+pub mod kit;
 mod mapping;
 pub mod memory;
 mod nv;

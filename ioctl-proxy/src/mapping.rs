@@ -28,9 +28,10 @@ use tracing::warn;
 
 use crate::audit::Decision;
 use crate::error::ProxyError;
+use crate::kit::Stop;
 use crate::nv::NV_ERR_NOT_SUPPORTED;
 use crate::proxy::{FdError, FrontendNode, OpenFile, OpenId, Proxy};
-use crate::request::{Req, Stop};
+use crate::request::Req;
 use host_driver::{HostFile, NodeKind};
 
 /// `NV_ERR_STATE_IN_USE` (`nvstatuscodes.h`): the target file already has an mmap context.

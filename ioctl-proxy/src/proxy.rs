@@ -38,11 +38,12 @@ use zerocopy::FromBytes;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
 use crate::error::ProxyError;
+use crate::kit::Note;
 use crate::mapping::MappingSlot;
 use crate::memory::ClientMemory;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
-use crate::request::{Note, Req};
+use crate::request::Req;
 use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
@@ -466,22 +467,26 @@ impl Proxy {
         let mut req = Req::new(self, open, file, mem, fds);
         let res = req.dispatch(cmd, arg);
         if !matches!(res, Err(ProxyError::Pending)) {
-            self.account(caller, node, req.note, &res, start);
+            self.account(caller, &node, req.note, &res, start);
         }
         res
     }
 
-    fn account(
+    /// Accounts one finished request of any of the instance's nodes (the UVM path calls it
+    /// too): a call that got an errno or a failing NV status ([`crate::kit::status_failed`])
+    /// is `failed`; the call is counted; every call but an allowed one becomes an audit event
+    /// (`node` names the node in it: `ctl`, `gpu0`, `uvm`).
+    pub fn account(
         &self,
         caller: &Caller,
-        node: FrontendNode,
+        node: &dyn fmt::Display,
         note: Note,
         res: &Result<i32, ProxyError>,
         start: Instant,
     ) {
         let errno = res.as_ref().err().map(ProxyError::errno);
         let mut decision = note.decision;
-        let failed = errno.is_some() || note.nv_status.is_some_and(|s| s != 0);
+        let failed = errno.is_some() || note.nv_status.is_some_and(crate::kit::status_failed);
         if decision == Decision::Allowed && failed {
             decision = Decision::Failed;
         }

@@ -20,6 +20,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::audit::{Decision, Kind};
 use crate::error::ProxyError;
+use crate::kit::{Note, Stop, answer_ok, deny, fail, nested_err, top_err};
 use crate::memory::{ClientMemory, MemError};
 use crate::nv::*;
 use crate::plan::{Buf, Params, Plan, rd32, rd64, wr32};
@@ -53,90 +54,6 @@ impl Dir {
     }
 }
 
-/// What the audit event of a request says.
-#[derive(Debug, Clone)]
-pub(crate) struct Note {
-    pub(crate) kind: Kind,
-    /// The entry's name; empty for an entry the table does not know, named at the end from
-    /// `kind` and `number` ([`Kind::unknown_name`]) so that known entries, the
-    /// common case, cost no formatting.
-    pub(crate) name: Cow<'static, str>,
-    pub(crate) number: u32,
-    pub(crate) decision: Decision,
-    pub(crate) reason: Option<&'static str>,
-    pub(crate) nv_status: Option<u32>,
-}
-
-/// A handler's early exit: an errno, or an NV status answered with ioctl success.
-#[derive(Debug)]
-pub(crate) enum Stop {
-    Err(ProxyError),
-    Status {
-        status: u32,
-        decision: Decision,
-        reason: &'static str,
-    },
-}
-
-impl From<ProxyError> for Stop {
-    fn from(e: ProxyError) -> Self {
-        Stop::Err(e)
-    }
-}
-
-/// Refused before the host saw it (isolation, unknown entry, policy): decision `denied`.
-pub(crate) fn deny<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
-    Err(Stop::Status {
-        status,
-        decision: Decision::Denied,
-        reason,
-    })
-}
-
-/// Answered by the proxy with the driver's error status for malformed input: `failed`.
-pub(crate) fn fail<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
-    Err(Stop::Status {
-        status,
-        decision: Decision::Failed,
-        reason,
-    })
-}
-
-/// Answered by the proxy with `NV_OK` without reaching the host (the driver's no-ops).
-pub(crate) fn answer_ok<T>(reason: &'static str) -> Result<T, Stop> {
-    Err(Stop::Status {
-        status: NV_OK,
-        decision: Decision::Allowed,
-        reason,
-    })
-}
-
-fn top_err(e: MemError) -> ProxyError {
-    match e {
-        MemError::Pending => ProxyError::Pending,
-        MemError::Fault | MemError::TooLarge(_) => ProxyError::Fault,
-    }
-}
-
-/// Maps a failed nested-buffer access to what the driver says: `os_memcpy_from_user` fails
-/// with `NV_ERR_INVALID_ADDRESS` (`kernel-open/nvidia/os-interface.c`), which
-/// `rmapiParamsAcquire` puts in the call's status; the ioctl itself succeeds.
-fn nested_err(e: MemError) -> Stop {
-    match e {
-        MemError::Pending => Stop::Err(ProxyError::Pending),
-        MemError::Fault => Stop::Status {
-            status: NV_ERR_INVALID_ADDRESS,
-            decision: Decision::Failed,
-            reason: "bad nested pointer",
-        },
-        MemError::TooLarge(_) => Stop::Status {
-            status: NV_ERR_INVALID_ARGUMENT,
-            decision: Decision::Failed,
-            reason: "nested buffer too large",
-        },
-    }
-}
-
 /// One request.
 pub(crate) struct Req<'a> {
     pub(crate) px: &'a Proxy,
@@ -161,14 +78,7 @@ impl<'a> Req<'a> {
             file,
             mem,
             fds,
-            note: Note {
-                kind: Kind::Escape,
-                name: Cow::Borrowed(""),
-                number: 0,
-                decision: Decision::Allowed,
-                reason: None,
-                nv_status: None,
-            },
+            note: Note::new(Kind::Escape, 0),
         }
     }
 
@@ -378,11 +288,7 @@ impl<'a> Req<'a> {
                 decision,
                 reason,
             }) => {
-                if self.note.decision != Decision::AuditWouldDeny || decision != Decision::Allowed {
-                    self.note.decision = decision;
-                }
-                self.note.reason = Some(reason);
-                self.note.nv_status = Some(status);
+                self.note.stopped(status, decision, reason);
                 let mut answer = p;
                 wr32(answer.as_mut_bytes(), status_off, status);
                 self.write_top(addr, answer.as_bytes())?;

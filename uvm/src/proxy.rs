@@ -1,6 +1,5 @@
 //! [`UvmProxy`]: one instance's request path for `/dev/nvidia-uvm`.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -8,6 +7,9 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use std::mem::offset_of;
+
+use ioctl_proxy::kit::{Note, Stop, deny};
 use ioctl_proxy::{
     AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostCall, HostFile, Kind,
     MemError, NodeKind, OpenId, Proxy, ProxyError, Verdict,
@@ -15,6 +17,7 @@ use ioctl_proxy::{
 use nvproxy_abi::ioctl::{
     UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE, UVM_MM_INITIALIZE,
 };
+use nvproxy_abi::structs::{UVM_INITIALIZE_PARAMS, UVM_MM_INITIALIZE_PARAMS};
 use tracing::debug;
 
 use crate::layout::{Fields, UuidRule, fields};
@@ -82,46 +85,8 @@ fn uuid_at(b: &[u8], off: usize) -> [u8; 16] {
     u
 }
 
-/// What the audit event of a request says.
-#[derive(Debug)]
-struct Note {
-    /// The entry's table name; empty for a command the table does not know (counted in the
-    /// fold-over row, named from its number only in an audit event).
-    name: Cow<'static, str>,
-    decision: Decision,
-    reason: Option<&'static str>,
-    nv_status: Option<u32>,
-}
-
-/// A handler's early exit: an errno, or an NV status answered with ioctl success.
-enum Stop {
-    Err(ProxyError),
-    Status {
-        status: u32,
-        decision: Decision,
-        reason: &'static str,
-    },
-}
-
-impl From<ProxyError> for Stop {
-    fn from(e: ProxyError) -> Self {
-        Stop::Err(e)
-    }
-}
-
-fn deny<T>(status: u32, reason: &'static str) -> Result<T, Stop> {
-    Err(Stop::Status {
-        status,
-        decision: Decision::Denied,
-        reason,
-    })
-}
-
 fn mem_err(e: MemError) -> ProxyError {
-    match e {
-        MemError::Pending => ProxyError::Pending,
-        MemError::Fault | MemError::TooLarge(_) => ProxyError::Fault,
-    }
+    ioctl_proxy::kit::top_err(e)
 }
 
 impl UvmProxy {
@@ -259,15 +224,10 @@ impl UvmProxy {
             .cloned()
             .ok_or(ProxyError::UnknownOpen(open.0))?;
         let _in_flight = self.proxy.enter_request()?;
-        let mut note = Note {
-            name: Cow::Borrowed(""),
-            decision: Decision::Allowed,
-            reason: None,
-            nv_status: None,
-        };
+        let mut note = Note::new(Kind::Uvm, cmd);
         let res = self.dispatch(&file, cmd, arg, mem, fds, &mut note);
         if !matches!(res, Err(ProxyError::Pending)) {
-            self.account(caller, cmd, note, &res, start);
+            self.proxy.account(caller, &NODE, note, &res, start);
         }
         res
     }
@@ -326,11 +286,9 @@ impl UvmProxy {
         };
         // All client memory first: the whole struct, in and out (the driver copies it both
         // ways, `__UVM_ROUTE_CMD_STACK`/`_ALLOC` in uvm_api.h).
-        let top = mem.read(arg, size).map_err(mem_err)?;
-        if top.len() != size {
-            return Err(ProxyError::Fault);
-        }
-        mem.reserve_write(arg, size).map_err(mem_err)?;
+        // Read and declared for write-back in one go (one retry round, as the frontend).
+        let mut top = vec![0u8; size];
+        mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
         let mut answer = top.clone();
         match self.forward(file, cmd, top, &fields, fds, note) {
             Ok((ret, out)) => {
@@ -344,11 +302,7 @@ impl UvmProxy {
                 decision,
                 reason,
             }) => {
-                if note.decision != Decision::AuditWouldDeny || decision != Decision::Allowed {
-                    note.decision = decision;
-                }
-                note.reason = Some(reason);
-                note.nv_status = Some(status);
+                note.stopped(status, decision, reason);
                 wr32(&mut answer, fields.status, status);
                 mem.write(arg, &answer).map_err(mem_err)?;
                 Ok(0)
@@ -440,13 +394,15 @@ impl UvmProxy {
             // Multi-process sharing mode: the worker issues the UVM ioctls, the tenant maps
             // (DESIGN.md section 5); without it the va_space binds to the worker's mm and
             // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs).
-            let flags = rd64(&top, 0);
+            const FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
+            let flags = rd64(&top, FLAGS);
             client_flags = Some(flags);
-            params[..8].copy_from_slice(
+            params[FLAGS..FLAGS + 8].copy_from_slice(
                 &(flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE).to_ne_bytes(),
             );
         } else if cmd == UVM_MM_INITIALIZE {
-            let fd = rd32(&top, 0) as i32;
+            const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
+            let fd = rd32(&top, UVM_FD) as i32;
             let host = match fds.resolve(fd) {
                 Ok(open) => lock(&self.opens).get(&open).map(|o| o.host.id()),
                 Err(FdError::Foreign) => None,
@@ -462,7 +418,7 @@ impl UvmProxy {
                     "uvmFd is not a UVM node of this instance",
                 );
             };
-            wr32(&mut params, 0, host as u32);
+            wr32(&mut params, UVM_FD, host as u32);
         }
         let mut call = HostCall {
             cmd,
@@ -501,58 +457,5 @@ impl UvmProxy {
             return Ok(());
         }
         deny(foreign, "GPU UUID outside the instance's set")
-    }
-
-    fn account(
-        &self,
-        caller: &Caller,
-        cmd: u32,
-        note: Note,
-        res: &Result<i32, ProxyError>,
-        start: Instant,
-    ) {
-        let errno = res.as_ref().err().map(ProxyError::errno);
-        let mut decision = note.decision;
-        // NV_WARN_* (0x0001xxxx) are answers, not failures: MM_INITIALIZE in multi-process
-        // sharing mode says NV_WARN_NOTHING_TO_DO to every CUDA process.
-        let failed = errno.is_some() || note.nv_status.is_some_and(|s| s != NV_OK && s >> 16 != 1);
-        if decision == Decision::Allowed && failed {
-            decision = Decision::Failed;
-        }
-        let name: Cow<'static, str> = if note.name.is_empty() {
-            self.proxy.counts().add_unknown(Kind::Uvm, cmd, decision);
-            Kind::Uvm.unknown_name(cmd).into()
-        } else {
-            self.proxy
-                .counts()
-                .add(Kind::Uvm, &note.name, cmd, decision);
-            note.name
-        };
-        debug!(
-            name = %name,
-            decision = ?decision,
-            reason = note.reason.unwrap_or(""),
-            nv_status = note.nv_status.unwrap_or(0),
-            errno = errno.unwrap_or(0),
-            "uvm decision"
-        );
-        if decision == Decision::Allowed {
-            return;
-        }
-        let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.proxy.audit_sink().record(&AuditEvent {
-            instance: self.proxy.policy().name.clone(),
-            pid: caller.pid,
-            tid: caller.tid,
-            node: NODE.into(),
-            kind: Kind::Uvm,
-            name: name.into_owned(),
-            number: cmd,
-            decision,
-            reason: note.reason,
-            nv_status: note.nv_status,
-            errno,
-            latency_us,
-        });
     }
 }
