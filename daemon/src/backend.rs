@@ -5,13 +5,11 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use cuse_dev::Errno;
-use ioctl_proxy::{
-    Caller, ClientMemory, FdError, FdResolver, FrontendNode, OpenId, OwnerId, Proxy, ProxyError,
-};
+use ioctl_proxy::{Caller, ClientMemory, FdError, FdResolver, OpenId, OwnerId, Proxy, ProxyError};
 
 use uvm::UvmProxy;
 
-use crate::device::{Backend, FdLookup, NodeRef};
+use crate::device::{Backend, FdLookup, Node};
 
 /// One instance's proxy behind its nodes.
 pub struct ProxyBackend {
@@ -69,12 +67,10 @@ impl FdResolver for Lookup<'_> {
 }
 
 impl Backend for ProxyBackend {
-    fn open(&self, node: NodeRef, _pid: u32) -> Result<u64, Errno> {
-        let node = match node {
-            NodeRef::Ctl => FrontendNode::Ctl,
-            NodeRef::Gpu(i) => FrontendNode::Gpu(i),
-            NodeRef::Uvm => return Err(Errno::ENODEV), // served by UvmBackend
-        };
+    fn open(&self, node: Node, _pid: u32) -> Result<u64, Errno> {
+        if node == Node::Uvm {
+            return Err(Errno::ENODEV); // served by UvmBackend
+        }
         let id = self.proxy.open(node).map_err(|e| {
             tracing::warn!(%node, error = %e, "open failed");
             errno_of(&e)
@@ -134,8 +130,8 @@ impl UvmBackend {
 }
 
 impl Backend for UvmBackend {
-    fn open(&self, node: NodeRef, _pid: u32) -> Result<u64, Errno> {
-        if node != NodeRef::Uvm {
+    fn open(&self, node: Node, _pid: u32) -> Result<u64, Errno> {
+        if node != Node::Uvm {
             return Err(Errno::ENODEV);
         }
         let id = self.uvm.open().map_err(|e| {

@@ -48,16 +48,7 @@ pub enum DriverKind {
     Sim,
 }
 
-/// How the daemon reads and writes client memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryTransport {
-    /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
-    #[default]
-    ProcessVm,
-    /// The CUSE unrestricted-ioctl retry protocol: one extra round trip per level of pointers.
-    Retry,
-}
+pub use crate::memory::MemoryTransport;
 
 /// Enforce the policy, or only record what it would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]

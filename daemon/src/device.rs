@@ -15,13 +15,12 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
-use ioctl_proxy::ClientMemory;
 use nvproxy_preload_proto::{
     NVPROXY_HELLO_MAGIC, NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY, NVPROXY_IOC_MMAP_TICKET,
 };
 
-use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;
+use crate::memory::MemoryTransport;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
 use crate::mmap::InstanceMmap;
 use crate::sys;
@@ -72,55 +71,7 @@ pub fn drop_admin_on_this_thread() -> Result<(), Errno> {
     }
 }
 
-/// Which node of an instance a device is, as the tenant sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeRef {
-    /// `/dev/nvidiactl`.
-    Ctl,
-    /// `/dev/nvidia<index>` (tenant numbering).
-    Gpu(u32),
-    /// `/dev/nvidia-uvm`.
-    Uvm,
-}
-
-impl NodeRef {
-    /// The node's name under `/dev`.
-    pub fn dev_name(self) -> String {
-        match self {
-            NodeRef::Ctl => "nvidiactl".to_owned(),
-            NodeRef::Gpu(i) => format!("nvidia{i}"),
-            NodeRef::Uvm => "nvidia-uvm".to_owned(),
-        }
-    }
-}
-
-/// Resolves a caller's fd number to the open id of one of the instance's files.
-pub type FdLookup<'a> = &'a dyn Fn(i32) -> io::Result<u64>;
-
-/// The request path behind the nodes of one instance.
-pub trait Backend: Send + Sync + 'static {
-    /// A client opened `node`: returns the open's id (used as the CUSE `fh`, below 2^31).
-    fn open(&self, node: NodeRef, pid: u32) -> Result<u64, Errno>;
-    /// The last reference to the open file is gone.
-    fn release(&self, open: u64);
-    /// The fd the mmap shim maps for an `mmap` of open file `open`, with the offset to add to
-    /// the caller's (see `HostFile::mmap_fd`). Default: ENODEV, as CUSE's own mmap answers.
-    fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
-        let _ = open;
-        Err(Errno::ENODEV)
-    }
-
-    /// One ioctl. `mem` is the caller's memory; `fds` resolves fd numbers inside params.
-    fn ioctl(
-        &self,
-        open: u64,
-        tid: u32,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: FdLookup<'_>,
-    ) -> Result<i32, Errno>;
-}
+pub use crate::node::{Backend, FdLookup, Node};
 
 /// Whether `node`'s CUSE device asks for unrestricted ioctls. The retry transport needs them
 /// (the kernel then copies only the regions we name), and so does the UVM node (its command
@@ -133,13 +84,13 @@ pub trait Backend: Send + Sync + 'static {
 /// call, as in `nvidia_ioctl`, which copies `_IOC_SIZE` bytes in before any check. Our own
 /// ioctls (identify, the shim's) carry no `_IOC` bits and take their argument by value or
 /// through the transport.
-pub fn unrestricted_ioctls(node: NodeRef, transport: MemoryTransport) -> bool {
-    transport == MemoryTransport::Retry || node == NodeRef::Uvm
+pub fn unrestricted_ioctls(node: Node, transport: MemoryTransport) -> bool {
+    transport == MemoryTransport::Retry || node == Node::Uvm
 }
 
 /// A proxied node.
 pub struct NodeDevice {
-    node: NodeRef,
+    node: Node,
     backend: Arc<dyn Backend>,
     fdid: Arc<FdIdentity>,
     transport: MemoryTransport,
@@ -152,7 +103,7 @@ pub struct NodeDevice {
 impl NodeDevice {
     /// A handler for `node`.
     pub fn new(
-        node: NodeRef,
+        node: Node,
         backend: Arc<dyn Backend>,
         fdid: Arc<FdIdentity>,
         transport: MemoryTransport,

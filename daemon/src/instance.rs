@@ -11,16 +11,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use cuse_dev::{CuseError, DeviceConfig, Session, SessionControl};
 
-use crate::config::MemoryTransport;
-use crate::device::{Backend, NodeDevice, NodeRef};
+use crate::device::{Backend, Node, NodeDevice};
 use crate::fdid::FdIdentity;
+use crate::memory::MemoryTransport;
 use crate::mmap::InstanceMmap;
 
 /// How long registration and the self-check may take (the VM's emulated CPU is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-struct Node {
-    node: NodeRef,
+/// One served node: its CUSE session's thread.
+struct Served {
+    node: Node,
     path: PathBuf,
     control: SessionControl,
     thread: Option<JoinHandle<Result<(), CuseError>>>,
@@ -28,11 +29,11 @@ struct Node {
 
 /// A running instance's devices.
 pub struct InstanceNodes {
-    nodes: Vec<Node>,
+    nodes: Vec<Served>,
 }
 
 /// Where an instance's node lives on the host.
-pub fn node_path(instance: &str, node: NodeRef) -> PathBuf {
+pub fn node_path(instance: &str, node: Node) -> PathBuf {
     Path::new("/dev/nvproxy")
         .join(instance)
         .join(node.dev_name())
@@ -52,9 +53,9 @@ impl InstanceNodes {
         mmap: Arc<InstanceMmap>,
     ) -> Result<InstanceNodes> {
         let mut this = InstanceNodes { nodes: Vec::new() };
-        let wanted = std::iter::once(NodeRef::Ctl)
-            .chain((0..gpus).map(NodeRef::Gpu))
-            .chain(uvm.is_some().then_some(NodeRef::Uvm));
+        let wanted = std::iter::once(Node::Ctl)
+            .chain((0..gpus).map(Node::Gpu))
+            .chain(uvm.is_some().then_some(Node::Uvm));
         for (index, node) in wanted.enumerate() {
             let path = node_path(instance, node);
             let devname = format!("nvproxy/{instance}/{}", node.dev_name());
@@ -89,7 +90,7 @@ impl InstanceNodes {
                 });
             let control = session.control();
             let node_backend = match (node, &uvm) {
-                (NodeRef::Uvm, Some(u)) => u.clone(),
+                (Node::Uvm, Some(u)) => u.clone(),
                 _ => backend.clone(),
             };
             let handler = Arc::new(NodeDevice::new(
@@ -102,7 +103,7 @@ impl InstanceNodes {
             let thread = std::thread::Builder::new()
                 .name(format!("cuse-{}", node.dev_name()))
                 .spawn(move || session.run(handler))?;
-            this.nodes.push(Node {
+            this.nodes.push(Served {
                 node,
                 path: path.clone(),
                 control: control.clone(),

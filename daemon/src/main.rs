@@ -12,6 +12,7 @@ mod fdid;
 mod instance;
 mod memory;
 mod mmap;
+mod node;
 mod nsexec;
 mod policy_cmd;
 mod serve;

@@ -17,10 +17,21 @@ use ioctl_proxy::{ClientMemory, MemError};
 
 use crate::sys;
 
+/// How the daemon reads and writes client memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryTransport {
+    /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
+    #[default]
+    ProcessVm,
+    /// The CUSE unrestricted-ioctl retry protocol: one extra round trip per level of pointers.
+    Retry,
+}
+
 /// Client memory through `process_vm_readv`/`writev` on thread `tid`.
 ///
 /// **The window.** On the frontend nodes the process-vm transport uses restricted CUSE ioctls
-/// (see [`crate::device`]): for an `_IOWR` command the kernel copies the `_IOC_SIZE` bytes at
+/// (`device.rs`, `unrestricted_ioctls`): for an `_IOWR` command the kernel copies the `_IOC_SIZE` bytes at
 /// `arg` (the top-level params) into the request and copies the reply's data back to `arg`,
 /// as `nvidia_ioctl` copies them in and out. [`VmMemory::for_ioctl`] keeps those bytes as a
 /// window: reads inside it need no syscall, writes inside it go into the reply

@@ -72,6 +72,9 @@ pub enum ProxyError {
     /// The open file id is not (or no longer) one of this proxy's.
     #[error("open file {0} unknown")]
     UnknownOpen(u64),
+    /// The UVM node asked of the frontend proxy (it is the `uvm` crate's).
+    #[error("/dev/nvidia-uvm is not a frontend node")]
+    NotFrontend,
     /// The tenant opened a GPU node beyond its set.
     #[error("no GPU {0} in this instance")]
     NoSuchGpu(u32),
@@ -141,7 +144,7 @@ impl ProxyError {
             // nvidia_open / uvm_open when the open's state cannot be allocated.
             Self::OpenQuota { .. } => libc::ENOMEM,
             Self::InFlightQuota { .. } => libc::EAGAIN,
-            Self::NoSuchGpu(_) => libc::ENODEV,
+            Self::NoSuchGpu(_) | Self::NotFrontend => libc::ENODEV,
             Self::Host(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

@@ -39,4 +39,6 @@ pub use host_driver::{
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
-pub use proxy::{Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, OpenId, Proxy};
+pub use proxy::{
+    Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,
+};

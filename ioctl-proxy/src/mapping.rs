@@ -213,6 +213,7 @@ impl Proxy {
     pub(crate) fn host_node(&self, node: FrontendNode) -> Result<NodeKind, ProxyError> {
         Ok(match node {
             FrontendNode::Ctl => NodeKind::Ctl,
+            FrontendNode::Uvm => return Err(ProxyError::NotFrontend),
             FrontendNode::Gpu(i) => NodeKind::Gpu(
                 self.gpus
                     .get(i as usize)

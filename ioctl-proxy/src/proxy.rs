@@ -50,20 +50,40 @@ use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 /// through it).
 pub type OpenId = OwnerId;
 
-/// A frontend node as the tenant sees it.
+/// A node of an instance as the tenant sees it (tenant numbering: `Gpu(0)` is the tenant's
+/// first GPU, whatever its host minor, [`host_driver::NodeKind`]). The one node type of the
+/// request path and the daemon; [`Proxy`] serves `Ctl` and `Gpu`, the `uvm` crate `Uvm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FrontendNode {
+pub enum Node {
     /// `/dev/nvidiactl`.
     Ctl,
     /// `/dev/nvidia<N>`: the tenant's N-th GPU (index into [`InstancePolicy::gpus`]).
     Gpu(u32),
+    /// `/dev/nvidia-uvm`.
+    Uvm,
 }
 
-impl fmt::Display for FrontendNode {
+/// The frontend nodes' name of [`Node`] (`Ctl` and `Gpu`).
+pub type FrontendNode = Node;
+
+impl Node {
+    /// The node's name under `/dev`.
+    pub fn dev_name(self) -> String {
+        match self {
+            Node::Ctl => "nvidiactl".to_owned(),
+            Node::Gpu(i) => format!("nvidia{i}"),
+            Node::Uvm => "nvidia-uvm".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    /// The audit trail's name: `ctl`, `gpu0`, `uvm`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Ctl => f.write_str("ctl"),
             Self::Gpu(i) => write!(f, "gpu{i}"),
+            Self::Uvm => f.write_str("uvm"),
         }
     }
 }
@@ -313,8 +333,10 @@ impl Proxy {
     /// Opens a new host file for a client open of `node`.
     pub fn open(&self, node: FrontendNode) -> Result<OpenId, ProxyError> {
         let host_node = match node {
-            FrontendNode::Ctl => NodeKind::Ctl,
-            FrontendNode::Gpu(i) => NodeKind::Gpu(
+            Node::Ctl => NodeKind::Ctl,
+            // The UVM node is the `uvm` crate's.
+            Node::Uvm => return Err(ProxyError::NotFrontend),
+            Node::Gpu(i) => NodeKind::Gpu(
                 self.gpus
                     .get(i as usize)
                     .ok_or(ProxyError::NoSuchGpu(i))?

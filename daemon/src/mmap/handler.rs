@@ -1,0 +1,285 @@
+//! [`InstanceMmap`]: the node-side protocol: the ticket ioctl (with the instance's
+//! client-memory transport), opens and releases, the "no shim" warnings.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use cuse_dev::{Errno, IoVec, Ioctl, IoctlReply, Request};
+use nix::sys::socket::{self, ControlMessage, MsgFlags, sockopt};
+use nix::sys::time::TimeVal;
+use nvproxy_preload_proto::{MmapReply, MmapRequest, MmapTicketArgs};
+
+use super::*;
+use crate::memory::MemoryTransport;
+use crate::node::{Backend, Node};
+use crate::sys;
+
+/// The node a ticket was issued on and the backend that answers for it.
+#[derive(Clone)]
+pub struct Target {
+    /// The node.
+    pub node: Node,
+    /// Its backend.
+    pub backend: Arc<dyn Backend>,
+}
+
+/// A bounded number of warnings per minute; the rest go to debug (a hostile tenant must not
+/// flood the admin's log).
+struct WarnLimit {
+    window: Instant,
+    count: u32,
+}
+
+const WARNINGS_PER_MINUTE: u32 = 20;
+
+/// One instance's mmap state: its tickets and the shim check of its clients.
+pub struct InstanceMmap {
+    pub(super) instance: String,
+    tickets: TicketStore<Target>,
+    /// Thread ids already checked for the shim at open (bounded).
+    checked: Mutex<HashSet<u32>>,
+    warn: Mutex<WarnLimit>,
+}
+
+impl InstanceMmap {
+    /// The mmap state of `instance`.
+    pub fn new(instance: &str) -> io::Result<Self> {
+        Ok(InstanceMmap {
+            instance: instance.to_owned(),
+            tickets: TicketStore::with_urandom(TICKET_TTL, MAX_TICKETS)?,
+            checked: Mutex::new(HashSet::new()),
+            warn: Mutex::new(WarnLimit {
+                window: Instant::now(),
+                count: 0,
+            }),
+        })
+    }
+
+    fn may_warn(&self) -> bool {
+        let mut w = self.warn.lock().unwrap_or_else(|e| e.into_inner());
+        if w.window.elapsed() >= Duration::from_secs(60) {
+            w.window = Instant::now();
+            w.count = 0;
+        }
+        w.count += 1;
+        w.count <= WARNINGS_PER_MINUTE
+    }
+
+    /// `NVPROXY_IOC_MMAP_TICKET` on `node`'s open file `io.fh`.
+    pub fn ticket_ioctl(
+        &self,
+        node: Node,
+        backend: &Arc<dyn Backend>,
+        req: &Request,
+        io: &Ioctl<'_>,
+        transport: MemoryTransport,
+    ) -> Result<IoctlReply, Errno> {
+        let tid = req.pid();
+        if tid == 0 {
+            // The caller lives outside our pid namespace: it can never be a socket peer we know.
+            return Err(Errno::EPERM);
+        }
+        let ticket_addr = io
+            .arg
+            .checked_add(MmapTicketArgs::TICKET_OFFSET as u64)
+            .ok_or(Errno::EFAULT)?;
+        let args = match transport {
+            MemoryTransport::ProcessVm => {
+                let mut b = [0u8; MmapTicketArgs::SIZE];
+                sys::process_vm_read(tid, io.arg, &mut b).map_err(|_| Errno::EFAULT)?;
+                MmapTicketArgs::from_bytes(&b).ok_or(Errno::EFAULT)?
+            }
+            MemoryTransport::Retry => {
+                if !io.is_unrestricted() {
+                    return Err(Errno::EINVAL);
+                }
+                if io.in_data.is_empty() {
+                    // First round: ask the kernel for the struct, and for the ticket's bytes as
+                    // the output region. The second round carries the struct; no state needed.
+                    return Ok(IoctlReply::Retry {
+                        in_iovs: vec![IoVec::new(io.arg, MmapTicketArgs::SIZE as u64)],
+                        out_iovs: vec![IoVec::new(ticket_addr, 8)],
+                    });
+                }
+                if io.in_data.len() != MmapTicketArgs::SIZE {
+                    return Err(Errno::EINVAL);
+                }
+                MmapTicketArgs::from_bytes(io.in_data).ok_or(Errno::EINVAL)?
+            }
+        };
+        let tgid = tgid_of(tid).map_err(|_| Errno::ESRCH)?;
+        let target = Target {
+            node,
+            backend: backend.clone(),
+        };
+        let ticket = self
+            .tickets
+            .issue(target, io.fh, tgid, args, Instant::now())
+            .inspect_err(|_| {
+                tracing::warn!(instance = %self.instance, tgid, "too many mmap tickets outstanding");
+            })?;
+        tracing::debug!(instance = %self.instance, ?node, fh = io.fh, tid, tgid, len = args.len, offset = args.offset, "mmap ticket issued");
+        match transport {
+            MemoryTransport::ProcessVm => {
+                if sys::process_vm_write(tid, ticket_addr, &ticket.to_ne_bytes()).is_err() {
+                    // The caller never learns the ticket: withdraw it.
+                    let _ = self.tickets.redeem(ticket, tgid, Instant::now());
+                    return Err(Errno::EFAULT);
+                }
+                Ok(IoctlReply::result(0))
+            }
+            MemoryTransport::Retry => Ok(IoctlReply::Done {
+                result: 0,
+                out: ticket.to_ne_bytes().to_vec(),
+            }),
+        }
+    }
+
+    /// Open file `fh` of `node` is gone: its tickets go with it.
+    pub fn released(&self, node: Node, fh: u64) {
+        self.tickets.forget(|t, f| t.node == node && f == fh);
+    }
+
+    /// A client thread `tid` opened `node`: once per thread, say so if its process does not
+    /// have the shim mapped (its mmaps of the node will fail with ENODEV).
+    pub fn opened(&self, node: Node, tid: u32) {
+        if tid == 0 || sys::is_own_thread(tid) {
+            return;
+        }
+        {
+            let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            if checked.len() >= 4096 {
+                checked.clear();
+            }
+            if !checked.insert(tid) {
+                return;
+            }
+        }
+        if let Ok(false) = has_shim(tid) {
+            let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
+            tracing::info!(
+                instance = %self.instance,
+                node = %node.dev_name(),
+                pid = tid,
+                comm = comm.trim(),
+                "client opened a node without the mmap shim ({SHIM_NAME}): its mmap() of the node will fail with ENODEV (CUSE has no mmap); run it with `nvproxy exec`/`nvproxy run`, or LD_PRELOAD the shim and mount the instance socket"
+            );
+        }
+    }
+
+    /// Serves one connection of the instance socket.
+    pub(super) fn serve_peer(&self, conn: OwnedFd) {
+        let peer = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
+            Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(instance = %self.instance, error = %e, "SO_PEERCRED failed");
+                return;
+            }
+        };
+        let _ = socket::setsockopt(&conn, sockopt::ReceiveTimeout, &timeval(PEER_TIMEOUT));
+        let _ = socket::setsockopt(&conn, sockopt::SendTimeout, &timeval(PEER_TIMEOUT));
+        // A plain recv: fds a peer might attach are discarded by the kernel, never installed.
+        let mut buf = [0u8; MmapRequest::SIZE + 1];
+        let n = match socket::recv(conn.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(instance = %self.instance, peer, error = %e, "mmap socket: no request");
+                return;
+            }
+        };
+        let Some(req) = MmapRequest::decode(&buf[..n]) else {
+            self.refused(peer, "malformed request");
+            return;
+        };
+        let ticket = match self.tickets.redeem(req.ticket, peer, Instant::now()) {
+            Ok(t) => t,
+            Err(Refusal::Unknown) => {
+                return self.refused(peer, "unknown or used ticket (replay, another instance's, or its open file is closed)");
+            }
+            Err(Refusal::Expired) => return self.refused(peer, "expired ticket"),
+            Err(Refusal::WrongPeer { owner }) => {
+                if self.may_warn() {
+                    tracing::warn!(instance = %self.instance, peer, owner, "mmap ticket presented by a process that did not ask for it: refused, nothing sent");
+                }
+                return;
+            }
+        };
+        let (reply, fd) = match ticket.target.backend.mapping_fd(ticket.fh) {
+            Ok((fd, adjust)) => (
+                MmapReply {
+                    errno: 0,
+                    offset_adjust: adjust,
+                },
+                Some(fd),
+            ),
+            Err(e) => (
+                MmapReply {
+                    errno: e.raw(),
+                    offset_adjust: 0,
+                },
+                None,
+            ),
+        };
+        tracing::debug!(instance = %self.instance, node = ?ticket.target.node, fh = ticket.fh, peer, errno = reply.errno, addr = format_args!("{:#x}", ticket.args.addr), len = ticket.args.len, offset = ticket.args.offset, "mmap ticket redeemed");
+        let bytes = reply.encode();
+        let iov = [io::IoSlice::new(&bytes)];
+        let raw = fd.as_ref().map(|f| [f.as_raw_fd()]);
+        let cmsgs: Vec<ControlMessage<'_>> = raw
+            .as_ref()
+            .map(|r| vec![ControlMessage::ScmRights(r)])
+            .unwrap_or_default();
+        if let Err(e) =
+            socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+        {
+            tracing::debug!(instance = %self.instance, peer, error = %e, "mmap socket: reply not sent");
+        }
+    }
+
+    fn refused(&self, peer: u32, why: &str) {
+        if self.may_warn() {
+            tracing::warn!(instance = %self.instance, peer, "mmap ticket refused: {why}; nothing sent");
+        } else {
+            tracing::debug!(instance = %self.instance, peer, "mmap ticket refused: {why}");
+        }
+    }
+
+    /// The ticket store (tests).
+    #[cfg(test)]
+    pub fn tickets(&self) -> &TicketStore<Target> {
+        &self.tickets
+    }
+}
+
+fn timeval(d: Duration) -> TimeVal {
+    TimeVal::new(d.as_secs() as i64, 0)
+}
+
+/// The thread group of thread `tid` (`Tgid:` in `/proc/<tid>/status`).
+pub(super) fn tgid_of(tid: u32) -> io::Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
+}
+
+/// Whether process (thread) `tid` has the shim mapped. Reads at most 4 MiB of its maps.
+fn has_shim(tid: u32) -> io::Result<bool> {
+    let f = File::open(format!("/proc/{tid}/maps"))?;
+    let mut r = BufReader::new(f.take(4 << 20));
+    let mut line = Vec::new();
+    while r.read_until(b'\n', &mut line)? != 0 {
+        if line.ends_with(b"/libnvproxy_preload.so\n") || line.ends_with(b"/libnvproxy_preload.so")
+        {
+            return Ok(true);
+        }
+        line.clear();
+    }
+    Ok(false)
+}
