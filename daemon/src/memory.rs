@@ -18,7 +18,17 @@ use ioctl_proxy::{ClientMemory, MemError};
 use crate::sys;
 
 /// How the daemon reads and writes client memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum MemoryTransport {
     /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.

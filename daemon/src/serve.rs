@@ -1,11 +1,8 @@
-//! Running instances: `nvproxy exec` (one instance around one command), `nvproxy serve` (the
-//! instances of a config file until SIGTERM) and `nvproxy run` (a command with the nodes of a
-//! served instance).
-//!
-//! All instances of one daemon process share one driver (`--driver host`: the kernel driver;
-//! `--driver sim`: one simulated driver, so two instances can be shown to be isolated from each
-//! other on the same "hardware"). DESIGN.md's one worker process per instance is not built yet:
-//! today every instance of `serve` is served by threads of the one process.
+//! Running instances: [`RunningInstance`] (one instance's nodes, proxy and sockets, in the
+//! process that serves it: a worker, or `nvproxy exec`), `nvproxy exec` (one instance around
+//! one command, in-process), `nvproxy serve` (the supervisor of one worker process per
+//! instance, `supervisor.rs`) and `nvproxy run` (a command with the nodes of a served
+//! instance).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -181,6 +178,11 @@ impl RunningInstance {
         })
     }
 
+    /// The instance's frontend proxy.
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
     /// The `--node` arguments for `nvproxy ns-exec`.
     pub fn ns_node_args(&self) -> Vec<String> {
         self.nodes.ns_node_args()
@@ -217,7 +219,7 @@ impl RunningInstance {
 }
 
 /// Checks the simulated driver holds nothing; returns whether it is clean.
-fn leak_check(driver: &Driver) -> bool {
+pub fn leak_check(driver: &Driver) -> bool {
     let Some(sim) = &driver.sim else { return true };
     // The proxies and their host files are gone by now; give late releases a moment.
     for _ in 0..50 {
@@ -361,6 +363,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_open_files: None,
         max_objects: None,
         max_in_flight: None,
+        restart: config::RestartPolicy::No,
     };
     inst.validate()?;
     crate::policy_cmd::check_allow(
@@ -440,8 +443,12 @@ pub struct ServeArgs {
     pub check_leaks: bool,
 }
 
-/// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
+/// `nvproxy serve`: the supervisor (`supervisor.rs`). Adopts the workers a previous
+/// supervisor left serving, starts a worker for every other instance of the config, serves the
+/// instance API, prints `READY <instances>` (and `READY=1` to systemd), watches the workers
+/// until SIGINT/SIGTERM/SIGHUP, then stops them (unless `[daemon] keep_workers`).
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    use crate::supervisor::{Supervisor, spec_for};
     let mut cfg = config::Config::load(&args.config)?;
     if let Some(d) = args.driver {
         cfg = cfg
@@ -449,49 +456,76 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
     sys::block_termination_signals().context("blocking signals")?;
-    let kind = cfg.driver;
-    let driver = make_driver(
-        kind,
-        cfg.sim.gpus,
-        &cfg.sim.driver_version,
-        cfg.daemon.allow_unrestricted_mmap_fds,
-    )?;
-    let mut running = Vec::new();
+    let root = Path::new(mmap::RUN_DIR);
+    let sup = Supervisor::new(root)?;
+    let adopted = sup.adopt();
     for inst in &cfg.instances {
-        let audit = inst.audit_path(&cfg.daemon);
-        match RunningInstance::start(inst, &driver, cfg.daemon.memory, audit.as_deref()) {
-            Ok(r) => running.push(r),
-            Err(e) => {
-                for r in running {
-                    let _ = r.stop();
-                }
-                return Err(e);
-            }
+        if adopted.contains(&inst.name) {
+            continue;
+        }
+        if let Err(e) = sup.create(spec_for(&cfg, inst)) {
+            sup.stop_all();
+            return Err(e);
         }
     }
-    println!(
-        "READY {}",
-        cfg.instances
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let group = match &cfg.daemon.api_group {
+        Some(g) => Some(
+            nix::unistd::Group::from_name(g)
+                .with_context(|| format!("[daemon] api_group {g:?}"))?
+                .with_context(|| format!("[daemon] api_group {g:?}: no such group"))?
+                .gid
+                .as_raw(),
+        ),
+        None => None,
+    };
+    let cfg = Arc::new(cfg);
+    let api = crate::api::ApiServer::start(
+        &root.join(crate::api::SOCKET_NAME),
+        sup.clone(),
+        cfg.clone(),
+        group,
+    )
+    .context("the control socket")?;
+    let names: Vec<String> = sup.list().into_iter().map(|i| i.name).collect();
+    println!("READY {}", names.join(" "));
     use std::io::Write;
     std::io::stdout().flush().ok();
     if let Err(e) = sys::sd_notify("READY=1") {
         tracing::warn!(error = %e, "sd_notify failed");
     }
-    let sig = sys::wait_for_termination().context("waiting for a signal")?;
+    let sig = loop {
+        if let Some(sig) = sys::poll_termination(std::time::Duration::from_millis(200))
+            .context("waiting for a signal")?
+        {
+            break sig;
+        }
+        sup.check();
+    };
     tracing::info!(signal = ?sig, "stopping");
     let _ = sys::sd_notify("STOPPING=1");
-    let mut tables_clean = true;
-    for r in running {
-        tables_clean &= r.stop();
+    drop(api);
+    if cfg.daemon.keep_workers {
+        sup.detach_all();
+        return Ok(ExitCode::SUCCESS);
     }
-    let clean = leak_check(&driver) && tables_clean;
-    if args.check_leaks && !clean {
-        return Ok(ExitCode::from(LEAK_EXIT));
+    let statuses = sup.stop_all();
+    let leaked: Vec<&String> = statuses
+        .iter()
+        .filter(|(_, s)| **s == Some(i32::from(LEAK_EXIT)))
+        .map(|(n, _)| n)
+        .collect();
+    if !leaked.is_empty() {
+        eprintln!(
+            "nvproxy: leak check failed in the worker(s) of {}",
+            leaked
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if args.check_leaks {
+            return Ok(ExitCode::from(LEAK_EXIT));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
