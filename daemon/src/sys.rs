@@ -603,3 +603,14 @@ fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
     // SAFETY: siginfo_t is a plain C struct for which all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
 }
+
+/// `fork()` for a process that is single-threaded (ns-exec, before it starts any thread): the
+/// child is `Ok(None)`, the parent gets the child's pid.
+pub fn fork_single_threaded() -> io::Result<Option<nix::unistd::Pid>> {
+    // SAFETY: the callers (ns-exec) run this while the process has exactly one thread, so the
+    // child inherits no lock held by another thread; it only makes syscalls and execs or exits.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => Ok(None),
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child)),
+    }
+}
