@@ -274,6 +274,30 @@ pub struct Ioctl<'a> {
     pub in_data: &'a [u8],
     /// The most output bytes the kernel copies back.
     pub out_size: u32,
+    /// On a retry round, the regions `in_data` holds and the output regions, as the previous
+    /// round's [`IoctlReply::Retry`] named them (the session keeps them per open file and
+    /// calling thread between rounds); `None` on a first round.
+    pub retry: Option<&'a RetryRound>,
+}
+
+/// The regions of one retry round: what a handler's [`IoctlReply::Retry`] asked for. The
+/// kernel's next `FUSE_IOCTL` for the same open file and thread carries the `in_iovs`' bytes,
+/// concatenated, and accepts up to the `out_iovs`' total length back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryRound {
+    /// The input regions, in order.
+    pub in_iovs: Vec<IoVec>,
+    /// The output regions, in order.
+    pub out_iovs: Vec<IoVec>,
+}
+
+impl RetryRound {
+    /// Whether a request with `in_size` input bytes and room for `out_size` output bytes is
+    /// this round's continuation.
+    pub fn matches(&self, in_size: usize, out_size: u32) -> bool {
+        let sum = |v: &[IoVec]| v.iter().map(|i| i.len).sum::<u64>();
+        sum(&self.in_iovs) == in_size as u64 && sum(&self.out_iovs) == u64::from(out_size)
+    }
 }
 
 impl Ioctl<'_> {
@@ -442,6 +466,7 @@ mod tests {
 
     fn unrestricted() -> Ioctl<'static> {
         Ioctl {
+            retry: None,
             fh: 1,
             cmd: 0,
             arg: 0,

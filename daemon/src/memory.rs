@@ -309,6 +309,19 @@ pub struct RetryPlan {
 }
 
 impl RetryPlan {
+    /// The plan a retry round's regions (kept by cuse-dev between rounds) stand for.
+    pub fn from_round(round: &cuse_dev::RetryRound) -> Self {
+        let regions = |v: &[cuse_dev::IoVec]| {
+            v.iter()
+                .map(|i| (i.base, usize::try_from(i.len).unwrap_or(usize::MAX)))
+                .collect()
+        };
+        RetryPlan {
+            reads: regions(&round.in_iovs),
+            writes: regions(&round.out_iovs),
+        }
+    }
+
     fn in_len(&self) -> usize {
         self.reads.iter().map(|r| r.1).sum()
     }
