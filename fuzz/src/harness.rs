@@ -312,6 +312,9 @@ pub fn run_input(target: Target, input: &Input) -> Report {
 
     for op in &input.ops {
         w.report.ops += 1;
+        if trace() {
+            eprintln!("{op:?}");
+        }
         match op {
             Op::Cross(inner) => {
                 w.op(&mut b, &a.pool.clone(), inner, true);
@@ -535,6 +538,13 @@ impl World {
         });
         t.fds = fds;
         let out = lay.mem.get(TOP, top_len).map(<[u8]>::to_vec);
+        if trace() {
+            eprintln!(
+                "  {} frontend {cmd:#010x} -> {r:?} {:02x?}",
+                t.proxy.policy().name,
+                out.as_deref().unwrap_or(&[])
+            );
+        }
         if !matches!(r, Ok(0)) {
             return None;
         }
@@ -573,7 +583,14 @@ impl World {
     fn setup_neighbour(&mut self, b: &mut Tenant) -> u32 {
         let ctl = b.proxy.open(FrontendNode::Ctl).expect("B's control open");
         b.add_open(ctl, false);
-        let run = |w: &mut World, b: &mut Tenant, op: Op| w.op(b, &[], &op, true);
+        // The driver grants a device only while the process holds its GPU node open.
+        let gpu = b.proxy.open(FrontendNode::Gpu(0)).expect("B's GPU open");
+        b.add_open(gpu, false);
+        // Its own pool stands in for "the other instance's" (cross = true) here.
+        let run = |w: &mut World, b: &mut Tenant, op: Op| {
+            let own = b.pool.clone();
+            w.op(b, &own, &op, true)
+        };
         run(
             self,
             b,
@@ -966,16 +983,20 @@ impl World {
             let names = self.names(t, foreign);
             lay.place(&names, top, len, TOP)
         };
-        let _ = top_len;
         let fds = std::mem::take(&mut t.fds);
-        {
+        let r = {
             let tt: &Tenant = t;
             self.request(tt, &mut lay.mem, |m| {
                 tt.uvm.ioctl(open, &CALLER, cmd, TOP, m, &fds)
             })
-            .ok();
-        }
+        };
         t.fds = fds;
+        if trace() {
+            eprintln!(
+                "  uvm {cmd:#x} -> {r:?} {:02x?}",
+                lay.mem.get(TOP, top_len).unwrap_or(&[])
+            );
+        }
     }
 
     fn burst(&mut self, t: &mut Tenant, kind: u8, n: u8, base: u32) {
@@ -1032,6 +1053,12 @@ impl World {
             }
         }
     }
+}
+
+/// `NVPROXY_FUZZ_TRACE=1`: print every operation and answer (to read a crash input).
+fn trace() -> bool {
+    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *T.get_or_init(|| std::env::var_os("NVPROXY_FUZZ_TRACE").is_some())
 }
 
 fn nth_key<K: Copy, V>(m: &std::collections::BTreeMap<K, V>, i: usize) -> Option<K> {
