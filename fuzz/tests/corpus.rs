@@ -112,6 +112,7 @@ fn test_regressions_replay_clean() {
 #[test]
 #[ignore]
 fn test_open_findings_still_fail() {
+    nvproxy_fuzz::harness::set_strict(true);
     for (t, name) in TARGETS {
         for (file, bytes) in inputs(&dir("regressions", name).join("open")) {
             let r = std::panic::catch_unwind(|| run(t, &bytes));
