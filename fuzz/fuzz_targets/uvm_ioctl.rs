@@ -7,5 +7,6 @@ use libfuzzer_sys::fuzz_target;
 use nvproxy_fuzz::harness::{Target, run};
 
 fuzz_target!(|data: &[u8]| {
+    nvproxy_fuzz::harness::start_shmem_watchdog(1024);
     run(Target::Uvm, data);
 });

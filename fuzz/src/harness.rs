@@ -1106,3 +1106,40 @@ fn nth_key<K: Copy, V>(m: &std::collections::BTreeMap<K, V>, i: usize) -> Option
     }
     m.keys().nth(i % m.len()).copied()
 }
+
+/// Starts (once per process) a thread that aborts the process when the machine's shmem grows
+/// by more than `limit_mb` over what it was at the start: the simulator backs memory with
+/// memfds, whose pages libFuzzer's `-rss_limit_mb` does not see (finding F1 filled 24 GB of
+/// shmem and brought in the kernel's OOM killer). The abort is libFuzzer's crash: the input
+/// that was running is saved as the artifact.
+pub fn start_shmem_watchdog(limit_mb: u64) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(base) = shmem_kb() else { return };
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                if let Some(now) = shmem_kb() {
+                    if now.saturating_sub(base) > limit_mb * 1024 {
+                        eprintln!(
+                            "==shmem watchdog: Shmem grew from {base} kB to {now} kB during \
+                             this input; aborting"
+                        );
+                        std::process::abort();
+                    }
+                }
+            }
+        });
+    });
+}
+
+fn shmem_kb() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Shmem:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
