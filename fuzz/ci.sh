@@ -3,7 +3,7 @@
 #  1. `cargo test`: the committed seed corpus is the generated one, the seeds reach deep into
 #     the request path, and every seed, fixed regression input and a few hundred mutations of
 #     the seeds hold the invariants (src/harness.rs);
-#  2. each libFuzzer target for FUZZ_SECONDS (default 40; parse_request, a small parser, 15)
+#  2. each libFuzzer target for FUZZ_SECONDS (default 30; parse_request, a small parser, 15)
 #     from the committed corpus into a
 #     scratch corpus; a crash (panic, broken invariant, RSS above 2 GiB, a slow unit) fails
 #     the step and leaves the input under fuzz/artifacts/<target>/.
@@ -11,7 +11,7 @@
 # nightly-only rustc flags, which RUSTC_BOOTSTRAP=1 allows.
 set -euo pipefail
 cd "$(dirname "$0")"
-secs=${FUZZ_SECONDS:-40}
+secs=${FUZZ_SECONDS:-30}
 targets=(parse_request proxy_ioctl uvm_ioctl)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
