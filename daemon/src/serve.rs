@@ -37,11 +37,16 @@ pub struct Driver {
 /// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
 /// `unrestricted_mmap_fds`: the admin's opt-in to hand tenants unrestricted host fds for RM
 /// mmaps where Landlock cannot deny their device ioctls (host driver only).
+/// `handle_key`: with the simulated driver, where its client-handle counter starts
+/// (`SimConfig::with_client_index_base`; a worker passes its instance's name, so that the
+/// simulated drivers of two workers do not hand out the same handles, as the one real driver
+/// shared by all processes does not).
 pub fn make_driver(
     kind: DriverKind,
     gpus: u32,
     version: &str,
     unrestricted_mmap_fds: bool,
+    handle_key: Option<&str>,
 ) -> Result<Driver> {
     match kind {
         DriverKind::Host => {
@@ -81,7 +86,10 @@ pub fn make_driver(
                     config::MAX_SIM_GPUS
                 );
             }
-            let cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+            let mut cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+            if let Some(key) = handle_key {
+                cfg = cfg.with_client_index_base(key);
+            }
             let sim =
                 SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
             Ok(Driver {
@@ -334,6 +342,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         args.sim_gpus,
         &args.sim_driver_version,
         args.allow_unrestricted_mmap_fds,
+        None,
     )?;
     let gpus = match (&args.gpus, args.driver) {
         (Some(g), _) => g.clone(),

@@ -102,6 +102,7 @@ pub fn run() -> Result<ExitCode> {
         spec.sim.gpus,
         &spec.sim.driver_version,
         spec.allow_unrestricted_mmap_fds,
+        Some(&name),
     )?;
     let running =
         RunningInstance::start(&spec.instance, &driver, spec.memory, spec.audit.as_deref())?;

@@ -891,7 +891,9 @@ fn alloc_semaphore_pool(drv: &SimDriver, st: &mut State, file: i32, call: &mut H
 fn zero(memfd: &File, base: u64, length: u64) -> io::Result<()> {
     use nix::fcntl::{FallocateFlags, fallocate};
     let (Ok(off), Ok(len)) = (i64::try_from(base), i64::try_from(length)) else {
-        return Err(io::Error::from_raw_os_error(nix::errno::Errno::EINVAL as i32));
+        return Err(io::Error::from_raw_os_error(
+            nix::errno::Errno::EINVAL as i32,
+        ));
     };
     use std::os::fd::AsRawFd;
     fallocate(
@@ -902,7 +904,6 @@ fn zero(memfd: &File, base: u64, length: u64) -> io::Result<()> {
     )
     .map_err(io::Error::from)
 }
-
 
 /// `uvm_free` (`uvm_map_external.c` before 590, `uvm_va_range.c` since): ioctl-created ranges
 /// only, found by their start; before 590 the length must match too.

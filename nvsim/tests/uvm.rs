@@ -885,7 +885,10 @@ fn test_a_huge_semaphore_pool_costs_no_memory_and_one_past_the_va_is_refused() {
     assert_eq!(status(&u.uvm, UVM_ALLOC_SEMAPHORE_POOL, &p, 9240), NV_OK);
     assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
     let grown = file.metadata().unwrap().blocks() - blocks_before;
-    assert!(grown < 1024, "the pool took {grown} 512-byte blocks of memory");
+    assert!(
+        grown < 1024,
+        "the pool took {grown} 512-byte blocks of memory"
+    );
     p.base = 1 << 46;
     p.length = (1 << 46) + (2 << 20); // ends 2 MiB past 2^47
     assert_eq!(

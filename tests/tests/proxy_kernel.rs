@@ -171,6 +171,31 @@ impl Proc {
         }
     }
 
+    /// Waits for a stderr line satisfying `pred` (lines already seen count too); panics after
+    /// `timeout` or if the process ends first.
+    fn wait_err_line(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        if let Some(l) = self.stderr.iter().find(|l| pred(l)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((false, line)) if pred(&line) => {
+                    self.stderr.push(line.clone());
+                    return line;
+                }
+                Ok(item) => self.store(item),
+                Err(e) => panic!(
+                    "{}: no expected line on stderr ({e:?}); status {:?}\n{}",
+                    self.tag,
+                    self.child.try_wait(),
+                    self.transcript()
+                ),
+            }
+        }
+    }
+
     /// Sends `line` to the child's stdin.
     fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("spawned with stdin");
@@ -1130,7 +1155,7 @@ fn test_serve_a_killed_worker_is_restarted_and_the_other_instance_is_untouched()
     hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
     let old = worker_pid("a");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), Signal::SIGKILL).unwrap();
-    daemon.wait_line(EXEC_TIMEOUT, |l| {
+    daemon.wait_err_line(EXEC_TIMEOUT, |l| {
         l.contains("worker exited unasked") && l.contains("signal 9")
     });
     assert!(
@@ -1194,11 +1219,7 @@ fn test_serve_a_restarted_supervisor_adopts_the_running_workers() {
         (a, b),
         "workers replaced, not adopted"
     );
-    assert!(
-        again.stderr.iter().any(|l| l.contains("worker re-adopted")),
-        "{}",
-        again.transcript()
-    );
+    again.wait_err_line(EXEC_TIMEOUT, |l| l.contains("worker re-adopted"));
     hold.send("check");
     let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
     assert_eq!(checked["ok"], true, "client after the adoption: {checked}");
@@ -1249,6 +1270,14 @@ fn test_instance_api_creates_and_removes_instances() {
     assert!(ok, "rm --force: {out}{err}");
     // The holder's files are revoked: its next call fails (ENOTCONN from the gone node).
     hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert!(
+        checked["check"]
+            .as_str()
+            .is_some_and(|c| c.contains("ENOTCONN")),
+        "a revoked file still works: {checked}"
+    );
+    hold.kill_group(Signal::SIGKILL);
     let _ = hold.wait(EXEC_TIMEOUT);
     assert!(
         !Path::new("/dev/nvproxy/c").exists(),
