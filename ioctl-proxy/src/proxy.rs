@@ -36,7 +36,7 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
 use zerocopy::FromBytes;
 
-use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
+use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
 use crate::kit::Note;
 use crate::mapping::MappingSlot;
@@ -234,6 +234,15 @@ impl Proxy {
                 pci: (card.pci_info.domain, card.pci_info.bus, card.pci_info.slot),
             });
         }
+        let counts = AuditCounts::for_names(
+            abi.escapes
+                .values()
+                .map(|e| (Kind::Escape, e.name))
+                .chain(abi.controls.values().map(|c| (Kind::Control, c.name)))
+                .chain(abi.classes.values().map(|c| (Kind::Class, c.name)))
+                .chain(abi.uvm.values().map(|u| (Kind::Uvm, u.name)))
+                .chain(std::iter::once((Kind::Uvm, "mmap"))),
+        );
         Ok(Self {
             abi,
             policy,
@@ -247,7 +256,7 @@ impl Proxy {
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
             audit: Arc::new(NullSink),
-            counts: AuditCounts::default(),
+            counts,
         })
     }
 
