@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -103,9 +103,21 @@ pub(crate) struct InterruptFlag {
     cv: Condvar,
     answered: AtomicBool,
     fired: AtomicBool,
+    /// When the handler's current wait on client memory began (the watchdog's clock), 0 when
+    /// none is armed.
+    armed: AtomicU64,
 }
 
 impl InterruptFlag {
+    /// Arms (`ns` > 0) or disarms (0) a wait on client memory.
+    pub(crate) fn arm(&self, ns: u64) {
+        self.armed.store(ns, Ordering::Release);
+    }
+
+    pub(crate) fn armed_since(&self) -> u64 {
+        self.armed.load(Ordering::Acquire)
+    }
+
     /// Claims the reply: true for the first caller only.
     pub(crate) fn take_answer(&self) -> bool {
         !self.answered.swap(true, Ordering::AcqRel)
@@ -180,11 +192,7 @@ impl Request {
     /// the caller's page faults can block (`process_vm_readv`/`writev`); see `watchdog.rs`.
     /// Unbounded for a detached request.
     pub fn client_waits(&self) -> ClientWaits {
-        ClientWaits::new(
-            self.watchdog.clone(),
-            self.unique,
-            Arc::clone(&self.interrupt),
-        )
+        ClientWaits::new(self.watchdog.clone(), Arc::clone(&self.interrupt))
     }
 
     /// The kernel's request id.

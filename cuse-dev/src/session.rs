@@ -370,7 +370,8 @@ impl Session {
         // one channel would all wake for every request); `stop` wakes them with a signal.
         sys::install_wake_handler().map_err(CuseError::Setup)?;
         sys::set_nonblocking(self.chan.as_fd(), false).map_err(CuseError::Setup)?;
-        let shared = Arc::new(Shared {
+        let timeout = self.cfg.client_wait_timeout;
+        let shared = Arc::new_cyclic(|me: &std::sync::Weak<Shared>| Shared {
             chan: Arc::clone(&self.chan),
             handler,
             inflight: Mutex::new(IdMap::default()),
@@ -379,7 +380,21 @@ impl Session {
             buf_size: self.cfg.read_buffer_size(),
             control: self.control.clone(),
             thread_start: self.thread_start.clone(),
-            watchdog: Watchdog::new(Some(Arc::clone(&self.chan)), self.cfg.client_wait_timeout),
+            watchdog: {
+                // The watchdog looks at the session's requests in flight.
+                let me = me.clone();
+                Watchdog::new(
+                    Some(Arc::clone(&self.chan)),
+                    timeout,
+                    Box::new(move |f| {
+                        if let Some(shared) = me.upgrade() {
+                            for (&unique, flag) in shared.inflight().iter() {
+                                f(unique, flag);
+                            }
+                        }
+                    }),
+                )
+            },
             retries: Mutex::new(HashMap::new()),
         });
         for i in 0..MIN_THREADS {
