@@ -91,10 +91,29 @@ impl fmt::Display for Node {
 /// The calling thread, as the FUSE header names it (in the daemon's pid namespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Caller {
-    /// Thread group id.
+    /// Thread group id; 0: not looked up yet (it is only needed for an audit event, and is
+    /// then read from `/proc/<tid>/status`, [`Caller::process`]).
     pub pid: u32,
     /// Thread id (the FUSE header's pid).
     pub tid: u32,
+}
+
+impl Caller {
+    /// The calling thread's process: `pid`, or when it was not given, the `Tgid` of
+    /// `/proc/<tid>/status` (the thread itself when that cannot be read: it exited).
+    pub fn process(&self) -> u32 {
+        if self.pid != 0 {
+            return self.pid;
+        }
+        std::fs::read_to_string(format!("/proc/{}/status", self.tid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(self.tid)
+    }
 }
 
 /// Why an fd number of the caller could not be resolved.
@@ -486,7 +505,6 @@ impl Proxy {
         let span = tracing::debug_span!(
             "ioctl",
             instance = %self.policy.name,
-            pid = caller.pid,
             tid = caller.tid,
             cmd = format_args!("{cmd:#010x}")
         );
@@ -546,7 +564,7 @@ impl Proxy {
         let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.audit.record(&AuditEvent {
             instance: self.policy.name.clone(),
-            pid: caller.pid,
+            pid: caller.process(),
             tid: caller.tid,
             node: node.to_string(),
             kind: note.kind,

@@ -176,7 +176,7 @@ impl UvmProxy {
                 .add(Kind::Uvm, "mmap", 0, Decision::Denied);
             self.proxy.audit_sink().record(&AuditEvent {
                 instance: self.proxy.policy().name.clone(),
-                pid: caller.pid,
+                pid: caller.process(),
                 tid: caller.tid,
                 node: NODE.into(),
                 kind: Kind::Uvm,
@@ -213,7 +213,6 @@ impl UvmProxy {
         let span = tracing::debug_span!(
             "uvm_ioctl",
             instance = %self.proxy.policy().name,
-            pid = caller.pid,
             tid = caller.tid,
             cmd = format_args!("{cmd:#x}")
         );
