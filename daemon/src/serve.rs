@@ -105,6 +105,7 @@ pub struct RunningInstance {
     name: String,
     nodes: InstanceNodes,
     proxy: Arc<Proxy>,
+    uvm: Arc<uvm::UvmProxy>,
     sink: Arc<JsonLinesSink>,
     mmap_socket: MmapSocket,
 }
@@ -153,8 +154,9 @@ impl RunningInstance {
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
+        let uvm_proxy = Arc::new(uvm);
         let uvm: Arc<dyn crate::device::Backend> =
-            Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
+            Arc::new(UvmBackend::new(uvm_proxy.clone(), backend.clone()));
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
@@ -181,6 +183,7 @@ impl RunningInstance {
             name: inst.name.clone(),
             nodes,
             proxy,
+            uvm: uvm_proxy,
             sink,
             mmap_socket,
         })
@@ -217,6 +220,12 @@ impl RunningInstance {
     pub fn stop(self) -> bool {
         drop(self.mmap_socket);
         self.nodes.stop();
+        // Files the clients still hold are revoked (the nodes are gone): their RM clients and
+        // host files go now, so the driver holds nothing of them.
+        let revoked = self.uvm.release_all() + self.proxy.release_all();
+        if revoked != 0 {
+            tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
+        }
         self.sink.write_counts(&self.name, self.proxy.counts());
         let left = self.proxy.object_count();
         if left != 0 {

@@ -407,6 +407,17 @@ impl Proxy {
         freed
     }
 
+    /// Releases every open still held (revocation: the instance stops while clients hold its
+    /// files; their calls fail with `ENOTCONN` from the gone node, so nothing they hold can be
+    /// used again). Returns how many.
+    pub fn release_all(&self) -> usize {
+        let ids: Vec<OpenId> = self.opens().keys().copied().collect();
+        for &id in &ids {
+            self.release(id);
+        }
+        ids.len()
+    }
+
     /// The host file id (`HostFile::id`) of an open: what an fd field naming it becomes. The
     /// UVM handlers use it for `rmCtrlFd`.
     pub fn host_file_id(&self, open: OpenId) -> Option<i32> {

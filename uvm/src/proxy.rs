@@ -151,6 +151,15 @@ impl UvmProxy {
         drop(file);
     }
 
+    /// Releases every UVM open still held (see `Proxy::release_all`). Returns how many.
+    pub fn release_all(&self) -> usize {
+        let ids: Vec<OpenId> = lock(&self.opens).keys().copied().collect();
+        for &id in &ids {
+            self.release(id);
+        }
+        ids.len()
+    }
+
     /// Whether `open` is one of this proxy's UVM opens.
     pub fn is_open(&self, open: OpenId) -> bool {
         lock(&self.opens).contains_key(&open)
