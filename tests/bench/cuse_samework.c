@@ -15,7 +15,7 @@
  *
  *     kind            command (top struct)          process_vm_readv            process_vm_writev
  *     simple control  NV_ESC_RM_CONTROL (NVOS54 32) params (paramsSize)         params (paramsSize)
- *     nested control  NV_ESC_RM_CONTROL (NVOS54 32) params (16), then the list   list, params (one call,
+ *     nested control  NV_ESC_RM_CONTROL (NVOS54 32) params (16), then the list   params, list (one call,
  *                     NV0080_CTRL_CMD_GPU_GET_CLASSLIST  (numClasses * 4)          two iovecs)
  *     RM_ALLOC        NV_ESC_RM_ALLOC (NVOS64 48)   pAllocParms (paramsSize)    pAllocParms (paramsSize)
  *     RM_FREE         NV_ESC_RM_FREE (NVOS00 16)    -                           -
@@ -171,7 +171,7 @@ static int do_control(pid_t tid, struct nvos54 *top)
                 return e;
             for (uint32_t i = 0; i < cl.numClasses; i++)
                 list[i] = 0xc000u + i; /* plausible class numbers */
-            struct iovec local[2] = {ll, lp}, remote[2] = {rl, rp};
+            struct iovec local[2] = {lp, ll}, remote[2] = {rp, rl}; /* the daemon's order */
             e = vm_write(tid, local, remote, 2);
         }
     } else {
