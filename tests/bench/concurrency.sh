@@ -10,12 +10,12 @@
 # Usage: tests/bench/concurrency.sh [--out FILE.md] [--threads 1,2,4,8,16] [--ms D] [--rounds R]
 #                                   [--smp N] [--kind KIND] [--short]
 #   --threads LIST  concurrent clients per step (default 1,2,4,8,16)
-#   --ms D          milliseconds per timed phase (default 2000)
-#   --rounds R      proxy/floor phase pairs per step, alternating (default 5); the ratio is taken
+#   --ms D          milliseconds per timed phase (default 1000)
+#   --rounds R      proxy/floor phase pairs per step, alternating (default 7); the ratio is taken
 #                   inside each round, the table gives medians and the lowest and highest ratio
 #   --smp N         guest vCPUs (default 2)
 #   --kind KIND     simple-control (default), nested-control or rm-alloc
-#   --short         the bounded form for CI: --threads 1,4,16 --ms 500 --rounds 2
+#   --short         the bounded form for CI: --threads 1,4,16 --ms 500 --rounds 3
 #   --out FILE      also write the table as markdown
 # Exit status: 0 when every step was measured, 1 when a measurement could not be taken (never
 # for a slow result), 2 on usage errors. Builds on the host as run-bench.sh does (root: may
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=concurrency
 
-OUT= THREADS=1,2,4,8,16 MS=2000 ROUNDS=5 SMP=2 KIND=simple-control GUEST=0
+OUT= THREADS=1,2,4,8,16 MS=1000 ROUNDS=7 SMP=2 KIND=simple-control GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
@@ -34,7 +34,7 @@ while (($#)); do
     --rounds) ROUNDS=${2:?--rounds needs a number}; shift 2 ;;
     --smp) SMP=${2:?--smp needs a number}; shift 2 ;;
     --kind) KIND=${2:?--kind needs a kind}; shift 2 ;;
-    --short) THREADS=1,4,16 MS=500 ROUNDS=2; shift ;;
+    --short) THREADS=1,4,16 MS=500 ROUNDS=3; shift ;;
     --guest) GUEST=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "$PROG: unknown argument $1 (see --help)" >&2; exit 2 ;;
