@@ -12,24 +12,27 @@
 #   3. CPU profiles (perf record -e cpu-clock -a: whole guest, flat by symbol) of one client
 #      and of 8 clients through the proxy and on the same-work floor.
 #
-# Usage: tests/bench/diagnose.sh [--out DIR] [--smp N] [--ops N] [--threads T] [--skip-perf]
+# Usage: tests/bench/diagnose.sh [--out DIR] [--smp N] [--ops N] [--threads T] [--only 1,2,3]
 #   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
 #   --ops N      ioctls per single-client run (default 2000)
 #   --threads T  the concurrent clients of parts 1-3 (default 8)
+#   --only LIST  run only these parts (--skip-perf: parts 1 and 2). Profiles of one client are
+#                clearer with --smp 1 (no idle vCPU, no cross-vCPU hand-offs).
 # Needs strace and perf (linux-perf) on the host (the guest runs the host's binaries); installs
 # them with apt-get when missing. Builds like run-bench.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=diagnose
-OUTDIR= SMP=2 OPS=2000 T=8 PERF=1 GUEST=0
+OUTDIR= SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUTDIR=${2:?}; shift 2 ;;
     --smp) SMP=${2:?}; shift 2 ;;
     --ops) OPS=${2:?}; shift 2 ;;
     --threads) T=${2:?}; shift 2 ;;
-    --skip-perf) PERF=0; shift ;;
+    --skip-perf) ONLY=1,2; shift ;;
+    --only) ONLY=${2:?}; shift 2 ;;
     --guest) GUEST=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "$PROG: unknown argument $1" >&2; exit 2 ;;
@@ -42,7 +45,9 @@ SAMEWORK=$TARGET/bench/cuse_samework
 OUTDIR=${OUTDIR:-$TARGET/bench/diagnose}
 [[ $OUTDIR == /* ]] || OUTDIR=$PWD/$OUTDIR
 
+part() { [[ ,$ONLY, == *,$1,* ]]; }
 if ((GUEST)); then
+  set +o pipefail # `perf report | head` and the like end their producer early
   mkdir -p "$OUTDIR"
   "$SAMEWORK" --name nvbench-samework --max-threads 64 >"$OUTDIR/sw.out" 2>&1 &
   sw=$!
@@ -60,6 +65,7 @@ if ((GUEST)); then
   }
   ops_of() { grep -m1 '^SCALE ' "$1" | sed -E 's/.* ops_s=([0-9.]+).*/\1/'; }
 
+  if part 1; then
   echo "### 1. syscalls per ioctl"
   # One client: nv-bench makes 2N calls (count pass + one batch); N+1 vs 1.
   for n in 1 $((OPS + 1)); do
@@ -90,26 +96,41 @@ if ((GUEST)); then
   w_ops=$(awk '/^SCALE /{ for (i = 1; i <= NF; i++) if ($i ~ /^ops_s=/) { sub(/ops_s=/, "", $i); print $i * 3 } }' "$OUTDIR/wT.out")
   w_reads=$(calls "$OUTDIR/wT" | awk '$1 == "read" { print $2 }')
   per_report "same-work floor, $T clients, per request read (${w_reads:-?} reads; ~${w_ops:-?} ioctls)" "$OUTDIR/wT" "${w_reads:-1}"
+  fi
 
-  echo "### 2. futex calls of the daemon with $T clients, by the first frames of our code"
+  if part 2; then
+  echo "### 2. futex calls of the daemon with $T clients, by the first frame of our code"
   strace -f -qq -k -e trace=futex -o "$OUTDIR/futex.txt" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
-    "$BIN/nv-bench" simple-control --threads "$T" --ms 2000 --rounds 1 >"$OUTDIR/futex.out" 2>&1 || true
-  echo "  (client ioctls in that run: $(grep -c 'SCALE ' "$OUTDIR/futex.out" || true) rounds; $(grep -m1 '^SCALE ' "$OUTDIR/futex.out" || true))"
-  # Each futex call: the call line, then its stack lines " > binary(symbol+0x..) [0x..]".
-  # Keep the op, and the first two frames that are neither libc nor std's sync internals.
+    "$BIN/nv-bench" simple-control --threads "$T" --ms 8000 --rounds 1 >"$OUTDIR/futex.out" 2>&1 || true
+  echo "  (under strace: $(grep -m1 '^SCALE ' "$OUTDIR/futex.out" || true))"
+  # Every stack block (" > binary(symbol+0x..) [0x..]" lines after a futex line) of the daemon
+  # becomes "PRIMITIVE @ SITE": the std primitive it went through (Mutex::lock_contended: a
+  # waiter on a held mutex; Condvar; "futex (direct)": a wake from an unlock or notify inlined
+  # into its caller) and the first frame of our own code. Counted, most first.
   awk '
-    /^[0-9]+ +futex\(/ { if (op != "") print op "\t" site; op = ($0 ~ /FUTEX_WAKE/) ? "WAKE" : ($0 ~ /FUTEX_WAIT/ ? "WAIT" : "OTHER"); site = ""; nf = 0; next }
-    /^ > / {
-      if (nf >= 2) next
-      s = $0; sub(/^ > [^(]*\(/, "", s); sub(/\+0x[0-9a-f]+\).*/, "", s)
-      if (s ~ /^(__|_?futex|pthread|syscall|std..sys..sync|_ZN3std3sys4sync|_ZN3std4sync|std..sync..(mutex|poison|condvar|barrier)|_ZN3std6thread|start_thread|clone)/) next
-      if (s == "" || s ~ /^\)/) next
-      site = site (nf ? " <- " : "") s; nf++
+    function flush() {
+      if (nf > 0 && bin == "nvproxy") print (prim == "" ? "futex (direct)" : prim) " @ " site
+      nf = 0; prim = ""; site = ""; bin = ""
     }
-    END { if (op != "") print op "\t" site }
-  ' "$OUTDIR/futex.txt" | c++filt | sed -E 's/::h[0-9a-f]{16}//g' | sort | uniq -c | sort -rn | head -40
+    /^ > / {
+      b = $0; sub(/^ > /, "", b); sub(/\(.*/, "", b); sub(/.*\//, "", b)
+      s = $0; sub(/^ > [^(]*\(/, "", s); sub(/\+0x[0-9a-f]+\) \[.*$/, "", s)
+      nf++
+      if (prim == "") {
+        if (s ~ /lock_contended/) prim = "Mutex::lock_contended"
+        else if (s ~ /[Cc]ondvar/) prim = "Condvar wait/notify"
+        else if (s ~ /[Bb]arrier/) prim = "Barrier"
+      }
+      if (site == "" && (b == "nvproxy" || b == "nv-bench") &&
+          s !~ /(^|[<: ])(std|core|alloc)::/ && s !~ /^_ZN(3std|4core|5alloc)/) { site = s; bin = b }
+      next
+    }
+    { flush() }
+    END { flush() }
+  ' "$OUTDIR/futex.txt" | c++filt | sed -E 's/::h[0-9a-f]{16}//g' | sort | uniq -c | sort -rn | head -30
+  fi
 
-  if ((PERF)); then
+  if part 3; then
     echo "### 3. CPU profiles (perf record -e cpu-clock -a; flat, top symbols)"
     prof() { # NAME CMD...
       local name=$1; shift
@@ -141,10 +162,8 @@ mkdir -p "$TARGET/bench" "$OUTDIR"
 gcc -O2 -Wall -Wextra -o "$SAMEWORK" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
 cargo build --release -q -p tests --bin nv-bench
 cargo build --release -q -p daemon --bin nvproxy
-skip=()
-((PERF)) || skip=(--skip-perf)
 rw=()
 [[ $OUTDIR == "$ROOT"/* ]] || rw=(--rw "$OUTDIR")
 tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/tests/bench/diagnose.sh" --guest \
-  --out "$OUTDIR" --ops "$OPS" --threads "$T" "${skip[@]}" | tee "$OUTDIR/summary.txt"
+  --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
 echo "$PROG: raw outputs in $OUTDIR" >&2
