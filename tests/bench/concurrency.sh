@@ -25,7 +25,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=concurrency
 
-OUT= THREADS=1,2,4,8,16 MS=300 ROUNDS=15 SMP=2 KIND=simple-control GUEST=0
+OUT='' THREADS=1,2,4,8,16 MS=300 ROUNDS=15 SMP=2 KIND=simple-control GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;

@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=diagnose
-OUTDIR= SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0
+OUTDIR='' SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUTDIR=${2:?}; shift 2 ;;

@@ -31,7 +31,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=run-bench
 
-OUT= REPS=5 ITERS=100 BATCHES=5 SMP=1 PROXY=1 GUEST=0
+OUT='' REPS=5 ITERS=100 BATCHES=5 SMP=1 PROXY=1 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
