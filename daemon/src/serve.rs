@@ -194,26 +194,6 @@ impl RunningInstance {
         &self.proxy
     }
 
-    /// The `--node` arguments for `nvproxy ns-exec`.
-    pub fn ns_node_args(&self) -> Vec<String> {
-        self.nodes.ns_node_args()
-    }
-
-    /// The mmap arguments for `nvproxy ns-exec` (none with `preload` = None).
-    pub fn ns_mmap_args(&self, preload: Option<&Path>) -> Result<Vec<String>> {
-        let Some(shim) = preload else {
-            return Ok(Vec::new());
-        };
-        Ok(vec![
-            "--mmap-socket".to_owned(),
-            self.mmap_socket.path().display().to_string(),
-            "--preload".to_owned(),
-            shim.display().to_string(),
-            "--nvproxy-nodes".to_owned(),
-            mmap::node_ids(self.nodes.paths())?,
-        ])
-    }
-
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
     /// table was empty (every client released what it allocated); `--check-leaks` counts a
     /// non-empty table as a leak.
@@ -390,13 +370,35 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
-    let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
+    // The instance is served by a worker process, as under `serve` (its own driver files and
+    // RM clients; with --driver sim its own simulated driver, configured as ours); it stops
+    // after the command, and with us if we die (`ephemeral`: PR_SET_PDEATHSIG).
+    let spec = crate::worker::WorkerSpec {
+        instance: inst.clone(),
+        driver: args.driver,
+        sim: config::SimSection {
+            gpus: args.sim_gpus,
+            driver_version: args.sim_driver_version.clone(),
+        },
+        memory: args.memory,
+        audit: args.audit_log.clone(),
+        allow_unrestricted_mmap_fds: args.allow_unrestricted_mmap_fds,
+        ephemeral: true,
+    };
+    let root = Path::new(mmap::RUN_DIR);
+    let sup = crate::supervisor::Supervisor::new(root)?;
+    sup.create(spec)?;
+    let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
+        .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
+        .chain(std::iter::once(crate::node::Node::Uvm))
+        .map(|n| (crate::instance::node_path(&inst.name, n), n.dev_name()))
+        .collect();
 
     let exe = std::env::current_exe().context("finding our own executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("ns-exec").arg("--driver-params");
-    for n in running.ns_node_args() {
-        cmd.arg("--node").arg(n);
+    for (path, name) in &nodes {
+        cmd.arg("--node").arg(format!("{}={name}", path.display()));
     }
     let sim_proc = match &driver.sim {
         Some(sim) => Some(write_sim_proc(sim, &inst.name, &inst.gpus)?),
@@ -405,14 +407,27 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     if let Some(dir) = &sim_proc {
         cmd.arg("--sim-proc").arg(dir);
     }
-    cmd.args(running.ns_mmap_args(shim.as_deref())?);
+    if let Some(shim) = &shim {
+        let socket = root.join(&inst.name).join(mmap::SOCKET_NAME);
+        cmd.arg("--mmap-socket")
+            .arg(&socket)
+            .arg("--preload")
+            .arg(shim)
+            .arg("--nvproxy-nodes")
+            .arg(mmap::node_ids(nodes.iter().map(|(p, _)| p.as_path()))?);
+    }
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
     if let Some(dir) = &sim_proc {
         let _ = std::fs::remove_dir_all(dir);
     }
-    let table_clean = running.stop();
-    let clean = leak_check(&driver) && table_clean;
+    // The worker stops (its leak check: exit status LEAK_EXIT when its simulated driver still
+    // held something).
+    let worker_status = sup.remove(&inst.name, true)?;
+    let clean = worker_status == Some(0);
+    if !clean {
+        tracing::warn!(status = ?worker_status, "the instance's worker did not stop cleanly");
+    }
     drop(driver);
     let status = status?;
 

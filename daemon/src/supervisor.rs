@@ -112,6 +112,9 @@ impl Supervisor {
     pub fn adopt(&self) -> Vec<String> {
         let mut adopted = Vec::new();
         for st in worker::read_states(&self.root) {
+            if st.spec.ephemeral {
+                continue; // an `nvproxy exec`'s own
+            }
             let name = st.spec.instance.name.clone();
             let state_file = worker::run_dir(&self.root, &name).join(worker::STATE_FILE);
             if !is_worker_of(st.pid) {
@@ -177,6 +180,14 @@ impl Supervisor {
         let name = &spec.instance.name;
         let mut child = Command::new(&self.exe)
             .arg("worker")
+            .env(
+                crate::doctor::FOR_COMMAND_ENV,
+                crate::doctor::this_command_line(),
+            )
+            .env(
+                crate::doctor::FOR_SUBCOMMAND_ENV,
+                crate::doctor::user_subcommand().unwrap_or_default(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -450,6 +461,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         memory: cfg.daemon.memory,
         audit: inst.audit_path(&cfg.daemon),
         allow_unrestricted_mmap_fds: cfg.daemon.allow_unrestricted_mmap_fds,
+        ephemeral: false,
     }
 }
 

@@ -56,6 +56,10 @@ pub struct WorkerSpec {
     pub audit: Option<PathBuf>,
     /// `[daemon] allow_unrestricted_mmap_fds`.
     pub allow_unrestricted_mmap_fds: bool,
+    /// The one instance of an `nvproxy exec`: no supervisor adopts it, and it stops when the
+    /// `exec` that started it dies (`PR_SET_PDEATHSIG`).
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 /// A worker's state file: what a restarted supervisor needs to re-adopt it.
@@ -96,6 +100,11 @@ pub fn run() -> Result<ExitCode> {
         .validate()
         .with_context(|| format!("instance {}", spec.instance.name))?;
     sys::block_termination_signals().context("blocking signals")?;
+    if spec.ephemeral {
+        // An `nvproxy exec`'s worker goes with it, even when it is killed.
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+            .context("PR_SET_PDEATHSIG")?;
+    }
     let name = spec.instance.name.clone();
     let driver = serve::make_driver(
         spec.driver,
@@ -265,6 +274,7 @@ mod tests {
             memory: MemoryTransport::ProcessVm,
             audit: None,
             allow_unrestricted_mmap_fds: false,
+            ephemeral: false,
         }
     }
 
