@@ -12,6 +12,7 @@
 mod extract;
 mod from_source;
 mod suggest;
+mod tree_gen;
 
 use std::path::PathBuf;
 
@@ -21,6 +22,8 @@ const USAGE: &str = "usage:
   abi-import extract FACTS.json [--allowlist nvproxy-allowlist.tsv] [--out nvproxy-abi/facts]
   abi-import suggest EXTRACT.json [--base VERSION]
   abi-import from-source DIR --out FACTS.json [--version VERSION] [--commit COMMIT]
+  abi-import delta OLD_EXTRACT.json NEW_EXTRACT.json
+  abi-import tree nvproxy-abi/facts/index.tsv --out nvproxy-abi/src/tree/generated.rs
 
 from-source: DIR is a checkout (or `git archive`) of a tag of NVIDIA/open-gpu-kernel-modules.
   Compiles its public headers with the system C compiler ($CC, else cc) and writes the
@@ -47,7 +50,12 @@ fn main() -> Result<()> {
                 .with_context(|| format!("{name} needs a value")),
         }
     };
-    for o in opts.iter().step_by(2) {
+    let flags = if mode == "delta" {
+        &opts[1.min(opts.len())..]
+    } else {
+        opts
+    };
+    for o in flags.iter().step_by(2) {
         if !matches!(
             o.as_str(),
             "--allowlist" | "--out" | "--base" | "--version" | "--commit"
@@ -69,6 +77,17 @@ fn main() -> Result<()> {
                 "{}",
                 suggest::run(path.as_ref(), opt("--base")?.map(String::as_str))?
             );
+            Ok(())
+        }
+        "delta" => {
+            let new = opts.first().context("delta needs OLD.json NEW.json")?;
+            print!("{}", tree_gen::run_delta(path.as_ref(), new.as_ref())?);
+            Ok(())
+        }
+        "tree" => {
+            let out = opt("--out")?.context("tree needs --out FILE")?;
+            let n = tree_gen::run_tree(path.as_ref(), out.as_ref())?;
+            println!("wrote {out}: {n} nodes");
             Ok(())
         }
         "from-source" => {

@@ -1,18 +1,19 @@
 //! ABI parity: every node's tables and every modeled struct against the facts extracted from
-//! the driver headers of that version (`facts/<version>.json`, written by `abi-import extract`).
+//! the driver headers of that version (`facts/<node.facts>.json`, written by `abi-import
+//! extract`; versions with the same ABI share one file, `facts/index.tsv`).
 //!
 //! Checked per node: for every table entry, its number, param struct name(s), size and
-//! array-ness; that every allowlisted entry the driver has is in the table (completeness); for
-//! every modeled struct layout that applies to the version, size, alignment and each field's
-//! offset and size (C field names; padding fields excluded), and that the Rust fields cover
-//! every top-level C member.
+//! array-ness; that every entry any node knows and the driver has is in the table
+//! (completeness); for every modeled struct the driver has, that one of its Rust layouts matches
+//! it: size, alignment and each field's offset and size (C field names; padding fields
+//! excluded), with the Rust fields covering every top-level C member. A node that fails is
+//! unqualified with a reason; a supported node passes everything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::mem::{align_of, offset_of, size_of};
-use std::path::PathBuf;
 
 use nvproxy_abi::structs::*;
-use nvproxy_abi::{DriverAbi, ParamSize, nodes};
+use nvproxy_abi::{DriverAbi, ParamSize, Support, nodes};
 use serde_json::Value;
 
 struct Layout {
@@ -212,89 +213,9 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-const ALL: &[&str] = &[
-    "535.216.03",
-    "535.261.03",
-    "535.288.01",
-    "545.29.06",
-    "550.163.01",
-    "555.58.02",
-    "560.35.03",
-    "565.77",
-    "570.211.01",
-    "575.64.05",
-    "580.142",
-    "590.48.01",
-    "595.45.04",
-];
+mod common;
 
-/// The versions each newer layout applies to; a struct's plain layout applies to every other
-/// version whose facts have the struct.
-fn variant_versions(rust: &str) -> Option<&'static [&'static str]> {
-    const FROM_545: &[&str] = &[
-        "545.29.06",
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-        "590.48.01",
-        "595.45.04",
-    ];
-    const FROM_550: &[&str] = &[
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-        "590.48.01",
-        "595.45.04",
-    ];
-    const BRANCH_570: &[&str] = &["570.211.01", "575.64.05"];
-    const FROM_580: &[&str] = &["580.142", "590.48.01", "595.45.04"];
-    const FROM_590: &[&str] = &["590.48.01", "595.45.04"];
-    const V545_NOT_590: &[&str] = &[
-        "545.29.06",
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-    ];
-    Some(match rust {
-        "NVOS46_PARAMETERS_V580"
-        | "nv_ioctl_export_to_dma_buf_fd_t_V580"
-        | "NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580" => FROM_580,
-        "NVOS47_PARAMETERS_V550"
-        | "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550"
-        | "UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550"
-        | "UVM_SET_PREFERRED_LOCATION_PARAMS_V550"
-        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550"
-        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550" => FROM_550,
-        "nv_ioctl_export_to_dma_buf_fd_t_V570" => BRANCH_570,
-        "NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS_V545"
-        | "NV_MEMORY_ALLOCATION_PARAMS_V545" => FROM_545,
-        "NV00FD_ALLOCATION_PARAMETERS_V545" => V545_NOT_590,
-        "NV00FD_ALLOCATION_PARAMETERS_V590"
-        | "UVM_FREE_PARAMS_V590"
-        | "UVM_UNREGISTER_CHANNEL_PARAMS_V590" => FROM_590,
-        _ => return None,
-    })
-}
-
-fn facts(version: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("facts")
-        .join(format!("{version}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use common::facts;
 
 fn type_size(f: &Value, name: &str) -> Option<u64> {
     match name {
@@ -359,7 +280,42 @@ fn check_entry(
     errs
 }
 
-fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
+/// Every name any node knows, per table: what completeness checks for.
+fn known_names() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    let mut known: BTreeMap<&str, BTreeSet<&'static str>> = BTreeMap::new();
+    for n in nodes().iter().filter(|n| !n.same_as_parent) {
+        let t = n.tables();
+        known
+            .entry("escapes")
+            .or_default()
+            .extend(t.escapes.values().map(|e| e.name));
+        known
+            .entry("uvm_ioctls")
+            .or_default()
+            .extend(t.uvm.values().map(|e| e.name));
+        known
+            .entry("controls")
+            .or_default()
+            .extend(t.controls.values().map(|e| e.name));
+        known
+            .entry("classes")
+            .or_default()
+            .extend(t.classes.values().map(|e| e.name));
+    }
+    known
+}
+
+/// The distinct facts files of the tree.
+fn facts_files() -> BTreeSet<&'static str> {
+    nodes().iter().map(|n| n.facts).collect()
+}
+
+fn check_tables(
+    version: &str,
+    abi: &DriverAbi,
+    f: &Value,
+    known: &BTreeMap<&'static str, BTreeSet<&'static str>>,
+) -> Vec<String> {
     let mut errs = Vec::new();
     for e in abi.escapes.values() {
         let params: Vec<&str> = e.params.to_vec();
@@ -448,26 +404,6 @@ fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
         ));
     }
     // Completeness: an entry any node knows must be in this node's table if the driver has it.
-    let mut known: BTreeMap<&str, BTreeSet<&'static str>> = BTreeMap::new();
-    for n in nodes() {
-        let t = n.tables();
-        known
-            .entry("escapes")
-            .or_default()
-            .extend(t.escapes.values().map(|e| e.name));
-        known
-            .entry("uvm_ioctls")
-            .or_default()
-            .extend(t.uvm.values().map(|e| e.name));
-        known
-            .entry("controls")
-            .or_default()
-            .extend(t.controls.values().map(|e| e.name));
-        known
-            .entry("classes")
-            .or_default()
-            .extend(t.classes.values().map(|e| e.name));
-    }
     let mine: BTreeSet<&str> = abi
         .escapes
         .values()
@@ -477,7 +413,7 @@ fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
         .chain(abi.classes.values().map(|e| e.name))
         .collect();
     for (table, names) in known {
-        for name in names {
+        for name in names.iter().copied() {
             if f[table].get(name).is_some() && !mine.contains(name) {
                 errs.push(format!(
                     "{version}: driver has {table} {name}, the table does not"
@@ -523,75 +459,103 @@ fn check_layout(l: &Layout, s: &Value) -> Vec<String> {
     errs
 }
 
-#[test]
-fn test_every_node_has_facts() {
-    let versions: Vec<String> = nodes().iter().map(|n| n.version.to_string()).collect();
-    assert_eq!(versions, ALL);
+/// Every modelled struct of the facts that no Rust layout matches, with the first candidate's
+/// mismatches.
+fn layout_errors(layouts: &[Layout], f: &Value) -> Vec<String> {
+    let mut errs = Vec::new();
+    for c_name in MODELED_STRUCTS {
+        let s = &f["structs"][*c_name];
+        if s.is_null() {
+            continue;
+        }
+        let tried: Vec<(&Layout, Vec<String>)> = layouts
+            .iter()
+            .filter(|l| l.c_name == *c_name)
+            .map(|l| (l, check_layout(l, s)))
+            .collect();
+        if tried.iter().any(|(_, e)| e.is_empty()) {
+            continue;
+        }
+        let detail: Vec<String> = tried.iter().flat_map(|(_, e)| e.clone()).collect();
+        errs.push(format!(
+            "struct {c_name} ({} bytes): no Rust layout matches: {}",
+            s["size"],
+            detail.join("; ")
+        ));
+    }
+    errs
+}
+
+/// Every node's parity errors: tables (number, params, size, completeness) and layouts.
+fn parity_errors() -> BTreeMap<String, Vec<String>> {
+    let layouts = layouts();
+    let known = known_names();
+    let mut by_facts: BTreeMap<&str, (Value, Vec<String>)> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for node in nodes() {
+        let (f, layout_errs) = by_facts.entry(node.facts).or_insert_with(|| {
+            let f = facts(node.facts);
+            let e = layout_errors(&layouts, &f);
+            (f, e)
+        });
+        let v = node.version.to_string();
+        let mut errs = check_tables(&v, &node.tables(), f, &known);
+        errs.extend(layout_errs.iter().cloned());
+        out.insert(v, errs);
+    }
+    out
 }
 
 #[test]
-fn test_tables_match_driver_facts_for_every_node() {
-    let mut errs = Vec::new();
+fn test_every_node_passes_parity_or_is_unqualified_with_a_reason() {
+    let errs = parity_errors();
+    let mut problems = Vec::new();
     for node in nodes() {
         let v = node.version.to_string();
-        errs.extend(
-            check_tables(&v, &node.tables(), &facts(&v))
-                .into_iter()
-                .map(|e| format!("{v}: {e}")),
-        );
-    }
-    assert!(
-        errs.is_empty(),
-        "{} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
-    );
-}
-
-#[test]
-fn test_struct_layouts_match_driver_facts_for_every_node() {
-    let layouts = layouts();
-    let mut errs = Vec::new();
-    let mut checked = 0;
-    for v in ALL {
-        let f = facts(v);
-        for c_name in MODELED_STRUCTS {
-            let s = &f["structs"][*c_name];
-            let for_name: Vec<&Layout> = layouts.iter().filter(|l| l.c_name == *c_name).collect();
-            let applies: Vec<&&Layout> = for_name
-                .iter()
-                .filter(|l| match variant_versions(l.rust) {
-                    Some(vs) => vs.contains(v),
-                    None => !for_name
-                        .iter()
-                        .any(|o| variant_versions(o.rust).is_some_and(|vs| vs.contains(v))),
-                })
-                .collect();
-            match (s.is_null(), applies.as_slice()) {
-                (true, _) => {}
-                (false, [l]) => {
-                    checked += 1;
-                    errs.extend(check_layout(l, s).into_iter().map(|e| format!("{v}: {e}")));
-                }
-                (false, other) => {
-                    errs.push(format!("{v}: {c_name}: {} layouts apply", other.len()))
-                }
+        let e = &errs[&v];
+        match (node.support, node.reason) {
+            (Support::Supported, _) if !e.is_empty() => {
+                problems.extend(e.iter().map(|e| format!("{v} (supported): {e}")))
             }
+            (Support::Unqualified, None | Some("")) => {
+                problems.push(format!("{v}: unqualified without a reason"))
+            }
+            (Support::Supported, Some(r)) => {
+                problems.push(format!("{v}: supported with a reason {r:?}"))
+            }
+            _ => {}
         }
     }
     assert!(
-        errs.is_empty(),
-        "{} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
     );
-    assert!(checked > 13 * 70, "only {checked} layout checks ran");
+    let checked: usize = nodes().len();
+    assert!(checked >= 149, "only {checked} nodes");
+}
+
+#[test]
+fn test_every_node_names_an_existing_facts_file_of_its_abi() {
+    for node in nodes() {
+        let f = facts(node.facts);
+        assert!(
+            f["structs"].as_object().is_some_and(|m| m.len() > 70),
+            "{}",
+            node.version
+        );
+        // A version's own facts file carries its own version and commit.
+        if node.facts == node.version.to_string() {
+            assert_eq!(f["commit"].as_str(), node.commit, "{}", node.version);
+        }
+    }
 }
 
 #[test]
 fn test_every_modeled_struct_has_a_layout_and_is_in_the_newest_facts() {
     let layouts = layouts();
-    let newest = facts("595.45.04");
+    let newest = facts(nodes().iter().max_by_key(|n| n.version).unwrap().facts);
     for c_name in MODELED_STRUCTS {
         assert!(
             layouts.iter().any(|l| l.c_name == *c_name),
@@ -607,7 +571,7 @@ fn test_every_modeled_struct_has_a_layout_and_is_in_the_newest_facts() {
 
 #[test]
 fn test_nvos32_alloc_size_address_accessor_matches_every_version() {
-    for v in ALL {
+    for v in facts_files() {
         let fields = facts(v)["structs"]["NVOS32_PARAMETERS"]["fields"].clone();
         let address = fields
             .as_array()
@@ -625,7 +589,8 @@ fn test_nvos32_alloc_size_address_accessor_matches_every_version() {
 fn test_preferred_location_layout_choice_matches_every_version() {
     for node in nodes() {
         let v = node.version.to_string();
-        let fields = facts(&v)["structs"]["UVM_SET_PREFERRED_LOCATION_PARAMS"]["fields"].clone();
+        let fields =
+            facts(node.facts)["structs"]["UVM_SET_PREFERRED_LOCATION_PARAMS"]["fields"].clone();
         let status = fields
             .as_array()
             .unwrap()

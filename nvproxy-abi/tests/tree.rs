@@ -19,9 +19,43 @@ fn test_required_versions_are_supported_nodes() {
         "580.142",
         "590.48.01",
         "595.45.04",
+        "535.309.01",
+        "580.159.04",
     ] {
         assert_eq!(find(&ver(v)).unwrap().support, Support::Supported, "{v}");
     }
+}
+
+#[test]
+fn test_every_tag_from_535_and_the_five_gvisor_versions_are_nodes() {
+    assert_eq!(nodes().len(), 144 + 5);
+    let roots: Vec<_> = nodes().iter().filter(|n| n.parent.is_none()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(roots[0].version, ver("535.43.02"));
+    assert_eq!(nodes().iter().filter(|n| n.commit.is_some()).count(), 144);
+}
+
+#[test]
+fn test_versions_without_a_tag_record_gvisor_as_their_source() {
+    for (v, same) in [
+        ("535.309.01", "535.288.01"),
+        ("580.159.03", "580.126.20"),
+        ("580.159.04", "580.126.20"),
+        ("580.173.02", "580.159.04"),
+        ("595.71.05", "590.48.01"),
+    ] {
+        let n = find(&ver(v)).unwrap();
+        assert!(n.commit.is_none(), "{v}");
+        assert!(
+            n.note.contains("gVisor") && n.note.contains(same),
+            "{v}: {}",
+            n.note
+        );
+        assert_eq!(n.tables(), find(&ver(n.facts)).unwrap().tables(), "{v}");
+    }
+    let n = find(&ver("595.71.05")).unwrap();
+    assert_eq!(n.support, Support::Unqualified);
+    assert!(n.reason.is_some_and(|r| r.contains("no facts of its own")));
 }
 
 #[test]
@@ -38,8 +72,22 @@ fn test_every_parent_is_an_earlier_node() {
 }
 
 #[test]
-fn test_no_installer_checksums_are_claimed() {
-    assert!(nodes().iter().all(|n| n.installer_sha256.is_none()));
+fn test_installer_checksums_are_the_ones_gvisor_lists() {
+    let sums: Vec<_> = nodes().iter().filter_map(|n| n.installer_sha256).collect();
+    assert_eq!(sums.len(), 20);
+    for s in sums {
+        assert!(
+            s.len() == 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+    }
+    let n = find(&ver("580.159.04")).unwrap();
+    assert_eq!(
+        n.installer_sha256,
+        Some("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e")
+    );
+    assert_eq!(find(&ver("535.216.03")).unwrap().installer_sha256, None);
 }
 
 #[test]
@@ -50,18 +98,51 @@ fn test_alias_node_has_parent_tables() {
 }
 
 #[test]
-fn test_570_and_575_are_siblings() {
+fn test_575_forks_from_570_133_20_not_from_the_570_tip() {
     let n575 = find(&ver("575.64.05")).unwrap();
+    assert!(n575.descends_from(&ver("570.133.20")));
     assert!(!n575.descends_from(&ver("570.211.01")));
-    assert!(n575.descends_from(&ver("565.77")));
+    assert!(!n575.descends_from(&ver("570.144")));
 }
 
 #[test]
-fn test_545_forks_before_the_535_ecc_backport() {
+fn test_545_forks_from_535_113_01_before_the_535_ecc_backport() {
     assert_eq!(
-        find(&ver("545.29.06")).unwrap().parent,
-        Some(ver("535.216.03"))
+        find(&ver("545.23.06")).unwrap().parent,
+        Some(ver("535.113.01"))
     );
+    let n545 = find(&ver("545.29.06")).unwrap();
+    assert!(n545.descends_from(&ver("535.113.01")));
+    assert!(!n545.descends_from(&ver("535.216.03")));
+}
+
+#[test]
+fn test_590_forks_from_580_105_08_and_lacks_580_142_backports() {
+    let n590 = find(&ver("590.48.01")).unwrap();
+    assert!(n590.descends_from(&ver("580.105.08")));
+    assert!(!n590.descends_from(&ver("580.142")));
+}
+
+#[test]
+fn test_p2p_caps_is_admin_only_where_rm_does_not_copy_bus_egm_peer_ids() {
+    // 550.40.07 to 550.78 (and 555.42.x): CliGetSystemP2pCaps stores through busEgmPeerIds,
+    // which embedded_param_copy.c does not copy in.
+    let caps = |v: &str| {
+        let t = find(&ver(v)).unwrap().tables();
+        t.controls[&0x127].caps
+    };
+    for v in ["550.40.07", "550.54.15", "550.78", "555.42.02", "550.40.63"] {
+        assert_eq!(caps(v), Caps::NONE, "{v}");
+    }
+    for v in [
+        "545.29.06",
+        "550.90.07",
+        "550.40.65",
+        "555.52.04",
+        "580.142",
+    ] {
+        assert_eq!(caps(v), Caps::COMPUTE_UTILITY, "{v}");
+    }
 }
 
 #[test]
@@ -108,7 +189,11 @@ fn test_unknown_version_without_ancestor_says_so_once() {
 
 #[test]
 fn test_unknown_version_before_any_known_on_branch_has_no_ancestor() {
-    assert!(nearest_ancestor(&ver("535.100.01")).is_none());
+    assert!(nearest_ancestor(&ver("535.40.01")).is_none());
+    assert_eq!(
+        nearest_ancestor(&ver("535.100.01")).map(|n| n.version),
+        Some(ver("535.98"))
+    );
     assert!(nearest_ancestor(&ver("600.10.01")).is_none());
 }
 

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// The extracted facts of `version`.
-pub fn facts(version: &str) -> Value {
+/// The extracted facts in `facts/<name>.json` (a node's `facts`: shared by the versions of one ABI).
+pub fn facts(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("facts")
-        .join(format!("{version}.json"));
+        .join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
