@@ -275,7 +275,22 @@ fn test_versions_rendering_says_what_the_sha256_dash_means() {
     let out = render::versions();
     assert!(
         out.contains("sha256: of NVIDIA's x86_64 .run installer")
-            && out.contains("`-`: no checksum has been verified by us yet"),
+            && out.contains("as gVisor's version.go lists it")
+            && out.contains("`-`: none listed"),
         "{out}"
     );
+}
+
+#[test]
+fn test_versions_rendering_prints_the_reason_of_each_unqualified_node() {
+    let out = render::versions();
+    for n in nodes().iter().filter(|n| n.support == Support::Unqualified) {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("{} ", n.version)))
+            .unwrap();
+        assert!(line.contains(&format!("unqualified: {}", n.reason.unwrap())), "{line}");
+    }
+    let line = out.lines().find(|l| l.contains("580.159.04 ")).unwrap();
+    assert!(line.contains("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e"));
 }
