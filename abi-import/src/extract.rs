@@ -47,10 +47,23 @@ fn obj<'a>(facts: &'a Value, key: &str) -> Result<&'a Map<String, Value>> {
         .with_context(|| format!("facts have no object {key:?}"))
 }
 
-pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -> Result<PathBuf> {
+/// `abi-import extract FACTS --out DIR`: writes `DIR/<version>.json`.
+pub fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -> Result<PathBuf> {
     let text = fs::read_to_string(facts_path)
         .with_context(|| format!("reading {}", facts_path.display()))?;
     let facts: Value = serde_json::from_str(&text).context("facts are not JSON")?;
+    let extract = extract(&facts, allowlist)?;
+    let version = extract["driver_version"].as_str().unwrap_or_default();
+    fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let out = out_dir.join(format!("{version}.json"));
+    let text = to_lines(&extract)?;
+    fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
+}
+
+/// The extract of a full abi-facts file (what `run` writes).
+pub fn extract(facts: &Value, allowlist: Option<&Path>) -> Result<Value> {
+    let facts = facts.clone();
     let version = facts["driver_version"]
         .as_str()
         .context("no driver_version")?
@@ -204,15 +217,11 @@ pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -
         "embedded_pointer_controls": embedded,
         "structs": layouts,
     });
-    fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let out = out_dir.join(format!("{version}.json"));
-    let text = to_lines(&extract)?;
-    fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
-    Ok(out)
+    Ok(extract)
 }
 
 /// JSON with one line per entry of each top-level map: small, and diffs well in review.
-fn to_lines(v: &Value) -> Result<String> {
+pub fn to_lines(v: &Value) -> Result<String> {
     let top = v.as_object().context("extract is an object")?;
     let mut out = String::from("{\n");
     for (i, (key, val)) in top.iter().enumerate() {

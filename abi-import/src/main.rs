@@ -9,10 +9,7 @@
 //! ```
 //! See `ADDING_A_DRIVER_VERSION.md` at the repository root.
 
-mod extract;
-mod from_source;
-mod suggest;
-mod tree_gen;
+use abi_import::{extract, from_source, suggest, tree_gen};
 
 use std::path::PathBuf;
 

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// One table entry in owned form, comparable between the base tables and the extract.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub(crate) struct Entry {
+pub struct Entry {
     pub(crate) key: u32,
     pub(crate) name: String,
     pub(crate) params: Vec<String>,
@@ -27,14 +27,14 @@ pub(crate) struct Entry {
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub(crate) enum Size {
+pub enum Size {
     Fixed(u32),
     OneOf(Vec<u32>),
     Array(u32),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-pub(crate) enum Kind {
+pub enum Kind {
     Escape,
     Uvm,
     Control,
@@ -360,7 +360,8 @@ pub(crate) fn struct_notes(base: &Value, new: &Value) -> Vec<String> {
     notes
 }
 
-pub(crate) fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
+/// `abi-import suggest EXTRACT [--base V]`.
+pub fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
     let read = |p: &Path| -> Result<Value> {
         let text = fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))

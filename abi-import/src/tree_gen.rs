@@ -226,7 +226,7 @@ fn version_of(extract: &Value) -> Result<DriverVersion> {
 }
 
 /// `abi-import delta OLD NEW`: the builder lines and struct-layout notes between two extracts.
-pub(crate) fn run_delta(old_path: &Path, new_path: &Path) -> Result<String> {
+pub fn run_delta(old_path: &Path, new_path: &Path) -> Result<String> {
     let (old, new) = (read_json(old_path)?, read_json(new_path)?);
     let (vo, vn) = (version_of(&old)?, version_of(&new)?);
     let old_t = implied_tables(&old, anchor(&vo, &[]))?;
@@ -262,7 +262,7 @@ fn lit(s: &str) -> String {
 }
 
 /// `abi-import tree INDEX --out FILE`: writes the generated tree module.
-pub(crate) fn run_tree(index: &Path, out: &Path) -> Result<usize> {
+pub fn run_tree(index: &Path, out: &Path) -> Result<usize> {
     let rows = read_index(index)?;
     let dir = index.parent().unwrap_or(Path::new("."));
     let mut extracts: BTreeMap<String, Value> = BTreeMap::new();

@@ -289,7 +289,10 @@ fn test_versions_rendering_prints_the_reason_of_each_unqualified_node() {
             .lines()
             .find(|l| l.contains(&format!("{} ", n.version)))
             .unwrap();
-        assert!(line.contains(&format!("unqualified: {}", n.reason.unwrap())), "{line}");
+        assert!(
+            line.contains(&format!("unqualified: {}", n.reason.unwrap())),
+            "{line}"
+        );
     }
     let line = out.lines().find(|l| l.contains("580.159.04 ")).unwrap();
     assert!(line.contains("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e"));
