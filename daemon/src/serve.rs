@@ -35,6 +35,9 @@ pub struct Driver {
     pub host: Arc<dyn HostDriver>,
     /// The same driver when it is the simulated one (for leak checks).
     pub sim: Option<Arc<SimDriver>>,
+    /// The tables to serve it with, when chosen by `serve` (`abi_cmd::host_tables`); `None`:
+    /// the host version's own node.
+    pub abi: Option<nvproxy_abi::DriverAbi>,
 }
 
 /// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
@@ -70,6 +73,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: Arc::new(d),
                 sim: None,
+                abi: None,
             })
         }
         DriverKind::Sim => {
@@ -90,6 +94,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: sim.clone(),
                 sim: Some(sim),
+                abi: None,
             })
         }
     }
@@ -129,9 +134,12 @@ impl RunningInstance {
             f.apply(&mut policy);
         }
         let sink = Arc::new(JsonLinesSink::open(audit)?);
-        let proxy = Proxy::for_host(policy, driver.host.clone())
-            .with_context(|| format!("instance {}", inst.name))?
-            .with_audit(sink.clone());
+        let proxy = match &driver.abi {
+            Some(abi) => Proxy::new(abi.clone(), policy, driver.host.clone()),
+            None => Proxy::for_host(policy, driver.host.clone()),
+        }
+        .with_context(|| format!("instance {}", inst.name))?
+        .with_audit(sink.clone());
         // The names must be in the table of the driver this instance runs on.
         let names = crate::policy_cmd::AbiNames::of(
             proxy.abi(),
@@ -438,6 +446,10 @@ pub struct ServeArgs {
     /// With the simulated driver: exit with status 3 if it still holds anything after stopping.
     #[arg(long)]
     pub check_leaks: bool,
+    /// Serve a host driver version that has no node with this known version's tables (the
+    /// config's `[daemon] abi_version`; at your own risk, warned about at start).
+    #[arg(long, value_name = "VERSION")]
+    pub abi_version: Option<String>,
 }
 
 /// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
@@ -450,12 +462,19 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     }
     sys::block_termination_signals().context("blocking signals")?;
     let kind = cfg.driver;
-    let driver = make_driver(
+    let mut driver = make_driver(
         kind,
         cfg.sim.gpus,
         &cfg.sim.driver_version,
         cfg.daemon.allow_unrestricted_mmap_fds,
     )?;
+    let choice = crate::abi_cmd::AbiChoice {
+        abi_version: args.abi_version.clone().or(cfg.daemon.abi_version.clone()),
+        abi_dir: cfg.daemon.abi_dir.clone(),
+    };
+    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
+    driver.abi = Some(abi);
     let mut running = Vec::new();
     for inst in &cfg.instances {
         let audit = inst.audit_path(&cfg.daemon);

@@ -157,7 +157,7 @@ fn test_dram_status_number_differs_between_570_and_575() {
 }
 
 #[test]
-fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
+fn test_unknown_version_error_names_nearest_ancestor_and_the_choices() {
     let err = find(&ver("570.300.01")).unwrap_err();
     assert_eq!(
         err,
@@ -167,23 +167,29 @@ fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
         }
     );
     let msg = err.to_string();
-    // No override exists: the message must not promise one.
-    assert!(
-        msg.starts_with("nvproxy has no ABI tables for driver 570.300.01 (")
-            && msg.contains("nearest known version on branch 570 is 570.211.01")
-            && !msg.contains("override"),
-        "{msg}"
-    );
+    for want in [
+        "nvproxy has no ABI tables for driver 570.300.01 (",
+        "nearest known version on branch 570 is 570.211.01",
+        "The choices: (1)",
+        "`nvproxy abi import --from-source DIR --out /etc/nvproxy/abi.d/570.300.01.json`",
+        "`[daemon] abi_dir = \"/etc/nvproxy/abi.d\"`",
+        "(2) serve 570.300.01 with the tables of a known version, at your own risk: \
+         `[daemon] abi_version = \"570.211.01\"` or `nvproxy serve --abi-version 570.211.01`",
+        "(3) run a driver version nvproxy has tables for",
+    ] {
+        assert!(msg.contains(want), "{want}\n{msg}");
+    }
 }
 
 #[test]
-fn test_unknown_version_without_ancestor_says_so_once() {
+fn test_unknown_version_without_ancestor_says_so_and_offers_the_same_choices() {
     let msg = find(&ver("999.100.01")).unwrap_err().to_string();
-    assert_eq!(
-        msg,
-        "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of branch \
-         999 (`nvproxy abi versions` lists the versions it has): 999.100.01 needs a node of \
-         its own (ADDING_A_DRIVER_VERSION.md)"
+    assert!(
+        msg.starts_with(
+            "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of \
+             branch 999 (`nvproxy abi versions` lists the versions it has). The choices: (1)"
+        ) && msg.contains("`[daemon] abi_version = \"VERSION\"`"),
+        "{msg}"
     );
 }
 
