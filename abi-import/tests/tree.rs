@@ -61,3 +61,57 @@ fn test_delta_between_facts_files_prints_the_node_changes() {
         .unwrap();
     assert!(String::from_utf8_lossy(&same.stdout).contains("no table or modelled-struct change"));
 }
+
+#[test]
+fn test_add_shares_the_facts_of_an_equal_abi_and_appends_a_node() {
+    let tmp = std::env::temp_dir().join(format!("nvproxy-add-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let facts = tmp.join("facts");
+    std::fs::create_dir_all(&facts).unwrap();
+    for e in std::fs::read_dir(repo().join("nvproxy-abi/facts")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, facts.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut ex: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(facts.join("580.142.json")).unwrap())
+            .unwrap();
+    ex["driver_version"] = serde_json::json!("580.300.01");
+    ex["commit"] = serde_json::json!("0123456789abcdef0123456789abcdef01234567");
+    let generated = tmp.join("generated.rs");
+    let opts = abi_import::add::AddOptions::default();
+    let out = abi_import::add::add_extract(&ex, None, &facts, &generated, &opts).unwrap();
+    assert!(
+        out.contains("same ABI as facts/580.142.json, shared"),
+        "{out}"
+    );
+    let index = std::fs::read_to_string(facts.join("index.tsv")).unwrap();
+    assert!(index.ends_with(
+        "580.300.01\t580.173.02\t580.142\t0123456789abcdef0123456789abcdef01234567\t-\tsupported\t580 branch\n"
+    ), "{index}");
+    let code = std::fs::read_to_string(&generated).unwrap();
+    assert!(
+        code.contains(
+            "AbiNode { version: v(580, 300, Some(1)), parent: Some(v(580, 173, Some(2)))"
+        )
+    );
+    // A new branch needs its parent named.
+    ex["driver_version"] = serde_json::json!("600.10.01");
+    let err = abi_import::add::add_extract(&ex, None, &facts, &generated, &opts).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("starts a new branch: name its parent with --parent"),
+        "{err}"
+    );
+    // A changed modelled struct is written as a new facts file and an unqualified row.
+    ex["structs"]["NVOS54_PARAMETERS"]["size"] = serde_json::json!(40);
+    let opts = abi_import::add::AddOptions {
+        parent: Some("595.45.04".into()),
+        ..Default::default()
+    };
+    let out = abi_import::add::add_extract(&ex, None, &facts, &generated, &opts).unwrap();
+    assert!(
+        out.contains("600.10.01.json") && out.contains("unqualified: modelled structs"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
