@@ -1,5 +1,7 @@
 //! `suggest`: compare an extract with the tables of an existing node and print the delta a new
-//! node would need, in the style of `nvproxy-abi/src/tree/deltas.rs`.
+//! node would need, in the style of `nvproxy-abi/src/tree/generated.rs` (`abi-import add` and
+//! `tree` write such deltas themselves; this is the comparison against any node you name). The
+//! entry types and the delta lines are shared with `tree_gen` and `host`.
 //!
 //! Entries are matched by name. Translation kind and caps come from the base node (or, for an
 //! entry the base lacks, from the newest node that has it): those are policy, not facts, and a
@@ -423,7 +425,8 @@ pub fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
         }
     }
     let _ = writeln!(out, "    abi\n}}");
-    let base_extract = extract_path.with_file_name(format!("{}.json", base_node.version));
+    // The base node's facts file (shared between the versions of one ABI).
+    let base_extract = extract_path.with_file_name(format!("{}.json", base_node.facts));
     match read(&base_extract) {
         Ok(b) => {
             for note in struct_notes(&b, &extract) {
@@ -438,8 +441,8 @@ pub fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
     if changes == 0 {
         let _ = writeln!(
             out,
-            "// no table or layout change: a node for {version} can reuse {}'s builder \
-             (supported_alias in tree/mod.rs)",
+            "// no table or layout change: a node for {version} reuses {}'s builder (its \
+             row in facts/index.tsv can share that facts file)",
             base_node.version
         );
     }
