@@ -4,7 +4,7 @@
 //! check), every UVM ioctl (number, params), the controls and classes whose names appear in any
 //! node of the tree or in the allowlist given with `--allowlist` (number, params), the nameless
 //! control methods, the size of every struct those reference, the pointer and fd members of each
-//! of those structs (`unsafe_fields`: the facts' `pointers`, at any depth, and `fds`), the
+//! of those structs (`unsafe_fields`: the facts' `pointers` and `fds`, both at any depth), the
 //! deep-copy entries (`embedded_pointer_controls`) of the controls kept, and the full layout
 //! (fields, pointers, fds) of every struct in `nvproxy_abi::structs::MODELED_STRUCTS` and of the
 //! params of every deep-copy control kept.
