@@ -3,8 +3,11 @@
 //! The extract holds, for one driver version: every escape (number, payload structs, size
 //! check), every UVM ioctl (number, params), the controls and classes whose names appear in any
 //! node of the tree or in the allowlist given with `--allowlist` (number, params), the nameless
-//! control methods, the size of every struct those reference, and the full layout (fields,
-//! pointers, fds) of every struct in `nvproxy_abi::structs::MODELED_STRUCTS`.
+//! control methods, the size of every struct those reference, the pointer and fd members of each
+//! of those structs (`unsafe_fields`: the facts' `pointers` and `fds`, both at any depth), the
+//! deep-copy entries (`embedded_pointer_controls`) of the controls kept, and the full layout
+//! (fields, pointers, fds) of every struct in `nvproxy_abi::structs::MODELED_STRUCTS` and of the
+//! params of every deep-copy control kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -44,10 +47,23 @@ fn obj<'a>(facts: &'a Value, key: &str) -> Result<&'a Map<String, Value>> {
         .with_context(|| format!("facts have no object {key:?}"))
 }
 
-pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -> Result<PathBuf> {
+/// `abi-import extract FACTS --out DIR`: writes `DIR/<version>.json`.
+pub fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -> Result<PathBuf> {
     let text = fs::read_to_string(facts_path)
         .with_context(|| format!("reading {}", facts_path.display()))?;
     let facts: Value = serde_json::from_str(&text).context("facts are not JSON")?;
+    let extract = extract(&facts, allowlist)?;
+    let version = extract["driver_version"].as_str().unwrap_or_default();
+    fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let out = out_dir.join(format!("{version}.json"));
+    let text = to_lines(&extract)?;
+    fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
+}
+
+/// The extract of a full abi-facts file (what `run` writes).
+pub fn extract(facts: &Value, allowlist: Option<&Path>) -> Result<Value> {
+    let facts = facts.clone();
     let version = facts["driver_version"]
         .as_str()
         .context("no driver_version")?
@@ -101,6 +117,14 @@ pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -
         }
         controls.insert(name.clone(), json!({"cmd": cmd, "params": params}));
     }
+    // Kept controls that have no method in RM's exported-method tables (no `control_flags`):
+    // RM answers NV_ERR_NOT_SUPPORTED for them before any copy (`tests/pointers.rs`).
+    let flags = obj(&facts, "control_flags")?;
+    let without_method: Vec<&String> = controls
+        .keys()
+        .filter(|n| !flags.contains_key(*n))
+        .collect();
+    let without_method = json!(without_method);
     let unnamed = facts["unnamed_control_methods"].clone();
     for m in unnamed.as_array().into_iter().flatten() {
         if let Some(p) = m.get(1).and_then(Value::as_str) {
@@ -125,15 +149,45 @@ pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -
         classes.insert(name.clone(), json!({"class": number, "params": params}));
     }
 
+    // The deep-copy controls among those kept: RM itself copies their embedded user pointers,
+    // so each must be in the proxy's embedded-pointer table (parity: `tests/pointers.rs`).
+    let mut embedded = Map::new();
+    let mut embedded_params = BTreeSet::new();
+    for (name, e) in obj(&facts, "embedded_pointer_controls")?
+        .iter()
+        .filter(|(n, _)| want_controls.contains(*n))
+    {
+        if let Some(p) = e.get("params").and_then(Value::as_str) {
+            embedded_params.insert(p.to_owned());
+        }
+        embedded.insert(name.clone(), e.clone());
+    }
+
     let mut sizes = BTreeMap::new();
+    let mut unsafe_fields = Map::new();
     for name in &referenced {
-        if let Some(size) = structs.get(name).and_then(|s| s.get("size")) {
+        let Some(s) = structs.get(name) else { continue };
+        if let Some(size) = s.get("size") {
             sizes.insert(name.clone(), size.clone());
+        }
+        let mut entry = Map::new();
+        for key in ["pointers", "fds"] {
+            if let Some(v) = s.get(key) {
+                entry.insert(key.to_owned(), v.clone());
+            }
+        }
+        if !entry.is_empty() {
+            unsafe_fields.insert(name.clone(), Value::Object(entry));
         }
     }
     let mut layouts = Map::new();
-    for name in nvproxy_abi::structs::MODELED_STRUCTS {
-        let Some(s) = structs.get(*name) else {
+    let layout_names: BTreeSet<&str> = nvproxy_abi::structs::MODELED_STRUCTS
+        .iter()
+        .copied()
+        .chain(embedded_params.iter().map(String::as_str))
+        .collect();
+    for name in layout_names {
+        let Some(s) = structs.get(name) else {
             continue;
         };
         let mut entry = Map::new();
@@ -142,7 +196,7 @@ pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -
                 entry.insert(key.to_owned(), v.clone());
             }
         }
-        layouts.insert((*name).to_owned(), Value::Object(entry));
+        layouts.insert(name.to_owned(), Value::Object(entry));
     }
     if layouts.is_empty() {
         bail!("none of the modeled structs is in the facts: is this an abi-facts file?");
@@ -156,19 +210,18 @@ pub(crate) fn run(facts_path: &Path, allowlist: Option<&Path>, out_dir: &Path) -
         "uvm_ioctls": uvm,
         "controls": controls,
         "unnamed_control_methods": unnamed,
+        "controls_without_rm_method": without_method,
         "classes": classes,
         "struct_sizes": sizes,
+        "unsafe_fields": unsafe_fields,
+        "embedded_pointer_controls": embedded,
         "structs": layouts,
     });
-    fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let out = out_dir.join(format!("{version}.json"));
-    let text = to_lines(&extract)?;
-    fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
-    Ok(out)
+    Ok(extract)
 }
 
 /// JSON with one line per entry of each top-level map: small, and diffs well in review.
-fn to_lines(v: &Value) -> Result<String> {
+pub fn to_lines(v: &Value) -> Result<String> {
     let top = v.as_object().context("extract is an object")?;
     let mut out = String::from("{\n");
     for (i, (key, val)) in top.iter().enumerate() {

@@ -1,17 +1,17 @@
-//! `abi-import`: turns a full abi-facts JSON file into the compact extract the parity test
-//! reads, and suggests the tree delta a new driver version needs.
+//! `abi-import`: the facts pipeline and the version tree generator.
 //!
 //! ```text
-//! abi-import extract FACTS.json [--allowlist TSV] [--out DIR]   writes DIR/<version>.json
-//! abi-import suggest EXTRACT.json [--base VERSION]              prints a delta for tree/deltas.rs
+//! abi-import add DIR [--parent V] [--sha256 H] [--note T]  a release into the tree, one step
 //! abi-import from-source DIR --out FACTS.json [--version V] [--commit C]
 //!                                                      derives a facts file from driver sources
+//! abi-import extract FACTS.json [--allowlist TSV] [--out DIR]   writes DIR/<version>.json
+//! abi-import delta OLD.json NEW.json                   the tree delta between two extracts
+//! abi-import tree INDEX.tsv --out generated.rs         regenerates the tree from the index
+//! abi-import suggest EXTRACT.json [--base VERSION]     the delta against an existing node
 //! ```
 //! See `ADDING_A_DRIVER_VERSION.md` at the repository root.
 
-mod extract;
-mod from_source;
-mod suggest;
+use abi_import::{add, extract, from_source, suggest, tree_gen};
 
 use std::path::PathBuf;
 
@@ -21,6 +21,11 @@ const USAGE: &str = "usage:
   abi-import extract FACTS.json [--allowlist nvproxy-allowlist.tsv] [--out nvproxy-abi/facts]
   abi-import suggest EXTRACT.json [--base VERSION]
   abi-import from-source DIR --out FACTS.json [--version VERSION] [--commit COMMIT]
+  abi-import delta OLD_EXTRACT.json NEW_EXTRACT.json
+  abi-import tree nvproxy-abi/facts/index.tsv --out nvproxy-abi/src/tree/generated.rs
+  abi-import add DIR [--parent VERSION] [--sha256 HASH] [--note TEXT]
+      (from the repository root: facts into nvproxy-abi/facts, a row in its index.tsv,
+       nvproxy-abi/src/tree/generated.rs regenerated)
 
 from-source: DIR is a checkout (or `git archive`) of a tag of NVIDIA/open-gpu-kernel-modules.
   Compiles its public headers with the system C compiler ($CC, else cc) and writes the
@@ -47,10 +52,22 @@ fn main() -> Result<()> {
                 .with_context(|| format!("{name} needs a value")),
         }
     };
-    for o in opts.iter().step_by(2) {
+    let flags = if mode == "delta" {
+        &opts[1.min(opts.len())..]
+    } else {
+        opts
+    };
+    for o in flags.iter().step_by(2) {
         if !matches!(
             o.as_str(),
-            "--allowlist" | "--out" | "--base" | "--version" | "--commit"
+            "--allowlist"
+                | "--out"
+                | "--base"
+                | "--version"
+                | "--commit"
+                | "--parent"
+                | "--sha256"
+                | "--note"
         ) {
             bail!("unknown option {o}\n{USAGE}");
         }
@@ -69,6 +86,34 @@ fn main() -> Result<()> {
                 "{}",
                 suggest::run(path.as_ref(), opt("--base")?.map(String::as_str))?
             );
+            Ok(())
+        }
+        "delta" => {
+            let new = opts.first().context("delta needs OLD.json NEW.json")?;
+            print!("{}", tree_gen::run_delta(path.as_ref(), new.as_ref())?);
+            Ok(())
+        }
+        "add" => {
+            let opts = add::AddOptions {
+                parent: opt("--parent")?.cloned(),
+                sha256: opt("--sha256")?.cloned(),
+                note: opt("--note")?.cloned(),
+            };
+            print!(
+                "{}",
+                add::run(
+                    path.as_ref(),
+                    "nvproxy-abi/facts".as_ref(),
+                    "nvproxy-abi/src/tree/generated.rs".as_ref(),
+                    &opts
+                )?
+            );
+            Ok(())
+        }
+        "tree" => {
+            let out = opt("--out")?.context("tree needs --out FILE")?;
+            let n = tree_gen::run_tree(path.as_ref(), out.as_ref())?;
+            println!("wrote {out}: {n} nodes");
             Ok(())
         }
         "from-source" => {

@@ -1,5 +1,7 @@
 //! `suggest`: compare an extract with the tables of an existing node and print the delta a new
-//! node would need, in the style of `nvproxy-abi/src/tree/deltas.rs`.
+//! node would need, in the style of `nvproxy-abi/src/tree/generated.rs` (`abi-import add` and
+//! `tree` write such deltas themselves; this is the comparison against any node you name). The
+//! entry types and the delta lines are shared with `tree_gen` and `host`.
 //!
 //! Entries are matched by name. Translation kind and caps come from the base node (or, for an
 //! entry the base lacks, from the newest node that has it): those are policy, not facts, and a
@@ -17,24 +19,24 @@ use serde_json::Value;
 
 /// One table entry in owned form, comparable between the base tables and the extract.
 #[derive(Clone, PartialEq, Eq, Debug)]
-struct Entry {
-    key: u32,
-    name: String,
-    params: Vec<String>,
-    size: Size,
-    translation: Translation,
-    caps: nvproxy_abi::Caps,
+pub struct Entry {
+    pub(crate) key: u32,
+    pub(crate) name: String,
+    pub(crate) params: Vec<String>,
+    pub(crate) size: Size,
+    pub(crate) translation: Translation,
+    pub(crate) caps: nvproxy_abi::Caps,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
-enum Size {
+pub enum Size {
     Fixed(u32),
     OneOf(Vec<u32>),
     Array(u32),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Kind {
+pub enum Kind {
     Escape,
     Uvm,
     Control,
@@ -42,7 +44,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Escape, Kind::Uvm, Kind::Control, Kind::Class];
+    pub(crate) const ALL: [Kind; 4] = [Kind::Escape, Kind::Uvm, Kind::Control, Kind::Class];
 
     fn extract_key(self) -> (&'static str, &'static str) {
         match self {
@@ -53,7 +55,7 @@ impl Kind {
         }
     }
 
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Kind::Escape => "escape",
             Kind::Uvm => "uvm",
@@ -63,7 +65,7 @@ impl Kind {
     }
 }
 
-fn entries(abi: &DriverAbi, kind: Kind) -> Vec<Entry> {
+pub(crate) fn entries(abi: &DriverAbi, kind: Kind) -> Vec<Entry> {
     let one = |p: Option<&str>| p.map(|p| vec![p.to_owned()]).unwrap_or_default();
     match kind {
         Kind::Escape => abi
@@ -132,7 +134,7 @@ fn type_size(extract: &Value, name: &str) -> Option<u32> {
 }
 
 /// What the extract says about `template` (matched by name), keeping its policy fields.
-fn implied(extract: &Value, kind: Kind, template: &Entry) -> Option<Entry> {
+pub(crate) fn implied(extract: &Value, kind: Kind, template: &Entry) -> Option<Entry> {
     let (table, num) = kind.extract_key();
     let mut e = template.clone();
     if let Some(fact) = extract[table].get(&template.name) {
@@ -261,7 +263,7 @@ fn add_line(kind: Kind, e: &Entry) -> String {
 }
 
 /// The delta lines that turn `old` (the base) into `new` for one table.
-fn delta_lines(kind: Kind, old: &[Entry], new: &[Entry]) -> Vec<String> {
+pub(crate) fn delta_lines(kind: Kind, old: &[Entry], new: &[Entry]) -> Vec<String> {
     let mut lines = Vec::new();
     let by_key = |v: &[Entry]| {
         v.iter()
@@ -275,11 +277,26 @@ fn delta_lines(kind: Kind, old: &[Entry], new: &[Entry]) -> Vec<String> {
             None => lines.push(format!("abi.remove_{w}({k:#x}); // {} is gone", o.name)),
             Some(n) if n == o => {}
             Some(n) => match (&o.size, &n.size) {
-                (Size::Fixed(a), Size::Fixed(b)) if o.name == n.name && o.params == n.params => {
+                (Size::Fixed(a), Size::Fixed(b))
+                    if o.name == n.name
+                        && o.params == n.params
+                        && (o.translation, o.caps) == (n.translation, n.caps) =>
+                {
                     lines.push(format!(
                         "abi.resize_{w}({k:#x}, {b}); // {}: {a} -> {b}",
                         n.name
                     ));
+                }
+                _ if o.name == n.name && o.params == n.params && o.size == n.size => {
+                    lines.push(format!(
+                        "{} // {}: policy {}/{} -> {}/{}",
+                        add_line(kind, n),
+                        n.name,
+                        o.translation,
+                        o.caps,
+                        n.translation,
+                        n.caps
+                    ))
                 }
                 _ => lines.push(format!(
                     "{} // was {} {:?}",
@@ -309,7 +326,7 @@ fn top_fields(s: &Value) -> Vec<(String, u64, u64)> {
 }
 
 /// Layout changes of the modeled structs between two extracts, as comment lines.
-fn struct_notes(base: &Value, new: &Value) -> Vec<String> {
+pub(crate) fn struct_notes(base: &Value, new: &Value) -> Vec<String> {
     let mut notes = Vec::new();
     for name in nvproxy_abi::structs::MODELED_STRUCTS {
         let (a, b) = (&base["structs"][*name], &new["structs"][*name]);
@@ -345,7 +362,8 @@ fn struct_notes(base: &Value, new: &Value) -> Vec<String> {
     notes
 }
 
-pub(crate) fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
+/// `abi-import suggest EXTRACT [--base V]`.
+pub fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
     let read = |p: &Path| -> Result<Value> {
         let text = fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
@@ -407,7 +425,8 @@ pub(crate) fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
         }
     }
     let _ = writeln!(out, "    abi\n}}");
-    let base_extract = extract_path.with_file_name(format!("{}.json", base_node.version));
+    // The base node's facts file (shared between the versions of one ABI).
+    let base_extract = extract_path.with_file_name(format!("{}.json", base_node.facts));
     match read(&base_extract) {
         Ok(b) => {
             for note in struct_notes(&b, &extract) {
@@ -422,8 +441,8 @@ pub(crate) fn run(extract_path: &Path, base: Option<&str>) -> Result<String> {
     if changes == 0 {
         let _ = writeln!(
             out,
-            "// no table or layout change: a node for {version} can reuse {}'s builder \
-             (supported_alias in tree/mod.rs)",
+            "// no table or layout change: a node for {version} reuses {}'s builder (its \
+             row in facts/index.tsv can share that facts file)",
             base_node.version
         );
     }

@@ -4,10 +4,19 @@
 //! nvproxy abi versions          the tree: version, parent, supported/unqualified, checksum
 //! nvproxy abi show 580.142      one version's escapes, UVM ioctls, controls and classes
 //! nvproxy abi diff 570.211.01 575.64.05
+//! nvproxy abi check --from-source DIR           a driver tree against the tree
+//! nvproxy abi import --from-source DIR --out F  a node file for a version the tree lacks
 //! ```
+//!
+//! And the choice of tables for `nvproxy serve` ([`host_tables`]): the host version's node, a
+//! verified node file of `[daemon] abi_dir`, or, named by `[daemon] abi_version` /
+//! `--abi-version`, a known version's tables for an unknown host version.
 
-use anyhow::{Context, Result, anyhow};
-use nvproxy_abi::{AbiNode, DriverVersion, render};
+use std::path::{Path, PathBuf};
+
+use abi_import::host::{self, LoadedNode};
+use anyhow::{Context, Result, anyhow, bail};
+use nvproxy_abi::{AbiNode, DriverAbi, DriverVersion, Support, render};
 
 /// Subcommands of `nvproxy abi`.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -25,6 +34,22 @@ pub enum AbiCommand {
         a: String,
         /// The new version.
         b: String,
+    },
+    /// Compare a driver source tree with the tree: `VERSION: matches node N`, or every
+    /// difference from the nearest node (needs a C compiler).
+    Check {
+        /// A checkout of the driver's tag of NVIDIA/open-gpu-kernel-modules (or its DKMS tree).
+        #[arg(long, value_name = "DIR")]
+        from_source: PathBuf,
+    },
+    /// Write a node file for a driver version the tree lacks, for `[daemon] abi_dir`.
+    Import {
+        /// A checkout of the driver's tag of NVIDIA/open-gpu-kernel-modules (or its DKMS tree).
+        #[arg(long, value_name = "DIR")]
+        from_source: PathBuf,
+        /// The node file to write (e.g. /etc/nvproxy/abi.d/VERSION.json).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
 }
 
@@ -46,7 +71,117 @@ pub fn render(cmd: &AbiCommand) -> Result<String> {
             let nb = lookup(b).with_context(|| format!("abi diff {a} {b}: the new version"))?;
             render::diff((&na.version, &na.tables()), (&nb.version, &nb.tables()))
         }
+        AbiCommand::Check { from_source } => check(from_source)?,
+        AbiCommand::Import { from_source, out } => import(from_source, out)?,
     })
+}
+
+fn check(dir: &Path) -> Result<String> {
+    let extract = host::extract_from_source(dir)?;
+    Ok(host::check(&extract)?.render())
+}
+
+fn import(dir: &Path, out: &Path) -> Result<String> {
+    let extract = host::extract_from_source(dir)?;
+    let source = format!("nvproxy abi import --from-source {}", dir.display());
+    let file = host::import(&extract, &source)?;
+    let text = host::node_file_text(&file)?;
+    // The file must load as written.
+    let node = host::verify(&text, out).context("the node file just made does not verify")?;
+    std::fs::write(out, &text).with_context(|| format!("writing {}", out.display()))?;
+    let denied = file["denied"].as_array().map_or(0, Vec::len);
+    let changes = file["changes"].as_array().map_or(0, Vec::len);
+    let support = match (&node.support, &node.reason) {
+        (Support::Unqualified, Some(r)) => format!("unqualified: {r}"),
+        _ => "supported".to_owned(),
+    };
+    Ok(format!(
+        "wrote {}: {} from node {} with {changes} changes; {denied} entries the parent lacks stay \
+         denied; {support}\n",
+        out.display(),
+        node.version,
+        node.parent
+    ))
+}
+
+/// Where `serve` takes the host driver's tables from (`[daemon] abi_version`, `abi_dir`).
+#[derive(Debug, Clone, Default)]
+pub struct AbiChoice {
+    /// Serve an unknown host version with this known version's tables.
+    pub abi_version: Option<String>,
+    /// Directory of node files (`nvproxy abi import`) to verify and load.
+    pub abi_dir: Option<PathBuf>,
+}
+
+/// The tables `serve` uses for a host driver of `host_version`, and a line saying where they
+/// come from: the version's own node; else a verified node file for it; else, with
+/// `abi_version`, that known version's tables (warned about loudly); else the unknown-version
+/// error with the admin's choices.
+pub fn host_tables(host_version: &str, choice: &AbiChoice) -> Result<(DriverAbi, String)> {
+    let version: DriverVersion = host_version
+        .trim()
+        .parse()
+        .map_err(|e| anyhow!("the host driver's version: {e}"))?;
+    let loaded: Vec<LoadedNode> = match &choice.abi_dir {
+        Some(d) => host::load_dir(d).with_context(|| format!("[daemon] abi_dir = {d:?}"))?,
+        None => Vec::new(),
+    };
+    let named = |v: &DriverVersion| -> Option<(DriverAbi, String)> {
+        if let Ok(n) = nvproxy_abi::find(v) {
+            return Some((n.tables(), format!("node {}", n.version)));
+        }
+        loaded.iter().find(|l| l.version == *v).map(|l| {
+            let label = format!("node file {} (parent {})", l.path.display(), l.parent);
+            (l.tables.clone(), label)
+        })
+    };
+    if let Ok(n) = nvproxy_abi::find(&version) {
+        if let Some(o) = &choice.abi_version {
+            tracing::warn!(
+                "[daemon] abi_version = {o:?} ignored: driver {version} has its own node"
+            );
+        }
+        if n.support == Support::Unqualified {
+            tracing::warn!(
+                "driver {version} is an unqualified node: {}",
+                n.reason.unwrap_or("no reason given")
+            );
+        }
+        return Ok((n.tables(), format!("node {version}")));
+    }
+    if let Some(l) = loaded.iter().find(|l| l.version == version) {
+        if let Some(r) = &l.reason {
+            tracing::warn!(
+                "driver {version}: node file {} is unqualified: {r}",
+                l.path.display()
+            );
+        }
+        let label = format!("node file {} (parent {})", l.path.display(), l.parent);
+        return Ok((l.tables.clone(), label));
+    }
+    let unknown = nvproxy_abi::find(&version).unwrap_err();
+    let Some(o) = &choice.abi_version else {
+        bail!("{unknown}");
+    };
+    let other: DriverVersion = o
+        .parse()
+        .map_err(|e| anyhow!("[daemon] abi_version / --abi-version: {e}"))?;
+    let Some((tables, label)) = named(&other) else {
+        bail!(
+            "[daemon] abi_version / --abi-version {other}: no node or node file for {other} \
+             either (`nvproxy abi versions` lists the versions)"
+        );
+    };
+    tracing::warn!(
+        "SERVING DRIVER {version} WITH THE TABLES OF {other} ([daemon] abi_version / \
+         --abi-version): {version} has no node; every number and size nvproxy checks is \
+         {other}'s, so requests whose layout changed fail or are misread. `nvproxy abi check \
+         --from-source DIR` shows the differences; `nvproxy abi import` makes a node"
+    );
+    Ok((
+        tables,
+        format!("{label}, overriding driver {version} (abi_version)"),
+    ))
 }
 
 /// Runs `nvproxy abi ...`: prints to stdout; a bad or unknown version is an error (exit nonzero).
@@ -62,10 +197,10 @@ mod tests {
     #[test]
     fn test_show_unknown_version_names_nearest_ancestor() {
         let err = render(&AbiCommand::Show {
-            version: "580.159.03".into(),
+            version: "580.300.01".into(),
         })
         .unwrap_err();
-        assert!(format!("{err:#}").contains("580.142"), "{err:#}");
+        assert!(format!("{err:#}").contains("580.173.02"), "{err:#}");
     }
 
     #[test]
@@ -79,18 +214,134 @@ mod tests {
     }
 
     #[test]
-    fn test_show_unknown_version_promises_no_override() {
+    fn test_show_unknown_version_names_the_admins_choices() {
         let err = render(&AbiCommand::Show {
-            version: "535.309.01".into(),
+            version: "535.400.01".into(),
         })
         .unwrap_err();
         let msg = format!("{err:#}");
         assert!(
-            msg.starts_with("abi show 535.309.01: nvproxy has no ABI tables for driver 535.309.01")
-                && msg.contains("535.288.01")
-                && !msg.contains("override"),
+            msg.starts_with("abi show 535.400.01: nvproxy has no ABI tables for driver 535.400.01")
+                && msg.contains("535.309.01")
+                && msg.contains("`[daemon] abi_version = \"535.309.01\"`"),
             "{msg}"
         );
+    }
+
+    fn node_dir(name: &str, files: &[(&str, String)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nvproxy-abi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (f, text) in files {
+            std::fs::write(dir.join(f), text).unwrap();
+        }
+        dir
+    }
+
+    /// A node file for 580.300.01 (580.142's facts renamed, one control resized).
+    fn node_file() -> String {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../nvproxy-abi/facts/580.142.json"
+        );
+        let mut f: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        f["driver_version"] = serde_json::json!("580.300.01");
+        f["struct_sizes"]["NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS"] = serde_json::json!(68);
+        host::node_file_text(&host::import(&f, "test").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn test_host_tables_of_a_known_version_are_its_node() {
+        let (t, label) = host_tables("580.142\n", &AbiChoice::default()).unwrap();
+        assert_eq!(label, "node 580.142");
+        assert_eq!(
+            t,
+            nvproxy_abi::find(&"580.142".parse().unwrap())
+                .unwrap()
+                .tables()
+        );
+    }
+
+    #[test]
+    fn test_host_tables_of_an_unknown_version_is_the_error_with_the_choices() {
+        let err = host_tables("580.300.01", &AbiChoice::default()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("nvproxy has no ABI tables for driver 580.300.01")
+                && msg.contains("The choices: (1)")
+                && msg.contains("nvproxy serve --abi-version 580.173.02"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn test_host_tables_override_serves_an_unknown_version_with_a_named_node() {
+        let choice = AbiChoice {
+            abi_version: Some("580.142".into()),
+            abi_dir: None,
+        };
+        let (t, label) = host_tables("580.300.01", &choice).unwrap();
+        assert_eq!(
+            label,
+            "node 580.142, overriding driver 580.300.01 (abi_version)"
+        );
+        assert_eq!(
+            t,
+            nvproxy_abi::find(&"580.142".parse().unwrap())
+                .unwrap()
+                .tables()
+        );
+        let bad = AbiChoice {
+            abi_version: Some("580.299.01".into()),
+            abi_dir: None,
+        };
+        let msg = format!("{:#}", host_tables("580.300.01", &bad).unwrap_err());
+        assert!(msg.contains("no node or node file for 580.299.01"), "{msg}");
+    }
+
+    #[test]
+    fn test_host_tables_loads_a_verified_node_file_for_the_host_version() {
+        let dir = node_dir("load", &[("580.300.01.json", node_file())]);
+        let choice = AbiChoice {
+            abi_version: None,
+            abi_dir: Some(dir.clone()),
+        };
+        let (t, label) = host_tables("580.300.01", &choice).unwrap();
+        assert!(
+            label.starts_with("node file ") && label.ends_with("(parent 580.173.02)"),
+            "{label}"
+        );
+        assert_eq!(t.controls[&0x2080_0110].param_size, 68);
+        // A node file can also be what the override names.
+        let (_, label) = host_tables(
+            "580.301.01",
+            &AbiChoice {
+                abi_version: Some("580.300.01".into()),
+                abi_dir: Some(dir.clone()),
+            },
+        )
+        .unwrap();
+        assert!(label.contains("overriding driver 580.301.01"), "{label}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn test_host_tables_refuses_to_start_on_a_node_file_that_does_not_verify() {
+        let tampered = node_file().replace("\"supported\"", "\"unqualified\"");
+        let dir = node_dir("bad", &[("580.300.01.json", tampered)]);
+        let choice = AbiChoice {
+            abi_version: None,
+            abi_dir: Some(dir.clone()),
+        };
+        let msg = format!("{:#}", host_tables("580.142", &choice).unwrap_err());
+        assert!(
+            msg.contains("[daemon] abi_dir")
+                && msg.contains("580.300.01.json")
+                && msg.contains("without a reason"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

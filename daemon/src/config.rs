@@ -12,6 +12,9 @@
 //! audit_dir = "/var/log/nvproxy" # default place of <instance>.jsonl audit logs
 //! allow_unrestricted_mmap_fds = false  # true: without Landlock ABI 5, hand tenants host fds
 //!                                      # for RM mmaps that they can also ioctl (no isolation)
+//! abi_dir = "/etc/nvproxy/abi.d" # node files (`nvproxy abi import`) serve verifies and loads
+//! abi_version = "580.173.02"     # serve a host driver with no node with this version's
+//!                                # tables (at your own risk; warned about at start)
 //!
 //! [[instance]]
 //! name = "job42"                 # [a-z0-9][a-z0-9_-]*, at most 32 characters
@@ -141,6 +144,14 @@ pub struct DaemonSection {
     pub keep_workers: bool,
     /// A group whose members may use the instance API (the control socket) besides root.
     pub api_group: Option<String>,
+    /// Directory of node files (`nvproxy abi import --from-source`) for driver versions the
+    /// tree lacks: `serve` verifies every `*.json` in it and refuses to start on a bad one.
+    /// Relative to the config file's directory.
+    pub abi_dir: Option<PathBuf>,
+    /// Serve a host driver whose version has no node (nor node file) with the tables of this
+    /// known version (`serve --abi-version`); ignored, with a warning, when the host version
+    /// has its own node.
+    pub abi_version: Option<String>,
 }
 
 /// One `[[instance]]`.
@@ -250,12 +261,17 @@ impl Config {
         let mut cfg =
             Config::parse(&text).with_context(|| format!("in config {}", path.display()))?;
         let dir = path.parent().unwrap_or(Path::new(""));
+        if let Some(p) = cfg.daemon.abi_dir.as_mut().filter(|p| p.is_relative()) {
+            *p = dir.join(&*p);
+        }
         for inst in &mut cfg.instances {
             if let Some(p) = inst.policy.as_mut().filter(|p| p.is_relative()) {
                 *p = dir.join(&*p);
             }
         }
         cfg.check_policy_files()
+            .with_context(|| format!("in config {}", path.display()))?;
+        cfg.check_abi_choice()
             .with_context(|| format!("in config {}", path.display()))?;
         if cfg.driver == DriverKind::Host {
             if let Some(minors) = crate::doctor::host_gpu_minors() {
@@ -346,6 +362,29 @@ impl Config {
             out.push_str("no [[instance]]: serve would serve nothing\n");
         }
         out.trim_end().to_owned()
+    }
+
+    /// `[daemon] abi_dir`: every node file verifies; `abi_version`: a known version or one of
+    /// those files.
+    fn check_abi_choice(&self) -> Result<()> {
+        let loaded = match &self.daemon.abi_dir {
+            Some(d) => abi_import::host::load_dir(d)
+                .with_context(|| format!("[daemon] abi_dir = {d:?}"))?,
+            None => Vec::new(),
+        };
+        if let Some(v) = &self.daemon.abi_version {
+            let version: DriverVersion = v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("[daemon] abi_version: {e}"))?;
+            if nvproxy_abi::find(&version).is_err() && !loaded.iter().any(|l| l.version == version)
+            {
+                bail!(
+                    "[daemon] abi_version = {v:?}: no node or node file for {v} \
+                     (`nvproxy abi versions` lists the versions)"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Checks what serde cannot: what `serve` would refuse with this config's driver. With
@@ -766,8 +805,42 @@ mod tests {
     }
 
     #[test]
+    fn test_abi_version_must_name_a_known_version_and_abi_dir_must_verify() {
+        let dir = std::env::temp_dir().join(format!("nvproxy-cfg-abi-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("abi.d")).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let ok = write(
+            "ok.toml",
+            "driver = \"sim\"\n[daemon]\nabi_version = \"580.142\"\nabi_dir = \"abi.d\"\n",
+        );
+        let cfg = Config::load(&ok).unwrap();
+        assert_eq!(cfg.daemon.abi_dir, Some(dir.join("abi.d")));
+        let bad = write(
+            "bad.toml",
+            "driver = \"sim\"\n[daemon]\nabi_version = \"580.299.01\"\n",
+        );
+        let msg = format!("{:#}", Config::load(&bad).unwrap_err());
+        assert!(
+            msg.contains("[daemon] abi_version = \"580.299.01\": no node"),
+            "{msg}"
+        );
+        std::fs::write(dir.join("abi.d/x.json"), "{}").unwrap();
+        let msg = format!("{:#}", Config::load(&ok).unwrap_err());
+        assert!(
+            msg.contains("[daemon] abi_dir") && msg.contains("x.json"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn test_unknown_sim_driver_version_is_refused() {
-        for v in ["999.100.01", "535.309.01"] {
+        for v in ["999.100.01", "535.400.01"] {
             let msg = parse_err(&format!(
                 "driver = \"sim\"\n[sim]\ndriver_version = \"{v}\"\n"
             ));

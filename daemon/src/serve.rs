@@ -32,6 +32,9 @@ pub struct Driver {
     pub host: Arc<dyn HostDriver>,
     /// The same driver when it is the simulated one (for leak checks).
     pub sim: Option<Arc<SimDriver>>,
+    /// The tables to serve it with, when chosen by `serve` (`abi_cmd::host_tables`); `None`:
+    /// the host version's own node.
+    pub abi: Option<nvproxy_abi::DriverAbi>,
 }
 
 /// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
@@ -72,6 +75,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: Arc::new(d),
                 sim: None,
+                abi: None,
             })
         }
         DriverKind::Sim => {
@@ -95,6 +99,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: sim.clone(),
                 sim: Some(sim),
+                abi: None,
             })
         }
     }
@@ -135,9 +140,12 @@ impl RunningInstance {
             f.apply(&mut policy);
         }
         let sink = Arc::new(JsonLinesSink::open(audit)?);
-        let proxy = Proxy::for_host(policy, driver.host.clone())
-            .with_context(|| format!("instance {}", inst.name))?
-            .with_audit(sink.clone());
+        let proxy = match &driver.abi {
+            Some(abi) => Proxy::new(abi.clone(), policy, driver.host.clone()),
+            None => Proxy::for_host(policy, driver.host.clone()),
+        }
+        .with_context(|| format!("instance {}", inst.name))?
+        .with_audit(sink.clone());
         // The names must be in the table of the driver this instance runs on.
         let names = crate::policy_cmd::AbiNames::of(
             proxy.abi(),
@@ -383,6 +391,8 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         memory: args.memory,
         audit: args.audit_log.clone(),
         allow_unrestricted_mmap_fds: args.allow_unrestricted_mmap_fds,
+        abi_version: None,
+        abi_dir: None,
         ephemeral: true,
     };
     let root = Path::new(mmap::RUN_DIR);
@@ -474,6 +484,10 @@ pub struct ServeArgs {
     /// With the simulated driver: exit with status 3 if it still holds anything after stopping.
     #[arg(long)]
     pub check_leaks: bool,
+    /// Serve a host driver version that has no node with this known version's tables (the
+    /// config's `[daemon] abi_version`; at your own risk, warned about at start).
+    #[arg(long, value_name = "VERSION")]
+    pub abi_version: Option<String>,
 }
 
 /// `nvproxy serve`: the supervisor (`supervisor.rs`). Adopts the workers a previous
@@ -489,6 +503,27 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
     sys::block_termination_signals().context("blocking signals")?;
+    // The ABI tables the workers will serve the host driver with: chosen (and any node
+    // files verified) here once, so that a bad choice stops `serve` before a worker starts;
+    // each worker makes the same choice for its own driver (`WorkerSpec::abi_*`).
+    if let Some(v) = &args.abi_version {
+        cfg.daemon.abi_version = Some(v.clone());
+    }
+    {
+        let driver = make_driver(
+            cfg.driver,
+            cfg.sim.gpus,
+            &cfg.sim.driver_version,
+            cfg.daemon.allow_unrestricted_mmap_fds,
+            None,
+        )?;
+        let choice = crate::abi_cmd::AbiChoice {
+            abi_version: cfg.daemon.abi_version.clone(),
+            abi_dir: cfg.daemon.abi_dir.clone(),
+        };
+        let (_, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+        tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
+    }
     let root = Path::new(mmap::RUN_DIR);
     let sup = Supervisor::new(root)?;
     let adopted = sup.adopt();

@@ -461,6 +461,8 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         memory: cfg.daemon.memory,
         audit: inst.audit_path(&cfg.daemon),
         allow_unrestricted_mmap_fds: cfg.daemon.allow_unrestricted_mmap_fds,
+        abi_version: cfg.daemon.abi_version.clone(),
+        abi_dir: cfg.daemon.abi_dir.clone(),
         ephemeral: false,
     }
 }

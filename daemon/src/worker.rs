@@ -56,6 +56,13 @@ pub struct WorkerSpec {
     pub audit: Option<PathBuf>,
     /// `[daemon] allow_unrestricted_mmap_fds`.
     pub allow_unrestricted_mmap_fds: bool,
+    /// `[daemon] abi_version` / `serve --abi-version`: the known version whose tables serve a
+    /// host driver that has no node.
+    #[serde(default)]
+    pub abi_version: Option<String>,
+    /// `[daemon] abi_dir`: node files for versions the tree lacks.
+    #[serde(default)]
+    pub abi_dir: Option<PathBuf>,
     /// The one instance of an `nvproxy exec`: no supervisor adopts it, and it stops when the
     /// `exec` that started it dies (`PR_SET_PDEATHSIG`).
     #[serde(default)]
@@ -106,13 +113,20 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let driver = serve::make_driver(
+    let mut driver = serve::make_driver(
         spec.driver,
         spec.sim.gpus,
         &spec.sim.driver_version,
         spec.allow_unrestricted_mmap_fds,
         Some(&name),
     )?;
+    let choice = crate::abi_cmd::AbiChoice {
+        abi_version: spec.abi_version.clone(),
+        abi_dir: spec.abi_dir.clone(),
+    };
+    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    tracing::info!(instance = %name, tables = %from, "ABI tables");
+    driver.abi = Some(abi);
     let running =
         RunningInstance::start(&spec.instance, &driver, spec.memory, spec.audit.as_deref())?;
     let root = Path::new(mmap::RUN_DIR);
@@ -274,6 +288,8 @@ mod tests {
             memory: MemoryTransport::ProcessVm,
             audit: None,
             allow_unrestricted_mmap_fds: false,
+            abi_version: None,
+            abi_dir: None,
             ephemeral: false,
         }
     }

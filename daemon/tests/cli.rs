@@ -79,13 +79,14 @@ fn test_check_config_prints_the_files_spellings() {
 }
 
 #[test]
-fn test_abi_show_of_an_unknown_version_promises_no_override() {
-    let (ok, _, err) = nvproxy(&["abi", "show", "535.309.01"]);
+fn test_abi_show_of_an_unknown_version_names_the_choices() {
+    let (ok, _, err) = nvproxy(&["abi", "show", "535.400.01"]);
     assert!(!ok);
     assert!(
         err.starts_with(
-            "nvproxy: abi show 535.309.01: nvproxy has no ABI tables for driver 535.309.01"
-        ) && !err.contains("override")
+            "nvproxy: abi show 535.400.01: nvproxy has no ABI tables for driver 535.400.01"
+        ) && err.contains("nvproxy serve --abi-version 535.309.01")
+            && err.contains("nvproxy abi import --from-source DIR")
             && !err.contains("driver driver"),
         "{err}"
     );
@@ -96,7 +97,16 @@ fn test_abi_versions_says_why_sha256_is_a_dash() {
     let (ok, out, _) = nvproxy(&["abi", "versions"]);
     assert!(ok);
     assert!(
-        out.contains("`-`: no checksum has been verified by us yet"),
+        out.contains("as gVisor's version.go lists it") && out.contains("`-`: none listed"),
         "{out}"
     );
+}
+
+#[test]
+fn test_abi_versions_lists_every_tag_and_the_reasons() {
+    let (ok, out, _) = nvproxy(&["abi", "versions"]);
+    assert!(ok);
+    assert!(out.contains("149 versions, 148 supported."), "{out}");
+    let line = out.lines().find(|l| l.contains("595.71.05 ")).unwrap();
+    assert!(line.contains("unqualified: no facts of its own"), "{line}");
 }

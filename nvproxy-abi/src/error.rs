@@ -31,27 +31,43 @@ impl fmt::Display for AbiError {
             AbiError::BadVersion { input, why } => {
                 write!(f, "{input:?} is not an NVIDIA driver version: {why}")
             }
-            AbiError::UnknownVersion {
-                version,
-                nearest: Some(n),
-            } => write!(
-                f,
-                "nvproxy has no ABI tables for driver {version} (`nvproxy abi versions` lists \
-                 the versions it has). The nearest known version on branch {} is {n}, but \
-                 nvproxy uses only the tables of the exact version and {n}'s may differ: \
-                 {version} needs a node of its own (ADDING_A_DRIVER_VERSION.md)",
-                version.major()
-            ),
-            AbiError::UnknownVersion {
-                version,
-                nearest: None,
-            } => write!(
-                f,
-                "nvproxy has no ABI tables for driver {version}, nor for any earlier version of \
-                 branch {} (`nvproxy abi versions` lists the versions it has): {version} needs \
-                 a node of its own (ADDING_A_DRIVER_VERSION.md)",
-                version.major()
-            ),
+            AbiError::UnknownVersion { version, nearest } => {
+                let major = version.major();
+                let tables = match nearest {
+                    Some(n) => {
+                        write!(
+                            f,
+                            "nvproxy has no ABI tables for driver {version} (`nvproxy abi \
+                             versions` lists the versions it has). The nearest known version on \
+                             branch {major} is {n}, but nvproxy uses only the tables of the exact \
+                             version and {n}'s may differ."
+                        )?;
+                        n.to_string()
+                    }
+                    None => {
+                        write!(
+                            f,
+                            "nvproxy has no ABI tables for driver {version}, nor for any earlier \
+                             version of branch {major} (`nvproxy abi versions` lists the versions \
+                             it has)."
+                        )?;
+                        "VERSION".to_owned()
+                    }
+                };
+                write!(
+                    f,
+                    " The choices: (1) make a node for {version} from its driver sources (a \
+                     checkout of its tag of NVIDIA/open-gpu-kernel-modules, or the \
+                     /usr/src/nvidia-{version} tree of a DKMS install): `nvproxy abi check \
+                     --from-source DIR` shows how it differs from the tree, `nvproxy abi import \
+                     --from-source DIR --out /etc/nvproxy/abi.d/{version}.json` writes the node, \
+                     and `[daemon] abi_dir = \"/etc/nvproxy/abi.d\"` lets `nvproxy serve` load \
+                     it; (2) serve {version} with the tables of a known version, at your own \
+                     risk: `[daemon] abi_version = \"{tables}\"` or `nvproxy serve \
+                     --abi-version {tables}`; (3) run a driver version nvproxy has tables for. \
+                     ADDING_A_DRIVER_VERSION.md adds a version to the tree for everyone"
+                )
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 //!   shape).
 //! - [`DriverAbi`]: one version's escapes, UVM ioctls, controls and classes, each entry with its
 //!   param size, [`Translation`] kind and [`Caps`].
+//! - [`embedded`]: the user pointers RM itself copies out of control params (safety data).
 //! - [`render`]: text for `nvproxy abi versions | show | diff`.
 //!
 //! The layouts and numbers are checked against facts taken from the driver headers of every
@@ -18,6 +19,7 @@
 
 mod caps;
 pub mod class;
+pub mod embedded;
 mod error;
 pub mod ioctl;
 pub mod render;

@@ -14,33 +14,35 @@ fn support_name(s: Support) -> &'static str {
     }
 }
 
-/// The version tree, one node per line, children indented under their parent:
-/// version, support, installer checksum (or `-`), parent (or `-`) and a note; then two lines on
-/// what the support and sha256 columns mean.
+/// The version tree, one node per line: a node's child with the most descendants follows it at
+/// the same indentation, its other children fork below it, indented (`├──`);
+/// version, support, installer checksum (or `-`), parent (or `-`) and a note (for an
+/// unqualified node, first the reason); then lines on what the columns mean.
 pub fn versions() -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<38} {:<11}  {:<8}  {:<10}  note",
+        "{:<38} {:<11}  {:<64}  {:<10}  note",
         "version", "support", "sha256", "parent"
     );
     for root in nodes().iter().filter(|n| n.parent.is_none()) {
         tree_lines(&mut out, root, "", "");
     }
+    let supported = nodes()
+        .iter()
+        .filter(|n| n.support == Support::Supported)
+        .count();
     let _ = writeln!(
         out,
-        "\nsupport: supported = qualified by tests; unqualified = kept so that its ABI changes \
-         are inherited, not tested (served the same way)"
+        "\n{} versions, {supported} supported. support: supported = its tables and every \
+         modelled struct pass the parity test against the facts of its headers; unqualified = \
+         not qualified, for the reason given (served the same way, with a warning)",
+        nodes().len()
     );
     let _ = writeln!(
         out,
-        "sha256: of NVIDIA's x86_64 .run installer of that version; `-`: no checksum has been \
-         verified by us yet{}",
-        if nodes().iter().all(|n| n.installer_sha256.is_none()) {
-            " (none has, so far)"
-        } else {
-            ""
-        }
+        "sha256: of NVIDIA's x86_64 .run installer, as gVisor's version.go lists it for the \
+         versions it supports (copied, not computed by us); `-`: none listed"
     );
     out
 }
@@ -56,27 +58,30 @@ fn tree_lines(out: &mut String, node: &'static AbiNode, first: &str, rest: &str)
     } else {
         ""
     };
+    let reason = node
+        .reason
+        .map_or_else(String::new, |r| format!("unqualified: {r}; "));
     let _ = writeln!(
         out,
-        "{label:<38} {:<11}  {sum:<8}  {parent:<10}  {}{alias}",
+        "{label:<38} {:<11}  {sum:<64}  {parent:<10}  {reason}{}{alias}",
         support_name(node.support),
         node.note
     );
-    let kids: Vec<_> = children(&node.version).collect();
-    for (i, kid) in kids.iter().enumerate() {
-        let last = i + 1 == kids.len();
-        let (branch, pad) = if last {
-            ("└── ", "    ")
-        } else {
-            ("├── ", "│   ")
-        };
-        tree_lines(
-            out,
-            kid,
-            &format!("{rest}{branch}"),
-            &format!("{rest}{pad}"),
-        );
+    // The child with the most descendants continues at the node's own indentation (a release
+    // line reads as a column, the main line runs down the left); the others fork, indented.
+    let mut kids: Vec<_> = children(&node.version).collect();
+    kids.sort_by_key(|k| (descendants(k), k.version));
+    let Some(last) = kids.pop() else {
+        return;
+    };
+    for kid in kids {
+        tree_lines(out, kid, &format!("{rest}├── "), &format!("{rest}│   "));
     }
+    tree_lines(out, last, rest, rest);
+}
+
+fn descendants(node: &AbiNode) -> usize {
+    children(&node.version).map(|k| 1 + descendants(k)).sum()
 }
 
 /// A size rule as text: `48`, `32|48`, `72*n`.

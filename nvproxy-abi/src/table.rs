@@ -249,10 +249,28 @@ impl DriverAbi {
             .param_size = size;
     }
 
-    pub(crate) fn set_class_caps(&mut self, class: u32, caps: Caps) {
-        let e = self.classes.get_mut(&class);
-        e.unwrap_or_else(|| panic!("no class {class:#x} to change"))
-            .caps = caps;
+    // Used by the generated builders when a version drops an entry of that kind.
+    #[allow(dead_code)]
+    pub(crate) fn remove_escape(&mut self, nr: u8) {
+        assert!(
+            self.escapes.remove(&nr).is_some(),
+            "no escape {nr:#x} to remove"
+        );
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn remove_uvm(&mut self, cmd: u32) {
+        assert!(
+            self.uvm.remove(&cmd).is_some(),
+            "no UVM ioctl {cmd:#x} to remove"
+        );
+    }
+
+    pub(crate) fn remove_class(&mut self, class: u32) {
+        assert!(
+            self.classes.remove(&class).is_some(),
+            "no class {class:#x} to remove"
+        );
     }
 
     pub(crate) fn remove_control(&mut self, cmd: u32) {

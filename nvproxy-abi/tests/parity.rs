@@ -1,300 +1,25 @@
 //! ABI parity: every node's tables and every modeled struct against the facts extracted from
-//! the driver headers of that version (`facts/<version>.json`, written by `abi-import extract`).
+//! the driver headers of that version (`facts/<node.facts>.json`, written by `abi-import
+//! extract`; versions with the same ABI share one file, `facts/index.tsv`).
 //!
 //! Checked per node: for every table entry, its number, param struct name(s), size and
-//! array-ness; that every allowlisted entry the driver has is in the table (completeness); for
-//! every modeled struct layout that applies to the version, size, alignment and each field's
-//! offset and size (C field names; padding fields excluded), and that the Rust fields cover
-//! every top-level C member.
+//! array-ness; that every entry any node knows and the driver has is in the table
+//! (completeness); for every modeled struct the driver has, that one of its Rust layouts matches
+//! it: size, alignment and each field's offset and size (C field names; padding fields
+//! excluded), with the Rust fields covering every top-level C member. A node that fails is
+//! unqualified with a reason; a supported node passes everything.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::mem::{align_of, offset_of, size_of};
-use std::path::PathBuf;
+use std::mem::offset_of;
 
+use nvproxy_abi::structs::layouts::{Layout, layouts};
 use nvproxy_abi::structs::*;
-use nvproxy_abi::{DriverAbi, ParamSize, nodes};
+use nvproxy_abi::{DriverAbi, ParamSize, Support, nodes};
 use serde_json::Value;
 
-struct Layout {
-    c_name: &'static str,
-    rust: &'static str,
-    size: usize,
-    align: usize,
-    fields: Vec<(&'static str, usize, usize)>,
-}
+mod common;
 
-fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
-    size_of::<F>()
-}
-
-macro_rules! layout {
-    ($c:literal => $t:ident { $($f:ident),* $(,)? }) => {
-        Layout {
-            c_name: $c,
-            rust: stringify!($t),
-            size: size_of::<$t>(),
-            align: align_of::<$t>(),
-            fields: vec![$((
-                stringify!($f).trim_start_matches("r#"),
-                offset_of!($t, $f),
-                field_size(|s: &$t| &s.$f),
-            )),*],
-        }
-    };
-}
-
-fn layouts() -> Vec<Layout> {
-    vec![
-        layout!("NV0005_ALLOC_PARAMETERS" => NV0005_ALLOC_PARAMETERS { hParentClient, hSrcResource, hClass, notifyIndex, data }),
-        layout!("NV00F1_ALLOCATION_PARAMETERS" => NV00F1_ALLOCATION_PARAMETERS { capDescriptor, flags, pOsEvent, nodeId }),
-        layout!("NV_MEMORY_ALLOCATION_PARAMS" => NV_MEMORY_ALLOCATION_PARAMS_V545 { owner, r#type, flags, width, height, pitch, attr, attr2, format, comprCovg, zcullCovg, rangeLo, rangeHi, size, alignment, offset, limit, address, ctagOffset, hVASpace, internalflags, tag, numaNode }),
-        layout!("NV00FD_ALLOCATION_PARAMETERS" => NV00FD_ALLOCATION_PARAMETERS_V545 { expPacket, index, alignment, allocSize, pageSize, allocFlags, numGpus, pOsEvent }),
-        layout!("NV0080_ALLOC_PARAMETERS" => NV0080_ALLOC_PARAMETERS { deviceId, hClientShare, hTargetClient, hTargetDevice, flags, vaSpaceSize, vaStartInternal, vaLimitInternal, vaMode }),
-        layout!("NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS" => NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS { offset, limit, hVASpace }),
-        layout!("NV_CONTEXT_DMA_ALLOCATION_PARAMS" => NV_CONTEXT_DMA_ALLOCATION_PARAMS { hSubDevice, flags, hMemory, offset, limit }),
-        layout!("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS" => NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS { hObjectError, hObjectEccError, hVASpace, engineType, bIsCallingContextVgpuPlugin }),
-        layout!("NV_CTXSHARE_ALLOCATION_PARAMETERS" => NV_CTXSHARE_ALLOCATION_PARAMETERS { hVASpace, flags, subctxId }),
-        layout!("NV83DE_ALLOC_PARAMETERS" => NV83DE_ALLOC_PARAMETERS { hDebuggerClient_Obsolete, hAppClient, hClass3dObject }),
-        layout!("NV_MEMORY_ALLOCATION_PARAMS" => NV_MEMORY_ALLOCATION_PARAMS { owner, r#type, flags, width, height, pitch, attr, attr2, format, comprCovg, zcullCovg, rangeLo, rangeHi, size, alignment, offset, limit, address, ctagOffset, hVASpace, internalflags, tag }),
-        layout!("NV00FD_ALLOCATION_PARAMETERS" => NV00FD_ALLOCATION_PARAMETERS { alignment, allocSize, pageSize, allocFlags, numGpus, pOsEvent }),
-        layout!("NV00FD_ALLOCATION_PARAMETERS" => NV00FD_ALLOCATION_PARAMETERS_V590 { expPacket, index, alignment, allocSize, pageSize, allocFlags, numGpus, pOsEvent }),
-        layout!("NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS" => NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_PARAMS { sizeOfStrings, pDriverVersionBuffer, pVersionBuffer, pTitleBuffer, changelistNumber, officialChangelistNumber }),
-        layout!("NV0000_CTRL_GPU_GET_ID_INFO_PARAMS" => NV0000_CTRL_GPU_GET_ID_INFO_PARAMS { gpuId, gpuFlags, deviceInstance, subDeviceInstance, szName, sliStatus, boardId, gpuInstance, numaId }),
-        layout!("NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS" => NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS { object, fd, flags }),
-        layout!("NV0000_CTRL_OS_UNIX_EXPORT_OBJECT" => NV0000_CTRL_OS_UNIX_EXPORT_OBJECT { r#type, data }),
-        layout!("NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS" => NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS { fd, object }),
-        layout!("NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS" => NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS { fd, hDevice, maxObjects, metadata, objects, numObjects, index }),
-        layout!("NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS" => NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS { fd, hParent, objects, objectTypes, numObjects, index }),
-        layout!("NV0041_CTRL_GET_SURFACE_INFO_PARAMS" => NV0041_CTRL_GET_SURFACE_INFO_PARAMS { surfaceInfoListSize, surfaceInfoList }),
-        layout!("NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS" => NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS { numClasses, classList }),
-        layout!("NV0080_CTRL_GR_GET_CAPS_PARAMS" => NV0080_CTRL_GR_GET_CAPS_PARAMS { capsTblSize, capsTbl }),
-        layout!("NV0080_CTRL_FB_GET_CAPS_PARAMS" => NV0080_CTRL_FB_GET_CAPS_PARAMS { capsTblSize, capsTbl }),
-        layout!("NV0080_CTRL_FIFO_GET_CAPS_PARAMS" => NV0080_CTRL_FIFO_GET_CAPS_PARAMS { capsTblSize, capsTbl }),
-        layout!("NV0080_CTRL_MSENC_GET_CAPS_PARAMS" => NV0080_CTRL_MSENC_GET_CAPS_PARAMS { capsTblSize, capsTbl }),
-        layout!("NV0080_CTRL_GR_GET_INFO_PARAMS" => NV0080_CTRL_GR_GET_INFO_PARAMS { grInfoListSize, grInfoList }),
-        layout!("NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS" => NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS { numChannels, pChannelHandleList, pChannelList }),
-        layout!("NV00FD_CTRL_ATTACH_GPU_PARAMS" => NV00FD_CTRL_ATTACH_GPU_PARAMS { hSubdevice, flags, devDescriptor }),
-        layout!("NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS" => NV2080_CTRL_GPU_EXEC_REG_OPS_PARAMS { hClientTarget, hChannelTarget, bNonTransactional, reserved00, regOpCount, regOps, grRouteInfo }),
-        layout!("NV2080_CTRL_GR_ROUTE_INFO" => NV2080_CTRL_GR_ROUTE_INFO { flags, route }),
-        layout!("NV2080_CTRL_GPU_GET_ENGINES_PARAMS" => NV2080_CTRL_GPU_GET_ENGINES_PARAMS { engineCount, engineList }),
-        layout!("NV2080_CTRL_BIOS_GET_INFO_PARAMS" => NV2080_CTRL_BIOS_GET_INFO_PARAMS { biosInfoListSize, biosInfoList }),
-        layout!("NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS" => NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS { bDisable, numChannels, bOnlyDisableScheduling, bRewindGpPut, pRunlistPreemptEvent, hClientList, hChannelList }),
-        layout!("NV2080_CTRL_GR_GET_INFO_PARAMS" => NV2080_CTRL_GR_GET_INFO_PARAMS { grInfoListSize, grInfoList, grRouteInfo }),
-        layout!("NV2080_CTRL_FB_GET_INFO_PARAMS" => NV2080_CTRL_FB_GET_INFO_PARAMS { fbInfoListSize, fbInfoList }),
-        layout!("NV2080_CTRL_BUS_GET_INFO_PARAMS" => NV2080_CTRL_BUS_GET_INFO_PARAMS { busInfoListSize, busInfoList }),
-        layout!("NV503C_CTRL_REGISTER_VA_SPACE_PARAMS" => NV503C_CTRL_REGISTER_VA_SPACE_PARAMS { hVASpace, vaSpaceToken }),
-        layout!("NV83DE_CTRL_DEBUG_READ_MEMORY_PARAMS" => NV83DE_CTRL_DEBUG_READ_MEMORY_PARAMS { hMemory, length, offset, buffer }),
-        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550 { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds, busEgmPeerIds }),
-        layout!("NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS" => NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS_V545 { fd, deviceInstance, gpuInstanceId, maxObjects, metadata }),
-        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds }),
-        layout!("NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS" => NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS { fd, deviceInstance, maxObjects, metadata }),
-        layout!("NVOS00_PARAMETERS" => NVOS00_PARAMETERS { hRoot, hObjectParent, hObjectOld, status }),
-        layout!("NVOS02_PARAMETERS" => NVOS02_PARAMETERS { hRoot, hObjectParent, hObjectNew, hClass, flags, pMemory, limit, status }),
-        layout!("nv_ioctl_nvos02_parameters_with_fd" => nv_ioctl_nvos02_parameters_with_fd { params, fd }),
-        layout!("NVOS05_PARAMETERS" => NVOS05_PARAMETERS { hRoot, hObjectParent, hObjectNew, hClass, status }),
-        layout!("NVOS21_PARAMETERS" => NVOS21_PARAMETERS { hRoot, hObjectParent, hObjectNew, hClass, pAllocParms, paramsSize, status }),
-        layout!("NVOS30_PARAMETERS" => NVOS30_PARAMETERS { hClient, hDevice, hChannel, numChannels, phClients, phDevices, phChannels, flags, timeout, status }),
-        layout!("NVOS32_PARAMETERS" => NVOS32_PARAMETERS { hRoot, hObjectParent, function, hVASpace, ivcHeapNumber, status, total, free, data }),
-        layout!("NVOS33_PARAMETERS" => NVOS33_PARAMETERS { hClient, hDevice, hMemory, offset, length, pLinearAddress, status, flags }),
-        layout!("nv_ioctl_nvos33_parameters_with_fd" => nv_ioctl_nvos33_parameters_with_fd { params, fd }),
-        layout!("NVOS34_PARAMETERS" => NVOS34_PARAMETERS { hClient, hDevice, hMemory, pLinearAddress, status, flags }),
-        layout!("NVOS39_PARAMETERS" => NVOS39_PARAMETERS { hObjectParent, hSubDevice, hObjectNew, hClass, flags, selector, hMemory, offset, limit, status }),
-        layout!("NVOS54_PARAMETERS" => NVOS54_PARAMETERS { hClient, hObject, cmd, flags, params, paramsSize, status }),
-        layout!("NVOS55_PARAMETERS" => NVOS55_PARAMETERS { hClient, hParent, hObject, hClientSrc, hObjectSrc, flags, status }),
-        layout!("NVOS56_PARAMETERS" => NVOS56_PARAMETERS { hClient, hDevice, hMemory, pOldCpuAddress, pNewCpuAddress, status }),
-        layout!("NVOS57_PARAMETERS" => NVOS57_PARAMETERS { hClient, hObject, sharePolicy, status }),
-        layout!("RS_SHARE_POLICY" => RS_SHARE_POLICY { target, accessMask, r#type, action }),
-        layout!("NVOS64_PARAMETERS" => NVOS64_PARAMETERS { hRoot, hObjectParent, hObjectNew, hClass, pAllocParms, pRightsRequested, paramsSize, flags, status }),
-        layout!("nv_ioctl_card_info_t" => nv_ioctl_card_info_t { valid, pci_info, gpu_id, interrupt_line, reg_address, reg_size, fb_address, fb_size, minor_number, dev_name }),
-        layout!("nv_pci_info_t" => nv_pci_info_t { domain, bus, slot, function, vendor_id, device_id }),
-        layout!("nv_ioctl_register_fd_t" => nv_ioctl_register_fd_t { ctl_fd }),
-        layout!("nv_ioctl_alloc_os_event_t" => nv_ioctl_alloc_os_event_t { hClient, hDevice, fd, Status }),
-        layout!("nv_ioctl_free_os_event_t" => nv_ioctl_free_os_event_t { hClient, hDevice, fd, Status }),
-        layout!("nv_ioctl_rm_api_version_t" => nv_ioctl_rm_api_version_t { cmd, reply, versionString }),
-        layout!("nv_ioctl_sys_params_t" => nv_ioctl_sys_params_t { memblock_size }),
-        layout!("nv_ioctl_xfer_t" => nv_ioctl_xfer_t { cmd, size, ptr }),
-        layout!("nv_ioctl_wait_open_complete_t" => nv_ioctl_wait_open_complete_t { rc, adapterStatus }),
-        layout!("NVOS46_PARAMETERS" => NVOS46_PARAMETERS_V580 { hClient, hDevice, hDma, hMemory, offset, length, flags, flags2, kindOverride, dmaOffset, status }),
-        layout!("nv_ioctl_export_to_dma_buf_fd_t" => nv_ioctl_export_to_dma_buf_fd_t_V580 { fd, hClient, totalObjects, numObjects, index, totalSize, mappingType, bAllowMmap, handles, offsets, sizes, status }),
-        layout!("NVOS46_PARAMETERS" => NVOS46_PARAMETERS { hClient, hDevice, hDma, hMemory, offset, length, flags, dmaOffset, status }),
-        layout!("NVOS47_PARAMETERS" => NVOS47_PARAMETERS { hClient, hDevice, hDma, hMemory, flags, dmaOffset, status }),
-        layout!("nv_ioctl_export_to_dma_buf_fd_t" => nv_ioctl_export_to_dma_buf_fd_t { fd, hClient, totalObjects, numObjects, index, totalSize, handles, offsets, sizes, status }),
-        layout!("NVOS47_PARAMETERS" => NVOS47_PARAMETERS_V550 { hClient, hDevice, hDma, hMemory, flags, dmaOffset, size, status }),
-        layout!("nv_ioctl_export_to_dma_buf_fd_t" => nv_ioctl_export_to_dma_buf_fd_t_V570 { fd, hClient, totalObjects, numObjects, index, totalSize, mappingType, handles, offsets, sizes, status }),
-        layout!("NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_ATTACHED_IDS_PARAMS { gpuIds }),
-        layout!("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS { gpuIds, excludedGpuIds }),
-        layout!("NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS" => NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580 { gpuIds, excludedGpuIds, gpuFlags }),
-        layout!("NV0000_CTRL_GPU_ATTACH_IDS_PARAMS" => NV0000_CTRL_GPU_ATTACH_IDS_PARAMS { gpuIds, failedId }),
-        layout!("NV0000_CTRL_GPU_DETACH_IDS_PARAMS" => NV0000_CTRL_GPU_DETACH_IDS_PARAMS { gpuIds }),
-        layout!("NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS" => NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS { gpuId, gpuFlags, deviceInstance, subDeviceInstance, sliStatus, boardId, gpuInstance, numaId }),
-        layout!("NV0000_CTRL_GPU_ACTIVE_DEVICE" => NV0000_CTRL_GPU_ACTIVE_DEVICE { gpuId, gpuInstanceId, computeInstanceId }),
-        layout!("NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS" => NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS { numDevices, devices }),
-        layout!("NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS" => NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS { gpuId, flags, gpuUuid, uuidStrLen }),
-        layout!("NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS" => NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS { gpuId, domain, bus, slot }),
-        layout!("NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS" => NV0000_CTRL_GPU_QUERY_DRAIN_STATE_PARAMS { gpuId, drainState, flags }),
-        layout!("NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS" => NV0000_CTRL_GPU_ASYNC_ATTACH_ID_PARAMS { gpuId }),
-        layout!("NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS" => NV0000_CTRL_GPU_WAIT_ATTACH_ID_PARAMS { gpuId }),
-        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds }),
-        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550 { gpuIds, gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs, p2pCapsStatus, busPeerIds, busEgmPeerIds }),
-        layout!("NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS" => NV0000_CTRL_SYSTEM_GET_P2P_CAPS_MATRIX_PARAMS { grpACount, grpBCount, gpuIdGrpA, gpuIdGrpB, p2pCaps, a2bOptimalReadCes, a2bOptimalWriteCes, b2aOptimalReadCes, b2aOptimalWriteCes }),
-        layout!("NV2080_ALLOC_PARAMETERS" => NV2080_ALLOC_PARAMETERS { subDeviceId }),
-        layout!("nv_ioctl_status_code_t" => nv_ioctl_status_code_t { domain, bus, slot, status }),
-        layout!("NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS" => NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS { fabricStatus }),
-        layout!("NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS" => NV0000_CTRL_CLIENT_SET_INHERITED_SHARE_POLICY_PARAMS { sharePolicy }),
-        layout!("NV0000_CTRL_GPU_GET_DEVICE_IDS_PARAMS" => NV0000_CTRL_GPU_GET_DEVICE_IDS_PARAMS { deviceIds }),
-        layout!("NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS" => NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS { hObject, mapFlags, addrSpaceType }),
-        layout!("NV0080_CTRL_GPU_GET_NUM_SUBDEVICES_PARAMS" => NV0080_CTRL_GPU_GET_NUM_SUBDEVICES_PARAMS { numSubDevices }),
-        layout!("NV2080_CTRL_GPU_INFO" => NV2080_CTRL_GPU_INFO { index, data }),
-        layout!("NV2080_CTRL_FB_INFO" => NV2080_CTRL_FB_INFO { index, data }),
-        layout!("NV2080_CTRL_GR_INFO" => NV2080_CTRL_GR_INFO { index, data }),
-        layout!("NV2080_CTRL_GPU_GET_SHORT_NAME_STRING_PARAMS" => NV2080_CTRL_GPU_GET_SHORT_NAME_STRING_PARAMS { gpuShortNameString }),
-        layout!("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS" => NV2080_CTRL_GPU_GET_GID_INFO_PARAMS { index, flags, length, data }),
-        layout!("NV2080_CTRL_BUS_GET_PCI_INFO_PARAMS" => NV2080_CTRL_BUS_GET_PCI_INFO_PARAMS { pciDeviceId, pciSubSystemId, pciRevisionId, pciExtDeviceId }),
-        layout!("NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS" => NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS { architecture, implementation, revision, subRevision }),
-        layout!("NV2080_CTRL_GPU_GET_SIMULATION_INFO_PARAMS" => NV2080_CTRL_GPU_GET_SIMULATION_INFO_PARAMS { r#type }),
-        layout!("UVM_INITIALIZE_PARAMS" => UVM_INITIALIZE_PARAMS { flags, rmStatus }),
-        layout!("UVM_MM_INITIALIZE_PARAMS" => UVM_MM_INITIALIZE_PARAMS { uvmFd, rmStatus }),
-        layout!("UVM_REGISTER_GPU_PARAMS" => UVM_REGISTER_GPU_PARAMS { gpu_uuid, numaEnabled, numaNodeId, rmCtrlFd, hClient, hSmcPartRef, rmStatus }),
-        layout!("UVM_REGISTER_GPU_VASPACE_PARAMS" => UVM_REGISTER_GPU_VASPACE_PARAMS { gpuUuid, rmCtrlFd, hClient, hVaSpace, rmStatus }),
-        layout!("UVM_REGISTER_CHANNEL_PARAMS" => UVM_REGISTER_CHANNEL_PARAMS { gpuUuid, rmCtrlFd, hClient, hChannel, base, length, rmStatus }),
-        layout!("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS" => UVM_MAP_EXTERNAL_ALLOCATION_PARAMS { base, length, offset, perGpuAttributes, gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus }),
-        layout!("UvmGpuMappingAttributes" => UvmGpuMappingAttributes { gpuUuid, gpuMappingType, gpuCachingType, gpuFormatType, gpuElementBits, gpuCompressionType }),
-        layout!("NvProcessorUuid" => NvProcessorUuid { uuid }),
-        layout!("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS" => UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550 { base, length, offset, perGpuAttributes, gpuAttributesCount, rmCtrlFd, hClient, hMemory, rmStatus }),
-        layout!("UVM_CREATE_RANGE_GROUP_PARAMS" => UVM_CREATE_RANGE_GROUP_PARAMS { rangeGroupId, rmStatus }),
-        layout!("UVM_DESTROY_RANGE_GROUP_PARAMS" => UVM_DESTROY_RANGE_GROUP_PARAMS { rangeGroupId, rmStatus }),
-        layout!("UVM_UNREGISTER_GPU_VASPACE_PARAMS" => UVM_UNREGISTER_GPU_VASPACE_PARAMS { gpuUuid, rmStatus }),
-        layout!("UVM_UNREGISTER_CHANNEL_PARAMS" => UVM_UNREGISTER_CHANNEL_PARAMS { gpuUuid, hClient, hChannel, rmStatus }),
-        layout!("UVM_UNREGISTER_CHANNEL_PARAMS" => UVM_UNREGISTER_CHANNEL_PARAMS_V590 { hClient, hChannel, rmStatus }),
-        layout!("UVM_ENABLE_PEER_ACCESS_PARAMS" => UVM_ENABLE_PEER_ACCESS_PARAMS { gpuUuidA, gpuUuidB, rmStatus }),
-        layout!("UVM_DISABLE_PEER_ACCESS_PARAMS" => UVM_DISABLE_PEER_ACCESS_PARAMS { gpuUuidA, gpuUuidB, rmStatus }),
-        layout!("UVM_SET_RANGE_GROUP_PARAMS" => UVM_SET_RANGE_GROUP_PARAMS { rangeGroupId, requestedBase, length, rmStatus }),
-        layout!("UVM_FREE_PARAMS" => UVM_FREE_PARAMS { base, length, rmStatus }),
-        layout!("UVM_FREE_PARAMS" => UVM_FREE_PARAMS_V590 { base, rmStatus }),
-        layout!("UVM_UNREGISTER_GPU_PARAMS" => UVM_UNREGISTER_GPU_PARAMS { gpu_uuid, rmStatus }),
-        layout!("UVM_PAGEABLE_MEM_ACCESS_PARAMS" => UVM_PAGEABLE_MEM_ACCESS_PARAMS { pageableMemAccess, rmStatus }),
-        layout!("UVM_SET_PREFERRED_LOCATION_PARAMS" => UVM_SET_PREFERRED_LOCATION_PARAMS { requestedBase, length, preferredLocation, rmStatus }),
-        layout!("UVM_SET_PREFERRED_LOCATION_PARAMS" => UVM_SET_PREFERRED_LOCATION_PARAMS_V550 { requestedBase, length, preferredLocation, preferredCpuNumaNode, rmStatus }),
-        layout!("UVM_UNSET_PREFERRED_LOCATION_PARAMS" => UVM_UNSET_PREFERRED_LOCATION_PARAMS { requestedBase, length, rmStatus }),
-        layout!("UVM_ENABLE_READ_DUPLICATION_PARAMS" => UVM_ENABLE_READ_DUPLICATION_PARAMS { requestedBase, length, rmStatus }),
-        layout!("UVM_DISABLE_READ_DUPLICATION_PARAMS" => UVM_DISABLE_READ_DUPLICATION_PARAMS { requestedBase, length, rmStatus }),
-        layout!("UVM_SET_ACCESSED_BY_PARAMS" => UVM_SET_ACCESSED_BY_PARAMS { requestedBase, length, accessedByUuid, rmStatus }),
-        layout!("UVM_UNSET_ACCESSED_BY_PARAMS" => UVM_UNSET_ACCESSED_BY_PARAMS { requestedBase, length, accessedByUuid, rmStatus }),
-        layout!("UVM_MIGRATE_PARAMS" => UVM_MIGRATE_PARAMS { base, length, destinationUuid, flags, semaphoreAddress, semaphorePayload, cpuNumaNode, userSpaceStart, userSpaceLength, rmStatus }),
-        layout!("UVM_MIGRATE_RANGE_GROUP_PARAMS" => UVM_MIGRATE_RANGE_GROUP_PARAMS { rangeGroupId, destinationUuid, rmStatus }),
-        layout!("UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS" => UVM_MAP_DYNAMIC_PARALLELISM_REGION_PARAMS { base, length, gpuUuid, rmStatus }),
-        layout!("UVM_UNMAP_EXTERNAL_PARAMS" => UVM_UNMAP_EXTERNAL_PARAMS { base, length, gpuUuid, rmStatus }),
-        layout!("UVM_ALLOC_SEMAPHORE_POOL_PARAMS" => UVM_ALLOC_SEMAPHORE_POOL_PARAMS { base, length, perGpuAttributes, gpuAttributesCount, rmStatus }),
-        layout!("UVM_ALLOC_SEMAPHORE_POOL_PARAMS" => UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550 { base, length, perGpuAttributes, gpuAttributesCount, rmStatus }),
-        layout!("UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS" => UVM_PAGEABLE_MEM_ACCESS_ON_GPU_PARAMS { gpu_uuid, pageableMemAccess, rmStatus }),
-        layout!("UVM_VALIDATE_VA_RANGE_PARAMS" => UVM_VALIDATE_VA_RANGE_PARAMS { base, length, rmStatus }),
-        layout!("UVM_CREATE_EXTERNAL_RANGE_PARAMS" => UVM_CREATE_EXTERNAL_RANGE_PARAMS { base, length, rmStatus }),
-        // client.rs
-        layout!("NV0000_SYNC_GPU_BOOST_GROUP_CONFIG" => NV0000_SYNC_GPU_BOOST_GROUP_CONFIG { gpuCount, gpuIds, boostGroupId, bBridgeless }),
-        layout!("NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS" => NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS { groupCount, pBoostGroups }),
-        layout!("NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS" => NV0000_CTRL_GPU_GET_MEMOP_ENABLE_PARAMS { enableMask }),
-        layout!("NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS" => NV0080_CTRL_HOST_GET_CAPS_V2_PARAMS { capsTbl }),
-        layout!("NV0080_CTRL_FB_GET_CAPS_V2_PARAMS" => NV0080_CTRL_FB_GET_CAPS_V2_PARAMS { capsTbl }),
-        layout!("NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS" => NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS { swizzId, partitionCount }),
-        layout!("NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS" => NV2080_CTRL_GPU_QUERY_COMPUTE_MODE_RULES_PARAMS { rules }),
-        layout!("NV2080_CTRL_BUS_INFO" => NV2080_CTRL_BUS_INFO { index, data }),
-        layout!("NV2080_CTRL_BUS_GET_INFO_V2_PARAMS" => NV2080_CTRL_BUS_GET_INFO_V2_PARAMS { busInfoListSize, busInfoList }),
-        layout!("NV2080_CTRL_BUS_PCI_BAR_INFO" => NV2080_CTRL_BUS_PCI_BAR_INFO { flags, barSize, barSizeBytes, barOffset }),
-        layout!("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS" => NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS { pciBarCount, pciBarInfo }),
-        layout!("NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE" => NV2080_CTRL_TIMER_GPU_CPU_TIME_SAMPLE { cpuTime, gpuTime }),
-        layout!("NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS" => NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS { cpuClkId, sampleCount, samples }),
-        layout!("NV2080_CTRL_GSP_GET_FEATURES_PARAMS" => NV2080_CTRL_GSP_GET_FEATURES_PARAMS { gspFeatures, bValid, bDefaultGspRmGpu, firmwareVersion }),
-        layout!("NV2080_CTRL_GR_GET_CAPS_V2_PARAMS" => NV2080_CTRL_GR_GET_CAPS_V2_PARAMS { capsTbl, grRouteInfo, bCapsPopulated }),
-        layout!("NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS" => NV2080_CTRL_GR_GET_SM_ISSUE_RATE_MODIFIER_PARAMS { grRouteInfo, imla0, fmla16, dp, fmla32, ffma, imla1, imla2, imla3, imla4 }),
-        layout!("NV2080_CTRL_GR_GET_GPC_MASK_PARAMS" => NV2080_CTRL_GR_GET_GPC_MASK_PARAMS { grRouteInfo, gpcMask }),
-        layout!("NV2080_CTRL_GR_GET_TPC_MASK_PARAMS" => NV2080_CTRL_GR_GET_TPC_MASK_PARAMS { grRouteInfo, gpcId, tpcMask }),
-        layout!("NV_HOPPER_USERMODE_A_PARAMS" => NV_HOPPER_USERMODE_A_PARAMS { bBar1Mapping, bPriv }),
-    ]
-}
-
-const ALL: &[&str] = &[
-    "535.216.03",
-    "535.261.03",
-    "535.288.01",
-    "545.29.06",
-    "550.163.01",
-    "555.58.02",
-    "560.35.03",
-    "565.77",
-    "570.211.01",
-    "575.64.05",
-    "580.142",
-    "590.48.01",
-    "595.45.04",
-];
-
-/// The versions each newer layout applies to; a struct's plain layout applies to every other
-/// version whose facts have the struct.
-fn variant_versions(rust: &str) -> Option<&'static [&'static str]> {
-    const FROM_545: &[&str] = &[
-        "545.29.06",
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-        "590.48.01",
-        "595.45.04",
-    ];
-    const FROM_550: &[&str] = &[
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-        "590.48.01",
-        "595.45.04",
-    ];
-    const BRANCH_570: &[&str] = &["570.211.01", "575.64.05"];
-    const FROM_580: &[&str] = &["580.142", "590.48.01", "595.45.04"];
-    const FROM_590: &[&str] = &["590.48.01", "595.45.04"];
-    const V545_NOT_590: &[&str] = &[
-        "545.29.06",
-        "550.163.01",
-        "555.58.02",
-        "560.35.03",
-        "565.77",
-        "570.211.01",
-        "575.64.05",
-        "580.142",
-    ];
-    Some(match rust {
-        "NVOS46_PARAMETERS_V580"
-        | "nv_ioctl_export_to_dma_buf_fd_t_V580"
-        | "NV0000_CTRL_GPU_GET_PROBED_IDS_PARAMS_V580" => FROM_580,
-        "NVOS47_PARAMETERS_V550"
-        | "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550"
-        | "UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550"
-        | "UVM_SET_PREFERRED_LOCATION_PARAMS_V550"
-        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_PARAMS_V550"
-        | "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS_V550" => FROM_550,
-        "nv_ioctl_export_to_dma_buf_fd_t_V570" => BRANCH_570,
-        "NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS_V545"
-        | "NV_MEMORY_ALLOCATION_PARAMS_V545" => FROM_545,
-        "NV00FD_ALLOCATION_PARAMETERS_V545" => V545_NOT_590,
-        "NV00FD_ALLOCATION_PARAMETERS_V590"
-        | "UVM_FREE_PARAMS_V590"
-        | "UVM_UNREGISTER_CHANNEL_PARAMS_V590" => FROM_590,
-        _ => return None,
-    })
-}
-
-fn facts(version: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("facts")
-        .join(format!("{version}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use common::facts;
 
 fn type_size(f: &Value, name: &str) -> Option<u64> {
     match name {
@@ -359,7 +84,42 @@ fn check_entry(
     errs
 }
 
-fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
+/// Every name any node knows, per table: what completeness checks for.
+fn known_names() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    let mut known: BTreeMap<&str, BTreeSet<&'static str>> = BTreeMap::new();
+    for n in nodes().iter().filter(|n| !n.same_as_parent) {
+        let t = n.tables();
+        known
+            .entry("escapes")
+            .or_default()
+            .extend(t.escapes.values().map(|e| e.name));
+        known
+            .entry("uvm_ioctls")
+            .or_default()
+            .extend(t.uvm.values().map(|e| e.name));
+        known
+            .entry("controls")
+            .or_default()
+            .extend(t.controls.values().map(|e| e.name));
+        known
+            .entry("classes")
+            .or_default()
+            .extend(t.classes.values().map(|e| e.name));
+    }
+    known
+}
+
+/// The distinct facts files of the tree.
+fn facts_files() -> BTreeSet<&'static str> {
+    nodes().iter().map(|n| n.facts).collect()
+}
+
+fn check_tables(
+    version: &str,
+    abi: &DriverAbi,
+    f: &Value,
+    known: &BTreeMap<&'static str, BTreeSet<&'static str>>,
+) -> Vec<String> {
     let mut errs = Vec::new();
     for e in abi.escapes.values() {
         let params: Vec<&str> = e.params.to_vec();
@@ -448,26 +208,6 @@ fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
         ));
     }
     // Completeness: an entry any node knows must be in this node's table if the driver has it.
-    let mut known: BTreeMap<&str, BTreeSet<&'static str>> = BTreeMap::new();
-    for n in nodes() {
-        let t = n.tables();
-        known
-            .entry("escapes")
-            .or_default()
-            .extend(t.escapes.values().map(|e| e.name));
-        known
-            .entry("uvm_ioctls")
-            .or_default()
-            .extend(t.uvm.values().map(|e| e.name));
-        known
-            .entry("controls")
-            .or_default()
-            .extend(t.controls.values().map(|e| e.name));
-        known
-            .entry("classes")
-            .or_default()
-            .extend(t.classes.values().map(|e| e.name));
-    }
     let mine: BTreeSet<&str> = abi
         .escapes
         .values()
@@ -477,7 +217,7 @@ fn check_tables(version: &str, abi: &DriverAbi, f: &Value) -> Vec<String> {
         .chain(abi.classes.values().map(|e| e.name))
         .collect();
     for (table, names) in known {
-        for name in names {
+        for name in names.iter().copied() {
             if f[table].get(name).is_some() && !mine.contains(name) {
                 errs.push(format!(
                     "{version}: driver has {table} {name}, the table does not"
@@ -523,75 +263,103 @@ fn check_layout(l: &Layout, s: &Value) -> Vec<String> {
     errs
 }
 
-#[test]
-fn test_every_node_has_facts() {
-    let versions: Vec<String> = nodes().iter().map(|n| n.version.to_string()).collect();
-    assert_eq!(versions, ALL);
+/// Every modelled struct of the facts that no Rust layout matches, with the first candidate's
+/// mismatches.
+fn layout_errors(layouts: &[Layout], f: &Value) -> Vec<String> {
+    let mut errs = Vec::new();
+    for c_name in MODELED_STRUCTS {
+        let s = &f["structs"][*c_name];
+        if s.is_null() {
+            continue;
+        }
+        let tried: Vec<(&Layout, Vec<String>)> = layouts
+            .iter()
+            .filter(|l| l.c_name == *c_name)
+            .map(|l| (l, check_layout(l, s)))
+            .collect();
+        if tried.iter().any(|(_, e)| e.is_empty()) {
+            continue;
+        }
+        let detail: Vec<String> = tried.iter().flat_map(|(_, e)| e.clone()).collect();
+        errs.push(format!(
+            "struct {c_name} ({} bytes): no Rust layout matches: {}",
+            s["size"],
+            detail.join("; ")
+        ));
+    }
+    errs
+}
+
+/// Every node's parity errors: tables (number, params, size, completeness) and layouts.
+fn parity_errors() -> BTreeMap<String, Vec<String>> {
+    let layouts = layouts();
+    let known = known_names();
+    let mut by_facts: BTreeMap<&str, (Value, Vec<String>)> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for node in nodes() {
+        let (f, layout_errs) = by_facts.entry(node.facts).or_insert_with(|| {
+            let f = facts(node.facts);
+            let e = layout_errors(&layouts, &f);
+            (f, e)
+        });
+        let v = node.version.to_string();
+        let mut errs = check_tables(&v, &node.tables(), f, &known);
+        errs.extend(layout_errs.iter().cloned());
+        out.insert(v, errs);
+    }
+    out
 }
 
 #[test]
-fn test_tables_match_driver_facts_for_every_node() {
-    let mut errs = Vec::new();
+fn test_every_node_passes_parity_or_is_unqualified_with_a_reason() {
+    let errs = parity_errors();
+    let mut problems = Vec::new();
     for node in nodes() {
         let v = node.version.to_string();
-        errs.extend(
-            check_tables(&v, &node.tables(), &facts(&v))
-                .into_iter()
-                .map(|e| format!("{v}: {e}")),
-        );
-    }
-    assert!(
-        errs.is_empty(),
-        "{} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
-    );
-}
-
-#[test]
-fn test_struct_layouts_match_driver_facts_for_every_node() {
-    let layouts = layouts();
-    let mut errs = Vec::new();
-    let mut checked = 0;
-    for v in ALL {
-        let f = facts(v);
-        for c_name in MODELED_STRUCTS {
-            let s = &f["structs"][*c_name];
-            let for_name: Vec<&Layout> = layouts.iter().filter(|l| l.c_name == *c_name).collect();
-            let applies: Vec<&&Layout> = for_name
-                .iter()
-                .filter(|l| match variant_versions(l.rust) {
-                    Some(vs) => vs.contains(v),
-                    None => !for_name
-                        .iter()
-                        .any(|o| variant_versions(o.rust).is_some_and(|vs| vs.contains(v))),
-                })
-                .collect();
-            match (s.is_null(), applies.as_slice()) {
-                (true, _) => {}
-                (false, [l]) => {
-                    checked += 1;
-                    errs.extend(check_layout(l, s).into_iter().map(|e| format!("{v}: {e}")));
-                }
-                (false, other) => {
-                    errs.push(format!("{v}: {c_name}: {} layouts apply", other.len()))
-                }
+        let e = &errs[&v];
+        match (node.support, node.reason) {
+            (Support::Supported, _) if !e.is_empty() => {
+                problems.extend(e.iter().map(|e| format!("{v} (supported): {e}")))
             }
+            (Support::Unqualified, None | Some("")) => {
+                problems.push(format!("{v}: unqualified without a reason"))
+            }
+            (Support::Supported, Some(r)) => {
+                problems.push(format!("{v}: supported with a reason {r:?}"))
+            }
+            _ => {}
         }
     }
     assert!(
-        errs.is_empty(),
-        "{} mismatches:\n{}",
-        errs.len(),
-        errs.join("\n")
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
     );
-    assert!(checked > 13 * 70, "only {checked} layout checks ran");
+    let checked: usize = nodes().len();
+    assert!(checked >= 149, "only {checked} nodes");
+}
+
+#[test]
+fn test_every_node_names_an_existing_facts_file_of_its_abi() {
+    for node in nodes() {
+        let f = facts(node.facts);
+        assert!(
+            f["structs"].as_object().is_some_and(|m| m.len() > 70),
+            "{}",
+            node.version
+        );
+        // A version's own facts file carries its own version and commit.
+        if node.facts == node.version.to_string() {
+            assert_eq!(f["commit"].as_str(), node.commit, "{}", node.version);
+        }
+    }
 }
 
 #[test]
 fn test_every_modeled_struct_has_a_layout_and_is_in_the_newest_facts() {
     let layouts = layouts();
-    let newest = facts("595.45.04");
+    let newest = facts(nodes().iter().max_by_key(|n| n.version).unwrap().facts);
     for c_name in MODELED_STRUCTS {
         assert!(
             layouts.iter().any(|l| l.c_name == *c_name),
@@ -607,7 +375,7 @@ fn test_every_modeled_struct_has_a_layout_and_is_in_the_newest_facts() {
 
 #[test]
 fn test_nvos32_alloc_size_address_accessor_matches_every_version() {
-    for v in ALL {
+    for v in facts_files() {
         let fields = facts(v)["structs"]["NVOS32_PARAMETERS"]["fields"].clone();
         let address = fields
             .as_array()
@@ -625,7 +393,8 @@ fn test_nvos32_alloc_size_address_accessor_matches_every_version() {
 fn test_preferred_location_layout_choice_matches_every_version() {
     for node in nodes() {
         let v = node.version.to_string();
-        let fields = facts(&v)["structs"]["UVM_SET_PREFERRED_LOCATION_PARAMS"]["fields"].clone();
+        let fields =
+            facts(node.facts)["structs"]["UVM_SET_PREFERRED_LOCATION_PARAMS"]["fields"].clone();
         let status = fields
             .as_array()
             .unwrap()

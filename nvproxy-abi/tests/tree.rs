@@ -19,9 +19,43 @@ fn test_required_versions_are_supported_nodes() {
         "580.142",
         "590.48.01",
         "595.45.04",
+        "535.309.01",
+        "580.159.04",
     ] {
         assert_eq!(find(&ver(v)).unwrap().support, Support::Supported, "{v}");
     }
+}
+
+#[test]
+fn test_every_tag_from_535_and_the_five_gvisor_versions_are_nodes() {
+    assert_eq!(nodes().len(), 144 + 5);
+    let roots: Vec<_> = nodes().iter().filter(|n| n.parent.is_none()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(roots[0].version, ver("535.43.02"));
+    assert_eq!(nodes().iter().filter(|n| n.commit.is_some()).count(), 144);
+}
+
+#[test]
+fn test_versions_without_a_tag_record_gvisor_as_their_source() {
+    for (v, same) in [
+        ("535.309.01", "535.288.01"),
+        ("580.159.03", "580.126.20"),
+        ("580.159.04", "580.126.20"),
+        ("580.173.02", "580.159.04"),
+        ("595.71.05", "590.48.01"),
+    ] {
+        let n = find(&ver(v)).unwrap();
+        assert!(n.commit.is_none(), "{v}");
+        assert!(
+            n.note.contains("gVisor") && n.note.contains(same),
+            "{v}: {}",
+            n.note
+        );
+        assert_eq!(n.tables(), find(&ver(n.facts)).unwrap().tables(), "{v}");
+    }
+    let n = find(&ver("595.71.05")).unwrap();
+    assert_eq!(n.support, Support::Unqualified);
+    assert!(n.reason.is_some_and(|r| r.contains("no facts of its own")));
 }
 
 #[test]
@@ -38,8 +72,22 @@ fn test_every_parent_is_an_earlier_node() {
 }
 
 #[test]
-fn test_no_installer_checksums_are_claimed() {
-    assert!(nodes().iter().all(|n| n.installer_sha256.is_none()));
+fn test_installer_checksums_are_the_ones_gvisor_lists() {
+    let sums: Vec<_> = nodes().iter().filter_map(|n| n.installer_sha256).collect();
+    assert_eq!(sums.len(), 20);
+    for s in sums {
+        assert!(
+            s.len() == 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+    }
+    let n = find(&ver("580.159.04")).unwrap();
+    assert_eq!(
+        n.installer_sha256,
+        Some("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e")
+    );
+    assert_eq!(find(&ver("535.216.03")).unwrap().installer_sha256, None);
 }
 
 #[test]
@@ -50,18 +98,51 @@ fn test_alias_node_has_parent_tables() {
 }
 
 #[test]
-fn test_570_and_575_are_siblings() {
+fn test_575_forks_from_570_133_20_not_from_the_570_tip() {
     let n575 = find(&ver("575.64.05")).unwrap();
+    assert!(n575.descends_from(&ver("570.133.20")));
     assert!(!n575.descends_from(&ver("570.211.01")));
-    assert!(n575.descends_from(&ver("565.77")));
+    assert!(!n575.descends_from(&ver("570.144")));
 }
 
 #[test]
-fn test_545_forks_before_the_535_ecc_backport() {
+fn test_545_forks_from_535_113_01_before_the_535_ecc_backport() {
     assert_eq!(
-        find(&ver("545.29.06")).unwrap().parent,
-        Some(ver("535.216.03"))
+        find(&ver("545.23.06")).unwrap().parent,
+        Some(ver("535.113.01"))
     );
+    let n545 = find(&ver("545.29.06")).unwrap();
+    assert!(n545.descends_from(&ver("535.113.01")));
+    assert!(!n545.descends_from(&ver("535.216.03")));
+}
+
+#[test]
+fn test_590_forks_from_580_105_08_and_lacks_580_142_backports() {
+    let n590 = find(&ver("590.48.01")).unwrap();
+    assert!(n590.descends_from(&ver("580.105.08")));
+    assert!(!n590.descends_from(&ver("580.142")));
+}
+
+#[test]
+fn test_p2p_caps_is_admin_only_where_rm_does_not_copy_bus_egm_peer_ids() {
+    // 550.40.07 to 550.78 (and 555.42.x): CliGetSystemP2pCaps stores through busEgmPeerIds,
+    // which embedded_param_copy.c does not copy in.
+    let caps = |v: &str| {
+        let t = find(&ver(v)).unwrap().tables();
+        t.controls[&0x127].caps
+    };
+    for v in ["550.40.07", "550.54.15", "550.78", "555.42.02", "550.40.63"] {
+        assert_eq!(caps(v), Caps::NONE, "{v}");
+    }
+    for v in [
+        "545.29.06",
+        "550.90.07",
+        "550.40.65",
+        "555.52.04",
+        "580.142",
+    ] {
+        assert_eq!(caps(v), Caps::COMPUTE_UTILITY, "{v}");
+    }
 }
 
 #[test]
@@ -76,7 +157,7 @@ fn test_dram_status_number_differs_between_570_and_575() {
 }
 
 #[test]
-fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
+fn test_unknown_version_error_names_nearest_ancestor_and_the_choices() {
     let err = find(&ver("570.300.01")).unwrap_err();
     assert_eq!(
         err,
@@ -86,29 +167,39 @@ fn test_unknown_version_error_names_nearest_ancestor_on_branch() {
         }
     );
     let msg = err.to_string();
-    // No override exists: the message must not promise one.
+    for want in [
+        "nvproxy has no ABI tables for driver 570.300.01 (",
+        "nearest known version on branch 570 is 570.211.01",
+        "The choices: (1)",
+        "`nvproxy abi import --from-source DIR --out /etc/nvproxy/abi.d/570.300.01.json`",
+        "`[daemon] abi_dir = \"/etc/nvproxy/abi.d\"`",
+        "(2) serve 570.300.01 with the tables of a known version, at your own risk: \
+         `[daemon] abi_version = \"570.211.01\"` or `nvproxy serve --abi-version 570.211.01`",
+        "(3) run a driver version nvproxy has tables for",
+    ] {
+        assert!(msg.contains(want), "{want}\n{msg}");
+    }
+}
+
+#[test]
+fn test_unknown_version_without_ancestor_says_so_and_offers_the_same_choices() {
+    let msg = find(&ver("999.100.01")).unwrap_err().to_string();
     assert!(
-        msg.starts_with("nvproxy has no ABI tables for driver 570.300.01 (")
-            && msg.contains("nearest known version on branch 570 is 570.211.01")
-            && !msg.contains("override"),
+        msg.starts_with(
+            "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of \
+             branch 999 (`nvproxy abi versions` lists the versions it has). The choices: (1)"
+        ) && msg.contains("`[daemon] abi_version = \"VERSION\"`"),
         "{msg}"
     );
 }
 
 #[test]
-fn test_unknown_version_without_ancestor_says_so_once() {
-    let msg = find(&ver("999.100.01")).unwrap_err().to_string();
-    assert_eq!(
-        msg,
-        "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of branch \
-         999 (`nvproxy abi versions` lists the versions it has): 999.100.01 needs a node of \
-         its own (ADDING_A_DRIVER_VERSION.md)"
-    );
-}
-
-#[test]
 fn test_unknown_version_before_any_known_on_branch_has_no_ancestor() {
-    assert!(nearest_ancestor(&ver("535.100.01")).is_none());
+    assert!(nearest_ancestor(&ver("535.40.01")).is_none());
+    assert_eq!(
+        nearest_ancestor(&ver("535.100.01")).map(|n| n.version),
+        Some(ver("535.98"))
+    );
     assert!(nearest_ancestor(&ver("600.10.01")).is_none());
 }
 
@@ -190,7 +281,25 @@ fn test_versions_rendering_says_what_the_sha256_dash_means() {
     let out = render::versions();
     assert!(
         out.contains("sha256: of NVIDIA's x86_64 .run installer")
-            && out.contains("`-`: no checksum has been verified by us yet"),
+            && out.contains("as gVisor's version.go lists it")
+            && out.contains("`-`: none listed"),
         "{out}"
     );
+}
+
+#[test]
+fn test_versions_rendering_prints_the_reason_of_each_unqualified_node() {
+    let out = render::versions();
+    for n in nodes().iter().filter(|n| n.support == Support::Unqualified) {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("{} ", n.version)))
+            .unwrap();
+        assert!(
+            line.contains(&format!("unqualified: {}", n.reason.unwrap())),
+            "{line}"
+        );
+    }
+    let line = out.lines().find(|l| l.contains("580.159.04 ")).unwrap();
+    assert!(line.contains("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e"));
 }

@@ -256,8 +256,14 @@ impl Types<'_> {
         }
     }
 
-    /// Top-level integer members named like file descriptors.
+    /// Integer members named like file descriptors, at any depth of nested structs and unions
+    /// (`params.fd` for a member `params` of a named struct type; anonymous members' fds by
+    /// their own names, as C spells them).
     pub(crate) fn fds(&self, rec: usize, base: u64, out: &mut Vec<(String, u64, u64)>) {
+        self.fds_in(rec, base, "", out);
+    }
+
+    fn fds_in(&self, rec: usize, base: u64, prefix: &str, out: &mut Vec<(String, u64, u64)>) {
         for &m in &self.dw.dies[rec].children {
             let md = &self.dw.dies[m];
             if md.tag != "DW_TAG_member" {
@@ -268,19 +274,23 @@ impl Types<'_> {
             let Some(name) = &md.name else {
                 let r = self.resolve(mt);
                 if is_record(&self.dw.dies[r].tag) {
-                    self.fds(r, off, out);
+                    self.fds_in(r, off, prefix, out);
                 }
                 continue;
             };
             let r = self.resolve(mt);
             let rd = &self.dw.dies[r];
+            if is_record(&rd.tag) {
+                self.fds_in(r, off, &format!("{prefix}{name}."), out);
+                continue;
+            }
             let int = matches!(
                 rd.tag.as_str(),
                 "DW_TAG_base_type" | "DW_TAG_enumeration_type"
             );
             let size = rd.byte_size.unwrap_or(0);
             if int && size >= 4 && fd_name(name) {
-                out.push((name.clone(), off, size));
+                out.push((format!("{prefix}{name}"), off, size));
             }
         }
     }

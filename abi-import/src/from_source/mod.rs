@@ -183,8 +183,10 @@ impl Tree {
 }
 
 /// Options of `from-source`.
-pub(crate) struct Options {
+pub struct Options {
+    /// The version to record (default: `NVIDIA_VERSION` of `version.mk`).
     pub version: Option<String>,
+    /// The commit to record (default: the work tree's `HEAD`, if it is one).
     pub commit: Option<String>,
 }
 
@@ -261,7 +263,8 @@ fn unit(
     Ok(Unit { structs, reachable })
 }
 
-pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
+/// The abi-facts of the driver source tree in `dir` (same shape as `abi-facts/<version>.json`).
+pub fn extract(dir: &Path, opts: &Options) -> Result<Value> {
     let tree = Tree::open(dir)?;
     let cc = cc::Cc::new()?;
     let gcc = cc.version()?;
@@ -358,7 +361,8 @@ pub(crate) fn extract(dir: &Path, opts: &Options) -> Result<Value> {
     Ok(Value::Object(facts))
 }
 
-pub(crate) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<()> {
+/// `abi-import from-source DIR --out FILE`.
+pub fn run(dir: &Path, out: &Path, opts: &Options) -> Result<()> {
     let facts = extract(dir, opts)?;
     let mut text = serde_json::to_string_pretty(&facts)?;
     text.push('\n');

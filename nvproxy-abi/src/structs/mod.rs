@@ -19,6 +19,7 @@ mod alloc;
 mod client;
 mod ctrl;
 mod frontend;
+pub mod layouts;
 mod proxy;
 mod sim;
 mod uvm;

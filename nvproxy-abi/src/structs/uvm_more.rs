@@ -20,14 +20,16 @@ use crate::DriverAbi;
 /// Whether the tables' version lays `UVM_SET_PREFERRED_LOCATION_PARAMS` out as
 /// [`UVM_SET_PREFERRED_LOCATION_PARAMS_V550`] (`preferredCpuNumaNode` at 32, `rmStatus` at 36)
 /// rather than the 535 layout (`rmStatus` at 32). The size is 40 in both, so the table cannot
-/// tell; the change entered the main line with the 550 branch together with `UVM_MAX_GPUS`
-/// 256, which does change `UVM_MAP_EXTERNAL_ALLOCATION_PARAMS`' size, so that size is the
-/// witness. `tests/parity.rs` checks the answer against the facts of every version.
+/// tell; the change entered with the first 550 release (550.40.07) together with the 48-byte
+/// `NVOS47_PARAMETERS` of `NV_ESC_RM_UNMAP_MEMORY_DMA`, so that escape's size is the witness.
+/// (`UVM_MAP_EXTERNAL_ALLOCATION`'s 9264 bytes, the witness until the tree had every tag, came
+/// one release later: 550.40.07 has the 550 layout with the 1200-byte params.)
+/// `tests/parity.rs` checks the answer against the facts of every node.
 pub fn uvm_preferred_location_v550(abi: &DriverAbi) -> bool {
-    abi.uvm
-        .get(&crate::ioctl::UVM_MAP_EXTERNAL_ALLOCATION)
+    abi.escapes
+        .get(&crate::ioctl::NV_ESC_RM_UNMAP_MEMORY_DMA)
         .is_some_and(|e| {
-            e.param_size as usize == size_of::<UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550>()
+            e.size == crate::ParamSize::Fixed(size_of::<NVOS47_PARAMETERS_V550>() as u32)
         })
 }
 

@@ -5,7 +5,8 @@
 //! exists in 535.216.03, with the number, param struct and size of that version and gVisor's
 //! translation kind and capabilities. Plus three ECC controls that are *not* in gVisor's
 //! allowlist, with no capabilities (admin-only): they are where the 535 branch changed its ABI
-//! (see the tree module). Maintained by hand from now on; newer versions are deltas in `deltas.rs`.
+//! (see the tree module). Maintained by hand; the root 535.43.02 and every other node are deltas
+//! from it in `generated.rs` (`abi-import tree`).
 //!
 //! Allowlist rows left out because the facts have no such entry in any version: the unnamed
 //! control `0x80028b` (not in the open-source headers) and everything introduced after 595.
@@ -18,7 +19,7 @@ use crate::Translation::{Fd, Pointer, Simple, Special};
 use crate::table::{DriverAbi, ParamSize};
 
 /// Builds the 535.216.03 tables.
-pub(crate) fn v535_216_03() -> DriverAbi {
+pub(crate) fn table_535_216_03() -> DriverAbi {
     let mut abi = DriverAbi::default();
     abi.add_escape(0x27, "NV_ESC_RM_ALLOC_MEMORY", &["nv_ioctl_nvos02_parameters_with_fd"], ParamSize::Fixed(56), Special, CUG);
     abi.add_escape(0x29, "NV_ESC_RM_FREE", &["NVOS00_PARAMETERS"], ParamSize::Fixed(16), Special, CU);
