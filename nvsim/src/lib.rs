@@ -95,6 +95,8 @@ pub mod control;
 mod control_init;
 mod driver;
 mod escape;
+mod fifo;
+mod gpfifo;
 pub mod gss_legacy;
 mod memory;
 pub mod procfs;

@@ -80,6 +80,14 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         HOPPER_USERMODE_A => (table(class, 2), false),
         // RS_OPTIONAL(NV_CONFIDENTIAL_COMPUTE_ALLOC_PARAMS)
         NV_CONFIDENTIAL_COMPUTE => (table(class, 4), false),
+        // RS_REQUIRED(NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS) and the context share's.
+        KEPLER_CHANNEL_GROUP_A => (table(class, 20), true),
+        FERMI_CONTEXT_SHARE_A => (table(class, 12), true),
+        // RS_REQUIRED(NV_CHANNEL_ALLOC_PARAMS): 360 bytes at 535, 368 at 570, 376 at 610.
+        crate::fifo::HOPPER_CHANNEL_GPFIFO_A => (table(class, 360), true),
+        // RS_OPTIONAL(NV_GR_ALLOCATION_PARAMETERS); the copy class RS_REQUIRED(NVB0B5_...).
+        crate::fifo::HOPPER_COMPUTE_A => (table(class, 16), false),
+        crate::fifo::HOPPER_DMA_COPY_A => (table(class, 8), true),
         _ => return None,
     })
 }
@@ -204,6 +212,14 @@ impl State {
             NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A | NV50_MEMORY_VIRTUAL => {
                 matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
             }
+            KEPLER_CHANNEL_GROUP_A => parent_class == NV01_DEVICE_0,
+            FERMI_CONTEXT_SHARE_A => parent_class == KEPLER_CHANNEL_GROUP_A,
+            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+                matches!(parent_class, NV01_DEVICE_0 | KEPLER_CHANNEL_GROUP_A)
+            }
+            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
+                parent_class == crate::fifo::HOPPER_CHANNEL_GPFIFO_A
+            }
             _ => true, // events: RS_ANY_PARENT
         };
         if !parent_ok {
@@ -213,7 +229,7 @@ impl State {
             Ok(h) => h,
             Err(s) => return (s, a.h_new),
         };
-        let kind = match self.construct(drv, &mut a, notifier) {
+        let kind = match self.construct(drv, h_new, &mut a, notifier) {
             Ok(k) => k,
             Err(s) => return (s, a.h_new),
         };
@@ -282,8 +298,13 @@ impl State {
     pub(crate) fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
         let o = self.clients.get(&h_client)?.objects.get(&h)?;
         match o.kind {
-            Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu, .. } => {
-                Some(gpu)
+            Kind::Device { gpu, .. }
+            | Kind::Subdevice { gpu, .. }
+            | Kind::VaSpace { gpu, .. }
+            | Kind::ChannelGroup { gpu, .. } => Some(gpu),
+            Kind::CtxShare { tsg, .. } => self.fifo.tsgs.get(&tsg).map(|t| t.gpu),
+            Kind::Channel { id, .. } | Kind::EngineObject { channel: id } => {
+                self.fifo.channels.get(&id).map(|c| c.gpu)
             }
             Kind::VirtMem { id, .. } => self.vaspaces.get(&id).map(|v| v.gpu),
             Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
@@ -295,17 +316,38 @@ impl State {
     fn construct(
         &mut self,
         drv: &SimDriver,
+        h_new: u32,
         a: &mut AllocArgs<'_>,
         notifier: Option<(u32, u32, u64)>,
     ) -> Result<Kind, u32> {
         match a.class {
+            KEPLER_CHANNEL_GROUP_A => {
+                let id = self.next_block;
+                self.next_block += 1;
+                self.construct_tsg(id, a)
+            }
+            FERMI_CONTEXT_SHARE_A => self.construct_ctxshare(a),
+            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+                let id = self.next_block;
+                self.next_block += 1;
+                self.construct_channel(drv, id, h_new, a)
+            }
+            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
+                self.construct_engine_object(h_new, a)
+            }
             NV01_DEVICE_0 => {
-                let (inst, flags, va_start, va_limit) = match a.params.as_deref() {
-                    None => (0, 0, 0, 0),
+                let (inst, flags, va_start, va_limit, va_mode) = match a.params.as_deref() {
+                    None => (0, 0, 0, 0, 0),
                     Some(p) => {
                         let d: nvproxy_abi::structs::NV0080_ALLOC_PARAMETERS =
                             crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
-                        (d.deviceId, d.flags, d.vaStartInternal, d.vaLimitInternal)
+                        (
+                            d.deviceId,
+                            d.flags,
+                            d.vaStartInternal,
+                            d.vaLimitInternal,
+                            d.vaMode,
+                        )
                     }
                 };
                 // NV_DEVICE_ALLOCATION_FLAGS_RESTRICT_RESERVED_VALIMITS
@@ -322,14 +364,14 @@ impl State {
                 let dup = self.clients[&a.h_client]
                     .objects
                     .values()
-                    .any(|o| matches!(o.kind, Kind::Device { gpu: g } if g == gpu));
+                    .any(|o| matches!(o.kind, Kind::Device { gpu: g, .. } if g == gpu));
                 if dup {
                     return Err(NV_ERR_INSUFFICIENT_RESOURCES);
                 }
                 if !drv.gpu_accessible(self, gpu) {
                     return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
                 }
-                Ok(Kind::Device { gpu })
+                Ok(Kind::Device { gpu, va_mode })
             }
             NV20_SUBDEVICE_0 => {
                 let inst = match a.params.as_deref() {
@@ -518,9 +560,13 @@ impl State {
         }
     }
 
-    /// Releases what an object holds.
-    fn destroy(&mut self, kind: &Kind) {
+    /// Releases what object `h` holds.
+    fn destroy(&mut self, h: u32, kind: &Kind) {
         match *kind {
+            Kind::ChannelGroup { .. }
+            | Kind::CtxShare { .. }
+            | Kind::Channel { .. }
+            | Kind::EngineObject { .. } => self.destroy_fifo(h, kind),
             Kind::Memory { block } => {
                 let gone = match self.blocks.get_mut(&block) {
                     Some(b) => {
@@ -571,10 +617,7 @@ impl State {
         let children: Vec<u32> = self.clients[&h_client]
             .objects
             .iter()
-            .filter(|(_, o)| {
-                o.parent == h
-                    || matches!(o.kind, Kind::VirtMem { vas_handle, .. } if vas_handle == h)
-            })
+            .filter(|(_, o)| o.parent == h || o.kind.depends_on(h))
             .map(|(&k, _)| k)
             .collect();
         for c in children {
@@ -591,7 +634,7 @@ impl State {
                     self.gpus[gpu].compute_reservation = None;
                 }
             }
-            self.destroy(&o.kind);
+            self.destroy(h, &o.kind);
         }
     }
 
@@ -611,8 +654,8 @@ impl State {
         }
         // Objects whose parent vanished cannot exist, but never leak them.
         if let Some(c) = self.clients.remove(&h) {
-            for o in c.objects.into_values() {
-                self.destroy(&o.kind);
+            for (h, o) in c.objects.into_iter() {
+                self.destroy(h, &o.kind);
             }
         }
     }
@@ -690,7 +733,7 @@ impl State {
         };
         let parent_gpu = match self.clients[&h_client].objects.get(&h_parent) {
             Some(o) => match o.kind {
-                Kind::Device { gpu } | Kind::Subdevice { gpu, .. } => Some(gpu),
+                Kind::Device { gpu, .. } | Kind::Subdevice { gpu, .. } => Some(gpu),
                 _ => None,
             },
             None if h_parent == h_client => None,

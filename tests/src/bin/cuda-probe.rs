@@ -66,7 +66,7 @@ struct Cli {
 // ---------------------------------------------------------------------------------- ioctl hook
 
 /// Calls kept for the failure report.
-const RING: usize = 16;
+const RING: usize = 64;
 /// Per call: request, fd, return value, errno, decoded code (control/class/function), status,
 /// escape of an `NV_ESC_IOCTL_XFER_CMD` payload (0 if none), sequence number.
 const FIELDS: usize = 8;
