@@ -239,6 +239,11 @@ pub(crate) fn control(
             return status;
         }
     }
+    if matches!(target, Target::Subdevice(_)) {
+        if let Some(status) = crate::fifo::subdevice_control(st, &mut c, p.hClient, p.cmd) {
+            return status;
+        }
+    }
     match (p.cmd, target) {
         (cmd::SYSTEM_GET_BUILD_VERSION, Target::Client) => build_version(c),
         (cmd::SYSTEM_GET_BUILD_VERSION_V2, Target::Client) => build_version_v2(c),

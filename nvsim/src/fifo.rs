@@ -105,6 +105,9 @@ pub(crate) struct Tsg {
     pub timeslice_us: u64,
     /// `NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL`.
     pub interleave: u32,
+    /// Legacy mode (`kchangrpapiSetLegacyMode`): its channels came without a context share,
+    /// and it holds RM-allocated SYNC and ASYNC context shares (these handles).
+    pub legacy: Option<(u32, u32)>,
 }
 
 /// A channel (`KernelChannel`).
@@ -241,6 +244,7 @@ impl State {
                 scheduled: false,
                 timeslice_us: 1000,
                 interleave: 1, // NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM
+                legacy: None,
             },
         );
         Ok(Kind::ChannelGroup {
@@ -354,10 +358,7 @@ impl State {
         {
             return Err(NV_ERR_INVALID_STATE);
         }
-        if flags & NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK != 0 {
-            // Runqueue threads beyond 0 are not supported by the compute and copy classes.
-            return Err(NV_ERR_INVALID_ARGUMENT);
-        }
+        let thread = (flags & NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK) >> 28;
         if subdevice > 1 {
             return Err(NV_ERR_INVALID_ARGUMENT);
         }
@@ -366,16 +367,35 @@ impl State {
         if engine_type != 0 && engine_type != tsg_engine {
             return Err(NV_ERR_INVALID_ARGUMENT);
         }
-        // The context share: a FERMI_CONTEXT_SHARE_A of this TSG (the legacy ones of a
-        // TSG without explicit shares are not simulated).
-        let h_vaspace = match self.clients[&a.h_client].objects.get(&h_ctxshare) {
+        // A TSG's channels all name a context share, or none does (legacy mode).
+        let (chan_count, legacy) = {
+            let t = &self.fifo.tsgs[&tsg];
+            (t.channels, t.legacy)
+        };
+        if chan_count != 0 && (legacy.is_some() == (h_ctxshare != 0)) {
+            return Err(NV_ERR_INVALID_ARGUMENT);
+        }
+        let h_share = if h_ctxshare != 0 {
+            h_ctxshare
+        } else {
+            let (sync, asynch) = match legacy {
+                Some(l) => l,
+                None => self.set_legacy_mode(a.h_client, a.h_parent, tsg)?,
+            };
+            // NVOS04_FLAGS_GROUP_CHANNEL_THREAD picks the legacy share: 0 SYNC, 1 ASYNC.
+            match thread {
+                0 => sync,
+                1 => asynch,
+                _ => return Err(NV_ERR_INVALID_ARGUMENT),
+            }
+        };
+        // The context share: a FERMI_CONTEXT_SHARE_A of this TSG.
+        let h_vaspace = match self.clients[&a.h_client].objects.get(&h_share) {
             Some(o) if o.parent == a.h_parent => match o.kind {
                 Kind::CtxShare { h_vaspace, .. } => h_vaspace,
                 _ => return Err(NV_ERR_INVALID_OBJECT_PARENT),
             },
-            Some(_) => return Err(NV_ERR_INVALID_OBJECT_PARENT),
-            None if h_ctxshare == 0 => return Err(NV_ERR_NOT_SUPPORTED),
-            None => return Err(NV_ERR_INVALID_OBJECT_PARENT),
+            _ => return Err(NV_ERR_INVALID_OBJECT_PARENT),
         };
         // GPFIFO: a power of two of entries (kchannelAllocHwID_HAL / the RAMFC GP_BASE limit).
         if entries == 0 || !entries.is_power_of_two() || gpfifo_va % GP_ENTRY_BYTES != 0 {
@@ -447,7 +467,44 @@ impl State {
                 exec: Default::default(),
             },
         );
-        Ok(Kind::Channel { id, h_ctxshare })
+        Ok(Kind::Channel {
+            id,
+            h_ctxshare: h_share,
+        })
+    }
+
+    /// `kchangrpapiSetLegacyMode`: the TSG allocates its SYNC and ASYNC context shares (two
+    /// RM objects under it with driver-chosen handles, in its VA space; a Volta+ TSG has two
+    /// legacy subcontexts). Returns their handles.
+    fn set_legacy_mode(&mut self, h_client: u32, h_tsg: u32, tsg: u64) -> Result<(u32, u32), u32> {
+        let h_vaspace = self.fifo.tsgs[&tsg].h_vaspace;
+        if !self.fifo.tsgs[&tsg].subctx.is_empty() {
+            return Err(NV_ERR_INVALID_STATE);
+        }
+        if h_vaspace == 0 {
+            // The device's default VA space, not simulated.
+            return Err(NV_ERR_NOT_SUPPORTED);
+        }
+        let mut handles = [0u32; 2];
+        for (subctx, h) in handles.iter_mut().enumerate() {
+            *h = self.assign_handle(h_client, 0)?;
+            self.clients.get_mut(&h_client).expect("checked").objects.insert(
+                *h,
+                crate::driver::Object {
+                    class: crate::rm::FERMI_CONTEXT_SHARE_A,
+                    parent: h_tsg,
+                    kind: Kind::CtxShare {
+                        tsg,
+                        subctx: subctx as u32,
+                        h_vaspace,
+                    },
+                },
+            );
+        }
+        let t = self.fifo.tsgs.get_mut(&tsg).expect("a TSG object's state");
+        t.subctx.extend([0, 1]);
+        t.legacy = Some((handles[0], handles[1]));
+        Ok((handles[0], handles[1]))
     }
 
     /// `chandesConstruct` + the engine's constructor, for the compute and copy classes.
@@ -543,6 +600,8 @@ impl State {
 
 /// Channel and TSG control numbers.
 pub mod cmd {
+    /// `NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE`.
+    pub const GR_GET_CTX_BUFFER_SIZE: u32 = 0x2080_1218;
     /// `NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST` (two embedded `u32` arrays).
     pub const DEVICE_FIFO_GET_CHANNELLIST: u32 = 0x0080_170d;
     /// `NVA06C_CTRL_CMD_GPFIFO_SCHEDULE`.
@@ -743,5 +802,31 @@ pub(crate) fn device_control(
         };
         crate::buf::write_at(c.call, out, 4 * i, &chid);
     }
+    Some(NV_OK)
+}
+
+/// The channel controls of a subdevice object; `None` for the others.
+pub(crate) fn subdevice_control(
+    st: &mut State,
+    c: &mut crate::control::Ctx<'_>,
+    h_client: u32,
+    command: u32,
+) -> Option<u32> {
+    if command != cmd::GR_GET_CTX_BUFFER_SIZE {
+        return None;
+    }
+    // subdeviceCtrlCmdKGrGetCtxBufferSize: {hChannel, totalBufferSize}, the aligned sum of the
+    // GR context buffers of the channel's context. The simulated GR engine keeps no context
+    // state, so the simulated driver allocates no context buffers: the true total is 0.
+    let h: u32 = c.get(0)?;
+    let objects = &st.clients.get(&h_client)?.objects;
+    let Some(Kind::Channel { id, .. }) = objects.get(&h).map(|o| &o.kind) else {
+        return Some(NV_ERR_INVALID_CHANNEL);
+    };
+    if !st.fifo.channels.get(id).is_some_and(|ch| is_gr(ch.engine_type)) {
+        // kgrctxFromKernelChannel: a channel without a GR context.
+        return Some(NV_ERR_OBJECT_NOT_FOUND);
+    }
+    c.put(8, &0u64);
     Some(NV_OK)
 }

@@ -270,7 +270,7 @@ impl State {
 
     /// `clientAssignResourceHandle`: 0 → a driver-chosen handle; the client's own handle →
     /// `NV_ERR_INVALID_OBJECT_HANDLE`; a used one → `NV_ERR_INSERT_DUPLICATE_NAME`.
-    fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
+    pub(crate) fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
         let c = self
             .clients
             .get_mut(&h_client)

@@ -31,8 +31,8 @@
 //! with `DISABLE_HMM`: HMM needs the va_space's mm), `PAGEABLE_MEM_ACCESS_ON_GPU`,
 //! `REGISTER_GPU` / `UNREGISTER_GPU` (the UUID must be a configured GPU, the calling process
 //! must hold its node open), `REGISTER_GPU_VASPACE` / `UNREGISTER_GPU_VASPACE` (an RM
-//! `FERMI_VASPACE_A` of that GPU), `REGISTER_CHANNEL` (the simulator has no channel objects:
-//! always the resource server's answer for an unknown object) / `UNREGISTER_CHANNEL`,
+//! `FERMI_VASPACE_A` of that GPU), `REGISTER_CHANNEL` (a channel of the GPU VA space's RM VA space;
+//! no context buffers, so no channel VA range) / `UNREGISTER_CHANNEL`,
 //! `ENABLE/DISABLE_PEER_ACCESS` (PCIe peers; every pair of simulated GPUs can peer),
 //! range groups, `CREATE_EXTERNAL_RANGE`, `MAP_EXTERNAL_ALLOCATION` (an RM memory object),
 //! `UNMAP_EXTERNAL`, `MAP_DYNAMIC_PARALLELISM_REGION`, `ALLOC_SEMAPHORE_POOL`, `FREE`,
@@ -501,15 +501,47 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
         UVM_REGISTER_CHANNEL => {
             let p: UVM_REGISTER_CHANNEL_PARAMS = get(call);
             let vs = va_space(st, file);
-            if with_gpu_va_space(drv, vs, &p.gpuUuid.uuid).is_none() {
+            let Some(g) = with_gpu_va_space(drv, vs, &p.gpuUuid.uuid) else {
                 return NV_ERR_INVALID_DEVICE;
+            };
+            let (vas_client, vas_handle) = vs.gpus[&g].va_space.expect("checked above");
+            // nvUvmInterfaceRetainChannel -> nvGpuOpsVerifyChannel: a channel of the client,
+            // in the GPU VA space's RM VA space.
+            let Some(client) = st.clients.get(&p.hClient) else {
+                return NV_ERR_INVALID_CLIENT;
+            };
+            let Some(crate::driver::Kind::Channel { id, .. }) =
+                client.objects.get(&p.hChannel).map(|o| &o.kind)
+            else {
+                return NV_ERR_INVALID_OBJECT_HANDLE;
+            };
+            let Some(ch) = st.fifo.channels.get(id) else {
+                return NV_ERR_INVALID_OBJECT_HANDLE;
+            };
+            let rm_vas = |h_client: u32, h: u32| match st
+                .clients
+                .get(&h_client)
+                .and_then(|c| c.objects.get(&h))
+                .map(|o| &o.kind)
+            {
+                Some(crate::driver::Kind::VaSpace { id, .. }) => Some(*id),
+                _ => None,
+            };
+            if ch.gpu != g {
+                return NV_ERR_OTHER_DEVICE_FOUND;
             }
-            // nvUvmInterfaceRetainChannel on the client's channel: the simulator has no
-            // channel classes, so no handle names one.
-            match st.clients.get(&p.hClient) {
-                None => NV_ERR_INVALID_CLIENT,
-                Some(_) => NV_ERR_OBJECT_NOT_FOUND,
+            if rm_vas(ch.h_client, ch.h_vaspace) != rm_vas(vas_client, vas_handle) {
+                return NV_ERR_INVALID_CHANNEL;
             }
+            // uvm_register_channel_under_write: a handle pair registers once. The channel's
+            // resources to map (get_rm_channel_resources) are its engine context buffers; the
+            // simulated driver allocates none (GR_GET_CTX_BUFFER_SIZE says 0), so, as for CE
+            // channels on a real GPU, base and length are not used and no range is created.
+            let vs = va_space(st, file);
+            if !vs.channels.insert((p.hClient, p.hChannel)) {
+                return NV_ERR_INVALID_CHANNEL;
+            }
+            NV_OK
         }
         UVM_UNREGISTER_CHANNEL => {
             let (h_client, h_channel) =

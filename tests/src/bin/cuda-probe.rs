@@ -65,8 +65,10 @@ struct Cli {
 
 // ---------------------------------------------------------------------------------- ioctl hook
 
-/// Calls kept for the failure report.
-const RING: usize = 64;
+/// Calls kept for the failure report (the last [`SHOWN`] are shown).
+const RING: usize = 4096;
+/// Calls shown in a failure report (`CUDA_PROBE_ALL_IOCTLS=1`: every call kept).
+const SHOWN: usize = 64;
 /// Per call: request, fd, return value, errno, decoded code (control/class/function), status,
 /// escape of an `NV_ESC_IOCTL_XFER_CMD` payload (0 if none), sequence number.
 const FIELDS: usize = 8;
@@ -298,6 +300,9 @@ fn last_calls() -> Vec<Value> {
         .filter(|r| r[0] != 0)
         .collect();
     rows.sort_by_key(|r| r[7]);
+    if std::env::var_os("CUDA_PROBE_ALL_IOCTLS").is_none() {
+        rows.drain(..rows.len().saturating_sub(SHOWN));
+    }
     rows.iter()
         .map(|r| {
             let (request, ret, errno, code, status, inner) = (r[0], r[2], r[3], r[4], r[5], r[6]);
