@@ -76,8 +76,13 @@ pub(crate) enum Kind {
     /// `NV50_MEMORY_VIRTUAL`: the range at `addr` of VA space `id`, a dependant of the VA
     /// space object `vas_handle`.
     VirtMem { id: u64, vas_handle: u32, addr: u64 },
-    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id.
-    Event { os_event: u64 },
+    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id, notified by
+    /// `src` (client, object) for notifier `index` (`notifyIndex`).
+    Event {
+        os_event: u64,
+        src: (u32, u32),
+        index: u32,
+    },
     /// `NV_CONFIDENTIAL_COMPUTE` under a client: the system's confidential-computing state.
     ConfCompute,
     /// `KEPLER_CHANNEL_GROUP_A`: TSG `id` (`fifo.rs`), a dependant of its VA space object.
@@ -138,6 +143,9 @@ pub(crate) struct OsEvent {
     pub active: bool,
     /// RM event objects referencing it.
     pub refcount: u32,
+    /// Notifications delivered to it (the driver queues an event and wakes `poll`; see
+    /// `gpfifo.rs` for what the simulator cannot wake).
+    pub notified: u64,
 }
 
 /// A block of simulated memory, shared by an object and its dups.
@@ -247,7 +255,9 @@ pub struct SimDriver {
     pub(crate) abi: DriverAbi,
     state: Mutex<State>,
     id_base: i32,
-    me: Weak<SimDriver>,
+    pub(crate) me: Weak<SimDriver>,
+    /// The doorbell watcher runs (`gpfifo.rs`).
+    pub(crate) watcher: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for SimDriver {
@@ -302,6 +312,7 @@ impl SimDriver {
             state: Mutex::new(state),
             id_base,
             me: me.clone(),
+            watcher: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

@@ -188,6 +188,7 @@ pub(crate) fn ioctl(
                     fd,
                     active: true,
                     refcount: 0,
+                    notified: 0,
                 });
                 NV_OK
             };

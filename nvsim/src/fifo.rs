@@ -115,7 +115,6 @@ pub(crate) struct Tsg {
 pub(crate) struct Channel {
     pub gpu: usize,
     pub h_client: u32,
-    pub h_channel: u32,
     /// The TSG it is in (its `Kind::ChannelGroup` id).
     pub tsg: u64,
     /// `NV2080_ENGINE_TYPE_*` of its runlist.
@@ -147,16 +146,8 @@ pub(crate) struct FifoState {
     pub channels: BTreeMap<u64, Channel>,
     /// Channel ids in use per (GPU, runlist).
     pub chids: BTreeSet<(usize, u32, u32)>,
-}
-
-impl FifoState {
-    /// The channel whose work-submit token on GPU `gpu` is `token`.
-    pub(crate) fn by_token(&self, gpu: usize, token: u32) -> Option<u64> {
-        self.channels
-            .iter()
-            .find(|(_, c)| c.gpu == gpu && work_submit_token(c) == token)
-            .map(|(&id, _)| id)
-    }
+    /// Usermode pages whose doorbell holds the "nothing written" value (`gpfifo.rs`).
+    pub armed_doorbells: BTreeSet<u64>,
 }
 
 /// `kfifoGenerateWorkSubmitToken_GA100`: `NV_CTRL_VF_DOORBELL_RUNLIST_ID` (22:16) and
@@ -310,7 +301,6 @@ impl State {
         &mut self,
         drv: &SimDriver,
         id: u64,
-        h_new: u32,
         a: &mut AllocArgs<'_>,
     ) -> Result<Kind, u32> {
         let p = a.params.as_deref_mut().ok_or(NV_ERR_INVALID_ARGUMENT)?;
@@ -452,7 +442,6 @@ impl State {
             Channel {
                 gpu,
                 h_client: a.h_client,
-                h_channel: h_new,
                 tsg,
                 engine_type: tsg_engine,
                 runlist,
@@ -488,18 +477,22 @@ impl State {
         let mut handles = [0u32; 2];
         for (subctx, h) in handles.iter_mut().enumerate() {
             *h = self.assign_handle(h_client, 0)?;
-            self.clients.get_mut(&h_client).expect("checked").objects.insert(
-                *h,
-                crate::driver::Object {
-                    class: crate::rm::FERMI_CONTEXT_SHARE_A,
-                    parent: h_tsg,
-                    kind: Kind::CtxShare {
-                        tsg,
-                        subctx: subctx as u32,
-                        h_vaspace,
+            self.clients
+                .get_mut(&h_client)
+                .expect("checked")
+                .objects
+                .insert(
+                    *h,
+                    crate::driver::Object {
+                        class: crate::rm::FERMI_CONTEXT_SHARE_A,
+                        parent: h_tsg,
+                        kind: Kind::CtxShare {
+                            tsg,
+                            subctx: subctx as u32,
+                            h_vaspace,
+                        },
                     },
-                },
-            );
+                );
         }
         let t = self.fifo.tsgs.get_mut(&tsg).expect("a TSG object's state");
         t.subctx.extend([0, 1]);
@@ -823,7 +816,12 @@ pub(crate) fn subdevice_control(
     let Some(Kind::Channel { id, .. }) = objects.get(&h).map(|o| &o.kind) else {
         return Some(NV_ERR_INVALID_CHANNEL);
     };
-    if !st.fifo.channels.get(id).is_some_and(|ch| is_gr(ch.engine_type)) {
+    if !st
+        .fifo
+        .channels
+        .get(id)
+        .is_some_and(|ch| is_gr(ch.engine_type))
+    {
         // kgrctxFromKernelChannel: a channel without a GR context.
         return Some(NV_ERR_OBJECT_NOT_FOUND);
     }

@@ -108,6 +108,7 @@ mod vidheap;
 
 pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
 pub use driver::{SimDriver, SimFile, SimStats};
+pub use gpfifo::{ChannelStatus, ExecStats};
 
 /// Why a [`SimConfig`] cannot be simulated.
 #[derive(Debug, thiserror::Error)]

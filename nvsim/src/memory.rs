@@ -306,6 +306,9 @@ impl State {
             Ok(f) => f,
             Err(_) => return NV_ERR_OPERATING_SYSTEM,
         };
+        if self.blocks.get(&m.block).is_some_and(|b| b.regs) {
+            crate::gpfifo::arm_doorbell(self, m.block);
+        }
         self.mem.contexts.insert(
             fd,
             MmapContext {
@@ -556,4 +559,55 @@ fn mem_range(
         return Err(NV_ERR_INVALID_LIMIT);
     }
     Ok(m)
+}
+
+impl State {
+    /// Reads `buf.len()` bytes at `offset` of memory block `block` (never-written memory reads
+    /// as zeros); false past the block's end or for a freed block.
+    pub(crate) fn block_read(&self, block: u64, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(b) = self.blocks.get(&block) else {
+            return false;
+        };
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > b.bytes)
+        {
+            return false;
+        }
+        match self.mem.backing.get(&block) {
+            Some(f) => f.read_exact_at(buf, offset).is_ok(),
+            None => {
+                buf.fill(0);
+                true
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` of memory block `block` (its memfd is created if needed);
+    /// false past the block's end or for a freed block.
+    pub(crate) fn block_write(&mut self, block: u64, offset: u64, data: &[u8]) -> bool {
+        let Some(bytes) = self.blocks.get(&block).map(|b| b.bytes) else {
+            return false;
+        };
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > bytes)
+        {
+            return false;
+        }
+        match self.mem.memfd(block, bytes) {
+            Ok(f) => f.write_all_at(data, offset).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// The blocks that are register pages (`*_USERMODE_A`) of GPU `gpu` and have a memfd
+    /// (were mapped by a client): where doorbells are written.
+    pub(crate) fn usermode_pages(&self, gpu: usize) -> Vec<u64> {
+        self.blocks
+            .iter()
+            .filter(|(id, b)| b.regs && b.gpu == gpu && self.mem.backing.contains_key(id))
+            .map(|(&id, _)| id)
+            .collect()
+    }
 }

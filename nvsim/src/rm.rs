@@ -196,7 +196,7 @@ impl State {
             if ev.hParentClient != a.h_client {
                 a.h_parent = a.h_client;
             }
-            notifier = Some((notifier_client, ev.hSrcResource, ev.data));
+            notifier = Some((notifier_client, ev.hSrcResource, ev.data, ev.notifyIndex));
         }
         if a.h_new == a.h_client {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
@@ -318,7 +318,7 @@ impl State {
         drv: &SimDriver,
         h_new: u32,
         a: &mut AllocArgs<'_>,
-        notifier: Option<(u32, u32, u64)>,
+        notifier: Option<(u32, u32, u64, u32)>,
     ) -> Result<Kind, u32> {
         match a.class {
             KEPLER_CHANNEL_GROUP_A => {
@@ -330,7 +330,9 @@ impl State {
             crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
                 let id = self.next_block;
                 self.next_block += 1;
-                self.construct_channel(drv, id, h_new, a)
+                let kind = self.construct_channel(drv, id, a)?;
+                crate::gpfifo::ensure_watcher(drv);
+                Ok(kind)
             }
             crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
                 self.construct_engine_object(h_new, a)
@@ -534,7 +536,7 @@ impl State {
                 Err(NV_ERR_ILLEGAL_ACTION)
             }
             NV01_EVENT_OS_EVENT => {
-                let (nclient, nres, data) = notifier.expect("events carry a notifier");
+                let (nclient, nres, data, index) = notifier.expect("events carry a notifier");
                 let nc = self.clients.get(&nclient).ok_or(NV_ERR_INVALID_CLIENT)?;
                 let is_notifier = if nres == nclient {
                     true
@@ -554,7 +556,11 @@ impl State {
                     .find(|e| e.active && e.fd == fd && e.h_parent == a.h_client)
                     .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
                 ev.refcount += 1;
-                Ok(Kind::Event { os_event: ev.id })
+                Ok(Kind::Event {
+                    os_event: ev.id,
+                    src: (nclient, nres),
+                    index,
+                })
             }
             _ => Err(NV_ERR_INVALID_CLASS),
         }
@@ -598,7 +604,7 @@ impl State {
                     v.release(addr);
                 }
             }
-            Kind::Event { os_event } => {
+            Kind::Event { os_event, .. } => {
                 if let Some(i) = self.os_events.iter().position(|e| e.id == os_event) {
                     let e = &mut self.os_events[i];
                     e.refcount -= 1;

@@ -109,7 +109,11 @@ struct RegGpu {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RangeKind {
     /// `CREATE_EXTERNAL_RANGE`; GPUs with a mapping by `MAP_EXTERNAL_ALLOCATION`.
-    External { mapped: BTreeMap<usize, (u64, u64)> },
+    /// The value per GPU: `(base, end, block, offset)`: `[base, end)` maps memory block
+    /// `block` from `offset` on (what the front end reads and writes, `gpfifo.rs`).
+    External {
+        mapped: BTreeMap<usize, (u64, u64, u64, u64)>,
+    },
     /// `ALLOC_SEMAPHORE_POOL`.
     SemaphorePool,
     /// `MAP_DYNAMIC_PARALLELISM_REGION` (SKED reflected).
@@ -627,7 +631,9 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
             };
             match vs.ranges.get_mut(&start).map(|r| &mut r.kind) {
                 Some(RangeKind::External { mapped })
-                    if mapped.get(&g) == Some(&(p.base, p.base + p.length)) =>
+                    if mapped
+                        .get(&g)
+                        .is_some_and(|m| (m.0, m.1) == (p.base, p.base + p.length)) =>
                 {
                     mapped.remove(&g);
                     NV_OK
@@ -865,7 +871,7 @@ fn map_external(drv: &SimDriver, st: &mut State, file: i32, call: &mut HostCall)
     let start = vs.range_at(base).map(|(s, _)| s).expect("checked above");
     if let Some(RangeKind::External { mapped }) = vs.ranges.get_mut(&start).map(|r| &mut r.kind) {
         for g in gpus {
-            mapped.insert(g, (base, end));
+            mapped.insert(g, (base, end, block, offset));
         }
     }
     NV_OK
@@ -1092,4 +1098,49 @@ impl SimDriver {
     pub fn uvm_managed_ranges(&self, file: i32) -> io::Result<Vec<(u64, u64)>> {
         self.with_memfd(file, |m| Ok(managed_ranges(m)))
     }
+}
+
+/// What GPU `gpu` sees through the UVM va_space that registered RM VA space `rm_vas` (a
+/// `State::vaspaces` id) for it: the external mappings `(base, end, block, offset)`, and the
+/// va_space's memfd (offset == VA) with its managed ranges (`[start, end)`), for the front end
+/// (`gpfifo.rs`). `None` when no va_space registered that VA space for the GPU.
+pub(crate) fn gpu_view(st: &State, gpu: usize, rm_vas: u64) -> Option<GpuView> {
+    for u in st.uvm.values() {
+        let FdState::VaSpace(vs) = &u.state else {
+            continue;
+        };
+        let Some((h_client, h_vas)) = vs.gpus.get(&gpu).and_then(|r| r.va_space) else {
+            continue;
+        };
+        let same = st
+            .clients
+            .get(&h_client)
+            .and_then(|c| c.objects.get(&h_vas))
+            .is_some_and(|o| matches!(o.kind, Kind::VaSpace { id, .. } if id == rm_vas));
+        if !same {
+            continue;
+        }
+        let external = vs
+            .ranges
+            .values()
+            .filter_map(|r| match &r.kind {
+                RangeKind::External { mapped } => mapped.get(&gpu).copied(),
+                _ => None,
+            })
+            .collect();
+        return Some(GpuView {
+            external,
+            memfd: vs.memfd.try_clone().ok(),
+            managed: managed_ranges(&vs.memfd),
+        });
+    }
+    None
+}
+
+/// See [`gpu_view`].
+#[derive(Debug)]
+pub(crate) struct GpuView {
+    pub external: Vec<(u64, u64, u64, u64)>,
+    pub memfd: Option<File>,
+    pub managed: Vec<(u64, u64)>,
 }
