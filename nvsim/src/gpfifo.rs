@@ -1034,7 +1034,19 @@ pub(crate) fn run_channel(st: &mut State, id: u64) {
     let (gpfifo_va, entries) = (ch.gpfifo_va, ch.gpfifo_entries);
     let ch = &st.fifo.channels[&id];
     let ctx = Ctx::new(st, ch);
+    let (chid, before) = (ch.chid, exec.stats);
     run(st, &ctx, &mut exec, gpfifo_va, entries);
+    if exec.stats != before || exec.error.is_some() {
+        tracing::debug!(
+            chid,
+            engine = format_args!("{:#x}", ctx.engine_type),
+            gp_get = exec.gp_get,
+            blocked = exec.resume.is_some(),
+            error = ?exec.error,
+            stats = ?exec.stats,
+            "channel serviced"
+        );
+    }
     if let Some(ch) = st.fifo.channels.get_mut(&id) {
         ch.exec = exec;
     }

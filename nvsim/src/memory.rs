@@ -374,6 +374,48 @@ pub(crate) fn unmap_memory(
     Ok(0)
 }
 
+/// `NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO` (`RmUpdateDeviceMappingInfo`): the client tells RM
+/// the address it mapped a CPU mapping at (libcuda moves its mappings after `RM_MAP_MEMORY`);
+/// the mapping is found by its old address and unmapped by the new one from then on.
+pub(crate) fn update_mapping_info(
+    st: &mut State,
+    os_info: i32,
+    call: &mut HostCall,
+    loc: Loc,
+) -> io::Result<i32> {
+    let mut p: nvproxy_abi::structs::NVOS56_PARAMETERS =
+        read_at(call, loc, 0).expect("size checked");
+    p.status = (|| {
+        let c = st.client_for(p.hClient, os_info)?;
+        // deviceGetByHandle, else subdeviceGetByHandle.
+        match c.objects.get(&p.hDevice).map(|o| &o.kind) {
+            Some(Kind::Device { .. } | Kind::Subdevice { .. }) => {}
+            Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
+            None => return Err(NV_ERR_OBJECT_NOT_FOUND),
+        }
+        // A Memory or a KernelChannel.
+        match c.objects.get(&p.hMemory).map(|o| &o.kind) {
+            Some(Kind::Memory { .. } | Kind::Channel { .. }) => {}
+            Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
+            None => return Err(NV_ERR_OBJECT_NOT_FOUND),
+        }
+        let m = st
+            .mem
+            .cpu_maps
+            .iter_mut()
+            .find(|m| {
+                m.h_client == p.hClient && m.h_memory == p.hMemory && m.address == p.pOldCpuAddress
+            })
+            .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
+        m.address = p.pNewCpuAddress;
+        Ok(())
+    })()
+    .err()
+    .unwrap_or(NV_OK);
+    write_at(call, loc, 0, &p);
+    Ok(0)
+}
+
 /// `NV_ESC_RM_ALLOC_MEMORY` after the escape's node and size checks
 /// (`RmDeprecatedAllocMemory`, `_rmAllocMemorySystem`, then escape.c's mmap context for
 /// system memory mapped at once). Only `NV01_MEMORY_SYSTEM` is simulated; the other classes the

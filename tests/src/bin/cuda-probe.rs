@@ -71,7 +71,7 @@ const RING: usize = 4096;
 const SHOWN: usize = 64;
 /// Per call: request, fd, return value, errno, decoded code (control/class/function), status,
 /// escape of an `NV_ESC_IOCTL_XFER_CMD` payload (0 if none), sequence number.
-const FIELDS: usize = 8;
+const FIELDS: usize = 10;
 static RING_BUF: [[AtomicU64; FIELDS]; RING] =
     [const { [const { AtomicU64::new(0) }; FIELDS] }; RING];
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -145,6 +145,8 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
     }
     let seq = NV_IOCTLS.fetch_add(1, Ordering::Relaxed);
     let (mut code, mut status, mut inner) = (NONE, NONE, 0u64);
+    // RM_ALLOC_MEMORY's flags and limit (what is asked for, for the report).
+    let (mut mem_flags, mut mem_limit) = (NONE, NONE);
     if ret == 0 && !arg.is_null() && (request >> 8) & 0xff == u64::from(b'F') {
         let nr = (request & 0xff) as u8;
         let size = ((request >> 16) & 0x3fff) as usize;
@@ -181,6 +183,12 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
                 }
             };
             (code, status) = decode_escape(nr, size, &read);
+            if nr == NV_ESC_RM_ALLOC_MEMORY {
+                use std::mem::offset_of;
+                let l = offset_of!(NVOS02_PARAMETERS, limit);
+                mem_flags = u64::from(read(offset_of!(NVOS02_PARAMETERS, flags)));
+                mem_limit = u64::from(read(l)) | u64::from(read(l + 4)) << 32;
+            }
             if nr == NV_ESC_RM_CONTROL && code == u64::from(GPU_GET_PROBED_IDS) && status == 0 {
                 note_probed_ids(base, size);
             }
@@ -196,6 +204,8 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
         status,
         inner,
         seq,
+        mem_flags,
+        mem_limit,
     ];
     for (f, v) in slot.iter().zip(vals) {
         f.store(v, Ordering::Relaxed);
@@ -328,6 +338,10 @@ fn last_calls() -> Vec<Value> {
             }
             if status != NONE {
                 v["nv_status"] = format!("{status:#x}").into();
+            }
+            if r[8] != NONE {
+                v["flags"] = format!("{:#x}", r[8]).into();
+                v["limit"] = format!("{:#x}", r[9]).into();
             }
             v
         })
