@@ -595,6 +595,8 @@ impl State {
 pub mod cmd {
     /// `NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE`.
     pub const GR_GET_CTX_BUFFER_SIZE: u32 = 0x2080_1218;
+    /// `NV2080_CTRL_CMD_MC_SERVICE_INTERRUPTS`.
+    pub const MC_SERVICE_INTERRUPTS: u32 = 0x2080_1702;
     /// `NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST` (two embedded `u32` arrays).
     pub const DEVICE_FIFO_GET_CHANNELLIST: u32 = 0x0080_170d;
     /// `NVA06C_CTRL_CMD_GPFIFO_SCHEDULE`.
@@ -805,6 +807,13 @@ pub(crate) fn subdevice_control(
     h_client: u32,
     command: u32,
 ) -> Option<u32> {
+    if command == cmd::MC_SERVICE_INTERRUPTS {
+        // subdeviceCtrlCmdMcServiceInterrupts: {engines}; RM services the stall interrupts
+        // of the engines (NV2080_CTRL_MC_ENGINE_ID_ALL or _GRAPHICS). The simulated front end
+        // delivers its notifications when it executes (gpfifo.rs), so none is ever pending:
+        // there is nothing to service, and the driver's answer is NV_OK.
+        return Some(NV_OK);
+    }
     if command != cmd::GR_GET_CTX_BUFFER_SIZE {
         return None;
     }

@@ -58,8 +58,8 @@ use std::time::Duration;
 use crate::driver::{Kind, SimDriver, State};
 use crate::fifo::{Channel, GP_ENTRY_BYTES};
 
-/// How often the doorbell watcher looks at the usermode pages.
-pub const POLL: Duration = Duration::from_micros(500);
+/// How often the doorbell watcher looks at the usermode pages (500 µs).
+pub(crate) const POLL: Duration = Duration::from_micros(500);
 
 /// `NVC361_NOTIFY_CHANNEL_PENDING`.
 const NOTIFY_CHANNEL_PENDING: u64 = 0x90;
@@ -1258,7 +1258,7 @@ pub(crate) fn ensure_watcher(drv: &SimDriver) {
 impl SimDriver {
     /// Rings GPU `gpu`'s doorbell (config order) with `token`, as a client's write to
     /// `NOTIFY_CHANNEL_PENDING` does, and services the GPU's channels now (the watcher would
-    /// within [`POLL`]).
+    /// within 500 µs).
     pub fn ring_doorbell(&self, gpu: usize, token: u32) {
         let mut st = self.lock();
         let _ = token; // every pending channel of the GPU is serviced (see the module docs)
