@@ -110,27 +110,7 @@ fn gpu() -> Gpu {
         Some(&mem_params(MB2, layout)),
     );
     assert_eq!(st, NV_OK);
-    let mut r = UVM_CREATE_EXTERNAL_RANGE_PARAMS::new_zeroed();
-    r.base = VA;
-    r.length = MB2;
-    assert_eq!(
-        uvm_status(&uvm, UVM_CREATE_EXTERNAL_RANGE, r.as_bytes(), 16),
-        NV_OK
-    );
-    let spec = t.uvm[&UVM_MAP_EXTERNAL_ALLOCATION].param_size as usize;
-    let mut b = vec![0u8; spec];
-    b[0..8].copy_from_slice(&VA.to_ne_bytes());
-    b[8..16].copy_from_slice(&MB2.to_ne_bytes());
-    b[24..40].copy_from_slice(&uuid.uuid);
-    let tail = spec - 24;
-    b[tail..tail + 8].copy_from_slice(&1u64.to_ne_bytes());
-    b[tail + 8..tail + 12].copy_from_slice(&(-1i32).to_ne_bytes());
-    b[tail + 12..tail + 16].copy_from_slice(&s.client.to_ne_bytes());
-    b[tail + 16..tail + 20].copy_from_slice(&mem.to_ne_bytes());
-    assert_eq!(
-        uvm_status(&uvm, UVM_MAP_EXTERNAL_ALLOCATION, &b, spec - 4),
-        NV_OK
-    );
+    map_external(&d, &uvm, s.client, VA, MB2, mem);
     Gpu {
         d,
         s,
@@ -138,6 +118,32 @@ fn gpu() -> Gpu {
         vas,
         mem,
     }
+}
+
+/// `UVM_CREATE_EXTERNAL_RANGE` + `UVM_MAP_EXTERNAL_ALLOCATION` of `h_mem` at `va` for GPU 0.
+fn map_external(d: &SimDriver, uvm: &File, h_client: u32, va: u64, len: u64, h_mem: u32) {
+    let t = abi(d);
+    let mut r = UVM_CREATE_EXTERNAL_RANGE_PARAMS::new_zeroed();
+    r.base = va;
+    r.length = len;
+    assert_eq!(
+        uvm_status(uvm, UVM_CREATE_EXTERNAL_RANGE, r.as_bytes(), 16),
+        NV_OK
+    );
+    let spec = t.uvm[&UVM_MAP_EXTERNAL_ALLOCATION].param_size as usize;
+    let mut b = vec![0u8; spec];
+    b[0..8].copy_from_slice(&va.to_ne_bytes());
+    b[8..16].copy_from_slice(&len.to_ne_bytes());
+    b[24..40].copy_from_slice(&d.config().gpus[0].uuid);
+    let tail = spec - 24;
+    b[tail..tail + 8].copy_from_slice(&1u64.to_ne_bytes());
+    b[tail + 8..tail + 12].copy_from_slice(&(-1i32).to_ne_bytes());
+    b[tail + 12..tail + 16].copy_from_slice(&h_client.to_ne_bytes());
+    b[tail + 16..tail + 20].copy_from_slice(&h_mem.to_ne_bytes());
+    assert_eq!(
+        uvm_status(uvm, UVM_MAP_EXTERNAL_ALLOCATION, &b, spec - 4),
+        NV_OK
+    );
 }
 
 /// `NV_CHANNEL_ALLOC_PARAMS` (535 layout) for a channel with a context share and a USERD.
@@ -855,6 +861,124 @@ fn test_copy_engine_copies_memsets_and_releases() {
     // Block-linear is not simulated: the CE's channel error (ROBUST_CHANNEL_CE2_ERROR).
     g.submit(&c, 3, 0xc00, &[inc(4, 0x300, 1), 2]);
     assert_eq!(g.d.channel_status(g.s.client, c.h).unwrap().error, Some(41));
+}
+
+/// A shared mapping of the UVM va_space's memfd at VA == offset (how CUDA maps managed
+/// memory), so the range is managed.
+struct Managed {
+    addr: u64,
+    len: usize,
+}
+
+impl Managed {
+    fn new(uvm: &File, len: usize) -> Managed {
+        use std::os::fd::AsRawFd;
+        let (fd, adjust) = uvm.mmap_fd().unwrap();
+        assert_eq!(adjust, 0);
+        // SAFETY: a fresh reservation at an address of the kernel's choice.
+        let resv = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(resv, libc::MAP_FAILED);
+        // SAFETY: MAP_FIXED over the reservation this test owns; the fd is live.
+        let p = unsafe {
+            libc::mmap(
+                resv,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                resv as libc::off_t,
+            )
+        };
+        assert_eq!(p, resv);
+        Managed {
+            addr: resv as u64,
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the live shared mapping of `len` bytes made above.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mapped above, once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+#[test]
+fn test_copies_between_video_system_and_managed_memory() {
+    let g = gpu();
+    let c = g.channel(COPY2);
+    // 2 MiB of video memory at VA + 4 MiB, 1 MiB of managed memory wherever the kernel puts it.
+    let layout = abi(&g.d).classes[&0x40].param_size as usize;
+    let (st, vid) = alloc(
+        &g.s.ctl,
+        g.s.client,
+        g.s.device,
+        0,
+        0x40,
+        Some(&mem_params(MB2, layout)),
+    );
+    assert_eq!(st, NV_OK);
+    let vid_va = VA + 2 * MB2;
+    map_external(&g.d, &g.uvm, g.s.client, vid_va, MB2, vid);
+    let managed = Managed::new(&g.uvm, 1 << 20);
+    let src: Vec<u8> = (0..0x3000u32).map(|i| (i ^ (i >> 8)) as u8).collect();
+    g.write(DATA, &src);
+    let copy = |from: u64, to: u64, n: u32| {
+        vec![
+            inc(4, 0x400, 4),
+            (from >> 32) as u32,
+            from as u32,
+            (to >> 32) as u32,
+            to as u32,
+            inc(4, 0x418, 1),
+            n,
+            inc(4, 0x300, 1),
+            2 | 1 << 7 | 1 << 8,
+        ]
+    };
+    // System -> video -> managed -> system (at another offset).
+    let mut m = vec![inc(4, 0, 1), COPY];
+    m.extend(copy(VA + DATA, vid_va + 0x1000, src.len() as u32));
+    m.extend(copy(
+        vid_va + 0x1000,
+        managed.addr + 0x2000,
+        src.len() as u32,
+    ));
+    m.extend(copy(
+        managed.addr + 0x2000,
+        VA + DATA + 0x8_0000,
+        src.len() as u32,
+    ));
+    g.submit(&c, 0, 0, &m);
+    assert_eq!(g.d.channel_status(g.s.client, c.h).unwrap().error, None);
+    let v = g.d.memory_read(g.s.client, vid, 0x1000, src.len()).unwrap();
+    assert_eq!(v, src, "video memory, as the driver sees it");
+    assert_eq!(
+        &managed.bytes()[0x2000..0x2000 + src.len()],
+        &src[..],
+        "through the CPU mapping"
+    );
+    assert_eq!(g.read(DATA + 0x8_0000, src.len()), src);
+    let gone = managed.addr;
+    drop(managed);
+    // Unmapped again: the managed range is gone and a copy to it faults.
+    g.submit(&c, 1, 0x400, &copy(VA + DATA, gone, 16));
+    assert_eq!(g.d.channel_status(g.s.client, c.h).unwrap().error, Some(31));
 }
 
 // ---- compute class ----------------------------------------------------------------------------
