@@ -319,7 +319,7 @@ impl Ctx {
                     return Err(va);
                 }
                 n
-            } else if let Some(&(_, end)) = view.managed.iter().find(|m| m.0 <= va && va < m.1) {
+            } else if let Some(&(_, end)) = view.managed().iter().find(|m| m.0 <= va && va < m.1) {
                 let n = rest.len().min((end - va) as usize);
                 let f: &File = view.memfd.as_ref().ok_or(va)?;
                 f.read_exact_at(&mut rest[..n], va).map_err(|_| va)?;
@@ -347,7 +347,7 @@ impl Ctx {
                     return Err(va);
                 }
                 n
-            } else if let Some(&(_, end)) = view.managed.iter().find(|m| m.0 <= va && va < m.1) {
+            } else if let Some(&(_, end)) = view.managed().iter().find(|m| m.0 <= va && va < m.1) {
                 let n = rest.len().min((end - va) as usize);
                 let f: &File = view.memfd.as_ref().ok_or(va)?;
                 f.write_all_at(&rest[..n], va).map_err(|_| va)?;
@@ -1030,6 +1030,21 @@ pub(crate) fn run_channel(st: &mut State, id: u64) {
     if ch.exec.error.is_some() || !ch.scheduled {
         return;
     }
+    // Nothing to do unless GP_PUT moved or an acquire waits (checked before the VA space is
+    // looked at, which costs more).
+    if ch.exec.resume.is_none() {
+        let Some((block, off)) = ch.userd else {
+            return;
+        };
+        let (gp_get, entries) = (ch.exec.gp_get, ch.gpfifo_entries);
+        let mut b = [0u8; 4];
+        if !st.block_read(block, off + USERD_GP_PUT, &mut b)
+            || u32::from_le_bytes(b) % entries == gp_get
+        {
+            return;
+        }
+    }
+    let ch = st.fifo.channels.get_mut(&id).expect("looked up above");
     let mut exec = std::mem::take(&mut ch.exec);
     let (gpfifo_va, entries) = (ch.gpfifo_va, ch.gpfifo_entries);
     let ch = &st.fifo.channels[&id];

@@ -1131,7 +1131,7 @@ pub(crate) fn gpu_view(st: &State, gpu: usize, rm_vas: u64) -> Option<GpuView> {
         return Some(GpuView {
             external,
             memfd: vs.memfd.try_clone().ok(),
-            managed: managed_ranges(&vs.memfd),
+            managed: std::cell::OnceCell::new(),
         });
     }
     None
@@ -1142,5 +1142,14 @@ pub(crate) fn gpu_view(st: &State, gpu: usize, rm_vas: u64) -> Option<GpuView> {
 pub(crate) struct GpuView {
     pub external: Vec<(u64, u64, u64, u64)>,
     pub memfd: Option<File>,
-    pub managed: Vec<(u64, u64)>,
+    /// Read from `/proc/*/maps` when first needed (an address outside the external mappings).
+    managed: std::cell::OnceCell<Vec<(u64, u64)>>,
+}
+
+impl GpuView {
+    /// The managed ranges `[start, end)` of the va_space.
+    pub(crate) fn managed(&self) -> &[(u64, u64)] {
+        self.managed
+            .get_or_init(|| self.memfd.as_ref().map(managed_ranges).unwrap_or_default())
+    }
 }
