@@ -474,3 +474,100 @@ fn cuctxcreate_runs_its_channels_and_stops_at_os_descriptor_memory() {
         );
     }
 }
+
+/// `cuda-probe`'s stop: (failed call, result name, NVIDIA ioctls of the process).
+fn probe_stop(j: &Value) -> (Value, Value, Value) {
+    (
+        j["failed"]["call"].clone(),
+        j["failed"]["result_name"].clone(),
+        j["nv_ioctls"].clone(),
+    )
+}
+
+#[test]
+#[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn cuctxcreate_audit_suggest_enforce_reproduces_the_sequence() {
+    require_cuse();
+    let v = VERSIONS[1];
+    let (lib, _) = userspace(v);
+    let dir = profile_dir().join("real-clients-audit");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("ctx-audit.jsonl");
+    // 1. Audit mode records the whole sequence (init and cuCtxCreate to its stop).
+    let o = exec(
+        v,
+        &["--mode", "audit", "--audit-log", log.to_str().unwrap()],
+        &lib,
+        &[PROBE, "ctx"],
+    );
+    assert_eq!(o.status.code(), Some(1), "cuda-probe ctx in audit mode");
+    let audited = probe_json(&o);
+    assert_eq!(audited["failed"]["call"], "cuCtxCreate_v2", "{audited}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let counted: u64 = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "count" && e["name"] != "mmap")
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        counted >= audited["nv_ioctls"].as_u64().unwrap(),
+        "every ioctl of the process is in the audit log ({counted})"
+    );
+    for name in [
+        "KEPLER_CHANNEL_GROUP_A",
+        "FERMI_CONTEXT_SHARE_A",
+        "HOPPER_CHANNEL_GPFIFO_A",
+        "HOPPER_COMPUTE_A",
+        "HOPPER_DMA_COPY_A",
+        "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
+        "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE",
+        "UVM_REGISTER_CHANNEL",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("\"name\":\"{name}\""))
+                    && l.contains("\"decision\":\"allowed\"")),
+            "{name} allowed in the audit log"
+        );
+    }
+    // 2. The suggested policy.
+    let out = Command::new(nvproxy_bin())
+        .args(["policy", "suggest", "--from-audit", log.to_str().unwrap()])
+        .output()
+        .expect("policy suggest");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy = dir.join("ctx.toml");
+    std::fs::write(&policy, &out.stdout).unwrap();
+    // 3. Enforcing it reproduces the sequence: the same stop after the same ioctls, nothing
+    //    denied by the policy.
+    let log2 = dir.join("ctx-enforce.jsonl");
+    let o = exec(
+        v,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--audit-log",
+            log2.to_str().unwrap(),
+        ],
+        &lib,
+        &[PROBE, "ctx"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "cuda-probe ctx with the suggested policy"
+    );
+    let enforced = probe_json(&o);
+    assert_eq!(probe_stop(&enforced), probe_stop(&audited), "{enforced}");
+    let text2 = std::fs::read_to_string(&log2).unwrap();
+    assert!(
+        !text2.lines().any(|l| l.contains("\"reason\":\"policy\"")),
+        "denied by the suggested policy:\n{text2}"
+    );
+}
