@@ -277,7 +277,6 @@ enum Step {
 struct Ctx {
     gpu: usize,
     engine_type: u32,
-    h_client: u32,
     userd: Option<(u64, u64)>,
     error_notifier: Option<u64>,
     objects: Vec<(u32, u32)>,
@@ -297,7 +296,6 @@ impl Ctx {
         Ctx {
             gpu: c.gpu,
             engine_type: c.engine_type,
-            h_client: c.h_client,
             userd: c.userd,
             error_notifier: c.error_notifier,
             objects: c.objects.values().copied().collect(),
@@ -1019,7 +1017,6 @@ fn raise_error(st: &mut State, ctx: &Ctx, exec: &mut ChannelExec, exception: u32
         n[14..16].copy_from_slice(&0xffffu16.to_le_bytes());
         st.block_write(block, 0, &n);
     }
-    let _ = ctx.h_client;
 }
 
 /// Services channel `id`: executes the GPFIFO entries between `GP_GET` and USERD's `GP_PUT`.

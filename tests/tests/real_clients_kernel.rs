@@ -475,15 +475,6 @@ fn cuctxcreate_runs_its_channels_and_stops_at_os_descriptor_memory() {
     }
 }
 
-/// `cuda-probe`'s stop: (failed call, result name, NVIDIA ioctls of the process).
-fn probe_stop(j: &Value) -> (Value, Value, Value) {
-    (
-        j["failed"]["call"].clone(),
-        j["failed"]["result_name"].clone(),
-        j["nv_ioctls"].clone(),
-    )
-}
-
 #[test]
 #[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
 fn cuctxcreate_audit_suggest_enforce_reproduces_the_sequence() {
@@ -544,8 +535,13 @@ fn cuctxcreate_audit_suggest_enforce_reproduces_the_sequence() {
     );
     let policy = dir.join("ctx.toml");
     std::fs::write(&policy, &out.stdout).unwrap();
-    // 3. Enforcing it reproduces the sequence: the same stop after the same ioctls, nothing
-    //    denied by the policy.
+    // 3. Enforcing it reproduces the sequence: the same ioctls up to the same failing call.
+    //    The entries the proxy itself refused in audit mode (the OS-descriptor RM_ALLOC_MEMORY,
+    //    libcuda's UVM_UNREGISTER_CHANNELs with an unset gpuUuid) are listed as "denied" in the
+    //    suggestion, not allowed, so the policy denies them now, with the policy's answers (an
+    //    errno for the escape and the UVM command) instead of the NV statuses of the proxy's own
+    //    refusals, and libcuda's cuCtxCreate returns CUDA_ERROR_OPERATING_SYSTEM instead of
+    //    CUDA_ERROR_NOT_SUPPORTED (RESULTS.md).
     let log2 = dir.join("ctx-enforce.jsonl");
     let o = exec(
         v,
@@ -564,10 +560,23 @@ fn cuctxcreate_audit_suggest_enforce_reproduces_the_sequence() {
         "cuda-probe ctx with the suggested policy"
     );
     let enforced = probe_json(&o);
-    assert_eq!(probe_stop(&enforced), probe_stop(&audited), "{enforced}");
+    assert_eq!(enforced["nv_ioctls"], audited["nv_ioctls"], "{enforced}");
+    assert_eq!(enforced["failed"]["call"], "cuCtxCreate_v2", "{enforced}");
+    assert_eq!(
+        enforced["failed"]["result_name"], "CUDA_ERROR_OPERATING_SYSTEM",
+        "{enforced}"
+    );
     let text2 = std::fs::read_to_string(&log2).unwrap();
-    assert!(
-        !text2.lines().any(|l| l.contains("\"reason\":\"policy\"")),
-        "denied by the suggested policy:\n{text2}"
+    let mut by_policy: Vec<String> = text2
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "event" && e["reason"] == "policy")
+        .map(|e| e["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    by_policy.dedup();
+    assert_eq!(
+        by_policy,
+        ["NV_ESC_RM_ALLOC_MEMORY", "UVM_UNREGISTER_CHANNEL"],
+        "denied by the suggested policy: exactly what the proxy refused in audit mode"
     );
 }
