@@ -258,19 +258,14 @@ impl State {
         let p = a.params.as_deref_mut().ok_or(NV_ERR_INVALID_ARGUMENT)?;
         let mut cp: NV_CTXSHARE_ALLOCATION_PARAMETERS =
             crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
-        let tsg_vas = self.fifo.tsgs[&tsg].h_vaspace;
-        // Legacy-mode TSGs take their VA space from the TSG; otherwise the handle (or the
-        // device's default, not simulated).
-        let h_vaspace = if cp.hVASpace != 0 {
-            cp.hVASpace
-        } else {
-            tsg_vas
-        };
+        // A client-allocated share names its VA space (vaspaceGetByHandleOrDeviceDefault: 0 is
+        // the device's default VA space, not simulated); only the legacy shares a TSG
+        // allocates itself take the TSG's (set_legacy_mode).
+        let h_vaspace = cp.hVASpace;
         if h_vaspace == 0 {
             return Err(NV_ERR_NOT_SUPPORTED);
         }
-        self.vaspace_of(a.h_client, h_vaspace, gpu)
-            .map_err(|_| NV_ERR_INVALID_ARGUMENT)?;
+        self.vaspace_of(a.h_client, h_vaspace, gpu)?;
         let t = self.fifo.tsgs.get_mut(&tsg).expect("a TSG object's state");
         let id = match cp.flags & 0x3 {
             SUBCONTEXT_SYNC => 0,

@@ -397,6 +397,19 @@ fn test_channel_group_context_share_and_channel_statuses() {
     assert_eq!(share(2, 5).0, NV_ERR_NO_MEMORY);
     assert_eq!(share(2, 64).0, NV_ERR_NO_MEMORY);
     assert_eq!(share(3, 0).0, NV_ERR_INVALID_ARGUMENT);
+    let named = |vas: u32| {
+        let mut p = NV_CTXSHARE_ALLOCATION_PARAMETERS::new_zeroed();
+        p.hVASpace = vas;
+        p.flags = 1;
+        alloc(c, s.client, tsg, 0, CTXSHARE, Some(p.as_bytes())).0
+    };
+    assert_eq!(named(s.subdevice), NV_ERR_INVALID_OBJECT_HANDLE);
+    assert_eq!(named(0xbad), NV_ERR_OBJECT_NOT_FOUND);
+    assert_eq!(
+        named(0),
+        NV_ERR_NOT_SUPPORTED,
+        "the device's default VA space"
+    );
     assert_eq!(
         alloc(c, s.client, s.device, 0, CTXSHARE, Some(&[0; 12])).0,
         NV_ERR_INVALID_OBJECT_PARENT
