@@ -33,12 +33,14 @@
 //! - `HOPPER_DMA_COPY_A`: pitch-layout copies between virtual addresses (single and
 //!   multi-line), remapped writes (`SET_REMAP_*`: the memset of `cuMemsetD8/D16/D32`), the
 //!   semaphore release / reduction after the copy (one or four words, optional timestamp),
-//!   non-blocking interrupts; block-linear layouts and physical addressing are refused with the
-//!   CE's channel error (`ROBUST_CHANNEL_CE0_ERROR`): not simulated;
+//!   non-blocking interrupts; block-linear layouts, physical addressing, secure copies and the
+//!   conditional-interrupt semaphore are refused with the CE's channel error
+//!   (`ROBUST_CHANNEL_CE0_ERROR + n`): not simulated; a blocking interrupt (RM's stall
+//!   interrupt) has no effect;
 //! - `HOPPER_COMPUTE_A`: inline-to-memory (`LINE_LENGTH_IN`, `LINE_COUNT`, `OFFSET_OUT*`,
 //!   `PITCH_OUT`, `LAUNCH_DMA`, `LOAD_INLINE_DATA`, the I2M semaphore) and
 //!   `SET_REPORT_SEMAPHORE_*` releases, which are front-end work; every other method is
-//!   recorded without effect (state for the SMs); a launch (`SEND_PCAS_A` then
+//!   recorded (its last value per method) without effect: state for the SMs; a launch (`SEND_PCAS_A` then
 //!   `SEND_PCAS_B`/`SEND_SIGNALING_PCAS_B`/`SEND_SIGNALING_PCAS2_B`) needs the SMs, which are
 //!   not simulated: it raises the channel error of a faulting launch
 //!   (`ROBUST_CHANNEL_GR_EXCEPTION`, engine GR0, status 0xffff in the error notifier, as
@@ -200,6 +202,8 @@ struct I2mState {
     sem: [u32; 3],
     report: [u32; 3],
     pcas_a: u32,
+    /// The other compute methods: the last value written to each (state for the SMs).
+    state: std::collections::BTreeMap<u32, u32>,
 }
 
 /// Counters of what a channel executed.
@@ -927,7 +931,10 @@ impl ChannelExec {
                 );
                 return Step::Error(ROBUST_CHANNEL_GR_EXCEPTION);
             }
-            _ => self.stats.compute_state_methods += 1,
+            _ => {
+                i.state.insert(m, data);
+                self.stats.compute_state_methods += 1;
+            }
         }
         Step::Next
     }
@@ -1295,6 +1302,24 @@ impl SimDriver {
             error: c.exec.error,
             stats: c.exec.stats,
         })
+    }
+
+    /// The last value channel `h_channel` of `h_client` wrote to compute-class state method
+    /// `method` (recorded without effect; see the module docs).
+    pub fn compute_state(&self, h_client: u32, h_channel: u32, method: u32) -> Option<u32> {
+        let st = self.lock();
+        let Kind::Channel { id, .. } = st.clients.get(&h_client)?.objects.get(&h_channel)?.kind
+        else {
+            return None;
+        };
+        st.fifo
+            .channels
+            .get(&id)?
+            .exec
+            .i2m
+            .state
+            .get(&method)
+            .copied()
     }
 
     /// The notifications delivered to the OS event registered for file `file` under `fd`.

@@ -1031,6 +1031,12 @@ fn test_compute_inline_to_memory_and_report_semaphore() {
     assert_eq!(g.read(DATA, 11), vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0]);
     assert_eq!(g.u32_at(SEM), 31);
     assert_eq!(st.stats.compute_state_methods, 1);
+    assert_eq!(
+        g.d.compute_state(g.s.client, c.h, 0x2e4),
+        Some(1),
+        "recorded"
+    );
+    assert_eq!(g.d.compute_state(g.s.client, c.h, 0x2e8), None);
 }
 
 #[test]
