@@ -228,6 +228,22 @@ pub(crate) fn control(
         pl,
         size: size as usize,
     };
+    // The controls of TSGs and channels (fifo.rs).
+    if matches!(target, Target::Other) {
+        if let Some(status) = crate::fifo::control(st, &mut c, p.hClient, p.hObject, p.cmd) {
+            return status;
+        }
+    }
+    if matches!(target, Target::Device) {
+        if let Some(status) = crate::fifo::device_control(st, &mut c, p.hClient, p.cmd) {
+            return status;
+        }
+    }
+    if matches!(target, Target::Subdevice(_)) {
+        if let Some(status) = crate::fifo::subdevice_control(st, &mut c, p.hClient, p.cmd) {
+            return status;
+        }
+    }
     match (p.cmd, target) {
         (cmd::SYSTEM_GET_BUILD_VERSION, Target::Client) => build_version(c),
         (cmd::SYSTEM_GET_BUILD_VERSION_V2, Target::Client) => build_version_v2(c),
@@ -532,7 +548,7 @@ fn id_info(st: &State, mut c: Ctx<'_>, which: u32) -> u32 {
     let in_use = st.clients.values().any(|cl| {
         cl.objects
             .values()
-            .any(|o| matches!(o.kind, Kind::Device { gpu } if gpu == g))
+            .any(|o| matches!(o.kind, Kind::Device { gpu, .. } if gpu == g))
     });
     let v2 = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
         gpuId: gpu_id,

@@ -561,7 +561,7 @@ fn clock_ns(clock: nix::time::ClockId) -> u64 {
 
 /// The GPU's PTIMER: nanoseconds, set from the OS's wall clock when RM initialises the GPU
 /// (`tmrSetCurrentTime`), so it reads as the wall clock.
-fn gpu_time_ns() -> u64 {
+pub(crate) fn gpu_time_ns() -> u64 {
     clock_ns(nix::time::ClockId::CLOCK_REALTIME)
 }
 

@@ -64,8 +64,8 @@ pub(crate) struct Object {
 /// Class-specific state of an object.
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
-    /// `NV01_DEVICE_0` on GPU `gpu` (device instance = `gpu`).
-    Device { gpu: usize },
+    /// `NV01_DEVICE_0` on GPU `gpu` (device instance = `gpu`), with its `vaMode`.
+    Device { gpu: usize, va_mode: u32 },
     /// `NV20_SUBDEVICE_0` under a device of GPU `gpu`.
     Subdevice { gpu: usize, inst: u32 },
     /// A memory object referencing a block (shared by dups).
@@ -76,10 +76,42 @@ pub(crate) enum Kind {
     /// `NV50_MEMORY_VIRTUAL`: the range at `addr` of VA space `id`, a dependant of the VA
     /// space object `vas_handle`.
     VirtMem { id: u64, vas_handle: u32, addr: u64 },
-    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id.
-    Event { os_event: u64 },
+    /// `NV01_EVENT_OS_EVENT`, holding a reference on the OS event with this id, notified by
+    /// `src` (client, object) for notifier `index` (`notifyIndex`).
+    Event {
+        os_event: u64,
+        src: (u32, u32),
+        index: u32,
+    },
     /// `NV_CONFIDENTIAL_COMPUTE` under a client: the system's confidential-computing state.
     ConfCompute,
+    /// `KEPLER_CHANNEL_GROUP_A`: TSG `id` (`fifo.rs`), a dependant of its VA space object.
+    ChannelGroup { gpu: usize, id: u64, h_vaspace: u32 },
+    /// `FERMI_CONTEXT_SHARE_A`: subcontext `subctx` of TSG `tsg`, a dependant of its VA space.
+    CtxShare {
+        tsg: u64,
+        subctx: u32,
+        h_vaspace: u32,
+    },
+    /// A GPFIFO channel: channel `id` (`fifo.rs`), a dependant of its context share.
+    Channel { id: u64, h_ctxshare: u32 },
+    /// An engine object (compute, copy) on channel `channel`.
+    EngineObject { channel: u64 },
+}
+
+impl Kind {
+    /// Whether the object is a dependant of object `h` (`refAddDependant`): freed with it.
+    pub(crate) fn depends_on(&self, h: u32) -> bool {
+        match *self {
+            Kind::VirtMem { vas_handle, .. } => vas_handle == h,
+            Kind::ChannelGroup { h_vaspace, .. } | Kind::CtxShare { h_vaspace, .. } => {
+                h_vaspace != 0 && h_vaspace == h
+            }
+            // kchannelConstruct: of its context share (and TSG, its parent here).
+            Kind::Channel { h_ctxshare, .. } => h_ctxshare == h,
+            _ => false,
+        }
+    }
 }
 
 /// An RM client (`NV01_ROOT*`).
@@ -111,6 +143,9 @@ pub(crate) struct OsEvent {
     pub active: bool,
     /// RM event objects referencing it.
     pub refcount: u32,
+    /// Notifications delivered to it (the driver queues an event and wakes `poll`; see
+    /// `gpfifo.rs` for what the simulator cannot wake).
+    pub notified: u64,
 }
 
 /// A block of simulated memory, shared by an object and its dups.
@@ -150,6 +185,8 @@ pub(crate) struct State {
     pub uvm: BTreeMap<i32, crate::uvm::UvmFile>,
     /// memfd backing, CPU mappings and mmap contexts (`memory.rs`).
     pub mem: crate::memory::MemState,
+    /// TSGs and channels (`fifo.rs`).
+    pub fifo: crate::fifo::FifoState,
     /// The resource server before 555 searched a sorted client bucket and could answer an
     /// unknown client with `NV_ERR_INVALID_OBJECT`; from 555 on it is always
     /// `NV_ERR_INVALID_OBJECT_HANDLE`.
@@ -218,7 +255,9 @@ pub struct SimDriver {
     pub(crate) abi: DriverAbi,
     state: Mutex<State>,
     id_base: i32,
-    me: Weak<SimDriver>,
+    pub(crate) me: Weak<SimDriver>,
+    /// The doorbell watcher runs (`gpfifo.rs`).
+    pub(crate) watcher: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for SimDriver {
@@ -274,6 +313,7 @@ impl SimDriver {
             state: Mutex::new(state),
             id_base,
             me: me.clone(),
+            watcher: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 

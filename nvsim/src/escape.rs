@@ -33,7 +33,6 @@ const NOT_SUPPORTED_ESCAPES: &[(u8, bool, usize)] = &[
     (NV_ESC_RM_ALLOC_CONTEXT_DMA2, true, 8), // NVOS39 status at 48 of 56
     (NV_ESC_RM_MAP_MEMORY_DMA, true, 8), // NVOS46 status 8 before the end (56 or 64)
     (NV_ESC_RM_UNMAP_MEMORY_DMA, true, 8), // NVOS47 status 8 before the end (40 or 48)
-    (NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, true, 8), // NVOS56 status at 32 of 40
     (NV_ESC_EXPORT_TO_DMABUF_FD, false, 8), // status 8 before the end (2600 or 2608)
 ];
 
@@ -188,6 +187,7 @@ pub(crate) fn ioctl(
                     fd,
                     active: true,
                     refcount: 0,
+                    notified: 0,
                 });
                 NV_OK
             };
@@ -312,6 +312,12 @@ pub(crate) fn ioctl(
                 return Err(errno(EINVAL));
             }
             crate::memory::unmap_memory(&mut st, os_info, call, loc)
+        }
+        NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO => {
+            if !ctl || size != size_of::<NVOS56_PARAMETERS>() {
+                return Err(errno(EINVAL));
+            }
+            crate::memory::update_mapping_info(&mut st, os_info, call, loc)
         }
         NV_ESC_RM_ALLOC_MEMORY => {
             // NV_ACTUAL_DEVICE_ONLY: a GPU node.

@@ -64,6 +64,21 @@
 //!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
 //!   `FERMI_VASPACE_A` (with its VA range) and `NV50_MEMORY_VIRTUAL` (reserved ranges in it,
 //!   see `vaspace.rs`); driver-chosen object handles from `0xcaf00000`.
+//! - Channels (`fifo.rs`): `KEPLER_CHANNEL_GROUP_A` (TSGs, with legacy mode's RM-allocated
+//!   context shares), `FERMI_CONTEXT_SHARE_A` (subcontext ids), `HOPPER_CHANNEL_GPFIFO_A`
+//!   (GPFIFO ring, client USERD, channel ids per runlist, error notifier, work-submit token),
+//!   `HOPPER_COMPUTE_A` and `HOPPER_DMA_COPY_A` objects, with their constructors' checks and
+//!   statuses; the TSG and channel controls (`GPFIFO_SCHEDULE`, timeslice, interleave,
+//!   `GET_CLASS_ENGINEID`, `GPFIFO_GET_WORK_SUBMIT_TOKEN`, the token notifier index),
+//!   `FIFO_GET_CHANNELLIST`, `GR_GET_CTX_BUFFER_SIZE` (0: no GR context buffers exist),
+//!   `MC_SERVICE_INTERRUPTS`; `UVM_REGISTER_CHANNEL`.
+//! - The front end (`gpfifo.rs`): the `HOPPER_USERMODE_A` doorbell (a memfd, watched while
+//!   channels exist) makes the simulator execute GPFIFO entries through the channel's GPU VA
+//!   space (UVM external mappings and managed memory, backed by memfds): host semaphores,
+//!   non-stall interrupts (counted on the OS events), the copy engine's copies and memsets,
+//!   the compute class' inline-to-memory and report semaphores; other compute methods are
+//!   recorded; a compute launch raises the channel error a faulting launch raises (no SMs).
+//! - `RM_UPDATE_DEVICE_MAPPING_INFO` (a CPU mapping's new address).
 //! - `RM_VID_HEAP_CONTROL`'s `ALLOC_SIZE`, translated onto `RM_ALLOC` as the driver does.
 //! - Legacy GSS controls (answered by GSP firmware on a real GPU): only those whose firmware
 //!   answer has been measured (`gss_legacy.rs`); the rest `NV_ERR_NOT_SUPPORTED`.
@@ -75,16 +90,18 @@
 //!
 //! # What is not simulated
 //! UVM range groups (`SET_RANGE_GROUP`, `MIGRATE_RANGE_GROUP`: `NV_ERR_NOT_SUPPORTED`), HMM and
-//! ATS, UVM channels (no channel class exists) and the UVM commands outside the ABI tables
-//! (`EINVAL`); the other memory escapes
+//! ATS, and the UVM commands outside the ABI tables (`EINVAL`); what needs the SMs (compute
+//! launches), block-linear and physical copy-engine addressing, waking `poll` on OS events (the
+//! `HostDriver` boundary has no poll hook), MIG/vGPU/confidential-computing channels, bare
+//! channels without a TSG; the other memory escapes
 //! (`RM_VID_HEAP_CONTROL` functions other than `ALLOC_SIZE`, DMA mapping, dma-buf export,
 //! `RM_ALLOC_MEMORY` of classes other than
-//! `NV01_MEMORY_SYSTEM` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
+//! `NV01_MEMORY_SYSTEM`, `RM_MAP_MEMORY_DMA` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
 //! subdevice) mappings and the driver's `mmap`-time checks on the VMA (see `memory.rs`);
 //! classes other than clients, device, subdevice,
-//! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER`, `FERMI_VASPACE_A` and
-//! `NV50_MEMORY_VIRTUAL`
-//! (`NV_ERR_INVALID_CLASS`); controls other than those in [`control::cmd`]
+//! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER`, `FERMI_VASPACE_A`,
+//! `NV50_MEMORY_VIRTUAL`, `HOPPER_USERMODE_A`, `NV_CONFIDENTIAL_COMPUTE` and the channel classes
+//! above (`NV_ERR_INVALID_CLASS`); controls other than those in [`control::cmd`]
 //! (`NV_ERR_NOT_SUPPORTED`); NUMA, I2C, registry and event-data escapes (`EINVAL`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -95,6 +112,8 @@ pub mod control;
 mod control_init;
 mod driver;
 mod escape;
+mod fifo;
+mod gpfifo;
 pub mod gss_legacy;
 mod memory;
 pub mod procfs;
@@ -106,6 +125,7 @@ mod vidheap;
 
 pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
 pub use driver::{SimDriver, SimFile, SimStats};
+pub use gpfifo::{ChannelStatus, ExecStats};
 
 /// Why a [`SimConfig`] cannot be simulated.
 #[derive(Debug, thiserror::Error)]

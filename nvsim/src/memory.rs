@@ -306,6 +306,9 @@ impl State {
             Ok(f) => f,
             Err(_) => return NV_ERR_OPERATING_SYSTEM,
         };
+        if self.blocks.get(&m.block).is_some_and(|b| b.regs) {
+            crate::gpfifo::arm_doorbell(self, m.block);
+        }
         self.mem.contexts.insert(
             fd,
             MmapContext {
@@ -367,6 +370,48 @@ pub(crate) fn unmap_memory(
         }
         Ok(_) => st.cpu_unmap(p.hClient, p.hMemory, p.pLinearAddress),
     };
+    write_at(call, loc, 0, &p);
+    Ok(0)
+}
+
+/// `NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO` (`RmUpdateDeviceMappingInfo`): the client tells RM
+/// the address it mapped a CPU mapping at (libcuda moves its mappings after `RM_MAP_MEMORY`);
+/// the mapping is found by its old address and unmapped by the new one from then on.
+pub(crate) fn update_mapping_info(
+    st: &mut State,
+    os_info: i32,
+    call: &mut HostCall,
+    loc: Loc,
+) -> io::Result<i32> {
+    let mut p: nvproxy_abi::structs::NVOS56_PARAMETERS =
+        read_at(call, loc, 0).expect("size checked");
+    p.status = (|| {
+        let c = st.client_for(p.hClient, os_info)?;
+        // deviceGetByHandle, else subdeviceGetByHandle.
+        match c.objects.get(&p.hDevice).map(|o| &o.kind) {
+            Some(Kind::Device { .. } | Kind::Subdevice { .. }) => {}
+            Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
+            None => return Err(NV_ERR_OBJECT_NOT_FOUND),
+        }
+        // A Memory or a KernelChannel.
+        match c.objects.get(&p.hMemory).map(|o| &o.kind) {
+            Some(Kind::Memory { .. } | Kind::Channel { .. }) => {}
+            Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
+            None => return Err(NV_ERR_OBJECT_NOT_FOUND),
+        }
+        let m = st
+            .mem
+            .cpu_maps
+            .iter_mut()
+            .find(|m| {
+                m.h_client == p.hClient && m.h_memory == p.hMemory && m.address == p.pOldCpuAddress
+            })
+            .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
+        m.address = p.pNewCpuAddress;
+        Ok(())
+    })()
+    .err()
+    .unwrap_or(NV_OK);
     write_at(call, loc, 0, &p);
     Ok(0)
 }
@@ -556,4 +601,55 @@ fn mem_range(
         return Err(NV_ERR_INVALID_LIMIT);
     }
     Ok(m)
+}
+
+impl State {
+    /// Reads `buf.len()` bytes at `offset` of memory block `block` (never-written memory reads
+    /// as zeros); false past the block's end or for a freed block.
+    pub(crate) fn block_read(&self, block: u64, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(b) = self.blocks.get(&block) else {
+            return false;
+        };
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > b.bytes)
+        {
+            return false;
+        }
+        match self.mem.backing.get(&block) {
+            Some(f) => f.read_exact_at(buf, offset).is_ok(),
+            None => {
+                buf.fill(0);
+                true
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` of memory block `block` (its memfd is created if needed);
+    /// false past the block's end or for a freed block.
+    pub(crate) fn block_write(&mut self, block: u64, offset: u64, data: &[u8]) -> bool {
+        let Some(bytes) = self.blocks.get(&block).map(|b| b.bytes) else {
+            return false;
+        };
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > bytes)
+        {
+            return false;
+        }
+        match self.mem.memfd(block, bytes) {
+            Ok(f) => f.write_all_at(data, offset).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// The blocks that are register pages (`*_USERMODE_A`) of GPU `gpu` and have a memfd
+    /// (were mapped by a client): where doorbells are written.
+    pub(crate) fn usermode_pages(&self, gpu: usize) -> Vec<u64> {
+        self.blocks
+            .iter()
+            .filter(|(id, b)| b.regs && b.gpu == gpu && self.mem.backing.contains_key(id))
+            .map(|(&id, _)| id)
+            .collect()
+    }
 }

@@ -80,6 +80,14 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         HOPPER_USERMODE_A => (table(class, 2), false),
         // RS_OPTIONAL(NV_CONFIDENTIAL_COMPUTE_ALLOC_PARAMS)
         NV_CONFIDENTIAL_COMPUTE => (table(class, 4), false),
+        // RS_REQUIRED(NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS) and the context share's.
+        KEPLER_CHANNEL_GROUP_A => (table(class, 20), true),
+        FERMI_CONTEXT_SHARE_A => (table(class, 12), true),
+        // RS_REQUIRED(NV_CHANNEL_ALLOC_PARAMS): 360 bytes at 535, 368 at 570, 376 at 610.
+        crate::fifo::HOPPER_CHANNEL_GPFIFO_A => (table(class, 360), true),
+        // RS_OPTIONAL(NV_GR_ALLOCATION_PARAMETERS); the copy class RS_REQUIRED(NVB0B5_...).
+        crate::fifo::HOPPER_COMPUTE_A => (table(class, 16), false),
+        crate::fifo::HOPPER_DMA_COPY_A => (table(class, 8), true),
         _ => return None,
     })
 }
@@ -188,7 +196,7 @@ impl State {
             if ev.hParentClient != a.h_client {
                 a.h_parent = a.h_client;
             }
-            notifier = Some((notifier_client, ev.hSrcResource, ev.data));
+            notifier = Some((notifier_client, ev.hSrcResource, ev.data, ev.notifyIndex));
         }
         if a.h_new == a.h_client {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
@@ -204,6 +212,14 @@ impl State {
             NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A | NV50_MEMORY_VIRTUAL => {
                 matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
             }
+            KEPLER_CHANNEL_GROUP_A => parent_class == NV01_DEVICE_0,
+            FERMI_CONTEXT_SHARE_A => parent_class == KEPLER_CHANNEL_GROUP_A,
+            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+                matches!(parent_class, NV01_DEVICE_0 | KEPLER_CHANNEL_GROUP_A)
+            }
+            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
+                parent_class == crate::fifo::HOPPER_CHANNEL_GPFIFO_A
+            }
             _ => true, // events: RS_ANY_PARENT
         };
         if !parent_ok {
@@ -213,7 +229,7 @@ impl State {
             Ok(h) => h,
             Err(s) => return (s, a.h_new),
         };
-        let kind = match self.construct(drv, &mut a, notifier) {
+        let kind = match self.construct(drv, h_new, &mut a, notifier) {
             Ok(k) => k,
             Err(s) => return (s, a.h_new),
         };
@@ -254,7 +270,7 @@ impl State {
 
     /// `clientAssignResourceHandle`: 0 → a driver-chosen handle; the client's own handle →
     /// `NV_ERR_INVALID_OBJECT_HANDLE`; a used one → `NV_ERR_INSERT_DUPLICATE_NAME`.
-    fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
+    pub(crate) fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
         let c = self
             .clients
             .get_mut(&h_client)
@@ -282,8 +298,13 @@ impl State {
     pub(crate) fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
         let o = self.clients.get(&h_client)?.objects.get(&h)?;
         match o.kind {
-            Kind::Device { gpu } | Kind::Subdevice { gpu, .. } | Kind::VaSpace { gpu, .. } => {
-                Some(gpu)
+            Kind::Device { gpu, .. }
+            | Kind::Subdevice { gpu, .. }
+            | Kind::VaSpace { gpu, .. }
+            | Kind::ChannelGroup { gpu, .. } => Some(gpu),
+            Kind::CtxShare { tsg, .. } => self.fifo.tsgs.get(&tsg).map(|t| t.gpu),
+            Kind::Channel { id, .. } | Kind::EngineObject { channel: id } => {
+                self.fifo.channels.get(&id).map(|c| c.gpu)
             }
             Kind::VirtMem { id, .. } => self.vaspaces.get(&id).map(|v| v.gpu),
             Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
@@ -295,17 +316,40 @@ impl State {
     fn construct(
         &mut self,
         drv: &SimDriver,
+        h_new: u32,
         a: &mut AllocArgs<'_>,
-        notifier: Option<(u32, u32, u64)>,
+        notifier: Option<(u32, u32, u64, u32)>,
     ) -> Result<Kind, u32> {
         match a.class {
+            KEPLER_CHANNEL_GROUP_A => {
+                let id = self.next_block;
+                self.next_block += 1;
+                self.construct_tsg(id, a)
+            }
+            FERMI_CONTEXT_SHARE_A => self.construct_ctxshare(a),
+            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+                let id = self.next_block;
+                self.next_block += 1;
+                let kind = self.construct_channel(drv, id, a)?;
+                crate::gpfifo::ensure_watcher(drv);
+                Ok(kind)
+            }
+            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
+                self.construct_engine_object(h_new, a)
+            }
             NV01_DEVICE_0 => {
-                let (inst, flags, va_start, va_limit) = match a.params.as_deref() {
-                    None => (0, 0, 0, 0),
+                let (inst, flags, va_start, va_limit, va_mode) = match a.params.as_deref() {
+                    None => (0, 0, 0, 0, 0),
                     Some(p) => {
                         let d: nvproxy_abi::structs::NV0080_ALLOC_PARAMETERS =
                             crate::buf::read(p, 0).ok_or(NV_ERR_INVALID_ADDRESS)?;
-                        (d.deviceId, d.flags, d.vaStartInternal, d.vaLimitInternal)
+                        (
+                            d.deviceId,
+                            d.flags,
+                            d.vaStartInternal,
+                            d.vaLimitInternal,
+                            d.vaMode,
+                        )
                     }
                 };
                 // NV_DEVICE_ALLOCATION_FLAGS_RESTRICT_RESERVED_VALIMITS
@@ -322,14 +366,14 @@ impl State {
                 let dup = self.clients[&a.h_client]
                     .objects
                     .values()
-                    .any(|o| matches!(o.kind, Kind::Device { gpu: g } if g == gpu));
+                    .any(|o| matches!(o.kind, Kind::Device { gpu: g, .. } if g == gpu));
                 if dup {
                     return Err(NV_ERR_INSUFFICIENT_RESOURCES);
                 }
                 if !drv.gpu_accessible(self, gpu) {
                     return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
                 }
-                Ok(Kind::Device { gpu })
+                Ok(Kind::Device { gpu, va_mode })
             }
             NV20_SUBDEVICE_0 => {
                 let inst = match a.params.as_deref() {
@@ -492,7 +536,7 @@ impl State {
                 Err(NV_ERR_ILLEGAL_ACTION)
             }
             NV01_EVENT_OS_EVENT => {
-                let (nclient, nres, data) = notifier.expect("events carry a notifier");
+                let (nclient, nres, data, index) = notifier.expect("events carry a notifier");
                 let nc = self.clients.get(&nclient).ok_or(NV_ERR_INVALID_CLIENT)?;
                 let is_notifier = if nres == nclient {
                     true
@@ -512,15 +556,23 @@ impl State {
                     .find(|e| e.active && e.fd == fd && e.h_parent == a.h_client)
                     .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
                 ev.refcount += 1;
-                Ok(Kind::Event { os_event: ev.id })
+                Ok(Kind::Event {
+                    os_event: ev.id,
+                    src: (nclient, nres),
+                    index,
+                })
             }
             _ => Err(NV_ERR_INVALID_CLASS),
         }
     }
 
-    /// Releases what an object holds.
-    fn destroy(&mut self, kind: &Kind) {
+    /// Releases what object `h` holds.
+    fn destroy(&mut self, h: u32, kind: &Kind) {
         match *kind {
+            Kind::ChannelGroup { .. }
+            | Kind::CtxShare { .. }
+            | Kind::Channel { .. }
+            | Kind::EngineObject { .. } => self.destroy_fifo(h, kind),
             Kind::Memory { block } => {
                 let gone = match self.blocks.get_mut(&block) {
                     Some(b) => {
@@ -552,7 +604,7 @@ impl State {
                     v.release(addr);
                 }
             }
-            Kind::Event { os_event } => {
+            Kind::Event { os_event, .. } => {
                 if let Some(i) = self.os_events.iter().position(|e| e.id == os_event) {
                     let e = &mut self.os_events[i];
                     e.refcount -= 1;
@@ -571,10 +623,7 @@ impl State {
         let children: Vec<u32> = self.clients[&h_client]
             .objects
             .iter()
-            .filter(|(_, o)| {
-                o.parent == h
-                    || matches!(o.kind, Kind::VirtMem { vas_handle, .. } if vas_handle == h)
-            })
+            .filter(|(_, o)| o.parent == h || o.kind.depends_on(h))
             .map(|(&k, _)| k)
             .collect();
         for c in children {
@@ -591,7 +640,7 @@ impl State {
                     self.gpus[gpu].compute_reservation = None;
                 }
             }
-            self.destroy(&o.kind);
+            self.destroy(h, &o.kind);
         }
     }
 
@@ -611,8 +660,8 @@ impl State {
         }
         // Objects whose parent vanished cannot exist, but never leak them.
         if let Some(c) = self.clients.remove(&h) {
-            for o in c.objects.into_values() {
-                self.destroy(&o.kind);
+            for (h, o) in c.objects.into_iter() {
+                self.destroy(h, &o.kind);
             }
         }
     }
@@ -690,7 +739,7 @@ impl State {
         };
         let parent_gpu = match self.clients[&h_client].objects.get(&h_parent) {
             Some(o) => match o.kind {
-                Kind::Device { gpu } | Kind::Subdevice { gpu, .. } => Some(gpu),
+                Kind::Device { gpu, .. } | Kind::Subdevice { gpu, .. } => Some(gpu),
                 _ => None,
             },
             None if h_parent == h_client => None,

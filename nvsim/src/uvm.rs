@@ -31,8 +31,8 @@
 //! with `DISABLE_HMM`: HMM needs the va_space's mm), `PAGEABLE_MEM_ACCESS_ON_GPU`,
 //! `REGISTER_GPU` / `UNREGISTER_GPU` (the UUID must be a configured GPU, the calling process
 //! must hold its node open), `REGISTER_GPU_VASPACE` / `UNREGISTER_GPU_VASPACE` (an RM
-//! `FERMI_VASPACE_A` of that GPU), `REGISTER_CHANNEL` (the simulator has no channel objects:
-//! always the resource server's answer for an unknown object) / `UNREGISTER_CHANNEL`,
+//! `FERMI_VASPACE_A` of that GPU), `REGISTER_CHANNEL` (a channel of the GPU VA space's RM VA space;
+//! no context buffers, so no channel VA range) / `UNREGISTER_CHANNEL`,
 //! `ENABLE/DISABLE_PEER_ACCESS` (PCIe peers; every pair of simulated GPUs can peer),
 //! range groups, `CREATE_EXTERNAL_RANGE`, `MAP_EXTERNAL_ALLOCATION` (an RM memory object),
 //! `UNMAP_EXTERNAL`, `MAP_DYNAMIC_PARALLELISM_REGION`, `ALLOC_SEMAPHORE_POOL`, `FREE`,
@@ -109,7 +109,11 @@ struct RegGpu {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RangeKind {
     /// `CREATE_EXTERNAL_RANGE`; GPUs with a mapping by `MAP_EXTERNAL_ALLOCATION`.
-    External { mapped: BTreeMap<usize, (u64, u64)> },
+    /// The value per GPU: `(base, end, block, offset)`: `[base, end)` maps memory block
+    /// `block` from `offset` on (what the front end reads and writes, `gpfifo.rs`).
+    External {
+        mapped: BTreeMap<usize, (u64, u64, u64, u64)>,
+    },
     /// `ALLOC_SEMAPHORE_POOL`.
     SemaphorePool,
     /// `MAP_DYNAMIC_PARALLELISM_REGION` (SKED reflected).
@@ -501,15 +505,47 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
         UVM_REGISTER_CHANNEL => {
             let p: UVM_REGISTER_CHANNEL_PARAMS = get(call);
             let vs = va_space(st, file);
-            if with_gpu_va_space(drv, vs, &p.gpuUuid.uuid).is_none() {
+            let Some(g) = with_gpu_va_space(drv, vs, &p.gpuUuid.uuid) else {
                 return NV_ERR_INVALID_DEVICE;
+            };
+            let (vas_client, vas_handle) = vs.gpus[&g].va_space.expect("checked above");
+            // nvUvmInterfaceRetainChannel -> nvGpuOpsVerifyChannel: a channel of the client,
+            // in the GPU VA space's RM VA space.
+            let Some(client) = st.clients.get(&p.hClient) else {
+                return NV_ERR_INVALID_CLIENT;
+            };
+            let Some(crate::driver::Kind::Channel { id, .. }) =
+                client.objects.get(&p.hChannel).map(|o| &o.kind)
+            else {
+                return NV_ERR_INVALID_OBJECT_HANDLE;
+            };
+            let Some(ch) = st.fifo.channels.get(id) else {
+                return NV_ERR_INVALID_OBJECT_HANDLE;
+            };
+            let rm_vas = |h_client: u32, h: u32| match st
+                .clients
+                .get(&h_client)
+                .and_then(|c| c.objects.get(&h))
+                .map(|o| &o.kind)
+            {
+                Some(crate::driver::Kind::VaSpace { id, .. }) => Some(*id),
+                _ => None,
+            };
+            if ch.gpu != g {
+                return NV_ERR_OTHER_DEVICE_FOUND;
             }
-            // nvUvmInterfaceRetainChannel on the client's channel: the simulator has no
-            // channel classes, so no handle names one.
-            match st.clients.get(&p.hClient) {
-                None => NV_ERR_INVALID_CLIENT,
-                Some(_) => NV_ERR_OBJECT_NOT_FOUND,
+            if rm_vas(ch.h_client, ch.h_vaspace) != rm_vas(vas_client, vas_handle) {
+                return NV_ERR_INVALID_CHANNEL;
             }
+            // uvm_register_channel_under_write: a handle pair registers once. The channel's
+            // resources to map (get_rm_channel_resources) are its engine context buffers; the
+            // simulated driver allocates none (GR_GET_CTX_BUFFER_SIZE says 0), so, as for CE
+            // channels on a real GPU, base and length are not used and no range is created.
+            let vs = va_space(st, file);
+            if !vs.channels.insert((p.hClient, p.hChannel)) {
+                return NV_ERR_INVALID_CHANNEL;
+            }
+            NV_OK
         }
         UVM_UNREGISTER_CHANNEL => {
             let (h_client, h_channel) =
@@ -595,7 +631,9 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
             };
             match vs.ranges.get_mut(&start).map(|r| &mut r.kind) {
                 Some(RangeKind::External { mapped })
-                    if mapped.get(&g) == Some(&(p.base, p.base + p.length)) =>
+                    if mapped
+                        .get(&g)
+                        .is_some_and(|m| (m.0, m.1) == (p.base, p.base + p.length)) =>
                 {
                     mapped.remove(&g);
                     NV_OK
@@ -833,7 +871,7 @@ fn map_external(drv: &SimDriver, st: &mut State, file: i32, call: &mut HostCall)
     let start = vs.range_at(base).map(|(s, _)| s).expect("checked above");
     if let Some(RangeKind::External { mapped }) = vs.ranges.get_mut(&start).map(|r| &mut r.kind) {
         for g in gpus {
-            mapped.insert(g, (base, end));
+            mapped.insert(g, (base, end, block, offset));
         }
     }
     NV_OK
@@ -1069,5 +1107,59 @@ impl SimDriver {
     /// VA == offset (see the `uvm` module docs), as `[start, end)`.
     pub fn uvm_managed_ranges(&self, file: i32) -> io::Result<Vec<(u64, u64)>> {
         self.with_memfd(file, |m| Ok(managed_ranges(m)))
+    }
+}
+
+/// What GPU `gpu` sees through the UVM va_space that registered RM VA space `rm_vas` (a
+/// `State::vaspaces` id) for it: the external mappings `(base, end, block, offset)`, and the
+/// va_space's memfd (offset == VA) with its managed ranges (`[start, end)`), for the front end
+/// (`gpfifo.rs`). `None` when no va_space registered that VA space for the GPU.
+pub(crate) fn gpu_view(st: &State, gpu: usize, rm_vas: u64) -> Option<GpuView> {
+    for u in st.uvm.values() {
+        let FdState::VaSpace(vs) = &u.state else {
+            continue;
+        };
+        let Some((h_client, h_vas)) = vs.gpus.get(&gpu).and_then(|r| r.va_space) else {
+            continue;
+        };
+        let same = st
+            .clients
+            .get(&h_client)
+            .and_then(|c| c.objects.get(&h_vas))
+            .is_some_and(|o| matches!(o.kind, Kind::VaSpace { id, .. } if id == rm_vas));
+        if !same {
+            continue;
+        }
+        let external = vs
+            .ranges
+            .values()
+            .filter_map(|r| match &r.kind {
+                RangeKind::External { mapped } => mapped.get(&gpu).copied(),
+                _ => None,
+            })
+            .collect();
+        return Some(GpuView {
+            external,
+            memfd: vs.memfd.try_clone().ok(),
+            managed: std::cell::OnceCell::new(),
+        });
+    }
+    None
+}
+
+/// See [`gpu_view`].
+#[derive(Debug)]
+pub(crate) struct GpuView {
+    pub external: Vec<(u64, u64, u64, u64)>,
+    pub memfd: Option<File>,
+    /// Read from `/proc/*/maps` when first needed (an address outside the external mappings).
+    managed: std::cell::OnceCell<Vec<(u64, u64)>>,
+}
+
+impl GpuView {
+    /// The managed ranges `[start, end)` of the va_space.
+    pub(crate) fn managed(&self) -> &[(u64, u64)] {
+        self.managed
+            .get_or_init(|| self.memfd.as_ref().map(managed_ranges).unwrap_or_default())
     }
 }

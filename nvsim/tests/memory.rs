@@ -522,3 +522,47 @@ fn test_leak_counters_cover_memory_contexts_and_mapping_files() {
     }
     assert_eq!(d.stats(), SimStats::default());
 }
+
+#[test]
+fn test_update_device_mapping_info_moves_a_cpu_mapping() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    memory(&s, H_SYSMEM, 2 * PAGE as u64, false);
+    let target = d.open_mapping(NodeKind::Ctl).unwrap();
+    let out = map(&s, H_SYSMEM, 0, 2 * PAGE as u64, target.id());
+    assert_eq!(out.status, NV_OK);
+    let update = |h_device: u32, h_memory: u32, old: u64, new: u64| {
+        let mut p = NVOS56_PARAMETERS::new_zeroed();
+        p.hClient = s.client;
+        p.hDevice = h_device;
+        p.hMemory = h_memory;
+        p.pOldCpuAddress = old;
+        p.pNewCpuAddress = new;
+        let (r, out) = esc(&s.ctl, NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, &p);
+        assert_eq!(r.unwrap(), 0);
+        out.status
+    };
+    let new = 0x7f00_1234_0000;
+    assert_eq!(
+        update(s.device, H_SYSMEM, out.pLinearAddress + 1, new),
+        NV_ERR_OBJECT_NOT_FOUND
+    );
+    assert_eq!(
+        update(H_SYSMEM, H_SYSMEM, out.pLinearAddress, new),
+        NV_ERR_INVALID_OBJECT_HANDLE
+    );
+    assert_eq!(
+        update(s.device, s.subdevice, out.pLinearAddress, new),
+        NV_ERR_INVALID_OBJECT_HANDLE
+    );
+    assert_eq!(
+        update(s.subdevice, H_SYSMEM, out.pLinearAddress, new),
+        NV_OK
+    );
+    assert_eq!(
+        unmap(&s, H_SYSMEM, out.pLinearAddress),
+        NV_ERR_OBJECT_NOT_FOUND
+    );
+    assert_eq!(unmap(&s, H_SYSMEM, new), NV_OK);
+    assert_eq!(d.stats().cpu_mappings, 0);
+}

@@ -380,14 +380,14 @@ fn test_gpu_va_space_channel_and_peers() {
         NV_ERR_INVALID_DEVICE
     );
 
-    // No channel class exists in the simulator.
+    // A handle that is no channel (nvGpuOpsVerifyChannel); real channels: tests/channels.rs.
     let mut ch = UVM_REGISTER_CHANNEL_PARAMS::new_zeroed();
     ch.gpuUuid = g0;
     ch.hClient = u.s.client;
     ch.hChannel = 0x1234;
     assert_eq!(
         status(&u.uvm, UVM_REGISTER_CHANNEL, &ch, 48),
-        NV_ERR_OBJECT_NOT_FOUND
+        NV_ERR_INVALID_OBJECT_HANDLE
     );
     let mut un = UVM_UNREGISTER_CHANNEL_PARAMS::new_zeroed();
     un.hClient = u.s.client;

@@ -19,9 +19,10 @@
 //!   `cuDeviceGetAttribute` (compute capability, SMs, clocks, bus width, L2, ...) succeed with
 //!   the simulated GPU's values, for both userspace versions and for an instance granted only
 //!   the second of two GPUs;
-//! - `cuCtxCreate` stops where the simulator stops: its first channel object
-//!   (`KEPLER_CHANNEL_GROUP_A`, `NV_ERR_INVALID_CLASS`), because a context needs the GPU to run
-//!   the channels' pushbuffers (`tests/nvidia-userspace/RESULTS.md`); the test asserts exactly
+//! - `cuCtxCreate` allocates its TSGs, context share, 40 channels and their compute and copy
+//!   objects, the simulator's front end executes the pushbuffer libcuda submits on each (a
+//!   semaphore release), and it stops at 2 MiB of `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR` memory,
+//!   which the proxy refuses (`tests/nvidia-userspace/RESULTS.md`); the test asserts exactly
 //!   that stop, so a change in how far libcuda gets is seen;
 //! - every run with `--check-leaks`: the simulated driver and the proxy hold nothing afterwards.
 
@@ -88,6 +89,11 @@ fn userspace(version: &str) -> (PathBuf, PathBuf) {
 /// Runs `nvproxy exec --driver sim --check-leaks EXEC_ARGS -- env LD_LIBRARY_PATH=LIB CMD...`,
 /// killing it after [`TIMEOUT`]. Echoes its output to stderr.
 fn exec(version: &str, exec_args: &[&str], lib: &Path, cmd: &[&str]) -> Output {
+    exec_log(version, exec_args, lib, cmd, "warn")
+}
+
+/// [`exec`] with `RUST_LOG` set to `log` for nvproxy (and the simulator in it).
+fn exec_log(version: &str, exec_args: &[&str], lib: &Path, cmd: &[&str], log: &str) -> Output {
     let mut c = Command::new(nvproxy_bin());
     c.args([
         "exec",
@@ -102,7 +108,7 @@ fn exec(version: &str, exec_args: &[&str], lib: &Path, cmd: &[&str]) -> Output {
     .arg("env")
     .arg(format!("LD_LIBRARY_PATH={}", lib.display()))
     .args(cmd)
-    .env("RUST_LOG", "warn")
+    .env("RUST_LOG", log)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn nvproxy exec");
@@ -377,30 +383,200 @@ fn cuinit_and_device_queries_return_the_simulated_gpu() {
 
 #[test]
 #[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
-fn cuctxcreate_stops_at_the_first_channel_class() {
+fn cuctxcreate_runs_its_channels_and_stops_at_os_descriptor_memory() {
+    require_cuse();
+    for v in VERSIONS {
+        let (lib, _) = userspace(v);
+        let o = exec_log(
+            v,
+            &[],
+            &lib,
+            &["CUDA_PROBE_ALL_IOCTLS=1", PROBE, "ctx"],
+            "warn,nvsim::gpfifo=debug",
+        );
+        // The probe's own status (1: a step failed), not --check-leaks' 3: libcuda freed all.
+        assert_eq!(o.status.code(), Some(1), "cuda-probe ctx with {v}");
+        let j = probe_json(&o);
+        assert_eq!(j["steps"][0]["ok"], true, "init passes: {j}");
+        let failed = &j["failed"];
+        assert_eq!(failed["call"], "cuCtxCreate_v2", "{j}");
+        assert_eq!(failed["result_name"], "CUDA_ERROR_NOT_SUPPORTED", "{j}");
+        let calls = failed["last_ioctls"].as_array().expect("last_ioctls");
+        let allocs = |class: &str| {
+            calls
+                .iter()
+                .filter(|c| c["escape"] == "RM_ALLOC" && c["code"] == class)
+                .collect::<Vec<_>>()
+        };
+        // The context's objects, all allocated: one GR TSG with its context share and eight
+        // channels with a compute and a copy object each, eight copy-engine TSGs of four
+        // channels with a copy object each.
+        for (class, n) in [
+            ("0xa06c", 9),
+            ("0x9067", 1),
+            ("0xc86f", 40),
+            ("0xcbc0", 8),
+            ("0xc8b5", 40),
+        ] {
+            let a = allocs(class);
+            assert_eq!(a.len(), n, "RM_ALLOC {class} with {v}: {j}");
+            assert!(a.iter().all(|c| c["nv_status"] == "0x0"), "{class}: {j}");
+        }
+        // The stop: 2 MiB of libcuda's own memory as NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, which
+        // the proxy refuses (the driver would pin pages of the daemon, ioctl-proxy
+        // request.rs), NV_ERR_NOT_SUPPORTED; libcuda then frees everything.
+        let os = calls
+            .iter()
+            .position(|c| c["escape"] == "RM_ALLOC_MEMORY" && c["code"] == "0x71")
+            .unwrap_or_else(|| panic!("no OS descriptor RM_ALLOC_MEMORY in {j}"));
+        assert_eq!(calls[os]["nv_status"], "0x56", "{j}");
+        assert_eq!(calls[os]["limit"], "0x1fffff", "{j}");
+        assert!(
+            calls[os + 1..].iter().all(|c| c["escape"] != "RM_ALLOC"),
+            "nothing is allocated after the refusal: {j}"
+        );
+        // Every RM call before the stop succeeded except the controls libcuda tolerates.
+        let tolerated = [
+            "0x2080018b", // GPU_GET_ACTIVE_PARTITION_IDS (MIG off)
+            "0x20808161", // legacy GSS without a measured answer
+            "0x2080182a", // BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS
+            "0x2080012f", // GPU_QUERY_ECC_STATUS
+            "0x80028b",   // denied by the proxy (no facts)
+            "0x20803002", // NVLINK_GET_NVLINK_STATUS
+            "0x2080200a", // PERF_BOOST
+        ];
+        for c in &calls[..os] {
+            let bad = c["nv_status"].as_str().is_some_and(|s| s != "0x0")
+                && !tolerated.contains(&c["code"].as_str().unwrap_or(""));
+            assert!(!bad, "{c} with {v}");
+        }
+        // The front end ran what libcuda submitted on every channel: one GPFIFO entry each,
+        // ending in a semaphore release, without a channel error.
+        let err = String::from_utf8_lossy(&o.stderr);
+        let serviced: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("channel serviced"))
+            .collect();
+        assert_eq!(serviced.len(), 40, "channels serviced with {v}:\n{err}");
+        for l in &serviced {
+            assert!(
+                l.contains("error=None") && l.contains("semaphore_writes: 1"),
+                "{l}"
+            );
+        }
+        assert_eq!(
+            serviced
+                .iter()
+                .filter(|l| l.contains("engine=0x1 "))
+                .count(),
+            8,
+            "the GR channels with {v}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn cuctxcreate_audit_suggest_enforce_reproduces_the_sequence() {
     require_cuse();
     let v = VERSIONS[1];
     let (lib, _) = userspace(v);
-    let o = exec(v, &[], &lib, &[PROBE, "ctx"]);
-    // The probe's own status (1: a step failed), not --check-leaks' 3: libcuda freed all.
-    assert_eq!(o.status.code(), Some(1), "cuda-probe ctx with {v}");
-    let j = probe_json(&o);
-    assert_eq!(j["steps"][0]["ok"], true, "init passes: {j}");
-    let failed = &j["failed"];
-    assert_eq!(failed["call"], "cuCtxCreate_v2", "{j}");
-    // The context's first channel object: KEPLER_CHANNEL_GROUP_A, a class the simulator does
-    // not have (NV_ERR_INVALID_CLASS), after which libcuda only tears down.
-    let calls = failed["last_ioctls"].as_array().expect("last_ioctls");
-    let tsg = calls
-        .iter()
-        .position(|c| c["escape"] == "RM_ALLOC" && c["code"] == "0xa06c")
-        .unwrap_or_else(|| panic!("no KEPLER_CHANNEL_GROUP_A alloc in {j}"));
-    assert_eq!(calls[tsg]["nv_status"], "0x22", "{j}");
-    for c in &calls[..tsg] {
-        assert_eq!(c["ret"], 0, "{c}");
-    }
+    let dir = profile_dir().join("real-clients-audit");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("ctx-audit.jsonl");
+    // 1. Audit mode records the whole sequence (init and cuCtxCreate to its stop).
+    let o = exec(
+        v,
+        &["--mode", "audit", "--audit-log", log.to_str().unwrap()],
+        &lib,
+        &[PROBE, "ctx"],
+    );
+    assert_eq!(o.status.code(), Some(1), "cuda-probe ctx in audit mode");
+    let audited = probe_json(&o);
+    assert_eq!(audited["failed"]["call"], "cuCtxCreate_v2", "{audited}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let counted: u64 = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "count" && e["name"] != "mmap")
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum();
     assert!(
-        calls[tsg + 1..].iter().all(|c| c["escape"] != "RM_ALLOC"),
-        "nothing is allocated after the refusal: {j}"
+        counted >= audited["nv_ioctls"].as_u64().unwrap(),
+        "every ioctl of the process is in the audit log ({counted})"
+    );
+    for name in [
+        "KEPLER_CHANNEL_GROUP_A",
+        "FERMI_CONTEXT_SHARE_A",
+        "HOPPER_CHANNEL_GPFIFO_A",
+        "HOPPER_COMPUTE_A",
+        "HOPPER_DMA_COPY_A",
+        "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
+        "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE",
+        "UVM_REGISTER_CHANNEL",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("\"name\":\"{name}\""))
+                    && l.contains("\"decision\":\"allowed\"")),
+            "{name} allowed in the audit log"
+        );
+    }
+    // 2. The suggested policy.
+    let out = Command::new(nvproxy_bin())
+        .args(["policy", "suggest", "--from-audit", log.to_str().unwrap()])
+        .output()
+        .expect("policy suggest");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy = dir.join("ctx.toml");
+    std::fs::write(&policy, &out.stdout).unwrap();
+    // 3. Enforcing it reproduces the sequence: the same ioctls up to the same failing call.
+    //    The entries the proxy itself refused in audit mode (the OS-descriptor RM_ALLOC_MEMORY,
+    //    libcuda's UVM_UNREGISTER_CHANNELs with an unset gpuUuid) are listed as "denied" in the
+    //    suggestion, not allowed, so the policy denies them now, with the policy's answers (an
+    //    errno for the escape and the UVM command) instead of the NV statuses of the proxy's own
+    //    refusals, and libcuda's cuCtxCreate returns CUDA_ERROR_OPERATING_SYSTEM instead of
+    //    CUDA_ERROR_NOT_SUPPORTED (RESULTS.md).
+    let log2 = dir.join("ctx-enforce.jsonl");
+    let o = exec(
+        v,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--audit-log",
+            log2.to_str().unwrap(),
+        ],
+        &lib,
+        &[PROBE, "ctx"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "cuda-probe ctx with the suggested policy"
+    );
+    let enforced = probe_json(&o);
+    assert_eq!(enforced["nv_ioctls"], audited["nv_ioctls"], "{enforced}");
+    assert_eq!(enforced["failed"]["call"], "cuCtxCreate_v2", "{enforced}");
+    assert_eq!(
+        enforced["failed"]["result_name"], "CUDA_ERROR_OPERATING_SYSTEM",
+        "{enforced}"
+    );
+    let text2 = std::fs::read_to_string(&log2).unwrap();
+    let mut by_policy: Vec<String> = text2
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "event" && e["reason"] == "policy")
+        .map(|e| e["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    by_policy.dedup();
+    assert_eq!(
+        by_policy,
+        ["NV_ESC_RM_ALLOC_MEMORY", "UVM_UNREGISTER_CHANNEL"],
+        "denied by the suggested policy: exactly what the proxy refused in audit mode"
     );
 }

@@ -13,11 +13,18 @@
 //!   `cuDeviceGet`, `cuDeviceGetName`, `cuDeviceGetUuid_v2`, `cuDeviceTotalMem_v2`, the compute
 //!   capability, SM count and PCI attributes, `cuDeviceGetPCIBusId`;
 //! - `ctx`: `cuCtxCreate_v2` on device 0 and `cuMemGetInfo_v2` (destroyed at the end);
-//! - `mem`: `cuMemAlloc_v2` / `cuMemFree_v2` of 1 MiB;
+//! - `mem`: `cuMemAlloc_v2` of two 1 MiB buffers, `cuMemcpyHtoD_v2` / `DtoD_v2` / `DtoH_v2`
+//!   and `cuMemsetD8_v2` / `cuMemsetD32_v2` (half the buffer), every byte checked on the host
+//!   (`htod_dtod_dtoh_equal`, `memset_d8_ok`, `memset_d32_ok`), `cuMemFree_v2`;
+//! - `stream`: `cuStreamCreate`, `cuEventCreate`, `cuEventRecord`, `cuStreamSynchronize`,
+//!   `cuEventSynchronize`, destroyed;
 //! - `managed`: `cuMemAllocManaged` of 1 MiB (global), written and read back by the CPU, freed;
 //! - `host-alloc`: `cuMemHostAlloc` of 1 MiB (portable), written and read back, `cuMemFreeHost`;
 //! - `module-ptx`: `cuModuleLoadData` of a tiny PTX kernel, `cuModuleGetFunction`,
-//!   `cuModuleUnload`.
+//!   `cuModuleUnload`;
+//! - `launch`: `cuLaunchKernel` of that kernel and `cuCtxSynchronize`; on the simulated GPU a
+//!   launch raises the channel error of a faulting launch (no SMs), so this step fails, at the
+//!   call that reports it.
 //!
 //! Every ioctl the process makes on an NVIDIA node is counted, the last few are kept with their
 //! decoded escape, control/class and NV status, and the GPU ids of the last successful
@@ -58,18 +65,20 @@ struct Cli {
     /// Fail unless device 0 has this PCI bus id (`0000:2a:00.0`).
     #[arg(long)]
     expect_pci_bus_id: Option<String>,
-    /// Steps: init, ctx, mem, managed, host-alloc, module-ptx.
-    #[arg(required = true, value_parser = ["init", "ctx", "mem", "managed", "host-alloc", "module-ptx"])]
+    /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch.
+    #[arg(required = true, value_parser = ["init", "ctx", "mem", "stream", "managed", "host-alloc", "module-ptx", "launch"])]
     steps: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------- ioctl hook
 
-/// Calls kept for the failure report.
-const RING: usize = 16;
+/// Calls kept for the failure report (the last [`SHOWN`] are shown).
+const RING: usize = 4096;
+/// Calls shown in a failure report (`CUDA_PROBE_ALL_IOCTLS=1`: every call kept).
+const SHOWN: usize = 64;
 /// Per call: request, fd, return value, errno, decoded code (control/class/function), status,
 /// escape of an `NV_ESC_IOCTL_XFER_CMD` payload (0 if none), sequence number.
-const FIELDS: usize = 8;
+const FIELDS: usize = 10;
 static RING_BUF: [[AtomicU64; FIELDS]; RING] =
     [const { [const { AtomicU64::new(0) }; FIELDS] }; RING];
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -143,6 +152,8 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
     }
     let seq = NV_IOCTLS.fetch_add(1, Ordering::Relaxed);
     let (mut code, mut status, mut inner) = (NONE, NONE, 0u64);
+    // RM_ALLOC_MEMORY's flags and limit (what is asked for, for the report).
+    let (mut mem_flags, mut mem_limit) = (NONE, NONE);
     if ret == 0 && !arg.is_null() && (request >> 8) & 0xff == u64::from(b'F') {
         let nr = (request & 0xff) as u8;
         let size = ((request >> 16) & 0x3fff) as usize;
@@ -179,6 +190,12 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
                 }
             };
             (code, status) = decode_escape(nr, size, &read);
+            if nr == NV_ESC_RM_ALLOC_MEMORY {
+                use std::mem::offset_of;
+                let l = offset_of!(NVOS02_PARAMETERS, limit);
+                mem_flags = u64::from(read(offset_of!(NVOS02_PARAMETERS, flags)));
+                mem_limit = u64::from(read(l)) | u64::from(read(l + 4)) << 32;
+            }
             if nr == NV_ESC_RM_CONTROL && code == u64::from(GPU_GET_PROBED_IDS) && status == 0 {
                 note_probed_ids(base, size);
             }
@@ -194,6 +211,8 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
         status,
         inner,
         seq,
+        mem_flags,
+        mem_limit,
     ];
     for (f, v) in slot.iter().zip(vals) {
         f.store(v, Ordering::Relaxed);
@@ -298,6 +317,9 @@ fn last_calls() -> Vec<Value> {
         .filter(|r| r[0] != 0)
         .collect();
     rows.sort_by_key(|r| r[7]);
+    if std::env::var_os("CUDA_PROBE_ALL_IOCTLS").is_none() {
+        rows.drain(..rows.len().saturating_sub(SHOWN));
+    }
     rows.iter()
         .map(|r| {
             let (request, ret, errno, code, status, inner) = (r[0], r[2], r[3], r[4], r[5], r[6]);
@@ -323,6 +345,10 @@ fn last_calls() -> Vec<Value> {
             }
             if status != NONE {
                 v["nv_status"] = format!("{status:#x}").into();
+            }
+            if r[8] != NONE {
+                v["flags"] = format!("{:#x}", r[8]).into();
+                v["limit"] = format!("{:#x}", r[9]).into();
             }
             v
         })
@@ -376,6 +402,33 @@ struct Cuda {
     module_get_function:
         unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
     module_unload: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    memcpy_htod: unsafe extern "C" fn(CuPtr, *const c_void, usize) -> CuResult,
+    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, CuPtr, usize) -> CuResult,
+    memcpy_dtod: unsafe extern "C" fn(CuPtr, CuPtr, usize) -> CuResult,
+    memset_d8: unsafe extern "C" fn(CuPtr, u8, usize) -> CuResult,
+    memset_d32: unsafe extern "C" fn(CuPtr, c_uint, usize) -> CuResult,
+    stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    stream_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    event_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
+    event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult,
+    event_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    event_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    #[allow(clippy::type_complexity)]
+    launch_kernel: unsafe extern "C" fn(
+        *mut c_void,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        *mut c_void,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CuResult,
+    ctx_synchronize: unsafe extern "C" fn() -> CuResult,
 }
 
 impl Cuda {
@@ -421,6 +474,20 @@ impl Cuda {
                 module_load_data: sym(lib, "cuModuleLoadData")?,
                 module_get_function: sym(lib, "cuModuleGetFunction")?,
                 module_unload: sym(lib, "cuModuleUnload")?,
+                memcpy_htod: sym(lib, "cuMemcpyHtoD_v2")?,
+                memcpy_dtoh: sym(lib, "cuMemcpyDtoH_v2")?,
+                memcpy_dtod: sym(lib, "cuMemcpyDtoD_v2")?,
+                memset_d8: sym(lib, "cuMemsetD8_v2")?,
+                memset_d32: sym(lib, "cuMemsetD32_v2")?,
+                stream_create: sym(lib, "cuStreamCreate")?,
+                stream_synchronize: sym(lib, "cuStreamSynchronize")?,
+                stream_destroy: sym(lib, "cuStreamDestroy_v2")?,
+                event_create: sym(lib, "cuEventCreate")?,
+                event_record: sym(lib, "cuEventRecord")?,
+                event_synchronize: sym(lib, "cuEventSynchronize")?,
+                event_destroy: sym(lib, "cuEventDestroy_v2")?,
+                launch_kernel: sym(lib, "cuLaunchKernel")?,
+                ctx_synchronize: sym(lib, "cuCtxSynchronize")?,
             })
         }
     }
@@ -583,14 +650,153 @@ impl Probe {
 
     fn mem(&mut self, out: &mut Value) -> Result<(), Failure> {
         let c = &self.cuda;
-        let mut p: CuPtr = 0;
-        // SAFETY: a pointer to a live local; the pointer freed is the one allocated.
+        let (mut a, mut b): (CuPtr, CuPtr) = (0, 0);
+        // SAFETY: pointers to live locals; the pointers freed are the ones allocated.
         check("cuMemAlloc_v2", unsafe {
-            (c.mem_alloc)(&mut p, PROBE_BYTES)
+            (c.mem_alloc)(&mut a, PROBE_BYTES)
         })?;
-        out["dptr"] = format!("{p:#x}").into();
+        out["dptr"] = format!("{a:#x}").into();
         // SAFETY: as above.
-        check("cuMemFree_v2", unsafe { (c.mem_free)(p) })
+        let r = check("cuMemAlloc_v2", unsafe {
+            (c.mem_alloc)(&mut b, PROBE_BYTES)
+        })
+        .and_then(|()| self.copies(a, b, out));
+        // SAFETY: the allocations above (b may be 0: cuMemFree then fails, reported).
+        let f1 = check("cuMemFree_v2", unsafe { (c.mem_free)(a) });
+        let f2 = if b != 0 {
+            // SAFETY: as above.
+            check("cuMemFree_v2", unsafe { (c.mem_free)(b) })
+        } else {
+            Ok(())
+        };
+        r.and(f1).and(f2)
+    }
+
+    /// HtoD, DtoD, DtoH and the memsets between device buffers `a` and `b` (`PROBE_BYTES`
+    /// each), every byte checked on the host.
+    fn copies(&self, a: CuPtr, b: CuPtr, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let src: Vec<u8> = (0..PROBE_BYTES).map(|i| (i * 31 % 253) as u8).collect();
+        let mut back = vec![0u8; PROBE_BYTES];
+        // SAFETY: host buffers of PROBE_BYTES, device buffers of PROBE_BYTES.
+        check("cuMemcpyHtoD_v2", unsafe {
+            (c.memcpy_htod)(a, src.as_ptr().cast(), PROBE_BYTES)
+        })?;
+        // SAFETY: as above.
+        check("cuMemcpyDtoD_v2", unsafe {
+            (c.memcpy_dtod)(b, a, PROBE_BYTES)
+        })?;
+        // SAFETY: as above.
+        check("cuMemcpyDtoH_v2", unsafe {
+            (c.memcpy_dtoh)(back.as_mut_ptr().cast(), b, PROBE_BYTES)
+        })?;
+        out["htod_dtod_dtoh_equal"] = (back == src).into();
+        // SAFETY: N elements inside the buffer.
+        check("cuMemsetD8_v2", unsafe {
+            (c.memset_d8)(a, 0x5a, PROBE_BYTES)
+        })?;
+        // SAFETY: as above.
+        check("cuMemsetD32_v2", unsafe {
+            (c.memset_d32)(b, 0xdead_beef, PROBE_BYTES / 8)
+        })?;
+        let mut d8 = vec![0u8; PROBE_BYTES];
+        // SAFETY: as above.
+        check("cuMemcpyDtoH_v2", unsafe {
+            (c.memcpy_dtoh)(d8.as_mut_ptr().cast(), a, PROBE_BYTES)
+        })?;
+        // SAFETY: as above.
+        check("cuMemcpyDtoH_v2", unsafe {
+            (c.memcpy_dtoh)(back.as_mut_ptr().cast(), b, PROBE_BYTES)
+        })?;
+        out["memset_d8_ok"] = d8.iter().all(|&x| x == 0x5a).into();
+        let half = PROBE_BYTES / 2;
+        out["memset_d32_ok"] = (back[..half]
+            .chunks(4)
+            .all(|w| w == 0xdead_beefu32.to_le_bytes())
+            && back[half..] == src[half..])
+            .into();
+        Ok(())
+    }
+
+    fn stream(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let (mut stream, mut event): (*mut c_void, *mut c_void) =
+            (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: pointers to live locals; the handles destroyed are the ones created.
+        check("cuStreamCreate", unsafe {
+            (c.stream_create)(&mut stream, 0)
+        })?;
+        // SAFETY: as above.
+        let r = check("cuEventCreate", unsafe { (c.event_create)(&mut event, 0) })
+            .and_then(|()| {
+                // SAFETY: the live event and stream.
+                check("cuEventRecord", unsafe { (c.event_record)(event, stream) })
+            })
+            .and_then(|()| {
+                // SAFETY: the live stream.
+                check("cuStreamSynchronize", unsafe {
+                    (c.stream_synchronize)(stream)
+                })
+            })
+            .and_then(|()| {
+                // SAFETY: the live event.
+                check("cuEventSynchronize", unsafe {
+                    (c.event_synchronize)(event)
+                })
+            });
+        out["synchronized"] = r.is_ok().into();
+        if !event.is_null() {
+            // SAFETY: the event created above.
+            unsafe { (c.event_destroy)(event) };
+        }
+        // SAFETY: the stream created above.
+        let d = check("cuStreamDestroy_v2", unsafe { (c.stream_destroy)(stream) });
+        r.and(d)
+    }
+
+    /// `cuLaunchKernel` of the PTX kernel (1 block of 1 thread) and `cuCtxSynchronize`: on the
+    /// simulated GPU the launch raises the channel error a faulting launch raises (no SMs),
+    /// so this step is expected to fail, and says where.
+    fn launch(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut module: *mut c_void = std::ptr::null_mut();
+        // SAFETY: PTX is NUL-terminated text.
+        check("cuModuleLoadData", unsafe {
+            (c.module_load_data)(&mut module, PTX.as_ptr().cast())
+        })?;
+        let mut func: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live module and a NUL-terminated name.
+        let r = check("cuModuleGetFunction", unsafe {
+            (c.module_get_function)(&mut func, module, c"nvproxy_probe".as_ptr())
+        })
+        .and_then(|()| {
+            let mut arg: u64 = 0;
+            let mut params = [(&raw mut arg).cast::<c_void>()];
+            // SAFETY: a live function taking one u64; params points at it; no extra.
+            check("cuLaunchKernel", unsafe {
+                (c.launch_kernel)(
+                    func,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            })
+        })
+        .and_then(|()| {
+            out["launched"] = true.into();
+            // SAFETY: no arguments.
+            check("cuCtxSynchronize", unsafe { (c.ctx_synchronize)() })
+        });
+        // SAFETY: the module loaded above (after a launch failure the context may refuse).
+        unsafe { (c.module_unload)(module) };
+        r
     }
 
     fn managed(&mut self, out: &mut Value) -> Result<(), Failure> {
@@ -650,7 +856,16 @@ fn cpu_round_trip(p: *mut u8) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8)
 }
 
-const ORDER: [&str; 6] = ["init", "ctx", "mem", "managed", "host-alloc", "module-ptx"];
+const ORDER: [&str; 8] = [
+    "init",
+    "ctx",
+    "mem",
+    "stream",
+    "managed",
+    "host-alloc",
+    "module-ptx",
+    "launch",
+];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -684,6 +899,8 @@ fn main() -> ExitCode {
             "mem" => probe.mem(&mut out),
             "managed" => probe.managed(&mut out),
             "host-alloc" => probe.host_alloc(&mut out),
+            "stream" => probe.stream(&mut out),
+            "launch" => probe.launch(&mut out),
             _ => probe.module_ptx(&mut out),
         };
         out["ms"] = (t.elapsed().as_secs_f64() * 1000.0).into();
