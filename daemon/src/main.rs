@@ -4,6 +4,7 @@ mod abi_cmd;
 mod audit_cmd;
 mod audit_log;
 mod backend;
+mod cdi;
 mod child;
 mod config;
 mod device;
@@ -53,6 +54,13 @@ enum Command {
     /// Read audit logs: `summary LOG` prints a table of the entries used.
     #[command(subcommand)]
     Audit(audit_cmd::AuditCommand),
+    /// CDI: `generate` prints a spec with one device per served instance (podman --device
+    /// nvproxy.dev/gpu=NAME).
+    #[command(subcommand)]
+    Cdi(cdi::CdiCommand),
+    /// (internal) The OCI createContainer hooks of the CDI spec.
+    #[command(hide = true)]
+    CdiHook(cdi::HookArgs),
     /// Check a configuration file and print the instances it defines.
     CheckConfig {
         /// The TOML file (see examples/config.toml).
@@ -117,6 +125,8 @@ fn main() -> ExitCode {
             println!("{}", cfg.summary());
             ExitCode::SUCCESS
         }),
+        Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::CdiHook(args) => cdi::hook(args).map(|()| ExitCode::SUCCESS),
         Command::NsExec(spec) => nsexec::run(spec).map(|never| match never {}),
     };
     match result {
