@@ -235,16 +235,25 @@ const BINARIES: &[&str] = &[
     "nvidia-cuda-mps-server",
 ];
 
-/// Standard library directories, searched under the driver root.
-const LIB_DIRS: &[&str] = &[
-    "usr/lib/x86_64-linux-gnu",
-    "lib/x86_64-linux-gnu",
-    "usr/lib64",
-    "lib64",
-    "usr/lib",
-    "usr/lib/x86_64-linux-gnu/nvidia/current",
+/// Library directories searched under the driver root, and where their files appear in the
+/// container: the standard ones at the same path; Debian's `nvidia/current` (found through its
+/// ld.so.conf.d entry on the host, which a container does not have) in the multiarch directory.
+const LIB_DIRS: &[(&str, &str)] = &[
+    ("usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"),
+    ("lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"),
+    ("usr/lib64", "/usr/lib64"),
+    ("lib64", "/lib64"),
+    ("usr/lib", "/usr/lib"),
+    ("usr/lib/x86_64-linux-gnu/nvidia/current", LIB_IN_CONTAINER),
 ];
-const BIN_DIRS: &[&str] = &["usr/bin", "usr/sbin", "bin", "sbin"];
+/// Binary directories, likewise (Debian keeps `nvidia-smi` in `/usr/lib/nvidia/current`).
+const BIN_DIRS: &[(&str, &str)] = &[
+    ("usr/bin", "/usr/bin"),
+    ("usr/sbin", "/usr/sbin"),
+    ("bin", "/bin"),
+    ("sbin", "/sbin"),
+    ("usr/lib/nvidia/current", BIN_IN_CONTAINER),
+];
 
 /// One host file to mount into the container, with the soname links that point at it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -278,7 +287,7 @@ pub fn find_userspace(
     let mut files: BTreeMap<String, HostFile> = BTreeMap::new();
     let lib_dirs = LIB_DIRS
         .iter()
-        .map(|d| (root.join(d), Path::new("/").join(d)))
+        .map(|(d, c)| (root.join(d), PathBuf::from(c)))
         .chain(
             extra_lib_dirs
                 .iter()
@@ -323,7 +332,7 @@ pub fn find_userspace(
     }
     let bin_dirs = BIN_DIRS
         .iter()
-        .map(|d| (root.join(d), Path::new("/").join(d)))
+        .map(|(d, c)| (root.join(d), PathBuf::from(c)))
         .chain(
             extra_bin_dirs
                 .iter()
@@ -1189,7 +1198,9 @@ mod tests {
     use super::*;
 
     fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvproxy-cdi-{tag}-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("nvproxy-cdi-{tag}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
