@@ -635,6 +635,12 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
             }
         }
         e.hooks.push(hook(vec!["params".to_owned()]));
+        let mut pin = vec!["pin-nodes".to_owned()];
+        for n in &inst.nodes {
+            pin.push("--node".to_owned());
+            pin.push(format!("/dev/{}", n.name));
+        }
+        e.hooks.push(hook(pin));
         let mut char_links = Vec::new();
         for n in &inst.nodes {
             if let Some(l) = char_link_name(&n.name) {
@@ -907,6 +913,13 @@ pub enum HookCommand {
     /// /proc/driver/nvidia/params with `ModifyDeviceFiles: 0` (the host's file with that line
     /// changed, or that one line without a host driver), bind-mounted over the container's.
     Params,
+    /// Bind-mounts each device node (a path in the container) onto itself, so that it cannot
+    /// be unlinked (`EBUSY`): libcuda replaces `/dev/nvidia-uvm` with a node of the UVM major
+    /// it reads from `/proc/devices`, whatever `ModifyDeviceFiles` says.
+    PinNodes {
+        #[arg(long = "node", value_name = "PATH")]
+        nodes: Vec<PathBuf>,
+    },
     /// Symlinks in the rootfs: `--link TARGET::LINK` (LINK absolute inside the container).
     CreateSymlinks {
         #[arg(long = "link", value_name = "TARGET::LINK")]
@@ -930,6 +943,12 @@ pub fn hook(args: &HookArgs) -> Result<()> {
         .with_context(|| format!("opening the rootfs {}", rootfs.display()))?;
     match &args.hook {
         HookCommand::Params => hook_params(&root),
+        HookCommand::PinNodes { nodes } => {
+            for n in nodes {
+                pin_node(&root, n).with_context(|| format!("pinning {}", n.display()))?;
+            }
+            Ok(())
+        }
         HookCommand::CreateSymlinks { links } => {
             for l in links {
                 let (target, link) = l
@@ -1077,6 +1096,30 @@ fn create_symlink(root: &OwnedFd, target: &str, link: &str) -> Result<()> {
             return Err(std::io::Error::last_os_error().into());
         }
     }
+    Ok(())
+}
+
+/// Bind-mounts the device node `path` of the rootfs onto itself.
+fn pin_node(root: &OwnedFd, path: &Path) -> Result<()> {
+    let fd = open_in_root(root, path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid fd and buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: fstat succeeded.
+    if unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        bail!("not a character device");
+    }
+    let p = fd_path(&fd);
+    nix::mount::mount(
+        Some(&p),
+        &p,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .context("bind mount")?;
     Ok(())
 }
 
