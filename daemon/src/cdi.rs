@@ -535,6 +535,9 @@ pub struct SpecInputs {
     pub userspace: Userspace,
 }
 
+/// The hooks' whole environment.
+const HOOK_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+
 const LIB_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
 
 fn s(p: &Path) -> String {
@@ -552,7 +555,10 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
             .into_iter()
             .chain(args)
             .collect(),
-        env: Vec::new(),
+        // An explicit environment: with none, runc runs createContainer hooks with the
+        // container's own environment (its init has set it by then), so an image's LD_PRELOAD
+        // would load image code into a host-root process (CVE-2025-23266 in NVIDIA's hook).
+        env: vec![HOOK_ENV.to_owned()],
         timeout: None,
     };
     let mut devices = Vec::new();
@@ -1420,6 +1426,20 @@ mod tests {
         let mon = mounted(&spec.devices[1]);
         assert!(!mon.iter().any(|p| p.contains("libcuda")), "{mon:?}");
         assert!(mon.contains(&"/usr/bin/nvidia-smi".to_owned()));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn test_hooks_never_inherit_the_containers_environment() {
+        let (d, inputs) = fixture();
+        let spec = build_spec(&inputs).unwrap();
+        for dev in &spec.devices {
+            assert_eq!(dev.container_edits.hooks.len(), 3);
+            for h in &dev.container_edits.hooks {
+                assert_eq!(h.env, [HOOK_ENV], "{h:?}");
+                assert_eq!(h.hook_name, "createContainer");
+            }
+        }
         let _ = fs::remove_dir_all(&d);
     }
 
