@@ -77,7 +77,10 @@ for bin in "${bins[@]}"; do
     vm)
       rw=()
       [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
-      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${rw[@]}" -- \
+      # container_kernel boots systemd in a container next to the daemon: 2 GiB.
+      mem=()
+      [[ $(basename "$bin") == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
+      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${mem[@]}" "${rw[@]}" -- \
         "$bin" --ignored --test-threads=1 || status=1 ;;
     *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; exit 2 ;;
   esac

@@ -9,7 +9,11 @@
 //!   instance's CUSE numbers; `/proc/driver/nvidia/params` says `ModifyDeviceFiles: 0` and
 //!   `/dev/char/195:*` lead to our nodes;
 //! - two containers on two instances with different GPUs, at the same time, each see only their
-//!   own.
+//!   own;
+//! - `systemd/nvproxy.service` under a real systemd (the host's, as PID 1 of a privileged podman
+//!   container): `Type=notify` reaches `active`, `ExecStartPost` writes the spec, stop removes it;
+//!   and the same unit with a device ACL (`DevicePolicy=closed`, `DeviceAllow=char-cuse` ...)
+//!   fails at the daemon's own open of its first node.
 //!
 //! The image is a rootfs directory made here from host files (busybox, the glibc libraries the
 //! clients need, `cuda-probe`): no registry. Podman runs with `--network none`, the `vfs` storage
@@ -284,20 +288,7 @@ impl Env {
             .unwrap();
         assert!(o.status.success(), "cdi generate --out spec.json");
         let spec: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        let in_vm =
-            std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains("rdinit=/init"));
-        std::fs::create_dir_all(dir.join("net")).unwrap();
-        std::fs::create_dir_all(dir.join("tmp")).unwrap();
-        std::fs::write(
-            dir.join("containers.conf"),
-            format!(
-                "[engine]\nevents_logger = \"none\"\ncgroup_manager = \"cgroupfs\"\n\
-                 tmp_dir = \"{0}/tmp\"\nno_pivot_root = {in_vm}\n\
-                 [network]\nnetwork_config_dir = \"{0}/net\"\n",
-                dir.display()
-            ),
-        )
-        .unwrap();
+        podman_conf(&dir);
         Env {
             daemon: Some(daemon),
             dir,
@@ -511,4 +502,205 @@ fn two_containers_on_two_instances_each_see_only_their_own_gpu() {
     assert_eq!(stdout(&oa), smi_line(&nvsim::SimGpu::h100(0)));
     assert_eq!(stdout(&ob), smi_line(&nvsim::SimGpu::h100(1)));
     env.stop();
+}
+
+/// podman's configuration under `dir` (see the module doc); `no_pivot_root` in the VM only.
+fn podman_conf(dir: &Path) -> PathBuf {
+    let in_vm = std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains("rdinit=/init"));
+    std::fs::create_dir_all(dir.join("net")).unwrap();
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    let conf = dir.join("containers.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[engine]\nevents_logger = \"none\"\ncgroup_manager = \"cgroupfs\"\n\
+             tmp_dir = \"{0}/tmp\"\nno_pivot_root = {in_vm}\n\
+             [network]\nnetwork_config_dir = \"{0}/net\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    conf
+}
+
+fn podman_cmd(dir: &Path, conf: &Path) -> Command {
+    let mut c = Command::new("podman");
+    c.env("CONTAINERS_CONF", conf)
+        .arg("--root")
+        .arg(dir.join("storage"))
+        .arg("--runroot")
+        .arg(dir.join("runroot"))
+        .args(["--storage-driver", "vfs"]);
+    c
+}
+
+/// Boots systemd (the host's, 252 on Debian 12) as PID 1 of a privileged podman container whose
+/// rootfs is the host's /usr (read-only) and a copy of its /etc, with `unit` installed as
+/// nvproxy.service (its /usr/local/bin/nvproxy replaced by our binary), nvproxy-tmpfiles.conf
+/// and a sim config; the host's /dev is bind-mounted so the CUSE nodes appear. Waits until the
+/// unit is active or failed and returns (state, `journalctl -u` text, the container's name).
+fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String, String) {
+    let r = dir.join(format!("sroot-{tag}"));
+    for d in ["usr", "dev", "proc", "sys", "run", "tmp", "var", "root"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    for l in ["bin", "sbin", "lib", "lib64"] {
+        symlink(format!("usr/{l}"), r.join(l)).unwrap();
+    }
+    let st = Command::new("cp")
+        .args(["-a", "/etc"])
+        .arg(r.join("etc"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a /etc");
+    std::fs::write(r.join("etc/machine-id"), "").unwrap();
+    std::fs::create_dir_all(r.join("etc/nvproxy")).unwrap();
+    std::fs::write(
+        r.join("etc/nvproxy/config.toml"),
+        "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
+    )
+    .unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::copy(
+        src.join("systemd/nvproxy-tmpfiles.conf"),
+        r.join("etc/tmpfiles.d/nvproxy.conf"),
+    )
+    .unwrap();
+    let bin = nvproxy_bin().canonicalize().unwrap();
+    std::fs::write(
+        r.join("etc/systemd/system/nvproxy.service"),
+        unit.replace("/usr/local/bin/nvproxy", &bin.display().to_string()),
+    )
+    .unwrap();
+    // The binary, its shim and the checkout at their own paths.
+    let share = bin.parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(r.join(share.strip_prefix("/").unwrap())).unwrap();
+    let name = format!("nvproxy-sd-{tag}-{}", std::process::id());
+    let o = podman_cmd(dir, conf)
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--privileged",
+            "--systemd=always",
+        ])
+        .args(["--network", "none", "-v", "/usr:/usr:ro", "--tmpfs", "/var"])
+        .arg("-v")
+        .arg(format!("{0}:{0}:ro", share.display()))
+        .args(["--mount", "type=bind,src=/dev,dst=/dev", "--rootfs"])
+        .arg(&r)
+        .args(["/lib/systemd/systemd", "--unit=nvproxy.service"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "podman run systemd: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let exec = |args: &[&str]| -> String {
+        let o = podman_cmd(dir, conf)
+            .args(["exec", &name])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    let state = loop {
+        let s = exec(&["systemctl", "is-active", "nvproxy.service"]);
+        let s = s.trim().to_owned();
+        if s == "active" || s == "failed" || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let journal = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "cat",
+    ]);
+    eprintln!("--- {tag}: nvproxy.service {state}\n{journal}");
+    (state, journal, name)
+}
+
+fn remove_container(dir: &Path, conf: &Path, name: &str) {
+    let _ = podman_cmd(dir, conf)
+        .args(["rm", "-f", "-t", "2", name])
+        .output();
+}
+
+#[test]
+#[ignore = "needs /dev/cuse, root, podman and systemd; run by tests/run-kernel-tests.sh"]
+fn the_systemd_unit_serves_under_systemd() {
+    require_env();
+    ensure_cgroup2();
+    let dir = scratch("systemd");
+    let conf = podman_conf(&dir);
+    let unit = include_str!("../../systemd/nvproxy.service");
+    let (state, journal, name) = boot_unit(&dir, &conf, "unit", unit);
+    let exec = |args: &[&str]| -> String {
+        let o = podman_cmd(&dir, &conf)
+            .args(["exec", &name])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let spec = exec(&["cat", "/run/cdi/nvproxy.yaml"]);
+    let nodes = exec(&["ls", "/dev/nvproxy/sd-a"]);
+    let stopped = {
+        exec(&["systemctl", "stop", "nvproxy.service"]);
+        exec(&["sh", "-c", "ls /run/cdi; ls /dev/nvproxy 2>&1"])
+    };
+    remove_container(&dir, &conf, &name);
+    assert_eq!(
+        state, "active",
+        "Type=notify: READY=1 reached systemd\n{journal}"
+    );
+    assert!(journal.contains("READY sd-a"), "{journal}");
+    assert!(
+        spec.contains("kind: nvproxy.dev/gpu") && spec.contains("- name: sd-a"),
+        "ExecStartPost wrote the spec: {spec}"
+    );
+    assert!(
+        nodes.contains("nvidiactl") && nodes.contains("nvidia-uvm"),
+        "{nodes}"
+    );
+    assert!(
+        !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),
+        "after stop: the spec removed and the nodes gone: {stopped}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Why the unit has no device ACL: with `DevicePolicy=closed` and `DeviceAllow=` for
+/// `/dev/cuse`, `char-cuse` and `char-nvidia*` (resolved against /proc/devices at start, before
+/// the daemon's CUSE majors exist), the daemon's own open of its first node is refused.
+#[test]
+#[ignore = "needs /dev/cuse, root, podman and systemd; run by tests/run-kernel-tests.sh"]
+fn a_device_acl_blocks_the_daemons_own_nodes() {
+    require_env();
+    ensure_cgroup2();
+    let dir = scratch("acl");
+    let conf = podman_conf(&dir);
+    let unit = include_str!("../../systemd/nvproxy.service")
+        .replace(
+            "DevicePolicy=auto\n",
+            "DevicePolicy=closed\nDeviceAllow=/dev/cuse rw\nDeviceAllow=char-cuse rw\n\
+             DeviceAllow=char-nvidia* rw\n",
+        )
+        .replace("Restart=on-failure\n", "Restart=no\n");
+    assert!(unit.contains("DevicePolicy=closed"));
+    let (state, journal, name) = boot_unit(&dir, &conf, "acl", &unit);
+    remove_container(&dir, &conf, &name);
+    assert_eq!(state, "failed", "{journal}");
+    assert!(
+        journal.contains("opening /dev/nvproxy/sd-a/nvidiactl: Operation not permitted"),
+        "{journal}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
