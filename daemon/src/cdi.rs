@@ -206,7 +206,8 @@ const CAPABILITY_FILES: &[(&str, &[&str])] = &[
     ("ngx", &["libnvidia-ngx.so"]),
 ];
 
-/// The capability a library or binary (by file name) belongs to.
+/// The capability a library or binary (by file name) belongs to; `always` for what is neither
+/// in the table nor a library (an NVIDIA spec's firmware files, sockets, configuration).
 pub fn capability_of(file_name: &str) -> &'static str {
     for (cap, prefixes) in CAPABILITY_FILES {
         if prefixes.iter().any(|p| {
@@ -218,12 +219,16 @@ pub fn capability_of(file_name: &str) -> &'static str {
             return cap;
         }
     }
-    "graphics"
+    if file_name.starts_with("lib") && file_name.contains(".so") {
+        "graphics"
+    } else {
+        "always"
+    }
 }
 
 /// Whether an instance with capabilities `caps` gets the files of capability `cap`.
 fn wants(caps: &BTreeSet<String>, cap: &str) -> bool {
-    caps.contains("all") || caps.contains(cap)
+    cap == "always" || caps.contains("all") || caps.contains(cap)
 }
 
 /// The NVIDIA binaries `nvidia-ctk` and libnvidia-container look for.
@@ -1455,6 +1460,11 @@ mod tests {
         assert_eq!(capability_of("libnvcuvid.so.535.1"), "video");
         assert_eq!(capability_of("libnvidia-glcore.so.535.1"), "graphics");
         assert_eq!(capability_of("libcudart.so.12"), "graphics");
+        assert_eq!(capability_of("gsp_ga10x.bin"), "always");
+        assert_eq!(capability_of("socket"), "always");
+        let compute: BTreeSet<String> = ["compute".to_owned()].into();
+        assert!(wants(&compute, "always") && wants(&compute, "compute"));
+        assert!(!wants(&compute, "utility") && !wants(&compute, "graphics"));
     }
 
     #[test]
