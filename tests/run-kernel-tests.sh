@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd -P)
 
 # Integration test targets of the `tests` crate whose tests are #[ignore]d because they need /dev/cuse.
-KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel audit_kernel real_clients_kernel)
+KERNEL_TESTS=(cuse_kernel proxy_kernel landlock_kernel mmap_kernel audit_kernel real_clients_kernel container_kernel)
 targets=("$@")
 ((${#targets[@]})) || targets=("${KERNEL_TESTS[@]}")
 
@@ -31,18 +31,23 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import js
 # proxy_kernel, mmap_kernel and audit_kernel run the daemon's binary (which wants the preload shim
 # beside it): build both and tell the tests where nvproxy is.
 for t in "${targets[@]}"; do
-  if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel || $t == real_clients_kernel ]]; then
+  if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel || $t == real_clients_kernel || $t == container_kernel ]]; then
     cargo build -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
     export NVPROXY_BIN="$target_dir/debug/nvproxy"
   fi
-  if [[ $t == real_clients_kernel || $t == audit_kernel ]]; then
+  if [[ $t == real_clients_kernel || $t == audit_kernel || $t == container_kernel ]]; then
     # NVIDIA's libcuda/NVML/nvidia-smi from Debian's non-free archive, unpacked under the target
     # dir (fetched here, on the host: the VM has no network). real_clients_kernel runs both
-    # versions, audit_kernel 535.261.03.
+    # versions, audit_kernel and container_kernel 535.261.03.
     export NVIDIA_USERSPACE_DIR="$target_dir/nvidia-userspace"
     for v in 535.216.03 535.261.03; do
       NVIDIA_USERSPACE_CACHE="$NVIDIA_USERSPACE_DIR" tests/nvidia-userspace/fetch.sh "$v" >/dev/null
     done
+  fi
+  if [[ $t == container_kernel ]] && ! command -v podman >/dev/null; then
+    # Debian's podman (with crun and conmon) runs the containers; the VM runs the host's binaries.
+    echo "run-kernel-tests: container_kernel needs podman: apt-get install podman" >&2
+    exit 1
   fi
 done
 
@@ -72,7 +77,10 @@ for bin in "${bins[@]}"; do
     vm)
       rw=()
       [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
-      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${rw[@]}" -- \
+      # container_kernel boots systemd in a container next to the daemon: 2 GiB.
+      mem=()
+      [[ $(basename "$bin") == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
+      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${mem[@]}" "${rw[@]}" -- \
         "$bin" --ignored --test-threads=1 || status=1 ;;
     *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; exit 2 ;;
   esac

@@ -5,6 +5,7 @@ mod api;
 mod audit_cmd;
 mod audit_log;
 mod backend;
+mod cdi;
 mod child;
 mod config;
 mod device;
@@ -56,6 +57,13 @@ enum Command {
     /// Read audit logs: `summary LOG` prints a table of the entries used.
     #[command(subcommand)]
     Audit(audit_cmd::AuditCommand),
+    /// CDI: `generate` prints a spec with one device per served instance (podman --device
+    /// nvproxy.dev/gpu=NAME).
+    #[command(subcommand)]
+    Cdi(cdi::CdiCommand),
+    /// (internal) The OCI createContainer hooks of the CDI spec.
+    #[command(hide = true)]
+    CdiHook(cdi::HookArgs),
     /// Check a configuration file and print the instances it defines.
     CheckConfig {
         /// The TOML file (see examples/config.toml).
@@ -131,6 +139,8 @@ fn main() -> ExitCode {
         }),
         Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Worker => worker::run(),
+        Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::CdiHook(args) => cdi::hook(args).map(|()| ExitCode::SUCCESS),
         Command::NsExec(spec) => nsexec::run(spec).map(|never| match never {}),
     };
     match result {
