@@ -695,8 +695,7 @@ fn char_link_name(node: &str) -> Option<String> {
     Some(format!("195:{minor}"))
 }
 
-/// CDI's rules for the kind: vendor a DNS name, class `[A-Za-z0-9][A-Za-z0-9_.-]*` ending
-/// alphanumeric.
+/// CDI's rules for the kind: vendor a DNS name, class `[A-Za-z0-9][A-Za-z0-9_.-]*[A-Za-z0-9]`.
 fn check_kind(vendor: &str, class: &str) -> Result<()> {
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -708,7 +707,8 @@ fn check_kind(vendor: &str, class: &str) -> Result<()> {
     if vendor.is_empty() || !vendor.split('.').all(label_ok) {
         bail!("CDI vendor {vendor:?} must be a DNS name (e.g. nvproxy.dev)");
     }
-    let ok_class = !class.is_empty()
+    // At least two characters, as the pattern says (podman 4.3's CDI library panics on one).
+    let ok_class = class.len() >= 2
         && class.len() <= 63
         && class
             .bytes()
@@ -1491,6 +1491,7 @@ mod tests {
         assert!(check_kind("example.com", "gpu.v1").is_ok());
         assert!(check_kind("nvproxy.dev/x", "gpu").is_err());
         assert!(check_kind("nvproxy.dev", "gpu-").is_err());
+        assert!(check_kind("nvproxy.dev", "x").is_err());
         assert!(check_kind("", "gpu").is_err());
     }
 
