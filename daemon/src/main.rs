@@ -83,6 +83,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(f) = &cli.log {
+        // Workers log with the same filter (supervisor.rs passes it on).
+        let _ = supervisor::LOG_FILTER.set(f.clone());
+    }
     let filter = match &cli.log {
         Some(f) => EnvFilter::new(f),
         // `serve` logs what it does; the other commands stay quiet unless asked.

@@ -33,6 +33,9 @@ use crate::config::{InstanceConfig, RestartPolicy};
 use crate::sys;
 use crate::worker::{self, WorkerSpec, WorkerStats};
 
+/// The `--log` filter this process was started with, which its workers get too.
+pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// How long a worker may take to print READY (the VM's emulated CPU is slow).
 pub const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a worker may take to stop after SIGTERM before it is killed.
@@ -178,7 +181,11 @@ impl Supervisor {
     /// Starts one worker and waits for its READY line.
     fn spawn(&self, spec: &WorkerSpec) -> Result<(u32, OwnedFd)> {
         let name = &spec.instance.name;
-        let mut child = Command::new(&self.exe)
+        let mut cmd = Command::new(&self.exe);
+        if let Some(f) = LOG_FILTER.get() {
+            cmd.arg("--log").arg(f);
+        }
+        let mut child = cmd
             .arg("worker")
             .env(
                 crate::doctor::FOR_COMMAND_ENV,
