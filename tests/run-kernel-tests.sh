@@ -40,7 +40,7 @@ for t in "${targets[@]}"; do
     # dir (fetched here, on the host: the VM has no network). real_clients_kernel runs both
     # versions, audit_kernel and container_kernel 535.261.03.
     export NVIDIA_USERSPACE_DIR="$target_dir/nvidia-userspace"
-    for v in 535.216.03 535.261.03; do
+    for v in 535.216.03 535.261.03 535.309.01; do
       NVIDIA_USERSPACE_CACHE="$NVIDIA_USERSPACE_DIR" tests/nvidia-userspace/fetch.sh "$v" >/dev/null
     done
   fi

@@ -37,7 +37,10 @@ const PROBE: &str = env!("CARGO_BIN_EXE_cuda-probe");
 /// One `nvproxy exec` of a real client (the VM guest runs 10-50x slower than the host).
 const TIMEOUT: Duration = Duration::from_secs(300);
 /// The versions of NVIDIA's userspace Debian 12 carries that the team tests with.
-const VERSIONS: [&str; 2] = ["535.216.03", "535.261.03"];
+/// Debian 12's NVIDIA userspace versions: 535.216.03 and 535.261.03 from bookworm non-free,
+/// 535.309.01 from bookworm-security (issue 11: every one runs against nvsim reporting its own
+/// version).
+const VERSIONS: [&str; 3] = ["535.216.03", "535.261.03", "535.309.01"];
 
 fn require_cuse() {
     assert!(
@@ -313,6 +316,7 @@ fn cuinit_and_device_queries_return_the_simulated_gpu() {
     for (v, exec_args) in [
         (VERSIONS[0], &[][..]),
         (VERSIONS[1], &[][..]),
+        (VERSIONS[2], &[][..]),
         (VERSIONS[1], &["--sim-gpus", "2", "--gpus", "1"][..]),
     ] {
         let (lib, _) = userspace(v);
