@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -103,9 +103,21 @@ pub(crate) struct InterruptFlag {
     cv: Condvar,
     answered: AtomicBool,
     fired: AtomicBool,
+    /// When the handler's current wait on client memory began (the watchdog's clock), 0 when
+    /// none is armed.
+    armed: AtomicU64,
 }
 
 impl InterruptFlag {
+    /// Arms (`ns` > 0) or disarms (0) a wait on client memory.
+    pub(crate) fn arm(&self, ns: u64) {
+        self.armed.store(ns, Ordering::Release);
+    }
+
+    pub(crate) fn armed_since(&self) -> u64 {
+        self.armed.load(Ordering::Acquire)
+    }
+
     /// Claims the reply: true for the first caller only.
     pub(crate) fn take_answer(&self) -> bool {
         !self.answered.swap(true, Ordering::AcqRel)
@@ -180,11 +192,7 @@ impl Request {
     /// the caller's page faults can block (`process_vm_readv`/`writev`); see `watchdog.rs`.
     /// Unbounded for a detached request.
     pub fn client_waits(&self) -> ClientWaits {
-        ClientWaits::new(
-            self.watchdog.clone(),
-            self.unique,
-            Arc::clone(&self.interrupt),
-        )
+        ClientWaits::new(self.watchdog.clone(), Arc::clone(&self.interrupt))
     }
 
     /// The kernel's request id.
@@ -274,6 +282,30 @@ pub struct Ioctl<'a> {
     pub in_data: &'a [u8],
     /// The most output bytes the kernel copies back.
     pub out_size: u32,
+    /// On a retry round, the regions `in_data` holds and the output regions, as the previous
+    /// round's [`IoctlReply::Retry`] named them (the session keeps them per open file and
+    /// calling thread between rounds); `None` on a first round.
+    pub retry: Option<&'a RetryRound>,
+}
+
+/// The regions of one retry round: what a handler's [`IoctlReply::Retry`] asked for. The
+/// kernel's next `FUSE_IOCTL` for the same open file and thread carries the `in_iovs`' bytes,
+/// concatenated, and accepts up to the `out_iovs`' total length back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryRound {
+    /// The input regions, in order.
+    pub in_iovs: Vec<IoVec>,
+    /// The output regions, in order.
+    pub out_iovs: Vec<IoVec>,
+}
+
+impl RetryRound {
+    /// Whether a request with `in_size` input bytes and room for `out_size` output bytes is
+    /// this round's continuation.
+    pub fn matches(&self, in_size: usize, out_size: u32) -> bool {
+        let sum = |v: &[IoVec]| v.iter().map(|i| i.len).sum::<u64>();
+        sum(&self.in_iovs) == in_size as u64 && sum(&self.out_iovs) == u64::from(out_size)
+    }
 }
 
 impl Ioctl<'_> {
@@ -442,6 +474,7 @@ mod tests {
 
     fn unrestricted() -> Ioctl<'static> {
         Ioctl {
+            retry: None,
             fh: 1,
             cmd: 0,
             arg: 0,

@@ -16,7 +16,9 @@ use tracing::{Span, debug, debug_span, error, info, trace, warn};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{CuseError, HandlerReplyError};
-use crate::handler::{Handler, InterruptFlag, Ioctl, PollHandle, Request, ioctl_reply_body};
+use crate::handler::{
+    Handler, InterruptFlag, Ioctl, IoctlReply, PollHandle, Request, RetryRound, ioctl_reply_body,
+};
 use crate::sys;
 use crate::watchdog::Watchdog;
 use crate::wire::{
@@ -368,7 +370,8 @@ impl Session {
         // one channel would all wake for every request); `stop` wakes them with a signal.
         sys::install_wake_handler().map_err(CuseError::Setup)?;
         sys::set_nonblocking(self.chan.as_fd(), false).map_err(CuseError::Setup)?;
-        let shared = Arc::new(Shared {
+        let timeout = self.cfg.client_wait_timeout;
+        let shared = Arc::new_cyclic(|me: &std::sync::Weak<Shared>| Shared {
             chan: Arc::clone(&self.chan),
             handler,
             inflight: Mutex::new(IdMap::default()),
@@ -377,7 +380,22 @@ impl Session {
             buf_size: self.cfg.read_buffer_size(),
             control: self.control.clone(),
             thread_start: self.thread_start.clone(),
-            watchdog: Watchdog::new(Some(Arc::clone(&self.chan)), self.cfg.client_wait_timeout),
+            watchdog: {
+                // The watchdog looks at the session's requests in flight.
+                let me = me.clone();
+                Watchdog::new(
+                    Some(Arc::clone(&self.chan)),
+                    timeout,
+                    Box::new(move |f| {
+                        if let Some(shared) = me.upgrade() {
+                            for (&unique, flag) in shared.inflight().iter() {
+                                f(unique, flag);
+                            }
+                        }
+                    }),
+                )
+            },
+            retries: Mutex::new(HashMap::new()),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -634,7 +652,13 @@ struct Shared {
     thread_start: Option<ThreadStart>,
     /// Bounds handlers' waits on client memory (`watchdog.rs`).
     watchdog: Arc<Watchdog>,
+    /// The regions of each retry round in progress, by (fh, calling thread): what the next
+    /// round's data holds (at most [`MAX_RETRY_ROUNDS`]).
+    retries: Mutex<HashMap<(u64, u32), RetryRound>>,
 }
+
+/// Retry rounds in progress per session (each is one caller thread blocked in an ioctl).
+pub const MAX_RETRY_ROUNDS: usize = 4096;
 
 /// One serving thread.
 struct Slot {
@@ -670,6 +694,10 @@ impl PoolState {
 }
 
 impl Shared {
+    fn retries_lock(&self) -> MutexGuard<'_, HashMap<(u64, u32), RetryRound>> {
+        self.retries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn inflight(&self) -> MutexGuard<'_, IdMap<Arc<InterruptFlag>>> {
         self.inflight.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -1134,6 +1162,7 @@ impl Shared {
                 }))
             }
             Op::Release(a) => {
+                self.retries_lock().retain(|&(fh, _), _| fh != a.fh);
                 h.release(req, a.fh, a.flags);
                 Ok(ReplyBody::Empty)
             }
@@ -1171,6 +1200,12 @@ impl Shared {
                 Ok(ReplyBody::Empty)
             }
             Op::Ioctl(a, data) => {
+                // A first round carries nothing; a retry round carries what the previous
+                // round of this open file and thread named.
+                let key = (a.fh, req.pid);
+                let prev = self.retries_lock().remove(&key);
+                let first = data.is_empty() && a.out_size == 0;
+                let retry = prev.filter(|r| !first && r.matches(data.len(), a.out_size));
                 let io = Ioctl {
                     fh: a.fh,
                     cmd: a.cmd,
@@ -1178,9 +1213,26 @@ impl Shared {
                     flags: a.flags,
                     in_data: &data,
                     out_size: a.out_size,
+                    retry: retry.as_ref(),
                 };
                 let reply = h.ioctl(req, &io)?;
-                Ok(ioctl_reply_body(&io, reply)?)
+                let next = match &reply {
+                    IoctlReply::Retry { in_iovs, out_iovs } => Some(RetryRound {
+                        in_iovs: in_iovs.clone(),
+                        out_iovs: out_iovs.clone(),
+                    }),
+                    IoctlReply::Done { .. } => None,
+                };
+                let body = ioctl_reply_body(&io, reply)?;
+                if let Some(round) = next {
+                    let mut r = self.retries_lock();
+                    if r.len() >= MAX_RETRY_ROUNDS {
+                        warn!(rounds = r.len(), "too many retry rounds in progress: EIO");
+                        return Err(Reject::Errno(Errno::EIO));
+                    }
+                    r.insert(key, round);
+                }
+                Ok(body)
             }
             Op::Poll(a) => {
                 let notify = (a.flags & FUSE_POLL_SCHEDULE_NOTIFY != 0).then(|| PollHandle {

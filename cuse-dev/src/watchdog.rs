@@ -19,13 +19,18 @@
 //! exits and its `userfaultfd` goes); the number of such threads is bounded by
 //! `max_workers`, and they hold nothing of other devices.
 //!
+//! **Cost.** Arming and disarming are one atomic store each in the request's own state (no
+//! shared lock, no wake-up: every request arms a wait, so this is on every ioctl's path). The
+//! watchdog thread looks at the session's requests in flight every tenth of the timeout (at
+//! most every second), and at once when an interrupt arrives; a wait is answered within a
+//! tenth of the timeout after its deadline.
+//!
 //! [`Request::client_waits`]: crate::Request::client_waits
 //! [`DeviceConfig::client_wait_timeout`]: crate::DeviceConfig::client_wait_timeout
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
@@ -33,97 +38,68 @@ use tracing::warn;
 use crate::Errno;
 use crate::handler::InterruptFlag;
 
-/// One session's watchdog.
+/// The requests a watchdog looks at: (unique, state) of each request in flight.
+pub(crate) type Scan = dyn Fn(&mut dyn FnMut(u64, &Arc<InterruptFlag>)) + Send + Sync;
+
+/// Nanoseconds since the process's first use of a watchdog (0 means "not armed").
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// One session's watchdog (or a standalone one's).
 pub(crate) struct Watchdog {
-    /// Where answers go; `None` for a standalone watchdog (tests, or callers without a
-    /// session), which only marks waits fired.
+    /// Where answers go; `None` for a standalone watchdog, which only marks waits fired.
     chan: Option<Arc<File>>,
     timeout: Duration,
-    state: Mutex<State>,
+    /// The requests to look at.
+    scan: Box<Scan>,
+    started: AtomicBool,
+    stop: Mutex<bool>,
     cv: Condvar,
     /// Waits that fired, since the start (for tests and logs).
     fired: AtomicU64,
 }
 
-#[derive(Default)]
-struct State {
-    armed: HashMap<u64, Armed>,
-    next_token: u64,
-    thread: bool,
-    stop: bool,
-}
-
-struct Armed {
-    unique: u64,
-    deadline: Instant,
-    req: Arc<InterruptFlag>,
-}
-
 impl Watchdog {
-    pub(crate) fn new(chan: Option<Arc<File>>, timeout: Duration) -> Arc<Self> {
+    /// A session's watchdog: it looks at the requests `scan` yields.
+    pub(crate) fn new(chan: Option<Arc<File>>, timeout: Duration, scan: Box<Scan>) -> Arc<Self> {
         Arc::new(Self {
             chan,
             timeout,
-            state: Mutex::new(State::default()),
+            scan,
+            started: AtomicBool::new(false),
+            stop: Mutex::new(false),
             cv: Condvar::new(),
             fired: AtomicU64::new(0),
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn arm(self: &Arc<Self>, unique: u64, req: &Arc<InterruptFlag>) -> Option<u64> {
-        let mut st = self.state();
-        if st.stop {
-            return None;
+    /// Starts the thread on the first arm (cheap check afterwards).
+    fn ensure_thread(self: &Arc<Self>) {
+        if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
+            return;
         }
-        if !st.thread {
-            let me = Arc::downgrade(self);
-            match std::thread::Builder::new()
-                .name("cuse-watchdog".into())
-                .spawn(move || Self::run(&me))
-            {
-                Ok(_) => st.thread = true,
-                Err(e) => {
-                    warn!(error = %e, "cannot start the client-wait watchdog; waits are unbounded");
-                    return None;
-                }
-            }
+        let me = Arc::downgrade(self);
+        if let Err(e) = std::thread::Builder::new()
+            .name("cuse-watchdog".into())
+            .spawn(move || Self::run(&me))
+        {
+            warn!(error = %e, "cannot start the client-wait watchdog; waits are unbounded");
         }
-        st.next_token += 1;
-        let token = st.next_token;
-        let was_empty = st.armed.is_empty();
-        st.armed.insert(
-            token,
-            Armed {
-                unique,
-                deadline: Instant::now() + self.timeout,
-                req: Arc::clone(req),
-            },
-        );
-        if was_empty {
-            self.cv.notify_all();
-        }
-        Some(token)
-    }
-
-    fn disarm(&self, token: u64) {
-        self.state().armed.remove(&token);
     }
 
     /// An interrupt arrived for some request: look at the armed waits now.
     pub(crate) fn poke(&self) {
-        let st = self.state();
-        if !st.armed.is_empty() {
-            self.cv.notify_all();
-        }
+        self.cv.notify_all();
     }
 
-    /// Stops the watchdog thread (the session ends); armed waits are not answered any more.
+    /// Stops the watchdog thread (the session ends).
     pub(crate) fn stop(&self) {
-        self.state().stop = true;
+        *self.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.cv.notify_all();
     }
 
@@ -132,9 +108,9 @@ impl Watchdog {
         self.fired.load(Ordering::Relaxed)
     }
 
-    /// The watchdog thread: holds the watchdog only while it looks (at most a second at a
-    /// time), so it ends once every handle is gone, or at [`Watchdog::stop`].
-    fn run(weak: &std::sync::Weak<Self>) {
+    /// The thread: holds the watchdog only while it looks, so it ends once every handle is
+    /// gone, or at [`Watchdog::stop`].
+    fn run(weak: &Weak<Self>) {
         while let Some(me) = weak.upgrade() {
             if !me.step() {
                 return;
@@ -142,62 +118,56 @@ impl Watchdog {
         }
     }
 
-    /// Fires what is due, then waits for the next deadline (at most a second). False: stopped.
+    /// Fires what is due, then waits a tenth of the timeout (at most a second) or for a poke.
+    /// False: stopped.
     fn step(&self) -> bool {
-        let mut st = self.state();
-        if st.stop {
+        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let now = now_ns();
+        let mut due = Vec::new();
+        (self.scan)(&mut |unique, req| {
+            let since = req.armed_since();
+            if since != 0 && (req.is_set() || now.saturating_sub(since) >= timeout_ns) {
+                due.push((unique, Arc::clone(req)));
+            }
+        });
+        for (unique, req) in due {
+            self.fire(unique, &req);
+        }
+        let period = (self.timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if *stop {
             return false;
         }
-        let now = Instant::now();
-        let due: Vec<u64> = st
-            .armed
-            .iter()
-            .filter(|(_, a)| a.req.is_set() || a.deadline <= now)
-            .map(|(&t, _)| t)
-            .collect();
-        let fired: Vec<Armed> = due.iter().filter_map(|t| st.armed.remove(t)).collect();
-        if !fired.is_empty() {
-            drop(st);
-            for a in fired {
-                self.fire(a);
-            }
-            return true;
-        }
-        let wait = st
-            .armed
-            .values()
-            .map(|a| a.deadline.saturating_duration_since(now))
-            .min()
-            .unwrap_or(Duration::from_secs(1))
-            .clamp(Duration::from_millis(1), Duration::from_secs(1));
-        drop(
-            self.cv
-                .wait_timeout(st, wait)
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        true
+        let (stop, _) = self
+            .cv
+            .wait_timeout(stop, period)
+            .unwrap_or_else(PoisonError::into_inner);
+        !*stop
     }
 
-    fn fire(&self, a: Armed) {
+    fn fire(&self, unique: u64, req: &InterruptFlag) {
         // Fired first: the handler, when its access returns, must see it before it could act.
-        a.req.mark_fired();
+        if req.has_fired() {
+            return;
+        }
+        req.mark_fired();
         self.fired.fetch_add(1, Ordering::Relaxed);
-        let interrupted = a.req.is_set();
+        let interrupted = req.is_set();
         let errno = if interrupted {
             Errno::EINTR
         } else {
             Errno::EFAULT
         };
         warn!(
-            unique = a.unique,
+            unique,
             interrupted,
             timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
             "a wait on the client's memory did not end in time: request answered {errno:?}; \
              the serving thread stays until the client's page fault resolves"
         );
-        if a.req.take_answer() {
+        if req.take_answer() {
             if let Some(chan) = &self.chan {
-                crate::session::send_error(chan, a.unique, errno);
+                crate::session::send_error(chan, unique, errno);
             }
         }
     }
@@ -208,23 +178,28 @@ impl Watchdog {
 #[derive(Clone)]
 pub struct ClientWaits {
     wd: Option<Arc<Watchdog>>,
-    unique: u64,
     req: Arc<InterruptFlag>,
 }
 
 impl ClientWaits {
-    pub(crate) fn new(wd: Option<Arc<Watchdog>>, unique: u64, req: Arc<InterruptFlag>) -> Self {
-        Self { wd, unique, req }
+    pub(crate) fn new(wd: Option<Arc<Watchdog>>, req: Arc<InterruptFlag>) -> Self {
+        Self { wd, req }
     }
 
     /// Waits not tied to a session: a wait past `timeout` (or after [`ClientWaits::interrupt`])
     /// is only marked fired. For callers that read client memory outside a CUSE request, and
     /// for tests.
     pub fn standalone(timeout: Duration) -> Self {
+        let req = Arc::new(InterruptFlag::default());
+        let me = Arc::downgrade(&req);
+        let scan: Box<Scan> = Box::new(move |f| {
+            if let Some(r) = me.upgrade() {
+                f(0, &r);
+            }
+        });
         Self {
-            wd: Some(Watchdog::new(None, timeout)),
-            unique: 0,
-            req: Arc::default(),
+            wd: Some(Watchdog::new(None, timeout, scan)),
+            req,
         }
     }
 
@@ -232,18 +207,17 @@ impl ClientWaits {
     pub fn unbounded() -> Self {
         Self {
             wd: None,
-            unique: 0,
             req: Arc::default(),
         }
     }
 
     /// Arms a deadline for one access; it is disarmed when the guard drops.
     pub fn arm(&self) -> ClientWait<'_> {
-        let token = self
-            .wd
-            .as_ref()
-            .and_then(|wd| wd.arm(self.unique, &self.req));
-        ClientWait { waits: self, token }
+        if let Some(wd) = &self.wd {
+            wd.ensure_thread();
+            self.req.arm(now_ns());
+        }
+        ClientWait { waits: self }
     }
 
     /// Whether a wait of this request fired: the request was answered, so the handler must
@@ -269,7 +243,6 @@ impl ClientWaits {
 /// One armed wait; see the module docs.
 pub struct ClientWait<'a> {
     waits: &'a ClientWaits,
-    token: Option<u64>,
 }
 
 impl ClientWait<'_> {
@@ -282,8 +255,6 @@ impl ClientWait<'_> {
 
 impl Drop for ClientWait<'_> {
     fn drop(&mut self) {
-        if let (Some(wd), Some(t)) = (&self.waits.wd, self.token) {
-            wd.disarm(t);
-        }
+        self.waits.req.arm(0);
     }
 }

@@ -1,8 +1,7 @@
 //! The `ioctl-proxy` request path as a [`Backend`] of the CUSE nodes.
 
-use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cuse_dev::Errno;
 use ioctl_proxy::{Caller, ClientMemory, FdError, FdResolver, OpenId, OwnerId, Proxy, ProxyError};
@@ -14,38 +13,12 @@ use crate::device::{Backend, FdLookup, Node};
 /// One instance's proxy behind its nodes.
 pub struct ProxyBackend {
     proxy: Arc<Proxy>,
-    /// Thread id → thread group id, for audit attribution only (a stale entry after tid reuse
-    /// mislabels an audit line, never a policy decision). Bounded.
-    tgids: Mutex<HashMap<u32, u32>>,
 }
 
 impl ProxyBackend {
     /// Serves `proxy`.
     pub fn new(proxy: Arc<Proxy>) -> Self {
-        ProxyBackend {
-            proxy,
-            tgids: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn tgid(&self, tid: u32) -> u32 {
-        let mut cache = self.tgids.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&t) = cache.get(&tid) {
-            return t;
-        }
-        let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Tgid:"))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(tid);
-        if cache.len() >= 4096 {
-            cache.clear();
-        }
-        cache.insert(tid, tgid);
-        tgid
+        ProxyBackend { proxy }
     }
 }
 
@@ -104,7 +77,7 @@ impl Backend for ProxyBackend {
         fds: FdLookup<'_>,
     ) -> Result<i32, Errno> {
         let caller = Caller {
-            pid: self.tgid(tid),
+            pid: 0, // looked up only for an audit event (Caller::process)
             tid,
         };
         self.proxy
@@ -118,14 +91,17 @@ impl Backend for ProxyBackend {
 /// names exactly one open of one node.
 pub struct UvmBackend {
     uvm: Arc<UvmProxy>,
-    /// The frontend's backend, for its thread-group cache.
-    frontend: Arc<ProxyBackend>,
+    /// The frontend's backend (the UVM node shares its instance).
+    _frontend: Arc<ProxyBackend>,
 }
 
 impl UvmBackend {
     /// Serves `uvm`.
     pub fn new(uvm: Arc<UvmProxy>, frontend: Arc<ProxyBackend>) -> Self {
-        UvmBackend { uvm, frontend }
+        UvmBackend {
+            uvm,
+            _frontend: frontend,
+        }
     }
 }
 
@@ -170,7 +146,7 @@ impl Backend for UvmBackend {
         fds: FdLookup<'_>,
     ) -> Result<i32, Errno> {
         let caller = Caller {
-            pid: self.frontend.tgid(tid),
+            pid: 0, // looked up only for an audit event (Caller::process)
             tid,
         };
         self.uvm

@@ -35,10 +35,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use ioctl_proxy::policy::pass_through_name;
 use nvproxy_abi::{Caps, DriverVersion};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which driver the daemon forwards to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
     /// The NVIDIA kernel driver of this host.
@@ -51,7 +51,7 @@ pub enum DriverKind {
 pub use crate::memory::MemoryTransport;
 
 /// Enforce the policy, or only record what it would deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Deny what the policy does not allow.
@@ -103,7 +103,7 @@ macro_rules! display_as_str {
 display_as_str!(DriverKind, MemoryTransport, Mode);
 
 /// `[sim]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimSection {
     /// Number of simulated GPUs.
@@ -125,7 +125,7 @@ impl Default for SimSection {
 pub const DEFAULT_SIM_VERSION: &str = "535.261.03";
 
 /// `[daemon]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonSection {
     /// Client memory transport.
@@ -136,10 +136,15 @@ pub struct DaemonSection {
     /// unrestricted host driver fds for RM memory mmaps instead of refusing them. Off by
     /// default: such an fd lets the tenant issue raw driver ioctls around the proxy.
     pub allow_unrestricted_mmap_fds: bool,
+    /// On SIGTERM, leave the workers serving (a later supervisor re-adopts them) instead of
+    /// stopping them: for supervisor restarts under systemd with `KillMode=process`.
+    pub keep_workers: bool,
+    /// A group whose members may use the instance API (the control socket) besides root.
+    pub api_group: Option<String>,
 }
 
 /// One `[[instance]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceConfig {
     /// Instance name: part of the device paths and the audit records.
@@ -180,6 +185,21 @@ pub struct InstanceConfig {
     /// Requests of the instance handled at once; past it an ioctl fails with EAGAIN.
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// What the supervisor does when the instance's worker exits unasked: `on-failure`
+    /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
+    #[serde(default)]
+    pub restart: RestartPolicy,
+}
+
+/// `[[instance]] restart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Restart a worker that exited unasked.
+    #[default]
+    OnFailure,
+    /// Leave the instance failed.
+    No,
 }
 
 impl InstanceConfig {

@@ -10,9 +10,8 @@
 //! ([`drop_admin_on_this_thread`]) when they start and, failing that, refuse every request.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
 use nvproxy_preload_proto::{
@@ -96,8 +95,6 @@ pub struct NodeDevice {
     transport: MemoryTransport,
     /// The instance's mmap tickets (the shim's ioctls are answered here).
     mmap: Arc<InstanceMmap>,
-    /// Retry plans between rounds, by (fh, calling thread).
-    plans: Mutex<HashMap<(u64, u32), RetryPlan>>,
 }
 
 impl NodeDevice {
@@ -115,12 +112,7 @@ impl NodeDevice {
             fdid,
             transport,
             mmap,
-            plans: Mutex::new(HashMap::new()),
         }
-    }
-
-    fn plans(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), RetryPlan>> {
-        self.plans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn resolve_fd(&self, tid: u32, fd: i32) -> io::Result<u64> {
@@ -151,16 +143,16 @@ impl NodeDevice {
 
     fn ioctl_retry(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
         let tid = req.pid();
-        let key = (io.fh, tid);
+        // cuse-dev keeps the regions between rounds and hands back what the previous round
+        // asked for; a round with data but no previous round is the protocol's error.
         let first_round = io.in_data.is_empty() && io.out_size == 0;
-        let plan = if first_round {
-            self.plans().remove(&key);
-            RetryPlan::default()
-        } else {
-            self.plans().remove(&key).ok_or_else(|| {
-                tracing::warn!(fh = io.fh, tid, "retry round without a plan");
-                Errno::EIO
-            })?
+        let plan = match io.retry {
+            Some(round) => RetryPlan::from_round(round),
+            None if first_round => RetryPlan::default(),
+            None => {
+                tracing::warn!(fh = io.fh, tid, "retry round without a previous round");
+                return Err(Errno::EIO);
+            }
         };
         let mut mem = RetryMemory::new(plan, io.in_data, io.out_size).map_err(|_| {
             tracing::warn!(fh = io.fh, tid, "retry round does not match its plan");
@@ -173,12 +165,10 @@ impl NodeDevice {
         if mem.needs_retry() {
             let next = mem.next_plan();
             let iov = |r: &(u64, usize)| IoVec::new(r.0, r.1 as u64);
-            let reply = IoctlReply::Retry {
+            return Ok(IoctlReply::Retry {
                 in_iovs: next.reads.iter().map(iov).collect(),
                 out_iovs: next.writes.iter().map(iov).collect(),
-            };
-            self.plans().insert(key, next);
-            return Ok(reply);
+            });
         }
         let result = result?;
         Ok(IoctlReply::Done {
@@ -201,7 +191,6 @@ impl Handler for NodeDevice {
         // closed file held through its internal RM API whatever the closer's capabilities
         // (`RmFreeUnusedClients`, osapi.c). A failure is logged.
         let _ = drop_admin_on_this_thread();
-        self.plans().retain(|&(f, _), _| f != fh);
         self.mmap.released(self.node, fh);
         self.backend.release(fh);
     }

@@ -149,8 +149,26 @@ pub fn cuse_advice(state: &CuseState, what: &CuseUse<'_>) -> String {
     }
 }
 
-/// This process's command line, quoted for a shell, with the executable's full path.
+/// The environment variable through which a worker knows the command line that started it
+/// (the supervisor's or `nvproxy exec`'s), for advice that names a command the user ran.
+pub const FOR_COMMAND_ENV: &str = "NVPROXY_FOR_COMMAND";
+/// The subcommand (`exec`, `serve`) that started a worker.
+pub const FOR_SUBCOMMAND_ENV: &str = "NVPROXY_FOR_SUBCOMMAND";
+
+/// The subcommand the user ran: ours, or for a worker the one that started it.
+pub fn user_subcommand() -> Option<String> {
+    std::env::var(FOR_SUBCOMMAND_ENV)
+        .ok()
+        .or_else(|| std::env::args().nth(1))
+}
+
+/// This process's command line, quoted for a shell, with the executable's full path (for a
+/// worker: the command line of the process that started it).
 pub fn this_command_line() -> String {
+    // A worker reports its supervisor's (or exec's) command line: that is what the user ran.
+    if let Ok(line) = std::env::var(FOR_COMMAND_ENV) {
+        return line;
+    }
     std::env::args()
         .enumerate()
         .map(|(i, a)| {

@@ -21,7 +21,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One served node: its CUSE session's thread.
 struct Served {
-    node: Node,
     path: PathBuf,
     control: SessionControl,
     thread: Option<JoinHandle<Result<(), CuseError>>>,
@@ -72,11 +71,12 @@ impl InstanceNodes {
                         }
                         state => {
                             let line = crate::doctor::this_command_line();
-                            let what = if std::env::args().nth(1).as_deref() == Some("exec") {
-                                crate::doctor::CuseUse::SelfContained(&line)
-                            } else {
-                                crate::doctor::CuseUse::ServeAndRun
-                            };
+                            let what =
+                                if crate::doctor::user_subcommand().as_deref() == Some("exec") {
+                                    crate::doctor::CuseUse::SelfContained(&line)
+                                } else {
+                                    crate::doctor::CuseUse::ServeAndRun
+                                };
                             crate::doctor::cuse_advice(&state, &what)
                         }
                     };
@@ -104,7 +104,6 @@ impl InstanceNodes {
                 .name(format!("cuse-{}", node.dev_name()))
                 .spawn(move || session.run(handler))?;
             this.nodes.push(Served {
-                node,
                 path: path.clone(),
                 control: control.clone(),
                 thread: Some(thread),
@@ -119,19 +118,6 @@ impl InstanceNodes {
             tracing::info!(instance, node = %path.display(), rdev = format_args!("{}:{}", libc::major(rdev), libc::minor(rdev)), "node ready");
         }
         Ok(this)
-    }
-
-    /// `SOURCE=NAME` pairs for `nvproxy ns-exec --node`.
-    pub fn ns_node_args(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .map(|n| format!("{}={}", n.path.display(), n.node.dev_name()))
-            .collect()
-    }
-
-    /// The nodes' paths on the host.
-    pub fn paths(&self) -> impl Iterator<Item = &Path> {
-        self.nodes.iter().map(|n| n.path.as_path())
     }
 
     /// Unregisters every node (clients still holding one get ENOTCONN).

@@ -1,6 +1,7 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod api;
 mod audit_cmd;
 mod audit_log;
 mod backend;
@@ -17,7 +18,9 @@ mod node;
 mod nsexec;
 mod policy_cmd;
 mod serve;
+mod supervisor;
 mod sys;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -66,6 +69,13 @@ enum Command {
         /// The TOML file (see examples/config.toml).
         path: std::path::PathBuf,
     },
+    /// Manage the instances of a running `nvproxy serve` (its control socket): create, list,
+    /// show, rm.
+    #[command(subcommand)]
+    Instance(api::InstanceCommand),
+    /// (internal) Serve one instance, its spec (JSON) on stdin: the supervisor's worker.
+    #[command(hide = true)]
+    Worker,
     /// (internal) Run a command in a private mount namespace with the given nodes as /dev/NAME.
     #[command(hide = true)]
     NsExec(nsexec::NsSpec),
@@ -77,11 +87,13 @@ fn main() -> ExitCode {
         Some(f) => EnvFilter::new(f),
         // `serve` logs what it does; the other commands stay quiet unless asked.
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-            EnvFilter::new(if matches!(cli.command, Command::Serve(_)) {
-                "info"
-            } else {
-                "warn"
-            })
+            EnvFilter::new(
+                if matches!(cli.command, Command::Serve(_) | Command::Worker) {
+                    "info"
+                } else {
+                    "warn"
+                },
+            )
         }),
     };
     // Colour only on a terminal: a log file or pipe gets plain text (NO_COLOR turns it off).
@@ -95,7 +107,7 @@ fn main() -> ExitCode {
 
     if matches!(
         cli.command,
-        Command::Serve(_) | Command::Exec(_) | Command::Run(_)
+        Command::Serve(_) | Command::Exec(_) | Command::Run(_) | Command::Worker
     ) {
         // Tenants' opens hold daemon fds; the per-instance quotas bound each tenant below this.
         match sys::raise_nofile_limit() {
@@ -127,6 +139,8 @@ fn main() -> ExitCode {
         }),
         Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::CdiHook(args) => cdi::hook(args).map(|()| ExitCode::SUCCESS),
+        Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Worker => worker::run(),
         Command::NsExec(spec) => nsexec::run(spec).map(|never| match never {}),
     };
     match result {

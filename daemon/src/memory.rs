@@ -18,7 +18,17 @@ use ioctl_proxy::{ClientMemory, MemError};
 use crate::sys;
 
 /// How the daemon reads and writes client memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum MemoryTransport {
     /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
@@ -299,6 +309,19 @@ pub struct RetryPlan {
 }
 
 impl RetryPlan {
+    /// The plan a retry round's regions (kept by cuse-dev between rounds) stand for.
+    pub fn from_round(round: &cuse_dev::RetryRound) -> Self {
+        let regions = |v: &[cuse_dev::IoVec]| {
+            v.iter()
+                .map(|i| (i.base, usize::try_from(i.len).unwrap_or(usize::MAX)))
+                .collect()
+        };
+        RetryPlan {
+            reads: regions(&round.in_iovs),
+            writes: regions(&round.out_iovs),
+        }
+    }
+
     fn in_len(&self) -> usize {
         self.reads.iter().map(|r| r.1).sum()
     }

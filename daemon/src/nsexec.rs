@@ -27,6 +27,13 @@
 //!   command runs with the shim appended to `LD_PRELOAD` and `NVPROXY_NODES` set (see the
 //!   `preload` crate).
 //!
+//! - the command gets its own **pid namespace** with its own `/proc`: it sees only its own
+//!   processes, so a root tenant cannot reach another instance's nodes (or anything else)
+//!   through `/proc/<pid>/root` of a process outside. ns-exec forks the namespace's init
+//!   (pid 1: mounts `/proc`, runs the command as its child, reaps orphans, forwards
+//!   SIGINT/SIGTERM/SIGHUP) and waits for it, forwarding the same signals; the exit status is
+//!   the command's (128 + signal when killed).
+//!
 //! Mount propagation is made private first, so nothing leaks to the host's namespace.
 
 use std::ffi::CString;
@@ -81,7 +88,8 @@ fn hidden_dev_entry(name: &str) -> bool {
 
 /// Sets up the namespace and replaces this process with the command. Returns only on error.
 pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
-    unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) (needs root)")?;
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .context("unshare(CLONE_NEWNS | CLONE_NEWPID) (needs root)")?;
     mount(
         None::<&str>,
         "/",
@@ -91,15 +99,94 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     )
     .context("making / private")?;
     setup_dev(&spec.nodes)?;
-    if let Some(dir) = &spec.sim_proc {
-        setup_sim_proc(dir)?;
-    } else if spec.driver_params {
-        setup_driver_params()?;
-    }
     if let Some(socket) = &spec.mmap_socket {
         setup_mmap_socket(socket)?;
     }
-    exec(&spec.command, &command_env(spec))
+    // The command's pid namespace: its first process (pid 1) mounts the namespace's own
+    // /proc, so no process outside it is visible there and `/proc/<pid>/root` of another
+    // instance's process cannot be reached; then it runs the command as its child and reaps
+    // what the command leaves (an init's job: as pid 1 it would ignore signals it has no
+    // handler for, so the command is not pid 1).
+    let termination = termination_set();
+    termination
+        .thread_block()
+        .context("blocking signals for the namespace's init")?;
+    if let Some(init) =
+        crate::sys::fork_single_threaded().context("forking the namespace's init")?
+    {
+        std::process::exit(supervise(init, &termination));
+    }
+    // pid 1 of the new namespace.
+    let code = (|| -> Result<i32> {
+        mount(
+            Some("proc"),
+            "/proc",
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .context("mounting the pid namespace's /proc")?;
+        if let Some(dir) = &spec.sim_proc {
+            setup_sim_proc(dir)?;
+        } else if spec.driver_params {
+            setup_driver_params()?;
+        }
+        match crate::sys::fork_single_threaded().context("forking the command")? {
+            Some(cmd) => Ok(supervise(cmd, &termination)),
+            None => {
+                let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
+                let e = exec(&spec.command, &command_env(spec)).unwrap_err();
+                eprintln!("nvproxy: {e:#}");
+                std::process::exit(127);
+            }
+        }
+    })();
+    match code {
+        Ok(c) => std::process::exit(c),
+        Err(e) => {
+            eprintln!("nvproxy: {e:#}");
+            std::process::exit(126);
+        }
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP and SIGCHLD.
+fn termination_set() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
+/// Waits for `child` (signals blocked in `set`): forwards SIGINT/SIGTERM/SIGHUP to it, reaps
+/// every child that exits (as pid 1, also orphans of the command), and returns `child`'s exit
+/// code (128 + signal when it was killed).
+fn supervise(child: nix::unistd::Pid, set: &nix::sys::signal::SigSet) -> i32 {
+    use nix::sys::signal::Signal;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => return code,
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return 128 + sig as i32,
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        match set.wait() {
+            Ok(Signal::SIGCHLD) | Err(_) => {}
+            Ok(sig) => {
+                let _ = nix::sys::signal::kill(child, sig);
+            }
+        }
+    }
 }
 
 /// The command's environment: ours, with the shim appended to `LD_PRELOAD` and

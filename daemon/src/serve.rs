@@ -1,11 +1,8 @@
-//! Running instances: `nvproxy exec` (one instance around one command), `nvproxy serve` (the
-//! instances of a config file until SIGTERM) and `nvproxy run` (a command with the nodes of a
-//! served instance).
-//!
-//! All instances of one daemon process share one driver (`--driver host`: the kernel driver;
-//! `--driver sim`: one simulated driver, so two instances can be shown to be isolated from each
-//! other on the same "hardware"). DESIGN.md's one worker process per instance is not built yet:
-//! today every instance of `serve` is served by threads of the one process.
+//! Running instances: [`RunningInstance`] (one instance's nodes, proxy and sockets, in the
+//! process that serves it: a worker, or `nvproxy exec`), `nvproxy exec` (one instance around
+//! one command, in-process), `nvproxy serve` (the supervisor of one worker process per
+//! instance, `supervisor.rs`) and `nvproxy run` (a command with the nodes of a served
+//! instance).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -40,11 +37,16 @@ pub struct Driver {
 /// Builds the driver: the host's, or a simulated one with `gpus` GPUs of `version`.
 /// `unrestricted_mmap_fds`: the admin's opt-in to hand tenants unrestricted host fds for RM
 /// mmaps where Landlock cannot deny their device ioctls (host driver only).
+/// `handle_key`: with the simulated driver, where its client-handle counter starts
+/// (`SimConfig::with_client_index_base`; a worker passes its instance's name, so that the
+/// simulated drivers of two workers do not hand out the same handles, as the one real driver
+/// shared by all processes does not).
 pub fn make_driver(
     kind: DriverKind,
     gpus: u32,
     version: &str,
     unrestricted_mmap_fds: bool,
+    handle_key: Option<&str>,
 ) -> Result<Driver> {
     match kind {
         DriverKind::Host => {
@@ -84,7 +86,10 @@ pub fn make_driver(
                     config::MAX_SIM_GPUS
                 );
             }
-            let cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+            let mut cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+            if let Some(key) = handle_key {
+                cfg = cfg.with_client_index_base(key);
+            }
             let sim =
                 SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
             Ok(Driver {
@@ -100,6 +105,7 @@ pub struct RunningInstance {
     name: String,
     nodes: InstanceNodes,
     proxy: Arc<Proxy>,
+    uvm: Arc<uvm::UvmProxy>,
     sink: Arc<JsonLinesSink>,
     mmap_socket: MmapSocket,
 }
@@ -148,8 +154,9 @@ impl RunningInstance {
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
+        let uvm_proxy = Arc::new(uvm);
         let uvm: Arc<dyn crate::device::Backend> =
-            Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
+            Arc::new(UvmBackend::new(uvm_proxy.clone(), backend.clone()));
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
@@ -176,29 +183,15 @@ impl RunningInstance {
             name: inst.name.clone(),
             nodes,
             proxy,
+            uvm: uvm_proxy,
             sink,
             mmap_socket,
         })
     }
 
-    /// The `--node` arguments for `nvproxy ns-exec`.
-    pub fn ns_node_args(&self) -> Vec<String> {
-        self.nodes.ns_node_args()
-    }
-
-    /// The mmap arguments for `nvproxy ns-exec` (none with `preload` = None).
-    pub fn ns_mmap_args(&self, preload: Option<&Path>) -> Result<Vec<String>> {
-        let Some(shim) = preload else {
-            return Ok(Vec::new());
-        };
-        Ok(vec![
-            "--mmap-socket".to_owned(),
-            self.mmap_socket.path().display().to_string(),
-            "--preload".to_owned(),
-            shim.display().to_string(),
-            "--nvproxy-nodes".to_owned(),
-            mmap::node_ids(self.nodes.paths())?,
-        ])
+    /// The instance's frontend proxy.
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
     }
 
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
@@ -207,6 +200,12 @@ impl RunningInstance {
     pub fn stop(self) -> bool {
         drop(self.mmap_socket);
         self.nodes.stop();
+        // Files the clients still hold are revoked (the nodes are gone): their RM clients and
+        // host files go now, so the driver holds nothing of them.
+        let revoked = self.uvm.release_all() + self.proxy.release_all();
+        if revoked != 0 {
+            tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
+        }
         self.sink.write_counts(&self.name, self.proxy.counts());
         let left = self.proxy.object_count();
         if left != 0 {
@@ -217,7 +216,7 @@ impl RunningInstance {
 }
 
 /// Checks the simulated driver holds nothing; returns whether it is clean.
-fn leak_check(driver: &Driver) -> bool {
+pub fn leak_check(driver: &Driver) -> bool {
     let Some(sim) = &driver.sim else { return true };
     // The proxies and their host files are gone by now; give late releases a moment.
     for _ in 0..50 {
@@ -332,6 +331,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         args.sim_gpus,
         &args.sim_driver_version,
         args.allow_unrestricted_mmap_fds,
+        None,
     )?;
     let gpus = match (&args.gpus, args.driver) {
         (Some(g), _) => g.clone(),
@@ -361,6 +361,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_open_files: None,
         max_objects: None,
         max_in_flight: None,
+        restart: config::RestartPolicy::No,
     };
     inst.validate()?;
     crate::policy_cmd::check_allow(
@@ -369,13 +370,35 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
-    let running = RunningInstance::start(&inst, &driver, args.memory, args.audit_log.as_deref())?;
+    // The instance is served by a worker process, as under `serve` (its own driver files and
+    // RM clients; with --driver sim its own simulated driver, configured as ours); it stops
+    // after the command, and with us if we die (`ephemeral`: PR_SET_PDEATHSIG).
+    let spec = crate::worker::WorkerSpec {
+        instance: inst.clone(),
+        driver: args.driver,
+        sim: config::SimSection {
+            gpus: args.sim_gpus,
+            driver_version: args.sim_driver_version.clone(),
+        },
+        memory: args.memory,
+        audit: args.audit_log.clone(),
+        allow_unrestricted_mmap_fds: args.allow_unrestricted_mmap_fds,
+        ephemeral: true,
+    };
+    let root = Path::new(mmap::RUN_DIR);
+    let sup = crate::supervisor::Supervisor::new(root)?;
+    sup.create(spec)?;
+    let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
+        .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
+        .chain(std::iter::once(crate::node::Node::Uvm))
+        .map(|n| (crate::instance::node_path(&inst.name, n), n.dev_name()))
+        .collect();
 
     let exe = std::env::current_exe().context("finding our own executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("ns-exec").arg("--driver-params");
-    for n in running.ns_node_args() {
-        cmd.arg("--node").arg(n);
+    for (path, name) in &nodes {
+        cmd.arg("--node").arg(format!("{}={name}", path.display()));
     }
     let sim_proc = match &driver.sim {
         Some(sim) => Some(write_sim_proc(sim, &inst.name, &inst.gpus)?),
@@ -384,14 +407,27 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     if let Some(dir) = &sim_proc {
         cmd.arg("--sim-proc").arg(dir);
     }
-    cmd.args(running.ns_mmap_args(shim.as_deref())?);
+    if let Some(shim) = &shim {
+        let socket = root.join(&inst.name).join(mmap::SOCKET_NAME);
+        cmd.arg("--mmap-socket")
+            .arg(&socket)
+            .arg("--preload")
+            .arg(shim)
+            .arg("--nvproxy-nodes")
+            .arg(mmap::node_ids(nodes.iter().map(|(p, _)| p.as_path()))?);
+    }
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
     if let Some(dir) = &sim_proc {
         let _ = std::fs::remove_dir_all(dir);
     }
-    let table_clean = running.stop();
-    let clean = leak_check(&driver) && table_clean;
+    // The worker stops (its leak check: exit status LEAK_EXIT when its simulated driver still
+    // held something).
+    let worker_status = sup.remove(&inst.name, true)?;
+    let clean = worker_status == Some(0);
+    if !clean {
+        tracing::warn!(status = ?worker_status, "the instance's worker did not stop cleanly");
+    }
     drop(driver);
     let status = status?;
 
@@ -440,8 +476,12 @@ pub struct ServeArgs {
     pub check_leaks: bool,
 }
 
-/// `nvproxy serve`: the config's instances, until SIGINT/SIGTERM/SIGHUP.
+/// `nvproxy serve`: the supervisor (`supervisor.rs`). Adopts the workers a previous
+/// supervisor left serving, starts a worker for every other instance of the config, serves the
+/// instance API, prints `READY <instances>` (and `READY=1` to systemd), watches the workers
+/// until SIGINT/SIGTERM/SIGHUP, then stops them (unless `[daemon] keep_workers`).
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    use crate::supervisor::{Supervisor, spec_for};
     let mut cfg = config::Config::load(&args.config)?;
     if let Some(d) = args.driver {
         cfg = cfg
@@ -449,49 +489,76 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
     sys::block_termination_signals().context("blocking signals")?;
-    let kind = cfg.driver;
-    let driver = make_driver(
-        kind,
-        cfg.sim.gpus,
-        &cfg.sim.driver_version,
-        cfg.daemon.allow_unrestricted_mmap_fds,
-    )?;
-    let mut running = Vec::new();
+    let root = Path::new(mmap::RUN_DIR);
+    let sup = Supervisor::new(root)?;
+    let adopted = sup.adopt();
     for inst in &cfg.instances {
-        let audit = inst.audit_path(&cfg.daemon);
-        match RunningInstance::start(inst, &driver, cfg.daemon.memory, audit.as_deref()) {
-            Ok(r) => running.push(r),
-            Err(e) => {
-                for r in running {
-                    let _ = r.stop();
-                }
-                return Err(e);
-            }
+        if adopted.contains(&inst.name) {
+            continue;
+        }
+        if let Err(e) = sup.create(spec_for(&cfg, inst)) {
+            sup.stop_all();
+            return Err(e);
         }
     }
-    println!(
-        "READY {}",
-        cfg.instances
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let group = match &cfg.daemon.api_group {
+        Some(g) => Some(
+            nix::unistd::Group::from_name(g)
+                .with_context(|| format!("[daemon] api_group {g:?}"))?
+                .with_context(|| format!("[daemon] api_group {g:?}: no such group"))?
+                .gid
+                .as_raw(),
+        ),
+        None => None,
+    };
+    let cfg = Arc::new(cfg);
+    let api = crate::api::ApiServer::start(
+        &root.join(crate::api::SOCKET_NAME),
+        sup.clone(),
+        cfg.clone(),
+        group,
+    )
+    .context("the control socket")?;
+    let names: Vec<String> = sup.list().into_iter().map(|i| i.name).collect();
+    println!("READY {}", names.join(" "));
     use std::io::Write;
     std::io::stdout().flush().ok();
     if let Err(e) = sys::sd_notify("READY=1") {
         tracing::warn!(error = %e, "sd_notify failed");
     }
-    let sig = sys::wait_for_termination().context("waiting for a signal")?;
+    let sig = loop {
+        if let Some(sig) = sys::poll_termination(std::time::Duration::from_millis(200))
+            .context("waiting for a signal")?
+        {
+            break sig;
+        }
+        sup.check();
+    };
     tracing::info!(signal = ?sig, "stopping");
     let _ = sys::sd_notify("STOPPING=1");
-    let mut tables_clean = true;
-    for r in running {
-        tables_clean &= r.stop();
+    drop(api);
+    if cfg.daemon.keep_workers {
+        sup.detach_all();
+        return Ok(ExitCode::SUCCESS);
     }
-    let clean = leak_check(&driver) && tables_clean;
-    if args.check_leaks && !clean {
-        return Ok(ExitCode::from(LEAK_EXIT));
+    let statuses = sup.stop_all();
+    let leaked: Vec<&String> = statuses
+        .iter()
+        .filter(|(_, s)| **s == Some(i32::from(LEAK_EXIT)))
+        .map(|(n, _)| n)
+        .collect();
+    if !leaked.is_empty() {
+        eprintln!(
+            "nvproxy: leak check failed in the worker(s) of {}",
+            leaked
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if args.check_leaks {
+            return Ok(ExitCode::from(LEAK_EXIT));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -284,6 +284,43 @@ pub fn wait_for_termination() -> io::Result<nix::sys::signal::Signal> {
     set.wait().map_err(io::Error::from)
 }
 
+/// Waits up to `timeout` for SIGINT, SIGTERM or SIGHUP (blocked beforehand): the signal, or
+/// `None` when the time passed.
+pub fn poll_termination(
+    timeout: std::time::Duration,
+) -> io::Result<Option<nix::sys::signal::Signal>> {
+    let mut set = libc_sigset();
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `set` is an initialised sigset_t of ours; sigaddset writes into it.
+        unsafe { libc::sigaddset(&mut set, s) };
+    }
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: sigtimedwait reads `set` and `ts` (ours) and writes no siginfo (NULL).
+    let r = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    nix::sys::signal::Signal::try_from(r)
+        .map(Some)
+        .map_err(io::Error::from)
+}
+
+fn libc_sigset() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set it is given; zeroed memory is a valid start.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        set
+    }
+}
+
 /// Sends `state` (e.g. `READY=1`) to systemd's notify socket when `NOTIFY_SOCKET` is set; a
 /// no-op otherwise. Abstract socket names (`@...`) are supported.
 pub fn sd_notify(state: &str) -> io::Result<()> {
@@ -492,5 +529,88 @@ impl Drop for AnonMap {
     fn drop(&mut self) {
         // SAFETY: the mapping is ours (made by `new`) and nobody holds references into it.
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// `pidfd_open(pid, 0)`: a pidfd for a whole process (readable once it has exited), for
+/// workers the supervisor started and for those it re-adopts after a restart.
+pub fn pidfd_open_process(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `sig` to the process of `pidfd` (`pidfd_send_signal`: no pid-reuse race).
+pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal takes an fd, a signal number, a NULL siginfo and flags 0; no
+    // memory is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reaps our exited child behind `pidfd` (`waitid(P_PIDFD, WEXITED | WNOHANG)`): its exit
+/// code (128 + signal when killed), `None` while it runs, `ECHILD` for a process that is not
+/// our child (a re-adopted worker: its parent is init).
+pub fn waitid_pidfd(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
+    use std::os::fd::AsRawFd;
+    const P_PIDFD: libc::idtype_t = 3;
+    let mut info: libc::siginfo_t = unsafe_zeroed_siginfo();
+    // SAFETY: waitid writes one siginfo_t into `info`, which is ours and large enough.
+    let r = unsafe {
+        libc::waitid(
+            P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after a successful waitid the pid/status fields of `info` are initialised (0 pid
+    // when nothing has exited yet, with WNOHANG).
+    let (pid, status, code) = unsafe { (info.si_pid(), info.si_status(), info.si_code) };
+    if pid == 0 {
+        return Ok(None);
+    }
+    Ok(Some(if code == libc::CLD_EXITED {
+        status
+    } else {
+        128 + status
+    }))
+}
+
+fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
+    // SAFETY: siginfo_t is a plain C struct for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// `fork()` for a process that is single-threaded (ns-exec, before it starts any thread): the
+/// child is `Ok(None)`, the parent gets the child's pid.
+pub fn fork_single_threaded() -> io::Result<Option<nix::unistd::Pid>> {
+    // SAFETY: the callers (ns-exec) run this while the process has exactly one thread, so the
+    // child inherits no lock held by another thread; it only makes syscalls and execs or exits.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => Ok(None),
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child)),
     }
 }

@@ -244,7 +244,10 @@ impl HostFile for RealHostFile {
         // embedded in it (or in a nested buffer) was just set by `patch_pointers` to a nested
         // buffer of `call`, sized by the proxy to what the driver copies for that pointer;
         // `call` is borrowed mutably for the whole call, so none of them moves or is freed
-        // before the ioctl returns.
+        // before the ioctl returns. Those sizes come from the request path's typed structs and
+        // the ABI tables of `nvproxy-abi` (param struct sizes, embedded-pointer counts and
+        // element sizes), which its parity test checks against the driver headers of every
+        // version in the tree: a layout the driver copies differently from ours fails that test.
         let ret = unsafe { libc::ioctl(self.fd.as_raw_fd(), call.cmd as libc::Ioctl, arg) };
         if ret < 0 {
             return Err(io::Error::last_os_error());

@@ -6,8 +6,9 @@
 //! per entry and decision, in [`AuditCounts`], which the daemon can dump at any time; the counts
 //! are what `nvproxy policy suggest --from-audit` needs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -134,8 +135,14 @@ struct Rows {
 /// into the same row after that. Table names are far fewer than the bound.
 #[derive(Debug, Default)]
 pub struct AuditCounts {
-    /// Keyed by (kind, decision), then name, so that counting a call that was counted before
-    /// looks the name up by reference and allocates nothing (this runs for every call).
+    /// The table's entries (built once, read-only): (kind, name) → slot in `fixed`, so that
+    /// counting a known entry, every call's case, takes no lock: concurrent requests of an
+    /// instance do not serialise on their accounting.
+    index: HashMap<(Kind, &'static str), usize>,
+    /// Per slot, one counter per decision.
+    fixed: Vec<[AtomicU64; 4]>,
+    /// The rest: names built from tenant numbers and the fold-over rows, keyed by
+    /// (kind, decision), then name.
     counts: Mutex<BTreeMap<(Kind, Decision), Rows>>,
 }
 
@@ -185,7 +192,41 @@ impl Decision {
     }
 }
 
+impl Decision {
+    fn slot(self) -> usize {
+        match self {
+            Decision::Allowed => 0,
+            Decision::Denied => 1,
+            Decision::AuditWouldDeny => 2,
+            Decision::Failed => 3,
+        }
+    }
+
+    const ALL: [Decision; 4] = [
+        Decision::Allowed,
+        Decision::Denied,
+        Decision::AuditWouldDeny,
+        Decision::Failed,
+    ];
+}
+
 impl AuditCounts {
+    /// Counts whose known entries (`names`: the ABI table's, for its lifetime) are counted
+    /// without a lock.
+    pub fn for_names(names: impl IntoIterator<Item = (Kind, &'static str)>) -> Self {
+        let mut index = HashMap::new();
+        for key in names {
+            let n = index.len();
+            index.entry(key).or_insert(n);
+        }
+        let fixed = (0..index.len()).map(|_| Default::default()).collect();
+        Self {
+            index,
+            fixed,
+            counts: Mutex::default(),
+        }
+    }
+
     /// Named rows per (kind, decision) before further names fold into [`Kind::other_row`].
     pub const MAX_NAMES: usize = 1024;
     /// Distinct numbers the fold-over row keeps.
@@ -197,6 +238,10 @@ impl AuditCounts {
 
     /// Counts one call of the entry `name` (number `number`).
     pub fn add(&self, kind: Kind, name: &str, number: u32, decision: Decision) {
+        if let Some(&i) = self.index.get(&(kind, name)) {
+            self.fixed[i][decision.slot()].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut c = self.lock();
         let rows = c.entry((kind, decision)).or_default();
         if let Some(n) = rows.named.get_mut(name) {
@@ -218,6 +263,9 @@ impl AuditCounts {
 
     /// The count of one entry and decision (`Kind::other_row` for the fold-over row).
     pub fn get(&self, kind: Kind, name: &str, decision: Decision) -> u64 {
+        if let Some(&i) = self.index.get(&(kind, name)) {
+            return self.fixed[i][decision.slot()].load(Ordering::Relaxed);
+        }
         let c = self.lock();
         c.get(&(kind, decision)).map_or(0, |rows| {
             if name == kind.other_row() {
@@ -230,10 +278,17 @@ impl AuditCounts {
 
     /// Number of rows.
     pub fn len(&self) -> usize {
-        self.lock()
-            .values()
-            .map(|r| r.named.len() + usize::from(r.other.is_some()))
-            .sum()
+        let fixed = self
+            .fixed
+            .iter()
+            .map(|d| d.iter().filter(|c| c.load(Ordering::Relaxed) > 0).count())
+            .sum::<usize>();
+        fixed
+            + self
+                .lock()
+                .values()
+                .map(|r| r.named.len() + usize::from(r.other.is_some()))
+                .sum::<usize>()
     }
 
     /// Whether nothing was counted.
@@ -243,8 +298,22 @@ impl AuditCounts {
 
     /// Every row, sorted by kind, name, decision.
     pub fn snapshot(&self) -> Vec<CountRow> {
-        let c = self.lock();
         let mut rows: Vec<CountRow> = Vec::new();
+        for (&(kind, name), &i) in &self.index {
+            for d in Decision::ALL {
+                let count = self.fixed[i][d.slot()].load(Ordering::Relaxed);
+                if count > 0 {
+                    rows.push(CountRow {
+                        kind,
+                        name: name.to_owned(),
+                        decision: d,
+                        count,
+                        numbers: Vec::new(),
+                    });
+                }
+            }
+        }
+        let c = self.lock();
         for (&(kind, decision), r) in c.iter() {
             rows.extend(r.named.iter().map(|(name, &count)| CountRow {
                 kind,
@@ -400,6 +469,32 @@ mod tests {
         assert_eq!(
             c.get(Kind::Control, Kind::Control.other_row(), Decision::Allowed),
             5_000 - (AuditCounts::MAX_NAMES as u64 - 1)
+        );
+    }
+
+    #[test]
+    fn test_known_names_count_without_the_lock_and_snapshot_merges_both() {
+        let c = AuditCounts::for_names([(Kind::Control, "KNOWN"), (Kind::Escape, "E")]);
+        c.add(Kind::Control, "KNOWN", 1, Decision::Allowed);
+        c.add(Kind::Control, "KNOWN", 1, Decision::Allowed);
+        c.add(Kind::Control, "KNOWN", 1, Decision::Failed);
+        c.add(Kind::Control, "OTHER", 2, Decision::Allowed);
+        c.add_unknown(Kind::Control, 3, Decision::Denied);
+        assert_eq!(c.get(Kind::Control, "KNOWN", Decision::Allowed), 2);
+        assert_eq!(c.len(), 4);
+        let rows: Vec<_> = c
+            .snapshot()
+            .into_iter()
+            .map(|r| (r.name, r.decision, r.count))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("KNOWN".to_owned(), Decision::Allowed, 2),
+                ("KNOWN".to_owned(), Decision::Failed, 1),
+                ("OTHER".to_owned(), Decision::Allowed, 1),
+                (Kind::Control.other_row().to_owned(), Decision::Denied, 1),
+            ]
         );
     }
 }

@@ -36,7 +36,7 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
 use zerocopy::FromBytes;
 
-use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, NullSink};
+use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
 use crate::kit::Note;
 use crate::mapping::MappingSlot;
@@ -91,10 +91,29 @@ impl fmt::Display for Node {
 /// The calling thread, as the FUSE header names it (in the daemon's pid namespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Caller {
-    /// Thread group id.
+    /// Thread group id; 0: not looked up yet (it is only needed for an audit event, and is
+    /// then read from `/proc/<tid>/status`, [`Caller::process`]).
     pub pid: u32,
     /// Thread id (the FUSE header's pid).
     pub tid: u32,
+}
+
+impl Caller {
+    /// The calling thread's process: `pid`, or when it was not given, the `Tgid` of
+    /// `/proc/<tid>/status` (the thread itself when that cannot be read: it exited).
+    pub fn process(&self) -> u32 {
+        if self.pid != 0 {
+            return self.pid;
+        }
+        std::fs::read_to_string(format!("/proc/{}/status", self.tid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(self.tid)
+    }
 }
 
 /// Why an fd number of the caller could not be resolved.
@@ -234,6 +253,15 @@ impl Proxy {
                 pci: (card.pci_info.domain, card.pci_info.bus, card.pci_info.slot),
             });
         }
+        let counts = AuditCounts::for_names(
+            abi.escapes
+                .values()
+                .map(|e| (Kind::Escape, e.name))
+                .chain(abi.controls.values().map(|c| (Kind::Control, c.name)))
+                .chain(abi.classes.values().map(|c| (Kind::Class, c.name)))
+                .chain(abi.uvm.values().map(|u| (Kind::Uvm, u.name)))
+                .chain(std::iter::once((Kind::Uvm, "mmap"))),
+        );
         Ok(Self {
             abi,
             policy,
@@ -247,7 +275,7 @@ impl Proxy {
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
             audit: Arc::new(NullSink),
-            counts: AuditCounts::default(),
+            counts,
         })
     }
 
@@ -379,6 +407,17 @@ impl Proxy {
         freed
     }
 
+    /// Releases every open still held (revocation: the instance stops while clients hold its
+    /// files; their calls fail with `ENOTCONN` from the gone node, so nothing they hold can be
+    /// used again). Returns how many.
+    pub fn release_all(&self) -> usize {
+        let ids: Vec<OpenId> = self.opens().keys().copied().collect();
+        for &id in &ids {
+            self.release(id);
+        }
+        ids.len()
+    }
+
     /// The host file id (`HostFile::id`) of an open: what an fd field naming it becomes. The
     /// UVM handlers use it for `rmCtrlFd`.
     pub fn host_file_id(&self, open: OpenId) -> Option<i32> {
@@ -477,7 +516,6 @@ impl Proxy {
         let span = tracing::debug_span!(
             "ioctl",
             instance = %self.policy.name,
-            pid = caller.pid,
             tid = caller.tid,
             cmd = format_args!("{cmd:#010x}")
         );
@@ -537,7 +575,7 @@ impl Proxy {
         let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.audit.record(&AuditEvent {
             instance: self.policy.name.clone(),
-            pid: caller.pid,
+            pid: caller.process(),
             tid: caller.tid,
             node: node.to_string(),
             kind: note.kind,

@@ -165,6 +165,11 @@ pub struct SimConfig {
     pub version: DriverVersion,
     /// The GPUs, in probe order (device instance = position). Minor numbers must be unique.
     pub gpus: Vec<SimGpu>,
+    /// Where the driver's client-handle counter starts (`0xc1d00000 | index`). The real
+    /// driver has one counter for every process on the host, so two processes never get the
+    /// same client handle; a simulated driver per worker process starts each at its own place
+    /// so that its handles are not another instance's ([`SimConfig::with_client_index_base`]).
+    pub client_index_base: u32,
 }
 
 /// The default simulated driver version.
@@ -176,7 +181,22 @@ impl SimConfig {
         SimConfig {
             version: DEFAULT_VERSION,
             gpus: (0..n as u32).map(SimGpu::h100).collect(),
+            client_index_base: 0,
         }
+    }
+
+    /// The same driver with its client-handle counter starting at a place derived from `key`
+    /// (a worker's instance name): one of 4096 slots of 256 clients, so that the simulated
+    /// drivers of two workers hand out different handles (unless their names hash alike,
+    /// 1 in 4096), as the real driver, shared by every process, does.
+    pub fn with_client_index_base(mut self, key: &str) -> SimConfig {
+        // FNV-1a: stable across runs and builds.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in key.bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        self.client_index_base = (h % 4096) * 256;
+        self
     }
 
     /// The same GPUs under another driver version.
@@ -219,5 +239,26 @@ mod tests {
         assert_ne!(c.gpus[0].uuid, c.gpus[1].uuid);
         assert_ne!(c.gpus[1].gpu_id(), c.gpus[2].gpu_id());
         assert_eq!(c.gpus[2].minor, 2);
+    }
+}
+
+#[cfg(test)]
+mod handle_base_tests {
+    use super::*;
+
+    #[test]
+    fn test_instances_get_different_client_handle_bases() {
+        let a = SimConfig::default_gpus(1).with_client_index_base("a");
+        let b = SimConfig::default_gpus(1).with_client_index_base("b");
+        assert_ne!(a.client_index_base, b.client_index_base);
+        assert_eq!(a.client_index_base % 256, 0);
+        assert!(a.client_index_base < 0x0010_0000);
+        assert_eq!(
+            a.client_index_base,
+            SimConfig::default_gpus(1)
+                .with_client_index_base("a")
+                .client_index_base,
+            "stable"
+        );
     }
 }

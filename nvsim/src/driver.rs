@@ -262,6 +262,7 @@ impl SimDriver {
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let id_base = (((instance % 0x7ffe) + 1) as i32) << 16;
         let state = State {
+            client_index: config.client_index_base % 0x0010_0000,
             gpus: config.gpus.iter().map(|_| GpuState::default()).collect(),
             sorted_client_buckets: config.version.major() < 555,
             ..State::default()

@@ -863,3 +863,36 @@ fn test_random_params_for_every_command_never_panic_and_leave_nothing() {
         );
     }
 }
+
+/// Fuzz finding F1 (`fuzz/regressions/README.md`): a huge semaphore pool must not make the
+/// simulator write its zeros into the va_space memfd (every page written is host memory), and a
+/// pool past the end of the address space is the driver's NV_ERR_INVALID_ADDRESS.
+#[test]
+fn test_a_huge_semaphore_pool_costs_no_memory_and_one_past_the_va_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let u = setup("550.163.01", MPS);
+    let g0 = uuid(&u.d, 0);
+    assert_eq!(register_gpu(&u.uvm, g0), NV_OK);
+    let (fd, _) = u.uvm.mmap_fd().unwrap();
+    let file = std::fs::File::from(fd);
+    let blocks_before = file.metadata().unwrap().blocks();
+    let mut p = UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550::new_zeroed();
+    p.base = 1 << 40;
+    p.length = 64 << 30; // 64 GiB
+    p.gpuAttributesCount = 1;
+    p.perGpuAttributes[0].gpuUuid = g0;
+    let t = std::time::Instant::now();
+    assert_eq!(status(&u.uvm, UVM_ALLOC_SEMAPHORE_POOL, &p, 9240), NV_OK);
+    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+    let grown = file.metadata().unwrap().blocks() - blocks_before;
+    assert!(
+        grown < 1024,
+        "the pool took {grown} 512-byte blocks of memory"
+    );
+    p.base = 1 << 46;
+    p.length = (1 << 46) + (2 << 20); // ends 2 MiB past 2^47
+    assert_eq!(
+        status(&u.uvm, UVM_ALLOC_SEMAPHORE_POOL, &p, 9240),
+        NV_ERR_INVALID_ADDRESS
+    );
+}

@@ -171,6 +171,31 @@ impl Proc {
         }
     }
 
+    /// Waits for a stderr line satisfying `pred` (lines already seen count too); panics after
+    /// `timeout` or if the process ends first.
+    fn wait_err_line(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        if let Some(l) = self.stderr.iter().find(|l| pred(l)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((false, line)) if pred(&line) => {
+                    self.stderr.push(line.clone());
+                    return line;
+                }
+                Ok(item) => self.store(item),
+                Err(e) => panic!(
+                    "{}: no expected line on stderr ({e:?}); status {:?}\n{}",
+                    self.tag,
+                    self.child.try_wait(),
+                    self.transcript()
+                ),
+            }
+        }
+    }
+
     /// Sends `line` to the child's stdin.
     fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("spawned with stdin");
@@ -701,6 +726,7 @@ fn serve_two_instances() -> (Proc, PathBuf) {
 /// [`serve_two_instances`] with extra environment variables for the daemon.
 fn serve_two_instances_with_env(env: &[(&str, &str)]) -> (Proc, PathBuf) {
     require_cuse();
+    kill_leftover_workers();
     let dir = scratch_dir("serve");
     let config = dir.join("config.toml");
     let text = format!(
@@ -749,6 +775,73 @@ fn run_in(instance: &str, client_args: &[&str], with_stdin: bool) -> Proc {
 
 fn json_line(line: &str) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+}
+
+/// Kills the workers a failed earlier test left serving (they run in their own process groups,
+/// so a test's cleanup of its supervisor does not reach them), so that no later supervisor
+/// adopts them.
+fn kill_leftover_workers() {
+    let Ok(dir) = std::fs::read_dir("/run/nvproxy") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path().join("worker.json")) else {
+            continue;
+        };
+        if let Some(pid) = json_line(&text)["pid"].as_u64() {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            if nix::sys::signal::kill(pid, Signal::SIGKILL).is_ok() {
+                eprintln!("killed a leftover worker {pid}");
+                let _ = eventually(Duration::from_secs(10), || {
+                    nix::sys::signal::kill(pid, None).is_err()
+                });
+            }
+        }
+        let _ = std::fs::remove_file(e.path().join("worker.json"));
+    }
+}
+
+/// The pid of the worker serving `instance` (its state file).
+fn worker_pid(instance: &str) -> u32 {
+    let path = format!("/run/nvproxy/{instance}/worker.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    json_line(&text)["pid"].as_u64().expect("pid") as u32
+}
+
+/// Whether `pid` holds a `/dev/cuse` channel (serves CUSE nodes).
+fn holds_cuse(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/cuse")))
+        })
+        .unwrap_or(false)
+}
+
+/// `nvproxy instance ARGS`: (success, stdout, stderr).
+fn instance_cmd(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(nvproxy_bin())
+        .arg("instance")
+        .args(args)
+        .output()
+        .expect("nvproxy instance");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Polls `f` until it is true or `timeout` passes.
+fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    f()
 }
 
 /// Stops the daemon with SIGTERM; checks it exits 0 (with `--check-leaks`: the simulated
@@ -953,7 +1046,8 @@ fn dropped_tids(daemon: &mut Proc) -> Vec<u32> {
 fn test_serve_request_threads_run_without_cap_sys_admin() {
     let (mut daemon, _dir) =
         serve_two_instances_with_env(&[("RUST_LOG", "info,nvproxy::device=debug")]);
-    let pid = daemon.child.id();
+    // Instance a's requests are served by its worker process.
+    let pid = worker_pid("a");
     // Requests served: the client opened nvidiactl and allocated an RM client through it.
     let mut hold = run_in("a", &["hold"], true);
     hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
@@ -979,7 +1073,7 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
         .unwrap_or_else(|| panic!("no main thread\n{dump}"));
     assert!(
         main.admin_eff && main.admin_prm,
-        "the daemon's main thread lost CAP_SYS_ADMIN (the VM runs it as root)\n{dump}"
+        "the worker's main thread lost CAP_SYS_ADMIN (the VM runs it as root)\n{dump}"
     );
     let workers: Vec<&TaskCaps> = tasks.iter().filter(|t| t.comm == "cuse-worker").collect();
     assert!(!workers.is_empty(), "no cuse-worker thread\n{dump}");
@@ -1005,4 +1099,228 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
     let status = hold.wait(EXEC_TIMEOUT);
     assert!(status.success(), "hold: {status:?}\n{}", hold.transcript());
     stop(daemon);
+}
+
+// ---- the process model: a worker per instance, the supervisor, the instance API -------------
+
+/// Each instance is served by its own worker process (not the supervisor), which holds the
+/// instance's CUSE channels; the instance API lists both with their workers.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_runs_one_worker_process_per_instance() {
+    let (daemon, _dir) = serve_two_instances();
+    let (a, b) = (worker_pid("a"), worker_pid("b"));
+    let sup = daemon.child.id();
+    assert!(
+        a != b && a != sup && b != sup,
+        "workers {a} {b}, supervisor {sup}"
+    );
+    assert!(
+        holds_cuse(a) && holds_cuse(b),
+        "the workers serve the nodes"
+    );
+    assert!(!holds_cuse(sup), "the supervisor holds a CUSE channel");
+    let (ok, out, err) = instance_cmd(&["list"]);
+    assert!(ok, "instance list: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with('a') && l.contains(&a.to_string()) && l.ends_with("running")),
+        "{out}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with('b') && l.contains(&b.to_string()) && l.ends_with("running")),
+        "{out}"
+    );
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a\n{}",
+        p.transcript()
+    );
+    stop(daemon);
+}
+
+/// A worker killed under its tenants: the other instance's client keeps working, the
+/// supervisor reports the crash and starts a new worker, which serves again.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_a_killed_worker_is_restarted_and_the_other_instance_is_untouched() {
+    let (mut daemon, _dir) = serve_two_instances();
+    let mut hold = run_in("b", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let old = worker_pid("a");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), Signal::SIGKILL).unwrap();
+    daemon.wait_err_line(EXEC_TIMEOUT, |l| {
+        l.contains("worker exited unasked") && l.contains("signal 9")
+    });
+    assert!(
+        eventually(EXEC_TIMEOUT, || std::fs::read_to_string(
+            "/run/nvproxy/a/worker.json"
+        )
+        .is_ok_and(|t| json_line(&t)["pid"].as_u64() != Some(u64::from(old)))),
+        "no new worker for a\n{}",
+        daemon.transcript()
+    );
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(
+        checked["ok"], true,
+        "b's client after a's worker died: {checked}"
+    );
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a after the restart\n{}",
+        p.transcript()
+    );
+    let (_, out, _) = instance_cmd(&["show", "a"]);
+    assert!(out.contains("running"), "{out}");
+    hold.send("free");
+    assert!(
+        hold.wait(EXEC_TIMEOUT).success(),
+        "hold\n{}",
+        hold.transcript()
+    );
+    stop(daemon);
+}
+
+/// The supervisor killed and started again: its workers kept serving (a client holding an RM
+/// client meanwhile notices nothing) and the new supervisor adopts them instead of starting
+/// new ones.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_a_restarted_supervisor_adopts_the_running_workers() {
+    let (mut daemon, dir) = serve_two_instances();
+    let (a, b) = (worker_pid("a"), worker_pid("b"));
+    let mut hold = run_in("a", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    daemon.signal(Signal::SIGKILL);
+    let _ = daemon.wait(EXEC_TIMEOUT);
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(
+        checked["ok"], true,
+        "client without a supervisor: {checked}"
+    );
+
+    let mut c = Command::new(nvproxy_bin());
+    c.args(["serve", "--config"])
+        .arg(dir.join("config.toml"))
+        .arg("--check-leaks");
+    let mut again = Proc::spawn("serve again", &mut c, false);
+    again.wait_line(READY_TIMEOUT, |l| l.starts_with("READY"));
+    assert_eq!(
+        (worker_pid("a"), worker_pid("b")),
+        (a, b),
+        "workers replaced, not adopted"
+    );
+    again.wait_err_line(EXEC_TIMEOUT, |l| l.contains("worker re-adopted"));
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(checked["ok"], true, "client after the adoption: {checked}");
+    hold.send("free");
+    assert!(
+        hold.wait(EXEC_TIMEOUT).success(),
+        "hold\n{}",
+        hold.transcript()
+    );
+    // The adopted workers stop with the new supervisor.
+    again.signal(Signal::SIGTERM);
+    let status = again.wait(EXEC_TIMEOUT);
+    assert!(status.success(), "{status:?}\n{}", again.transcript());
+    assert!(eventually(Duration::from_secs(30), || !Path::new(
+        &format!("/proc/{a}")
+    )
+    .exists()));
+}
+
+/// `nvproxy instance create` starts a worker for a new instance, which serves; `rm` refuses
+/// while a file is open and `rm --force` revokes it.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_instance_api_creates_and_removes_instances() {
+    let (daemon, _dir) = serve_two_instances();
+    let (ok, out, err) = instance_cmd(&["create", "c", "--gpus", "1"]);
+    assert!(ok, "create: {out}{err}");
+    assert!(out.contains("instance c created"), "{out}");
+    let (ok, _, err) = instance_cmd(&["create", "c", "--gpus", "1"]);
+    assert!(!ok && err.contains("exists already"), "{err}");
+    let (ok, _, err) = instance_cmd(&["create", "d", "--gpus", "7"]);
+    assert!(!ok && err.contains("GPU 7"), "{err}");
+    let mut p = run_in("c", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in c\n{}",
+        p.transcript()
+    );
+
+    let mut hold = run_in("c", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let (ok, _, err) = instance_cmd(&["rm", "c"]);
+    assert!(
+        !ok && err.contains("open file"),
+        "rm with a file open: {err}"
+    );
+    let (ok, out, err) = instance_cmd(&["rm", "--force", "c"]);
+    assert!(ok, "rm --force: {out}{err}");
+    // The holder's files are revoked: its next call fails (ENOTCONN from the gone node).
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert!(
+        checked["check"]
+            .as_str()
+            .is_some_and(|c| c.contains("ENOTCONN")),
+        "a revoked file still works: {checked}"
+    );
+    hold.kill_group(Signal::SIGKILL);
+    let _ = hold.wait(EXEC_TIMEOUT);
+    assert!(
+        !Path::new("/dev/nvproxy/c").exists(),
+        "c's nodes are still there"
+    );
+    let (_, out, _) = instance_cmd(&["list"]);
+    assert!(!out.lines().any(|l| l.starts_with("c ")), "{out}");
+    stop(daemon);
+}
+
+/// The command of `nvproxy exec` runs in its own pid namespace with its own /proc: it is not
+/// pid 1 (an init reaps for it), it sees only the namespace's processes, and no process of the
+/// host (the daemon, other instances' clients) has a `/proc/<pid>/root` it could walk into.
+/// (Before, a root tenant could open another instance's nodes through
+/// `/proc/<their pid>/root/dev/...`.)
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_exec_command_runs_in_its_own_pid_namespace() {
+    let daemon_pid = std::process::id();
+    let script = format!(
+        r#"
+        echo "pid=$$"
+        echo "procs=$(ls /proc | grep -cE '^[0-9]+$')"
+        [ -e /proc/{daemon_pid}/root/dev ] && echo "host-visible=yes" || echo "host-visible=no"
+        "$0" init --expect-gpus 1
+    "#
+    );
+    let ran = exec_sh(&script, EXEC_TIMEOUT);
+    ran.assert_success();
+    let out = ran.proc_.stdout.join("\n");
+    assert!(
+        out.contains("pid=2"),
+        "the command is not pid 2 of a new namespace\n{out}"
+    );
+    let procs: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no process count\n{out}"));
+    assert!(
+        procs <= 6,
+        "{procs} processes visible in the namespace\n{out}"
+    );
+    assert!(out.contains("host-visible=no"), "{out}");
+    assert_eq!(ran.summary()["scenario"], "init");
 }

@@ -151,6 +151,15 @@ impl UvmProxy {
         drop(file);
     }
 
+    /// Releases every UVM open still held (see `Proxy::release_all`). Returns how many.
+    pub fn release_all(&self) -> usize {
+        let ids: Vec<OpenId> = lock(&self.opens).keys().copied().collect();
+        for &id in &ids {
+            self.release(id);
+        }
+        ids.len()
+    }
+
     /// Whether `open` is one of this proxy's UVM opens.
     pub fn is_open(&self, open: OpenId) -> bool {
         lock(&self.opens).contains_key(&open)
@@ -176,7 +185,7 @@ impl UvmProxy {
                 .add(Kind::Uvm, "mmap", 0, Decision::Denied);
             self.proxy.audit_sink().record(&AuditEvent {
                 instance: self.proxy.policy().name.clone(),
-                pid: caller.pid,
+                pid: caller.process(),
                 tid: caller.tid,
                 node: NODE.into(),
                 kind: Kind::Uvm,
@@ -213,7 +222,6 @@ impl UvmProxy {
         let span = tracing::debug_span!(
             "uvm_ioctl",
             instance = %self.proxy.policy().name,
-            pid = caller.pid,
             tid = caller.tid,
             cmd = format_args!("{cmd:#x}")
         );

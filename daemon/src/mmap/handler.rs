@@ -91,7 +91,15 @@ impl InstanceMmap {
         let args = match transport {
             MemoryTransport::ProcessVm => {
                 let mut b = [0u8; MmapTicketArgs::SIZE];
-                sys::process_vm_read(tid, io.arg, &mut b).map_err(|_| Errno::EFAULT)?;
+                // A wait on the caller's memory, bounded like every other (cuse-dev
+                // watchdog.rs): past the deadline the request is answered EFAULT.
+                let waits = req.client_waits();
+                let wait = waits.arm();
+                let read = sys::process_vm_read(tid, io.arg, &mut b);
+                if wait.fired() {
+                    return Err(Errno::EFAULT);
+                }
+                read.map_err(|_| Errno::EFAULT)?;
                 MmapTicketArgs::from_bytes(&b).ok_or(Errno::EFAULT)?
             }
             MemoryTransport::Retry => {
@@ -126,7 +134,10 @@ impl InstanceMmap {
         tracing::debug!(instance = %self.instance, ?node, fh = io.fh, tid, tgid, len = args.len, offset = args.offset, "mmap ticket issued");
         match transport {
             MemoryTransport::ProcessVm => {
-                if sys::process_vm_write(tid, ticket_addr, &ticket.to_ne_bytes()).is_err() {
+                let waits = req.client_waits();
+                let wait = waits.arm();
+                let written = sys::process_vm_write(tid, ticket_addr, &ticket.to_ne_bytes());
+                if written.is_err() || wait.fired() {
                     // The caller never learns the ticket: withdraw it.
                     let _ = self.tickets.redeem(ticket, tgid, Instant::now());
                     return Err(Errno::EFAULT);

@@ -463,6 +463,7 @@ mod tests {
             flags: cuse_dev::wire::FUSE_IOCTL_UNRESTRICTED,
             in_data,
             out_size,
+            retry: None,
         }
     }
 

@@ -191,9 +191,19 @@ pub struct FakeMem {
     retry: bool,
     fetched: Vec<(u64, usize)>,
     wanted: Vec<(u64, usize)>,
+    /// Ranges read since [`FakeMem::begin_request`]: a second read of any byte panics (the
+    /// request path reads each client byte once).
+    request_reads: Vec<(u64, usize)>,
+    checking: bool,
 }
 
 impl FakeMem {
+    /// Starts a new request: the read-once check starts over.
+    pub fn begin_request(&mut self) {
+        self.request_reads.clear();
+        self.checking = true;
+    }
+
     pub fn retrying() -> Self {
         Self {
             retry: true,
@@ -231,6 +241,16 @@ impl FakeMem {
 impl ClientMemory for FakeMem {
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
         self.reads.push((addr, len));
+        let end = addr.saturating_add(len as u64);
+        if self.checking
+            && self
+                .request_reads
+                .iter()
+                .any(|&(a, l)| a < end && addr < a + l as u64)
+        {
+            panic!("client bytes read twice in one request: {len} bytes at {addr:#x}");
+        }
+        self.request_reads.push((addr, len));
         if self.retry && !Self::covered(&self.fetched, addr, len) {
             self.wanted.push((addr, len));
             return Err(MemError::Pending);
@@ -397,6 +417,7 @@ impl Env {
     /// the client's params after.
     pub fn uvm(&mut self, cmd: u32, params: &[u8]) -> (Result<i32, ProxyError>, Vec<u8>) {
         self.mem.map(TOP, params);
+        self.mem.begin_request();
         let r = self
             .uvm
             .ioctl(self.open, &CALLER, cmd, TOP, &mut self.mem, &self.fds);

@@ -1,0 +1,594 @@
+//! The instance API: the supervisor's control socket (`/run/nvproxy/nvproxy.sock`) and the
+//! `nvproxy instance` verbs that use it.
+//!
+//! One JSON request line per connection, one JSON answer line ([`Request`], [`Answer`]). The
+//! socket is mode 0660; a peer is served only if `SO_PEERCRED` says it is root, or its
+//! process belongs to the configured `[daemon] api_group` (primary or supplementary group, from
+//! `/proc/<pid>/status`); others are closed without an answer.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, Config, InstanceConfig, Mode, RestartPolicy};
+use crate::supervisor::{InstanceInfo, Supervisor, spec_for};
+
+/// The control socket's file name under the run directory.
+pub const SOCKET_NAME: &str = "nvproxy.sock";
+
+/// A request to the supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// Every instance.
+    List,
+    /// One instance.
+    Show {
+        /// Its name.
+        name: String,
+    },
+    /// A new instance, served by a new worker.
+    Create {
+        /// Its configuration (GPUs already resolved to host minors).
+        instance: InstanceConfig,
+    },
+    /// Stop an instance's worker and forget it.
+    Rm {
+        /// Its name.
+        name: String,
+        /// Revoke open files instead of refusing.
+        force: bool,
+    },
+}
+
+/// The supervisor's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Answer {
+    /// The instances asked for.
+    Instances {
+        /// Them.
+        instances: Vec<InstanceInfo>,
+    },
+    /// Done (create: the worker's pid; rm: its exit status if known).
+    Ok {
+        /// What happened.
+        message: String,
+    },
+    /// Refused or failed.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// The control socket server.
+pub struct ApiServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Serves `sup` on `path`. `group`: the gid allowed besides root.
+    pub fn start(
+        path: &Path,
+        sup: Arc<Supervisor>,
+        cfg: Arc<Config>,
+        group: Option<u32>,
+    ) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let _ = std::fs::remove_file(path);
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+        if let Some(gid) = group {
+            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+                .with_context(|| format!("giving {} to group {gid}", path.display()))?;
+        }
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("api".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, _)) => {
+                            if permitted(&conn, group) {
+                                serve_one(conn, &sup, &cfg);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "control socket: accept failed");
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Root, or a process in `group`.
+fn permitted(conn: &UnixStream, group: Option<u32>) -> bool {
+    let Ok(c) = nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
+    else {
+        return false;
+    };
+    if c.uid() == 0 {
+        return true;
+    }
+    let Some(gid) = group else {
+        tracing::warn!(
+            uid = c.uid(),
+            pid = c.pid(),
+            "control socket: peer refused (not root)"
+        );
+        return false;
+    };
+    let ok = c.gid() == gid || supplementary_groups(c.pid()).contains(&gid);
+    if !ok {
+        tracing::warn!(
+            uid = c.uid(),
+            pid = c.pid(),
+            "control socket: peer refused (not root, not in the api group)"
+        );
+    }
+    ok
+}
+
+/// The `Groups:` of `/proc/<pid>/status`.
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn serve_one(conn: UnixStream, sup: &Supervisor, cfg: &Config) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    if BufReader::new(&conn).read_line(&mut line).is_err() {
+        return;
+    }
+    let answer = match serde_json::from_str::<Request>(&line) {
+        Ok(req) => handle(req, sup, cfg),
+        Err(e) => Answer::Error {
+            message: format!("bad request: {e}"),
+        },
+    };
+    if let Ok(mut text) = serde_json::to_string(&answer) {
+        text.push('\n');
+        let _ = (&conn).write_all(text.as_bytes());
+    }
+}
+
+fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
+    let res: Result<Answer> = (|| match req {
+        Request::List => Ok(Answer::Instances {
+            instances: sup.list(),
+        }),
+        Request::Show { name } => {
+            let found: Vec<_> = sup.list().into_iter().filter(|i| i.name == name).collect();
+            if found.is_empty() {
+                bail!("no instance {name}");
+            }
+            Ok(Answer::Instances { instances: found })
+        }
+        Request::Create { instance } => {
+            instance.validate()?;
+            cfg.check_gpus(&instance)?;
+            let spec = spec_for(cfg, &instance);
+            let pid = sup.create(spec)?;
+            tracing::info!(instance = %instance.name, pid, "instance created");
+            Ok(Answer::Ok {
+                message: format!("instance {} created: worker pid {pid}", instance.name),
+            })
+        }
+        Request::Rm { name, force } => {
+            let status = sup.remove(&name, force)?;
+            tracing::info!(instance = %name, ?status, "instance removed");
+            Ok(Answer::Ok {
+                message: format!("instance {name} removed"),
+            })
+        }
+    })();
+    res.unwrap_or_else(|e| Answer::Error {
+        message: format!("{e:#}"),
+    })
+}
+
+/// Sends one request to the control socket at `path`.
+pub fn call(path: &Path, req: &Request) -> Result<Answer> {
+    let mut s = UnixStream::connect(path).with_context(|| {
+        format!(
+            "connecting to the control socket {} (is `nvproxy serve` running, and are we root \
+             or in its api group?)",
+            path.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut text = serde_json::to_string(req)?;
+    text.push('\n');
+    s.write_all(text.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    if line.is_empty() {
+        bail!("the supervisor closed the connection without an answer (not permitted?)");
+    }
+    serde_json::from_str(&line).context("the supervisor's answer")
+}
+
+/// `nvproxy instance ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum InstanceCommand {
+    /// Create an instance (served by a new worker).
+    Create {
+        /// Its name.
+        name: String,
+        /// Its GPUs, in the order the tenant sees them: host indices (minors), UUIDs
+        /// (GPU-...) or PCI bus ids (0000:18:00.0), comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        gpus: Vec<String>,
+        /// Driver capabilities, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "compute,utility")]
+        caps: Vec<String>,
+        /// enforce, or audit.
+        #[arg(long, value_enum, default_value_t = Mode::Enforce)]
+        mode: Mode,
+        /// A policy file.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// List the instances.
+    List {
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Show one instance.
+    Show {
+        /// Its name.
+        name: String,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Remove an instance: stop its worker. Refused while files are open unless --force,
+    /// which revokes them.
+    Rm {
+        /// Its name.
+        name: String,
+        /// Revoke the open files.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+}
+
+/// `--socket PATH`.
+#[derive(Debug, clap::Args)]
+pub struct SocketArg {
+    /// The supervisor's control socket.
+    #[arg(long, default_value = "/run/nvproxy/nvproxy.sock")]
+    pub socket: PathBuf,
+}
+
+/// Runs one `nvproxy instance` verb.
+pub fn run(cmd: &InstanceCommand) -> Result<()> {
+    let (socket, req) = match cmd {
+        InstanceCommand::Create {
+            name,
+            gpus,
+            caps,
+            mode,
+            policy,
+            socket,
+        } => {
+            let policy = match policy {
+                Some(p) => Some(
+                    std::fs::canonicalize(p)
+                        .with_context(|| format!("policy file {}", p.display()))?,
+                ),
+                None => None,
+            };
+            let instance = InstanceConfig {
+                name: name.clone(),
+                gpus: resolve_gpus(gpus)?,
+                caps: caps.clone(),
+                mode: *mode,
+                allow: Vec::new(),
+                audit_log: None,
+                policy,
+                uvm_mmap: true,
+                max_open_files: None,
+                max_objects: None,
+                max_in_flight: None,
+                restart: RestartPolicy::OnFailure,
+            };
+            instance.validate()?;
+            (socket, Request::Create { instance })
+        }
+        InstanceCommand::List { socket } => (socket, Request::List),
+        InstanceCommand::Show { name, socket } => (socket, Request::Show { name: name.clone() }),
+        InstanceCommand::Rm {
+            name,
+            force,
+            socket,
+        } => (
+            socket,
+            Request::Rm {
+                name: name.clone(),
+                force: *force,
+            },
+        ),
+    };
+    match call(&socket.socket, &req)? {
+        Answer::Instances { instances } => {
+            print!("{}", table(&instances));
+            Ok(())
+        }
+        Answer::Ok { message } => {
+            println!("{message}");
+            Ok(())
+        }
+        Answer::Error { message } => bail!("{message}"),
+    }
+}
+
+/// `nvproxy instance list` as a table.
+pub fn table(instances: &[InstanceInfo]) -> String {
+    let rows: Vec<[String; 8]> = instances
+        .iter()
+        .map(|i| {
+            let (files, objects) = i.stats.as_ref().map_or(("-".into(), "-".into()), |s| {
+                (s.open_files.to_string(), s.objects.to_string())
+            });
+            [
+                i.name.clone(),
+                if i.pid == 0 {
+                    "-".into()
+                } else {
+                    i.pid.to_string()
+                },
+                i.gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                i.caps.join(","),
+                i.mode.clone(),
+                files,
+                objects,
+                i.state.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = [4, 3, 4, 4, 4, 5, 7, 5];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let fmt_row = |cells: &[String]| {
+        let mut l = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        l.truncate(l.trim_end().len());
+        l.push('\n');
+        l
+    };
+    let mut out = fmt_row(
+        &[
+            "NAME", "PID", "GPUS", "CAPS", "MODE", "FILES", "OBJECTS", "STATE",
+        ]
+        .map(String::from),
+    );
+    for r in &rows {
+        out.push_str(&fmt_row(r));
+    }
+    out
+}
+
+/// GPU names to host minors: a number is a minor; `GPU-…` a UUID and `dddd:bb:dd.f` a PCI bus
+/// id, looked up in `/proc/driver/nvidia/gpus/<bus id>/information` (the driver's; the
+/// simulated driver's equivalent is not on the host, so there only minors are taken).
+pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
+    let table = host_gpu_table();
+    names
+        .iter()
+        .map(|n| {
+            let n = n.trim();
+            if let Ok(m) = n.parse::<u32>() {
+                return Ok(m);
+            }
+            let lower = n.to_ascii_lowercase();
+            table
+                .iter()
+                .find(|g| {
+                    g.uuid.eq_ignore_ascii_case(n)
+                        || g.bus_id == lower
+                        || g.bus_id.ends_with(&format!(":{lower}"))
+                })
+                .map(|g| g.minor)
+                .ok_or_else(|| {
+                    if table.is_empty() {
+                        anyhow::anyhow!(
+                            "GPU {n:?}: no NVIDIA driver GPUs to look it up in \
+                             (/proc/driver/nvidia/gpus); name GPUs by index on this host"
+                        )
+                    } else {
+                        anyhow::anyhow!(
+                            "GPU {n:?} is none of the host's: {}",
+                            table
+                                .iter()
+                                .map(|g| format!("{} ({}, {})", g.minor, g.uuid, g.bus_id))
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        )
+                    }
+                })
+        })
+        .collect()
+}
+
+struct HostGpu {
+    minor: u32,
+    uuid: String,
+    bus_id: String,
+}
+
+fn host_gpu_table() -> Vec<HostGpu> {
+    let Ok(dir) = std::fs::read_dir("/proc/driver/nvidia/gpus") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let bus_id = e.file_name().to_string_lossy().to_ascii_lowercase();
+            let text = std::fs::read_to_string(e.path().join("information")).ok()?;
+            parse_information(&bus_id, &text)
+        })
+        .collect()
+}
+
+fn parse_information(bus_id: &str, text: &str) -> Option<HostGpu> {
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().to_owned())
+    };
+    Some(HostGpu {
+        minor: field("Device Minor:")?.parse().ok()?,
+        uuid: field("GPU UUID:")?,
+        bus_id: bus_id.to_owned(),
+    })
+}
+
+impl Config {
+    /// Checks an instance created at run time against this daemon's driver, as
+    /// `check-config` checks the file's.
+    pub fn check_gpus(&self, inst: &InstanceConfig) -> Result<()> {
+        if self.driver == config::DriverKind::Sim {
+            if let Some(&g) = inst.gpus.iter().find(|&&g| g >= self.sim.gpus) {
+                bail!(
+                    "GPU {g}: the simulated driver has {} GPU(s) (0-{})",
+                    self.sim.gpus,
+                    self.sim.gpus.saturating_sub(1)
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_requests_and_answers_are_one_json_line_each() {
+        let r = Request::Rm {
+            name: "a".into(),
+            force: true,
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(text, r#"{"op":"rm","name":"a","force":true}"#);
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), r);
+        let a: Answer =
+            serde_json::from_str(r#"{"result":"error","message":"no instance x"}"#).unwrap();
+        assert_eq!(
+            a,
+            Answer::Error {
+                message: "no instance x".into()
+            }
+        );
+    }
+
+    #[test]
+    fn test_gpu_information_is_parsed() {
+        let text =
+            "Model: \t\t NVIDIA H100\nIRQ:   \t\t 42\nGPU UUID: \t GPU-1234\nDevice Minor: \t 3\n";
+        let g = parse_information("0000:18:00.0", text).unwrap();
+        assert_eq!(
+            (g.minor, g.uuid.as_str(), g.bus_id.as_str()),
+            (3, "GPU-1234", "0000:18:00.0")
+        );
+    }
+
+    #[test]
+    fn test_numeric_gpus_resolve_without_a_driver() {
+        assert_eq!(resolve_gpus(&["1".into(), " 0".into()]).unwrap(), [1, 0]);
+    }
+
+    #[test]
+    fn test_the_table_lines_up() {
+        let t = table(&[InstanceInfo {
+            name: "job42".into(),
+            pid: 77,
+            gpus: vec![0, 1],
+            caps: vec!["compute".into()],
+            mode: "enforce".into(),
+            state: "running".into(),
+            restarts: 0,
+            stats: Some(crate::worker::WorkerStats {
+                pid: 77,
+                open_files: 3,
+                objects: 12,
+            }),
+        }]);
+        assert_eq!(
+            t,
+            "NAME   PID  GPUS  CAPS     MODE     FILES  OBJECTS  STATE\n\
+             job42  77   0,1   compute  enforce  3      12       running\n"
+        );
+    }
+
+    /// Only root or the api group get an answer: a server whose group no test user has,
+    /// reached as root, answers; the permission check itself is exercised with our own creds.
+    #[test]
+    fn test_root_peer_is_permitted() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(permitted(&a, None), nix::unistd::geteuid().is_root());
+    }
+}

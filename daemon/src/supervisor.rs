@@ -1,0 +1,503 @@
+//! The supervisor: `nvproxy serve` runs one worker process per instance (`worker.rs`) and
+//! watches them.
+//!
+//! - **Start.** A worker is `nvproxy worker` (this binary) in its own process group, its spec
+//!   on stdin; it is up when it prints `READY <pid>` (within [`START_TIMEOUT`]). The
+//!   supervisor holds a pidfd for each worker and polls them.
+//! - **Crash.** A worker that exits unasked is reported (exit status or signal) and, with
+//!   `restart = "on-failure"` (the default), started again, at most [`MAX_RESTARTS`] times in
+//!   [`RESTART_WINDOW`]; after that, or with `restart = "no"`, the instance is `failed`.
+//! - **Re-adoption.** Workers do not depend on the supervisor: a supervisor that is killed or
+//!   restarted leaves them serving. At start the supervisor reads the workers' state files
+//!   (`/run/nvproxy/*/worker.json`) and adopts every live worker whose process is an
+//!   `nvproxy worker` of that instance (the containerd-shim pattern) instead of starting a new
+//!   one; an adopted worker is watched through its pidfd like the others (it is not our child:
+//!   its exit status is unknown).
+//! - **Stop.** SIGTERM/SIGINT/SIGHUP stop every worker (SIGTERM, then SIGKILL after
+//!   [`STOP_TIMEOUT`]) and the supervisor; `[daemon] keep_workers = true` leaves them
+//!   serving instead, for a supervisor restart (`systemctl restart` with `KillMode=process`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{InstanceConfig, RestartPolicy};
+use crate::sys;
+use crate::worker::{self, WorkerSpec, WorkerStats};
+
+/// How long a worker may take to print READY (the VM's emulated CPU is slow).
+pub const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a worker may take to stop after SIGTERM before it is killed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Restarts allowed in [`RESTART_WINDOW`] before an instance is marked failed.
+pub const MAX_RESTARTS: usize = 5;
+/// See [`MAX_RESTARTS`].
+pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// An instance's state, as `nvproxy instance list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Its worker serves it.
+    Running,
+    /// Its worker exited and it is not restarted: why.
+    Failed(String),
+}
+
+/// One instance of the supervisor.
+struct Entry {
+    spec: WorkerSpec,
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+    /// Started by this supervisor (so its exit status can be reaped), not adopted.
+    child: bool,
+    state: State,
+    restarts: Vec<Instant>,
+    /// The worker's exit status once it stopped (when known).
+    exit: Option<i32>,
+}
+
+/// What `list`/`show` report of an instance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InstanceInfo {
+    /// The instance name.
+    pub name: String,
+    /// Its worker's pid (0 when failed).
+    pub pid: u32,
+    /// Host GPU minors.
+    pub gpus: Vec<u32>,
+    /// Driver capabilities.
+    pub caps: Vec<String>,
+    /// enforce or audit.
+    pub mode: String,
+    /// `running`, or `failed: why`.
+    pub state: String,
+    /// Restarts in the last minute.
+    pub restarts: usize,
+    /// The worker's numbers, when it answered.
+    pub stats: Option<WorkerStats>,
+}
+
+/// The supervisor: the instances and their workers.
+pub struct Supervisor {
+    entries: Mutex<BTreeMap<String, Entry>>,
+    root: PathBuf,
+    exe: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Supervisor {
+    /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`).
+    pub fn new(root: &Path) -> Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            entries: Mutex::new(BTreeMap::new()),
+            root: root.to_owned(),
+            exe: std::env::current_exe().context("finding our own executable")?,
+        }))
+    }
+
+    /// Adopts the live workers that state files name; removes stale state files. Returns
+    /// the adopted instances' names.
+    pub fn adopt(&self) -> Vec<String> {
+        let mut adopted = Vec::new();
+        for st in worker::read_states(&self.root) {
+            if st.spec.ephemeral {
+                continue; // an `nvproxy exec`'s own
+            }
+            let name = st.spec.instance.name.clone();
+            let state_file = worker::run_dir(&self.root, &name).join(worker::STATE_FILE);
+            if !is_worker_of(st.pid) {
+                tracing::info!(instance = %name, pid = st.pid, "stale worker state file removed");
+                let _ = std::fs::remove_file(&state_file);
+                continue;
+            }
+            let pidfd = match sys::pidfd_open_process(st.pid) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    tracing::warn!(instance = %name, pid = st.pid, error = %e, "cannot watch a worker; not adopted");
+                    continue;
+                }
+            };
+            tracing::info!(instance = %name, pid = st.pid, "worker re-adopted");
+            lock(&self.entries).insert(
+                name.clone(),
+                Entry {
+                    spec: st.spec,
+                    pid: st.pid,
+                    pidfd: Some(pidfd),
+                    child: false,
+                    state: State::Running,
+                    restarts: Vec::new(),
+                    exit: None,
+                },
+            );
+            adopted.push(name);
+        }
+        adopted
+    }
+
+    /// Whether `name` is an instance of this supervisor.
+    pub fn has(&self, name: &str) -> bool {
+        lock(&self.entries).contains_key(name)
+    }
+
+    /// Starts a worker for `spec` and records the instance. An instance of the same name is
+    /// an error.
+    pub fn create(&self, spec: WorkerSpec) -> Result<u32> {
+        let name = spec.instance.name.clone();
+        if self.has(&name) {
+            bail!("instance {name} exists already");
+        }
+        let (pid, pidfd) = self.spawn(&spec)?;
+        lock(&self.entries).insert(
+            name,
+            Entry {
+                spec,
+                pid,
+                pidfd: Some(pidfd),
+                child: true,
+                state: State::Running,
+                restarts: Vec::new(),
+                exit: None,
+            },
+        );
+        Ok(pid)
+    }
+
+    /// Starts one worker and waits for its READY line.
+    fn spawn(&self, spec: &WorkerSpec) -> Result<(u32, OwnedFd)> {
+        let name = &spec.instance.name;
+        let mut child = Command::new(&self.exe)
+            .arg("worker")
+            .env(
+                crate::doctor::FOR_COMMAND_ENV,
+                crate::doctor::this_command_line(),
+            )
+            .env(
+                crate::doctor::FOR_SUBCOMMAND_ENV,
+                crate::doctor::user_subcommand().unwrap_or_default(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            // Its own process group: the supervisor's terminal and group signals stay ours.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("instance {name}: starting its worker"))?;
+        let pid = child.id();
+        let pidfd = sys::pidfd_open_process(pid)
+            .with_context(|| format!("instance {name}: watching worker {pid}"))?;
+        let text = serde_json::to_string(spec)?;
+        {
+            let mut stdin = child.stdin.take().context("worker stdin")?;
+            stdin
+                .write_all(text.as_bytes())
+                .with_context(|| format!("instance {name}: sending the worker its spec"))?;
+        }
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let r = BufReader::new(stdout).read_line(&mut line).map(|_| line);
+            let _ = tx.send(r);
+        });
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(Ok(line)) if line.trim() == format!("READY {pid}") => {
+                tracing::info!(instance = %name, pid, "worker serving");
+                // The Child handle is dropped without waiting: the pidfd watches it, and
+                // waitid reaps it.
+                Ok((pid, pidfd))
+            }
+            other => {
+                let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                let status = child.wait().ok();
+                bail!(
+                    "instance {name}: its worker did not start ({}; exit {:?}; its log is above)",
+                    match other {
+                        Ok(Ok(l)) if l.is_empty() => "it exited before READY".to_owned(),
+                        Ok(Ok(l)) => format!("it printed {:?} instead of READY", l.trim()),
+                        Ok(Err(e)) => format!("reading its stdout: {e}"),
+                        Err(_) => format!("no READY within {} s", START_TIMEOUT.as_secs()),
+                    },
+                    status
+                );
+            }
+        }
+    }
+
+    /// Looks at every worker once: reaps those that exited and restarts or fails their
+    /// instances. Returns the instances that changed.
+    pub fn check(&self) -> Vec<String> {
+        let exited: Vec<(String, Option<i32>)> = {
+            let mut e = lock(&self.entries);
+            let mut out = Vec::new();
+            for (name, entry) in e.iter_mut() {
+                let Some(fd) = &entry.pidfd else { continue };
+                if !readable(fd) {
+                    continue;
+                }
+                let code = if entry.child {
+                    sys::waitid_pidfd(fd.as_fd()).ok().flatten()
+                } else {
+                    None
+                };
+                entry.pidfd = None;
+                entry.exit = code;
+                out.push((name.clone(), code));
+            }
+            out
+        };
+        let mut changed = Vec::new();
+        for (name, code) in exited {
+            let how = match code {
+                Some(c) if c > 128 => format!("killed by signal {}", c - 128),
+                Some(c) => format!("exit status {c}"),
+                None => "exit status unknown (adopted)".to_owned(),
+            };
+            tracing::error!(instance = %name, how, "worker exited unasked");
+            self.restart_or_fail(&name, &how);
+            changed.push(name);
+        }
+        changed
+    }
+
+    fn restart_or_fail(&self, name: &str, how: &str) {
+        let spec = {
+            let mut e = lock(&self.entries);
+            let Some(entry) = e.get_mut(name) else { return };
+            let now = Instant::now();
+            entry
+                .restarts
+                .retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+            if entry.spec.instance.restart == RestartPolicy::No {
+                entry.state = State::Failed(format!("worker {how}; restart = \"no\""));
+                return;
+            }
+            if entry.restarts.len() >= MAX_RESTARTS {
+                entry.state = State::Failed(format!(
+                    "worker {how}; restarted {MAX_RESTARTS} times in {} s",
+                    RESTART_WINDOW.as_secs()
+                ));
+                tracing::error!(instance = %name, "not restarted again: instance failed");
+                return;
+            }
+            entry.restarts.push(now);
+            entry.spec.clone()
+        };
+        // The old worker's run directory may still hold its state file.
+        let _ = std::fs::remove_file(worker::run_dir(&self.root, name).join(worker::STATE_FILE));
+        match self.spawn(&spec) {
+            Ok((pid, pidfd)) => {
+                tracing::warn!(instance = %name, pid, "worker restarted");
+                if let Some(entry) = lock(&self.entries).get_mut(name) {
+                    entry.pid = pid;
+                    entry.pidfd = Some(pidfd);
+                    entry.child = true;
+                    entry.state = State::Running;
+                }
+            }
+            Err(e) => {
+                tracing::error!(instance = %name, error = %format!("{e:#}"), "restart failed");
+                if let Some(entry) = lock(&self.entries).get_mut(name) {
+                    entry.state = State::Failed(format!("worker {how}; restart failed: {e:#}"));
+                }
+            }
+        }
+    }
+
+    /// The instances, with their workers' numbers.
+    pub fn list(&self) -> Vec<InstanceInfo> {
+        let snapshot: Vec<(String, WorkerSpec, u32, State, usize)> = lock(&self.entries)
+            .iter()
+            .map(|(n, e)| {
+                (
+                    n.clone(),
+                    e.spec.clone(),
+                    if e.pidfd.is_some() { e.pid } else { 0 },
+                    e.state.clone(),
+                    e.restarts.len(),
+                )
+            })
+            .collect();
+        snapshot
+            .into_iter()
+            .map(|(name, spec, pid, state, restarts)| {
+                let stats = (state == State::Running)
+                    .then(|| worker::query_stats(&self.root, &name).ok())
+                    .flatten();
+                InstanceInfo {
+                    pid,
+                    gpus: spec.instance.gpus.clone(),
+                    caps: spec.instance.caps.clone(),
+                    mode: spec.instance.mode.to_string(),
+                    state: match state {
+                        State::Running => "running".to_owned(),
+                        State::Failed(why) => format!("failed: {why}"),
+                    },
+                    restarts,
+                    stats,
+                    name,
+                }
+            })
+            .collect()
+    }
+
+    /// Stops the worker of `name` and forgets the instance. Refuses while its nodes have open
+    /// files, unless `force` (stopping the worker revokes them: its CUSE nodes go away, and
+    /// the clients' calls fail with `ENOTCONN`). Returns the worker's exit status if known.
+    pub fn remove(&self, name: &str, force: bool) -> Result<Option<i32>> {
+        let running = match lock(&self.entries).get(name) {
+            None => bail!("no instance {name}"),
+            Some(e) => e.pidfd.is_some(),
+        };
+        if running && !force {
+            let stats = worker::query_stats(&self.root, name)
+                .with_context(|| format!("asking instance {name}'s worker for its open files"))?;
+            if stats.open_files > 0 {
+                bail!(
+                    "instance {name} has {} open file(s); `nvproxy instance rm --force {name}` \
+                     revokes them",
+                    stats.open_files
+                );
+            }
+        }
+        let entry = lock(&self.entries).remove(name);
+        Ok(entry.and_then(stop_entry))
+    }
+
+    /// Stops every worker (in parallel) and returns their exit statuses.
+    pub fn stop_all(&self) -> BTreeMap<String, Option<i32>> {
+        let entries = std::mem::take(&mut *lock(&self.entries));
+        let handles: Vec<_> = entries
+            .into_iter()
+            .map(|(n, e)| (n, std::thread::spawn(move || stop_entry(e))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|(n, h)| (n, h.join().ok().flatten()))
+            .collect()
+    }
+
+    /// Forgets every worker without stopping them (`keep_workers`): a later supervisor adopts
+    /// them.
+    pub fn detach_all(&self) {
+        let n = std::mem::take(&mut *lock(&self.entries)).len();
+        tracing::info!(workers = n, "supervisor exits; workers keep serving");
+    }
+}
+
+/// SIGTERM, wait up to [`STOP_TIMEOUT`], then SIGKILL; the exit status when it is our child.
+fn stop_entry(e: Entry) -> Option<i32> {
+    let fd = e.pidfd?;
+    if sys::pidfd_send_signal(fd.as_fd(), libc::SIGTERM).is_err() {
+        return e.exit;
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while !readable(&fd) {
+        if Instant::now() > deadline {
+            tracing::warn!(instance = %e.spec.instance.name, pid = e.pid, "worker did not stop; killed");
+            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !e.child {
+        // Not our child: wait for it to go, its status is its parent's (init's).
+        while !readable(&fd) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        return None;
+    }
+    loop {
+        match sys::waitid_pidfd(fd.as_fd()) {
+            Ok(Some(c)) => return Some(c),
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Whether a pidfd says its process exited.
+fn readable(fd: &OwnedFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// Whether `pid` is a live `nvproxy worker` (its command line is an `nvproxy` binary's
+/// `worker` subcommand); the state file that names it lies in its instance's directory.
+fn is_worker_of(pid: u32) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let is_worker = args.get(1).is_some_and(|a| *a == b"worker");
+    let ours = args.first().is_some_and(|a| {
+        Path::new(std::ffi::OsStr::from_bytes(a))
+            .file_name()
+            .is_some_and(|f| f == "nvproxy")
+    });
+    is_worker && ours
+}
+
+/// The spec of a config instance under this config's daemon settings.
+pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpec {
+    WorkerSpec {
+        instance: inst.clone(),
+        driver: cfg.driver,
+        sim: cfg.sim.clone(),
+        memory: cfg.daemon.memory,
+        audit: inst.audit_path(&cfg.daemon),
+        allow_unrestricted_mmap_fds: cfg.daemon.allow_unrestricted_mmap_fds,
+        ephemeral: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_stale_state_file_is_not_adopted_and_is_removed() {
+        let root = std::env::temp_dir().join(format!("nvproxy-sup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        let cfg = crate::config::Config::parse(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
+        )
+        .unwrap();
+        let st = worker::WorkerState {
+            // Our own pid is alive, but not an `nvproxy worker`.
+            pid: std::process::id(),
+            spec: spec_for(&cfg, &cfg.instances[0]),
+        };
+        std::fs::write(
+            root.join("a").join(worker::STATE_FILE),
+            serde_json::to_vec(&st).unwrap(),
+        )
+        .unwrap();
+        let sup = Supervisor::new(&root).unwrap();
+        assert!(sup.adopt().is_empty());
+        assert!(!root.join("a").join(worker::STATE_FILE).exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn test_removing_an_unknown_instance_is_an_error() {
+        let sup = Supervisor::new(Path::new("/nonexistent")).unwrap();
+        let err = sup.remove("nope", false).unwrap_err();
+        assert_eq!(err.to_string(), "no instance nope");
+    }
+}

@@ -1,0 +1,342 @@
+//! `nvproxy worker`: one instance served by its own process.
+//!
+//! The supervisor (`nvproxy serve`, `supervisor.rs`) starts one worker per instance: the same
+//! binary, `nvproxy worker`, with the instance's [`WorkerSpec`] as JSON on its stdin. The worker
+//! builds its own driver (the host's, or its own simulated one), registers the instance's CUSE
+//! nodes, its mmap socket and audit log ([`RunningInstance`]), writes its state file
+//! (`/run/nvproxy/<instance>/worker.json`: pid and spec, what a restarted supervisor re-adopts
+//! it from), answers `stats` on `/run/nvproxy/<instance>/worker.sock`, prints `READY <pid>` on
+//! stdout and serves until SIGTERM/SIGINT/SIGHUP. So the RM driver attributes each tenant's
+//! clients to its own process, and a crash or exhaustion of one worker (fds, memory, threads)
+//! cannot touch another instance.
+//!
+//! **The simulated driver** with workers: each worker has its own `nvsim` driver with the
+//! configured GPUs. From each worker's point of view it behaves like the real driver; what it
+//! cannot show is one tenant's effect on another's view of the same GPUs (GPU attach state,
+//! device instances), because no two workers share it. That cross-instance behaviour of one
+//! driver is tested in-process (`ioctl-proxy/tests/proxy_sim.rs`: two proxies on one `nvsim`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ioctl_proxy::Proxy;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{DriverKind, InstanceConfig, SimSection};
+use crate::memory::MemoryTransport;
+use crate::mmap;
+use crate::serve::{self, RunningInstance};
+use crate::sys;
+
+/// The worker's state file in the instance's run directory.
+pub const STATE_FILE: &str = "worker.json";
+/// The worker's stats socket in the instance's run directory.
+pub const WORKER_SOCKET: &str = "worker.sock";
+
+/// What a worker serves: everything it needs, so that it can be started (or re-adopted)
+/// without the supervisor's config file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkerSpec {
+    /// The instance.
+    pub instance: InstanceConfig,
+    /// host or sim.
+    pub driver: DriverKind,
+    /// The simulated driver's settings (with `driver = sim`).
+    pub sim: SimSection,
+    /// Client memory transport.
+    pub memory: MemoryTransport,
+    /// The audit log, if any.
+    pub audit: Option<PathBuf>,
+    /// `[daemon] allow_unrestricted_mmap_fds`.
+    pub allow_unrestricted_mmap_fds: bool,
+    /// The one instance of an `nvproxy exec`: no supervisor adopts it, and it stops when the
+    /// `exec` that started it dies (`PR_SET_PDEATHSIG`).
+    #[serde(default)]
+    pub ephemeral: bool,
+}
+
+/// A worker's state file: what a restarted supervisor needs to re-adopt it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerState {
+    /// The worker's pid.
+    pub pid: u32,
+    /// What it serves.
+    pub spec: WorkerSpec,
+}
+
+/// What `stats` answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// The worker's pid.
+    pub pid: u32,
+    /// Open files of the instance's nodes.
+    pub open_files: usize,
+    /// RM clients and objects the instance holds.
+    pub objects: usize,
+}
+
+/// The run directory of an instance: `/run/nvproxy/<instance>`.
+pub fn run_dir(root: &Path, instance: &str) -> PathBuf {
+    root.join(instance)
+}
+
+/// `nvproxy worker`: reads the spec from stdin and serves it until a termination signal.
+/// Exit status: 0, or [`serve::LEAK_EXIT`] when the simulated driver held something after the
+/// instance stopped (the supervisor reports it for `--check-leaks`).
+pub fn run() -> Result<ExitCode> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the worker spec from stdin")?;
+    let spec: WorkerSpec = serde_json::from_str(&text).context("parsing the worker spec")?;
+    spec.instance
+        .validate()
+        .with_context(|| format!("instance {}", spec.instance.name))?;
+    sys::block_termination_signals().context("blocking signals")?;
+    if spec.ephemeral {
+        // An `nvproxy exec`'s worker goes with it, even when it is killed.
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+            .context("PR_SET_PDEATHSIG")?;
+    }
+    let name = spec.instance.name.clone();
+    let driver = serve::make_driver(
+        spec.driver,
+        spec.sim.gpus,
+        &spec.sim.driver_version,
+        spec.allow_unrestricted_mmap_fds,
+        Some(&name),
+    )?;
+    let running =
+        RunningInstance::start(&spec.instance, &driver, spec.memory, spec.audit.as_deref())?;
+    let root = Path::new(mmap::RUN_DIR);
+    let dir = run_dir(root, &name);
+    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), running.proxy().clone())
+        .with_context(|| format!("instance {name}: the worker socket"))?;
+    let state = WorkerState {
+        pid: std::process::id(),
+        spec: spec.clone(),
+    };
+    write_state(&dir, &state).with_context(|| format!("instance {name}: the state file"))?;
+    println!("READY {}", std::process::id());
+    std::io::stdout().flush().ok();
+    tracing::info!(instance = %name, pid = std::process::id(), "worker serving");
+    let sig = sys::wait_for_termination().context("waiting for a signal")?;
+    tracing::info!(instance = %name, signal = ?sig, "worker stopping");
+    let _ = std::fs::remove_file(dir.join(STATE_FILE));
+    drop(stats);
+    let table_clean = running.stop();
+    let clean = serve::leak_check(&driver) && table_clean;
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(serve::LEAK_EXIT)
+    })
+}
+
+/// Writes the state file atomically (a temporary file renamed over it).
+fn write_state(dir: &Path, state: &WorkerState) -> Result<()> {
+    let tmp = dir.join(format!(".{STATE_FILE}.{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec(state)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(STATE_FILE))
+        .with_context(|| format!("renaming {} into place", tmp.display()))?;
+    Ok(())
+}
+
+/// Reads the state files under `root` (`<root>/*/worker.json`); unreadable ones are skipped
+/// with a warning.
+pub fn read_states(root: &Path) -> Vec<WorkerState> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path().join(STATE_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        match serde_json::from_str::<WorkerState>(&text) {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable worker state file skipped")
+            }
+        }
+    }
+    out
+}
+
+/// Asks the worker of `instance` for its numbers.
+pub fn query_stats(root: &Path, instance: &str) -> Result<WorkerStats> {
+    let path = run_dir(root, instance).join(WORKER_SOCKET);
+    let mut s =
+        UnixStream::connect(&path).with_context(|| format!("connecting to {}", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"stats\n")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    serde_json::from_str(&line).with_context(|| format!("the answer of {}", path.display()))
+}
+
+/// The worker's stats socket: answers `stats` with [`WorkerStats`], to root or the worker's
+/// own user only.
+struct StatsServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StatsServer {
+    fn start(path: &Path, proxy: Arc<Proxy>) -> Result<Self> {
+        let _ = std::fs::remove_file(path);
+        let listener =
+            UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("worker-stats".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, _)) => answer_stats(conn, &proxy),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "worker socket: accept failed");
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            path: path.to_owned(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn answer_stats(conn: UnixStream, proxy: &Proxy) {
+    let me = nix::unistd::geteuid().as_raw();
+    match nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(c) if c.uid() == 0 || c.uid() == me => {}
+        _ => return,
+    }
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut line = String::new();
+    let mut r = BufReader::new(&conn);
+    if r.read_line(&mut line).is_err() || line.trim() != "stats" {
+        return;
+    }
+    let stats = WorkerStats {
+        pid: std::process::id(),
+        open_files: proxy.open_files(),
+        objects: proxy.object_count(),
+    };
+    if let Ok(mut text) = serde_json::to_string(&stats) {
+        text.push('\n');
+        let _ = (&conn).write_all(text.as_bytes());
+    }
+}
+
+impl Drop for StatsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> WorkerSpec {
+        let cfg = crate::config::Config::parse(&format!(
+            "driver = \"sim\"\n[[instance]]\nname = \"{name}\"\ngpus = [0]\n"
+        ))
+        .unwrap();
+        WorkerSpec {
+            instance: cfg.instances[0].clone(),
+            driver: DriverKind::Sim,
+            sim: cfg.sim.clone(),
+            memory: MemoryTransport::ProcessVm,
+            audit: None,
+            allow_unrestricted_mmap_fds: false,
+            ephemeral: false,
+        }
+    }
+
+    #[test]
+    fn test_spec_round_trips_through_json() {
+        let s = spec("job42");
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<WorkerSpec>(&text).unwrap(), s);
+    }
+
+    #[test]
+    fn test_state_files_are_read_back_and_bad_ones_skipped() {
+        let root = std::env::temp_dir().join(format!("nvproxy-states-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for n in ["a", "b"] {
+            std::fs::create_dir_all(root.join(n)).unwrap();
+        }
+        write_state(
+            &root.join("a"),
+            &WorkerState {
+                pid: 77,
+                spec: spec("a"),
+            },
+        )
+        .unwrap();
+        std::fs::write(root.join("b").join(STATE_FILE), "not json").unwrap();
+        let states = read_states(&root);
+        assert_eq!(states.len(), 1);
+        assert_eq!(
+            (states[0].pid, states[0].spec.instance.name.as_str()),
+            (77, "a")
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn test_stats_socket_answers_root() {
+        let dir = std::env::temp_dir().join(format!("nvproxy-stats-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let proxy = Arc::new(
+            Proxy::for_host(
+                ioctl_proxy::InstancePolicy::new("a", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
+                sim as Arc<dyn ioctl_proxy::HostDriver>,
+            )
+            .unwrap(),
+        );
+        let open = proxy.open(ioctl_proxy::Node::Ctl).unwrap();
+        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), proxy.clone()).unwrap();
+        let stats = query_stats(&dir, "a").unwrap();
+        assert_eq!(
+            stats,
+            WorkerStats {
+                pid: std::process::id(),
+                open_files: 1,
+                objects: 0
+            }
+        );
+        proxy.release(open);
+        drop(server);
+        assert!(!dir.join("a").join(WORKER_SOCKET).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CI step for the fuzz targets (called by .ci/run after ./test.sh; runs anywhere cargo does):
+#  1. `cargo test`: the committed seed corpus is the generated one, the seeds reach deep into
+#     the request path, and every seed, fixed regression input and a few hundred mutations of
+#     the seeds hold the invariants (src/harness.rs);
+#  2. each libFuzzer target for FUZZ_SECONDS (default 30; parse_request, a small parser, 15)
+#     from the committed corpus into a
+#     scratch corpus; a crash (panic, broken invariant, RSS above 2 GiB, a slow unit) fails
+#     the step and leaves the input under fuzz/artifacts/<target>/.
+# Installs cargo-fuzz itself when `cargo fuzz` is missing. Stable toolchain: cargo-fuzz passes
+# nightly-only rustc flags, which RUSTC_BOOTSTRAP=1 allows.
+set -euo pipefail
+cd "$(dirname "$0")"
+secs=${FUZZ_SECONDS:-30}
+targets=(parse_request proxy_ioctl uvm_ioctl)
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "=== fuzz: installing cargo-fuzz" >&2
+    cargo install --locked cargo-fuzz
+fi
+export RUSTC_BOOTSTRAP=1
+
+echo "=== fuzz: corpus and harness tests" >&2
+cargo test --locked
+
+# No sanitizer: the code under test is safe Rust (ioctl-proxy's only unsafe is the real
+# driver's ioctl, not exercised here), so ASan would add build and run time for little a
+# panic does not already report. Debug assertions on: integer overflow panics.
+echo "=== fuzz: build" >&2
+cargo fuzz build --sanitizer none --debug-assertions
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+for t in "${targets[@]}"; do
+    s=$secs
+    [ "$t" = parse_request ] && s=$((secs < 15 ? secs : 15))
+    echo "=== fuzz: $t for ${s}s" >&2
+    mkdir -p "$scratch/$t" "corpus/$t"
+    rc=0
+    cargo fuzz run --sanitizer none --debug-assertions "$t" "$scratch/$t" "corpus/$t" -- \
+        -max_total_time="$s" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=1 >"$scratch/$t.log" 2>&1 || rc=$?
+    grep -E '^(stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)|#[0-9]+ +DONE)' \
+        "$scratch/$t.log" >&2 || true
+    if [ "$rc" -ne 0 ]; then
+        tail -n 80 "$scratch/$t.log" >&2
+        echo "fuzz target $t failed (exit $rc); the input is under fuzz/artifacts/$t/" >&2
+        exit "$rc"
+    fi
+done

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# diagnose.sh: where a proxied simple control's time goes beyond the same-work floor, and where
+# the proxy serialises under concurrency. For the request-path developers; measures, never
+# fails on a slow result. One VM (tests/vm/cuse-vm, --smp 2 by default), everything below in it:
+#
+#   1. syscalls per ioctl, one client and 8 concurrent clients (strace -f -c, the daemon and the
+#      client together; difference of two run lengths for one client, per measured ioctl for 8),
+#      for nvproxy --memory process-vm (simple-control) and for the same-work floor;
+#   2. lock sites: every futex call the daemon makes with 8 concurrent clients, with its user
+#      stack (strace -f -k -e trace=futex), folded to the first frames of our own code below
+#      the std lock/condvar functions, counted;
+#   3. CPU profiles (perf record -e cpu-clock -a: whole guest, flat by symbol) of one client
+#      and of 8 clients through the proxy and on the same-work floor.
+#
+# Usage: tests/bench/diagnose.sh [--out DIR] [--smp N] [--ops N] [--threads T] [--only 1,2,3]
+#   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
+#   --ops N      ioctls per single-client run (default 2000)
+#   --threads T  the concurrent clients of parts 1-3 (default 8)
+#   --only LIST  run only these parts (--skip-perf: parts 1 and 2). Profiles of one client are
+#                clearer with --smp 1 (no idle vCPU, no cross-vCPU hand-offs).
+# Needs strace and perf (linux-perf) on the host (the guest runs the host's binaries); installs
+# them with apt-get when missing. Builds like run-bench.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd -P)
+PROG=diagnose
+OUTDIR='' SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0
+while (($#)); do
+  case $1 in
+    --out) OUTDIR=${2:?}; shift 2 ;;
+    --smp) SMP=${2:?}; shift 2 ;;
+    --ops) OPS=${2:?}; shift 2 ;;
+    --threads) T=${2:?}; shift 2 ;;
+    --skip-perf) ONLY=1,2; shift ;;
+    --only) ONLY=${2:?}; shift 2 ;;
+    --guest) GUEST=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "$PROG: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
+BIN=$TARGET/release
+SAMEWORK=$TARGET/bench/cuse_samework
+OUTDIR=${OUTDIR:-$TARGET/bench/diagnose}
+[[ $OUTDIR == /* ]] || OUTDIR=$PWD/$OUTDIR
+
+part() { [[ ,$ONLY, == *,$1,* ]]; }
+if ((GUEST)); then
+  set +o pipefail # `perf report | head` and the like end their producer early
+  mkdir -p "$OUTDIR"
+  "$SAMEWORK" --name nvbench-samework --max-threads 64 >"$OUTDIR/sw.out" 2>&1 &
+  sw=$!
+  for _ in $(seq 300); do grep -q '^READY' "$OUTDIR/sw.out" && break; sleep 0.1; done
+  exec_nv() { "$BIN/nvproxy" exec --driver sim --memory process-vm -- "$@"; }
+  calls() { awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$1"; }
+  diff_report() { # LABEL FILE_SMALL FILE_BIG OPS
+    echo "== $1"
+    join -a2 -e0 -o 0,1.2,2.2 <(calls "$2" | sort) <(calls "$3" | sort) |
+      awk -v n="$4" '{ d = ($3 - $2) / n; if (d >= 0.02) printf "  %-22s %7.2f\n", $1, d }' | sort -k2,2nr
+  }
+  per_report() { # LABEL FILE OPS
+    echo "== $1"
+    calls "$2" | awk -v n="$3" '{ d = $2 / n; if (d >= 0.02) printf "  %-22s %7.2f\n", $1, d }' | sort -k2,2nr
+  }
+  ops_of() { grep -m1 '^SCALE ' "$1" | sed -E 's/.* ops_s=([0-9.]+).*/\1/'; }
+
+  if part 1; then
+  echo "### 1. syscalls per ioctl"
+  # One client: nv-bench makes 2N calls (count pass + one batch); N+1 vs 1.
+  for n in 1 $((OPS + 1)); do
+    strace -f -c -o "$OUTDIR/s1.$n" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+      "$BIN/nv-bench" simple-control --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
+  done
+  diff_report "nvproxy process-vm simple-control, 1 client (daemon + client)" "$OUTDIR/s1.1" "$OUTDIR/s1.$((OPS + 1))" $((2 * OPS))
+  for n in 1 $((OPS + 1)); do
+    strace -f -c -o "$OUTDIR/w1.$n" -p "$sw" 2>/dev/null &
+    st=$!
+    sleep 1
+    "$BIN/nv-bench" samework-simple-control --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
+    kill -INT "$st"; wait "$st" 2>/dev/null || true
+  done
+  diff_report "same-work floor simple-control, 1 client (the server)" "$OUTDIR/w1.1" "$OUTDIR/w1.$((OPS + 1))" $((2 * OPS))
+  # T clients: a 1-round sweep of the proxy only; per ioctl = counts / (ops/s × seconds) is
+  # skewed by strace, so count the ioctls themselves: every client ioctl is one line of
+  # the `ioctl` row (the daemon makes none per request with nvsim).
+  strace -f -c -o "$OUTDIR/sT" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+    "$BIN/nv-bench" simple-control --threads "$T" --ms 3000 --rounds 1 >"$OUTDIR/sT.out" 2>&1 || true
+  n_ioctl=$(calls "$OUTDIR/sT" | awk '$1 == "ioctl" { print $2 }')
+  per_report "nvproxy process-vm simple-control, $T clients, per client ioctl ($n_ioctl ioctls)" "$OUTDIR/sT" "${n_ioctl:-1}"
+  strace -f -c -o "$OUTDIR/wT" -p "$sw" 2>/dev/null &
+  st=$!
+  sleep 1
+  "$BIN/nv-bench" samework-simple-control --threads "$T" --ms 3000 --rounds 1 >"$OUTDIR/wT.out" 2>&1 || true
+  kill -INT "$st"; wait "$st" 2>/dev/null || true
+  w_ops=$(awk '/^SCALE /{ for (i = 1; i <= NF; i++) if ($i ~ /^ops_s=/) { sub(/ops_s=/, "", $i); print $i * 3 } }' "$OUTDIR/wT.out")
+  w_reads=$(calls "$OUTDIR/wT" | awk '$1 == "read" { print $2 }')
+  per_report "same-work floor, $T clients, per request read (${w_reads:-?} reads; ~${w_ops:-?} ioctls)" "$OUTDIR/wT" "${w_reads:-1}"
+  fi
+
+  if part 2; then
+  echo "### 2. futex calls of the daemon with $T clients, by the first frame of our code"
+  strace -f -qq -k -e trace=futex -o "$OUTDIR/futex.txt" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+    "$BIN/nv-bench" simple-control --threads "$T" --ms 8000 --rounds 1 >"$OUTDIR/futex.out" 2>&1 || true
+  echo "  (under strace: $(grep -m1 '^SCALE ' "$OUTDIR/futex.out" || true))"
+  # Every stack block (" > binary(symbol+0x..) [0x..]" lines after a futex line) of the daemon
+  # becomes "PRIMITIVE @ SITE": the std primitive it went through (Mutex::lock_contended: a
+  # waiter on a held mutex; Condvar; "futex (direct)": a wake from an unlock or notify inlined
+  # into its caller) and the first frame of our own code. Counted, most first.
+  awk '
+    function flush() {
+      if (nf > 0 && bin == "nvproxy") print (prim == "" ? "futex (direct)" : prim) " @ " site
+      nf = 0; prim = ""; site = ""; bin = ""
+    }
+    /^ > / {
+      b = $0; sub(/^ > /, "", b); sub(/\(.*/, "", b); sub(/.*\//, "", b)
+      s = $0; sub(/^ > [^(]*\(/, "", s); sub(/\+0x[0-9a-f]+\) \[.*$/, "", s)
+      nf++
+      if (prim == "") {
+        if (s ~ /lock_contended/) prim = "Mutex::lock_contended"
+        else if (s ~ /[Cc]ondvar/) prim = "Condvar wait/notify"
+        else if (s ~ /[Bb]arrier/) prim = "Barrier"
+      }
+      if (site == "" && (b == "nvproxy" || b == "nv-bench") &&
+          s !~ /(^|[<: ])(std|core|alloc)::/ && s !~ /^_ZN(3std|4core|5alloc)/) { site = s; bin = b }
+      next
+    }
+    { flush() }
+    END { flush() }
+  ' "$OUTDIR/futex.txt" | c++filt | sed -E 's/::h[0-9a-f]{16}//g' | sort | uniq -c | sort -rn | head -30
+  fi
+
+  if part 3; then
+    echo "### 3. CPU profiles (perf record -e cpu-clock -a; flat, top symbols)"
+    prof() { # NAME CMD...
+      local name=$1; shift
+      perf record -q -e cpu-clock -F 2000 -a -o "$OUTDIR/$name.data" -- "$@" >"$OUTDIR/$name.out" 2>&1 || true
+      echo "== $name: by process and object"
+      perf report -q -i "$OUTDIR/$name.data" --sort comm,dso --stdio 2>/dev/null | head -14
+      echo "== $name: top symbols"
+      perf report -q -i "$OUTDIR/$name.data" --sort comm,sym --stdio 2>/dev/null | head -45
+    }
+    prof proxy1 "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+      "$BIN/nv-bench" simple-control --iters "$OPS" --batches 1 --warmup 10
+    prof floor1 "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10
+    prof proxyT "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+      "$BIN/nv-bench" simple-control --threads "$T" --ms 3000 --rounds 1
+    prof floorT "$BIN/nv-bench" samework-simple-control --threads "$T" --ms 3000 --rounds 1
+    grep -h '^RESULT\|^SCALE ' "$OUTDIR"/proxy1.out "$OUTDIR"/floor1.out "$OUTDIR"/proxyT.out "$OUTDIR"/floorT.out || true
+  fi
+  kill "$sw" 2>/dev/null || true
+  exit 0
+fi
+
+for tool in strace perf; do
+  command -v "$tool" >/dev/null || apt-get install -y -qq "$([[ $tool == perf ]] && echo linux-perf || echo strace)" >/dev/null
+done
+pkg-config --exists fuse3 2>/dev/null || apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null
+export CARGO_TARGET_DIR=$TARGET
+mkdir -p "$TARGET/bench" "$OUTDIR"
+# shellcheck disable=SC2046
+gcc -O2 -Wall -Wextra -o "$SAMEWORK" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
+cargo build --release -q -p tests --bin nv-bench
+cargo build --release -q -p daemon --bin nvproxy
+rw=()
+[[ $OUTDIR == "$ROOT"/* ]] || rw=(--rw "$OUTDIR")
+tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/tests/bench/diagnose.sh" --guest \
+  --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+echo "$PROG: raw outputs in $OUTDIR" >&2
