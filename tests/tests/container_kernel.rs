@@ -567,14 +567,16 @@ fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String,
     )
     .unwrap();
     let bin = nvproxy_bin().canonicalize().unwrap();
+    // The binary and its shim, mounted at a fixed path: systemd-mode podman mounts a tmpfs on
+    // /tmp (and /run), which would hide a checkout there (CI clones may live under /tmp).
+    const INNER: &str = "/opt/nvproxy-bin";
     std::fs::write(
         r.join("etc/systemd/system/nvproxy.service"),
-        unit.replace("/usr/local/bin/nvproxy", &bin.display().to_string()),
+        unit.replace("/usr/local/bin/nvproxy", &format!("{INNER}/nvproxy")),
     )
     .unwrap();
-    // The binary, its shim and the checkout at their own paths.
     let share = bin.parent().unwrap().to_path_buf();
-    std::fs::create_dir_all(r.join(share.strip_prefix("/").unwrap())).unwrap();
+    std::fs::create_dir_all(r.join(INNER.strip_prefix('/').unwrap())).unwrap();
     let name = format!("nvproxy-sd-{tag}-{}", std::process::id());
     let o = podman_cmd(dir, conf)
         .args([
@@ -587,7 +589,7 @@ fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String,
         ])
         .args(["--network", "none", "-v", "/usr:/usr:ro", "--tmpfs", "/var"])
         .arg("-v")
-        .arg(format!("{0}:{0}:ro", share.display()))
+        .arg(format!("{}:{INNER}:ro", share.display()))
         .args(["--mount", "type=bind,src=/dev,dst=/dev", "--rootfs"])
         .arg(&r)
         .args(["/lib/systemd/systemd", "--unit=nvproxy.service"])
