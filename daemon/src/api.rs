@@ -8,11 +8,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -72,9 +70,7 @@ pub enum Answer {
 
 /// The control socket server.
 pub struct ApiServer {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: crate::unix_server::UnixServer,
 }
 
 impl ApiServer {
@@ -88,52 +84,20 @@ impl ApiServer {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let _ = std::fs::remove_file(path);
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
-        if let Some(gid) = group {
-            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
-                .with_context(|| format!("giving {} to group {gid}", path.display()))?;
-        }
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("api".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((conn, _)) => {
-                            if permitted(&conn, group) {
-                                serve_one(conn, &sup, &cfg);
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "control socket: accept failed");
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                    }
-                }
-            })?;
-        Ok(Self {
-            path: path.to_owned(),
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.path);
+        let prepare = |path: &Path| -> Result<()> {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+            if let Some(gid) = group {
+                nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+                    .with_context(|| format!("giving {} to group {gid}", path.display()))?;
+            }
+            Ok(())
+        };
+        let server = crate::unix_server::UnixServer::start(path, "api", prepare, move |conn| {
+            if permitted(&conn, group) {
+                serve_one(conn, &sup, &cfg);
+            }
+        })?;
+        Ok(Self { _server: server })
     }
 }
 
@@ -182,7 +146,6 @@ fn supplementary_groups(pid: i32) -> Vec<u32> {
 }
 
 fn serve_one(conn: UnixStream, sup: &Supervisor, cfg: &Config) {
-    let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = String::new();
     if BufReader::new(&conn).read_line(&mut line).is_err() {

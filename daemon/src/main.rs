@@ -20,6 +20,7 @@ mod policy_cmd;
 mod serve;
 mod supervisor;
 mod sys;
+mod unix_server;
 mod worker;
 
 use std::process::ExitCode;

@@ -17,12 +17,10 @@
 //! driver is tested in-process (`ioctl-proxy/tests/proxy_sim.rs`: two proxies on one `nvsim`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -201,40 +199,18 @@ pub fn query_stats(root: &Path, instance: &str) -> Result<WorkerStats> {
 /// The worker's stats socket: answers `stats` with [`WorkerStats`], to root or the worker's
 /// own user only.
 struct StatsServer {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: crate::unix_server::UnixServer,
 }
 
 impl StatsServer {
     fn start(path: &Path, proxy: Arc<Proxy>) -> Result<Self> {
-        let _ = std::fs::remove_file(path);
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("worker-stats".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((conn, _)) => answer_stats(conn, &proxy),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "worker socket: accept failed");
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                    }
-                }
-            })?;
-        Ok(Self {
-            path: path.to_owned(),
-            stop,
-            thread: Some(thread),
-        })
+        let server = crate::unix_server::UnixServer::start(
+            path,
+            "worker-stats",
+            |_| Ok(()),
+            move |conn| answer_stats(conn, &proxy),
+        )?;
+        Ok(Self { _server: server })
     }
 }
 
@@ -244,7 +220,6 @@ fn answer_stats(conn: UnixStream, proxy: &Proxy) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
         _ => return,
     }
-    let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
     let mut line = String::new();
     let mut r = BufReader::new(&conn);
@@ -259,16 +234,6 @@ fn answer_stats(conn: UnixStream, proxy: &Proxy) {
     if let Ok(mut text) = serde_json::to_string(&stats) {
         text.push('\n');
         let _ = (&conn).write_all(text.as_bytes());
-    }
-}
-
-impl Drop for StatsServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
