@@ -1,6 +1,6 @@
 //! Running instances: [`RunningInstance`] (one instance's nodes, proxy and sockets, in the
-//! process that serves it: a worker, or `nvproxy exec`), `nvproxy exec` (one instance around
-//! one command, in-process), `nvproxy serve` (the supervisor of one worker process per
+//! worker process that serves it), `nvproxy exec` (one instance around one command, in an
+//! ephemeral worker), `nvproxy serve` (the supervisor of one worker process per
 //! instance, `supervisor.rs`) and `nvproxy run` (a command with the nodes of a served
 //! instance).
 
