@@ -312,6 +312,23 @@ impl Supervisor {
         );
         let dir = worker::run_dir(&self.root, name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // The worker must reach its own directory through the run directory, which is
+        // private (0700): search only (0711) for others; the instance directories stay 0700,
+        // each its owner's alone.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&self.root)
+                .with_context(|| format!("{}", self.root.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o011 != 0o011 {
+                std::fs::set_permissions(
+                    &self.root,
+                    std::fs::Permissions::from_mode((mode & 0o7777) | 0o011),
+                )
+                .with_context(|| format!("letting workers search {}", self.root.display()))?;
+            }
+        }
         nix::unistd::chown(&dir, Some(uid), Some(gid))
             .with_context(|| format!("giving {} to uid {}", dir.display(), run_as.uid))?;
         if let Some(audit) = &spec.audit {
