@@ -929,7 +929,7 @@ pub fn write_current(
         nvidia_spec: cfg.cdi.nvidia_spec.clone(),
         vendor: cfg.cdi.vendor.clone(),
         class: cfg.cdi.class.clone(),
-        driver_root: PathBuf::from("/"),
+        driver_root: cfg.cdi.driver_root.clone(),
         driver_version: None,
         lib_dir: Vec::new(),
         bin_dir: Vec::new(),

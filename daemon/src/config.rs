@@ -175,6 +175,8 @@ pub struct CdiSection {
     /// Take NVIDIA's libraries and binaries from this CDI spec (`nvidia-ctk cdi generate`'s)
     /// instead of looking for them.
     pub nvidia_spec: Option<PathBuf>,
+    /// Where NVIDIA's userspace is installed (as `cdi generate --driver-root`).
+    pub driver_root: PathBuf,
 }
 
 impl Default for CdiSection {
@@ -184,6 +186,7 @@ impl Default for CdiSection {
             vendor: "nvproxy.dev".to_owned(),
             class: "gpu".to_owned(),
             nvidia_spec: None,
+            driver_root: PathBuf::from("/"),
         }
     }
 }

@@ -172,7 +172,11 @@ fn self_check(path: &Path, devname: &str, fdid: &FdIdentity) -> Result<u64> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // EACCES (file mode) for a worker that is not root; EPERM (a device cgroup, say)
+            // stays an error.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EACCES) && !nix::unistd::geteuid().is_root() =>
+            {
                 return rdev_matches_cuse_record(path, devname);
             }
             Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
