@@ -329,8 +329,18 @@ impl Supervisor {
                 .with_context(|| format!("letting workers search {}", self.root.display()))?;
             }
         }
-        nix::unistd::chown(&dir, Some(uid), Some(gid))
+        // The worker's, with the supervisor's group and 0770: the directory is the guard, so
+        // that a supervisor without CAP_DAC_OVERRIDE (the systemd unit's) reads the worker's
+        // state file (0644) and reaches its stats socket (0666, peer-checked) inside it, and
+        // nobody else reaches either. (No setgid bit: the unit's RestrictSUIDSGID= refuses it.)
+        let my_gid = nix::unistd::getegid();
+        nix::unistd::chown(&dir, Some(uid), Some(my_gid))
             .with_context(|| format!("giving {} to uid {}", dir.display(), run_as.uid))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770))
+                .with_context(|| format!("chmod {}", dir.display()))?;
+        }
         if let Some(audit) = &spec.audit {
             if let Some(parent) = audit.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)

@@ -17,6 +17,7 @@
 //! driver is tested in-process (`ioctl-proxy/tests/proxy_sim.rs`: two proxies on one `nvsim`).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -215,6 +216,10 @@ fn write_state(dir: &Path, state: &WorkerState) -> Result<()> {
     let tmp = dir.join(format!(".{STATE_FILE}.{}", std::process::id()));
     std::fs::write(&tmp, serde_json::to_vec(state)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
+    // Readable by whoever reaches the directory (root's, or a worker's 0770 with the
+    // supervisor's group): a supervisor without CAP_DAC_OVERRIDE reads it.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("chmod {}", tmp.display()))?;
     std::fs::rename(&tmp, dir.join(STATE_FILE))
         .with_context(|| format!("renaming {} into place", tmp.display()))?;
     Ok(())
@@ -265,7 +270,9 @@ impl StatsServer {
         let server = crate::unix_server::UnixServer::start(
             path,
             "worker-stats",
-            |_| Ok(()),
+            // Whoever reaches the directory may connect (see write_state); the peer check
+            // decides.
+            |p| Ok(std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666))?),
             move |conn| answer_stats(conn, &proxy),
         )?;
         Ok(Self { _server: server })

@@ -644,7 +644,10 @@ fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String,
     std::fs::create_dir_all(r.join("etc/nvproxy")).unwrap();
     std::fs::write(
         r.join("etc/nvproxy/config.toml"),
-        "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
+        // The worker under its own uid: the unit's bounding set and sandbox must allow it, and a
+        // supervisor without CAP_DAC_OVERRIDE must still read its state and stats.
+        "driver = \"sim\"\n[sim]\ngpus = 2\n[daemon]\nworker_uids = \"61000-61009\"\n\
+         [[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
     )
     .unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -740,6 +743,12 @@ fn the_systemd_unit_serves_under_systemd() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let spec = exec(&["cat", "/run/cdi/nvproxy.yaml"]);
+    let list = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    let worker_uid = exec(&[
+        "sh",
+        "-c",
+        "grep Uid: /proc/$(sed 's/.*\"pid\":\\([0-9]*\\).*/\\1/' /run/nvproxy/sd-a/worker.json)/status",
+    ]);
     let nodes = exec(&["ls", "/dev/nvproxy/sd-a"]);
     let stopped = {
         exec(&["systemctl", "stop", "nvproxy.service"]);
@@ -760,6 +769,14 @@ fn the_systemd_unit_serves_under_systemd() {
     assert!(
         nodes.contains("nvidiactl") && nodes.contains("nvidia-uvm"),
         "{nodes}"
+    );
+    assert!(
+        worker_uid.split_whitespace().eq(["Uid:", "61000", "61000", "61000", "61000"]),
+        "the worker's uid: {worker_uid:?}\n{journal}"
+    );
+    assert!(
+        list.lines().any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
+        "instance list (its stats through the group-readable run directory): {list}\n{journal}"
     );
     assert!(
         !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),
