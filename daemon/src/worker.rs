@@ -272,7 +272,12 @@ impl StatsServer {
             "worker-stats",
             // Whoever reaches the directory may connect (see write_state); the peer check
             // decides.
-            |p| Ok(std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666))?),
+            |p| {
+                Ok(std::fs::set_permissions(
+                    p,
+                    std::fs::Permissions::from_mode(0o666),
+                )?)
+            },
             move |conn| answer_stats(conn, &proxy),
         )?;
         Ok(Self { _server: server })

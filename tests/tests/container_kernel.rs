@@ -771,11 +771,14 @@ fn the_systemd_unit_serves_under_systemd() {
         "{nodes}"
     );
     assert!(
-        worker_uid.split_whitespace().eq(["Uid:", "61000", "61000", "61000", "61000"]),
+        worker_uid
+            .split_whitespace()
+            .eq(["Uid:", "61000", "61000", "61000", "61000"]),
         "the worker's uid: {worker_uid:?}\n{journal}"
     );
     assert!(
-        list.lines().any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
+        list.lines()
+            .any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
         "instance list (its stats through the group-readable run directory): {list}\n{journal}"
     );
     assert!(
