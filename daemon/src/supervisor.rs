@@ -333,14 +333,19 @@ impl Supervisor {
         // that a supervisor without CAP_DAC_OVERRIDE (the systemd unit's) reads the worker's
         // state file (0644) and reaches its stats socket (0666, peer-checked) inside it, and
         // nobody else reaches either. (No setgid bit: the unit's RestrictSUIDSGID= refuses it.)
+        // Ours first (an earlier worker's directory is its), then the mode, then the worker's:
+        // changing the mode of a directory we do not own would need CAP_FOWNER, which the
+        // unit does not keep (CAP_CHOWN it does).
         let my_gid = nix::unistd::getegid();
-        nix::unistd::chown(&dir, Some(uid), Some(my_gid))
-            .with_context(|| format!("giving {} to uid {}", dir.display(), run_as.uid))?;
+        nix::unistd::chown(&dir, Some(nix::unistd::geteuid()), Some(my_gid))
+            .with_context(|| format!("taking back {}", dir.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770))
                 .with_context(|| format!("chmod {}", dir.display()))?;
         }
+        nix::unistd::chown(&dir, Some(uid), Some(my_gid))
+            .with_context(|| format!("giving {} to uid {}", dir.display(), run_as.uid))?;
         if let Some(audit) = &spec.audit {
             if let Some(parent) = audit.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)
