@@ -120,7 +120,13 @@ fn test_numa_info_is_forwarded_without_host_physical_addresses() {
     let out = env.mem.get(A, 560);
     // The NUMA node and its state and sizes are the tenant's; the physical addresses are not.
     assert_eq!(
-        (rd32(&out, 0), rd32(&out, 4), rd64(&out, 8), rd64(&out, 24), out[32]),
+        (
+            rd32(&out, 0),
+            rd32(&out, 4),
+            rd64(&out, 8),
+            rd64(&out, 24),
+            out[32]
+        ),
         (1, 3, 512 << 20, 80 << 30, 1)
     );
     assert_eq!(rd64(&out, 16), 0, "numa_mem_addr");

@@ -149,10 +149,7 @@ fn p2p_caps(st: &State, c: &mut Ctx<'_>) -> u32 {
     if n == 0 || n > MAX_ATTACHED_GPUS {
         return NV_ERR_INVALID_ARGUMENT;
     }
-    let attached = |id: u32| {
-        drv.gpu_by_id(id)
-            .is_some_and(|g| drv.gpu_attached(st, g))
-    };
+    let attached = |id: u32| drv.gpu_by_id(id).is_some_and(|g| drv.gpu_attached(st, g));
     if !attached(p.gpuIds[0]) {
         return NV_ERR_INVALID_ARGUMENT;
     }

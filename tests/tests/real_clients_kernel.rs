@@ -651,10 +651,17 @@ fn nvidia_smi_table_and_q_have_no_unknown_error() {
         for g in [gpu(0), gpu(1)] {
             assert!(table.contains(&g.name), "{v}: {} in the table", g.name);
             let bus = format!("{:08X}:{:02X}:00.0 Off", g.pci_domain, g.pci_bus);
-            assert!(table.contains(&bus), "{v}: {bus} (display off) in the table");
+            assert!(
+                table.contains(&bus),
+                "{v}: {bus} (display off) in the table"
+            );
         }
         assert_eq!(table.matches("0MiB / 81920MiB").count(), 2, "{v}: memory");
-        assert_eq!(table.matches(" Off |").count(), 4, "{v}: persistence mode and display off");
+        assert_eq!(
+            table.matches(" Off |").count(),
+            4,
+            "{v}: persistence mode and display off"
+        );
         assert!(table.contains(&format!("Driver Version: {v}")));
 
         let o = exec(v, &two, &lib, &[smi, "-q"]);
@@ -676,12 +683,18 @@ fn nvidia_smi_table_and_q_have_no_unknown_error() {
             ("GPU Virtualization Mode/Virtualization Mode", "None".into()),
             ("GPU Reset Status/Reset Required", "No".into()),
             ("GPU Reset Status/Drain and Reset Recommended", "No".into()),
-            ("PCI/Bus Id", format!("{:08X}:{:02X}:00.0", g.pci_domain, g.pci_bus)),
+            (
+                "PCI/Bus Id",
+                format!("{:08X}:{:02X}:00.0", g.pci_domain, g.pci_bus),
+            ),
             ("PCIe Generation/Max", g.pcie_gen.to_string()),
             ("PCIe Generation/Current", g.pcie_gen.to_string()),
             ("Link Width/Max", format!("{}x", g.pcie_width)),
             ("Link Width/Current", format!("{}x", g.pcie_width)),
-            ("FB Memory Usage/Total", format!("{} MiB", g.memory_bytes >> 20)),
+            (
+                "FB Memory Usage/Total",
+                format!("{} MiB", g.memory_bytes >> 20),
+            ),
             ("FB Memory Usage/Used", "0 MiB".into()),
             ("BAR1 Memory Usage/Total", "131072 MiB".into()),
             ("Compute Mode", "Default".into()),
@@ -735,7 +748,11 @@ fn nvidia_smi_q_sections_and_query_gpu_fields() {
             v,
             &["--sim-gpus", "2", "--gpus", "1"],
             &lib,
-            &[smi, &format!("--query-gpu={QUERY_FIELDS}"), "--format=csv,noheader"],
+            &[
+                smi,
+                &format!("--query-gpu={QUERY_FIELDS}"),
+                "--format=csv,noheader",
+            ],
         );
         assert_ok(&o, "nvidia-smi --query-gpu");
         let row = stdout(&o);
@@ -784,7 +801,11 @@ fn nvidia_smi_topo_matrix() {
         // Two GPUs: NVML looks both up in the host's PCI tree (hwloc over /sys/bus/pci) to
         // find their common ancestor; simulated GPUs have no PCI device there, so it fails.
         let o = exec(v, &["--sim-gpus", "2"], &lib, &[smi, "topo", "-m"]);
-        assert_eq!(o.status.code(), Some(255), "{v}: topo -m, two simulated GPUs");
+        assert_eq!(
+            o.status.code(),
+            Some(255),
+            "{v}: topo -m, two simulated GPUs"
+        );
         assert!(
             stdout(&o).contains("Failed to run topology matrix"),
             "{v}: topo -m, two simulated GPUs"
