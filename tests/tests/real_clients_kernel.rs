@@ -702,7 +702,7 @@ fn nvidia_smi_table_and_q_have_no_unknown_error() {
             ("Remapped Rows/Remapping Failure Occurred", "No".into()),
             ("GSP Firmware Version", v.into()),
         ] {
-            assert_eq!(q_value(&f, &key), want, "{v}: -q {key}");
+            assert_eq!(q_value(&f, key), want, "{v}: -q {key}");
         }
     }
 }
