@@ -42,9 +42,6 @@ pub enum ProxyError {
         /// `_IOC_SIZE` (or the `NV_ESC_IOCTL_XFER_CMD` size).
         size: u32,
     },
-    /// An escape the proxy never forwards (`NV_ESC_NUMA_INFO`).
-    #[error("{0} is not proxied")]
-    NotProxied(&'static str),
     /// The instance's policy denies the escape.
     #[error("{0} denied by policy")]
     Denied(&'static str),
@@ -129,7 +126,6 @@ impl ProxyError {
             Self::UnknownEscape { .. }
             | Self::UnknownUvm { .. }
             | Self::BadSize { .. }
-            | Self::NotProxied(_)
             | Self::Denied(_)
             | Self::GpuNotInSet(_)
             | Self::Unsupported(_)

@@ -1,5 +1,6 @@
 //! Keeping a tenant inside its GPU set: `NV_ESC_CARD_INFO` filtered and renumbered, GPU id
-//! lists filtered, GPUs outside the set unreachable.
+//! lists filtered, GPUs outside the set unreachable, `NV_ESC_NUMA_INFO` without the host's
+//! physical addresses.
 //!
 //! The tenant's GPU `i` is host minor `InstancePolicy::gpus[i]`; in `CARD_INFO` it appears as
 //! entry `i` with `minor_number = i`, so the tenant's first GPU is its `/dev/nvidia0`. GPU ids
@@ -8,11 +9,11 @@
 
 use core::mem::offset_of;
 
-use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, nv_iowr};
+use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, NV_ESC_NUMA_INFO, nv_iowr};
 use nvproxy_abi::structs::{
     NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
     NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS,
-    NVOS54_PARAMETERS, nv_ioctl_card_info_t,
+    NVOS54_PARAMETERS, nv_ioctl_card_info_t, nv_ioctl_numa_info_t, nv_offline_addresses_t,
 };
 use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -140,6 +141,39 @@ impl Req<'_> {
         }
         self.write_top(addr, &out)?;
         Ok(0)
+    }
+
+    /// `NV_ESC_NUMA_INFO` (on a GPU node; the driver answers `EINVAL` on the control node,
+    /// `NV_ACTUAL_DEVICE_ONLY` in `nvidia_ioctl`): forwarded, and the answer filtered. The
+    /// tenant keeps what describes its GPU's memory as a NUMA node: `nid` (a node of the host
+    /// kernel the tenant itself runs on, the same node `/sys/devices/system/node` shows it, and
+    /// what CUDA binds memory to on a coherent system), `status`, `memblock_size`,
+    /// `numa_mem_size` and `use_auto_online`. The proxy removes the two host physical address
+    /// kinds, `numa_mem_addr` (where the GPU's memory sits in the host's physical address
+    /// space, `coherentCpuFbBase + numaOnlineBase`) and the offline list (the physical
+    /// addresses of retired pages, `subdeviceCtrlCmdFbGetNumaInfo`): only the privileged code
+    /// that onlines that memory (`/sys/devices/system/memory/probe`) uses them, and a physical
+    /// address is what an exploit wants. Both read as none (0, and `numEntries` 0). On a GPU
+    /// that is no NUMA node (PCIe on x86) the driver's answer is unchanged by this: `nid` -1,
+    /// `DISABLED`, no memory, no entries. gVisor refuses the escape ("the host's NUMA view is
+    /// not the sandbox's"); a runc container shares the host kernel's view, and `nvidia-smi
+    /// topo -m` fails without an answer. The tables of the 535 branch do not have the escape
+    /// (their facts come from `src/nvidia/arch/nvalloc/unix/include`, and 535 keeps
+    /// `nv-ioctl-numa.h` only under `kernel-open/common/inc`), so there it stays an unknown
+    /// escape, `EINVAL`, which NVML 535 reads as "no GPU NUMA node".
+    pub(crate) fn numa_info(&mut self, addr: u64) -> Result<i32, ProxyError> {
+        type P = nv_ioctl_numa_info_t;
+        let p = self.read_params::<P>(addr)?;
+        let mut plan = Plan::new(
+            nv_iowr(NV_ESC_NUMA_INFO, size_of::<P>()),
+            p.as_bytes().to_vec(),
+        );
+        let ret = self.exec(&mut plan)?;
+        let mut out = plan.get::<P>(None);
+        out.numa_mem_addr = 0;
+        out.offline_addresses = nv_offline_addresses_t::new_zeroed();
+        plan.overwrite(None, 0, out.as_bytes());
+        self.finish(addr, plan, None, ret)
     }
 
     /// `NV_ESC_ATTACH_GPUS_TO_FD`: every non-zero id must be in the set; the driver answers an

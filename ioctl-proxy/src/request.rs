@@ -374,13 +374,6 @@ impl<'a> Req<'a> {
             self.set_decision(Decision::Denied, "unknown escape");
             return Err(ProxyError::UnknownEscape { nr });
         };
-        if nr8 == NV_ESC_NUMA_INFO {
-            // gVisor facts a: the host's NUMA view is not the tenant's; refusing is non-fatal
-            // to CUDA.
-            self.note.name = "NV_ESC_NUMA_INFO".into();
-            self.set_decision(Decision::Denied, "not proxied");
-            return Err(ProxyError::NotProxied("NV_ESC_NUMA_INFO"));
-        }
         let Some(spec) = self.px.abi.escape(nr8).copied() else {
             self.set_decision(Decision::Denied, "unknown escape");
             return Err(ProxyError::UnknownEscape { nr });
@@ -414,6 +407,7 @@ impl<'a> Req<'a> {
             | NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO => self.rm_handles(&spec, addr, size),
             NV_ESC_RM_ALLOC_CONTEXT_DMA2 => self.rm_context_dma2(addr),
             NV_ESC_CARD_INFO => self.card_info(addr, size),
+            NV_ESC_NUMA_INFO => self.numa_info(addr),
             NV_ESC_REGISTER_FD => self.register_fd(addr),
             NV_ESC_ALLOC_OS_EVENT | NV_ESC_FREE_OS_EVENT => self.os_event(nr8, addr),
             NV_ESC_CHECK_VERSION_STR | NV_ESC_SYS_PARAMS | NV_ESC_WAIT_OPEN_COMPLETE => {

@@ -92,16 +92,52 @@ fn test_unknown_escape_is_einval_and_audited() {
 }
 
 #[test]
-fn test_numa_info_is_refused_without_forwarding() {
+fn test_numa_info_is_forwarded_without_host_physical_addresses() {
     let mut env = Env::with(
         "545.29.06",
         InstancePolicy::new("t", Caps::COMPUTE, vec![1]),
     );
-    env.mem.map(A, &[0; 560]);
+    let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    env.host.clear();
+    // nv_ioctl_numa_info_t as a coherent GPU's driver fills it (the fake host echoes the
+    // buffer): nid 1, ONLINE, memblock 512 MiB, memory at host PA 0x4000_0000_0000, 2 retired
+    // pages.
+    let mut p = vec![0u8; 560];
+    wr32(&mut p, 0, 1);
+    wr32(&mut p, 4, 3);
+    wr64(&mut p, 8, 512 << 20);
+    wr64(&mut p, 16, 0x4000_0000_0000);
+    wr64(&mut p, 24, 80 << 30);
+    p[32] = 1;
+    wr64(&mut p, 40, 0x4000_0010_0000);
+    wr64(&mut p, 48, 0x4000_0020_0000);
+    wr32(&mut p, 40 + 512, 2);
+    env.mem.map(A, &p);
+    assert_eq!(env.ioctl(gpu, nv_iowr(0xd7, 560), A).unwrap(), 0);
+    let calls = env.host.calls_nr(0xd7);
+    assert_eq!(calls.len(), 1, "forwarded once");
+    assert_eq!(calls[0].node, NodeKind::Gpu(1));
+    let out = env.mem.get(A, 560);
+    // The NUMA node and its state and sizes are the tenant's; the physical addresses are not.
+    assert_eq!(
+        (
+            rd32(&out, 0),
+            rd32(&out, 4),
+            rd64(&out, 8),
+            rd64(&out, 24),
+            out[32]
+        ),
+        (1, 3, 512 << 20, 80 << 30, 1)
+    );
+    assert_eq!(rd64(&out, 16), 0, "numa_mem_addr");
+    assert!(out[40..560].iter().all(|&b| b == 0), "offline addresses");
+    // The driver's own errno (NV_ACTUAL_DEVICE_ONLY on the control node) reaches the tenant.
+    env.host.set_escape_errno(0xd7, libc::EINVAL);
     let ctl = env.ctl;
-    let err = env.ioctl(ctl, nv_iowr(0xd7, 560), A).unwrap_err();
-    assert_eq!(err.errno(), libc::EINVAL);
-    assert!(env.host.calls().is_empty());
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xd7, 560), A).unwrap_err().errno(),
+        libc::EINVAL
+    );
 }
 
 #[test]

@@ -457,8 +457,12 @@ pub(crate) fn control(
         }
         // The controls of libcuda's and nvidia-smi's initialisation (control_init.rs); the
         // rest is not exported by the target's class, or not simulated.
-        _ => crate::control_init::control(st, c, p.hClient, p.cmd, target)
-            .unwrap_or(NV_ERR_NOT_SUPPORTED),
+        // nvidia-smi's -q and topo -m (control_smi.rs).
+        _ => match crate::control_smi::control(st, &mut c, p.cmd, target) {
+            Some(status) => status,
+            None => crate::control_init::control(st, c, p.hClient, p.cmd, target)
+                .unwrap_or(NV_ERR_NOT_SUPPORTED),
+        },
     }
 }
 

@@ -32,6 +32,8 @@ pub mod cmd {
     pub const GPU_GET_ACTIVE_PARTITION_IDS: u32 = 0x2080_018b;
     /// `NV2080_CTRL_CMD_BUS_GET_INFO_V2`.
     pub const BUS_GET_INFO_V2: u32 = 0x2080_1823;
+    /// `NV2080_CTRL_CMD_BUS_GET_INFO` (embedded `busInfoList` pointer).
+    pub const BUS_GET_INFO: u32 = 0x2080_1802;
     /// `NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO`.
     pub const TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: u32 = 0x2080_0406;
     /// `NV2080_CTRL_CMD_BUS_GET_PCI_BAR_INFO`.
@@ -188,27 +190,20 @@ fn answer(
         (cmd::BUS_GET_INFO_V2, Target::Subdevice(g)) => {
             // subdeviceCtrlCmdBusGetInfoV2 -> getBusInfos.
             let n: u32 = c.get(0).expect("size checked");
-            if n == 0 || n > BUS_INFO_MAX_LIST_SIZE {
+            let pl = c.pl;
+            bus_infos(&drv.config.gpus[g], c.call, pl, 4, n)
+        }
+        (cmd::BUS_GET_INFO, Target::Subdevice(g)) => {
+            // The deprecated form with a list pointer: RmDeprecatedGetControlHandler converts it
+            // to _V2 (copy-in of busInfoListSize entries, V2, copy-out).
+            let n: u32 = c.get(0).expect("size checked");
+            let Some(list) = crate::buf::child(c.call, c.pl, 8) else {
                 return Some(NV_ERR_INVALID_ARGUMENT);
+            };
+            if crate::buf::bytes(c.call, list).len() < 8 * n.min(BUS_INFO_MAX_LIST_SIZE) as usize {
+                return Some(NV_ERR_INVALID_ADDRESS);
             }
-            let gpu = &drv.config.gpus[g];
-            let mut status = NV_OK;
-            for i in 0..n as usize {
-                let index: u32 = c.get(4 + 8 * i).expect("size checked");
-                let Some(value) = bus_info(gpu, index) else {
-                    // getBusInfos: an index it does not know is INVALID_ARGUMENT (data 0);
-                    // the PCIe link and error counters (GSP RPCs on an H100) are not modelled.
-                    status = if index > BUS_INFO_INDEX_MAX {
-                        c.put(4 + 8 * i + 4, &0u32);
-                        NV_ERR_INVALID_ARGUMENT
-                    } else {
-                        NV_ERR_NOT_SUPPORTED
-                    };
-                    break;
-                };
-                c.put(4 + 8 * i + 4, &value);
-            }
-            status
+            bus_infos(&drv.config.gpus[g], c.call, list, 0, n)
         }
         (cmd::TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO, Target::Subdevice(_)) => time_correlation(c),
         (cmd::BUS_GET_PCI_BAR_INFO, Target::Subdevice(g)) => {
@@ -515,6 +510,36 @@ const BUS_INFO_TYPE_PCI_EXPRESS: u32 = 3;
 /// The `NV2080_CTRL_BUS_INFO_INDEX_*` values the kernel RM computes itself for a discrete PCIe
 /// GPU on an I/O-coherent x86 host (`getBusInfos`); `None` for the PCIe link state and error
 /// counters (read from the link or asked of GSP), which are not modelled.
+/// `getBusInfos` over the `{index, data}` list of `n` entries at `off` in the buffer at `loc`.
+fn bus_infos(
+    gpu: &crate::SimGpu,
+    call: &mut host_driver::HostCall,
+    loc: crate::buf::Loc,
+    off: usize,
+    n: u32,
+) -> u32 {
+    if n == 0 || n > BUS_INFO_MAX_LIST_SIZE {
+        return NV_ERR_INVALID_ARGUMENT;
+    }
+    let buf = crate::buf::bytes_mut(call, loc);
+    for i in 0..n as usize {
+        let at = off + 8 * i;
+        let index: u32 = crate::buf::read(buf, at).expect("size checked");
+        let Some(value) = bus_info(gpu, index) else {
+            // getBusInfos: an index it does not know is INVALID_ARGUMENT (data 0); the PCIe
+            // link and error counters (GSP RPCs on an H100) are not modelled.
+            if index > BUS_INFO_INDEX_MAX {
+                crate::buf::write(buf, at + 4, &0u32);
+                return NV_ERR_INVALID_ARGUMENT;
+            }
+            tracing::debug!(index, "bus info index not modelled");
+            return NV_ERR_NOT_SUPPORTED;
+        };
+        crate::buf::write(buf, at + 4, &value);
+    }
+    NV_OK
+}
+
 fn bus_info(gpu: &crate::SimGpu, index: u32) -> Option<u32> {
     Some(match index {
         // TYPE, INTERFACE_TYPE, GPU_INTERFACE_TYPE: kbifGetBusIntfType (no bridges any more).

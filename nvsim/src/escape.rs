@@ -129,6 +129,28 @@ pub(crate) fn ioctl(
                 Err(errno(EBUSY))
             }
         }
+        NV_ESC_NUMA_INFO => {
+            // nvidia_ioctl: NV_ACTUAL_DEVICE_ONLY, then the exact size.
+            if ctl || size != size_of::<nv_ioctl_numa_info_t>() {
+                return Err(errno(EINVAL));
+            }
+            let mut p: nv_ioctl_numa_info_t = read_at(call, loc, 0).expect("size checked");
+            // rm_get_gpu_numa_info -> NV2080_CTRL_CMD_FB_GET_NUMA_INFO
+            // (subdeviceCtrlCmdFbGetNumaInfo): a GPU that is not self-hosted (PCIe on x86, no
+            // coherent link) has numaNodeId NV0000_CTRL_NO_NUMA_NODE and no NUMA memory, so no
+            // retired page lies in its NUMA region and the offline list is empty. Then
+            // nv_get_numa_status: DISABLED without a node; use_auto_online false;
+            // memblock_size is the control device's, as NV_ESC_SYS_PARAMS set it.
+            p.nid = -1;
+            p.numa_mem_addr = 0;
+            p.numa_mem_size = 0;
+            p.offline_addresses.numEntries = 0;
+            p.status = NV_IOCTL_NUMA_STATUS_DISABLED;
+            p.use_auto_online = 0;
+            p.memblock_size = st.memblock_size;
+            write_at(call, loc, 0, &p);
+            ok
+        }
         NV_ESC_WAIT_OPEN_COMPLETE if drv.abi.escapes.contains_key(&NV_ESC_WAIT_OPEN_COMPLETE) => {
             if size != size_of::<nv_ioctl_wait_open_complete_t>() {
                 return Err(errno(EINVAL));
@@ -340,7 +362,7 @@ pub(crate) fn ioctl(
             let Some(&(_, ctl_only, from_end)) =
                 NOT_SUPPORTED_ESCAPES.iter().find(|(n, _, _)| *n == nr)
             else {
-                // Unknown to the driver, or known but not simulated (NUMA, I2C, registry,
+                // Unknown to the driver, or known but not simulated (I2C, registry,
                 // event data, ...): EINVAL, the driver's answer for an escape it rejects.
                 return Err(errno(EINVAL));
             };

@@ -110,6 +110,7 @@ mod buf;
 mod config;
 pub mod control;
 mod control_init;
+mod control_smi;
 mod driver;
 mod escape;
 mod fifo;

@@ -468,6 +468,41 @@ pub struct nv_ioctl_sys_params_t {
 const _: () = assert!(size_of::<nv_ioctl_sys_params_t>() == 8);
 const _: () = assert!(align_of::<nv_ioctl_sys_params_t>() == 8);
 
+/// `NV_IOCTL_NUMA_INFO_MAX_OFFLINE_ADDRESSES` (`nv-ioctl-numa.h`).
+pub const NV_IOCTL_NUMA_INFO_MAX_OFFLINE_ADDRESSES: usize = 64;
+/// `NV_IOCTL_NUMA_STATUS_DISABLED` (`nv-ioctl-numa.h`): the GPU's memory is no NUMA node.
+pub const NV_IOCTL_NUMA_STATUS_DISABLED: i32 = 0;
+
+/// `nv_offline_addresses_t` (`nv-ioctl-numa.h`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct nv_offline_addresses_t {
+    pub addresses: [u64; NV_IOCTL_NUMA_INFO_MAX_OFFLINE_ADDRESSES],
+    pub numEntries: u32,
+    pub _pad0: [u8; 4],
+}
+const _: () = assert!(size_of::<nv_offline_addresses_t>() == 520);
+const _: () = assert!(offset_of!(nv_offline_addresses_t, numEntries) == 512);
+
+/// `nv_ioctl_numa_info_t` (`nv-ioctl-numa.h`): the payload of `NV_ESC_NUMA_INFO`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct nv_ioctl_numa_info_t {
+    pub nid: i32,
+    pub status: i32,
+    pub memblock_size: u64,
+    pub numa_mem_addr: u64,
+    pub numa_mem_size: u64,
+    pub use_auto_online: u8,
+    pub _pad0: [u8; 7],
+    pub offline_addresses: nv_offline_addresses_t,
+}
+const _: () = assert!(size_of::<nv_ioctl_numa_info_t>() == 560);
+const _: () = assert!(align_of::<nv_ioctl_numa_info_t>() == 8);
+const _: () = assert!(offset_of!(nv_ioctl_numa_info_t, numa_mem_addr) == 16);
+const _: () = assert!(offset_of!(nv_ioctl_numa_info_t, use_auto_online) == 32);
+const _: () = assert!(offset_of!(nv_ioctl_numa_info_t, offline_addresses) == 40);
+
 /// `nv_ioctl_xfer_t` (`nv-ioctl.h`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]

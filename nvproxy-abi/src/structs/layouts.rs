@@ -112,6 +112,8 @@ pub fn layouts() -> Vec<Layout> {
         layout!("nv_ioctl_free_os_event_t" => nv_ioctl_free_os_event_t { hClient, hDevice, fd, Status }),
         layout!("nv_ioctl_rm_api_version_t" => nv_ioctl_rm_api_version_t { cmd, reply, versionString }),
         layout!("nv_ioctl_sys_params_t" => nv_ioctl_sys_params_t { memblock_size }),
+        layout!("nv_ioctl_numa_info_t" => nv_ioctl_numa_info_t { nid, status, memblock_size, numa_mem_addr, numa_mem_size, use_auto_online, offline_addresses }),
+        layout!("nv_offline_addresses_t" => nv_offline_addresses_t { addresses, numEntries }),
         layout!("nv_ioctl_xfer_t" => nv_ioctl_xfer_t { cmd, size, ptr }),
         layout!("nv_ioctl_wait_open_complete_t" => nv_ioctl_wait_open_complete_t { rc, adapterStatus }),
         layout!("NVOS46_PARAMETERS" => NVOS46_PARAMETERS_V580 { hClient, hDevice, hDma, hMemory, offset, length, flags, flags2, kindOverride, dmaOffset, status }),

@@ -183,6 +183,7 @@ pub const MODELED_STRUCTS: &[&str] = &[
     "nv_ioctl_card_info_t",
     "nv_ioctl_export_to_dma_buf_fd_t",
     "nv_ioctl_free_os_event_t",
+    "nv_ioctl_numa_info_t",
     "nv_ioctl_nvos02_parameters_with_fd",
     "nv_ioctl_nvos33_parameters_with_fd",
     "nv_ioctl_register_fd_t",
@@ -191,5 +192,6 @@ pub const MODELED_STRUCTS: &[&str] = &[
     "nv_ioctl_sys_params_t",
     "nv_ioctl_wait_open_complete_t",
     "nv_ioctl_xfer_t",
+    "nv_offline_addresses_t",
     "nv_pci_info_t",
 ];

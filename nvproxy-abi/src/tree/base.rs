@@ -5,7 +5,14 @@
 //! exists in 535.216.03, with the number, param struct and size of that version and gVisor's
 //! translation kind and capabilities. Plus three ECC controls that are *not* in gVisor's
 //! allowlist, with no capabilities (admin-only): they are where the 535 branch changed its ABI
-//! (see the tree module). Maintained by hand; the root 535.43.02 and every other node are deltas
+//! (see the tree module). Plus six read-only controls `nvidia-smi` (NVML) asks that are not in
+//! gVisor's allowlist either, under compute,utility like the queries around them: they carry no
+//! pointers or fds in any version (checked against every node's facts like every entry), and
+//! without them NVML reports `Unknown Error` or gives up on whole sections of `nvidia-smi -q`
+//! (issue 15): `NV0080_CTRL_CMD_GPU_GET_VGX_CAPS`, `NV0080_CTRL_CMD_GPU_GET_BRAND_CAPS`,
+//! `NV2080_CTRL_CMD_GPU_GET_RESET_STATUS`, `NV2080_CTRL_CMD_GPU_GET_DRAIN_AND_RESET_STATUS`,
+//! `NV2080_CTRL_CMD_FB_GET_REMAPPED_ROWS`, `NV2080_CTRL_CMD_PMGR_GET_MODULE_INFO`.
+//! Maintained by hand; the root 535.43.02 and every other node are deltas
 //! from it in `generated.rs` (`abi-import tree`).
 //!
 //! Allowlist rows left out because the facts have no such entry in any version: the unnamed
@@ -107,7 +114,9 @@ pub(crate) fn table_535_216_03() -> DriverAbi {
     abi.add_control(0x800280, "NV0080_CTRL_CMD_GPU_GET_NUM_SUBDEVICES", Some("NV0080_CTRL_GPU_GET_NUM_SUBDEVICES_PARAMS"), 4, Simple, CU);
     abi.add_control(0x800288, "NV0080_CTRL_CMD_GPU_QUERY_SW_STATE_PERSISTENCE", Some("NV0080_CTRL_GPU_QUERY_SW_STATE_PERSISTENCE_PARAMS"), 4, Simple, CU);
     abi.add_control(0x800289, "NV0080_CTRL_CMD_GPU_GET_VIRTUALIZATION_MODE", Some("NV0080_CTRL_GPU_GET_VIRTUALIZATION_MODE_PARAMS"), 4, Simple, CU);
+    abi.add_control(0x80028e, "NV0080_CTRL_CMD_GPU_GET_VGX_CAPS", Some("NV0080_CTRL_GPU_GET_VGX_CAPS_PARAMS"), 1, Simple, CU);
     abi.add_control(0x800292, "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2", Some("NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS"), 644, Simple, CU);
+    abi.add_control(0x800294, "NV0080_CTRL_CMD_GPU_GET_BRAND_CAPS", Some("NV0080_CTRL_GPU_GET_BRAND_CAPS_PARAMS"), 4, Simple, CU);
     abi.add_control(0x801102, "NV0080_CTRL_CMD_GR_GET_CAPS", Some("NV0080_CTRL_GR_GET_CAPS_PARAMS"), 16, Pointer, G);
     abi.add_control(0x801104, "NV0080_CTRL_CMD_GR_GET_INFO", Some("NV0080_CTRL_GR_GET_INFO_PARAMS"), 16, Pointer, G);
     abi.add_control(0x801108, "NV0080_CTRL_CMD_GR_SET_TPC_PARTITION_MODE", Some("NV0080_CTRL_GR_TPC_PARTITION_MODE_PARAMS"), 32, Simple, CU);
@@ -159,6 +168,8 @@ pub(crate) fn table_535_216_03() -> DriverAbi {
     abi.add_control(0x20800195, "NV2080_CTRL_CMD_GPU_GET_COMPUTE_POLICY_CONFIG", Some("NV2080_CTRL_GPU_GET_COMPUTE_POLICY_CONFIG_PARAMS"), 260, Simple, CU);
     abi.add_control(0x208001a3, "NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO", Some("NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO_PARAMS"), 40, Simple, CU);
     abi.add_control(0x208001a4, "NV2080_CTRL_CMD_GPU_GET_CHIP_DETAILS", Some("NV2080_CTRL_GPU_GET_CHIP_DETAILS_PARAMS"), 16, Simple, G);
+    abi.add_control(0x208001ab, "NV2080_CTRL_CMD_GPU_GET_RESET_STATUS", Some("NV2080_CTRL_GPU_GET_RESET_STATUS_PARAMS"), 1, Simple, CU);
+    abi.add_control(0x208001ae, "NV2080_CTRL_CMD_GPU_GET_DRAIN_AND_RESET_STATUS", Some("NV2080_CTRL_GPU_GET_DRAIN_AND_RESET_STATUS_PARAMS"), 1, Simple, CU);
     abi.add_control(0x20800301, "NV2080_CTRL_CMD_EVENT_SET_NOTIFICATION", Some("NV2080_CTRL_EVENT_SET_NOTIFICATION_PARAMS"), 20, Simple, CU);
     abi.add_control(0x20800403, "NV2080_CTRL_CMD_TIMER_GET_TIME", Some("NV2080_CTRL_TIMER_GET_TIME_PARAMS"), 8, Simple, CUG);
     abi.add_control(0x20800406, "NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO", Some("NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS"), 264, Simple, CU);
@@ -180,6 +191,7 @@ pub(crate) fn table_535_216_03() -> DriverAbi {
     abi.add_control(0x20801303, "NV2080_CTRL_CMD_FB_GET_INFO_V2", Some("NV2080_CTRL_FB_GET_INFO_V2_PARAMS"), 436, Simple, CU);
     abi.add_control(0x2080130e, "NV2080_CTRL_CMD_FB_FLUSH_GPU_CACHE", Some("NV2080_CTRL_FB_FLUSH_GPU_CACHE_PARAMS"), 4024, Simple, P);
     abi.add_control(0x20801315, "NV2080_CTRL_CMD_FB_GET_GPU_CACHE_INFO", Some("NV2080_CTRL_FB_GET_GPU_CACHE_INFO_PARAMS"), 16, Simple, G);
+    abi.add_control(0x20801344, "NV2080_CTRL_CMD_FB_GET_REMAPPED_ROWS", Some("NV2080_CTRL_FB_GET_REMAPPED_ROWS_PARAMS"), 6152, Simple, CU);
     abi.add_control(0x20801320, "NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO", Some("NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS"), 776, Simple, G);
     abi.add_control(0x20801322, "NV2080_CTRL_CMD_FB_GET_OFFLINED_PAGES", Some("NV2080_CTRL_FB_GET_OFFLINED_PAGES_PARAMS"), 2056, Simple, G);
     abi.add_control(0x20801346, "NV2080_CTRL_CMD_FB_GET_FS_INFO", Some("NV2080_CTRL_FB_GET_FS_INFO_PARAMS"), 3080, Simple, P);
@@ -200,6 +212,7 @@ pub(crate) fn table_535_216_03() -> DriverAbi {
     abi.add_control(0x20802209, "NV2080_CTRL_CMD_RC_GET_WATCHDOG_INFO", Some("NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS"), 4, Simple, CU);
     abi.add_control(0x2080220c, "NV2080_CTRL_CMD_RC_RELEASE_WATCHDOG_REQUESTS", None, 0, Simple, CU);
     abi.add_control(0x20802210, "NV2080_CTRL_CMD_RC_SOFT_DISABLE_WATCHDOG", None, 0, Simple, CU);
+    abi.add_control(0x20802609, "NV2080_CTRL_CMD_PMGR_GET_MODULE_INFO", Some("NV2080_CTRL_PMGR_MODULE_INFO_PARAMS"), 8, Simple, CU);
     abi.add_control(0x20802a02, "NV2080_CTRL_CMD_CE_GET_CE_PCE_MASK", Some("NV2080_CTRL_CE_GET_CE_PCE_MASK_PARAMS"), 8, Simple, G);
     abi.add_control(0x20802a03, "NV2080_CTRL_CMD_CE_GET_CAPS_V2", Some("NV2080_CTRL_CE_GET_CAPS_V2_PARAMS"), 8, Simple, CUG);
     abi.add_control(0x20802a0a, "NV2080_CTRL_CMD_CE_GET_ALL_CAPS", Some("NV2080_CTRL_CE_GET_ALL_CAPS_PARAMS"), 68, Simple, CU);

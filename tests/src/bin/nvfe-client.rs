@@ -147,7 +147,9 @@ enum Scenario {
     /// name a GPU id and NV_ESC_ATTACH_GPUS_TO_FD. Each default is what the driver answers for
     /// a GPU it does not have (see `OutsideSet`).
     GpuOutsideSet(OutsideSet),
-    /// NV_ESC_NUMA_INFO on nvidia<N> and on nvidiactl (the proxy refuses it: EINVAL).
+    /// NV_ESC_NUMA_INFO on nvidia<N> and on nvidiactl. EINVAL on both with a 535 table (which
+    /// has no such escape); from 545 the proxy forwards it on nvidia<N> (filtered) and the
+    /// driver answers EINVAL on nvidiactl.
     NumaInfo {
         #[arg(long, default_value = "EINVAL")]
         expect: String,
