@@ -120,6 +120,7 @@ mod memory;
 pub mod procfs;
 pub mod rm;
 pub mod status;
+pub mod sysfs;
 mod uvm;
 mod vaspace;
 mod vidheap;
