@@ -22,6 +22,13 @@
 //! - with `--sim-proc DIR` (the simulated driver), `/proc/driver/nvidia` is a tmpfs holding
 //!   DIR's files (the simulated driver's `params`, `version`, `gpus/<pci>/information`)
 //!   instead of the host's or none;
+//! - with `--sim-sys DIR` (the simulated driver), the machine's PCI devices in `/sys` are the
+//!   simulated ones of DIR (`nvsim::sysfs`: the GPUs, each behind its PCIe switch and root
+//!   port): `/sys/bus/pci` is a tmpfs holding DIR's `bus/pci`, and `/sys/devices` a tmpfs
+//!   holding bind mounts of every host entry except the PCI domains (`pci*`), plus DIR's
+//!   `devices/pci*`; both read-only. NVML's hwloc builds the PCI tree from there (`topo -m`
+//!   needs the GPUs in it). The host's PCI devices are not visible; links to them elsewhere in
+//!   `/sys` (`/sys/class/net/<nic>`, `/sys/dev/...`) dangle;
 //! - with `--mmap-socket`, `/run/nvproxy` is a small tmpfs holding only `mmap.sock`, a bind
 //!   mount of the instance's socket (so other instances' sockets are not even visible), and the
 //!   command runs with the shim appended to `LD_PRELOAD` and `NVPROXY_NODES` set (see the
@@ -58,6 +65,10 @@ pub struct NsSpec {
     /// tmpfs; implies the params file (DIR's).
     #[arg(long, value_name = "DIR")]
     pub sim_proc: Option<PathBuf>,
+    /// Replace the PCI devices of /sys with the tree in DIR (`bus/pci`, `devices/pci*`: the
+    /// simulated GPUs'), on tmpfs mounts.
+    #[arg(long, value_name = "DIR")]
+    pub sim_sys: Option<PathBuf>,
     /// The instance's mmap socket, bind-mounted at /run/nvproxy/mmap.sock.
     #[arg(long, value_name = "PATH")]
     pub mmap_socket: Option<PathBuf>,
@@ -99,6 +110,9 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     )
     .context("making / private")?;
     setup_dev(&spec.nodes)?;
+    if let Some(dir) = &spec.sim_sys {
+        setup_sim_sys(dir)?;
+    }
     if let Some(socket) = &spec.mmap_socket {
         setup_mmap_socket(socket)?;
     }
@@ -445,6 +459,99 @@ fn setup_sim_proc(dir: &Path) -> Result<()> {
             fs::create_dir_all(parent)?;
         }
         fs::write(&dst, data).with_context(|| format!("writing {}", dst.display()))?;
+    }
+    Ok(())
+}
+
+/// Shows DIR's `bus/pci` as `/sys/bus/pci` and DIR's `devices/pci*` in place of the host's in
+/// `/sys/devices` (the host's other entries bind-mounted back), all on read-only tmpfs mounts.
+fn setup_sim_sys(dir: &Path) -> Result<()> {
+    let tmpfs_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    let pci = Path::new("/sys/bus/pci");
+    mount(
+        Some("tmpfs"),
+        pci,
+        Some("tmpfs"),
+        tmpfs_flags,
+        Some("mode=755,size=1m"),
+    )
+    .context("mounting a tmpfs on /sys/bus/pci")?;
+    copy_tree(&dir.join("bus/pci"), pci)?;
+    readonly(pci)?;
+
+    // Keep the host's /sys/devices reachable under a staging path while a tmpfs covers it.
+    let devices = Path::new("/sys/devices");
+    let stage_root = Path::new("/run");
+    let stage = stage_root.join("nvproxy-oldsys");
+    mount(
+        Some("tmpfs"),
+        stage_root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=755,size=64k"),
+    )
+    .context("mounting a staging tmpfs on /run")?;
+    fs::create_dir(&stage)?;
+    bind(devices, &stage, true)?;
+    mount(
+        Some("tmpfs"),
+        devices,
+        Some("tmpfs"),
+        tmpfs_flags,
+        Some("mode=755,size=4m"),
+    )
+    .context("mounting a tmpfs on /sys/devices")?;
+    for entry in fs::read_dir(&stage).context("reading the host's /sys/devices")? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with("pci")) || !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let dst = devices.join(&name);
+        fs::create_dir(&dst)?;
+        bind(&entry.path(), &dst, true)?;
+    }
+    copy_tree(&dir.join("devices"), devices)?;
+    nix::mount::umount2(&stage, nix::mount::MntFlags::MNT_DETACH)
+        .context("detaching staging /sys/devices")?;
+    nix::mount::umount2(stage_root, nix::mount::MntFlags::MNT_DETACH)
+        .context("detaching staging /run")?;
+    readonly(devices)
+}
+
+/// Remounts the tmpfs at `path` read-only (sysfs attributes are not the workload's to write).
+fn readonly(path: &Path) -> Result<()> {
+    mount(
+        None::<&str>,
+        path,
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .with_context(|| format!("remounting {} read-only", path.display()))
+}
+
+/// Copies the directories, files and symlinks under `src` into the existing directory `dst`.
+fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    for entry in fs::read_dir(src).with_context(|| format!("reading {}", src.display()))? {
+        let entry = entry?;
+        let to = dst.join(entry.file_name());
+        let ft = entry.file_type()?;
+        if ft.is_symlink() {
+            symlink(fs::read_link(entry.path())?, &to)
+        } else if ft.is_dir() {
+            fs::create_dir(&to)
+                .map_err(Into::into)
+                .and_then(|()| copy_tree(&entry.path(), &to))?;
+            continue;
+        } else {
+            fs::copy(entry.path(), &to).map(|_| ())
+        }
+        .with_context(|| format!("creating {}", to.display()))?;
     }
     Ok(())
 }

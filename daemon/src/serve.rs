@@ -421,6 +421,13 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     if let Some(dir) = &sim_proc {
         cmd.arg("--sim-proc").arg(dir);
     }
+    let sim_sys = match &driver.sim {
+        Some(sim) => Some(write_sim_sys(sim, &inst.name, &inst.gpus)?),
+        None => None,
+    };
+    if let Some(dir) = &sim_sys {
+        cmd.arg("--sim-sys").arg(dir);
+    }
     if let Some(shim) = &shim {
         let socket = root.join(&inst.name).join(mmap::SOCKET_NAME);
         cmd.arg("--mmap-socket")
@@ -432,7 +439,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     }
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
-    if let Some(dir) = &sim_proc {
+    for dir in sim_proc.iter().chain(&sim_sys) {
         let _ = std::fs::remove_dir_all(dir);
     }
     // The worker stops (its leak check: exit status LEAK_EXIT when its simulated driver still
@@ -474,6 +481,76 @@ fn write_sim_proc(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathB
         std::fs::write(&path, f.text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(dir)
+}
+
+/// Writes the simulated GPUs' PCI tree (`nvsim::sysfs`, with the host's NUMA nodes) into a
+/// fresh directory for `ns-exec --sim-sys`; the caller removes it once the command has ended.
+fn write_sim_sys(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("nvproxy-{instance}-sys"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for e in nvsim::sysfs::pci_entries(sim.config(), gpus, &host_numa_nodes()) {
+        let path = dir.join(&e.path);
+        match e.node {
+            nvsim::sysfs::SysNode::Dir => std::fs::create_dir_all(&path),
+            nvsim::sysfs::SysNode::File(data) => std::fs::write(&path, data),
+            nvsim::sysfs::SysNode::Link(target) => std::os::unix::fs::symlink(target, &path),
+        }
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(dir)
+}
+
+/// The host's NUMA nodes with their CPUs (`/sys/devices/system/node/node<N>/{cpumap,cpulist}`),
+/// in node order; on a kernel without NUMA, node -1 with the online CPUs.
+fn host_numa_nodes() -> Vec<nvsim::sysfs::NumaNode> {
+    let read = |p: &Path| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
+    let mut nodes: Vec<nvsim::sysfs::NumaNode> = std::fs::read_dir("/sys/devices/system/node")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let id = e.file_name().to_str()?.strip_prefix("node")?.parse().ok()?;
+            Some(nvsim::sysfs::NumaNode {
+                id,
+                cpumap: read(&e.path().join("cpumap"))?,
+                cpulist: read(&e.path().join("cpulist"))?,
+            })
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.id);
+    if nodes.is_empty() {
+        if let Some(list) = read(Path::new("/sys/devices/system/cpu/online")) {
+            nodes.push(nvsim::sysfs::NumaNode {
+                id: -1,
+                cpumap: cpumask_of_list(&list),
+                cpulist: list,
+            });
+        }
+    }
+    nodes
+}
+
+/// A CPU list (`0-3,8`) as mask text like the kernel's `%*pb` (32-bit hex words, most
+/// significant first, comma-separated; not padded to `nr_cpu_ids` as the kernel's is).
+fn cpumask_of_list(list: &str) -> String {
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            cpus.extend(a..=b);
+        }
+    }
+    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
+    let mut w = vec![0u32; words];
+    for c in cpus {
+        w[c / 32] |= 1 << (c % 32);
+    }
+    let mut out: Vec<String> = w.iter().rev().map(|x| format!("{x:08x}")).collect();
+    if let Some(first) = out.first_mut() {
+        *first = format!("{:x}", w[words - 1]);
+    }
+    out.join(",")
 }
 
 /// `nvproxy serve` options.
