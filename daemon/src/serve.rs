@@ -782,3 +782,16 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     let err = std::os::unix::process::CommandExt::exec(Command::new(exe).args(argv));
     Err(err).context("executing nvproxy ns-exec")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_cpumask_of_list_is_the_kernels_word_order() {
+        assert_eq!(cpumask_of_list("0"), "1");
+        assert_eq!(cpumask_of_list("0-3,8"), "10f");
+        assert_eq!(cpumask_of_list("0-1,32"), "1,00000003");
+        assert_eq!(cpumask_of_list(""), "0");
+    }
+}
