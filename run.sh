@@ -98,9 +98,13 @@ if [[ -c /dev/cuse ]]; then
 fi
 
 echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
+# The VM sees the checkout (cuse-vm shares the current directory, read-write at the same path)
+# and the host's other files read-only, except its own /tmp, /var/tmp, /run and /dev/shm.
+here=$(pwd -P)
 case $(realpath -m "$config") in
+  "$here"/*) ;;
   /tmp/*|/var/tmp/*|/run/*|/dev/shm/*)
-    echo "run.sh: $config is in a directory the VM does not see (it has its own /tmp, /var/tmp, /run and /dev/shm): put it under $PWD or another directory" >&2
+    echo "run.sh: $config is in a directory the VM does not see (it has its own /tmp, /var/tmp, /run and /dev/shm): put it under $here or another directory" >&2
     exit 1 ;;
 esac
 tests/vm/cuse-vm --prepare >/dev/null
