@@ -30,6 +30,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::kit::{Stop, deny, fail};
+use crate::objects::{AllocRecord, FdUse, Origin};
 use crate::nv::*;
 use crate::plan::{Plan, rd32, rd64};
 use crate::request::{Dir, Req};
@@ -83,7 +84,7 @@ pub(crate) fn class_handled(class: u32, t: Translation) -> bool {
 /// What to record after a successful allocation.
 enum Record {
     Client,
-    Object { deps: Vec<u32> },
+    Object { deps: Vec<u32>, fds: Vec<FdUse> },
 }
 
 impl Req<'_> {
@@ -166,10 +167,14 @@ impl Req<'_> {
         } else {
             plan.null_ptr(None, P_ALLOC_PARMS);
         }
+        let mut rights = None;
         if !nvos21 {
             // RS_ACCESS_MASK: one 32-bit limb; the driver only reads it.
-            self.nested(&mut plan, None, P_RIGHTS_REQUESTED, p_rights, 4, Dir::In)?;
+            let r = self.nested(&mut plan, None, P_RIGHTS_REQUESTED, p_rights, 4, Dir::In)?;
+            rights = r.map(|i| crate::plan::rd32(plan.buf(Some(i)), 0));
         }
+        // The params as the client gave them, before any translation: what replay sends.
+        let given = pbuf.map(|p| plan.buf(Some(p)).to_vec());
         let record = if root {
             Record::Client
         } else {
@@ -190,15 +195,34 @@ impl Req<'_> {
         let out = plan.get::<NVOS64_PARAMETERS>(None);
         if out.status == NV_OK {
             let h = out.hObjectNew;
+            let mut rec = AllocRecord {
+                class,
+                params: given.clone(),
+                out: pbuf.map(|p| plan.buf(Some(p)).to_vec()),
+                rights,
+                fds: Vec::new(),
+            };
             let mut t = self.px.objects();
             let r = match record {
-                Record::Client => t.add_client(self.open, h, eff),
-                Record::Object { deps } => {
+                Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
+                Record::Object { deps, fds } => {
+                    // The client sees its own fd values in the output, as after the driver's
+                    // copy-out of its params.
+                    if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
+                        for f in &fds {
+                            if let (Some(d), Some(s)) =
+                                (o.get_mut(f.offset..f.offset + 8), g.get(f.offset..f.offset + 8))
+                            {
+                                d.copy_from_slice(s);
+                            }
+                        }
+                    }
+                    rec.fds = fds;
                     let deps: Vec<u32> = deps
                         .into_iter()
                         .filter(|&d| t.contains(h_root, d))
                         .collect();
-                    t.add_object(h_root, h_parent, h, eff, &deps)
+                    t.add_object_with(h_root, h_parent, h, eff, &deps, Origin::alloc(rec))
                 }
             };
             debug!(?r, h, class = eff, "alloc recorded");
@@ -222,10 +246,14 @@ impl Req<'_> {
         pbuf: Option<usize>,
     ) -> Result<Record, Stop> {
         let Some(p) = pbuf else {
-            return Ok(Record::Object { deps: Vec::new() });
+            return Ok(Record::Object {
+                deps: Vec::new(),
+                fds: Vec::new(),
+            });
         };
         let pb = Some(p);
         let mut deps = Vec::new();
+        let mut fds = Vec::new();
         match class {
             NV01_EVENT_OS_EVENT => {
                 // data: the fd registered with NV_ESC_ALLOC_OS_EVENT.
@@ -234,8 +262,13 @@ impl Req<'_> {
                 if q.hParentClient != 0 {
                     self.need_client(q.hParentClient)?;
                 }
-                let host = self.translate_fd_status(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
+                let (host, open) =
+                    self.translate_fd_status_open(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
                 plan.rewrite64(pb, offset_of!(P, data), host as u64);
+                fds.push(FdUse {
+                    offset: offset_of!(P, data),
+                    open: open.0,
+                });
             }
             NV01_DEVICE_0 => {
                 // hClientShare and hTargetClient name clients.
@@ -275,8 +308,13 @@ impl Req<'_> {
                 };
                 let fd = rd64(plan.buf(pb), off);
                 if fd != 0 {
-                    let host = self.translate_fd_status(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
+                    let (host, open) =
+                        self.translate_fd_status_open(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
                     plan.rewrite64(pb, off, host as u64);
+                    fds.push(FdUse {
+                        offset: off,
+                        open: open.0,
+                    });
                 }
             }
             NV_IMEX_SESSION => {
@@ -317,7 +355,7 @@ impl Req<'_> {
             _ => {}
         }
         deps.retain(|&d| d != 0);
-        Ok(Record::Object { deps })
+        Ok(Record::Object { deps, fds })
     }
 }
 

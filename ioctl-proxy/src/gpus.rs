@@ -175,6 +175,19 @@ impl Req<'_> {
             nested: Vec::new(),
         };
         let ret = self.file.host.ioctl(&mut call).map_err(ProxyError::Host)?;
+        if ret == 0 {
+            // At most the instance's GPUs (checked above), each once.
+            let mut ids: Vec<u32> = Vec::new();
+            for id in top
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            {
+                if id != 0 && !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            crate::proxy::lock_record(&self.file).attached = Some(ids);
+        }
         // The driver only reads the ids; the client's copy comes back unchanged.
         self.write_top(addr, &top)?;
         Ok(ret)

@@ -162,6 +162,35 @@ pub(crate) struct OpenFile {
     pub(crate) host: Arc<dyn HostFile>,
     /// The open's mapping host file and its mmap context (`mapping.rs`).
     pub(crate) mapping: Mutex<MappingSlot>,
+    /// What replay needs besides the objects (`checkpoint.rs`).
+    pub(crate) record: Mutex<OpenRecord>,
+}
+
+/// Most OS events recorded per open; past it the open is unreplayable (the driver has no
+/// bound of its own, the record must have one).
+pub(crate) const MAX_OS_EVENTS_PER_OPEN: usize = 1024;
+
+/// The per-open state a replay re-creates: `REGISTER_FD`, `ATTACH_GPUS_TO_FD`, OS events.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct OpenRecord {
+    /// The control open this open was registered to with `NV_ESC_REGISTER_FD`.
+    pub(crate) registered_ctl: Option<OpenId>,
+    /// GPU ids attached with `NV_ESC_ATTACH_GPUS_TO_FD` (host ids, zeros dropped).
+    pub(crate) attached: Option<Vec<u32>>,
+    /// OS events registered on this open: (hClient, hDevice, the open the fd named).
+    pub(crate) os_events: Vec<(u32, u32, OpenId)>,
+    /// More OS events than [`MAX_OS_EVENTS_PER_OPEN`] were registered.
+    pub(crate) os_events_overflow: bool,
+}
+
+/// Most distinct DMA mappings tracked; past it `overflow` makes a save refuse.
+const MAX_DMA_MAPS: usize = 4096;
+
+/// Live DMA mappings (counts per key), bounded.
+#[derive(Debug, Default)]
+pub(crate) struct DmaMaps {
+    pub(crate) live: BTreeMap<(u32, u32, u32), u32>,
+    pub(crate) overflow: bool,
 }
 
 /// A request in progress; dropping it leaves the instance's in-flight count.
@@ -193,6 +222,9 @@ pub struct Proxy {
     rm_lock: Mutex<()>,
     /// Device instance → GPU id, learned from `NV0000_CTRL_CMD_GPU_GET_ID_INFO(_V2)` replies.
     devices: Mutex<BTreeMap<u32, u32>>,
+    /// Live `RM_MAP_MEMORY_DMA` mappings by (client, hDma, hMemory): driver state a replay
+    /// does not re-create, so a save refuses while any exist (`checkpoint.rs`).
+    pub(crate) dma_maps: Mutex<DmaMaps>,
     audit: Arc<dyn AuditSink>,
     counts: AuditCounts,
 }
@@ -206,8 +238,13 @@ impl fmt::Debug for Proxy {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The replay record of an open.
+pub(crate) fn lock_record(f: &OpenFile) -> MutexGuard<'_, OpenRecord> {
+    lock(&f.record)
 }
 
 /// Issues `NV_ESC_CARD_INFO` on a host file and returns the valid entries.
@@ -274,6 +311,7 @@ impl Proxy {
             objects: Mutex::new(ObjectTable::new()),
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
+            dma_maps: Mutex::default(),
             audit: Arc::new(NullSink),
             counts,
         })
@@ -354,8 +392,15 @@ impl Proxy {
     }
 
     /// Whether one more RM client or object fits the instance's quota.
+    /// The records of alloc params count too: at most
+    /// [`RECORD_BYTES_PER_OBJECT`](crate::objects::RECORD_BYTES_PER_OBJECT) bytes per object
+    /// of the quota, on average.
     pub fn object_room(&self) -> bool {
-        lock(&self.objects).len() < self.policy.quotas.objects
+        let t = lock(&self.objects);
+        let quota = self.policy.quotas.objects;
+        t.len() < quota
+            && t.recorded_bytes()
+                < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
     }
 
     /// Opens a new host file for a client open of `node`.
@@ -386,6 +431,7 @@ impl Proxy {
                 node,
                 host,
                 mapping: Mutex::default(),
+                record: Mutex::default(),
             }),
         );
         debug!(instance = %self.policy.name, open = id.0, %node, "open");
@@ -402,6 +448,9 @@ impl Proxy {
             self.release_open_slot();
         }
         let freed = lock(&self.objects).release_owner(open);
+        for &c in &freed {
+            self.forget_dma_mappings(c, &[c]);
+        }
         debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
         drop(file);
         freed
@@ -471,6 +520,32 @@ impl Proxy {
 
     pub(crate) fn rm_lock(&self) -> MutexGuard<'_, ()> {
         lock(&self.rm_lock)
+    }
+
+    /// Records a successful `RM_MAP_MEMORY_DMA` (`map`) or `RM_UNMAP_MEMORY_DMA`.
+    pub(crate) fn note_dma_mapping(&self, key: (u32, u32, u32), map: bool) {
+        let mut d = lock(&self.dma_maps);
+        if map {
+            if d.live.len() >= MAX_DMA_MAPS && !d.live.contains_key(&key) {
+                d.overflow = true;
+                return;
+            }
+            *d.live.entry(key).or_insert(0) += 1;
+        } else if let Some(n) = d.live.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                d.live.remove(&key);
+            }
+        }
+    }
+
+    /// Objects of `h_client` were freed (`freed`; the client's own handle among them when the
+    /// client went): their DMA mappings went with them in the driver.
+    pub(crate) fn forget_dma_mappings(&self, h_client: u32, freed: &[u32]) {
+        let whole = freed.contains(&h_client);
+        lock(&self.dma_maps).live.retain(|&(c, dma, mem), _| {
+            c != h_client || !(whole || freed.contains(&dma) || freed.contains(&mem))
+        });
     }
 
     pub(crate) fn device_gpu(&self, device_instance: u32) -> Option<u32> {
