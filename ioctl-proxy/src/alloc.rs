@@ -30,8 +30,8 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::kit::{Stop, deny, fail};
-use crate::objects::{AllocRecord, FdUse, Origin};
 use crate::nv::*;
+use crate::objects::{AllocRecord, FdUse, Origin};
 use crate::plan::{Plan, rd32, rd64};
 use crate::request::{Dir, Req};
 
@@ -210,9 +210,10 @@ impl Req<'_> {
                     // copy-out of its params.
                     if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
                         for f in &fds {
-                            if let (Some(d), Some(s)) =
-                                (o.get_mut(f.offset..f.offset + 8), g.get(f.offset..f.offset + 8))
-                            {
+                            if let (Some(d), Some(s)) = (
+                                o.get_mut(f.offset..f.offset + 8),
+                                g.get(f.offset..f.offset + 8),
+                            ) {
                                 d.copy_from_slice(s);
                             }
                         }

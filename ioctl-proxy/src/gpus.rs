@@ -27,13 +27,13 @@ use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
 
 /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` (`ctrl0000gpu.h`).
-const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
+pub(crate) const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
 
 /// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` (`ctrl0000gpu.h`).
-const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
+pub(crate) const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
 /// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID_FLAGS_FORMAT_BINARY` (bits 1:0; `TYPE` bit 2
 /// left 0: SHA-1, the UUID UVM compares).
-const UUID_FLAGS_FORMAT_BINARY: u32 = 2;
+pub(crate) const UUID_FLAGS_FORMAT_BINARY: u32 = 2;
 
 impl Proxy {
     /// The 16-byte UUIDs of the instance's GPUs, in the tenant's order, asked from the host

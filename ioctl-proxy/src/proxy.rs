@@ -183,6 +183,13 @@ pub(crate) struct OpenRecord {
     pub(crate) os_events_overflow: bool,
 }
 
+/// Client handle translation (empty unless a restore needed it).
+#[derive(Debug, Default)]
+struct ClientMap {
+    to_host: BTreeMap<u32, u32>,
+    to_tenant: BTreeMap<u32, u32>,
+}
+
 /// Most distinct DMA mappings tracked; past it `overflow` makes a save refuse.
 const MAX_DMA_MAPS: usize = 4096;
 
@@ -215,7 +222,7 @@ pub struct Proxy {
     opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
     next_open: AtomicU64,
     /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
-    open_files: AtomicUsize,
+    pub(crate) open_files: AtomicUsize,
     /// Requests in progress (frontend and UVM), against `quotas.in_flight`.
     in_flight: AtomicUsize,
     objects: Mutex<ObjectTable>,
@@ -225,6 +232,9 @@ pub struct Proxy {
     /// Live `RM_MAP_MEMORY_DMA` mappings by (client, hDma, hMemory): driver state a replay
     /// does not re-create, so a save refuses while any exist (`checkpoint.rs`).
     pub(crate) dma_maps: Mutex<DmaMaps>,
+    /// Client handles the tenant knows that the driver knows by another handle (a restore
+    /// found the tenant's handle taken on the host): tenant → host and back.
+    clients_map: Mutex<ClientMap>,
     audit: Arc<dyn AuditSink>,
     counts: AuditCounts,
 }
@@ -312,6 +322,7 @@ impl Proxy {
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
             dma_maps: Mutex::default(),
+            clients_map: Mutex::default(),
             audit: Arc::new(NullSink),
             counts,
         })
@@ -399,8 +410,7 @@ impl Proxy {
         let t = lock(&self.objects);
         let quota = self.policy.quotas.objects;
         t.len() < quota
-            && t.recorded_bytes()
-                < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
+            && t.recorded_bytes() < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
     }
 
     /// Opens a new host file for a client open of `node`.
@@ -450,6 +460,7 @@ impl Proxy {
         let freed = lock(&self.objects).release_owner(open);
         for &c in &freed {
             self.forget_dma_mappings(c, &[c]);
+            self.unmap_client(c);
         }
         debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
         drop(file);
@@ -520,6 +531,49 @@ impl Proxy {
 
     pub(crate) fn rm_lock(&self) -> MutexGuard<'_, ()> {
         lock(&self.rm_lock)
+    }
+
+    /// The driver's handle for the tenant's client handle `h` (itself unless translated).
+    pub fn host_client(&self, h: u32) -> u32 {
+        lock(&self.clients_map)
+            .to_host
+            .get(&h)
+            .copied()
+            .unwrap_or(h)
+    }
+
+    /// The tenant's handle for the driver's client handle `h` (itself unless translated).
+    pub fn tenant_client(&self, h: u32) -> u32 {
+        lock(&self.clients_map)
+            .to_tenant
+            .get(&h)
+            .copied()
+            .unwrap_or(h)
+    }
+
+    /// Whether any client handle is translated.
+    pub fn translates_clients(&self) -> bool {
+        !lock(&self.clients_map).to_host.is_empty()
+    }
+
+    /// Records that the tenant's client `tenant` is the driver's `host`.
+    pub(crate) fn map_client(&self, tenant: u32, host: u32) {
+        let mut m = lock(&self.clients_map);
+        m.to_host.insert(tenant, host);
+        m.to_tenant.insert(host, tenant);
+    }
+
+    /// The tenant's client `tenant` is gone: its translation goes too.
+    pub(crate) fn unmap_client(&self, tenant: u32) {
+        let mut m = lock(&self.clients_map);
+        if let Some(h) = m.to_host.remove(&tenant) {
+            m.to_tenant.remove(&h);
+        }
+    }
+
+    /// Open ids from now on start at `next` at least (a restore keeps the saved ones).
+    pub(crate) fn bump_open_ids(&self, next: u64) {
+        self.next_open.fetch_max(next, Ordering::AcqRel);
     }
 
     /// Records a successful `RM_MAP_MEMORY_DMA` (`map`) or `RM_UNMAP_MEMORY_DMA`.

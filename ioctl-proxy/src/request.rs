@@ -227,10 +227,7 @@ impl<'a> Req<'a> {
     /// Translates an fd field whose failure the driver reports as an errno: `EBADF` for a
     /// foreign fd, else the resolver's errno.
     /// Also returns the open the fd named.
-    pub(crate) fn translate_fd_open_errno(
-        &mut self,
-        fd: i32,
-    ) -> Result<(i32, OpenId), ProxyError> {
+    pub(crate) fn translate_fd_open_errno(&mut self, fd: i32) -> Result<(i32, OpenId), ProxyError> {
         self.host_fd_open(fd).map_err(|e| {
             if e == FdError::Foreign {
                 self.set_decision(Decision::Denied, "fd is not a node of this instance");
@@ -532,6 +529,9 @@ impl<'a> Req<'a> {
                 let freed = r.px.objects().free(h_root, h_old);
                 if let Ok(f) = &freed {
                     r.px.forget_dma_mappings(h_root, f);
+                    if h_old == h_root {
+                        r.px.unmap_client(h_root);
+                    }
                 }
                 debug!(?freed, "freed");
             }
