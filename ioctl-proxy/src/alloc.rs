@@ -191,10 +191,18 @@ impl Req<'_> {
                 );
             }
         }
-        let ret = self.exec(&mut plan)?;
+        self.px.translate_clients(&mut plan, root);
+        let ret = self.exec_raw(&mut plan)?;
         let out = plan.get::<NVOS64_PARAMETERS>(None);
         if out.status == NV_OK {
-            let h = out.hObjectNew;
+            let mut h = out.hObjectNew;
+            if root {
+                let name = self.px.name_new_client(h);
+                if name != h {
+                    plan.set32(None, offset_of!(NVOS64_PARAMETERS, hObjectNew), name);
+                    h = name;
+                }
+            }
             let mut rec = AllocRecord {
                 class,
                 params: given.clone(),
@@ -208,12 +216,15 @@ impl Req<'_> {
                 Record::Object { deps, fds } => {
                     // The client sees its own fd values in the output, as after the driver's
                     // copy-out of its params.
+                    // So are its client handles.
                     if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
-                        for f in &fds {
-                            if let (Some(d), Some(s)) = (
-                                o.get_mut(f.offset..f.offset + 8),
-                                g.get(f.offset..f.offset + 8),
-                            ) {
+                        let fields = fds.iter().map(|f| (f.offset, 8)).chain(
+                            crate::replay::client_fields(eff).iter().map(|&off| (off, 4)),
+                        );
+                        for (off, len) in fields {
+                            if let (Some(d), Some(s)) =
+                                (o.get_mut(off..off + len), g.get(off..off + len))
+                            {
                                 d.copy_from_slice(s);
                             }
                         }
@@ -262,6 +273,8 @@ impl Req<'_> {
                 let q = plan.get::<P>(pb);
                 if q.hParentClient != 0 {
                     self.need_client(q.hParentClient)?;
+                    let host = self.px.host_client(q.hParentClient);
+                    plan.rewrite32(pb, offset_of!(P, hParentClient), host);
                 }
                 let (host, open) =
                     self.translate_fd_status_open(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
@@ -273,10 +286,15 @@ impl Req<'_> {
             }
             NV01_DEVICE_0 => {
                 // hClientShare and hTargetClient name clients.
-                let q = plan.get::<NV0080_ALLOC_PARAMETERS>(pb);
-                for c in [q.hClientShare, q.hTargetClient] {
+                type P = NV0080_ALLOC_PARAMETERS;
+                let q = plan.get::<P>(pb);
+                for (c, off) in [
+                    (q.hClientShare, offset_of!(P, hClientShare)),
+                    (q.hTargetClient, offset_of!(P, hTargetClient)),
+                ] {
                     if c != 0 {
                         self.need_client(c)?;
+                        plan.rewrite32(pb, off, self.px.host_client(c));
                     }
                 }
                 if q.hTargetClient != 0 && q.hTargetDevice != 0 {
@@ -325,6 +343,8 @@ impl Req<'_> {
                 // hAppClient names the debugged client.
                 let q = plan.get::<NV83DE_ALLOC_PARAMETERS>(pb);
                 self.need_client(q.hAppClient)?;
+                let host = self.px.host_client(q.hAppClient);
+                plan.rewrite32(pb, offset_of!(NV83DE_ALLOC_PARAMETERS, hAppClient), host);
                 if q.hAppClient == h_root {
                     deps.push(q.hClass3dObject);
                 }

@@ -22,6 +22,7 @@ mod control;
 mod embedded;
 mod error;
 mod gpus;
+mod handles;
 pub mod kit;
 mod mapping;
 pub mod memory;

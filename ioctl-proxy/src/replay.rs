@@ -223,7 +223,7 @@ fn alloc_call(
 }
 
 /// Client-handle fields of alloc params (offset), by class.
-fn client_fields(class: u32) -> &'static [usize] {
+pub(crate) fn client_fields(class: u32) -> &'static [usize] {
     const EVENT: [usize; 1] = [offset_of!(NV0005_ALLOC_PARAMETERS, hParentClient)];
     const DEVICE: [usize; 2] = [
         offset_of!(NV0080_ALLOC_PARAMETERS, hClientShare),

@@ -242,6 +242,13 @@ impl<'a> Req<'a> {
     // ---- host calls and write-back -------------------------------------------------------
 
     pub(crate) fn exec(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
+        self.px.translate_clients(plan, false);
+        self.exec_raw(plan)
+    }
+
+    /// [`Req::exec`] without client translation (an `RM_ALLOC` of a client translates
+    /// itself).
+    pub(crate) fn exec_raw(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
         self.file
             .host
             .ioctl(&mut plan.call)

@@ -387,3 +387,48 @@ fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
     assert_eq!(new.stats(), SimStats::default(), "nothing replayed stays");
     close(t, &tree);
 }
+
+#[test]
+fn test_a_client_handle_taken_on_the_new_host_is_translated() {
+    let old = SimDriver::new(SimConfig::default_gpus(1));
+    let mut t = SimTenant::new(&old, "job", vec![0]);
+    let tree = build(&mut t, &old, &[0]);
+    let ckpt = t.proxy.checkpoint().unwrap();
+    let fds = std::mem::take(&mut t.fds);
+    t.proxy.release_all();
+    drop(t);
+    // On the new driver another process already holds the tenant's client handle.
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let mut other = SimTenant::new(&new, "other", vec![0]);
+    let other_ctl = other.proxy.open(FrontendNode::Ctl).unwrap();
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 0, tree.client); // hRoot: the handle asked for
+    wr32(&mut p, 12, ROOT);
+    let (_, out) = other.ioctl(other_ctl, nv_iowr(0x2b, 48), &p);
+    assert_eq!((rd32(&out, 40), rd32(&out, 8)), (0, tree.client));
+
+    let restored = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap();
+    let mut t = SimTenant::from_proxy(restored.proxy);
+    t.fds = fds;
+    assert!(t.proxy.translates_clients());
+    let host = t.proxy.host_client(tree.client);
+    assert_ne!(host, tree.client);
+    assert_eq!(new.client_handles(), {
+        let mut v = vec![tree.client, host];
+        v.sort_unstable();
+        v
+    });
+    // The tenant's old handles reach its own client, not the other process's.
+    let pairs = restored.gpus;
+    use_old_handles(&mut t, &tree, &new, &pairs);
+    let mut free = vec![0u8; 16];
+    wr32(&mut free, 0, tree.client);
+    wr32(&mut free, 8, tree.client);
+    let (_, out) = t.ioctl(tree.ctl, nv_iowr(0x29, 16), &free);
+    assert_eq!(rd32(&out, 12), 0);
+    assert_eq!(new.client_handles(), vec![tree.client], "only the other's client is left");
+    assert!(!t.proxy.translates_clients());
+    close(t, &tree);
+    other.proxy.release(other_ctl);
+    assert_eq!(new.stats(), SimStats::default());
+}

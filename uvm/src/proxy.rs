@@ -372,6 +372,15 @@ impl UvmProxy {
                 }
             }
         }
+        // The RM client, as the driver knows it (translated after some restores).
+        let client_field = f.handles.map(|h| h.client);
+        if let Some(off) = client_field {
+            let c = rd32(&top, off);
+            let host = self.proxy.host_client(c);
+            if host != c {
+                wr32(&mut params, off, host);
+            }
+        }
         // rmCtrlFd: a frontend open of this instance, or negative (passed through: the driver
         // never reads the field, Bug 1624521 in uvm_va_space.c / uvm_user_channel.c).
         if let Some(off) = f.rm_ctrl_fd {
@@ -440,7 +449,10 @@ impl UvmProxy {
                 "host returned params of another size",
             ))));
         }
-        // The client gets its own fd numbers back.
+        // The client gets its own fd numbers and client handle back.
+        if let Some(off) = client_field {
+            out[off..off + 4].copy_from_slice(&top[off..off + 4]);
+        }
         if let Some(off) = f.rm_ctrl_fd {
             out[off..off + 4].copy_from_slice(&top[off..off + 4]);
         }
