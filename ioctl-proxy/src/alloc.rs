@@ -219,7 +219,9 @@ impl Req<'_> {
                     // So are its client handles.
                     if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
                         let fields = fds.iter().map(|f| (f.offset, 8)).chain(
-                            crate::replay::client_fields(eff).iter().map(|&off| (off, 4)),
+                            crate::replay::client_fields(eff)
+                                .iter()
+                                .map(|&off| (off, 4)),
                         );
                         for (off, len) in fields {
                             if let (Some(d), Some(s)) =

@@ -426,7 +426,11 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
     wr32(&mut free, 8, tree.client);
     let (_, out) = t.ioctl(tree.ctl, nv_iowr(0x29, 16), &free);
     assert_eq!(rd32(&out, 12), 0);
-    assert_eq!(new.client_handles(), vec![tree.client], "only the other's client is left");
+    assert_eq!(
+        new.client_handles(),
+        vec![tree.client],
+        "only the other's client is left"
+    );
     assert!(!t.proxy.translates_clients());
     close(t, &tree);
     other.proxy.release(other_ctl);
