@@ -351,7 +351,46 @@ impl Checkpoint {
             return Err(CheckpointError::Format("version 0 does not exist".into()));
         }
         // Version 1 is the first; an older version's upgrade to the current structs goes here.
-        serde_json::from_value(v).map_err(|e| CheckpointError::Format(e.to_string()))
+        let c: Checkpoint =
+            serde_json::from_value(v).map_err(|e| CheckpointError::Format(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks what the replay relies on: open ids unique across frontend and UVM opens,
+    /// client handles unique, object handles unique in their client and never the client's.
+    pub fn validate(&self) -> Result<(), CheckpointError> {
+        let bad = |m: String| Err(CheckpointError::Format(m));
+        let mut ids = std::collections::BTreeSet::new();
+        for id in self
+            .opens
+            .iter()
+            .map(|o| o.id)
+            .chain(self.uvm.iter().map(|u| u.id))
+        {
+            if !ids.insert(id) {
+                return bad(format!("open id {id} appears twice"));
+            }
+        }
+        let mut clients = std::collections::BTreeSet::new();
+        for c in &self.clients {
+            if c.handle == 0 || !clients.insert(c.handle) {
+                return bad(format!(
+                    "client handle {:#x} is 0 or appears twice",
+                    c.handle
+                ));
+            }
+            let mut objects = std::collections::BTreeSet::new();
+            for o in &c.objects {
+                if o.handle == 0 || o.handle == c.handle || !objects.insert(o.handle) {
+                    return bad(format!(
+                        "object handle {:#x} of client {:#x} is 0, the client's or appears twice",
+                        o.handle, c.handle
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -264,8 +264,9 @@ impl Req<'_> {
             let mut info = Info::new_zeroed();
             info.gpuId = g.gpu_id;
             let mut top = NVOS54_PARAMETERS::new_zeroed();
-            top.hClient = h_client;
-            top.hObject = h_client;
+            // The driver's handle for the tenant's client (translated after some restores).
+            top.hClient = self.px.host_client(h_client);
+            top.hObject = top.hClient;
             top.cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
             top.params = NESTED_PTR_PLACEHOLDER;
             top.paramsSize = size_of::<Info>() as u32;

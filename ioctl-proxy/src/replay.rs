@@ -417,6 +417,7 @@ impl Proxy {
         host: Arc<dyn HostDriver>,
         rules: &[RemapRule],
     ) -> Result<Restored, CheckpointError> {
+        ckpt.validate()?;
         let host_version = host.version().trim().to_owned();
         if host_version != ckpt.driver_version {
             return Err(CheckpointError::Driver {
@@ -427,6 +428,20 @@ impl Proxy {
         let ids = identify_host_gpus(&*host)?;
         let pairs = make_remapping(&ckpt.gpus, &ids, rules)?;
         policy.gpus = pairs.iter().map(|(_, n)| n.minor).collect();
+        // The instance's quotas hold for what it gets back too.
+        let q = policy.quotas;
+        let objects: usize = ckpt.clients.iter().map(|c| 1 + c.objects.len()).sum();
+        if ckpt.opens.len() + ckpt.uvm.len() > q.open_files || objects > q.objects {
+            return Err(replay_err(
+                "the checkpoint",
+                format!(
+                    "{} opens and {objects} objects exceed the instance's quotas ({} and {})",
+                    ckpt.opens.len() + ckpt.uvm.len(),
+                    q.open_files,
+                    q.objects
+                ),
+            ));
+        }
         let proxy = Proxy::for_host(policy, host)?;
         let mut r = Replay {
             files: BTreeMap::new(),

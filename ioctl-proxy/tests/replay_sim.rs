@@ -436,3 +436,20 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
     other.proxy.release(other_ctl);
     assert_eq!(new.stats(), SimStats::default());
 }
+
+#[test]
+fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut t = SimTenant::new(&sim, "job", vec![0]);
+    let tree = build(&mut t, &sim, &[0]);
+    let mut ckpt = t.proxy.checkpoint().unwrap();
+    let first = ckpt.opens[0].clone();
+    ckpt.opens.push(first);
+    let err = Checkpoint::from_json(&ckpt.to_json()).unwrap_err();
+    assert!(matches!(err, CheckpointError::Format(_)), "{err}");
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let err = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap_err();
+    assert!(err.to_string().contains("appears twice"), "{err}");
+    assert_eq!(new.stats(), SimStats::default());
+    close(t, &tree);
+}
