@@ -20,7 +20,7 @@ use std::mem::offset_of;
 use host_driver::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
 use nvproxy_abi::structs::{
     NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS, NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS,
-    NVOS00_PARAMETERS, NVOS21_PARAMETERS, NVOS54_PARAMETERS,
+    NVOS21_PARAMETERS, NVOS54_PARAMETERS,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -425,18 +425,9 @@ pub(crate) fn host_control(
     Ok((status, out))
 }
 
-/// The identity of every GPU of the host, from `NV_ESC_CARD_INFO` and, on a temporary root
-/// client of a fresh control file (freed with the file), `GET_ID_INFO_V2` and
-/// `GET_UUID_FROM_GPU_ID`. The GPU nodes are held open meanwhile (the driver answers only for
-/// attached GPUs).
-pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, ProxyError> {
-    let ctl = host.open(NodeKind::Ctl).map_err(ProxyError::Host)?;
-    let cards = host_cards(&*ctl)?;
-    let _nodes = cards
-        .iter()
-        .map(|c| host.open(NodeKind::Gpu(c.minor_number)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ProxyError::Host)?;
+/// Allocates a root client on `ctl` for the proxy's own queries (freed with the file,
+/// `RmFreeUnusedClients`); `why` names the use in the error.
+pub(crate) fn temp_root_client(ctl: &dyn HostFile, why: &str) -> Result<u32, ProxyError> {
     let mut alloc = NVOS21_PARAMETERS::new_zeroed();
     alloc.hClass = NV01_ROOT_CLIENT;
     let mut call = HostCall {
@@ -449,11 +440,57 @@ pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, 
         .map_err(|_| ProxyError::Config("RM_ALLOC answer of the wrong size".into()))?;
     if alloc.status != NV_OK {
         return Err(ProxyError::Config(format!(
-            "allocating an RM client to identify the GPUs: status {:#x}",
+            "allocating an RM client for {why}: status {:#x}",
             alloc.status
         )));
     }
-    let h = alloc.hObjectNew;
+    Ok(alloc.hObjectNew)
+}
+
+/// The UUID of GPU `gpu_id` (`/dev/nvidia<minor>`), binary, from
+/// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` on client `h` of `ctl`.
+pub(crate) fn gpu_uuid(
+    ctl: &dyn HostFile,
+    h: u32,
+    gpu_id: u32,
+    minor: u32,
+) -> Result<[u8; 16], ProxyError> {
+    let mut q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
+    q.gpuId = gpu_id;
+    q.flags = crate::gpus::UUID_FLAGS_FORMAT_BINARY;
+    let (s, out) = host_control(
+        ctl,
+        h,
+        h,
+        crate::gpus::NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID,
+        q.as_bytes().to_vec(),
+    )?;
+    let q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&out)
+        .ok()
+        .filter(|q| s == NV_OK && q.uuidStrLen == 16)
+        .ok_or_else(|| {
+            ProxyError::Config(format!(
+                "GPU /dev/nvidia{minor}: no UUID from the driver (status {s:#x})"
+            ))
+        })?;
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&q.gpuUuid[..16]);
+    Ok(uuid)
+}
+
+/// The identity of every GPU of the host, from `NV_ESC_CARD_INFO` and, on a temporary root
+/// client of a fresh control file (freed with the file), `GET_ID_INFO_V2` and
+/// `GET_UUID_FROM_GPU_ID`. The GPU nodes are held open meanwhile (the driver answers only for
+/// attached GPUs).
+pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, ProxyError> {
+    let ctl = host.open(NodeKind::Ctl).map_err(ProxyError::Host)?;
+    let cards = host_cards(&*ctl)?;
+    let _nodes = cards
+        .iter()
+        .map(|c| host.open(NodeKind::Gpu(c.minor_number)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ProxyError::Host)?;
+    let h = temp_root_client(&*ctl, "identifying the GPUs")?;
     let mut ids = Vec::with_capacity(cards.len());
     for c in &cards {
         let mut info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS::new_zeroed();
@@ -474,27 +511,7 @@ pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, 
                     c.minor_number
                 ))
             })?;
-        let mut q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
-        q.gpuId = c.gpu_id;
-        q.flags = crate::gpus::UUID_FLAGS_FORMAT_BINARY;
-        let (s, out) = host_control(
-            &*ctl,
-            h,
-            h,
-            crate::gpus::NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID,
-            q.as_bytes().to_vec(),
-        )?;
-        let q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&out)
-            .ok()
-            .filter(|q| s == NV_OK && q.uuidStrLen == 16)
-            .ok_or_else(|| {
-                ProxyError::Config(format!(
-                    "GPU /dev/nvidia{}: no UUID from the driver (status {s:#x})",
-                    c.minor_number
-                ))
-            })?;
-        let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&q.gpuUuid[..16]);
+        let uuid = gpu_uuid(&*ctl, h, c.gpu_id, c.minor_number)?;
         ids.push(DeviceIdentity {
             minor: c.minor_number,
             pci_vendor_id: c.pci_info.vendor_id,
@@ -505,19 +522,7 @@ pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, 
             uuid: uuid_string(&uuid),
         });
     }
-    // Free the temporary client now (closing the file would too).
-    let mut free = NVOS00_PARAMETERS::new_zeroed();
-    free.hRoot = h;
-    free.hObjectOld = h;
-    let mut call = HostCall {
-        cmd: nvproxy_abi::ioctl::nv_iowr(
-            nvproxy_abi::ioctl::NV_ESC_RM_FREE,
-            size_of::<NVOS00_PARAMETERS>(),
-        ),
-        params: free.as_bytes().to_vec(),
-        nested: Vec::new(),
-    };
-    let _ = ctl.ioctl(&mut call);
+    // The temporary client goes with `ctl`.
     Ok(ids)
 }
 

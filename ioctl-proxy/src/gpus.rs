@@ -43,12 +43,6 @@ impl Proxy {
     /// file when this returns (`RmFreeUnusedClients`). The UVM handlers refuse UUIDs outside
     /// this set.
     pub fn query_gpu_uuids(&self) -> Result<Vec<[u8; 16]>, ProxyError> {
-        use nvproxy_abi::ioctl::{NV_ESC_RM_ALLOC_NVOS21, NV_ESC_RM_CONTROL_CMD};
-        use nvproxy_abi::structs::{
-            NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS, NVOS21_PARAMETERS, NVOS54_PARAMETERS,
-        };
-        use zerocopy::{FromBytes, FromZeros};
-
         let host = self.host_driver();
         let ctl = host
             .open(host_driver::NodeKind::Ctl)
@@ -59,59 +53,11 @@ impl Proxy {
             .map(|g| host.open(host_driver::NodeKind::Gpu(g.minor)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ProxyError::Host)?;
-        let mut alloc = NVOS21_PARAMETERS::new_zeroed();
-        alloc.hClass = crate::nv::NV01_ROOT_CLIENT;
-        let mut call = HostCall {
-            cmd: NV_ESC_RM_ALLOC_NVOS21,
-            params: alloc.as_bytes().to_vec(),
-            nested: Vec::new(),
-        };
-        ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
-        let alloc = NVOS21_PARAMETERS::read_from_bytes(&call.params)
-            .map_err(|_| ProxyError::Config("RM_ALLOC answer of the wrong size".into()))?;
-        if alloc.status != NV_OK {
-            return Err(ProxyError::Config(format!(
-                "allocating an RM client for the GPU UUIDs: status {:#x}",
-                alloc.status
-            )));
-        }
-        let h_client = alloc.hObjectNew;
-        let mut uuids = Vec::with_capacity(self.gpus.len());
-        for g in &self.gpus {
-            let mut q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
-            q.gpuId = g.gpu_id;
-            q.flags = UUID_FLAGS_FORMAT_BINARY;
-            let mut ctrl = NVOS54_PARAMETERS::new_zeroed();
-            ctrl.hClient = h_client;
-            ctrl.hObject = h_client;
-            ctrl.cmd = NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID;
-            ctrl.params = NESTED_PTR_PLACEHOLDER;
-            ctrl.paramsSize = size_of::<NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS>() as u32;
-            let mut call = HostCall {
-                cmd: NV_ESC_RM_CONTROL_CMD,
-                params: ctrl.as_bytes().to_vec(),
-                nested: vec![NestedBuf {
-                    parent: None,
-                    offset: offset_of!(NVOS54_PARAMETERS, params),
-                    data: q.as_bytes().to_vec(),
-                }],
-            };
-            ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
-            let status = rd32(&call.params, offset_of!(NVOS54_PARAMETERS, status));
-            let q =
-                NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&call.nested[0].data)
-                    .map_err(|_| ProxyError::Config("UUID answer of the wrong size".into()))?;
-            if status != NV_OK || q.uuidStrLen != 16 {
-                return Err(ProxyError::Config(format!(
-                    "GPU /dev/nvidia{}: no UUID from the driver (status {status:#x}, length {})",
-                    g.minor, q.uuidStrLen
-                )));
-            }
-            let mut uuid = [0u8; 16];
-            uuid.copy_from_slice(&q.gpuUuid[..16]);
-            uuids.push(uuid);
-        }
-        Ok(uuids)
+        let h_client = crate::checkpoint::temp_root_client(&*ctl, "the GPU UUIDs")?;
+        self.gpus
+            .iter()
+            .map(|g| crate::checkpoint::gpu_uuid(&*ctl, h_client, g.gpu_id, g.minor))
+            .collect()
     }
 }
 
