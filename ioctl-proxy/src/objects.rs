@@ -527,6 +527,36 @@ mod tests {
         assert_eq!(t.len(), 1);
     }
 
+    fn alloc_origin(params: usize) -> Origin {
+        Origin::alloc(AllocRecord {
+            class: VASPACE,
+            params: Some(vec![0; params]),
+            out: Some(vec![0; params]),
+            ..AllocRecord::default()
+        })
+    }
+
+    #[test]
+    fn test_recorded_bytes_follow_adds_frees_and_releases() {
+        let mut t = table_with_device();
+        assert_eq!(t.recorded_bytes(), "not recorded".len() * 3);
+        let base = t.recorded_bytes();
+        t.add_object_with(0xc1d0_0001, 0x10, 0x20, VASPACE, &[], alloc_origin(48))
+            .unwrap();
+        assert_eq!(t.recorded_bytes(), base + 96);
+        t.free(0xc1d0_0001, 0x20).unwrap();
+        assert_eq!(t.recorded_bytes(), base);
+        t.release_owner(OwnerId(1));
+        assert_eq!(t.recorded_bytes(), 0);
+    }
+
+    #[test]
+    fn test_a_record_past_the_bound_is_kept_as_unreplayable_only() {
+        let o = alloc_origin(MAX_RECORD_BYTES);
+        assert!(matches!(&o, Origin::Unreplayable(why) if why.contains("record bound")));
+        assert!(o.bytes() < 100);
+    }
+
     #[test]
     fn test_class_of_client_and_object() {
         let t = table_with_device();

@@ -34,7 +34,6 @@ struct Handles {
     va: OpenId,
     mm: OpenId,
     client: u32,
-    vas: u32,
     uuid: [u8; 16],
 }
 
@@ -146,7 +145,6 @@ fn build(sim: &Arc<SimDriver>, minor: u32) -> (Tenant, Handles) {
         va,
         mm,
         client,
-        vas,
         uuid,
     };
     assert_eq!(t.register_gpu(&h), NV_OK);
@@ -223,7 +221,6 @@ fn test_save_with_uvm_state_replay_cannot_make_fails_naming_it() {
         "{}",
         items[0]
     );
-    let _ = h.vas;
     teardown(t, &h);
     assert_eq!(sim.stats(), SimStats::default());
 }
