@@ -214,9 +214,8 @@ impl Req<'_> {
             let r = match record {
                 Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
                 Record::Object { deps, fds } => {
-                    // The client sees its own fd values in the output, as after the driver's
-                    // copy-out of its params.
-                    // So are its client handles.
+                    // The client reads back its own fd values and client handles (the plan
+                    // restores what the proxy rewrote): record the params as it sees them.
                     if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
                         let fields = fds.iter().map(|f| (f.offset, 8)).chain(
                             crate::replay::client_fields(eff)
