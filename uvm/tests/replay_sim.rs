@@ -224,3 +224,39 @@ fn test_save_with_uvm_state_replay_cannot_make_fails_naming_it() {
     teardown(t, &h);
     assert_eq!(sim.stats(), SimStats::default());
 }
+
+#[test]
+fn test_uvm_registrations_follow_a_remap_onto_another_gpu() {
+    let old = SimDriver::new(SimConfig::default_gpus(2));
+    let (t, h) = build(&old, 1);
+    let ckpt = t.uvm.checkpoint().unwrap();
+    let fds = std::mem::take(&mut { t.fds });
+    t.uvm.release_all();
+    t.proxy.release_all();
+    drop(t.uvm);
+    drop(t.proxy);
+    assert_eq!(old.stats(), SimStats::default());
+
+    // Other GPUs of the same kind: the saved GPU 1 goes to the new driver's GPU 3.
+    let new = SimDriver::new(SimConfig {
+        gpus: vec![SimGpu::h100(2), SimGpu::h100(3)],
+        ..SimConfig::default_gpus(0)
+    });
+    let rules = ["1=3".parse().unwrap()];
+    let (proxy, uvm) = uvm::restore_instance(&ckpt, policy(vec![]), new.clone(), &rules).unwrap();
+    let moved = SimGpu::h100(3).uuid;
+    assert_eq!(uvm.gpu_uuids(), [moved]);
+    assert_eq!(new.stats().uvm_registered_gpus, 1);
+    let mut t = Tenant {
+        proxy,
+        uvm,
+        mem: FakeMem::default(),
+        fds,
+    };
+    // The registration is the new GPU's: registering it again is the driver's "already".
+    let h = Handles { uuid: moved, ..h };
+    assert_eq!(t.register_gpu(&h), NV_ERR_INVALID_DEVICE);
+    assert_eq!(t.unregister_gpu_va_space(&h), NV_OK);
+    teardown(t, &h);
+    assert_eq!(new.stats(), SimStats::default());
+}
