@@ -464,3 +464,58 @@ fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened()
     assert_eq!(new.stats(), SimStats::default());
     close(t, &tree);
 }
+
+#[test]
+fn test_a_new_client_whose_driver_handle_the_tenant_already_uses_gets_an_alias() {
+    // The tenant's client is 0xc1d00002 on the old driver.
+    let old = SimDriver::new(SimConfig {
+        client_index_base: 2,
+        ..SimConfig::default_gpus(1)
+    });
+    let mut t = SimTenant::new(&old, "job", vec![0]);
+    let tree = build(&mut t, &old, &[0]);
+    assert_eq!(tree.client, 0xc1d0_0002);
+    let ckpt = t.proxy.checkpoint().unwrap();
+    let fds = std::mem::take(&mut t.fds);
+    t.proxy.release_all();
+    drop(t);
+    // On the new driver another process holds 0xc1d00002: the tenant's client gets one the
+    // driver chooses (its counter is at 1 then: the restore's GPU identification took 0).
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let mut other = SimTenant::new(&new, "other", vec![0]);
+    let other_ctl = other.proxy.open(FrontendNode::Ctl).unwrap();
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 0, tree.client);
+    wr32(&mut p, 12, ROOT);
+    let (_, out) = other.ioctl(other_ctl, nv_iowr(0x2b, 48), &p);
+    assert_eq!(rd32(&out, 40), 0);
+    let restored = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap();
+    let mut t = SimTenant::from_proxy(restored.proxy);
+    t.fds = fds;
+    let host = t.proxy.host_client(tree.client);
+    assert_eq!(host, 0xc1d0_0001);
+    // The other process goes; the driver's next client handle is 0xc1d00002, which the
+    // tenant already uses for its own client: the new one gets another name.
+    other.proxy.release(other_ctl);
+    let (s, fresh) = t.alloc(tree.ctl, 0, 0, ROOT, &[]);
+    assert_eq!(s, 0);
+    assert_ne!(fresh, tree.client);
+    assert_eq!(
+        t.proxy.host_client(fresh),
+        tree.client,
+        "the driver's handle"
+    );
+    for c in [fresh, tree.client] {
+        let (s, _) = t.control(tree.ctl, c, c, GET_PROBED_IDS, &[0; 256]);
+        assert_eq!(s, 0, "client {c:#x}");
+    }
+    // Freeing the new one by its name frees the driver's 0xc1d00002, not the tenant's old one.
+    let mut free = vec![0u8; 16];
+    wr32(&mut free, 0, fresh);
+    wr32(&mut free, 8, fresh);
+    let (_, out) = t.ioctl(tree.ctl, nv_iowr(0x29, 16), &free);
+    assert_eq!(rd32(&out, 12), 0);
+    assert_eq!(new.client_handles(), vec![host]);
+    close(t, &tree);
+    assert_eq!(new.stats(), SimStats::default());
+}
