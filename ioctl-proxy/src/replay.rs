@@ -625,7 +625,24 @@ impl Proxy {
             debug!(client = hc, object = ho, class = o.class, "replayed");
         }
 
-        // The proxy takes the files, the table and the translation.
+        // The proxy takes the files, the table and the translation. The records speak of the
+        // driver they now live on: a device's `deviceId` is the new device instance (the
+        // identities of a later save are this driver's).
+        let rebase = |class: u32, origin: &Origin| -> Origin {
+            let mut origin = origin.clone();
+            if let (NV01_DEVICE_0, Origin::Alloc(rec)) = (class, &mut origin) {
+                let off = offset_of!(NV0080_ALLOC_PARAMETERS, deviceId);
+                for b in [rec.params.as_mut(), rec.out.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(new) = r.devices.get(&rd32(b, off)) {
+                        wr32(b, off, *new);
+                    }
+                }
+            }
+            origin
+        };
         let mut clients = BTreeMap::new();
         for c in &ckpt.clients {
             let objects = c
@@ -638,7 +655,7 @@ impl Proxy {
                             parent: o.parent,
                             class: o.class,
                             deps: o.deps.clone(),
-                            origin: o.origin.clone(),
+                            origin: rebase(o.class, &o.origin),
                         },
                     )
                 })

@@ -519,3 +519,25 @@ fn test_a_new_client_whose_driver_handle_the_tenant_already_uses_gets_an_alias()
     close(t, &tree);
     assert_eq!(new.stats(), SimStats::default());
 }
+
+#[test]
+fn test_a_restored_instance_checkpoints_and_restores_again() {
+    let first = SimDriver::new(SimConfig::default_gpus(2));
+    let mut t = SimTenant::new(&first, "job", vec![0, 1]);
+    let tree = build(&mut t, &first, &[0, 1]);
+    let second = reordered(&[1, 0]);
+    let (t, _) = save_and_restore(t, &first, &second, &[]);
+    let third = reordered(&[0, 1]);
+    let (mut t, pairs) = save_and_restore(t, &second, &third, &[]);
+    assert_eq!(
+        pairs
+            .iter()
+            .map(|(o, n)| (o.device_instance, n.device_instance))
+            .collect::<Vec<_>>(),
+        vec![(1, 0), (0, 1)],
+        "the second save saw the second driver's device instances"
+    );
+    use_old_handles(&mut t, &tree, &third, &pairs);
+    close(t, &tree);
+    assert_eq!(third.stats(), SimStats::default());
+}

@@ -251,6 +251,16 @@ impl UvmProxy {
         };
         for u in &ckpt.uvm {
             let what = format!("UVM open {}", u.id);
+            // The record names the GPUs by their new UUIDs (what a later save identifies).
+            let new_uuid = |old: &str| remap(old, &what).map(|u| uuid_string(&u));
+            let mut gpus_now = u.gpus.clone();
+            for g in &mut gpus_now {
+                g.uuid = new_uuid(&g.uuid)?;
+            }
+            let mut va_spaces_now = u.gpu_va_spaces.clone();
+            for v in &mut va_spaces_now {
+                v.uuid = new_uuid(&v.uuid)?;
+            }
             proxy.take_open_slot()?;
             let host = match proxy.host_driver().open(NodeKind::Uvm) {
                 Ok(h) => h,
@@ -280,8 +290,8 @@ impl UvmProxy {
                     record: Mutex::new(UvmRecord {
                         init_flags: u.init_flags,
                         mm_of: u.mm_of.map(OwnerId),
-                        gpus: u.gpus.clone(),
-                        va_spaces: u.gpu_va_spaces.clone(),
+                        gpus: gpus_now,
+                        va_spaces: va_spaces_now,
                         ..UvmRecord::default()
                     }),
                 }),

@@ -260,3 +260,50 @@ fn test_uvm_registrations_follow_a_remap_onto_another_gpu() {
     teardown(t, &h);
     assert_eq!(new.stats(), SimStats::default());
 }
+
+#[test]
+fn test_a_remapped_va_space_checkpoints_and_restores_again() {
+    let first = SimDriver::new(SimConfig::default_gpus(2));
+    let (t, h) = build(&first, 1);
+    let ckpt = t.uvm.checkpoint().unwrap();
+    let fds = std::mem::take(&mut { t.fds });
+    t.uvm.release_all();
+    t.proxy.release_all();
+    drop((t.uvm, t.proxy));
+    let second = SimDriver::new(SimConfig {
+        gpus: vec![SimGpu::h100(2), SimGpu::h100(3)],
+        ..SimConfig::default_gpus(0)
+    });
+    let (proxy, uvm) = uvm::restore_instance(
+        &ckpt,
+        policy(vec![]),
+        second.clone(),
+        &["1=3".parse().unwrap()],
+    )
+    .unwrap();
+    // Saved again on the second driver, restored by UUID onto a third with the same GPUs.
+    let again = uvm.checkpoint().unwrap();
+    uvm.release_all();
+    proxy.release_all();
+    drop((uvm, proxy));
+    assert_eq!(second.stats(), SimStats::default());
+    let third = SimDriver::new(SimConfig {
+        gpus: vec![SimGpu::h100(3), SimGpu::h100(2)],
+        ..SimConfig::default_gpus(0)
+    });
+    let (proxy, uvm) = uvm::restore_instance(&again, policy(vec![]), third.clone(), &[]).unwrap();
+    assert_eq!(third.stats().uvm_registered_gpus, 1);
+    let mut t = Tenant {
+        proxy,
+        uvm,
+        mem: FakeMem::default(),
+        fds,
+    };
+    let h = Handles {
+        uuid: SimGpu::h100(3).uuid,
+        ..h
+    };
+    assert_eq!(t.unregister_gpu_va_space(&h), NV_OK);
+    teardown(t, &h);
+    assert_eq!(third.stats(), SimStats::default());
+}
