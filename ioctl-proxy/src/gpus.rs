@@ -6,13 +6,11 @@
 //! (the driver's `gpu_id`, used by NV0000 controls) are not renumbered: they are opaque to
 //! clients and the same ids reach the host.
 
-use core::mem::offset_of;
-
 use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, nv_iowr};
 use nvproxy_abi::structs::{
     NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
     NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS,
-    NVOS54_PARAMETERS, nv_ioctl_card_info_t,
+    nv_ioctl_card_info_t,
 };
 use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -22,7 +20,7 @@ use crate::nv::NV_OK;
 use crate::plan::{Plan, rd32, wr32};
 use crate::proxy::{Proxy, host_cards};
 use crate::request::Req;
-use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use host_driver::HostCall;
 
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
 
@@ -206,30 +204,17 @@ impl Req<'_> {
     /// query; nothing changes).
     fn learn_devices(&self, h_client: u32) {
         type Info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
+        // The driver's handle for the tenant's client (translated after some restores).
+        let h = self.px.host_client(h_client);
         for g in &self.px.gpus {
             let mut info = Info::new_zeroed();
             info.gpuId = g.gpu_id;
-            let mut top = NVOS54_PARAMETERS::new_zeroed();
-            // The driver's handle for the tenant's client (translated after some restores).
-            top.hClient = self.px.host_client(h_client);
-            top.hObject = top.hClient;
-            top.cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
-            top.params = NESTED_PTR_PLACEHOLDER;
-            top.paramsSize = size_of::<Info>() as u32;
-            let mut call = HostCall {
-                cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-                params: top.as_bytes().to_vec(),
-                nested: vec![NestedBuf {
-                    parent: None,
-                    offset: offset_of!(NVOS54_PARAMETERS, params),
-                    data: info.as_bytes().to_vec(),
-                }],
-            };
-            let ok = self.file.host.ioctl(&mut call).is_ok()
-                && NVOS54_PARAMETERS::read_from_bytes(&call.params)
-                    .is_ok_and(|t| t.status == NV_OK);
-            if ok {
-                let Ok(out) = Info::read_from_bytes(&call.nested[0].data) else {
+            let cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
+            let params = info.as_bytes().to_vec();
+            if let Ok((NV_OK, out)) =
+                crate::checkpoint::host_control(&*self.file.host, h, h, cmd, params)
+            {
+                let Ok(out) = Info::read_from_bytes(&out) else {
                     continue;
                 };
                 let inst = out.deviceInstance;
