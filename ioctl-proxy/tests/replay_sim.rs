@@ -399,6 +399,30 @@ fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
     close(t, &tree);
 }
 
+/// Another process of the host allocates a client asking for handle `h` (`hRoot`).
+fn take_client_handle(sim: &Arc<SimDriver>, h: u32) -> (SimTenant, OpenId) {
+    let mut other = SimTenant::new(sim, "other", vec![0]);
+    let ctl = other.proxy.open(FrontendNode::Ctl).unwrap();
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 0, h); // hRoot: the handle asked for
+    wr32(&mut p, 12, ROOT);
+    let (_, out) = other.ioctl(ctl, nv_iowr(0x2b, 48), &p);
+    assert_eq!((rd32(&out, 40), rd32(&out, 8)), (0, h));
+    (other, ctl)
+}
+
+/// Restores `ckpt` on `sim` for a tenant with the fd table `fds`.
+fn restored_tenant(
+    ckpt: &Checkpoint,
+    sim: &Arc<SimDriver>,
+    fds: FakeFds,
+) -> (SimTenant, Vec<(DeviceIdentity, DeviceIdentity)>) {
+    let restored = Proxy::restore(ckpt, policy(vec![]), sim.clone(), &[]).unwrap();
+    let mut t = SimTenant::from_proxy(restored.proxy);
+    t.fds = fds;
+    (t, restored.gpus)
+}
+
 #[test]
 fn test_a_client_handle_taken_on_the_new_host_is_translated() {
     let old = SimDriver::new(SimConfig::default_gpus(1));
@@ -410,17 +434,8 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
     drop(t);
     // On the new driver another process already holds the tenant's client handle.
     let new = SimDriver::new(SimConfig::default_gpus(1));
-    let mut other = SimTenant::new(&new, "other", vec![0]);
-    let other_ctl = other.proxy.open(FrontendNode::Ctl).unwrap();
-    let mut p = vec![0u8; 48];
-    wr32(&mut p, 0, tree.client); // hRoot: the handle asked for
-    wr32(&mut p, 12, ROOT);
-    let (_, out) = other.ioctl(other_ctl, nv_iowr(0x2b, 48), &p);
-    assert_eq!((rd32(&out, 40), rd32(&out, 8)), (0, tree.client));
-
-    let restored = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap();
-    let mut t = SimTenant::from_proxy(restored.proxy);
-    t.fds = fds;
+    let (other, other_ctl) = take_client_handle(&new, tree.client);
+    let (mut t, pairs) = restored_tenant(&ckpt, &new, fds);
     assert!(t.proxy.translates_clients());
     let host = t.proxy.host_client(tree.client);
     assert_ne!(host, tree.client);
@@ -430,7 +445,6 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
         v
     });
     // The tenant's old handles reach its own client, not the other process's.
-    let pairs = restored.gpus;
     use_old_handles(&mut t, &tree, &new, &pairs);
     let mut free = vec![0u8; 16];
     wr32(&mut free, 0, tree.client);
@@ -482,16 +496,8 @@ fn test_a_new_client_whose_driver_handle_the_tenant_already_uses_gets_an_alias()
     // On the new driver another process holds 0xc1d00002: the tenant's client gets one the
     // driver chooses (its counter is at 1 then: the restore's GPU identification took 0).
     let new = SimDriver::new(SimConfig::default_gpus(1));
-    let mut other = SimTenant::new(&new, "other", vec![0]);
-    let other_ctl = other.proxy.open(FrontendNode::Ctl).unwrap();
-    let mut p = vec![0u8; 48];
-    wr32(&mut p, 0, tree.client);
-    wr32(&mut p, 12, ROOT);
-    let (_, out) = other.ioctl(other_ctl, nv_iowr(0x2b, 48), &p);
-    assert_eq!(rd32(&out, 40), 0);
-    let restored = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap();
-    let mut t = SimTenant::from_proxy(restored.proxy);
-    t.fds = fds;
+    let (other, other_ctl) = take_client_handle(&new, tree.client);
+    let (mut t, _) = restored_tenant(&ckpt, &new, fds);
     let host = t.proxy.host_client(tree.client);
     assert_eq!(host, 0xc1d0_0001);
     // The other process goes; the driver's next client handle is 0xc1d00002, which the
