@@ -118,6 +118,15 @@ fn build(t: &mut SimTenant, sim: &SimDriver, minors: &[u32]) -> Tree {
     }
 }
 
+/// A driver with `n` GPUs and a tenant of all of them that built its [`Tree`].
+fn tenant_with_tree(n: u32) -> (Arc<SimDriver>, SimTenant, Tree) {
+    let sim = SimDriver::new(SimConfig::default_gpus(n as usize));
+    let minors: Vec<u32> = (0..n).collect();
+    let mut t = SimTenant::new(&sim, "job", minors.clone());
+    let tree = build(&mut t, &sim, &minors);
+    (sim, t, tree)
+}
+
 fn reordered(gpus: &[u32]) -> Arc<SimDriver> {
     SimDriver::new(SimConfig {
         gpus: gpus.iter().map(|&i| SimGpu::h100(i)).collect(),
@@ -216,9 +225,7 @@ fn close(t: SimTenant, tree: &Tree) {
 
 #[test]
 fn test_restore_onto_a_fresh_driver_with_gpus_reordered_keeps_handles_and_gpus() {
-    let old = SimDriver::new(SimConfig::default_gpus(2));
-    let mut t = SimTenant::new(&old, "job", vec![0, 1]);
-    let tree = build(&mut t, &old, &[0, 1]);
+    let (old, t, tree) = tenant_with_tree(2);
     let objects = t.proxy.object_count();
 
     // The fresh driver has the same GPUs in the other order: device instances swap.
@@ -236,9 +243,7 @@ fn test_restore_onto_a_fresh_driver_with_gpus_reordered_keeps_handles_and_gpus()
 
 #[test]
 fn test_restore_onto_other_gpus_of_the_same_kind_with_a_remap() {
-    let old = SimDriver::new(SimConfig::default_gpus(2));
-    let mut t = SimTenant::new(&old, "job", vec![0, 1]);
-    let tree = build(&mut t, &old, &[0, 1]);
+    let (old, t, tree) = tenant_with_tree(2);
     // Other GPUs (minors 2, 3; other UUIDs): old 0 → new 3, old 1 → new 2.
     let new = reordered(&[2, 3]);
     let rules = ["0=3".parse().unwrap(), "1=2".parse().unwrap()];
@@ -257,9 +262,7 @@ fn test_restore_onto_other_gpus_of_the_same_kind_with_a_remap() {
 
 #[test]
 fn test_restore_without_a_remap_for_a_missing_gpu_is_refused_and_leaves_nothing() {
-    let old = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&old, "job", vec![0]);
-    let _tree = build(&mut t, &old, &[0]);
+    let (_old, t, _tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let new = reordered(&[5]);
     let err = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap_err();
@@ -270,9 +273,7 @@ fn test_restore_without_a_remap_for_a_missing_gpu_is_refused_and_leaves_nothing(
 
 #[test]
 fn test_restore_onto_heterogeneous_hardware_is_refused_with_the_reason() {
-    let old = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&old, "job", vec![0]);
-    let _tree = build(&mut t, &old, &[0]);
+    let (_old, t, _tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let mut other = SimGpu::h100(1);
     other.pci_device_id = 0x20b0; // an A100's
@@ -293,9 +294,7 @@ fn test_restore_onto_heterogeneous_hardware_is_refused_with_the_reason() {
 
 #[test]
 fn test_save_with_a_channel_group_fails_naming_it() {
-    let sim = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&sim, "job", vec![0]);
-    let tree = build(&mut t, &sim, &[0]);
+    let (sim, mut t, tree) = tenant_with_tree(1);
     let (_, _, vas, _) = tree.devices[0];
     let mut p = vec![0u8; 20];
     wr32(&mut p, 8, vas); // hVASpace
@@ -328,9 +327,7 @@ fn test_save_with_a_channel_group_fails_naming_it() {
 
 #[test]
 fn test_checkpoint_format_round_trips_and_refuses_newer_versions() {
-    let sim = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&sim, "job", vec![0]);
-    let tree = build(&mut t, &sim, &[0]);
+    let (_sim, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     assert_eq!(ckpt.version, CHECKPOINT_VERSION);
     assert_eq!(Checkpoint::from_json(&ckpt.to_json()).unwrap(), ckpt);
@@ -363,9 +360,7 @@ fn test_checkpoint_format_round_trips_and_refuses_newer_versions() {
 
 #[test]
 fn test_restore_onto_another_driver_version_is_refused() {
-    let sim = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&sim, "job", vec![0]);
-    let tree = build(&mut t, &sim, &[0]);
+    let (_sim, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let other = SimDriver::new(SimConfig::default_gpus(1).with_version("580.142".parse().unwrap()));
     let err = Proxy::restore(&ckpt, policy(vec![]), other, &[]).unwrap_err();
@@ -375,9 +370,7 @@ fn test_restore_onto_another_driver_version_is_refused() {
 
 #[test]
 fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
-    let old = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&old, "job", vec![0]);
-    let tree = build(&mut t, &old, &[0]);
+    let (_old, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     // The same GPU with too little memory for the tenant's 2 MiB: the memory's replay fails
     // after the client, device, subdevice and VA space were re-created.
@@ -425,9 +418,7 @@ fn restored_tenant(
 
 #[test]
 fn test_a_client_handle_taken_on_the_new_host_is_translated() {
-    let old = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&old, "job", vec![0]);
-    let tree = build(&mut t, &old, &[0]);
+    let (_old, mut t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let fds = std::mem::take(&mut t.fds);
     t.proxy.release_all();
@@ -464,9 +455,7 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
 
 #[test]
 fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened() {
-    let sim = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = SimTenant::new(&sim, "job", vec![0]);
-    let tree = build(&mut t, &sim, &[0]);
+    let (_sim, t, tree) = tenant_with_tree(1);
     let mut ckpt = t.proxy.checkpoint().unwrap();
     let first = ckpt.opens[0].clone();
     ckpt.opens.push(first);
@@ -528,9 +517,7 @@ fn test_a_new_client_whose_driver_handle_the_tenant_already_uses_gets_an_alias()
 
 #[test]
 fn test_a_restored_instance_checkpoints_and_restores_again() {
-    let first = SimDriver::new(SimConfig::default_gpus(2));
-    let mut t = SimTenant::new(&first, "job", vec![0, 1]);
-    let tree = build(&mut t, &first, &[0, 1]);
+    let (first, t, tree) = tenant_with_tree(2);
     let second = reordered(&[1, 0]);
     let (t, _) = save_and_restore(t, &first, &second, &[]);
     let third = reordered(&[0, 1]);
