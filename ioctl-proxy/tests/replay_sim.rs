@@ -327,7 +327,7 @@ fn test_save_with_a_channel_group_fails_naming_it() {
 
 #[test]
 fn test_checkpoint_format_round_trips_and_refuses_newer_versions() {
-    let (_sim, t, tree) = tenant_with_tree(1);
+    let (sim, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     assert_eq!(ckpt.version, CHECKPOINT_VERSION);
     assert_eq!(Checkpoint::from_json(&ckpt.to_json()).unwrap(), ckpt);
@@ -356,21 +356,23 @@ fn test_checkpoint_format_round_trips_and_refuses_newer_versions() {
     let older = Checkpoint::from_json(&v.to_string()).unwrap();
     assert!(older.uvm.is_empty() && older.opens.iter().all(|o| o.os_events.is_empty()));
     close(t, &tree);
+    assert_eq!(sim.stats(), SimStats::default());
 }
 
 #[test]
 fn test_restore_onto_another_driver_version_is_refused() {
-    let (_sim, t, tree) = tenant_with_tree(1);
+    let (sim, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let other = SimDriver::new(SimConfig::default_gpus(1).with_version("580.142".parse().unwrap()));
     let err = Proxy::restore(&ckpt, policy(vec![]), other, &[]).unwrap_err();
     assert!(matches!(err, CheckpointError::Driver { .. }), "{err}");
     close(t, &tree);
+    assert_eq!(sim.stats(), SimStats::default());
 }
 
 #[test]
 fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
-    let (_old, t, tree) = tenant_with_tree(1);
+    let (old, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     // The same GPU with too little memory for the tenant's 2 MiB: the memory's replay fails
     // after the client, device, subdevice and VA space were re-created.
@@ -390,6 +392,7 @@ fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
     );
     assert_eq!(new.stats(), SimStats::default(), "nothing replayed stays");
     close(t, &tree);
+    assert_eq!(old.stats(), SimStats::default());
 }
 
 /// Another process of the host allocates a client asking for handle `h` (`hRoot`).
@@ -418,7 +421,7 @@ fn restored_tenant(
 
 #[test]
 fn test_a_client_handle_taken_on_the_new_host_is_translated() {
-    let (_old, mut t, tree) = tenant_with_tree(1);
+    let (old, mut t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let fds = std::mem::take(&mut t.fds);
     t.proxy.release_all();
@@ -449,13 +452,14 @@ fn test_a_client_handle_taken_on_the_new_host_is_translated() {
     );
     assert!(!t.proxy.translates_clients());
     close(t, &tree);
+    assert_eq!(old.stats(), SimStats::default());
     other.proxy.release(other_ctl);
     assert_eq!(new.stats(), SimStats::default());
 }
 
 #[test]
 fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened() {
-    let (_sim, t, tree) = tenant_with_tree(1);
+    let (sim, t, tree) = tenant_with_tree(1);
     let mut ckpt = t.proxy.checkpoint().unwrap();
     let first = ckpt.opens[0].clone();
     ckpt.opens.push(first);
@@ -466,6 +470,7 @@ fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened()
     assert!(err.to_string().contains("appears twice"), "{err}");
     assert_eq!(new.stats(), SimStats::default());
     close(t, &tree);
+    assert_eq!(sim.stats(), SimStats::default());
 }
 
 #[test]
