@@ -26,6 +26,21 @@ if [[ $# -gt 0 ]]; then
 fi
 cmd=("$@")
 
+# The demo: a program through an instance, and the instance API around it.
+demo() {
+  local first=$1
+  echo "run.sh: \$ nvproxy instance list" >&2
+  "$bin/nvproxy" instance list
+  echo "run.sh: $bin/nvfe-client init through /dev/nvidiactl and /dev/nvidia0 of instance $first" >&2
+  "$bin/nvproxy" run --instance "$first" -- "$bin/nvfe-client" init || return
+  echo "run.sh: \$ nvproxy instance create demo --gpus 0; nvproxy instance list; nvproxy instance rm demo" >&2
+  "$bin/nvproxy" instance create demo --gpus 0 || return
+  "$bin/nvproxy" instance list
+  "$bin/nvproxy" instance rm demo || return
+  echo "run.sh: \$ nvproxy metrics (workers, and how many ioctls $first answered)" >&2
+  "$bin/nvproxy" metrics | grep -E "^nvproxy_workers |^nvproxy_ioctl_duration_seconds_count\{instance=\"$first\"" || return
+}
+
 # Serves $config in the background, runs the command (default: the demo), stops the daemon.
 serve_and_run() {
   local out=${TMPDIR:-/tmp}/nvproxy-run.$$.out log=${TMPDIR:-/tmp}/nvproxy-run.$$.log pid first
@@ -48,8 +63,7 @@ serve_and_run() {
   if ((${#cmd[@]})); then
     "${cmd[@]}" || rc=$?
   else
-    echo "run.sh: $bin/nvfe-client init through /dev/nvidiactl and /dev/nvidia0 of instance $first" >&2
-    "$bin/nvproxy" run --instance "$first" -- "$bin/nvfe-client" init || rc=$?
+    demo "$first" || rc=$?
   fi
   kill -TERM "$pid"
   wait "$pid" || serve_rc=$?
@@ -97,6 +111,6 @@ if ((rc)); then
 elif ((${#cmd[@]})); then
   echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: README.md \"Try it without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
 else
-  echo "run.sh: that served the instances of $config and initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
+  echo "run.sh: that served the instances of $config, listed them, initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, created and removed an instance and printed metrics, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
 fi
 exit "$rc"

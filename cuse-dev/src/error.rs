@@ -9,6 +9,13 @@ use crate::wire::WireError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CuseError {
+    /// [`SessionControl::suspend`](crate::SessionControl::suspend): handlers were still
+    /// running when the wait for them ended; nothing was handed over.
+    #[error("suspending the session: {running} serving thread(s) still busy")]
+    SuspendTimeout {
+        /// Threads that had not finished.
+        running: usize,
+    },
     /// The device name is not a safe CUSE `DEVNAME`.
     #[error("invalid device name {name:?}: {reason}")]
     InvalidName {

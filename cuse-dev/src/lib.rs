@@ -132,7 +132,8 @@ pub use errno::Errno;
 pub use error::{CuseError, HandlerReplyError};
 pub use handler::{Handler, IoVec, Ioctl, IoctlReply, Opened, PollHandle, Request, RetryRound};
 pub use session::{
-    DeviceConfig, InitInfo, MAX_DEV_MAJOR, MAX_DEV_MINOR, MAX_IO_SIZE, Session, SessionControl,
+    DeviceConfig, InitInfo, MAX_DEV_MAJOR, MAX_DEV_MINOR, MAX_IO_SIZE, PendingRetry, Session,
+    SessionControl, Suspended,
 };
 pub use sys::seqpacket_pair;
 pub use watchdog::{ClientWait, ClientWaits};

@@ -155,6 +155,10 @@ struct ControlInner {
     /// connection ended, set by the serving thread that saw it. `stop` only notifies.
     end: Mutex<Option<Result<(), CuseError>>>,
     end_cv: Condvar,
+    /// [`SessionControl::suspend`] asked: `run_handover` hands the channel back.
+    suspending: AtomicBool,
+    /// The channel while the session serves (for [`SessionControl::poll_handle`]).
+    chan: Mutex<std::sync::Weak<File>>,
 }
 
 /// Controls a running [`Session`] from other threads. Cheap to clone.
@@ -175,6 +179,8 @@ impl SessionControl {
                 workers: AtomicUsize::new(0),
                 end: Mutex::new(None),
                 end_cv: Condvar::new(),
+                suspending: AtomicBool::new(false),
+                chan: Mutex::new(std::sync::Weak::new()),
             }),
         })
     }
@@ -197,6 +203,31 @@ impl SessionControl {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         self.inner.end_cv.notify_all();
+    }
+
+    /// Asks [`Session::run_handover`] to hand the channel back instead of ending: it stops
+    /// reading as [`SessionControl::stop`] does, waits for the running handlers' replies, and
+    /// returns [`Suspended`]: the channel (the kernel's device stays registered, its open files
+    /// stay open, and requests not yet read wait in the kernel's queue for whoever reads the
+    /// channel next) and the retry rounds in progress. [`Session::resume`] serves it again, in
+    /// this process or another one it was passed to.
+    pub fn suspend(&self) {
+        self.inner.suspending.store(true, Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// A poll handle for the kernel's handle `kh` on this session's channel, while it serves:
+    /// what a handler that took over a session's open files ([`Session::resume`]) keeps to wake
+    /// the pollers the previous server registered (`fuse_poll_in.kh` survives a handover; the
+    /// previous server's [`PollHandle`]s do not).
+    pub fn poll_handle(&self, kh: u64) -> Option<PollHandle> {
+        let chan = self
+            .inner
+            .chan
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        chan.upgrade().is_some().then_some(PollHandle { kh, chan })
     }
 
     /// Whether [`SessionControl::stop`] was called.
@@ -265,6 +296,32 @@ pub struct Session {
     cfg: DeviceConfig,
     control: SessionControl,
     thread_start: Option<ThreadStart>,
+    /// Set by [`Session::resume`]: `CUSE_INIT` was answered by an earlier server.
+    resumed: Option<(InitInfo, Vec<PendingRetry>)>,
+}
+
+/// A retry round in progress (the caller thread `tid` of open file `fh` is blocked in an
+/// unrestricted ioctl whose next round the kernel has yet to send): what a session that takes
+/// over the channel needs to recognise that round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRetry {
+    /// The open file.
+    pub fh: u64,
+    /// The calling thread (as the kernel names it in the request header).
+    pub tid: u32,
+    /// The regions the next round carries.
+    pub round: RetryRound,
+}
+
+/// A session handed back by [`Session::run_handover`] after [`SessionControl::suspend`].
+#[derive(Debug)]
+pub struct Suspended {
+    /// The channel (a duplicate of the session's `/dev/cuse` file: the same connection).
+    pub channel: OwnedFd,
+    /// What `CUSE_INIT` settled when the device was registered.
+    pub init: InitInfo,
+    /// The retry rounds in progress.
+    pub retries: Vec<PendingRetry>,
 }
 
 /// The hook of [`Session::on_thread_start`].
@@ -312,7 +369,38 @@ impl Session {
             cfg,
             control: SessionControl::new()?,
             thread_start: None,
+            resumed: None,
         })
+    }
+
+    /// Serves a channel whose `CUSE_INIT` an earlier session answered ([`Suspended`]): no
+    /// `CUSE_INIT` is expected, the device and its open files are the kernel's as before, and
+    /// the next request read is the first this session answers. `init` must be what that
+    /// session settled; `cfg` is checked against it (the same name and ioctl mode).
+    pub fn resume(
+        fd: OwnedFd,
+        cfg: DeviceConfig,
+        init: InitInfo,
+        retries: Vec<PendingRetry>,
+    ) -> Result<Self, CuseError> {
+        cfg.validate()?;
+        let unrestricted = init.flags & CUSE_UNRESTRICTED_IOCTL != 0;
+        if unrestricted != cfg.unrestricted_ioctl {
+            return Err(CuseError::InvalidConfig(format!(
+                "resuming {}: the device was registered with unrestricted_ioctl = {unrestricted}",
+                cfg.devname
+            )));
+        }
+        if retries.len() > MAX_RETRY_ROUNDS {
+            return Err(CuseError::InvalidConfig(format!(
+                "resuming {}: {} retry rounds (at most {MAX_RETRY_ROUNDS})",
+                cfg.devname,
+                retries.len()
+            )));
+        }
+        let mut s = Self::with_file(File::from(fd), cfg)?;
+        s.resumed = Some((init, retries));
+        Ok(s)
     }
 
     /// Runs `hook` on every serving thread when it starts, before it reads its first request:
@@ -343,26 +431,52 @@ impl Session {
     /// supervises: requests are read and handled by the session's serving threads (crate docs,
     /// "Threading").
     pub fn run(self, handler: Arc<dyn Handler>) -> Result<(), CuseError> {
-        let mut buf = vec![0u8; self.cfg.read_buffer_size()];
-        let info = loop {
-            let n = match self.read_one(&mut buf)? {
-                ReadOutcome::Message(n) => n,
-                ReadOutcome::Stopped => return Ok(()),
-                ReadOutcome::Ended => return Err(CuseError::EndedBeforeInit),
-            };
-            let Some(bytes) = buf.get(..n) else { continue };
-            if let Some(info) = self.handle_pre_init(bytes)? {
-                break info;
+        self.run_handover(handler).map(|_| ())
+    }
+
+    /// [`Session::run`], except that a session ended by [`SessionControl::suspend`] returns
+    /// `Some(`[`Suspended`]`)`: the channel, for [`Session::resume`]. If handlers still run
+    /// when the client-wait timeout (plus a margin) has passed, the suspension fails with
+    /// [`CuseError::SuspendTimeout`]; the channel stays this process's (closed with the
+    /// session), and nothing was handed over.
+    pub fn run_handover(
+        mut self,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Option<Suspended>, CuseError> {
+        let (info, retries) = match self.resumed.take() {
+            Some((info, retries)) => {
+                info!(devname = %self.cfg.devname, retries = retries.len(), "CUSE session resumed");
+                (info, retries)
+            }
+            None => {
+                let mut buf = vec![0u8; self.cfg.read_buffer_size()];
+                let info = loop {
+                    let n = match self.read_one(&mut buf)? {
+                        ReadOutcome::Message(n) => n,
+                        ReadOutcome::Stopped => return Ok(None),
+                        ReadOutcome::Ended => return Err(CuseError::EndedBeforeInit),
+                    };
+                    let Some(bytes) = buf.get(..n) else { continue };
+                    if let Some(info) = self.handle_pre_init(bytes)? {
+                        break info;
+                    }
+                };
+                info!(
+                    devname = %self.cfg.devname,
+                    minor = info.minor,
+                    kernel_minor = info.kernel_minor,
+                    unrestricted = info.flags & CUSE_UNRESTRICTED_IOCTL != 0,
+                    "CUSE_INIT answered"
+                );
+                (info, Vec::new())
             }
         };
-        drop(buf);
-        info!(
-            devname = %self.cfg.devname,
-            minor = info.minor,
-            kernel_minor = info.kernel_minor,
-            unrestricted = info.flags & CUSE_UNRESTRICTED_IOCTL != 0,
-            "CUSE_INIT answered"
-        );
+        *self
+            .control
+            .inner
+            .chan
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&self.chan);
         self.control.set_init(info);
         handler.init_done(&info);
 
@@ -395,7 +509,12 @@ impl Session {
                     }),
                 )
             },
-            retries: Mutex::new(HashMap::new()),
+            retries: Mutex::new(
+                retries
+                    .into_iter()
+                    .map(|p| ((p.fh, p.tid), p.round))
+                    .collect(),
+            ),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -405,7 +524,34 @@ impl Session {
                 }
             }
         }
-        shared.supervise(self.cfg.idle_timeout)
+        let end = shared.supervise(self.cfg.idle_timeout);
+        if !self.control.inner.suspending.load(Ordering::SeqCst) || end.is_err() {
+            return end.map(|()| None);
+        }
+        // Suspended: every running handler's reply goes out before the channel is handed on.
+        let deadline = Instant::now() + timeout + SUSPEND_MARGIN;
+        loop {
+            let running = shared.pool().slots.len();
+            if running == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(CuseError::SuspendTimeout { running });
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        let retries = shared
+            .retries_lock()
+            .drain()
+            .map(|((fh, tid), round)| PendingRetry { fh, tid, round })
+            .collect();
+        let channel = self.chan.try_clone().map_err(CuseError::Setup)?;
+        info!(devname = %self.cfg.devname, "CUSE session suspended: the channel is handed over");
+        Ok(Some(Suspended {
+            channel: OwnedFd::from(channel),
+            init: info,
+            retries,
+        }))
     }
 
     /// Reads one request. Waits in `poll` on the channel and the stop eventfd, so
@@ -659,6 +805,9 @@ struct Shared {
 
 /// Retry rounds in progress per session (each is one caller thread blocked in an ioctl).
 pub const MAX_RETRY_ROUNDS: usize = 4096;
+
+/// How much longer than the client-wait timeout a suspension waits for running handlers.
+const SUSPEND_MARGIN: Duration = Duration::from_secs(5);
 
 /// One serving thread.
 struct Slot {

@@ -45,6 +45,8 @@ pub enum Request {
         /// Revoke open files instead of refusing.
         force: bool,
     },
+    /// The Prometheus text exposition.
+    Metrics,
 }
 
 /// The supervisor's answer.
@@ -60,6 +62,11 @@ pub enum Answer {
     Ok {
         /// What happened.
         message: String,
+    },
+    /// The metrics, in the Prometheus text format.
+    Metrics {
+        /// The exposition.
+        text: String,
     },
     /// Refused or failed.
     Error {
@@ -181,6 +188,7 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
             let spec = spec_for(cfg, &instance);
             let pid = sup.create(spec)?;
             tracing::info!(instance = %instance.name, pid, "instance created");
+            sup.refresh_cdi(cfg);
             Ok(Answer::Ok {
                 message: format!("instance {} created: worker pid {pid}", instance.name),
             })
@@ -188,10 +196,14 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
         Request::Rm { name, force } => {
             let status = sup.remove(&name, force)?;
             tracing::info!(instance = %name, ?status, "instance removed");
+            sup.refresh_cdi(cfg);
             Ok(Answer::Ok {
                 message: format!("instance {name} removed"),
             })
         }
+        Request::Metrics => Ok(Answer::Metrics {
+            text: crate::metrics::render(sup.metrics_samples())?,
+        }),
     })();
     res.unwrap_or_else(|e| Answer::Error {
         message: format!("{e:#}"),
@@ -239,6 +251,10 @@ pub enum InstanceCommand {
         /// A policy file.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// Run the worker as this user (name or uid) instead of the supervisor's
+        /// `[daemon] worker_uids` choice.
+        #[arg(long)]
+        user: Option<String>,
         #[command(flatten)]
         socket: SocketArg,
     },
@@ -292,6 +308,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             caps,
             mode,
             policy,
+            user,
             socket,
         } => {
             let policy = match policy {
@@ -314,6 +331,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_objects: None,
                 max_in_flight: None,
                 restart: RestartPolicy::OnFailure,
+                user: user.clone(),
             };
             instance.validate()?;
             (socket, Request::Create { instance })
@@ -343,7 +361,23 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             println!("{message}");
             Ok(())
         }
+        Answer::Metrics { text } => {
+            print!("{text}");
+            Ok(())
+        }
         Answer::Error { message } => bail!("{message}"),
+    }
+}
+
+/// `nvproxy metrics`: prints the supervisor's metrics (the control socket's `metrics`).
+pub fn metrics(socket: &SocketArg) -> Result<()> {
+    match call(&socket.socket, &Request::Metrics)? {
+        Answer::Metrics { text } => {
+            print!("{text}");
+            Ok(())
+        }
+        Answer::Error { message } => bail!("{message}"),
+        other => bail!("unexpected answer {other:?}"),
     }
 }
 
@@ -548,6 +582,7 @@ mod tests {
                 pid: 77,
                 open_files: 3,
                 objects: 12,
+                ..Default::default()
             }),
         }]);
         assert_eq!(

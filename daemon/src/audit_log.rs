@@ -137,7 +137,14 @@ impl Writer {
         let _ = self.file.flush();
         let old = rotated_path(&self.path);
         if let Err(e) = std::fs::rename(&self.path, &old) {
-            tracing::error!(error = %e, path = %self.path.display(), "rotating the audit log failed; truncating it");
+            // A worker under its own uid may not write the log's directory: its supervisor
+            // created both files for it, so the old lines are copied into the `.1` file.
+            match std::fs::copy(&self.path, &old) {
+                Ok(_) => {}
+                Err(e2) => {
+                    tracing::error!(error = %e, copy_error = %e2, path = %self.path.display(), "rotating the audit log failed (rename and copy); truncating it")
+                }
+            }
         }
         match OpenOptions::new()
             .create(true)

@@ -831,6 +831,29 @@ fn generate(args: &GenerateArgs) -> Result<()> {
                 .collect::<Result<_>>()?
         }
     };
+    let spec = spec_from(args, instances, sim_version)?;
+    match &args.out {
+        None => {
+            print!("{}", render(&spec, false)?);
+            Ok(())
+        }
+        Some(out) => write_spec(out, &spec),
+    }
+}
+
+/// Writes `spec` to `out` atomically (`.json`: JSON, else YAML).
+fn write_spec(out: &Path, spec: &Spec) -> Result<()> {
+    let json = out.extension().is_some_and(|e| e == "json");
+    write_atomically(out, render(spec, json)?.as_bytes())
+}
+
+/// The spec of `instances` under `args` (NVIDIA's userspace looked up or taken from
+/// `--nvidia-spec`, the shim, the hooks).
+fn spec_from(
+    args: &GenerateArgs,
+    instances: Vec<InstanceInfo>,
+    sim_version: Option<String>,
+) -> Result<Spec> {
     let userspace = match &args.nvidia_spec {
         Some(p) => userspace_from_nvidia_spec(
             &fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -865,7 +888,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         Some(crate::mmap::shim_path(args.preload.as_deref())?)
     };
     let hook_bin = fs::canonicalize(std::env::current_exe()?)?;
-    let spec = build_spec(&SpecInputs {
+    build_spec(&SpecInputs {
         vendor: args.vendor.clone(),
         class: args.class.clone(),
         instances,
@@ -873,17 +896,50 @@ fn generate(args: &GenerateArgs) -> Result<()> {
         shim,
         run_dir: PathBuf::from(crate::mmap::RUN_DIR),
         userspace,
-    })?;
-    match &args.out {
-        None => {
-            print!("{}", render(&spec, false)?);
-            Ok(())
-        }
-        Some(out) => {
-            let json = out.extension().is_some_and(|e| e == "json");
-            write_atomically(out, render(&spec, json)?.as_bytes())
+    })
+}
+
+/// `serve`'s `[cdi]`: writes the spec of the instances `instances` names (name, caps) whose
+/// nodes are live to `[cdi] spec`, atomically; nothing when `spec = ""`.
+pub fn write_current(
+    cfg: &crate::config::Config,
+    instances: &[(String, Vec<String>)],
+) -> Result<()> {
+    let out = &cfg.cdi.spec;
+    if out.as_os_str().is_empty() {
+        return Ok(());
+    }
+    let nodes_dir = Path::new(NODES_DIR);
+    let mut infos = Vec::new();
+    for (name, caps) in instances {
+        match live_nodes(nodes_dir, name, &stat_node) {
+            Ok(nodes) => infos.push(InstanceInfo {
+                name: name.clone(),
+                caps: Some(caps.clone()),
+                nodes,
+            }),
+            Err(e) => {
+                tracing::warn!(instance = %name, error = %format!("{e:#}"), "not in the CDI spec")
+            }
         }
     }
+    let args = GenerateArgs {
+        config: None,
+        out: Some(out.clone()),
+        nvidia_spec: cfg.cdi.nvidia_spec.clone(),
+        vendor: cfg.cdi.vendor.clone(),
+        class: cfg.cdi.class.clone(),
+        driver_root: cfg.cdi.driver_root.clone(),
+        driver_version: None,
+        lib_dir: Vec::new(),
+        bin_dir: Vec::new(),
+        preload: None,
+        no_preload: false,
+    };
+    let sim_version =
+        (cfg.driver == crate::config::DriverKind::Sim).then(|| cfg.sim.driver_version.clone());
+    let spec = spec_from(&args, infos, sim_version)?;
+    write_spec(out, &spec).with_context(|| format!("[cdi] spec = {}", out.display()))
 }
 
 /// Writes `path` through a temporary file in its directory and a rename, so that a runtime

@@ -152,6 +152,60 @@ pub struct DaemonSection {
     /// known version (`serve --abi-version`); ignored, with a warning, when the host version
     /// has its own node.
     pub abi_version: Option<String>,
+    /// Run every worker whose instance names no `user` under its own uid (and a gid of the
+    /// same number) from this inclusive range, e.g. `"61000-61999"`: the lowest one no other
+    /// instance of the supervisor uses. Unset: such workers run as the supervisor's user.
+    pub worker_uids: Option<String>,
+    /// Serve the Prometheus metrics (`GET /metrics`) on this TCP address as well as on the
+    /// control socket, e.g. `"127.0.0.1:9464"`. Unset: the control socket only.
+    pub metrics_listen: Option<String>,
+}
+
+/// `[cdi]`: the CDI spec `serve` keeps current (written at start and after every `instance
+/// create`/`rm`, removed at stop).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CdiSection {
+    /// Where the spec goes (`.json` writes JSON, anything else YAML); `""` turns it off.
+    pub spec: PathBuf,
+    /// CDI vendor (the kind is VENDOR/CLASS).
+    pub vendor: String,
+    /// CDI class.
+    pub class: String,
+    /// Take NVIDIA's libraries and binaries from this CDI spec (`nvidia-ctk cdi generate`'s)
+    /// instead of looking for them.
+    pub nvidia_spec: Option<PathBuf>,
+    /// Where NVIDIA's userspace is installed (as `cdi generate --driver-root`).
+    pub driver_root: PathBuf,
+}
+
+impl Default for CdiSection {
+    fn default() -> Self {
+        CdiSection {
+            spec: PathBuf::from("/run/cdi/nvproxy.yaml"),
+            vendor: "nvproxy.dev".to_owned(),
+            class: "gpu".to_owned(),
+            nvidia_spec: None,
+            driver_root: PathBuf::from("/"),
+        }
+    }
+}
+
+/// Parses `[daemon] worker_uids`: `"FIRST-LAST"`, inclusive, neither 0.
+pub fn parse_uid_range(text: &str) -> Result<(u32, u32)> {
+    let bad = || {
+        anyhow::anyhow!(
+            "[daemon] worker_uids = {text:?}: expected \"FIRST-LAST\" (uids, 0 < FIRST <= LAST), \
+             e.g. \"61000-61999\""
+        )
+    };
+    let (a, b) = text.split_once('-').ok_or_else(bad)?;
+    let a: u32 = a.trim().parse().map_err(|_| bad())?;
+    let b: u32 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || a > b || b == u32::MAX {
+        return Err(bad());
+    }
+    Ok((a, b))
 }
 
 /// One `[[instance]]`.
@@ -200,6 +254,11 @@ pub struct InstanceConfig {
     /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
     #[serde(default)]
     pub restart: RestartPolicy,
+    /// The user the instance's worker runs as once it holds its CUSE channels (a name or a
+    /// numeric uid; its primary group is used): tenants' RM clients are then created under an
+    /// euid no other instance shares. Overrides `[daemon] worker_uids`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// `[[instance]] restart`.
@@ -247,6 +306,9 @@ pub struct Config {
     /// Daemon-wide settings.
     #[serde(default)]
     pub daemon: DaemonSection,
+    /// The CDI spec `serve` writes.
+    #[serde(default)]
+    pub cdi: CdiSection,
     /// The instances to serve.
     #[serde(default, rename = "instance")]
     pub instances: Vec<InstanceConfig>,
@@ -405,6 +467,16 @@ impl Config {
                 "[sim] gpus must be between 1 and {MAX_SIM_GPUS} (the driver's limit), not {}",
                 self.sim.gpus
             );
+        }
+        if let Some(r) = &self.daemon.worker_uids {
+            parse_uid_range(r)?;
+        }
+        if let Some(a) = &self.daemon.metrics_listen {
+            a.parse::<std::net::SocketAddr>().map_err(|e| {
+                anyhow::anyhow!(
+                    "[daemon] metrics_listen = {a:?}: {e} (an IP address and port, e.g. \"127.0.0.1:9464\")"
+                )
+            })?;
         }
         let mut names = BTreeSet::new();
         for inst in &self.instances {
@@ -689,6 +761,30 @@ mod tests {
     fn test_unknown_key_is_an_error() {
         let err = Config::parse("driver = \"sim\"\nbogus = 1\n").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+    }
+
+    #[test]
+    fn test_worker_uids_and_metrics_listen_are_checked() {
+        let ok = Config::parse(
+            "[daemon]\nworker_uids = \"61000-61009\"\nmetrics_listen = \"127.0.0.1:9464\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            parse_uid_range(ok.daemon.worker_uids.as_deref().unwrap()).unwrap(),
+            (61000, 61009)
+        );
+        for bad in ["0-10", "10-5", "x-5", "61000"] {
+            let err = Config::parse(&format!("[daemon]\nworker_uids = \"{bad}\"\n")).unwrap_err();
+            assert!(format!("{err:#}").contains("FIRST-LAST"), "{bad}: {err:#}");
+        }
+        let err = Config::parse("[daemon]\nmetrics_listen = \"localhost\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("metrics_listen"), "{err:#}");
+        let cdi = Config::parse("[cdi]\nspec = \"\"\n").unwrap();
+        assert!(cdi.cdi.spec.as_os_str().is_empty());
+        assert_eq!(
+            Config::parse("").unwrap().cdi.spec,
+            PathBuf::from("/run/cdi/nvproxy.yaml")
+        );
     }
 
     #[test]

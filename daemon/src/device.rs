@@ -224,10 +224,13 @@ impl Handler for NodeDevice {
         }
         let span = tracing::debug_span!("ioctl", node = ?self.node, pid = req.pid(), cmd = format_args!("{:#010x}", io.cmd));
         let _enter = span.enter();
-        match self.transport {
+        let start = std::time::Instant::now();
+        let r = match self.transport {
             MemoryTransport::ProcessVm => self.ioctl_vm(req, io),
             MemoryTransport::Retry => self.ioctl_retry(req, io),
-        }
+        };
+        crate::metrics::LATENCY.observe(start.elapsed());
+        r
     }
 }
 

@@ -40,8 +40,12 @@ pub fn node_path(instance: &str, node: Node) -> PathBuf {
 
 impl InstanceNodes {
     /// Registers `nvidiactl` and `nvidia0..gpus-1` for `instance`, serving them with
-    /// `backend`, and `nvidia-uvm` served by `uvm` (if given), and checks each node answers
-    /// our identify ioctl.
+    /// `backend`, and `nvidia-uvm` served by `uvm` (if given), and checks each node is ours
+    /// (it answers our identify ioctl; a worker that may not open it, running under its own
+    /// uid, compares its device number with the kernel's record of the CUSE device instead).
+    /// `channels`: `/dev/cuse` files opened for us (by the supervisor, for a worker that runs
+    /// under its own uid and cannot open `/dev/cuse`), one per node in that order; the nodes
+    /// past them open their own.
     pub fn start(
         instance: &str,
         gpus: u32,
@@ -50,8 +54,10 @@ impl InstanceNodes {
         fdid: Arc<FdIdentity>,
         transport: MemoryTransport,
         mmap: Arc<InstanceMmap>,
+        channels: Vec<std::os::fd::OwnedFd>,
     ) -> Result<InstanceNodes> {
         let mut this = InstanceNodes { nodes: Vec::new() };
+        let mut channels = channels.into_iter();
         let wanted = std::iter::once(Node::Ctl)
             .chain((0..gpus).map(Node::Gpu))
             .chain(uvm.is_some().then_some(Node::Uvm));
@@ -63,7 +69,11 @@ impl InstanceNodes {
             cfg.max_workers = 128;
             // Every serving thread gives up CAP_SYS_ADMIN before its first request; the
             // handlers check again and refuse requests on a thread where that failed.
-            let session = Session::open(cfg)
+            let opened = match channels.next() {
+                Some(fd) => Session::from_fd(fd, cfg),
+                None => Session::open(cfg),
+            };
+            let session = opened
                 .map_err(|e| {
                     let advice = match crate::doctor::cuse_state() {
                         crate::doctor::CuseState::Present => {
@@ -111,7 +121,7 @@ impl InstanceNodes {
             if control.wait_init(START_TIMEOUT).is_none() {
                 bail!("{devname}: the kernel did not finish CUSE_INIT within {START_TIMEOUT:?}");
             }
-            let rdev = self_check(&path, &fdid).with_context(|| {
+            let rdev = self_check(&path, &devname, &fdid).with_context(|| {
                 format!("{devname}: the node is not ours (name or number taken?)")
             })?;
             fdid.add_device(rdev, index);
@@ -149,8 +159,12 @@ impl Drop for InstanceNodes {
     }
 }
 
-/// Opens the node, checks it answers our secret, and returns its device number.
-fn self_check(path: &Path, fdid: &FdIdentity) -> Result<u64> {
+/// Opens the node, checks it answers our secret, and returns its device number. A worker
+/// under its own uid may not open the node (devtmpfs makes it root's, mode 0600): then the
+/// node's device number must be the one the kernel gave our CUSE device `devname`
+/// (`/sys/class/cuse/<devname, '/' as '!'>/dev`; CUSE refuses a second device of a name, so
+/// the number is ours).
+fn self_check(path: &Path, devname: &str, fdid: &FdIdentity) -> Result<u64> {
     let deadline = Instant::now() + START_TIMEOUT;
     let file = loop {
         match OpenOptions::new().read(true).write(true).open(path) {
@@ -158,10 +172,39 @@ fn self_check(path: &Path, fdid: &FdIdentity) -> Result<u64> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
+            // EACCES (file mode) for a worker that is not root; EPERM (a device cgroup, say)
+            // stays an error.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EACCES) && !nix::unistd::geteuid().is_root() =>
+            {
+                return rdev_matches_cuse_record(path, devname);
+            }
             Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
         }
     };
     let rdev = file.metadata()?.rdev();
     fdid.identify(&file).context("identify ioctl")?;
+    Ok(rdev)
+}
+
+fn rdev_matches_cuse_record(path: &Path, devname: &str) -> Result<u64> {
+    let (is_char, rdev) =
+        crate::cdi::stat_node(path).with_context(|| format!("stat {}", path.display()))?;
+    let record = Path::new("/sys/class/cuse")
+        .join(devname.replace('/', "!"))
+        .join("dev");
+    let text = std::fs::read_to_string(&record)
+        .with_context(|| format!("reading {}", record.display()))?;
+    let (maj, min) = text
+        .trim()
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .with_context(|| format!("{}: {:?} is not MAJOR:MINOR", record.display(), text.trim()))?;
+    if !is_char || rdev != libc::makedev(maj, min) {
+        bail!(
+            "{} is not the character device {maj}:{min} the kernel registered for {devname}",
+            path.display()
+        );
+    }
     Ok(rdev)
 }

@@ -14,6 +14,7 @@ mod doctor;
 mod fdid;
 mod instance;
 mod memory;
+mod metrics;
 mod mmap;
 mod node;
 mod nsexec;
@@ -75,12 +76,42 @@ enum Command {
     /// show, rm.
     #[command(subcommand)]
     Instance(api::InstanceCommand),
+    /// Print the metrics of a running `nvproxy serve` (Prometheus text format, from its control
+    /// socket; `[daemon] metrics_listen` serves the same over HTTP).
+    Metrics(api::SocketArg),
     /// (internal) Serve one instance, its spec (JSON) on stdin: the supervisor's worker.
     #[command(hide = true)]
     Worker,
     /// (internal) Run a command in a private mount namespace with the given nodes as /dev/NAME.
     #[command(hide = true)]
     NsExec(nsexec::NsSpec),
+}
+
+/// `tracing` to journald when stderr is systemd's journal stream (`JOURNAL_STREAM`, as
+/// systemd documents for services: fields such as `instance` stay fields), else to stderr,
+/// coloured only on a terminal (NO_COLOR turns colour off).
+fn init_logging(filter: EnvFilter) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    if sys::stderr_is_journal() {
+        match tracing_journald::layer() {
+            Ok(layer) => {
+                tracing_subscriber::registry()
+                    .with(filter)
+                    .with(layer.with_syslog_identifier("nvproxy".to_owned()))
+                    .init();
+                return;
+            }
+            Err(e) => eprintln!("nvproxy: journald unavailable ({e}); logging to stderr"),
+        }
+    }
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -102,14 +133,7 @@ fn main() -> ExitCode {
             )
         }),
     };
-    // Colour only on a terminal: a log file or pipe gets plain text (NO_COLOR turns it off).
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
+    init_logging(filter);
 
     if matches!(
         cli.command,
@@ -144,6 +168,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Metrics(socket) => api::metrics(socket).map(|()| ExitCode::SUCCESS),
         Command::Worker => worker::run(),
         Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::CdiHook(args) => cdi::hook(args).map(|()| ExitCode::SUCCESS),

@@ -123,6 +123,7 @@ impl RunningInstance {
         driver: &Driver,
         transport: MemoryTransport,
         audit: Option<&Path>,
+        channels: Vec<std::os::fd::OwnedFd>,
     ) -> Result<RunningInstance> {
         let caps = config::parse_caps(&inst.caps)?;
         let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
@@ -176,6 +177,7 @@ impl RunningInstance {
             fdid,
             transport,
             mmap.clone(),
+            channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
         let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
@@ -381,6 +383,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_objects: None,
         max_in_flight: None,
         restart: config::RestartPolicy::No,
+        user: None,
     };
     inst.validate()?;
     crate::policy_cmd::check_allow(
@@ -405,9 +408,10 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         abi_version: None,
         abi_dir: None,
         ephemeral: true,
+        run_as: None,
     };
     let root = Path::new(mmap::RUN_DIR);
-    let sup = crate::supervisor::Supervisor::new(root)?;
+    let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
     let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
         .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
@@ -536,7 +540,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
     }
     let root = Path::new(mmap::RUN_DIR);
-    let sup = Supervisor::new(root)?;
+    let worker_uids = match &cfg.daemon.worker_uids {
+        Some(r) => Some(config::parse_uid_range(r)?),
+        None => None,
+    };
+    let sup = Supervisor::new(root, worker_uids)?;
     let adopted = sup.adopt();
     for inst in &cfg.instances {
         if adopted.contains(&inst.name) {
@@ -565,6 +573,16 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         group,
     )
     .context("the control socket")?;
+    let _metrics_http = match &cfg.daemon.metrics_listen {
+        Some(addr) => {
+            let s = sup.clone();
+            let server = crate::metrics::HttpServer::start(addr, move || s.metrics_samples())?;
+            tracing::info!(addr = %addr, "metrics served over HTTP at /metrics");
+            Some(server)
+        }
+        None => None,
+    };
+    sup.refresh_cdi(&cfg);
     let names: Vec<String> = sup.list().into_iter().map(|i| i.name).collect();
     println!("READY {}", names.join(" "));
     use std::io::Write;
@@ -572,13 +590,18 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     if let Err(e) = sys::sd_notify("READY=1") {
         tracing::warn!(error = %e, "sd_notify failed");
     }
+    let mut watchdog = sys::Watchdog::from_env();
     let sig = loop {
         if let Some(sig) = sys::poll_termination(std::time::Duration::from_millis(200))
             .context("waiting for a signal")?
         {
             break sig;
         }
-        sup.check();
+        if !sup.check().is_empty() {
+            // A restarted worker's nodes have new device numbers.
+            sup.refresh_cdi(&cfg);
+        }
+        watchdog.ping();
     };
     tracing::info!(signal = ?sig, "stopping");
     let _ = sys::sd_notify("STOPPING=1");
@@ -588,6 +611,16 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let statuses = sup.stop_all();
+    if !cfg.cdi.spec.as_os_str().is_empty() {
+        // No engine may resolve devices whose nodes are gone.
+        match std::fs::remove_file(&cfg.cdi.spec) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(spec = %cfg.cdi.spec.display(), error = %e, "removing the CDI spec")
+            }
+        }
+    }
     let leaked: Vec<&String> = statuses
         .iter()
         .filter(|(_, s)| **s == Some(i32::from(LEAK_EXIT)))

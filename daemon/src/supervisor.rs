@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -94,6 +95,15 @@ pub struct Supervisor {
     entries: Mutex<BTreeMap<String, Entry>>,
     root: PathBuf,
     exe: PathBuf,
+    /// `[daemon] worker_uids`.
+    worker_uids: Option<(u32, u32)>,
+    /// Held by `create`, so that two creates cannot pick one uid (or one name).
+    creating: Mutex<()>,
+    /// Workers started again after an unasked exit, per instance, since this supervisor
+    /// started (the metrics' `nvproxy_worker_restarts_total`).
+    restarts_total: Mutex<BTreeMap<String, u64>>,
+    /// One CDI spec write at a time.
+    cdi_lock: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,13 +111,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Supervisor {
-    /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`).
-    pub fn new(root: &Path) -> Result<Arc<Self>> {
+    /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`);
+    /// `worker_uids`: the range of `[daemon] worker_uids`.
+    pub fn new(root: &Path, worker_uids: Option<(u32, u32)>) -> Result<Arc<Self>> {
         Ok(Arc::new(Self {
             entries: Mutex::new(BTreeMap::new()),
             root: root.to_owned(),
             exe: std::env::current_exe().context("finding our own executable")?,
+            worker_uids,
+            creating: Mutex::new(()),
+            restarts_total: Mutex::new(BTreeMap::new()),
+            cdi_lock: Mutex::new(()),
         }))
+    }
+
+    /// The user a new worker of `spec` runs as: its instance's `user`, else the lowest uid of
+    /// `worker_uids` no instance uses, else the supervisor's (`None`). Root is `None`.
+    fn choose_user(&self, spec: &WorkerSpec) -> Result<Option<worker::RunAs>> {
+        if let Some(u) = &spec.instance.user {
+            let run_as = resolve_user(u)
+                .with_context(|| format!("instance {}: user {u:?}", spec.instance.name))?;
+            return Ok((run_as.uid != 0).then_some(run_as));
+        }
+        let Some((first, last)) = self.worker_uids else {
+            return Ok(None);
+        };
+        let used: std::collections::BTreeSet<u32> = lock(&self.entries)
+            .values()
+            .filter_map(|e| e.spec.run_as.map(|r| r.uid))
+            .collect();
+        let uid = (first..=last)
+            .find(|u| !used.contains(u))
+            .with_context(|| {
+                format!(
+                    "instance {}: every uid of [daemon] worker_uids = \"{first}-{last}\" is in use",
+                    spec.instance.name
+                )
+            })?;
+        Ok(Some(worker::RunAs { uid, gid: uid }))
     }
 
     /// Adopts the live workers that state files name; removes stale state files. Returns
@@ -157,10 +198,14 @@ impl Supervisor {
 
     /// Starts a worker for `spec` and records the instance. An instance of the same name is
     /// an error.
-    pub fn create(&self, spec: WorkerSpec) -> Result<u32> {
+    pub fn create(&self, mut spec: WorkerSpec) -> Result<u32> {
+        let _creating = lock(&self.creating);
         let name = spec.instance.name.clone();
         if self.has(&name) {
             bail!("instance {name} exists already");
+        }
+        if spec.run_as.is_none() {
+            spec.run_as = self.choose_user(&spec)?;
         }
         let (pid, pidfd) = self.spawn(&spec)?;
         lock(&self.entries).insert(
@@ -182,6 +227,12 @@ impl Supervisor {
     fn spawn(&self, spec: &WorkerSpec) -> Result<(u32, OwnedFd)> {
         let name = &spec.instance.name;
         let mut cmd = Command::new(&self.exe);
+        // A worker under its own user: what it cannot open or create itself is prepared here,
+        // as root; the channels are closed here once the worker has its copies.
+        let _channels = match spec.run_as {
+            Some(run_as) => self.prepare_for_user(spec, run_as, &mut cmd)?,
+            None => Vec::new(),
+        };
         if let Some(f) = LOG_FILTER.get() {
             cmd.arg("--log").arg(f);
         }
@@ -241,6 +292,104 @@ impl Supervisor {
                 );
             }
         }
+    }
+
+    /// For a worker under `run_as`: its run directory (and audit log) made its own, one
+    /// `/dev/cuse` channel per node opened for it (inherited, [`worker::CHANNELS_ENV`]), and
+    /// the uid change with `CAP_SYS_PTRACE` kept (`sys::become_user_keeping`) done in the child
+    /// before `execve`. Returns the channels (the parent's copies).
+    fn prepare_for_user(
+        &self,
+        spec: &WorkerSpec,
+        run_as: worker::RunAs,
+        cmd: &mut Command,
+    ) -> Result<Vec<OwnedFd>> {
+        use std::os::fd::AsRawFd;
+        let name = &spec.instance.name;
+        let (uid, gid) = (
+            nix::unistd::Uid::from_raw(run_as.uid),
+            nix::unistd::Gid::from_raw(run_as.gid),
+        );
+        let dir = worker::run_dir(&self.root, name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // The worker must reach its own directory through the run directory, which is
+        // private (0700): search only (0711) for others; the instance directories stay 0700,
+        // each its owner's alone.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&self.root)
+                .with_context(|| format!("{}", self.root.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o011 != 0o011 {
+                std::fs::set_permissions(
+                    &self.root,
+                    std::fs::Permissions::from_mode((mode & 0o7777) | 0o011),
+                )
+                .with_context(|| format!("letting workers search {}", self.root.display()))?;
+            }
+        }
+        // The worker's, with the supervisor's group and 0770: the directory is the guard, so
+        // that a supervisor without CAP_DAC_OVERRIDE (the systemd unit's) reads the worker's
+        // state file (0644) and reaches its stats socket (0666, peer-checked) inside it, and
+        // nobody else reaches either. (No setgid bit: the unit's RestrictSUIDSGID= refuses it.)
+        // Ours first (an earlier worker's directory is its), then the mode, then the worker's:
+        // changing the mode of a directory we do not own would need CAP_FOWNER, which the
+        // unit does not keep (CAP_CHOWN it does).
+        let my_gid = nix::unistd::getegid();
+        nix::unistd::chown(&dir, Some(nix::unistd::geteuid()), Some(my_gid))
+            .with_context(|| format!("taking back {}", dir.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770))
+                .with_context(|| format!("chmod {}", dir.display()))?;
+        }
+        nix::unistd::chown(&dir, Some(uid), Some(my_gid))
+            .with_context(|| format!("giving {} to uid {}", dir.display(), run_as.uid))?;
+        if let Some(audit) = &spec.audit {
+            if let Some(parent) = audit.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            // The log and its rotation file: the worker may not create files in their
+            // directory, so it rotates by copying into the `.1` file (audit_log.rs).
+            for path in [audit.clone(), crate::audit_log::rotated_path(audit)] {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                nix::unistd::chown(&path, Some(uid), Some(gid))
+                    .with_context(|| format!("giving {} to uid {}", path.display(), run_as.uid))?;
+            }
+        }
+        let nodes = spec.instance.gpus.len() + 2; // nvidiactl, the GPUs, nvidia-uvm
+        let channels = (0..nodes)
+            .map(|_| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open("/dev/cuse")
+                    .map(OwnedFd::from)
+                    .with_context(|| {
+                        format!(
+                            "instance {name}: opening /dev/cuse for its worker (uid {})",
+                            run_as.uid
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let raw: Vec<i32> = channels.iter().map(|c| c.as_raw_fd()).collect();
+        cmd.env(
+            worker::CHANNELS_ENV,
+            raw.iter()
+                .map(|fd| fd.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        sys::exec_as_user_keeping(cmd, raw, run_as.uid, run_as.gid, sys::CAP_SYS_PTRACE);
+        Ok(channels)
     }
 
     /// Looks at every worker once: reaps those that exited and restarts or fails their
@@ -307,6 +456,9 @@ impl Supervisor {
         match self.spawn(&spec) {
             Ok((pid, pidfd)) => {
                 tracing::warn!(instance = %name, pid, "worker restarted");
+                *lock(&self.restarts_total)
+                    .entry(name.to_owned())
+                    .or_default() += 1;
                 if let Some(entry) = lock(&self.entries).get_mut(name) {
                     entry.pid = pid;
                     entry.pidfd = Some(pidfd);
@@ -381,6 +533,41 @@ impl Supervisor {
         }
         let entry = lock(&self.entries).remove(name);
         Ok(entry.and_then(stop_entry))
+    }
+
+    /// Every instance's numbers for a metrics scrape (each running worker asked now).
+    pub fn metrics_samples(&self) -> Vec<crate::metrics::InstanceSample> {
+        let restarts = lock(&self.restarts_total).clone();
+        self.list()
+            .into_iter()
+            .map(|i| crate::metrics::InstanceSample {
+                running: i.state == "running",
+                restarts: restarts.get(&i.name).copied().unwrap_or(0),
+                stats: i.stats,
+                name: i.name,
+            })
+            .collect()
+    }
+
+    /// Rewrites the `[cdi] spec` for the instances whose workers serve now (after start,
+    /// every create and rm, and a restarted worker's new nodes). A failure is logged: the
+    /// instances serve on, and `nvproxy cdi generate` can still write a spec.
+    pub fn refresh_cdi(&self, cfg: &crate::config::Config) {
+        let _one = lock(&self.cdi_lock);
+        let running: Vec<(String, Vec<String>)> = lock(&self.entries)
+            .iter()
+            .filter(|(_, e)| e.pidfd.is_some() && e.state == State::Running)
+            .map(|(n, e)| (n.clone(), e.spec.instance.caps.clone()))
+            .collect();
+        match crate::cdi::write_current(cfg, &running) {
+            Ok(()) if !cfg.cdi.spec.as_os_str().is_empty() => {
+                tracing::info!(spec = %cfg.cdi.spec.display(), devices = running.len(), "CDI spec written")
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the CDI spec could not be written")
+            }
+        }
     }
 
     /// Stops every worker (in parallel) and returns their exit statuses.
@@ -459,6 +646,26 @@ fn is_worker_of(pid: u32) -> bool {
     is_worker && ours
 }
 
+/// `user`: a user name (its uid and primary gid) or a numeric uid (its passwd entry's gid, or
+/// a gid of the same number when it has none).
+pub fn resolve_user(user: &str) -> Result<worker::RunAs> {
+    use nix::unistd::{Uid, User};
+    if let Ok(uid) = user.parse::<u32>() {
+        let gid = User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or(uid, |u| u.gid.as_raw());
+        return Ok(worker::RunAs { uid, gid });
+    }
+    let u = User::from_name(user)
+        .with_context(|| format!("looking up user {user:?}"))?
+        .with_context(|| format!("no user {user:?} (a user name or a numeric uid)"))?;
+    Ok(worker::RunAs {
+        uid: u.uid.as_raw(),
+        gid: u.gid.as_raw(),
+    })
+}
+
 /// The spec of a config instance under this config's daemon settings.
 pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpec {
     WorkerSpec {
@@ -471,6 +678,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         abi_version: cfg.daemon.abi_version.clone(),
         abi_dir: cfg.daemon.abi_dir.clone(),
         ephemeral: false,
+        run_as: None,
     }
 }
 
@@ -497,7 +705,7 @@ mod tests {
             serde_json::to_vec(&st).unwrap(),
         )
         .unwrap();
-        let sup = Supervisor::new(&root).unwrap();
+        let sup = Supervisor::new(&root, None).unwrap();
         assert!(sup.adopt().is_empty());
         assert!(!root.join("a").join(worker::STATE_FILE).exists());
         let _ = std::fs::remove_dir_all(&root);
@@ -505,7 +713,7 @@ mod tests {
 
     #[test]
     fn test_removing_an_unknown_instance_is_an_error() {
-        let sup = Supervisor::new(Path::new("/nonexistent")).unwrap();
+        let sup = Supervisor::new(Path::new("/nonexistent"), None).unwrap();
         let err = sup.remove("nope", false).unwrap_err();
         assert_eq!(err.to_string(), "no instance nope");
     }

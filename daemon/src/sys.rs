@@ -151,6 +151,134 @@ pub fn drop_thread_capability(cap: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// `CAP_SYS_PTRACE` (linux/capability.h): what `pidfd_getfd`, `process_vm_readv/writev` and
+/// `/proc/<pid>/maps` of tenant processes of another uid need.
+pub const CAP_SYS_PTRACE: u32 = 19;
+
+/// In a freshly forked child, before `execve` (`CommandExt::pre_exec`): becomes `uid`/`gid`
+/// (real, effective and saved; the supplementary groups become `[gid]`) while keeping `keep`
+/// (one capability) through the `execve`, in the permitted, effective, inheritable and
+/// ambient sets; every other capability is gone. Only raw system calls, no allocation: safe
+/// between `fork` and `execve` of a multi-threaded parent.
+fn become_user_keeping(uid: u32, gid: u32, keep: u32) -> io::Result<()> {
+    if keep >= 32 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let check = |ret: libc::c_long| {
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    let groups = [gid];
+    // SAFETY: raw system calls with plain integer arguments, except setgroups, which reads
+    // exactly one gid_t at `groups` (live for the call) and capset, which reads `hdr` and the two
+    // data structs of version 3 (live for the call; the kernel may write its version into `hdr`,
+    // hence exclusive). None of them touches other memory of this process.
+    unsafe {
+        check(libc::syscall(libc::SYS_setgroups, 1, groups.as_ptr()))?;
+        check(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
+        // Keep the permitted set through the uid change (it is cleared otherwise).
+        check(libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_KEEPCAPS,
+            1,
+            0,
+            0,
+            0,
+        ))?;
+        check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
+        let bit = 1u32 << keep;
+        let data = [
+            CapUserData {
+                effective: bit,
+                permitted: bit,
+                inheritable: bit,
+            },
+            CapUserData::default(),
+        ];
+        let mut hdr = CapUserHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        check(libc::syscall(libc::SYS_capset, &raw mut hdr, data.as_ptr()))?;
+        check(libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_KEEPCAPS,
+            0,
+            0,
+            0,
+            0,
+        ))?;
+        // Ambient: what survives the execve of our (capability-less) binary.
+        check(libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE,
+            keep,
+            0,
+            0,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Takes ownership of fds this process inherited (`fds`: distinct, open). Once per process:
+/// a second call is refused, so no fd gets two owners.
+pub fn take_inherited_fds(fds: &[i32]) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(io::Error::other("inherited fds taken twice"));
+    }
+    for (i, &fd) in fds.iter().enumerate() {
+        // SAFETY: F_GETFD reads no memory; it only tells whether `fd` is open.
+        if fd < 0 || fds[..i].contains(&fd) || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+    }
+    Ok(fds
+        .iter()
+        // SAFETY: each fd is open and distinct (checked above), and nothing else in this
+        // process owns it: it was inherited for this use, and this function runs once.
+        .map(|&fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+        .collect())
+}
+
+/// Makes `cmd`'s child keep `fds` open across its `execve` and run as `uid`/`gid` with only
+/// `keep` ([`become_user_keeping`]); both happen in the child between `fork` and `execve`.
+pub fn exec_as_user_keeping(
+    cmd: &mut std::process::Command,
+    fds: Vec<i32>,
+    uid: u32,
+    gid: u32,
+    keep: u32,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and execve; it makes raw system calls only
+    // (fcntl, setgroups, setresgid/setresuid, prctl, capset) and allocates nothing; `fds` was
+    // moved in and is only read.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                keep_across_exec(fd)?;
+            }
+            become_user_keeping(uid, gid, keep)
+        });
+    }
+}
+
+/// In a forked child before `execve`: clears `FD_CLOEXEC` on `fd`, so the new program
+/// inherits it. A raw system call only.
+fn keep_across_exec(fd: i32) -> io::Result<()> {
+    // SAFETY: F_SETFD with an integer argument reads and writes no memory.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The calling thread's id.
 pub fn gettid() -> u32 {
     // SAFETY: gettid takes no arguments and cannot fail.
@@ -339,6 +467,80 @@ pub fn sd_notify(state: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether stderr is the journal stream systemd gave this process: `JOURNAL_STREAM` is
+/// `DEVICE:INODE` of that stream, and stderr's `fstat` must match (a child whose stderr was
+/// redirected inherits the variable, not the stream).
+pub fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.to_str().and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    let Ok(fd) = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// systemd's watchdog (`WatchdogSec=`): `WATCHDOG=1` at half the interval systemd gives in
+/// `WATCHDOG_USEC`, when `WATCHDOG_PID` (if set) is this process. The supervisor pings from
+/// its watch loop, so a loop that stops turning stops the pings and systemd restarts it.
+pub struct Watchdog {
+    every: Option<std::time::Duration>,
+    last: std::time::Instant,
+}
+
+impl Watchdog {
+    /// From this process's environment.
+    pub fn from_env() -> Self {
+        let usec = std::env::var("WATCHDOG_USEC").ok();
+        let pid = std::env::var("WATCHDOG_PID").ok();
+        let every = watchdog_interval(usec.as_deref(), pid.as_deref(), std::process::id());
+        if let Some(e) = every {
+            tracing::info!(every_ms = e.as_millis() as u64, "systemd watchdog: pinging");
+        }
+        Watchdog {
+            every,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Sends `WATCHDOG=1` if half the interval has passed since the last one.
+    pub fn ping(&mut self) {
+        let Some(every) = self.every else { return };
+        if self.last.elapsed() >= every {
+            if let Err(e) = sd_notify("WATCHDOG=1") {
+                tracing::warn!(error = %e, "watchdog ping failed");
+            }
+            self.last = std::time::Instant::now();
+        }
+    }
+}
+
+/// The ping interval for `WATCHDOG_USEC`/`WATCHDOG_PID` as systemd sets them
+/// (`sd_watchdog_enabled`): half the timeout; `None` when unset, unparsable, zero, or meant
+/// for another pid.
+pub fn watchdog_interval(
+    usec: Option<&str>,
+    pid: Option<&str>,
+    me: u32,
+) -> Option<std::time::Duration> {
+    let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
+    if let Some(p) = pid {
+        if p.trim().parse::<u32>().ok()? != me {
+            return None;
+        }
+    }
+    Some(std::time::Duration::from_micros(usec / 2))
+}
+
 /// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
 pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd};
@@ -372,6 +574,18 @@ pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_watchdog_interval_follows_systemds_variables() {
+        use std::time::Duration;
+        let min = Some(Duration::from_secs(60));
+        assert_eq!(watchdog_interval(Some("120000000"), None, 7), min);
+        assert_eq!(watchdog_interval(Some("120000000"), Some("7"), 7), min);
+        assert_eq!(watchdog_interval(Some("120000000"), Some("8"), 7), None);
+        assert_eq!(watchdog_interval(Some("0"), None, 7), None);
+        assert_eq!(watchdog_interval(Some("x"), None, 7), None);
+        assert_eq!(watchdog_interval(None, Some("7"), 7), None);
+    }
 
     #[test]
     fn test_drop_thread_capability_clears_it_on_that_thread_only_and_keeps_the_rest() {

@@ -17,13 +17,14 @@
 //! driver is tested in-process (`ioctl-proxy/tests/proxy_sim.rs`: two proxies on one `nvsim`).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DriverKind, InstanceConfig, SimSection};
@@ -64,6 +65,52 @@ pub struct WorkerSpec {
     /// `exec` that started it dies (`PR_SET_PDEATHSIG`).
     #[serde(default)]
     pub ephemeral: bool,
+    /// The user the worker runs as (`[[instance]] user`, or one of `[daemon] worker_uids`);
+    /// `None`: the supervisor's.
+    #[serde(default)]
+    pub run_as: Option<RunAs>,
+}
+
+/// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
+/// memory and fds), its `/dev/cuse` channels opened by the supervisor.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunAs {
+    /// Real, effective and saved uid.
+    pub uid: u32,
+    /// Real, effective and saved gid (and the only supplementary group).
+    pub gid: u32,
+}
+
+/// The environment variable that names the `/dev/cuse` channels a worker inherits
+/// (comma-separated fd numbers, one per node: nvidiactl, nvidia0.., nvidia-uvm).
+pub const CHANNELS_ENV: &str = "NVPROXY_CUSE_CHANNELS";
+
+/// Takes the channels [`CHANNELS_ENV`] names: each must be an open `/dev/cuse` file of ours.
+fn inherited_channels() -> Result<Vec<std::os::fd::OwnedFd>> {
+    let Some(list) = std::env::var_os(CHANNELS_ENV) else {
+        return Ok(Vec::new());
+    };
+    let list = list.to_string_lossy().into_owned();
+    let mut fds: Vec<i32> = Vec::new();
+    for item in list.split(',').filter(|s| !s.is_empty()) {
+        let fd: i32 =
+            item.parse().ok().filter(|&fd| fd > 2).with_context(|| {
+                format!("{CHANNELS_ENV}={list}: {item:?} is not an fd number > 2")
+            })?;
+        if fds.contains(&fd) {
+            bail!("{CHANNELS_ENV}={list}: fd {fd} named twice");
+        }
+        let target = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .with_context(|| format!("{CHANNELS_ENV}: fd {fd} is not open"))?;
+        if target != Path::new("/dev/cuse") {
+            bail!(
+                "{CHANNELS_ENV}: fd {fd} is {}, not /dev/cuse",
+                target.display()
+            );
+        }
+        fds.push(fd);
+    }
+    sys::take_inherited_fds(&fds).context("taking the inherited /dev/cuse channels")
 }
 
 /// A worker's state file: what a restarted supervisor needs to re-adopt it.
@@ -84,6 +131,12 @@ pub struct WorkerStats {
     pub open_files: usize,
     /// RM clients and objects the instance holds.
     pub objects: usize,
+    /// The instance's audit counts (every ioctl, by kind, name and decision).
+    #[serde(default)]
+    pub ioctls: Vec<crate::metrics::IoctlCount>,
+    /// The worker's request latencies.
+    #[serde(default)]
+    pub latency: crate::metrics::LatencySnapshot,
 }
 
 /// The run directory of an instance: `/run/nvproxy/<instance>`.
@@ -124,8 +177,14 @@ pub fn run() -> Result<ExitCode> {
     let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
-    let running =
-        RunningInstance::start(&spec.instance, &driver, spec.memory, spec.audit.as_deref())?;
+    let channels = inherited_channels()?;
+    let running = RunningInstance::start(
+        &spec.instance,
+        &driver,
+        spec.memory,
+        spec.audit.as_deref(),
+        channels,
+    )?;
     let root = Path::new(mmap::RUN_DIR);
     let dir = run_dir(root, &name);
     let control = Arc::new(crate::checkpoint::Control::new(
@@ -160,6 +219,10 @@ fn write_state(dir: &Path, state: &WorkerState) -> Result<()> {
     let tmp = dir.join(format!(".{STATE_FILE}.{}", std::process::id()));
     std::fs::write(&tmp, serde_json::to_vec(state)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
+    // Readable by whoever reaches the directory (root's, or a worker's 0770 with the
+    // supervisor's group): a supervisor without CAP_DAC_OVERRIDE reads it.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("chmod {}", tmp.display()))?;
     std::fs::rename(&tmp, dir.join(STATE_FILE))
         .with_context(|| format!("renaming {} into place", tmp.display()))?;
     Ok(())
@@ -210,7 +273,14 @@ impl StatsServer {
         let server = crate::unix_server::UnixServer::start(
             path,
             "worker-stats",
-            |_| Ok(()),
+            // Whoever reaches the directory may connect (see write_state); the peer check
+            // decides.
+            |p| {
+                Ok(std::fs::set_permissions(
+                    p,
+                    std::fs::Permissions::from_mode(0o666),
+                )?)
+            },
             move |conn| answer_stats(conn, &control),
         )?;
         Ok(Self { _server: server })
@@ -242,6 +312,18 @@ fn answer_stats(conn: UnixStream, control: &crate::checkpoint::Control) {
         pid: std::process::id(),
         open_files: proxy.open_files(),
         objects: proxy.object_count(),
+        ioctls: proxy
+            .counts()
+            .snapshot()
+            .into_iter()
+            .map(|r| crate::metrics::IoctlCount {
+                kind: r.kind.as_str().to_owned(),
+                name: r.name,
+                decision: r.decision.as_str().to_owned(),
+                count: r.count,
+            })
+            .collect(),
+        latency: crate::metrics::LATENCY.snapshot(),
     };
     if let Ok(mut text) = serde_json::to_string(&stats) {
         text.push('\n');
@@ -268,6 +350,7 @@ mod tests {
             abi_version: None,
             abi_dir: None,
             ephemeral: false,
+            run_as: None,
         }
     }
 
@@ -332,12 +415,12 @@ mod tests {
         let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), control).unwrap();
         let stats = query_stats(&dir, "a").unwrap();
         assert_eq!(
-            stats,
-            WorkerStats {
-                pid: std::process::id(),
-                open_files: 1,
-                objects: 0
-            }
+            (stats.pid, stats.open_files, stats.objects),
+            (std::process::id(), 1, 0)
+        );
+        assert_eq!(
+            stats.latency.buckets.len(),
+            crate::metrics::BOUNDS_S.len() + 1
         );
         proxy.release(open);
         drop(server);

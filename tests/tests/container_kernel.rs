@@ -1,5 +1,5 @@
 //! Real containers through CDI: Debian's `podman` runs `--device nvproxy.dev/gpu=NAME` against
-//! `nvproxy serve --driver sim`, with the spec `nvproxy cdi generate` wrote, and NVIDIA's Debian
+//! `nvproxy serve --driver sim`, with the spec serve keeps (`[cdi] spec`), and NVIDIA's Debian
 //! userspace inside the container (mounted by the spec from the fetched driver root).
 //!
 //! - `nvidia-smi -L` and `cuda-probe init` (libcuda's `cuInit` and device queries, mmap through
@@ -9,9 +9,10 @@
 //!   instance's CUSE numbers; `/proc/driver/nvidia/params` says `ModifyDeviceFiles: 0` and
 //!   `/dev/char/195:*` lead to our nodes;
 //! - two containers on two instances with different GPUs, at the same time, each see only their
-//!   own;
+//!   own; killing one instance's worker leaves the other's container working;
 //! - `systemd/nvproxy.service` under a real systemd (the host's, as PID 1 of a privileged podman
-//!   container): `Type=notify` reaches `active`, `ExecStartPost` writes the spec, stop removes it;
+//!   container): `Type=notify` reaches `active`, serve writes the spec, logs to journald and
+//!   pings the watchdog, stop removes the spec;
 //!   and the same unit with a device ACL (`DevicePolicy=closed`, `DeviceAllow=char-cuse` ...)
 //!   fails at the daemon's own open of its first node.
 //!
@@ -183,9 +184,13 @@ impl Daemon {
         let config = dir.join("config.toml");
         std::fs::write(
             &config,
-            "driver = \"sim\"\n[sim]\ngpus = 2\n\
-             [[instance]]\nname = \"ctr-a\"\ngpus = [0]\n\
-             [[instance]]\nname = \"ctr-b\"\ngpus = [1]\n",
+            format!(
+                "driver = \"sim\"\n[sim]\ngpus = 2\n\
+                 [cdi]\nspec = \"{SPEC_PATH}\"\ndriver_root = \"{}\"\n\
+                 [[instance]]\nname = \"ctr-a\"\ngpus = [0]\n\
+                 [[instance]]\nname = \"ctr-b\"\ngpus = [1]\n",
+                driver_root().display()
+            ),
         )
         .unwrap();
         let log = dir.join("serve.log");
@@ -258,20 +263,8 @@ impl Env {
         ensure_cgroup2();
         let dir = scratch(tag);
         let rootfs = make_rootfs(&dir);
+        // serve writes the spec ([cdi] spec) before READY.
         let daemon = Daemon::start(&dir);
-        let o = Command::new(nvproxy_bin())
-            .args(["cdi", "generate", "--config"])
-            .arg(&daemon.config)
-            .arg("--driver-root")
-            .arg(driver_root())
-            .args(["--out", SPEC_PATH])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "cdi generate: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
         eprintln!(
             "--- {SPEC_PATH}:\n{}",
             std::fs::read_to_string(SPEC_PATH).unwrap()
@@ -298,6 +291,11 @@ impl Env {
     }
 
     fn podman(&self, device: &str, cmd: &[&str]) -> Command {
+        self.podman_with(device, &[], cmd)
+    }
+
+    /// [`Env::podman`] with more `podman run` options.
+    fn podman_with(&self, device: &str, opts: &[&str], cmd: &[&str]) -> Command {
         let mut c = Command::new("podman");
         c.env("CONTAINERS_CONF", self.dir.join("containers.conf"))
             .arg("--root")
@@ -313,6 +311,7 @@ impl Env {
                 "none",
             ])
             .args(["--device", &format!("nvproxy.dev/gpu={device}")])
+            .args(opts)
             .arg("--rootfs")
             .arg(&self.rootfs)
             .args(cmd)
@@ -504,6 +503,94 @@ fn two_containers_on_two_instances_each_see_only_their_own_gpu() {
     env.stop();
 }
 
+/// One instance's worker killed while a container of the other instance works: that
+/// container, holding its nodes open across the kill, goes on (`nvidia-smi -L`, `cuda-probe
+/// init`), its worker untouched; the killed instance gets a new worker, and the spec (serve's
+/// own `[cdi] spec`) follows its new device numbers, so a new container of it works too.
+#[test]
+#[ignore = "needs /dev/cuse, root, podman and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn killing_one_worker_leaves_the_other_container_working() {
+    let env = Env::new("kill");
+    let pid_of = |inst: &str| -> u64 {
+        let t = std::fs::read_to_string(format!("/run/nvproxy/{inst}/worker.json")).unwrap();
+        serde_json::from_str::<Value>(&t).unwrap()["pid"]
+            .as_u64()
+            .unwrap()
+    };
+    let (a, b) = (pid_of("ctr-a"), pid_of("ctr-b"));
+    let script = "exec 3<>/dev/nvidiactl 4<>/dev/nvidia0 || exit 9; \
+                  /usr/bin/nvidia-smi -L && echo STEP1 && \
+                  while [ ! -e /run/go ]; do sleep 0.2; done; \
+                  /usr/bin/nvidia-smi -L && /usr/bin/cuda-probe --expect-count 1 init && echo STEP2";
+    let go = env.dir.join("go");
+    let mut c = env.podman_with(
+        "ctr-b",
+        &["-v", &format!("{}:/run/go-dir", env.dir.display())],
+        &[
+            "/bin/sh",
+            "-c",
+            &script.replace("/run/go", "/run/go-dir/go"),
+        ],
+    );
+    let mut child = c.spawn().expect("podman ctr-b");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while !seen.iter().any(|l: &String| l == "STEP1") {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("ctr-b never reached STEP1 ({e:?}): {seen:?}"),
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let restarted = {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let now = std::fs::read_to_string("/run/nvproxy/ctr-a/worker.json")
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok()?["pid"].as_u64());
+            if now.is_some_and(|p| p != a) || Instant::now() > deadline {
+                break now;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    std::fs::write(&go, "").unwrap();
+    for l in rx.iter() {
+        seen.push(l);
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(
+        status.success() && seen.iter().any(|l| l == "STEP2"),
+        "ctr-b after ctr-a's worker was killed: {status}\n{seen:#?}\n{err}"
+    );
+    assert_eq!(pid_of("ctr-b"), b, "ctr-b's worker was touched");
+    assert!(
+        restarted.is_some_and(|p| p != a),
+        "no new worker for ctr-a: {restarted:?}"
+    );
+    // The restarted worker's nodes have new numbers; the spec serve rewrote has them.
+    let o = env.run("ctr-a", &["/usr/bin/nvidia-smi", "-L"]);
+    assert!(o.status.success(), "nvidia-smi -L in a new ctr-a container");
+    env.stop();
+}
+
 /// podman's configuration under `dir` (see the module doc); `no_pivot_root` in the VM only.
 fn podman_conf(dir: &Path) -> PathBuf {
     let in_vm = std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains("rdinit=/init"));
@@ -539,7 +626,13 @@ fn podman_cmd(dir: &Path, conf: &Path) -> Command {
 /// nvproxy.service (its /usr/local/bin/nvproxy replaced by our binary), nvproxy-tmpfiles.conf
 /// and a sim config; the host's /dev is bind-mounted so the CUSE nodes appear. Waits until the
 /// unit is active or failed and returns (state, `journalctl -u` text, the container's name).
-fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String, String) {
+fn boot_unit(
+    dir: &Path,
+    conf: &Path,
+    tag: &str,
+    unit: &str,
+    worker_uids: bool,
+) -> (String, String, String) {
     let r = dir.join(format!("sroot-{tag}"));
     for d in ["usr", "dev", "proc", "sys", "run", "tmp", "var", "root"] {
         std::fs::create_dir_all(r.join(d)).unwrap();
@@ -557,7 +650,17 @@ fn boot_unit(dir: &Path, conf: &Path, tag: &str, unit: &str) -> (String, String,
     std::fs::create_dir_all(r.join("etc/nvproxy")).unwrap();
     std::fs::write(
         r.join("etc/nvproxy/config.toml"),
-        "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
+        // With worker_uids, the worker under its own uid: the unit's bounding set and sandbox
+        // must allow it, and a supervisor without CAP_DAC_OVERRIDE must still read its state
+        // and stats.
+        format!(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n{}[[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
+            if worker_uids {
+                "[daemon]\nworker_uids = \"61000-61009\"\n"
+            } else {
+                ""
+            }
+        ),
     )
     .unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -643,7 +746,7 @@ fn the_systemd_unit_serves_under_systemd() {
     let dir = scratch("systemd");
     let conf = podman_conf(&dir);
     let unit = include_str!("../../systemd/nvproxy.service");
-    let (state, journal, name) = boot_unit(&dir, &conf, "unit", unit);
+    let (state, journal, name) = boot_unit(&dir, &conf, "unit", unit, true);
     let exec = |args: &[&str]| -> String {
         let o = podman_cmd(&dir, &conf)
             .args(["exec", &name])
@@ -653,6 +756,12 @@ fn the_systemd_unit_serves_under_systemd() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let spec = exec(&["cat", "/run/cdi/nvproxy.yaml"]);
+    let list = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    let worker_uid = exec(&[
+        "sh",
+        "-c",
+        "grep Uid: /proc/$(sed 's/.*\"pid\":\\([0-9]*\\).*/\\1/' /run/nvproxy/sd-a/worker.json)/status",
+    ]);
     let nodes = exec(&["ls", "/dev/nvproxy/sd-a"]);
     let stopped = {
         exec(&["systemctl", "stop", "nvproxy.service"]);
@@ -664,13 +773,26 @@ fn the_systemd_unit_serves_under_systemd() {
         "Type=notify: READY=1 reached systemd\n{journal}"
     );
     assert!(journal.contains("READY sd-a"), "{journal}");
+    // tracing goes to journald (JOURNAL_STREAM), and WatchdogSec= is answered.
+    assert!(journal.contains("systemd watchdog: pinging"), "{journal}");
     assert!(
         spec.contains("kind: nvproxy.dev/gpu") && spec.contains("- name: sd-a"),
-        "ExecStartPost wrote the spec: {spec}"
+        "serve wrote the spec ([cdi] spec): {spec}"
     );
     assert!(
         nodes.contains("nvidiactl") && nodes.contains("nvidia-uvm"),
         "{nodes}"
+    );
+    assert!(
+        worker_uid
+            .split_whitespace()
+            .eq(["Uid:", "61000", "61000", "61000", "61000"]),
+        "the worker's uid: {worker_uid:?}\n{journal}"
+    );
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
+        "instance list (its stats through the group-readable run directory): {list}\n{journal}"
     );
     assert!(
         !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),
@@ -681,7 +803,9 @@ fn the_systemd_unit_serves_under_systemd() {
 
 /// Why the unit has no device ACL: with `DevicePolicy=closed` and `DeviceAllow=` for
 /// `/dev/cuse`, `char-cuse` and `char-nvidia*` (resolved against /proc/devices at start, before
-/// the daemon's CUSE majors exist), the daemon's own open of its first node is refused.
+/// the daemon's CUSE majors exist), a root worker's own open of its first node (its
+/// self-check) is refused. (A worker under its own uid never opens its nodes: see
+/// ARCHITECTURE.md.)
 #[test]
 #[ignore = "needs /dev/cuse, root, podman and systemd; run by tests/run-kernel-tests.sh"]
 fn a_device_acl_blocks_the_daemons_own_nodes() {
@@ -697,7 +821,7 @@ fn a_device_acl_blocks_the_daemons_own_nodes() {
         )
         .replace("Restart=on-failure\n", "Restart=no\n");
     assert!(unit.contains("DevicePolicy=closed"));
-    let (state, journal, name) = boot_unit(&dir, &conf, "acl", &unit);
+    let (state, journal, name) = boot_unit(&dir, &conf, "acl", &unit, false);
     remove_container(&dir, &conf, &name);
     assert_eq!(state, "failed", "{journal}");
     assert!(

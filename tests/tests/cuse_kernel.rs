@@ -556,3 +556,101 @@ fn a_handler_can_call_its_own_device_and_close_it() {
     }
     eprintln!("8 clients x 5 self-calls took {:?}", t.elapsed());
 }
+
+/// The live device changes server process three times (`--handover`: suspend, hand the
+/// `/dev/cuse` channel and the state to a fresh process, which resumes) while a client holds the
+/// node open and loops ioctls (`EX_INCR` with its retry round, `EX_GETFH`, `EX_GET`): no call
+/// fails, the open file's fh and the register survive, and each new server answers.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn the_device_changes_server_process_under_a_busy_client() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dev = Device::start("nvproxy-test/handover", &["--handover"]);
+    let f = dev.open();
+    let mut five = 5i32;
+    assert_eq!(ioctl_ptr(&f, EX_SET, &mut five), Ok(0));
+    let fh = ioctl(&f, EX_GETFH, 0).expect("EX_GETFH");
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let client = {
+        let (stop, calls) = (stop.clone(), calls.clone());
+        thread::spawn(move || {
+            let mut errors = Vec::new();
+            let mut i = 0i32;
+            while !stop.load(Ordering::SeqCst) {
+                let mut v = i;
+                match ioctl_ptr(&f, EX_INCR, &mut v) {
+                    Ok(0) if v == i + 1 => {}
+                    other => errors.push(format!("EX_INCR({i}): {other:?}, {v}")),
+                }
+                match ioctl(&f, EX_GETFH, 0) {
+                    Ok(x) if x == fh => {}
+                    other => errors.push(format!("EX_GETFH: {other:?}, want {fh}")),
+                }
+                let mut r = 0i32;
+                match ioctl_ptr(&f, EX_GET, &mut r) {
+                    Ok(_) if r == 5 => {}
+                    other => errors.push(format!("EX_GET: {other:?}, {r}")),
+                }
+                calls.fetch_add(3, Ordering::SeqCst);
+                i = i.wrapping_add(1);
+                if errors.len() > 20 {
+                    break;
+                }
+            }
+            errors
+        })
+    };
+    let wait_calls = |more: u64| {
+        let target = calls.load(Ordering::SeqCst) + more;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while calls.load(Ordering::SeqCst) < target {
+            assert!(Instant::now() < deadline, "the client made no progress");
+            thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_calls(30);
+    let mut server = dev.child.id() as i32;
+    let mut servers = vec![server];
+    for round in 1..=3 {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(server),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .unwrap();
+        let deadline = Instant::now() + START_TIMEOUT;
+        let next = loop {
+            let line = dev
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|e| panic!("round {round}: no HANDED line ({e:?})"));
+            if let Some(pid) = line.strip_prefix("HANDED ") {
+                break pid.trim().parse::<i32>().unwrap();
+            }
+        };
+        assert!(
+            dev.wait_line(&format!("RESUMED {next} "), START_TIMEOUT),
+            "round {round}: server {next} did not resume"
+        );
+        servers.push(next);
+        server = next;
+        // The client goes on with the new server.
+        wait_calls(30);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let errors = client.join().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        errors.is_empty(),
+        "the client saw errors across the handovers: {errors:#?}"
+    );
+    let distinct: std::collections::BTreeSet<i32> = servers.iter().copied().collect();
+    assert_eq!(distinct.len(), 4, "four server processes: {servers:?}");
+    eprintln!(
+        "{} calls across servers {servers:?}",
+        calls.load(Ordering::SeqCst)
+    );
+}

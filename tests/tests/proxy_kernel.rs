@@ -725,6 +725,16 @@ fn serve_two_instances() -> (Proc, PathBuf) {
 
 /// [`serve_two_instances`] with extra environment variables for the daemon.
 fn serve_two_instances_with_env(env: &[(&str, &str)]) -> (Proc, PathBuf) {
+    serve_two_instances_with(env, "", |_| String::new())
+}
+
+/// [`serve_two_instances`] with extra environment variables, extra `[daemon]` keys, and extra
+/// sections (given the scratch directory) appended to the config.
+fn serve_two_instances_with(
+    env: &[(&str, &str)],
+    daemon_keys: &str,
+    sections: impl Fn(&Path) -> String,
+) -> (Proc, PathBuf) {
     require_cuse();
     kill_leftover_workers();
     let dir = scratch_dir("serve");
@@ -739,6 +749,7 @@ driver_version = "535.261.03"
 [daemon]
 memory = "process-vm"
 audit_dir = "{audit}"
+{daemon_keys}
 
 [[instance]]
 name = "a"
@@ -749,8 +760,11 @@ caps = ["compute", "utility"]
 name = "b"
 gpus = [1]
 caps = ["compute", "utility"]
+
+{sections}
 "#,
-        audit = dir.join("audit").display()
+        audit = dir.join("audit").display(),
+        sections = sections(&dir),
     );
     std::fs::write(&config, text).expect("write config");
     let mut c = Command::new(nvproxy_bin());
@@ -1102,6 +1116,182 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
 }
 
 // ---- the process model: a worker per instance, the supervisor, the instance API -------------
+
+/// `/proc/PID/status` field `Uid:`/`Gid:` (real, effective, saved, fs) and `CapEff:` of `pid`.
+fn ids_and_caps(pid: u32) -> (String, String, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let eff = u64::from_str_radix(&field("CapEff:"), 16).expect("CapEff hex");
+    (field("Uid:"), field("Gid:"), eff)
+}
+
+/// `[daemon] worker_uids`: each worker runs under its own uid and gid from the range (so the
+/// RM clients it creates for its tenants carry an euid no other instance and no tenant has:
+/// what `osValidateClientTokens` compares), with `CAP_SYS_PTRACE` as its only capability; it
+/// still serves: `process-vm` reads of the tenant's memory, the mmap path (the worker reads
+/// the tenant's `/proc/PID/maps` for a UVM managed range), its stats and the metrics.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
+    let (daemon, _dir) =
+        serve_two_instances_with(&[], "worker_uids = \"61000-61009\"", |_| String::new());
+    let (a, b) = (worker_pid("a"), worker_pid("b"));
+    let ptrace_only = 1u64 << 19;
+    let (ua, ga, ea) = ids_and_caps(a);
+    let (ub, gb, eb) = ids_and_caps(b);
+    assert_eq!(
+        (ua.as_str(), ga.as_str()),
+        ("61000 61000 61000 61000", "61000 61000 61000 61000")
+    );
+    assert_eq!(
+        (ub.as_str(), gb.as_str()),
+        ("61001 61001 61001 61001", "61001 61001 61001 61001")
+    );
+    assert_eq!(
+        (ea, eb),
+        (ptrace_only, ptrace_only),
+        "CapEff of the workers"
+    );
+    // Every thread of the worker: the serving threads too.
+    for t in std::fs::read_dir(format!("/proc/{a}/task"))
+        .expect("tasks")
+        .flatten()
+    {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        if let Some(uid) = status.lines().find_map(|l| l.strip_prefix("Uid:")) {
+            assert_eq!(
+                uid.split_whitespace().collect::<Vec<_>>(),
+                ["61000"; 4],
+                "thread {}",
+                t.path().display()
+            );
+        }
+    }
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a\n{}",
+        p.transcript()
+    );
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "run",
+        "--instance",
+        "b",
+        "--",
+        env!("CARGO_BIN_EXE_mmap-client"),
+    ])
+    .args(["uvm-map", "--count", "2"]);
+    let mut m = Proc::spawn("run b uvm-map", &mut c, false);
+    assert!(
+        m.wait(EXEC_TIMEOUT).success(),
+        "uvm-map in b\n{}",
+        m.transcript()
+    );
+    let (_, list, _) = instance_cmd(&["list"]);
+    assert!(
+        list.lines().filter(|l| l.ends_with("running")).count() == 2,
+        "{list}"
+    );
+    stop(daemon);
+}
+
+/// The metrics (`nvproxy metrics` on the control socket, and HTTP on `[daemon]
+/// metrics_listen`) count what the workers served, and the `[cdi] spec` follows `instance
+/// create` and `rm`.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_metrics_and_the_cdi_spec_follow_the_instances() {
+    let (daemon, dir) =
+        serve_two_instances_with(&[], "metrics_listen = \"127.0.0.1:19464\"", |dir| {
+            format!(
+                "[cdi]\nspec = \"{}\"\n",
+                dir.join("cdi/nvproxy.json").display()
+            )
+        });
+    let spec_path = dir.join("cdi/nvproxy.json");
+    let devices = || -> Vec<String> {
+        let text = std::fs::read_to_string(&spec_path).unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        v["devices"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|x| x["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(devices(), ["a", "b"], "the spec at start");
+
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a\n{}",
+        p.transcript()
+    );
+    let out = Command::new(nvproxy_bin())
+        .arg("metrics")
+        .output()
+        .expect("nvproxy metrics");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "nvproxy metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.lines().any(|l| l == "nvproxy_workers 2"), "{text}");
+    let allowed_in_a = |text: &str| -> u64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("nvproxy_ioctls_total{instance=\"a\"")
+                    && l.contains("decision=\"allowed\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert!(
+        allowed_in_a(&text) > 10,
+        "init's ioctls are counted\n{text}"
+    );
+    let count_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("nvproxy_ioctl_duration_seconds_count{instance=\"a\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        count_line(&text) >= allowed_in_a(&text),
+        "the histogram counts every ioctl\n{text}"
+    );
+    // The same over HTTP.
+    let http = {
+        let mut s = std::net::TcpStream::connect("127.0.0.1:19464").expect("metrics_listen");
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(http.starts_with("HTTP/1.0 200"), "{http}");
+    assert!(allowed_in_a(&http) >= allowed_in_a(&text), "{http}");
+
+    let (ok, _, err) = instance_cmd(&["create", "c", "--gpus", "0"]);
+    assert!(ok, "create c: {err}");
+    assert_eq!(devices(), ["a", "b", "c"], "the spec after create");
+    let (ok, _, err) = instance_cmd(&["rm", "b"]);
+    assert!(ok, "rm b: {err}");
+    assert_eq!(devices(), ["a", "c"], "the spec after rm");
+    stop(daemon);
+    assert!(!spec_path.exists(), "the spec outlived the daemon");
+}
 
 /// Each instance is served by its own worker process (not the supervisor), which holds the
 /// instance's CUSE channels; the instance API lists both with their workers.

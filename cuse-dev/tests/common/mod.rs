@@ -62,7 +62,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn new(sock: UnixDatagram) -> Self {
+    pub fn new(sock: UnixDatagram) -> Self {
         let sock = Arc::new(sock);
         let pending: Arc<Mutex<HashMap<u64, mpsc::Sender<Reply>>>> = Arc::default();
         let answered: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();

@@ -8,6 +8,13 @@
 //! the node, send the secret ioctl) proved the node is ours; `ENDED` when the kernel ends the
 //! connection. Exit status: 0 after `ENDED` following `READY`, 2 on usage errors, 3 when the
 //! device never became ours (name or number taken: the kernel aborts the connection silently).
+//!
+//! `--handover`: on SIGUSR1 the server suspends its session (`SessionControl::suspend`) and
+//! hands it to a fresh process of this binary: the channel fd (inherited), the state (register,
+//! buffer, next fh, secret) and the `CUSE_INIT` outcome and retry rounds on its command line
+//! (`--resume-fd N --state JSON`, internal). It prints `HANDED <new pid>` and exits 0; the new
+//! process resumes the session, checks the node is now its own, prints `RESUMED <pid>` and
+//! serves (with `--handover` again) until the kernel ends the connection.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -229,12 +236,15 @@ impl Handler for Example {
 
 struct Args {
     cfg: DeviceConfig,
+    handover: bool,
+    resume: Option<(i32, serde_json::Value)>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let mut name = None;
     let (mut restricted, mut major, mut minor, mut workers) = (false, 0, 0, 64);
+    let (mut handover, mut resume_fd, mut state) = (false, None, None);
     let num = |v: Option<String>, what: &str| -> Result<u32, String> {
         v.ok_or(format!("{what} needs a value"))?
             .parse()
@@ -247,6 +257,15 @@ fn parse_args() -> Result<Args, String> {
             "--major" => major = num(args.next(), "--major")?,
             "--minor" => minor = num(args.next(), "--minor")?,
             "--max-workers" => workers = num(args.next(), "--max-workers")? as usize,
+            "--handover" => handover = true,
+            "--resume-fd" => resume_fd = Some(num(args.next(), "--resume-fd")? as i32),
+            "--state" => {
+                let text = args.next().ok_or("--state needs a value")?;
+                state = Some(
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .map_err(|e| format!("--state: {e}"))?,
+                );
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -258,7 +277,100 @@ fn parse_args() -> Result<Args, String> {
         max_workers: workers,
         ..DeviceConfig::new(name)
     };
-    Ok(Args { cfg })
+    let resume = match (resume_fd, state) {
+        (Some(fd), Some(st)) => Some((fd, st)),
+        (None, None) => None,
+        _ => return Err("--resume-fd and --state go together".into()),
+    };
+    Ok(Args {
+        cfg,
+        handover,
+        resume,
+    })
+}
+
+/// The handed-over state on the command line: the device's and the session's.
+fn state_json(ex: &Example, s: &cuse_dev::Suspended) -> serde_json::Value {
+    let i = &s.init;
+    serde_json::json!({
+        "register": *ex.register.lock().unwrap(),
+        "buffer": ex.buffer.lock().unwrap().clone(),
+        "next_fh": ex.next_fh.load(Ordering::SeqCst),
+        "secret": ex.secret,
+        "init": [i.kernel_major, i.kernel_minor, i.minor, i.flags, i.max_read, i.max_write,
+                 i.dev_major, i.dev_minor],
+        "retries": s.retries.iter().map(|r| serde_json::json!({
+            "fh": r.fh, "tid": r.tid,
+            "in": r.round.in_iovs.iter().map(|v| [v.base, v.len]).collect::<Vec<_>>(),
+            "out": r.round.out_iovs.iter().map(|v| [v.base, v.len]).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The session state out of [`state_json`].
+fn parse_state(v: &serde_json::Value) -> Option<(cuse_dev::InitInfo, Vec<cuse_dev::PendingRetry>)> {
+    let n: Vec<u32> = v["init"]
+        .as_array()?
+        .iter()
+        .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+        .collect::<Option<_>>()?;
+    let [
+        kernel_major,
+        kernel_minor,
+        minor,
+        flags,
+        max_read,
+        max_write,
+        dev_major,
+        dev_minor,
+    ] = n[..]
+    else {
+        return None;
+    };
+    let init = cuse_dev::InitInfo {
+        kernel_major,
+        kernel_minor,
+        minor,
+        flags,
+        max_read,
+        max_write,
+        dev_major,
+        dev_minor,
+    };
+    let iovs = |a: &serde_json::Value| -> Option<Vec<IoVec>> {
+        a.as_array()?
+            .iter()
+            .map(|p| Some(IoVec::new(p[0].as_u64()?, p[1].as_u64()?)))
+            .collect()
+    };
+    let retries = v["retries"]
+        .as_array()?
+        .iter()
+        .map(|r| {
+            Some(cuse_dev::PendingRetry {
+                fh: r["fh"].as_u64()?,
+                tid: u32::try_from(r["tid"].as_u64()?).ok()?,
+                round: cuse_dev::RetryRound {
+                    in_iovs: iovs(&r["in"])?,
+                    out_iovs: iovs(&r["out"])?,
+                },
+            })
+        })
+        .collect::<Option<_>>()?;
+    Some((init, retries))
+}
+
+/// Blocks SIGUSR1 in this thread (and the threads started after it) and suspends the session
+/// when it arrives.
+fn suspend_on_sigusr1(control: cuse_dev::SessionControl) {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGUSR1);
+    set.thread_block().expect("blocking SIGUSR1");
+    thread::spawn(move || {
+        if set.wait().is_ok() {
+            control.suspend();
+        }
+    });
 }
 
 fn random_secret() -> u64 {
@@ -305,6 +417,47 @@ fn self_check(path: &Path, secret: u64, ended: &dyn Fn() -> bool) -> Result<(u32
     Ok(major_minor(meta.rdev()))
 }
 
+/// Starts the next server with the suspended session and this device's state.
+fn hand_over(
+    ex: &Example,
+    s: &cuse_dev::Suspended,
+    cfg: &DeviceConfig,
+    handover: bool,
+) -> ExitCode {
+    use std::os::fd::AsRawFd;
+    let fd = s.channel.as_raw_fd();
+    // The next server inherits the channel: no close-on-exec on it.
+    if let Err(e) = nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    ) {
+        eprintln!("cuse-example: clearing FD_CLOEXEC: {e}");
+        return ExitCode::from(1);
+    }
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("our executable"));
+    cmd.arg("--name").arg(&cfg.devname);
+    if !cfg.unrestricted_ioctl {
+        cmd.arg("--restricted");
+    }
+    if handover {
+        cmd.arg("--handover");
+    }
+    cmd.arg("--resume-fd")
+        .arg(fd.to_string())
+        .arg("--state")
+        .arg(state_json(ex, s).to_string());
+    match cmd.spawn() {
+        Ok(child) => {
+            println!("HANDED {}", child.id());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cuse-example: starting the next server: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -315,24 +468,80 @@ fn main() -> ExitCode {
         }
     };
     let path = PathBuf::from("/dev").join(&args.cfg.devname);
-    let session = match Session::open(args.cfg) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("cuse-example: {e}: {:?}", std::error::Error::source(&e));
-            return ExitCode::from(1);
+    let cfg = args.cfg.clone();
+    let resumed = args.resume.is_some();
+    let (session, handler) = match &args.resume {
+        None => {
+            let session = match Session::open(args.cfg) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("cuse-example: {e}: {:?}", std::error::Error::source(&e));
+                    return ExitCode::from(1);
+                }
+            };
+            let handler = Arc::new(Example {
+                path: path.clone(),
+                secret: random_secret(),
+                next_fh: AtomicU64::new(1),
+                register: Mutex::new(0),
+                buffer: Mutex::new(Vec::new()),
+                pollers: Mutex::new(Vec::new()),
+            });
+            (session, handler)
+        }
+        Some((fd, st)) => {
+            let Some((init, retries)) = parse_state(st) else {
+                eprintln!("cuse-example: --state: malformed");
+                return ExitCode::from(2);
+            };
+            let taken = match nix::unistd::dup(*fd) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("cuse-example: --resume-fd {fd}: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let _ = nix::unistd::close(*fd);
+            // SAFETY: `taken` is a new descriptor from dup; nothing else owns it.
+            let channel =
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(taken) };
+            let session = match Session::resume(channel, args.cfg, init, retries) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("cuse-example: resuming: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let handler = Arc::new(Example {
+                path: path.clone(),
+                secret: st["secret"].as_u64().unwrap_or(0),
+                next_fh: AtomicU64::new(st["next_fh"].as_u64().unwrap_or(1)),
+                register: Mutex::new(st["register"].as_i64().unwrap_or(0) as i32),
+                buffer: Mutex::new(
+                    st["buffer"]
+                        .as_array()
+                        .map(|b| {
+                            b.iter()
+                                .filter_map(|x| x.as_u64())
+                                .map(|x| x as u8)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                ),
+                // Pollers of the previous server are not carried over: the example's clients
+                // poll again after a handover.
+                pollers: Mutex::new(Vec::new()),
+            });
+            (session, handler)
         }
     };
     let control = session.control();
-    let secret = random_secret();
-    let handler = Arc::new(Example {
-        path: path.clone(),
-        secret,
-        next_fh: AtomicU64::new(1),
-        register: Mutex::new(0),
-        buffer: Mutex::new(Vec::new()),
-        pollers: Mutex::new(Vec::new()),
-    });
-    let runner = thread::spawn(move || session.run(handler));
+    let secret = handler.secret;
+    if args.handover {
+        suspend_on_sigusr1(control.clone());
+    }
+    let h2 = handler.clone();
+    let runner = thread::spawn(move || session.run_handover(h2));
 
     let ready = match control.wait_init(Duration::from_secs(30)) {
         None => Err("CUSE_INIT was not answered within 30 s".to_string()),
@@ -340,6 +549,11 @@ fn main() -> ExitCode {
     };
     let mut out = std::io::stdout();
     let ok = match ready {
+        Ok((major, minor)) if resumed => {
+            let _ = writeln!(out, "RESUMED {} {major}:{minor}", std::process::id());
+            let _ = out.flush();
+            true
+        }
         Ok((major, minor)) => {
             let _ = writeln!(out, "READY {major}:{minor}");
             let _ = out.flush();
@@ -352,11 +566,14 @@ fn main() -> ExitCode {
         }
     };
     let result = runner.join();
+    if let Ok(Ok(Some(suspended))) = &result {
+        return hand_over(&handler, suspended, &cfg, args.handover);
+    }
     let _ = writeln!(out, "ENDED");
     let _ = out.flush();
     match result {
-        Ok(Ok(())) if ok => ExitCode::SUCCESS,
-        Ok(Ok(())) => ExitCode::from(3),
+        Ok(Ok(_)) if ok => ExitCode::SUCCESS,
+        Ok(Ok(_)) => ExitCode::from(3),
         Ok(Err(e)) => {
             eprintln!("cuse-example: session failed: {e}");
             ExitCode::from(1)
