@@ -57,6 +57,15 @@ impl GpuRef {
     }
 }
 
+impl std::fmt::Display for GpuRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuRef::Minor(m) => write!(f, "GPU {m}"),
+            GpuRef::Uuid(u) => f.write_str(u),
+        }
+    }
+}
+
 impl FromStr for GpuRef {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -112,7 +121,7 @@ pub fn make_remapping(
     for r in rules {
         if !saved.iter().any(|s| r.old.matches(s)) {
             return Err(remap(format!(
-                "remap {:?}: no such GPU in the checkpoint",
+                "remap {}: no such GPU in the checkpoint",
                 r.old
             )));
         }
@@ -122,7 +131,7 @@ pub fn make_remapping(
     for s in saved {
         let new = match rules.iter().find(|r| r.old.matches(s)) {
             Some(r) => host.iter().find(|h| r.new.matches(h)).ok_or_else(|| {
-                remap(format!("remap {:?}={:?}: no such GPU on this host", r.old, r.new))
+                remap(format!("remap {}={}: no such GPU on this host", r.old, r.new))
             })?,
             None => host.iter().find(|h| h.uuid == s.uuid).ok_or_else(|| {
                 remap(format!(
