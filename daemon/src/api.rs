@@ -270,6 +270,14 @@ pub enum InstanceCommand {
         #[command(flatten)]
         socket: SocketArg,
     },
+    /// Save an instance's state (its RM objects, opens and UVM va_spaces, to be re-created
+    /// by replay) to FILE; refused, naming each one, when something cannot be replayed. The
+    /// tenant should be paused (e.g. cuda-checkpoint). Root only (the worker's socket).
+    Checkpoint(crate::checkpoint::CheckpointArgs),
+    /// Restore the instance a checkpoint FILE names, in place: its objects are re-created on
+    /// fresh host files (GPUs remapped by identity) behind the same nodes, so its clients'
+    /// open files and handles work again. Root only.
+    Restore(crate::checkpoint::RestoreArgs),
     /// Remove an instance: stop its worker. Refused while files are open unless --force,
     /// which revokes them.
     Rm {
@@ -328,6 +336,8 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             instance.validate()?;
             (socket, Request::Create { instance })
         }
+        InstanceCommand::Checkpoint(a) => return crate::checkpoint::checkpoint(a),
+        InstanceCommand::Restore(a) => return crate::checkpoint::restore(a),
         InstanceCommand::List { socket } => (socket, Request::List),
         InstanceCommand::Show { name, socket } => (socket, Request::Show { name: name.clone() }),
         InstanceCommand::Rm {

@@ -6,6 +6,7 @@ mod audit_cmd;
 mod audit_log;
 mod backend;
 mod cdi;
+mod checkpoint;
 mod child;
 mod config;
 mod device;

@@ -109,8 +109,9 @@ pub fn make_driver(
 pub struct RunningInstance {
     name: String,
     nodes: InstanceNodes,
-    proxy: Arc<Proxy>,
-    uvm: Arc<uvm::UvmProxy>,
+    /// The nodes' backends: their proxies are the instance's (a restore replaces them).
+    backend: Arc<ProxyBackend>,
+    uvm_backend: Arc<UvmBackend>,
     sink: Arc<JsonLinesSink>,
     mmap_socket: MmapSocket,
 }
@@ -164,14 +165,14 @@ impl RunningInstance {
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
         let uvm_proxy = Arc::new(uvm);
-        let uvm: Arc<dyn crate::device::Backend> =
-            Arc::new(UvmBackend::new(uvm_proxy.clone(), backend.clone()));
+        let uvm_backend = Arc::new(UvmBackend::new(uvm_proxy, backend.clone()));
+        let uvm: Arc<dyn crate::device::Backend> = uvm_backend.clone();
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
             &inst.name,
             gpus,
-            backend,
+            backend.clone(),
             Some(uvm),
             fdid,
             transport,
@@ -192,16 +193,25 @@ impl RunningInstance {
         Ok(RunningInstance {
             name: inst.name.clone(),
             nodes,
-            proxy,
-            uvm: uvm_proxy,
+            backend,
+            uvm_backend,
             sink,
             mmap_socket,
         })
     }
 
-    /// The instance's frontend proxy.
-    pub fn proxy(&self) -> &Arc<Proxy> {
-        &self.proxy
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The nodes' backends and the audit sink (`checkpoint.rs` restores behind them).
+    pub fn parts(&self) -> (Arc<ProxyBackend>, Arc<UvmBackend>, Arc<JsonLinesSink>) {
+        (
+            self.backend.clone(),
+            self.uvm_backend.clone(),
+            self.sink.clone(),
+        )
     }
 
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
@@ -212,12 +222,13 @@ impl RunningInstance {
         self.nodes.stop();
         // Files the clients still hold are revoked (the nodes are gone): their RM clients and
         // host files go now, so the driver holds nothing of them.
-        let revoked = self.uvm.release_all() + self.proxy.release_all();
+        let (proxy, uvm) = (self.backend.proxy(), self.uvm_backend.uvm());
+        let revoked = uvm.release_all() + proxy.release_all();
         if revoked != 0 {
             tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
         }
-        self.sink.write_counts(&self.name, self.proxy.counts());
-        let left = self.proxy.object_count();
+        self.sink.write_counts(&self.name, proxy.counts());
+        let left = proxy.object_count();
         if left != 0 {
             tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");
         }

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use ioctl_proxy::Proxy;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DriverKind, InstanceConfig, SimSection};
@@ -188,7 +187,11 @@ pub fn run() -> Result<ExitCode> {
     )?;
     let root = Path::new(mmap::RUN_DIR);
     let dir = run_dir(root, &name);
-    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), running.proxy().clone())
+    let control = Arc::new(crate::checkpoint::Control::new(
+        &running,
+        driver.host.clone(),
+    ));
+    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control)
         .with_context(|| format!("instance {name}: the worker socket"))?;
     let state = WorkerState {
         pid: std::process::id(),
@@ -259,14 +262,14 @@ pub fn query_stats(root: &Path, instance: &str) -> Result<WorkerStats> {
     serde_json::from_str(&line).with_context(|| format!("the answer of {}", path.display()))
 }
 
-/// The worker's stats socket: answers `stats` with [`WorkerStats`], to root or the worker's
-/// own user only.
+/// The worker's stats socket: answers `stats` with [`WorkerStats`], and the checkpoint and
+/// restore requests (`checkpoint.rs`), to root or the worker's own user only.
 struct StatsServer {
     _server: crate::unix_server::UnixServer,
 }
 
 impl StatsServer {
-    fn start(path: &Path, proxy: Arc<Proxy>) -> Result<Self> {
+    fn start(path: &Path, control: Arc<crate::checkpoint::Control>) -> Result<Self> {
         let server = crate::unix_server::UnixServer::start(
             path,
             "worker-stats",
@@ -278,24 +281,33 @@ impl StatsServer {
                     std::fs::Permissions::from_mode(0o666),
                 )?)
             },
-            move |conn| answer_stats(conn, &proxy),
+            move |conn| answer_stats(conn, &control),
         )?;
         Ok(Self { _server: server })
     }
 }
 
-fn answer_stats(conn: UnixStream, proxy: &Proxy) {
+fn answer_stats(conn: UnixStream, control: &crate::checkpoint::Control) {
     let me = nix::unistd::geteuid().as_raw();
     match nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
         _ => return,
     }
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut line = String::new();
-    let mut r = BufReader::new(&conn);
-    if r.read_line(&mut line).is_err() || line.trim() != "stats" {
+    let Some(line) = crate::checkpoint::read_request(&conn) else {
+        return;
+    };
+    if line.trim_start().starts_with('{') {
+        if let Ok(mut text) = serde_json::to_string(&control.answer(&line)) {
+            text.push('\n');
+            let _ = (&conn).write_all(text.as_bytes());
+        }
         return;
     }
+    if line.trim() != "stats" {
+        return;
+    }
+    let proxy = control.proxy();
     let stats = WorkerStats {
         pid: std::process::id(),
         open_files: proxy.open_files(),
@@ -381,14 +393,26 @@ mod tests {
         std::fs::create_dir_all(dir.join("a")).unwrap();
         let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
         let proxy = Arc::new(
-            Proxy::for_host(
+            ioctl_proxy::Proxy::for_host(
                 ioctl_proxy::InstancePolicy::new("a", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
                 sim as Arc<dyn ioctl_proxy::HostDriver>,
             )
             .unwrap(),
         );
         let open = proxy.open(ioctl_proxy::Node::Ctl).unwrap();
-        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), proxy.clone()).unwrap();
+        let frontend = Arc::new(crate::backend::ProxyBackend::new(proxy.clone()));
+        let uvm = Arc::new(crate::backend::UvmBackend::new(
+            Arc::new(uvm::UvmProxy::with_gpu_uuids(proxy.clone(), Vec::new())),
+            frontend.clone(),
+        ));
+        let control = Arc::new(crate::checkpoint::Control::from_parts(
+            "a",
+            frontend,
+            uvm,
+            proxy.host_driver().clone(),
+            Arc::new(crate::audit_log::JsonLinesSink::open(None).unwrap()),
+        ));
+        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), control).unwrap();
         let stats = query_stats(&dir, "a").unwrap();
         assert_eq!(
             (stats.pid, stats.open_files, stats.objects),
