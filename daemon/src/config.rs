@@ -113,6 +113,10 @@ pub struct SimSection {
     pub gpus: u32,
     /// Driver version the simulated driver reports.
     pub driver_version: String,
+    /// Run each instance's simulated driver as a process of its own (`nvproxy sim-driver`,
+    /// `simd.rs`), which outlives the instance's workers as the kernel driver does, instead of
+    /// inside the worker.
+    pub process: bool,
 }
 
 impl Default for SimSection {
@@ -120,6 +124,7 @@ impl Default for SimSection {
         SimSection {
             gpus: 1,
             driver_version: DEFAULT_SIM_VERSION.to_owned(),
+            process: false,
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct Driver {
     pub host: Arc<dyn HostDriver>,
     /// The same driver when it is the simulated one (for leak checks).
     pub sim: Option<Arc<SimDriver>>,
+    /// The same driver when it is a simulated one in its own process (`simd.rs`).
+    pub remote: Option<Arc<crate::simd::RemoteSim>>,
     /// The tables to serve it with, when chosen by `serve` (`abi_cmd::host_tables`); `None`:
     /// the host version's own node.
     pub abi: Option<nvproxy_abi::DriverAbi>,
@@ -75,6 +77,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: Arc::new(d),
                 sim: None,
+                remote: None,
                 abi: None,
             })
         }
@@ -99,6 +102,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: sim.clone(),
                 sim: Some(sim),
+                remote: None,
                 abi: None,
             })
         }
@@ -238,6 +242,9 @@ impl RunningInstance {
 
 /// Checks the simulated driver holds nothing; returns whether it is clean.
 pub fn leak_check(driver: &Driver) -> bool {
+    if let Some(remote) = &driver.remote {
+        return remote_leak_check(remote);
+    }
     let Some(sim) = &driver.sim else { return true };
     // The proxies and their host files are gone by now; give late releases a moment.
     for _ in 0..50 {
@@ -254,6 +261,32 @@ pub fn leak_check(driver: &Driver) -> bool {
         eprintln!("nvproxy: leak check failed: the simulated driver still holds {stats}");
     }
     clean
+}
+
+/// [`leak_check`] of a simulated driver in its own process: what it holds for this instance
+/// (it serves no other).
+fn remote_leak_check(remote: &crate::simd::RemoteSim) -> bool {
+    let empty =
+        |s: &nvsim::SimStats| s.live_clients == 0 && s.live_objects == 0 && s.open_files == 0;
+    let mut last = None;
+    for _ in 0..50 {
+        match remote.stats() {
+            Ok(s) if empty(&s) => {
+                tracing::info!(stats = %s, "simulated driver (its own process) holds nothing");
+                return true;
+            }
+            Ok(s) => last = Some(s),
+            Err(e) => {
+                eprintln!("nvproxy: leak check: the sim-driver did not answer: {e}");
+                return false;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if let Some(s) = last {
+        eprintln!("nvproxy: leak check failed: the simulated driver still holds {s}");
+    }
+    false
 }
 
 /// `nvproxy exec` options.
@@ -401,6 +434,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         sim: config::SimSection {
             gpus: args.sim_gpus,
             driver_version: args.sim_driver_version.clone(),
+            process: false,
         },
         memory: args.memory,
         audit: args.audit_log.clone(),
@@ -409,6 +443,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         abi_dir: None,
         ephemeral: true,
         run_as: None,
+        sim_socket: None,
     };
     let root = Path::new(mmap::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;

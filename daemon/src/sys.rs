@@ -561,6 +561,56 @@ pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Sends `bytes` on the stream socket `sock` with `fd` attached (`SCM_RIGHTS`).
+pub fn send_with_fd(
+    sock: std::os::fd::RawFd,
+    bytes: &[u8],
+    fd: std::os::fd::RawFd,
+) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let iov = [io::IoSlice::new(bytes)];
+    let fds = [fd];
+    let n = sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if n != bytes.len() {
+        return Err(io::Error::other("short sendmsg"));
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from the stream socket `sock` and the fd attached to them,
+/// if any (close-on-exec). Returns the byte count (0: the peer closed).
+pub fn recv_with_fd(
+    sock: std::os::fd::RawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::FromRawFd;
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut got: Vec<std::os::fd::OwnedFd> = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            for raw in v {
+                // SAFETY: the kernel installed `raw` in our table for this message alone;
+                // nothing else in the process knows it, so this is its only owner.
+                got.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
+            }
+        }
+    }
+    let n = msg.bytes;
+    if got.len() > 1 {
+        return Err(io::Error::other("more than one fd attached"));
+    }
+    Ok((n, got.pop()))
+}
+
 /// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS) in a test.
 #[cfg(test)]
 pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {

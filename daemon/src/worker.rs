@@ -69,6 +69,9 @@ pub struct WorkerSpec {
     /// `None`: the supervisor's.
     #[serde(default)]
     pub run_as: Option<RunAs>,
+    /// With `[sim] process = true`: the socket of the instance's `nvproxy sim-driver`.
+    #[serde(default)]
+    pub sim_socket: Option<PathBuf>,
 }
 
 /// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
@@ -163,13 +166,24 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let mut driver = serve::make_driver(
-        spec.driver,
-        spec.sim.gpus,
-        &spec.sim.driver_version,
-        spec.allow_unrestricted_mmap_fds,
-        Some(&name),
-    )?;
+    let mut driver = match (&spec.sim_socket, spec.driver) {
+        (Some(path), DriverKind::Sim) => {
+            let remote = Arc::new(crate::simd::RemoteSim::connect(path)?);
+            serve::Driver {
+                host: remote.clone(),
+                sim: None,
+                remote: Some(remote),
+                abi: None,
+            }
+        }
+        _ => serve::make_driver(
+            spec.driver,
+            spec.sim.gpus,
+            &spec.sim.driver_version,
+            spec.allow_unrestricted_mmap_fds,
+            Some(&name),
+        )?,
+    };
     let choice = crate::abi_cmd::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
@@ -351,6 +365,7 @@ mod tests {
             abi_dir: None,
             ephemeral: false,
             run_as: None,
+            sim_socket: None,
         }
     }
 

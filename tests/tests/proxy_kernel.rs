@@ -725,13 +725,14 @@ fn serve_two_instances() -> (Proc, PathBuf) {
 
 /// [`serve_two_instances`] with extra environment variables for the daemon.
 fn serve_two_instances_with_env(env: &[(&str, &str)]) -> (Proc, PathBuf) {
-    serve_two_instances_with(env, "", |_| String::new())
+    serve_two_instances_with(env, "", "", |_| String::new())
 }
 
 /// [`serve_two_instances`] with extra environment variables, extra `[daemon]` keys, and extra
 /// sections (given the scratch directory) appended to the config.
 fn serve_two_instances_with(
     env: &[(&str, &str)],
+    sim_keys: &str,
     daemon_keys: &str,
     sections: impl Fn(&Path) -> String,
 ) -> (Proc, PathBuf) {
@@ -745,6 +746,7 @@ fn serve_two_instances_with(
 [sim]
 gpus = 2
 driver_version = "535.261.03"
+{sim_keys}
 
 [daemon]
 memory = "process-vm"
@@ -1142,7 +1144,7 @@ fn ids_and_caps(pid: u32) -> (String, String, u64) {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
     let (daemon, _dir) =
-        serve_two_instances_with(&[], "worker_uids = \"61000-61009\"", |_| String::new());
+        serve_two_instances_with(&[], "", "worker_uids = \"61000-61009\"", |_| String::new());
     let (a, b) = (worker_pid("a"), worker_pid("b"));
     let ptrace_only = 1u64 << 19;
     let (ua, ga, ea) = ids_and_caps(a);
@@ -1204,6 +1206,112 @@ fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
     stop(daemon);
 }
 
+/// `[sim] process = true`: each instance's simulated driver is a process of its own, which the
+/// workers reach through its socket (with the mmap fds passed over it) and which outlives them:
+/// a worker killed while its client holds an RM client is restarted against the same driver
+/// process, which closed the dead worker's files as the kernel closes a dead process's (the
+/// leak check at the end, against that driver, finds nothing), and the other instance's client
+/// notices nothing. Workers under their own uids reach it too.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_sim_driver_process_outlives_a_killed_worker() {
+    let (mut daemon, _dir) = serve_two_instances_with(
+        &[],
+        "process = true",
+        "worker_uids = \"61000-61009\"",
+        |_| String::new(),
+    );
+    let sim_pid = |inst: &str| -> u32 {
+        std::fs::read_to_string(format!("/run/nvproxy/{inst}/sim.pid"))
+            .unwrap_or_else(|e| panic!("{inst}: sim.pid: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (sa, sb) = (sim_pid("a"), sim_pid("b"));
+    let (wa, wb) = (worker_pid("a"), worker_pid("b"));
+    assert!(
+        sa != sb && sa != wa && sb != wb,
+        "sims {sa} {sb}, workers {wa} {wb}"
+    );
+    assert!(!holds_cuse(sa), "the sim-driver serves no node");
+    // Through the remote driver: the frontend, and the UVM mmap path (its memfd crosses the
+    // driver's socket).
+    let mut p = run_in("b", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in b\n{}",
+        p.transcript()
+    );
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "run",
+        "--instance",
+        "b",
+        "--",
+        env!("CARGO_BIN_EXE_mmap-client"),
+    ])
+    .args(["uvm-map", "--count", "2"]);
+    let mut m = Proc::spawn("run b uvm-map", &mut c, false);
+    assert!(
+        m.wait(EXEC_TIMEOUT).success(),
+        "uvm-map in b\n{}",
+        m.transcript()
+    );
+
+    let mut hold_a = run_in("a", &["hold"], true);
+    hold_a.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let mut hold_b = run_in("b", &["hold"], true);
+    hold_b.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(wa as i32), Signal::SIGKILL).unwrap();
+    daemon.wait_err_line(EXEC_TIMEOUT, |l| l.contains("worker exited unasked"));
+    assert!(
+        eventually(EXEC_TIMEOUT, || std::fs::read_to_string(
+            "/run/nvproxy/a/worker.json"
+        )
+        .is_ok_and(|t| json_line(&t)["pid"].as_u64() != Some(u64::from(wa)))),
+        "no new worker for a\n{}",
+        daemon.transcript()
+    );
+    assert_eq!(sim_pid("a"), sa, "the driver process went with the worker");
+    // Its nodes went with the worker; the driver closed the dead worker's files.
+    drop(hold_a);
+    assert!(
+        daemon
+            .transcript()
+            .lines()
+            .any(|l| l.contains("session ended; its files closed") && !l.contains("files=0")),
+        "the sim-driver did not close the dead worker's files\n{}",
+        daemon.transcript()
+    );
+    hold_b.send("check");
+    let checked = json_line(&hold_b.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(checked["ok"], true, "b's client: {checked}");
+    hold_b.send("free");
+    assert!(
+        hold_b.wait(EXEC_TIMEOUT).success(),
+        "hold b\n{}",
+        hold_b.transcript()
+    );
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a after the restart\n{}",
+        p.transcript()
+    );
+    // --check-leaks: each worker asks its driver process at stop; a's must not still hold the
+    // dead worker's client.
+    stop(daemon);
+    assert!(
+        eventually(Duration::from_secs(20), || nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sa as i32),
+            None
+        )
+        .is_err()),
+        "the sim-driver outlived its instance"
+    );
+}
+
 /// The metrics (`nvproxy metrics` on the control socket, and HTTP on `[daemon]
 /// metrics_listen`) count what the workers served, and the `[cdi] spec` follows `instance
 /// create` and `rm`.
@@ -1211,7 +1319,7 @@ fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_serve_metrics_and_the_cdi_spec_follow_the_instances() {
     let (daemon, dir) =
-        serve_two_instances_with(&[], "metrics_listen = \"127.0.0.1:19464\"", |dir| {
+        serve_two_instances_with(&[], "", "metrics_listen = \"127.0.0.1:19464\"", |dir| {
             format!(
                 "[cdi]\nspec = \"{}\"\n",
                 dir.join("cdi/nvproxy.json").display()
