@@ -18,6 +18,7 @@ mod node;
 mod nsexec;
 mod policy_cmd;
 mod serve;
+mod socket_transport;
 mod supervisor;
 mod sys;
 mod unix_server;

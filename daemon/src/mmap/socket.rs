@@ -36,12 +36,7 @@ impl MmapSocket {
         let dir = root.join(&mmap.instance);
         make_private_dir(&dir)?;
         let path = dir.join(SOCKET_NAME);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path)
-                .with_context(|| format!("removing stale {}", path.display()))?,
-            Ok(_) => anyhow::bail!("{} exists and is not a socket", path.display()),
-            Err(_) => {}
-        }
+        remove_stale_socket(&path)?;
         let listener = socket::socket(
             socket::AddressFamily::Unix,
             socket::SockType::SeqPacket,
@@ -88,7 +83,18 @@ impl Drop for MmapSocket {
     }
 }
 
-fn make_private_dir(dir: &Path) -> Result<()> {
+/// Removes a stale socket of an earlier run at `path`; anything else there is an error.
+pub(crate) fn remove_stale_socket(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)
+            .with_context(|| format!("removing stale {}", path.display())),
+        Ok(_) => anyhow::bail!("{} exists and is not a socket", path.display()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Creates `dir` 0700 (or checks an existing one is a root-owned directory).
+pub(crate) fn make_private_dir(dir: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

@@ -1,0 +1,895 @@
+//! The socket transport: an instance served without CUSE nodes.
+//!
+//! The container has no NVIDIA device nodes at all. The shim (`libnvproxy_preload.so`, loaded
+//! into every process) turns `open` of `/dev/nvidiactl`, `/dev/nvidia<N>`, `/dev/nvidia-uvm` into
+//! a connection to the instance's device socket, and `ioctl`/`mmap` on the fd it returns into
+//! messages to this server (protocol: `preload-proto`'s `socket` module). The requests are
+//! served by the same [`Backend`]s as the CUSE nodes' (`backend.rs`: `Proxy`, `UvmProxy`), with
+//! the caller's memory read and written by `process_vm_readv`/`writev` ([`VmMemory`]).
+//!
+//! **The connection is the open file.** For each open the worker makes a `socketpair`, keeps
+//! one end and hands the other over (`SCM_RIGHTS`): `dup`, `fork`, `close`, `close_range` and fd
+//! passing are the kernel's, and when the last reference to the client's end goes, this end
+//! reads EOF and the open is released, as CUSE's RELEASE. A process that bypasses the shim
+//! holds a unix socket: a raw `ioctl` on it is the socket layer's `ENOTTY`, and nothing reaches
+//! the driver.
+//!
+//! **Nothing from the client is trusted.** The caller of a call is the message's
+//! `SCM_CREDENTIALS` pid (the kernel fills it in; a sender can only name another pid with
+//! `CAP_SYS_ADMIN` over its pid namespace), and it holds this connection (it sent on it). The
+//! fd number the request names must be this connection in that process's fd table:
+//! `pidfd_getfd` of it, compared with the client end's socket cookie (`SO_COOKIE`, unique for
+//! the boot), else `EBADF`. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
+//! same way against every open of the instance. Each message is read once into a fixed
+//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a
+//! message without exactly one reply socket is dropped; replies never block the server
+//! (`MSG_DONTWAIT`). Client memory is read with deadlines (cuse-dev's client waits).
+//!
+//! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
+//! reads its calls and serves them in order (so calls of one open file are serialized, where
+//! CUSE serves them concurrently). Every serving thread gives up `CAP_SYS_ADMIN` first
+//! (`device::drop_admin_on_this_thread`).
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cuse_dev::{ClientWaits, Errno};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    self, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+    UnixAddr, sockopt,
+};
+use nvproxy_preload_proto::socket::{
+    CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
+    OpenRequest,
+};
+
+use crate::device::drop_admin_on_this_thread;
+use crate::memory::VmMemory;
+use crate::node::{Backend, Node};
+use crate::sys;
+
+/// How long the accepting thread waits for a connected peer's open request.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The deadline of one wait on the caller's memory (as CUSE's client waits).
+const CLIENT_WAIT: Duration = Duration::from_secs(10);
+/// Opens served at once (each has a thread); beyond, `open` fails with `ENFILE`. The proxy's
+/// own quota (`max_open_files`) usually refuses earlier.
+const MAX_OPENS: usize = 4096;
+
+/// The nodes of an instance and the backends that serve them.
+#[derive(Clone)]
+pub struct Nodes {
+    /// `nvidiactl` and `nvidia<N>`.
+    pub frontend: Arc<dyn Backend>,
+    /// `nvidia-uvm`, if served.
+    pub uvm: Option<Arc<dyn Backend>>,
+    /// The tenant's GPU count (`nvidia0..gpus-1`).
+    pub gpus: u32,
+}
+
+impl Nodes {
+    fn backend(&self, node: DevNode) -> Option<(Node, Arc<dyn Backend>)> {
+        match node {
+            DevNode::Ctl => Some((Node::Ctl, self.frontend.clone())),
+            DevNode::Gpu(n) if n < self.gpus => Some((Node::Gpu(n), self.frontend.clone())),
+            DevNode::Gpu(_) => None,
+            DevNode::Uvm => self.uvm.clone().map(|u| (Node::Uvm, u)),
+        }
+    }
+}
+
+/// One open file: the worker's end of its connection and what it names.
+struct Open {
+    id: u64,
+    node: Node,
+    backend: Arc<dyn Backend>,
+    /// `SO_COOKIE` of the client's end.
+    cookie: u64,
+    /// `O_ACCMODE` of the caller's open flags.
+    access: i32,
+    conn: OwnedFd,
+}
+
+/// The instance's opens, by client-end cookie (for fd resolution) and for stopping.
+#[derive(Default)]
+struct Table {
+    by_cookie: HashMap<u64, Arc<Open>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    instance: String,
+    nodes: Nodes,
+    table: Mutex<Table>,
+    stopping: AtomicBool,
+}
+
+/// An instance's device socket (`<root>/<instance>/dev.sock`) and its threads. Dropping it stops
+/// them, ends every open's connection (later calls fail with `ENOTCONN`) and removes the socket.
+pub struct DevSocket {
+    path: PathBuf,
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    stop: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DevSocket {
+    /// Serves `nodes` of `instance` at `<root>/<instance>/dev.sock` (`root` is
+    /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
+    /// container may open the nodes, as the driver's 0666 nodes).
+    pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
+        crate::mmap::make_private_dir(root)?;
+        let dir = root.join(instance);
+        crate::mmap::make_private_dir(&dir)?;
+        let path = dir.join(DEV_SOCKET_NAME);
+        crate::mmap::remove_stale_socket(&path)?;
+        let listener = socket::socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .context("creating the device socket")?;
+        let addr = UnixAddr::new(&path).context("device socket path")?;
+        socket::bind(listener.as_raw_fd(), &addr)
+            .with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        socket::listen(&listener, socket::Backlog::new(64).context("backlog")?)
+            .context("listen on the device socket")?;
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .context("pipe for the device socket")?;
+        let shared = Arc::new(Shared {
+            instance: instance.to_owned(),
+            nodes,
+            table: Mutex::new(Table::default()),
+            stopping: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("dev-{instance}"))
+            .spawn(move || accept_loop(&s, &listener, &stop_r))?;
+        tracing::info!(instance, socket = %path.display(), "socket transport serving (no CUSE nodes)");
+        Ok(DevSocket {
+            path,
+            dir,
+            shared,
+            stop: Some(stop_w),
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path on the host.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens being served.
+    #[cfg(test)]
+    fn opens(&self) -> usize {
+        self.shared.lock_table().by_cookie.len()
+    }
+}
+
+impl Drop for DevSocket {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!(socket = %self.path.display(), "device socket thread panicked");
+        }
+        let (opens, threads) = {
+            let mut t = self.shared.lock_table();
+            let opens: Vec<Arc<Open>> = t.by_cookie.values().cloned().collect();
+            (opens, std::mem::take(&mut t.threads))
+        };
+        for o in &opens {
+            let _ = socket::shutdown(o.conn.as_raw_fd(), socket::Shutdown::Both);
+        }
+        drop(opens);
+        // A thread stuck on a client's memory is not waited for (its deadline only marks the
+        // request failed); the others end at once.
+        for t in threads {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Shared {
+    fn lock_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open a client-end cookie belongs to.
+    fn by_cookie(&self, cookie: u64) -> Option<Arc<Open>> {
+        self.lock_table().by_cookie.get(&cookie).cloned()
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &OwnedFd, stop: &OwnedFd) {
+    let _ = drop_admin_on_this_thread();
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::error!(instance = %shared.instance, error = %e, "device socket: poll failed; no more opens");
+                return;
+            }
+        }
+        if fds[1].any().unwrap_or(true) {
+            return;
+        }
+        match sys::accept_cloexec(listener.as_fd()) {
+            Ok(conn) => serve_open(shared, conn),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED)
+                ) => {}
+            Err(e) => {
+                tracing::warn!(instance = %shared.instance, error = %e, "device socket: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn timeval(d: Duration) -> nix::sys::time::TimeVal {
+    nix::sys::time::TimeVal::new(d.as_secs() as i64, 0)
+}
+
+/// One connection to the device socket: an open request, answered with the open's socket or
+/// the errno.
+fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
+    let pid = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
+        Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
+        Err(e) => {
+            tracing::warn!(instance = %shared.instance, error = %e, "SO_PEERCRED failed");
+            return;
+        }
+    };
+    let _ = socket::setsockopt(&conn, sockopt::ReceiveTimeout, &timeval(PEER_TIMEOUT));
+    let _ = socket::setsockopt(&conn, sockopt::SendTimeout, &timeval(PEER_TIMEOUT));
+    // A plain recv: fds a peer attaches are discarded by the kernel, never installed.
+    let mut buf = [0u8; OpenRequest::SIZE + 1];
+    let n = match socket::recv(conn.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+        Ok(n) => n,
+        Err(_) => return,
+    };
+    let (errno, client) = match OpenRequest::decode(&buf[..n]) {
+        None => (libc::EINVAL, None),
+        Some(req) => match open(shared, &req, pid) {
+            Ok(client) => (0, Some(client)),
+            Err(e) => (e.raw(), None),
+        },
+    };
+    let bytes = OpenReply { errno }.encode();
+    let iov = [IoSlice::new(&bytes)];
+    let raw = client.as_ref().map(|c| [c.as_raw_fd()]);
+    let cmsgs: Vec<ControlMessage<'_>> = raw
+        .as_ref()
+        .map(|r| vec![ControlMessage::ScmRights(r)])
+        .unwrap_or_default();
+    if let Err(e) = socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+    {
+        // The client end is dropped here: the open's thread reads EOF and releases it.
+        tracing::debug!(instance = %shared.instance, pid, error = %e, "device socket: open reply not sent");
+    }
+}
+
+/// Opens `req.node` for `pid`: the backend's open, the connection, its thread. Returns the
+/// client's end.
+fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Errno> {
+    drop_admin_on_this_thread()?;
+    if pid == 0 {
+        // Outside our pid namespace: its memory cannot be named.
+        return Err(Errno::from_i32(libc::ESRCH));
+    }
+    let Some((node, backend)) = shared.nodes.backend(req.node) else {
+        return Err(Errno::from_i32(libc::ENOENT));
+    };
+    if shared.lock_table().by_cookie.len() >= MAX_OPENS {
+        return Err(Errno::from_i32(libc::ENFILE));
+    }
+    let (ours, client) = socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| Errno::from_i32(e as i32))?;
+    // Before the client can send: every message then carries the sender's credentials.
+    socket::setsockopt(&ours, sockopt::PassCred, &true).map_err(|e| Errno::from_i32(e as i32))?;
+    let cookie = sys::socket_cookie(client.as_fd()).map_err(|_| Errno::EIO)?;
+    // The name the shim recognises its sockets by (getpeername). Abstract names are per network
+    // namespace; a name already taken there only costs the shim that recognition.
+    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
+    name.extend(format!("{:x}-{cookie:x}-{}", req.node.code(), std::process::id()).bytes());
+    if let Ok(addr) = UnixAddr::new_abstract(&name) {
+        let _ = socket::bind(ours.as_raw_fd(), &addr);
+    }
+    let id = backend.open(node, pid)?;
+    let open = Arc::new(Open {
+        id,
+        node,
+        backend,
+        cookie,
+        access: req.flags & libc::O_ACCMODE,
+        conn: ours,
+    });
+    shared.lock_table().by_cookie.insert(cookie, open.clone());
+    let s = shared.clone();
+    let o = open.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("dev-{}", node.dev_name()))
+        .stack_size(256 << 10)
+        .spawn(move || serve_calls(&s, &o));
+    match thread {
+        Ok(t) => {
+            let mut table = shared.lock_table();
+            table.threads.retain(|t| !t.is_finished());
+            table.threads.push(t);
+        }
+        Err(e) => {
+            tracing::warn!(instance = %shared.instance, error = %e, "cannot start an open's thread");
+            shared.lock_table().by_cookie.remove(&cookie);
+            open.backend.release(id);
+            return Err(Errno::from_i32(libc::ENFILE));
+        }
+    }
+    tracing::debug!(instance = %shared.instance, node = %node, open = id, pid, "opened over the socket transport");
+    Ok(client)
+}
+
+/// One message read from an open's connection.
+enum Received {
+    /// The client's last reference is gone (or the server stops).
+    Closed,
+    /// A message: its bytes, the sender's pid, the fds attached.
+    Message {
+        len: usize,
+        truncated: bool,
+        pid: Option<u32>,
+        fds: Vec<OwnedFd>,
+    },
+}
+
+fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
+    let mut cmsg = nix::cmsg_space!(libc::ucred, [RawFd; 4]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = loop {
+        match socket::recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => break m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut pid = None;
+    let mut fds = Vec::new();
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmCredentials(cred) => {
+                    pid = u32::try_from(cred.pid()).ok();
+                }
+                ControlMessageOwned::ScmRights(raw) => {
+                    fds.extend(raw.into_iter().map(sys::owned_from_received));
+                }
+                _ => {}
+            }
+        }
+    }
+    let truncated = msg
+        .flags
+        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    let len = msg.bytes;
+    if len == 0 && fds.is_empty() && !truncated {
+        // EOF, or an empty message (which a tenant can send): only a hang-up ends the open.
+        // POLLHUP is always reported (asking for POLLRDHUP would make nix drop revents).
+        let mut p = [PollFd::new(conn, PollFlags::POLLIN)];
+        let _ = poll(&mut p, PollTimeout::ZERO);
+        let hup = p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP));
+        if hup {
+            return Ok(Received::Closed);
+        }
+    }
+    Ok(Received::Message {
+        len,
+        truncated,
+        pid,
+        fds,
+    })
+}
+
+/// The thread of one open: reads its calls, serves them, releases the open at EOF.
+fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
+    let admin = drop_admin_on_this_thread();
+    let mut waits = ClientWaits::standalone(CLIENT_WAIT);
+    loop {
+        let mut buf = [0u8; CallRequest::SIZE + 1];
+        let got = receive(open.conn.as_fd(), &mut buf);
+        let (len, truncated, pid, mut fds) = match got {
+            Ok(Received::Message {
+                len,
+                truncated,
+                pid,
+                fds,
+            }) => (len, truncated, pid, fds),
+            Ok(Received::Closed) => break,
+            Err(e) => {
+                if !shared.stopping.load(Ordering::Relaxed) {
+                    tracing::warn!(instance = %shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
+                }
+                break;
+            }
+        };
+        if shared.stopping.load(Ordering::Relaxed) {
+            break;
+        }
+        // Exactly one reply socket, or nobody to answer.
+        if fds.len() != 1 {
+            tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
+            continue;
+        }
+        let reply_to = fds.remove(0);
+        let (reply, host_fd) = match (&admin, pid, truncated) {
+            (Err(e), _, _) => (CallReply::error(e.raw()), None),
+            (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
+            (_, _, true) => (CallReply::error(libc::EINVAL), None),
+            (Ok(()), Some(pid), false) => match CallRequest::decode(&buf[..len]) {
+                None => (CallReply::error(libc::EINVAL), None),
+                Some(req) => {
+                    if waits.fired() {
+                        waits = ClientWaits::standalone(CLIENT_WAIT);
+                    }
+                    call(shared, open, pid, &req, &waits)
+                }
+            },
+        };
+        send_reply(reply_to.as_fd(), &reply, host_fd.as_ref());
+    }
+    shared.lock_table().by_cookie.remove(&open.cookie);
+    tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
+    open.backend.release(open.id);
+}
+
+fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
+    let bytes = reply.encode();
+    let iov = [IoSlice::new(&bytes)];
+    let raw = fd.map(|f| [f.as_raw_fd()]);
+    let cmsgs: Vec<ControlMessage<'_>> = raw
+        .as_ref()
+        .map(|r| vec![ControlMessage::ScmRights(r)])
+        .unwrap_or_default();
+    // Never blocks: a reply socket whose buffer the client filled loses the reply.
+    let _ = socket::sendmsg::<()>(
+        to.as_raw_fd(),
+        &iov,
+        &cmsgs,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        None,
+    );
+}
+
+/// The open a caller's fd number names, resolved kernel-side: a duplicate of the caller's fd
+/// (`pidfd_getfd`) whose socket cookie is one of the instance's client ends. `EBADF` for
+/// anything else (a closed fd, another file, another instance's socket).
+fn resolve(shared: &Shared, pidfd: &OwnedFd, fd: i32) -> io::Result<Arc<Open>> {
+    let ebadf = || io::Error::from_raw_os_error(libc::EBADF);
+    if fd < 0 {
+        return Err(ebadf());
+    }
+    let dup = sys::pidfd_getfd(pidfd.as_fd(), fd)?;
+    let cookie = sys::socket_cookie(dup.as_fd()).map_err(|_| ebadf())?;
+    drop(dup);
+    shared.by_cookie(cookie).ok_or_else(ebadf)
+}
+
+/// One call of `pid` on `open`.
+fn call(
+    shared: &Shared,
+    open: &Open,
+    pid: u32,
+    req: &CallRequest,
+    waits: &ClientWaits,
+) -> (CallReply, Option<OwnedFd>) {
+    let pidfd = match sys::pidfd_open_process(pid) {
+        Ok(p) => p,
+        Err(e) => return (CallReply::error(errno_of(&e, libc::ESRCH)), None),
+    };
+    // The fd the caller used must be this open in its own fd table.
+    match resolve(shared, &pidfd, req.fd) {
+        Ok(o) if o.cookie == open.cookie => {}
+        Ok(_) | Err(_) => {
+            tracing::debug!(instance = %shared.instance, open = open.id, pid, fd = req.fd, "call naming an fd that is not this open: EBADF");
+            return (CallReply::error(libc::EBADF), None);
+        }
+    }
+    match req.op {
+        CallOp::Ioctl { cmd, arg } => {
+            let span = tracing::debug_span!("ioctl", node = ?open.node, pid, cmd = format_args!("{cmd:#010x}"));
+            let _enter = span.enter();
+            let mut mem = VmMemory::new(pid).with_waits(waits.clone());
+            let lookup = |fd: i32| resolve(shared, &pidfd, fd).map(|o| o.id);
+            let result = open.backend.ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
+            let reply = match result {
+                Ok(result) => match mem.finish() {
+                    Ok(()) => CallReply {
+                        errno: 0,
+                        result,
+                        offset_adjust: 0,
+                    },
+                    Err(_) => CallReply::error(libc::EFAULT),
+                },
+                Err(e) => {
+                    mem.finish_failed();
+                    CallReply::error(e.raw())
+                }
+            };
+            (reply, None)
+        }
+        CallOp::Mmap {
+            len,
+            prot,
+            flags,
+            offset,
+        } => match mmap_checks(open.access, len, prot, flags, offset)
+            .and_then(|()| open.backend.mapping_fd(open.id))
+        {
+            Ok((fd, adjust)) => (
+                CallReply {
+                    errno: 0,
+                    result: 0,
+                    offset_adjust: adjust,
+                },
+                Some(fd),
+            ),
+            Err(e) => (CallReply::error(e.raw()), None),
+        },
+    }
+}
+
+fn errno_of(e: &io::Error, default: i32) -> i32 {
+    e.raw_os_error().unwrap_or(default)
+}
+
+/// The checks the kernel makes before a driver's mmap handler sees the call (mm/mmap.c
+/// `do_mmap`): the access mode of the open (recorded from its flags; the client's socket is
+/// always read-write), the map type, length and offset.
+fn mmap_checks(access: i32, len: u64, prot: i32, flags: i32, offset: i64) -> Result<(), Errno> {
+    let page = 4096;
+    if len == 0 || offset & (page - 1) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let shared = match flags & 0x0f {
+        libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE => true,
+        libc::MAP_PRIVATE => false,
+        _ => return Err(Errno::EINVAL),
+    };
+    if access == libc::O_WRONLY
+        || (shared && prot & libc::PROT_WRITE != 0 && access == libc::O_RDONLY)
+    {
+        return Err(Errno::from_i32(libc::EACCES));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{ProxyBackend, UvmBackend};
+    use std::os::unix::net::UnixStream;
+
+    struct Fixture {
+        root: PathBuf,
+        dev: Option<DevSocket>,
+        proxy: Arc<ioctl_proxy::Proxy>,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            drop(self.dev.take());
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn fixture(tag: &str) -> Fixture {
+        let root = std::env::temp_dir().join(format!("nvproxy-dev-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let proxy = Arc::new(
+            ioctl_proxy::Proxy::for_host(
+                ioctl_proxy::InstancePolicy::new(
+                    "t",
+                    nvproxy_abi::Caps::COMPUTE_UTILITY,
+                    vec![0],
+                ),
+                sim as Arc<dyn ioctl_proxy::HostDriver>,
+            )
+            .unwrap(),
+        );
+        let frontend = Arc::new(ProxyBackend::new(proxy.clone()));
+        let uvm = Arc::new(uvm::UvmProxy::new(proxy.clone()).unwrap());
+        let nodes = Nodes {
+            frontend: frontend.clone(),
+            uvm: Some(Arc::new(UvmBackend::new(uvm, frontend))),
+            gpus: 1,
+        };
+        let dev = DevSocket::start("t", nodes, &root).unwrap();
+        Fixture {
+            root,
+            dev: Some(dev),
+            proxy,
+        }
+    }
+
+    impl Fixture {
+        fn socket(&self) -> PathBuf {
+            self.dev.as_ref().unwrap().path().to_path_buf()
+        }
+
+        fn open_raw(&self, msg: &[u8]) -> (Option<OpenReply>, Option<OwnedFd>) {
+            let s = socket::socket(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap();
+            socket::connect(s.as_raw_fd(), &UnixAddr::new(&self.socket()).unwrap()).unwrap();
+            socket::send(s.as_raw_fd(), msg, MsgFlags::empty()).unwrap();
+            let mut buf = [0u8; 16];
+            match receive(s.as_fd(), &mut buf).unwrap() {
+                Received::Closed => (None, None),
+                Received::Message { len, mut fds, .. } => {
+                    (OpenReply::decode(&buf[..len]), fds.pop())
+                }
+            }
+        }
+
+        fn open(&self, node: DevNode) -> Result<OwnedFd, i32> {
+            let (reply, fd) = self.open_raw(&OpenRequest { node, flags: libc::O_RDWR }.encode());
+            match (reply, fd) {
+                (Some(OpenReply { errno: 0 }), Some(fd)) => Ok(fd),
+                (Some(OpenReply { errno }), None) => Err(errno),
+                other => panic!("bad open answer {other:?}"),
+            }
+        }
+
+        fn wait_opens(&self, n: usize) {
+            for _ in 0..200 {
+                if self.dev.as_ref().unwrap().opens() == n && self.proxy.open_files() == n {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!(
+                "opens {} / proxy files {}, wanted {n}",
+                self.dev.as_ref().unwrap().opens(),
+                self.proxy.open_files()
+            );
+        }
+    }
+
+    /// Sends `msg` on `conn` with a fresh reply socket; the reply and its fd.
+    fn call_raw(conn: &OwnedFd, msg: &[u8]) -> Option<(CallReply, Option<OwnedFd>)> {
+        let (mine, theirs) = socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let raw = [theirs.as_raw_fd()];
+        socket::sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(msg)],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        drop(theirs);
+        socket::setsockopt(&mine, sockopt::ReceiveTimeout, &timeval(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 32];
+        match receive(mine.as_fd(), &mut buf) {
+            Ok(Received::Message { len, mut fds, .. }) if len > 0 => {
+                Some((CallReply::decode(&buf[..len]).unwrap(), fds.pop()))
+            }
+            _ => None,
+        }
+    }
+
+    fn ioctl(conn: &OwnedFd, fd: i32, cmd: u32, arg: &mut [u8]) -> CallReply {
+        let req = CallRequest {
+            fd,
+            op: CallOp::Ioctl {
+                cmd,
+                arg: arg.as_mut_ptr() as u64,
+            },
+        };
+        let r = call_raw(conn, &req.encode()).expect("a reply").0;
+        std::hint::black_box(arg);
+        r
+    }
+
+    fn version_check() -> Vec<u8> {
+        let mut v = vec![0u8; 72];
+        v[0..4].copy_from_slice(&u32::from(b'2').to_ne_bytes());
+        v
+    }
+
+    const CHECK_VERSION: u32 = 0xc048_46d2;
+
+    #[test]
+    fn test_open_ioctl_and_release_through_the_socket() {
+        let f = fixture("basic");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        f.wait_opens(1);
+        let mut v = version_check();
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        // The worker wrote the answer into our memory itself (process_vm_writev).
+        assert_eq!(u32::from_ne_bytes(v[4..8].try_into().unwrap()), 1);
+        assert!(v[8..].starts_with(b"535.261.03"));
+        // A dup keeps the open alive; the last close releases it.
+        let dup = ctl.try_clone().unwrap();
+        drop(ctl);
+        std::thread::sleep(Duration::from_millis(50));
+        f.wait_opens(1);
+        drop(dup);
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_unknown_nodes_and_malformed_opens_are_refused() {
+        let f = fixture("nodes");
+        assert_eq!(f.open(DevNode::Gpu(1)).err(), Some(libc::ENOENT));
+        assert!(f.open(DevNode::Gpu(0)).is_ok());
+        assert!(f.open(DevNode::Uvm).is_ok());
+        let (reply, fd) = f.open_raw(b"garbage");
+        assert_eq!((reply, fd.is_none()), (Some(OpenReply { errno: libc::EINVAL }), true));
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_forged_fd_and_malformed_calls_get_errnos_and_reach_nothing() {
+        let f = fixture("forged");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let other = f.open(DevNode::Ctl).unwrap();
+        let unrelated = UnixStream::pair().unwrap().0;
+        let mut v = version_check();
+        // Naming another open's fd, a file that is not an open, a closed fd: EBADF.
+        for fd in [other.as_raw_fd(), unrelated.as_raw_fd(), 1000, -1] {
+            assert_eq!(ioctl(&ctl, fd, CHECK_VERSION, &mut v).errno, libc::EBADF, "fd {fd}");
+        }
+        assert_eq!(v, version_check(), "nothing was answered into our memory");
+        // Malformed or truncated messages: EINVAL.
+        let good = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        let mut bad = good;
+        bad[0] ^= 1;
+        assert_eq!(call_raw(&ctl, &bad).unwrap().0.errno, libc::EINVAL);
+        assert_eq!(call_raw(&ctl, &good[..40]).unwrap().0.errno, libc::EINVAL);
+        assert_eq!(call_raw(&ctl, &[good.as_slice(), &[0; 8]].concat()).unwrap().0.errno, libc::EINVAL);
+        // An empty message does not end the open.
+        socket::send(ctl.as_raw_fd(), &[], MsgFlags::empty()).unwrap();
+        // A bad pointer: the driver's EFAULT.
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: 8,
+            },
+        };
+        assert_eq!(call_raw(&ctl, &req.encode()).unwrap().0.errno, libc::EFAULT);
+        // The open still works.
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        // Without a reply socket, nothing is answered (and nothing breaks).
+        socket::send(ctl.as_raw_fd(), &good, MsgFlags::empty()).unwrap();
+        assert_eq!(ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v).errno, 0);
+        f.wait_opens(2);
+    }
+
+    #[test]
+    fn test_fds_in_params_are_resolved_kernel_side() {
+        let f = fixture("regfd");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let gpu = f.open(DevNode::Gpu(0)).unwrap();
+        const REGISTER_FD: u32 = 0xc004_46c9;
+        // A file that is not one of the instance's opens is refused; the control fd works.
+        let unrelated = UnixStream::pair().unwrap().0;
+        let mut arg = unrelated.as_raw_fd().to_ne_bytes();
+        let bad = ioctl(&gpu, gpu.as_raw_fd(), REGISTER_FD, &mut arg);
+        assert_ne!(bad.errno, 0);
+        let mut arg = ctl.as_raw_fd().to_ne_bytes();
+        let ok = ioctl(&gpu, gpu.as_raw_fd(), REGISTER_FD, &mut arg);
+        assert_eq!((ok.errno, ok.result), (0, 0));
+    }
+
+    #[test]
+    fn test_mmap_checks_the_access_mode_and_asks_the_backend() {
+        let f = fixture("mmap");
+        let (_, ro) = f.open_raw(
+            &OpenRequest {
+                node: DevNode::Ctl,
+                flags: libc::O_RDONLY,
+            }
+            .encode(),
+        );
+        let ro = ro.unwrap();
+        let mmap = |conn: &OwnedFd, prot, flags, len| {
+            let req = CallRequest {
+                fd: conn.as_raw_fd(),
+                op: CallOp::Mmap {
+                    len,
+                    prot,
+                    flags,
+                    offset: 0,
+                },
+            };
+            call_raw(conn, &req.encode()).unwrap()
+        };
+        let shared_rw = libc::PROT_READ | libc::PROT_WRITE;
+        assert_eq!(mmap(&ro, shared_rw, libc::MAP_SHARED, 4096).0.errno, libc::EACCES);
+        assert_eq!(mmap(&ro, libc::PROT_READ, 0x0f, 4096).0.errno, libc::EINVAL);
+        assert_eq!(mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 0).0.errno, libc::EINVAL);
+        // Nothing mapped on this open: the driver's answer (nvidia_mmap without a context).
+        let (reply, fd) = mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 4096);
+        assert!(reply.errno != 0 && fd.is_none(), "{reply:?}");
+    }
+
+    #[test]
+    fn test_stopping_ends_the_connections_and_removes_the_socket() {
+        let mut f = fixture("stop");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let path = f.socket();
+        drop(f.dev.take());
+        assert!(!path.exists());
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        };
+        let sent = socket::send(ctl.as_raw_fd(), &req.encode(), MsgFlags::MSG_NOSIGNAL);
+        assert!(sent.is_err(), "the connection is gone");
+    }
+}
