@@ -306,6 +306,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_objects: None,
                 max_in_flight: None,
                 restart: RestartPolicy::OnFailure,
+                transport: Default::default(),
             };
             instance.validate()?;
             (socket, Request::Create { instance })

@@ -52,6 +52,7 @@ pub enum DriverKind {
 }
 
 pub use crate::memory::MemoryTransport;
+pub use crate::socket_transport::Transport;
 
 /// Enforce the policy, or only record what it would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -200,6 +201,11 @@ pub struct InstanceConfig {
     /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
     #[serde(default)]
     pub restart: RestartPolicy,
+    /// How tenants reach the instance: `cuse` (default: CUSE nodes) or `socket` (no device
+    /// nodes; the shim forwards `/dev/nvidia*` to the worker over a unix socket, for kernels
+    /// without CUSE; `socket_transport.rs`).
+    #[serde(default)]
+    pub transport: Transport,
 }
 
 /// `[[instance]] restart`.

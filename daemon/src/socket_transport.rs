@@ -57,6 +57,45 @@ use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
 use crate::sys;
 
+/// How an instance reaches its tenants.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// CUSE nodes (`/dev/nvproxy/<instance>/...`, bind-mounted at `/dev/nvidia*`), mmap through
+    /// the shim.
+    #[default]
+    Cuse,
+    /// No device nodes: the shim serves `/dev/nvidia*` over the instance's device socket
+    /// (`/run/nvproxy/<instance>/dev.sock`, this module). For kernels without CUSE.
+    Socket,
+}
+
+impl Transport {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Cuse => "cuse",
+            Transport::Socket => "socket",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How long the accepting thread waits for a connected peer's open request.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The deadline of one wait on the caller's memory (as CUSE's client waits).
@@ -64,6 +103,24 @@ const CLIENT_WAIT: Duration = Duration::from_secs(10);
 /// Opens served at once (each has a thread); beyond, `open` fails with `ENFILE`. The proxy's
 /// own quota (`max_open_files`) usually refuses earlier.
 const MAX_OPENS: usize = 4096;
+
+/// The `nvproxy ns-exec` arguments that give a command the socket transport of `instance`:
+/// its device socket (bound at `/run/nvproxy/dev.sock` in the namespace), the shim, the GPU
+/// count. No `--node`: the namespace has no NVIDIA nodes at all.
+pub fn ns_exec_args(
+    cmd: &mut std::process::Command,
+    root: &Path,
+    instance: &str,
+    shim: &Path,
+    gpus: usize,
+) {
+    cmd.arg("--dev-socket")
+        .arg(root.join(instance).join(DEV_SOCKET_NAME))
+        .arg("--dev-gpus")
+        .arg(gpus.to_string())
+        .arg("--preload")
+        .arg(shim);
+}
 
 /// The nodes of an instance and the backends that serve them.
 #[derive(Clone)]
@@ -169,6 +226,7 @@ impl DevSocket {
     }
 
     /// The socket's path on the host.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }
