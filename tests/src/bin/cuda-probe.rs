@@ -263,8 +263,24 @@ fn note_probed_ids(base: *const u8, size: usize) {
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
-    let ret = unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) } as c_int;
+    // The next `ioctl` after ours: nvproxy's shim when preloaded (the socket transport serves
+    // its opens' ioctls there), else libc's; the raw syscall if none resolves.
+    type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut next = NEXT.load(Ordering::Acquire);
+    if next == 0 {
+        // SAFETY: dlsym takes a pseudo-handle and a NUL-terminated static name.
+        next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"ioctl".as_ptr()) } as usize;
+        NEXT.store(next, Ordering::Release);
+    }
+    let ret = if next != 0 {
+        // SAFETY: the address dlsym returned for "ioctl", whose C signature is IoctlFn, called
+        // with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, IoctlFn>(next)(fd, request, arg) }
+    } else {
+        // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
+        unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int }
+    };
     let errno = if ret < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
     } else {
