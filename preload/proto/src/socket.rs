@@ -247,8 +247,10 @@ pub enum CallOp {
 }
 
 /// Shim → worker on an open's socket, with one reply socket attached:
-/// `{ magic, version, op (1 ioctl, 2 mmap), fd, cmd, 0, arg, len, prot, flags, offset }`,
-/// 48 bytes. `fd` is the number the caller used (the worker checks it is this open).
+/// `{ magic, version, op (1 ioctl, 2 mmap), fd, cmd, 0, arg | len, prot, flags, offset }`,
+/// 48 bytes (u32 x6, u64, i32 x2, i64): an ioctl has `cmd` and `arg` and zeroes after; an mmap
+/// has `len` where `arg` is and a zero `cmd`. `fd` is the number the caller used (the worker
+/// checks it is this open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallRequest {
     /// The caller's fd number for this open.
