@@ -122,6 +122,27 @@ pub fn ns_exec_args(
         .arg(shim);
 }
 
+/// Whether this host can serve the socket transport: `SO_COOKIE` on a unix socket and
+/// `pidfd_getfd` (Linux 5.6), tried on our own fds; the shim must be installed. The reason
+/// when not.
+pub fn host_support() -> std::result::Result<(), String> {
+    let (a, _b) = socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| format!("socketpair: {e}"))?;
+    let cookie = sys::socket_cookie(a.as_fd()).map_err(|e| format!("SO_COOKIE: {e}"))?;
+    let me = sys::pidfd_open_process(std::process::id()).map_err(|e| format!("pidfd_open: {e}"))?;
+    let dup = sys::pidfd_getfd(me.as_fd(), a.as_raw_fd()).map_err(|e| format!("pidfd_getfd: {e}"))?;
+    if sys::socket_cookie(dup.as_fd()).ok() != Some(cookie) {
+        return Err("a duplicate's socket cookie differs".to_owned());
+    }
+    crate::mmap::shim_path(None).map_err(|e| format!("{e:#}"))?;
+    Ok(())
+}
+
 /// The nodes of an instance and the backends that serve them.
 #[derive(Clone)]
 pub struct Nodes {
