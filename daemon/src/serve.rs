@@ -666,6 +666,16 @@ pub struct RunArgs {
 /// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
+    if let Some(argv) = crate::socket_transport::run_argv(
+        Path::new(mmap::RUN_DIR),
+        &args.instance,
+        args.shim.resolve()?.as_deref(),
+        &args.command,
+    )? {
+        let exe = std::env::current_exe().context("finding our own executable")?;
+        let err = std::os::unix::process::CommandExt::exec(Command::new(exe).args(argv));
+        return Err(err).context("executing nvproxy ns-exec");
+    }
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| {

@@ -122,6 +122,41 @@ pub fn ns_exec_args(
         .arg(shim);
 }
 
+/// `nvproxy run` of an instance served with the socket transport (its device socket exists):
+/// the `nvproxy ns-exec` argv, or `None` for a CUSE instance. The GPU count comes from the
+/// worker's state file.
+pub fn run_argv(
+    root: &Path,
+    instance: &str,
+    shim: Option<&Path>,
+    command: &[String],
+) -> Result<Option<Vec<String>>> {
+    let dir = crate::worker::run_dir(root, instance);
+    let socket = dir.join(DEV_SOCKET_NAME);
+    if !socket.exists() {
+        return Ok(None);
+    }
+    let shim = shim.with_context(|| {
+        format!(
+            "instance {instance} is served with the socket transport, which needs the shim \
+             ({}): drop --no-preload",
+            crate::mmap::SHIM_NAME
+        )
+    })?;
+    let state = dir.join(crate::worker::STATE_FILE);
+    let text = std::fs::read_to_string(&state)
+        .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
+    let state: crate::worker::WorkerState = serde_json::from_str(&text)
+        .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
+    let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
+    let mut cmd = std::process::Command::new("unused");
+    ns_exec_args(&mut cmd, root, instance, shim, state.spec.instance.gpus.len());
+    argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv.push("--".to_owned());
+    argv.extend(command.iter().cloned());
+    Ok(Some(argv))
+}
+
 /// Whether this host can serve the socket transport: `SO_COOKIE` on a unix socket and
 /// `pidfd_getfd` (Linux 5.6), tried on our own fds; the shim must be installed. The reason
 /// when not.

@@ -441,3 +441,59 @@ fn test_uvm_managed_pattern_maps_fixed_at_va_equal_offset() {
     assert_eq!(v["landed"], 16);
     assert_eq!(v["child_bytes_seen"], true);
 }
+
+// ---- serve + run ------------------------------------------------------------------------------
+
+#[test]
+fn test_served_socket_instance_through_run() {
+    if !runnable() {
+        return;
+    }
+    let bin = nvproxy_bin();
+    let name = format!("sock{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("nvproxy-socket-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"{name}\"\ngpus = [1]\n\
+             transport = \"socket\"\n"
+        ),
+    )
+    .expect("config");
+    let mut serve = Command::new(&bin)
+        .args(["serve", "--check-leaks", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning nvproxy serve");
+    let mut out = serve.stdout.take().expect("stdout");
+    let mut ready = Vec::new();
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    while !ready.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => ready.push(byte[0]),
+            _ => break,
+        }
+    }
+    let ready = String::from_utf8_lossy(&ready).into_owned();
+    let run = Command::new(&bin)
+        .args(["run", "--instance", &name, "--", NVFE, "init", "--expect-gpus", "1"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("nvproxy run");
+    // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
+    unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
+    let status = serve.wait().expect("serve exit");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(ready.trim(), format!("READY {name}"));
+    let v = summary(&run);
+    assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
+    assert!(status.success(), "serve: {status} (3 = leak check failed)");
+}
