@@ -110,7 +110,10 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
         setup_mmap_socket(socket, nvproxy_preload_proto::DEFAULT_SOCKET_PATH)?;
     }
     if let Some(socket) = &spec.dev_socket {
-        setup_mmap_socket(socket, nvproxy_preload_proto::socket::DEFAULT_DEV_SOCKET_PATH)?;
+        setup_mmap_socket(
+            socket,
+            nvproxy_preload_proto::socket::DEFAULT_DEV_SOCKET_PATH,
+        )?;
     }
     // The command's pid namespace: its first process (pid 1) mounts the namespace's own
     // /proc, so no process outside it is visible there and `/proc/<pid>/root` of another
@@ -221,7 +224,9 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         env.push((nvproxy_preload_proto::ENV_NODES.into(), nodes.into()));
     }
     if spec.dev_socket.is_some() {
-        use nvproxy_preload_proto::socket::{DEFAULT_DEV_SOCKET_PATH, ENV_DEV_GPUS, ENV_DEV_SOCKET};
+        use nvproxy_preload_proto::socket::{
+            DEFAULT_DEV_SOCKET_PATH, ENV_DEV_GPUS, ENV_DEV_SOCKET,
+        };
         env.push((ENV_DEV_SOCKET.into(), DEFAULT_DEV_SOCKET_PATH.into()));
         env.push((ENV_DEV_GPUS.into(), spec.dev_gpus.to_string().into()));
     }

@@ -150,7 +150,13 @@ pub fn run_argv(
         .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
     let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
     let mut cmd = std::process::Command::new("unused");
-    ns_exec_args(&mut cmd, root, instance, shim, state.spec.instance.gpus.len());
+    ns_exec_args(
+        &mut cmd,
+        root,
+        instance,
+        shim,
+        state.spec.instance.gpus.len(),
+    );
     argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
     argv.push("--".to_owned());
     argv.extend(command.iter().cloned());
@@ -170,7 +176,8 @@ pub fn host_support() -> std::result::Result<(), String> {
     .map_err(|e| format!("socketpair: {e}"))?;
     let cookie = sys::socket_cookie(a.as_fd()).map_err(|e| format!("SO_COOKIE: {e}"))?;
     let me = sys::pidfd_open_process(std::process::id()).map_err(|e| format!("pidfd_open: {e}"))?;
-    let dup = sys::pidfd_getfd(me.as_fd(), a.as_raw_fd()).map_err(|e| format!("pidfd_getfd: {e}"))?;
+    let dup =
+        sys::pidfd_getfd(me.as_fd(), a.as_raw_fd()).map_err(|e| format!("pidfd_getfd: {e}"))?;
     if sys::socket_cookie(dup.as_fd()).ok() != Some(cookie) {
         return Err("a duplicate's socket cookie differs".to_owned());
     }
@@ -404,7 +411,8 @@ fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
         .as_ref()
         .map(|r| vec![ControlMessage::ScmRights(r)])
         .unwrap_or_default();
-    if let Err(e) = socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+    if let Err(e) =
+        socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
     {
         // The client end is dropped here: the open's thread reads EOF and releases it.
         tracing::debug!(instance = %shared.instance, pid, error = %e, "device socket: open reply not sent");
@@ -652,7 +660,9 @@ fn call(
             let _enter = span.enter();
             let mut mem = VmMemory::new(pid).with_waits(waits.clone());
             let lookup = |fd: i32| resolve(shared, &pidfd, fd).map(|o| o.id);
-            let result = open.backend.ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
+            let result = open
+                .backend
+                .ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
             let reply = match result {
                 Ok(result) => match mem.finish() {
                     Ok(()) => CallReply {
@@ -740,11 +750,7 @@ mod tests {
         let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
         let proxy = Arc::new(
             ioctl_proxy::Proxy::for_host(
-                ioctl_proxy::InstancePolicy::new(
-                    "t",
-                    nvproxy_abi::Caps::COMPUTE_UTILITY,
-                    vec![0],
-                ),
+                ioctl_proxy::InstancePolicy::new("t", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
                 sim as Arc<dyn ioctl_proxy::HostDriver>,
             )
             .unwrap(),
@@ -789,7 +795,13 @@ mod tests {
         }
 
         fn open(&self, node: DevNode) -> Result<OwnedFd, i32> {
-            let (reply, fd) = self.open_raw(&OpenRequest { node, flags: libc::O_RDWR }.encode());
+            let (reply, fd) = self.open_raw(
+                &OpenRequest {
+                    node,
+                    flags: libc::O_RDWR,
+                }
+                .encode(),
+            );
             match (reply, fd) {
                 (Some(OpenReply { errno: 0 }), Some(fd)) => Ok(fd),
                 (Some(OpenReply { errno }), None) => Err(errno),
@@ -831,8 +843,12 @@ mod tests {
         )
         .unwrap();
         drop(theirs);
-        socket::setsockopt(&mine, sockopt::ReceiveTimeout, &timeval(Duration::from_secs(5)))
-            .unwrap();
+        socket::setsockopt(
+            &mine,
+            sockopt::ReceiveTimeout,
+            &timeval(Duration::from_secs(5)),
+        )
+        .unwrap();
         let mut buf = [0u8; 32];
         match receive(mine.as_fd(), &mut buf) {
             Ok(Received::Message { len, mut fds, .. }) if len > 0 => {
@@ -890,7 +906,15 @@ mod tests {
         assert!(f.open(DevNode::Gpu(0)).is_ok());
         assert!(f.open(DevNode::Uvm).is_ok());
         let (reply, fd) = f.open_raw(b"garbage");
-        assert_eq!((reply, fd.is_none()), (Some(OpenReply { errno: libc::EINVAL }), true));
+        assert_eq!(
+            (reply, fd.is_none()),
+            (
+                Some(OpenReply {
+                    errno: libc::EINVAL
+                }),
+                true
+            )
+        );
         f.wait_opens(0);
     }
 
@@ -903,7 +927,11 @@ mod tests {
         let mut v = version_check();
         // Naming another open's fd, a file that is not an open, a closed fd: EBADF.
         for fd in [other.as_raw_fd(), unrelated.as_raw_fd(), 1000, -1] {
-            assert_eq!(ioctl(&ctl, fd, CHECK_VERSION, &mut v).errno, libc::EBADF, "fd {fd}");
+            assert_eq!(
+                ioctl(&ctl, fd, CHECK_VERSION, &mut v).errno,
+                libc::EBADF,
+                "fd {fd}"
+            );
         }
         assert_eq!(v, version_check(), "nothing was answered into our memory");
         // Malformed or truncated messages: EINVAL.
@@ -919,7 +947,13 @@ mod tests {
         bad[0] ^= 1;
         assert_eq!(call_raw(&ctl, &bad).unwrap().0.errno, libc::EINVAL);
         assert_eq!(call_raw(&ctl, &good[..40]).unwrap().0.errno, libc::EINVAL);
-        assert_eq!(call_raw(&ctl, &[good.as_slice(), &[0; 8]].concat()).unwrap().0.errno, libc::EINVAL);
+        assert_eq!(
+            call_raw(&ctl, &[good.as_slice(), &[0; 8]].concat())
+                .unwrap()
+                .0
+                .errno,
+            libc::EINVAL
+        );
         // An empty message does not end the open.
         socket::send(ctl.as_raw_fd(), &[], MsgFlags::empty()).unwrap();
         // A bad pointer: the driver's EFAULT.
@@ -980,9 +1014,15 @@ mod tests {
             call_raw(conn, &req.encode()).unwrap()
         };
         let shared_rw = libc::PROT_READ | libc::PROT_WRITE;
-        assert_eq!(mmap(&ro, shared_rw, libc::MAP_SHARED, 4096).0.errno, libc::EACCES);
+        assert_eq!(
+            mmap(&ro, shared_rw, libc::MAP_SHARED, 4096).0.errno,
+            libc::EACCES
+        );
         assert_eq!(mmap(&ro, libc::PROT_READ, 0x0f, 4096).0.errno, libc::EINVAL);
-        assert_eq!(mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 0).0.errno, libc::EINVAL);
+        assert_eq!(
+            mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 0).0.errno,
+            libc::EINVAL
+        );
         // Nothing mapped on this open: the driver's answer (nvidia_mmap without a context).
         let (reply, fd) = mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 4096);
         assert!(reply.errno != 0 && fd.is_none(), "{reply:?}");

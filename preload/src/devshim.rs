@@ -201,13 +201,8 @@ fn node_of_fd(fd: c_int) -> Option<DevNode> {
     let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
     // SAFETY: getpeername writes at most `len` bytes into `addr`, a live local, and the length
     // into `len`. It is not interposed by the shim.
-    let r = unsafe {
-        libc::getpeername(
-            fd,
-            (&mut addr as *mut libc::sockaddr_un).cast(),
-            &mut len,
-        )
-    };
+    let r =
+        unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_un).cast(), &mut len) };
     let path_at = std::mem::offset_of!(libc::sockaddr_un, sun_path);
     if r != 0 || addr.sun_family != libc::AF_UNIX as libc::sa_family_t || (len as usize) <= path_at
     {
@@ -532,14 +527,24 @@ macro_rules! export_open {
         /// # Safety
         /// As `open(2)`.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            flags: c_int,
+            mode: libc::mode_t,
+        ) -> c_int {
             // SAFETY: the caller's arguments, passed on (contract of open(2)).
             unsafe {
                 open_or(path, flags, || match next($sym) {
                     // SAFETY: the address dlsym returned for this open variant, whose C
                     // signature is OpenFn (the mode is read only with O_CREAT/O_TMPFILE).
                     Some(f) => std::mem::transmute::<usize, OpenFn>(f)(path, flags, mode),
-                    None => ret(libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode)),
+                    None => ret(libc::syscall(
+                        libc::SYS_openat,
+                        libc::AT_FDCWD,
+                        path,
+                        flags,
+                        mode,
+                    )),
                 })
             }
         }
@@ -669,7 +674,11 @@ macro_rules! export_xstat {
         /// # Safety
         /// As `stat(2)`.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(_ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+        pub unsafe extern "C" fn $name(
+            _ver: c_int,
+            path: *const c_char,
+            buf: *mut libc::stat,
+        ) -> c_int {
             // SAFETY: the caller's arguments (contract of stat(2)).
             unsafe { stat_path(libc::AT_FDCWD, path, buf, $flag) }
         }
@@ -729,7 +738,12 @@ pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, buf: *mut libc::stat
 ///
 /// # Safety
 /// As `fstatat(2)`.
-unsafe fn fstatat_any(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flag: c_int) -> c_int {
+unsafe fn fstatat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flag: c_int,
+) -> c_int {
     if flag & libc::AT_EMPTY_PATH != 0
         && !path.is_null()
         // SAFETY: non-NULL and NUL-terminated (contract): only its first byte is read.
@@ -824,13 +838,20 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
 /// # Safety
 /// As `faccessat(2)`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
     // SAFETY: `path` as the caller passed it.
     match unsafe { node_of_path(path) } {
         Some(node) => access_node(node, mode),
         None => match next(Sym::Faccessat) {
             // SAFETY: the address dlsym returned for "faccessat" (FaccessatFn).
-            Some(f) => unsafe { std::mem::transmute::<usize, FaccessatFn>(f)(dirfd, path, mode, flags) },
+            Some(f) => unsafe {
+                std::mem::transmute::<usize, FaccessatFn>(f)(dirfd, path, mode, flags)
+            },
             // SAFETY: the caller's own call as the raw syscall (faccessat2 takes the flags).
             None => ret(unsafe { libc::syscall(libc::SYS_faccessat2, dirfd, path, mode, flags) }),
         },
@@ -945,7 +966,10 @@ mod tests {
         let st = fake_stat(DevNode::Ctl);
         assert_eq!(st.st_mode, libc::S_IFCHR | 0o666);
         assert_eq!(st.st_rdev, crate::proto::makedev(195, 255));
-        assert_eq!(fake_stat(DevNode::Gpu(3)).st_rdev, crate::proto::makedev(195, 3));
+        assert_eq!(
+            fake_stat(DevNode::Gpu(3)).st_rdev,
+            crate::proto::makedev(195, 3)
+        );
     }
 
     #[test]

@@ -419,7 +419,11 @@ unsafe fn hook(
                 // SAFETY: the caller's call with its fd replaced by the host fd the worker
                 // handed over for this very open: same address, length, protection and flags.
                 let p = unsafe { real_mmap(which, addr, len, prot, flags, host, offset) };
-                let e = if p == libc::MAP_FAILED { errno() } else { saved };
+                let e = if p == libc::MAP_FAILED {
+                    errno()
+                } else {
+                    saved
+                };
                 Sys.close(host);
                 set_errno(e);
                 p

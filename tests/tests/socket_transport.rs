@@ -94,14 +94,21 @@ fn userspace() -> Option<(PathBuf, PathBuf)> {
 /// `nvproxy exec --driver sim --transport socket --check-leaks EXTRA -- CMD`, with a timeout.
 fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
     let mut c = Command::new(nvproxy_bin());
-    c.args(["exec", "--driver", "sim", "--transport", "socket", "--check-leaks"])
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.args([
+        "exec",
+        "--driver",
+        "sim",
+        "--transport",
+        "socket",
+        "--check-leaks",
+    ])
+    .args(extra)
+    .arg("--")
+    .args(cmd)
+    .env("RUST_LOG", "warn")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -289,7 +296,12 @@ fn test_a_process_bypassing_the_shim_reaches_nothing_and_forged_requests_are_ref
     assert_eq!(v["forged_fd_untouched"], true, "{v}");
     assert_eq!(v["forged_closed_fd"], "EBADF", "{v}");
     assert_eq!(v["child_ioctl"], true, "{v}");
-    assert_eq!(no_shim, libc::ENOENT.to_string(), "without the shim: {}", text(&o));
+    assert_eq!(
+        no_shim,
+        libc::ENOENT.to_string(),
+        "without the shim: {}",
+        text(&o)
+    );
 }
 
 // ---- NVIDIA's userspace ---------------------------------------------------------------------
@@ -388,7 +400,14 @@ fn test_mmap_of_an_open_without_mapping_gives_the_drivers_einval() {
     }
     let v = summary(&exec(
         &[],
-        &[MMAP, "map", "--node", "/dev/nvidiactl", "--expect", "EINVAL"],
+        &[
+            MMAP,
+            "map",
+            "--node",
+            "/dev/nvidiactl",
+            "--expect",
+            "EINVAL",
+        ],
     ));
     assert_eq!(v["shim_loaded"], true);
 }
@@ -425,10 +444,7 @@ fn test_rm_memory_is_mapped_and_shared_both_ways() {
     if !runnable() {
         return;
     }
-    let v = summary(&exec(
-        &[],
-        &[MMAP, "rm-map", "--expect-fd-ioctl", "ENOTTY"],
-    ));
+    let v = summary(&exec(&[], &[MMAP, "rm-map", "--expect-fd-ioctl", "ENOTTY"]));
     assert_eq!(v["both_ways"], true);
 }
 
@@ -483,7 +499,16 @@ fn test_served_socket_instance_through_run() {
     }
     let ready = String::from_utf8_lossy(&ready).into_owned();
     let run = Command::new(&bin)
-        .args(["run", "--instance", &name, "--", NVFE, "init", "--expect-gpus", "1"])
+        .args([
+            "run",
+            "--instance",
+            &name,
+            "--",
+            NVFE,
+            "init",
+            "--expect-gpus",
+            "1",
+        ])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .output()

@@ -86,8 +86,9 @@ impl Drop for MmapSocket {
 /// Removes a stale socket of an earlier run at `path`; anything else there is an error.
 pub(crate) fn remove_stale_socket(path: &Path) -> Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)
-            .with_context(|| format!("removing stale {}", path.display())),
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))
+        }
         Ok(_) => anyhow::bail!("{} exists and is not a socket", path.display()),
         Err(_) => Ok(()),
     }

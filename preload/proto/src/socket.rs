@@ -398,7 +398,12 @@ mod tests {
 
     #[test]
     fn test_codes_and_peer_names_round_trip() {
-        for n in [DevNode::Ctl, DevNode::Uvm, DevNode::Gpu(0), DevNode::Gpu(255)] {
+        for n in [
+            DevNode::Ctl,
+            DevNode::Uvm,
+            DevNode::Gpu(0),
+            DevNode::Gpu(255),
+        ] {
             assert_eq!(DevNode::from_code(n.code()), Some(n));
             let mut name = OPEN_PEER_PREFIX.to_vec();
             name.extend(format!("{:x}-0123abcd", n.code()).bytes());
