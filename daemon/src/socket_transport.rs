@@ -26,9 +26,11 @@
 //! (`MSG_DONTWAIT`). Client memory is read with deadlines (cuse-dev's client waits).
 //!
 //! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
-//! reads its calls and serves them in order (so calls of one open file are serialized, where
-//! CUSE serves them concurrently). Every serving thread gives up `CAP_SYS_ADMIN` first
-//! (`device::drop_admin_on_this_thread`).
+//! reads its calls and queues them for the instance's call threads (started on demand, up to
+//! 128; idle ones exit), so calls of one open run concurrently as on a CUSE node, and a call
+//! waiting on the client's memory or the driver holds up no other. The open is released when
+//! its connection reads EOF and its calls in flight are done. Every thread that calls the
+//! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -217,6 +219,13 @@ struct Open {
     /// `O_ACCMODE` of the caller's open flags.
     access: i32,
     conn: OwnedFd,
+    calls: Mutex<Calls>,
+}
+
+impl Open {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The instance's opens, by client-end cookie (for fd resolution) and for stopping.
@@ -231,6 +240,7 @@ struct Shared {
     nodes: Nodes,
     table: Mutex<Table>,
     stopping: AtomicBool,
+    pool: Pool,
 }
 
 /// An instance's device socket (`<root>/<instance>/dev.sock`) and its threads. Dropping it stops
@@ -273,6 +283,7 @@ impl DevSocket {
             nodes,
             table: Mutex::new(Table::default()),
             stopping: AtomicBool::new(false),
+            pool: Pool::default(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -304,6 +315,7 @@ impl DevSocket {
 impl Drop for DevSocket {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.pool.cv.notify_all();
         drop(self.stop.take());
         if let Some(t) = self.thread.take()
             && t.join().is_err()
@@ -458,6 +470,7 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
         cookie,
         access: req.flags & libc::O_ACCMODE,
         conn: ours,
+        calls: Mutex::new(Calls::default()),
     });
     shared.lock_table().by_cookie.insert(cookie, open.clone());
     let s = shared.clone();
@@ -550,10 +563,9 @@ fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
     })
 }
 
-/// The thread of one open: reads its calls, serves them, releases the open at EOF.
+/// The thread of one open: reads its calls and queues them for the instance's call threads;
+/// at EOF the open is released once its calls in flight are done.
 fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
-    let admin = drop_admin_on_this_thread();
-    let mut waits = ClientWaits::standalone(CLIENT_WAIT);
     loop {
         let mut buf = [0u8; CallRequest::SIZE + 1];
         let got = receive(open.conn.as_fd(), &mut buf);
@@ -580,26 +592,176 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
             tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
             continue;
         }
-        let reply_to = fds.remove(0);
-        let (reply, host_fd) = match (&admin, pid, truncated) {
+        let job = Job {
+            open: open.clone(),
+            pid,
+            truncated,
+            len,
+            buf,
+            reply: fds.remove(0),
+        };
+        if let Err(job) = shared.pool.push(shared, job) {
+            tracing::debug!(instance = %shared.instance, open = open.id, "call queue full: EAGAIN");
+            send_reply(job.reply.as_fd(), &CallReply::error(libc::EAGAIN), None);
+            finish(shared, &job.open);
+        }
+    }
+    if open.calls().close() {
+        release(shared, open);
+    }
+}
+
+/// A call's end: releases its open when that was the last call of a closed open.
+fn finish(shared: &Shared, open: &Arc<Open>) {
+    if open.calls().end() {
+        release(shared, open);
+    }
+}
+
+fn release(shared: &Shared, open: &Open) {
+    shared.lock_table().by_cookie.remove(&open.cookie);
+    tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
+    open.backend.release(open.id);
+}
+
+/// Calls in flight on one open, and whether its last client reference is gone.
+#[derive(Default)]
+struct Calls {
+    in_flight: usize,
+    closed: bool,
+}
+
+impl Calls {
+    fn begin(&mut self) {
+        self.in_flight += 1;
+    }
+    /// A call ended: whether the open is to be released now.
+    fn end(&mut self) -> bool {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.closed && self.in_flight == 0
+    }
+    /// The connection reached EOF: whether the open is to be released now.
+    fn close(&mut self) -> bool {
+        self.closed = true;
+        self.in_flight == 0
+    }
+}
+
+/// One call read from an open's connection, waiting for a call thread.
+struct Job {
+    open: Arc<Open>,
+    pid: Option<u32>,
+    truncated: bool,
+    len: usize,
+    buf: [u8; CallRequest::SIZE + 1],
+    reply: OwnedFd,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: std::collections::VecDeque<Job>,
+    idle: usize,
+    threads: usize,
+}
+
+/// The instance's call threads: as many as calls run at once, up to [`MAX_CALL_THREADS`] (so
+/// that calls of one open run concurrently, as on a CUSE node, and a call that waits does not
+/// hold up the others); idle ones exit after [`IDLE_EXIT`] (two stay).
+#[derive(Default)]
+struct Pool {
+    state: Mutex<PoolState>,
+    cv: std::sync::Condvar,
+}
+
+/// Call threads per instance.
+const MAX_CALL_THREADS: usize = 128;
+/// Calls queued per instance beyond the running ones; past it a call is answered `EAGAIN`.
+const MAX_QUEUED: usize = 4096;
+/// How long an idle call thread waits for work before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job` (counting it in flight on its open), starting a thread when none is idle.
+    /// The job back when the queue is full (not counted).
+    fn push(&self, shared: &Arc<Shared>, job: Job) -> std::result::Result<(), Job> {
+        let mut st = self.lock();
+        if st.jobs.len() >= MAX_QUEUED {
+            job.open.calls().begin();
+            return Err(job);
+        }
+        job.open.calls().begin();
+        st.jobs.push_back(job);
+        if st.idle == 0 && st.threads < MAX_CALL_THREADS {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("dev-call-{}", shared.instance))
+                .stack_size(1 << 20)
+                .spawn(move || call_thread(&s));
+            match spawned {
+                Ok(_) => st.threads += 1,
+                Err(e) => {
+                    tracing::warn!(instance = %shared.instance, error = %e, "cannot start a call thread");
+                }
+            }
+        }
+        drop(st);
+        self.cv.notify_one();
+        Ok(())
+    }
+
+    /// The next job for a call thread, or `None` when it is to exit.
+    fn next(&self, shared: &Shared) -> Option<Job> {
+        let mut st = self.lock();
+        loop {
+            if let Some(j) = st.jobs.pop_front() {
+                return Some(j);
+            }
+            if shared.stopping.load(Ordering::Relaxed) {
+                st.threads -= 1;
+                return None;
+            }
+            st.idle += 1;
+            let (g, wait) = self
+                .cv
+                .wait_timeout(st, IDLE_EXIT)
+                .unwrap_or_else(|e| e.into_inner());
+            st = g;
+            st.idle -= 1;
+            if wait.timed_out() && st.jobs.is_empty() && st.threads > 2 {
+                st.threads -= 1;
+                return None;
+            }
+        }
+    }
+}
+
+/// A call thread: serves queued calls until idle or stopped.
+fn call_thread(shared: &Arc<Shared>) {
+    let admin = drop_admin_on_this_thread();
+    let mut waits = ClientWaits::standalone(CLIENT_WAIT);
+    while let Some(job) = shared.pool.next(shared) {
+        let (reply, host_fd) = match (&admin, job.pid, job.truncated) {
             (Err(e), _, _) => (CallReply::error(e.raw()), None),
             (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
             (_, _, true) => (CallReply::error(libc::EINVAL), None),
-            (Ok(()), Some(pid), false) => match CallRequest::decode(&buf[..len]) {
+            (Ok(()), Some(pid), false) => match CallRequest::decode(&job.buf[..job.len]) {
                 None => (CallReply::error(libc::EINVAL), None),
                 Some(req) => {
                     if waits.fired() {
                         waits = ClientWaits::standalone(CLIENT_WAIT);
                     }
-                    call(shared, open, pid, &req, &waits)
+                    call(shared, &job.open, pid, &req, &waits)
                 }
             },
         };
-        send_reply(reply_to.as_fd(), &reply, host_fd.as_ref());
+        send_reply(job.reply.as_fd(), &reply, host_fd.as_ref());
+        drop(job.reply);
+        finish(shared, &job.open);
     }
-    shared.lock_table().by_cookie.remove(&open.cookie);
-    tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
-    open.backend.release(open.id);
 }
 
 fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
@@ -896,6 +1058,46 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         f.wait_opens(1);
         drop(dup);
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_a_call_waiting_on_client_memory_does_not_hold_up_the_opens_other_calls() {
+        let f = fixture("waiting");
+        let ctl = Arc::new(f.open(DevNode::Ctl).unwrap());
+        // A page whose fault nobody resolves yet: the worker's read of it waits.
+        let map = sys::AnonMap::new(4096).unwrap();
+        let uffd = sys::uffd_register_missing(map.addr(), 4096)
+            .expect("userfaultfd (root; CONFIG_USERFAULTFD)");
+        let addr = map.addr();
+        let c = ctl.clone();
+        let waiting = std::thread::spawn(move || {
+            let req = CallRequest {
+                fd: c.as_raw_fd(),
+                op: CallOp::Ioctl {
+                    cmd: CHECK_VERSION,
+                    arg: addr,
+                },
+            };
+            call_raw(&c, &req.encode())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!waiting.is_finished(), "the call did not wait on the page");
+        // Another call on the same open is served meanwhile.
+        let mut v = version_check();
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        assert!(!waiting.is_finished());
+        use std::os::fd::AsFd;
+        sys::uffd_zeropage(uffd.as_fd(), addr, 4096).unwrap();
+        let (reply, _) = waiting
+            .join()
+            .unwrap()
+            .expect("the waiting call is answered");
+        // It read the (now zero) page: the answer to a zeroed request, not EFAULT.
+        assert_ne!(reply.errno, libc::EFAULT, "{reply:?}");
+        // The open is released once its last reference and its calls are gone.
+        drop(ctl);
         f.wait_opens(0);
     }
 
