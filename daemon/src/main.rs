@@ -17,6 +17,7 @@ mod mmap;
 mod node;
 mod nsexec;
 mod policy_cmd;
+mod seqpacket;
 mod serve;
 mod socket_transport;
 mod supervisor;

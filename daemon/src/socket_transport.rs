@@ -35,7 +35,6 @@
 use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,6 +56,7 @@ use nvproxy_preload_proto::socket::{
 use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
+use crate::seqpacket::{SeqpacketServer, make_private_dir};
 use crate::sys;
 
 /// How an instance reaches its tenants.
@@ -246,11 +246,9 @@ struct Shared {
 /// An instance's device socket (`<root>/<instance>/dev.sock`) and its threads. Dropping it stops
 /// them, ends every open's connection (later calls fail with `ENOTCONN`) and removes the socket.
 pub struct DevSocket {
-    path: PathBuf,
+    server: Option<SeqpacketServer>,
     dir: PathBuf,
     shared: Arc<Shared>,
-    stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl DevSocket {
@@ -258,26 +256,9 @@ impl DevSocket {
     /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
     /// container may open the nodes, as the driver's 0666 nodes).
     pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
-        crate::mmap::make_private_dir(root)?;
+        make_private_dir(root)?;
         let dir = root.join(instance);
-        crate::mmap::make_private_dir(&dir)?;
-        let path = dir.join(DEV_SOCKET_NAME);
-        crate::mmap::remove_stale_socket(&path)?;
-        let listener = socket::socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .context("creating the device socket")?;
-        let addr = UnixAddr::new(&path).context("device socket path")?;
-        socket::bind(listener.as_raw_fd(), &addr)
-            .with_context(|| format!("binding {}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
-        socket::listen(&listener, socket::Backlog::new(64).context("backlog")?)
-            .context("listen on the device socket")?;
-        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .context("pipe for the device socket")?;
+        make_private_dir(&dir)?;
         let shared = Arc::new(Shared {
             instance: instance.to_owned(),
             nodes,
@@ -286,23 +267,24 @@ impl DevSocket {
             pool: Pool::default(),
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("dev-{instance}"))
-            .spawn(move || accept_loop(&s, &listener, &stop_r))?;
-        tracing::info!(instance, socket = %path.display(), "socket transport serving (no CUSE nodes)");
+        let server = SeqpacketServer::start(
+            &dir.join(DEV_SOCKET_NAME),
+            format!("dev-{instance}"),
+            move |conn| serve_open(&s, conn),
+        )
+        .context("the device socket")?;
+        tracing::info!(instance, socket = %server.path().display(), "socket transport serving (no CUSE nodes)");
         Ok(DevSocket {
-            path,
+            server: Some(server),
             dir,
             shared,
-            stop: Some(stop_w),
-            thread: Some(thread),
         })
     }
 
     /// The socket's path on the host.
     #[cfg(test)]
     pub fn path(&self) -> &Path {
-        &self.path
+        self.server.as_ref().map_or(Path::new(""), |s| s.path())
     }
 
     /// Opens being served.
@@ -316,12 +298,8 @@ impl Drop for DevSocket {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.shared.pool.cv.notify_all();
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            tracing::error!(socket = %self.path.display(), "device socket thread panicked");
-        }
+        // The accepting thread ends and the socket goes.
+        drop(self.server.take());
         let (opens, threads) = {
             let mut t = self.shared.lock_table();
             let opens: Vec<Arc<Open>> = t.by_cookie.values().cloned().collect();
@@ -338,7 +316,6 @@ impl Drop for DevSocket {
                 let _ = t.join();
             }
         }
-        let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -351,39 +328,6 @@ impl Shared {
     /// The open a client-end cookie belongs to.
     fn by_cookie(&self, cookie: u64) -> Option<Arc<Open>> {
         self.lock_table().by_cookie.get(&cookie).cloned()
-    }
-}
-
-fn accept_loop(shared: &Arc<Shared>, listener: &OwnedFd, stop: &OwnedFd) {
-    let _ = drop_admin_on_this_thread();
-    loop {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                tracing::error!(instance = %shared.instance, error = %e, "device socket: poll failed; no more opens");
-                return;
-            }
-        }
-        if fds[1].any().unwrap_or(true) {
-            return;
-        }
-        match sys::accept_cloexec(listener.as_fd()) {
-            Ok(conn) => serve_open(shared, conn),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED)
-                ) => {}
-            Err(e) => {
-                tracing::warn!(instance = %shared.instance, error = %e, "device socket: accept failed");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
     }
 }
 

@@ -34,7 +34,6 @@ use std::time::Duration;
 pub use handler::InstanceMmap;
 pub use inject::{SHIM_NAME, ld_preload_with, node_ids, shim_path};
 pub use socket::MmapSocket;
-pub(crate) use socket::{make_private_dir, remove_stale_socket};
 pub use tickets::{Refusal, TicketStore};
 
 /// How long a ticket stays valid. The shim redeems it right after the ioctl returns; a few
