@@ -33,7 +33,7 @@
 //! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io::{self, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,8 +45,7 @@ use anyhow::{Context, Result};
 use cuse_dev::{ClientWaits, Errno};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    self, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    UnixAddr, sockopt,
+    self, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, sockopt,
 };
 use nvproxy_preload_proto::socket::{
     CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
@@ -56,7 +55,7 @@ use nvproxy_preload_proto::socket::{
 use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
-use crate::seqpacket::{SeqpacketServer, make_private_dir};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
 use crate::sys;
 
 /// How an instance reaches its tenants.
@@ -360,16 +359,13 @@ fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
             Err(e) => (e.raw(), None),
         },
     };
-    let bytes = OpenReply { errno }.encode();
-    let iov = [IoSlice::new(&bytes)];
-    let raw = client.as_ref().map(|c| [c.as_raw_fd()]);
-    let cmsgs: Vec<ControlMessage<'_>> = raw
-        .as_ref()
-        .map(|r| vec![ControlMessage::ScmRights(r)])
-        .unwrap_or_default();
-    if let Err(e) =
-        socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-    {
+    let sent = send_with_fd(
+        conn.as_fd(),
+        &OpenReply { errno }.encode(),
+        client.as_ref(),
+        MsgFlags::empty(),
+    );
+    if let Err(e) = sent {
         // The client end is dropped here: the open's thread reads EOF and releases it.
         tracing::debug!(instance = %shared.instance, pid, error = %e, "device socket: open reply not sent");
     }
@@ -709,21 +705,8 @@ fn call_thread(shared: &Arc<Shared>) {
 }
 
 fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
-    let bytes = reply.encode();
-    let iov = [IoSlice::new(&bytes)];
-    let raw = fd.map(|f| [f.as_raw_fd()]);
-    let cmsgs: Vec<ControlMessage<'_>> = raw
-        .as_ref()
-        .map(|r| vec![ControlMessage::ScmRights(r)])
-        .unwrap_or_default();
     // Never blocks: a reply socket whose buffer the client filled loses the reply.
-    let _ = socket::sendmsg::<()>(
-        to.as_raw_fd(),
-        &iov,
-        &cmsgs,
-        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        None,
-    );
+    let _ = send_with_fd(to, &reply.encode(), fd, MsgFlags::MSG_DONTWAIT);
 }
 
 /// The open a caller's fd number names, resolved kernel-side: a duplicate of the caller's fd
@@ -835,6 +818,8 @@ fn mmap_checks(access: i32, len: u64, prot: i32, flags: i32, offset: i64) -> Res
 mod tests {
     use super::*;
     use crate::backend::{ProxyBackend, UvmBackend};
+    use nix::sys::socket::ControlMessage;
+    use std::io::IoSlice;
     use std::os::unix::net::UnixStream;
 
     struct Fixture {
