@@ -210,7 +210,8 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
             !(spec.preload.is_some() && k == "LD_PRELOAD"
                 || spec.nvproxy_nodes.is_some() && k == nvproxy_preload_proto::ENV_NODES
                 || k == nvproxy_preload_proto::socket::ENV_DEV_SOCKET
-                || k == nvproxy_preload_proto::socket::ENV_DEV_GPUS)
+                || k == nvproxy_preload_proto::socket::ENV_DEV_GPUS
+                || k == nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR)
         })
         .collect();
     if let Some(shim) = &spec.preload {
@@ -229,8 +230,26 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         };
         env.push((ENV_DEV_SOCKET.into(), DEFAULT_DEV_SOCKET_PATH.into()));
         env.push((ENV_DEV_GPUS.into(), spec.dev_gpus.to_string().into()));
+        // libcuda compares /dev/nvidia-uvm's major with the driver's in /proc/devices.
+        if let Some(major) = uvm_major() {
+            env.push((
+                nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR.into(),
+                major.to_string().into(),
+            ));
+        }
     }
     env
+}
+
+/// The host driver's `nvidia-uvm` major (`/proc/devices`), if it has one.
+fn uvm_major() -> Option<u32> {
+    fs::read_to_string("/proc/devices")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let (major, name) = l.trim().split_once(' ')?;
+            (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
+        })
 }
 
 /// Shows the instance's socket, alone, at `at` (`/run/nvproxy/mmap.sock`, or `dev.sock` for the

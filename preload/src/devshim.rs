@@ -27,12 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use crate::cache::{FileKey, NodeCache};
 use crate::config::SUN_PATH_LEN;
 use crate::proto::socket::{
-    CallOp, CallReply, CallRequest, DevNode, ENV_DEV_GPUS, ENV_DEV_SOCKET, OPEN_PEER_PREFIX,
-    OpenReply, OpenRequest, node_of_peer_name,
+    CallOp, CallReply, CallRequest, DEFAULT_UVM_MAJOR, DevNode, ENV_DEV_GPUS, ENV_DEV_SOCKET,
+    ENV_DEV_UVM_MAJOR, OPEN_PEER_PREFIX, OpenReply, OpenRequest, node_of_peer_name,
 };
-
-/// The major number shown for `/dev/nvidia-uvm` (the driver's is dynamic).
-const UVM_MAJOR: u32 = 510;
 
 struct DevConfig {
     state: AtomicU8,
@@ -40,6 +37,8 @@ struct DevConfig {
     path: [AtomicU8; SUN_PATH_LEN],
     len: AtomicUsize,
     gpus: AtomicU32,
+    /// The major `/dev/nvidia-uvm` shows (the driver's is dynamic).
+    uvm_major: AtomicU32,
 }
 
 static DEV: DevConfig = DevConfig {
@@ -48,6 +47,7 @@ static DEV: DevConfig = DevConfig {
     path: [const { AtomicU8::new(0) }; SUN_PATH_LEN],
     len: AtomicUsize::new(0),
     gpus: AtomicU32::new(0),
+    uvm_major: AtomicU32::new(DEFAULT_UVM_MAJOR),
 };
 
 /// Our sockets: `(st_dev, st_ino)` → node code.
@@ -96,7 +96,9 @@ fn enabled() -> bool {
 }
 
 fn load() {
-    const _: () = assert!(ENV_DEV_SOCKET.len() == 18 && ENV_DEV_GPUS.len() == 16);
+    const _: () = assert!(
+        ENV_DEV_SOCKET.len() == 18 && ENV_DEV_GPUS.len() == 16 && ENV_DEV_UVM_MAJOR.len() == 21
+    );
     let Some(path) = getenv(c"NVPROXY_DEV_SOCKET") else {
         return;
     };
@@ -107,15 +109,19 @@ fn load() {
         slot.store(b, Ordering::Relaxed);
     }
     DEV.len.store(path.len(), Ordering::Relaxed);
+    let number = |v: &[u8], digits: usize| {
+        if v.is_empty() || v.len() > digits || !v.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(v.iter().fold(0u32, |a, d| a * 10 + u32::from(d - b'0')))
+    };
     let gpus = getenv(c"NVPROXY_DEV_GPUS")
-        .and_then(|v| {
-            if v.is_empty() || v.len() > 3 || !v.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            Some(v.iter().fold(0u32, |a, d| a * 10 + u32::from(d - b'0')))
-        })
+        .and_then(|v| number(v, 3))
         .unwrap_or(0);
     DEV.gpus.store(gpus, Ordering::Relaxed);
+    if let Some(m) = getenv(c"NVPROXY_DEV_UVM_MAJOR").and_then(|v| number(v, 4)) {
+        DEV.uvm_major.store(m, Ordering::Relaxed);
+    }
     DEV.enabled.store(true, Ordering::Relaxed);
 }
 
@@ -153,7 +159,7 @@ fn fake_stat(node: DevNode) -> libc::stat {
     // SAFETY: `struct stat` is plain data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     st.st_mode = libc::S_IFCHR | 0o666;
-    st.st_rdev = node.rdev(UVM_MAJOR);
+    st.st_rdev = node.rdev(DEV.uvm_major.load(Ordering::Relaxed));
     st.st_nlink = 1;
     st.st_ino = node.code();
     st.st_dev = crate::proto::makedev(0, 6);

@@ -4,8 +4,8 @@
 # Usage (as root, on the GPU host):
 #   tests/gpu/validate.sh [--bin DIR] [--out DIR] [--gpu MINOR] [--transport auto|cuse|socket]
 #                         [--limit SECONDS]
-#   --bin DIR      nvproxy, libnvproxy_preload.so, cuda-probe (default: target/release of this
-#                  checkout; build them with `cargo build --release -p daemon -p preload -p tests`)
+#   --bin DIR      nvproxy, libnvproxy_preload.so, cuda-probe (default: target/gpu-bundle of this
+#                  checkout, which tests/gpu/bundle.sh builds: release, x86_64, stripped)
 #   --out DIR      where the outputs go (default: $OUT when set, else /tmp/nvproxy-validate)
 #   --gpu MINOR    the host GPU the instance gets (default 0)
 #   --transport    auto (default): cuse when /dev/cuse exists or `modprobe cuse` makes it, else
@@ -30,7 +30,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
-BIN=$ROOT/target/release
+BIN=$ROOT/target/gpu-bundle
 OUT=${OUT:-/tmp/nvproxy-validate}
 GPU=0
 TRANSPORT=auto

@@ -30,6 +30,11 @@ pub const DEFAULT_DEV_SOCKET_PATH: &str = "/run/nvproxy/dev.sock";
 pub const ENV_DEV_SOCKET: &str = "NVPROXY_DEV_SOCKET";
 /// Environment variable with the instance's GPU count (`/dev/nvidia0..N-1` exist).
 pub const ENV_DEV_GPUS: &str = "NVPROXY_DEV_GPUS";
+/// Environment variable with the major number `/dev/nvidia-uvm` shows (the host driver's, from
+/// `/proc/devices`; libcuda compares the two); default [`DEFAULT_UVM_MAJOR`].
+pub const ENV_DEV_UVM_MAJOR: &str = "NVPROXY_DEV_UVM_MAJOR";
+/// The major `/dev/nvidia-uvm` shows when the host has no `nvidia-uvm` entry.
+pub const DEFAULT_UVM_MAJOR: u32 = 510;
 /// The device socket's file name in an instance's run directory.
 pub const DEV_SOCKET_NAME: &str = "dev.sock";
 /// The socket protocol's version.
