@@ -177,6 +177,9 @@ impl RunningInstance {
             Arc::new(UvmBackend::new(uvm_proxy.clone(), backend.clone()));
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         if inst.transport == config::Transport::Socket {
+            if transport == MemoryTransport::Retry {
+                tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
+            }
             let nodes = crate::socket_transport::Nodes {
                 frontend: backend,
                 uvm: Some(uvm),
@@ -419,6 +422,12 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
+    if args.transport == config::Transport::Socket && args.memory == MemoryTransport::Retry {
+        bail!(
+            "--memory retry is a CUSE protocol; the socket transport reads client memory with \
+             process_vm_readv (drop --memory retry)"
+        );
+    }
     if args.transport == config::Transport::Socket && shim.is_none() {
         bail!(
             "--transport socket needs the shim ({}): it is what serves /dev/nvidia* to the \
