@@ -28,6 +28,8 @@
 //! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
 //! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
 //! max_in_flight = 256            # requests handled at once (past it: EAGAIN)
+//! transport = "cuse"            # or "socket": no device nodes, the shim forwards /dev/nvidia*
+//!                                # to the worker over a unix socket (kernels without CUSE)
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
@@ -362,6 +364,9 @@ impl Config {
             if !i.uvm_mmap {
                 out.push_str(", uvm_mmap off");
             }
+            if i.transport != Transport::Cuse {
+                out.push_str(&format!(", transport {}", i.transport));
+            }
             out.push('\n');
         }
         if self.instances.is_empty() {
@@ -695,6 +700,18 @@ mod tests {
     fn test_unknown_key_is_an_error() {
         let err = Config::parse("driver = \"sim\"\nbogus = 1\n").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
+    }
+
+    #[test]
+    fn test_instance_transport_defaults_to_cuse_and_takes_socket() {
+        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        assert_eq!(c.instances[0].transport, Transport::Cuse);
+        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"socket\"\n")
+            .unwrap();
+        assert_eq!(c.instances[0].transport, Transport::Socket);
+        let err = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"tcp\"\n")
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("tcp"), "{err:#}");
     }
 
     #[test]
