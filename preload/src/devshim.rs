@@ -74,22 +74,42 @@ fn getenv(name: &CStr) -> Option<&'static [u8]> {
     Some(unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
-/// Whether the socket transport is on (loading the configuration on first use).
+/// The thread loading the configuration (to recognise a re-entry from it, e.g. a signal
+/// handler that opens a file while it reads the environment).
+static LOADER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Whether the socket transport is on (loading the configuration on first use). While another
+/// thread loads it (a few getenv calls) this waits; a re-entry from the loading thread, or a
+/// wait that does not end (a fork while another thread loaded), answers "off" for that call.
 fn enabled() -> bool {
+    if DEV.state.load(Ordering::Acquire) == 2 {
+        return DEV.enabled.load(Ordering::Relaxed);
+    }
+    let mut spins = 0u32;
     loop {
         match DEV
             .state
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
         {
             Ok(_) => {
+                LOADER.store(gettid(), Ordering::Relaxed);
                 load();
                 DEV.state.store(2, Ordering::Release);
                 break;
             }
             Err(2) => break,
-            // Another thread reads the environment (a few getenv calls, none of which comes
-            // back here).
-            Err(_) => std::hint::spin_loop(),
+            Err(_) => {
+                spins += 1;
+                if LOADER.load(Ordering::Relaxed) == gettid() || spins > 1 << 24 {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
         }
     }
     DEV.enabled.load(Ordering::Relaxed)
