@@ -332,6 +332,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_in_flight: None,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
+                transport: Default::default(),
             };
             instance.validate()?;
             (socket, Request::Create { instance })

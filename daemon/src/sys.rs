@@ -611,8 +611,34 @@ pub fn recv_with_fd(
     Ok((n, got.pop()))
 }
 
-/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS) in a test.
-#[cfg(test)]
+/// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
+/// of this boot (`ENOTSOCK` for a file that is not a socket).
+pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    const SO_COOKIE: libc::c_int = 57;
+    let mut cookie = 0u64;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: `cookie` and `len` are live locals the kernel writes at most `len` (8) bytes into;
+    // `fd` is borrowed, so it stays open for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != size_of::<u64>() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(cookie)
+}
+
+/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS).
 pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
     assert!(fd >= 0);
