@@ -10,7 +10,9 @@
 //! clients to its own process, and a crash or exhaustion of one worker (fds, memory, threads)
 //! cannot touch another instance.
 //!
-//! **The simulated driver** with workers: each worker has its own `nvsim` driver with the
+//! **The simulated driver** with workers: with `[sim] process = true` the instance's `nvsim` is
+//! a process of its own (`nvproxy sim-driver`, `simd.rs`) that outlives its workers, as the
+//! kernel driver outlives processes; otherwise each worker has its own `nvsim` driver with the
 //! configured GPUs. From each worker's point of view it behaves like the real driver; what it
 //! cannot show is one tenant's effect on another's view of the same GPUs (GPU attach state,
 //! device instances), because no two workers share it. That cross-instance behaviour of one
