@@ -757,6 +757,16 @@ fn the_systemd_unit_serves_under_systemd() {
     };
     let spec = exec(&["cat", "/run/cdi/nvproxy.yaml"]);
     let list = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    // journald's native protocol (tracing-journald), not only the stderr stream: the span and
+    // event fields arrive as journal fields.
+    let json = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "json",
+    ]);
     let worker_uid = exec(&[
         "sh",
         "-c",
@@ -782,6 +792,11 @@ fn the_systemd_unit_serves_under_systemd() {
     assert!(
         nodes.contains("nvidiactl") && nodes.contains("nvidia-uvm"),
         "{nodes}"
+    );
+    assert!(
+        json.lines().any(|l| l.contains("\"F_INSTANCE\":\"sd-a\"")
+            && l.contains("\"SYSLOG_IDENTIFIER\":\"nvproxy\"")),
+        "no journal entry with the instance as a field:\n{json}"
     );
     assert!(
         worker_uid
