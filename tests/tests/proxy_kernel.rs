@@ -1119,6 +1119,32 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
 
 // ---- the process model: a worker per instance, the supervisor, the instance API -------------
 
+/// `nvfe-client init` through `init_in` and the UVM managed-memory mmap pattern
+/// (`mmap-client uvm-map`, which needs the worker to read the tenant's maps) through `map_in`.
+fn init_and_uvm_map(init_in: &str, map_in: &str) {
+    let mut p = run_in(init_in, &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in {init_in}\n{}",
+        p.transcript()
+    );
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "run",
+        "--instance",
+        map_in,
+        "--",
+        env!("CARGO_BIN_EXE_mmap-client"),
+    ])
+    .args(["uvm-map", "--count", "2"]);
+    let mut m = Proc::spawn(&format!("run {map_in} uvm-map"), &mut c, false);
+    assert!(
+        m.wait(EXEC_TIMEOUT).success(),
+        "uvm-map in {map_in}\n{}",
+        m.transcript()
+    );
+}
+
 /// `/proc/PID/status` field `Uid:`/`Gid:` (real, effective, saved, fs) and `CapEff:` of `pid`.
 fn ids_and_caps(pid: u32) -> (String, String, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -1177,27 +1203,7 @@ fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
             );
         }
     }
-    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
-    assert!(
-        p.wait(EXEC_TIMEOUT).success(),
-        "init in a\n{}",
-        p.transcript()
-    );
-    let mut c = Command::new(nvproxy_bin());
-    c.args([
-        "run",
-        "--instance",
-        "b",
-        "--",
-        env!("CARGO_BIN_EXE_mmap-client"),
-    ])
-    .args(["uvm-map", "--count", "2"]);
-    let mut m = Proc::spawn("run b uvm-map", &mut c, false);
-    assert!(
-        m.wait(EXEC_TIMEOUT).success(),
-        "uvm-map in b\n{}",
-        m.transcript()
-    );
+    init_and_uvm_map("a", "b");
     let (_, list, _) = instance_cmd(&["list"]);
     assert!(
         list.lines().filter(|l| l.ends_with("running")).count() == 2,
@@ -1237,27 +1243,7 @@ fn test_serve_sim_driver_process_outlives_a_killed_worker() {
     assert!(!holds_cuse(sa), "the sim-driver serves no node");
     // Through the remote driver: the frontend, and the UVM mmap path (its memfd crosses the
     // driver's socket).
-    let mut p = run_in("b", &["init", "--expect-gpus", "1"], false);
-    assert!(
-        p.wait(EXEC_TIMEOUT).success(),
-        "init in b\n{}",
-        p.transcript()
-    );
-    let mut c = Command::new(nvproxy_bin());
-    c.args([
-        "run",
-        "--instance",
-        "b",
-        "--",
-        env!("CARGO_BIN_EXE_mmap-client"),
-    ])
-    .args(["uvm-map", "--count", "2"]);
-    let mut m = Proc::spawn("run b uvm-map", &mut c, false);
-    assert!(
-        m.wait(EXEC_TIMEOUT).success(),
-        "uvm-map in b\n{}",
-        m.transcript()
-    );
+    init_and_uvm_map("b", "b");
 
     let mut hold_a = run_in("a", &["hold"], true);
     hold_a.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
