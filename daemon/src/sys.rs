@@ -449,6 +449,54 @@ fn libc_sigset() -> libc::sigset_t {
     }
 }
 
+/// `sd_notify` with one fd attached (`FDSTORE=1`: systemd keeps it for the next start of the
+/// unit). Without `NOTIFY_SOCKET`, nothing.
+pub fn sd_notify_with_fd(state: &str, fd: &std::os::fd::OwnedFd) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let path = path.to_string_lossy().into_owned();
+    let addr = match path.strip_prefix('@') {
+        Some(abs) => UnixAddr::new_abstract(abs.as_bytes())?,
+        None => UnixAddr::new(path.as_str())?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    let iov = [io::IoSlice::new(state.as_bytes())];
+    let fds = [fd.as_raw_fd()];
+    sendmsg(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        Some(&addr),
+    )?;
+    Ok(())
+}
+
+/// The fd systemd passed this process under `name` (`LISTEN_PID`, `LISTEN_FDS`,
+/// `LISTEN_FDNAMES`: the unit's fd store at start), made close-on-exec so that children do
+/// not inherit it. `None` when there is none (or the variables are another process's).
+pub fn stored_fd(name: &str) -> Option<std::os::fd::OwnedFd> {
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.trim().parse().ok()?;
+    if pid != std::process::id() {
+        return None;
+    }
+    let n: i32 = std::env::var("LISTEN_FDS").ok()?.trim().parse().ok()?;
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    let index = names.split(':').position(|n| n == name)?;
+    let index = i32::try_from(index).ok().filter(|&i| i < n)?;
+    const SD_LISTEN_FDS_START: i32 = 3;
+    let fd = SD_LISTEN_FDS_START + index;
+    // SAFETY: F_SETFD with an integer argument reads and writes no memory.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return None;
+    }
+    take_inherited_fds(&[fd]).ok()?.pop()
+}
+
 /// Sends `state` (e.g. `READY=1`) to systemd's notify socket when `NOTIFY_SOCKET` is set; a
 /// no-op otherwise. Abstract socket names (`@...`) are supported.
 pub fn sd_notify(state: &str) -> io::Result<()> {

@@ -773,6 +773,30 @@ fn the_systemd_unit_serves_under_systemd() {
         "grep Uid: /proc/$(sed 's/.*\"pid\":\\([0-9]*\\).*/\\1/' /run/nvproxy/sd-a/worker.json)/status",
     ]);
     let nodes = exec(&["ls", "/dev/nvproxy/sd-a"]);
+    // A restart keeps the control socket (the fd store): the same inode, served again.
+    let inode = || exec(&["stat", "-c", "%i", "/run/nvproxy/nvproxy.sock"]);
+    let before = inode();
+    exec(&["systemctl", "restart", "nvproxy.service"]);
+    let restarted = {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let s = exec(&["systemctl", "is-active", "nvproxy.service"]);
+            if s.trim() == "active" || Instant::now() > deadline {
+                break s.trim().to_owned();
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    let after = inode();
+    let list_after = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    let journal2 = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "cat",
+    ]);
     let stopped = {
         exec(&["systemctl", "stop", "nvproxy.service"]);
         exec(&["sh", "-c", "ls /run/cdi; ls /dev/nvproxy 2>&1"])
@@ -808,6 +832,19 @@ fn the_systemd_unit_serves_under_systemd() {
         list.lines()
             .any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
         "instance list (its stats through the group-readable run directory): {list}\n{journal}"
+    );
+    assert_eq!(restarted, "active", "after systemctl restart\n{journal2}");
+    assert!(
+        !before.trim().is_empty() && before == after,
+        "the control socket changed across the restart: {before:?} {after:?}\n{journal2}"
+    );
+    assert!(
+        journal2.contains("control socket from the systemd fd store"),
+        "{journal2}"
+    );
+    assert!(
+        list_after.lines().any(|l| l.starts_with("sd-a")),
+        "{list_after}"
     );
     assert!(
         !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),
