@@ -86,10 +86,15 @@ pub struct Control {
     name: String,
     frontend: Arc<ProxyBackend>,
     uvm: Arc<UvmBackend>,
-    host: Arc<dyn HostDriver>,
+    /// The driver the proxies serve (a restore onto a new sim-driver process replaces it).
+    host: Mutex<Arc<dyn HostDriver>>,
     sink: Arc<JsonLinesSink>,
     /// One save or restore at a time.
     busy: Mutex<()>,
+    /// `[sim] process = true`: the sim-driver's socket. A restore connects to it anew (a
+    /// new session, on whatever driver process serves it now: after a driver "reload" a fresh
+    /// one), as a restore on a real host opens fresh files of the driver.
+    sim_socket: Option<std::path::PathBuf>,
 }
 
 impl Control {
@@ -111,10 +116,22 @@ impl Control {
             name: name.to_owned(),
             frontend,
             uvm,
-            host,
+            host: Mutex::new(host),
             sink,
             busy: Mutex::new(()),
+            sim_socket: None,
         }
+    }
+
+    /// Restores connect to the sim-driver at `path` anew ([`Control::sim_socket`]).
+    pub fn with_sim_socket(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.sim_socket = path;
+        self
+    }
+
+    /// The driver the proxies serve now.
+    pub fn host(&self) -> Arc<dyn HostDriver> {
+        self.host.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The instance's frontend proxy now.
@@ -173,7 +190,14 @@ impl Control {
             .map(|r| r.parse::<RemapRule>().map_err(anyhow::Error::msg))
             .collect::<Result<Vec<_>>>()?;
         let old = self.frontend.proxy();
-        let restored = Proxy::restore(&ckpt, old.policy().clone(), self.host.clone(), &rules)?;
+        let host: Arc<dyn HostDriver> = match &self.sim_socket {
+            Some(p) => Arc::new(
+                crate::simd::RemoteSim::connect(p)
+                    .with_context(|| format!("the sim-driver at {}", p.display()))?,
+            ),
+            None => self.host(),
+        };
+        let restored = Proxy::restore(&ckpt, old.policy().clone(), host.clone(), &rules)?;
         let pairs = restored.gpus;
         let proxy = Arc::new(restored.proxy.with_audit(self.sink.clone()));
         let uvm = match UvmProxy::restore(proxy.clone(), &ckpt, &pairs) {
@@ -185,6 +209,7 @@ impl Control {
         };
         let old = self.frontend.replace(proxy.clone());
         let old_uvm = self.uvm.replace(uvm);
+        *self.host.lock().unwrap_or_else(|e| e.into_inner()) = host;
         // The old proxies' host files go: the driver frees what they held.
         let dropped = old_uvm.release_all() + old.release_all();
         let moved: Vec<String> = pairs

@@ -203,10 +203,10 @@ pub fn run() -> Result<ExitCode> {
     )?;
     let root = Path::new(mmap::RUN_DIR);
     let dir = run_dir(root, &name);
-    let control = Arc::new(crate::checkpoint::Control::new(
-        &running,
-        driver.host.clone(),
-    ));
+    let control = Arc::new(
+        crate::checkpoint::Control::new(&running, driver.host.clone())
+            .with_sim_socket(spec.sim_socket.clone()),
+    );
     let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control)
         .with_context(|| format!("instance {name}: the worker socket"))?;
     let state = WorkerState {
@@ -222,6 +222,15 @@ pub fn run() -> Result<ExitCode> {
     let _ = std::fs::remove_file(dir.join(STATE_FILE));
     drop(stats);
     let table_clean = running.stop();
+    // The driver now (a restore may have moved the instance to a new sim-driver process).
+    if let (Some(path), Some(_)) = (&spec.sim_socket, &driver.remote) {
+        match crate::simd::RemoteSim::connect(path) {
+            Ok(r) => driver.remote = Some(Arc::new(r)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the sim-driver for the leak check")
+            }
+        }
+    }
     let clean = serve::leak_check(&driver) && table_clean;
     Ok(if clean {
         ExitCode::SUCCESS

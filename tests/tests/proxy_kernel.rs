@@ -1298,6 +1298,74 @@ fn test_serve_sim_driver_process_outlives_a_killed_worker() {
     );
 }
 
+/// `nvproxy instance checkpoint` and `restore` across a driver reload: with `[sim] process =
+/// true` the instance's driver is a process; it is killed (everything the driver held is gone,
+/// as at a module reload) and a fresh one starts on the same socket; `restore` replays the
+/// saved objects onto it, and the client that held an RM client, a device and a subdevice
+/// through the reload goes on with its old handles (`check`, then its frees), while the
+/// driver's leak check at stop finds nothing.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_checkpoint_and_restore_across_a_driver_reload() {
+    let (daemon, dir) = serve_two_instances_with(&[], "process = true", "", |_| String::new());
+    let mut hold = run_in("a", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let ckpt = dir.join("a.ckpt.json");
+    let (ok, out, err) = instance_cmd(&["checkpoint", "a", ckpt.to_str().unwrap()]);
+    assert!(ok, "checkpoint: {out}{err}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&ckpt).unwrap()).unwrap();
+    assert_eq!(saved["format"], "nvproxy-checkpoint", "{saved}");
+
+    // The reload: the driver process dies, a fresh one serves the socket.
+    let pid: i32 = std::fs::read_to_string("/run/nvproxy/a/sim.pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            None
+        )
+        .is_err()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))),
+        "the old driver did not die"
+    );
+    let mut fresh = Command::new(nvproxy_bin());
+    fresh.args([
+        "sim-driver",
+        "--socket",
+        "/run/nvproxy/a/sim.sock",
+        "--gpus",
+        "2",
+        "--handle-key",
+        "a",
+    ]);
+    let mut fresh = Proc::spawn("fresh sim-driver", &mut fresh, false);
+    fresh.wait_line(EXEC_TIMEOUT, |l| l.trim() == "READY");
+
+    let (ok, out, err) = instance_cmd(&["restore", ckpt.to_str().unwrap()]);
+    assert!(ok, "restore: {out}{err}\n{}", daemon.transcript());
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(
+        checked["ok"], true,
+        "the client after the reload and restore: {checked}"
+    );
+    hold.send("free");
+    assert!(
+        hold.wait(EXEC_TIMEOUT).success(),
+        "hold\n{}",
+        hold.transcript()
+    );
+    // --check-leaks asks the fresh driver: the replayed objects were freed by the client.
+    stop(daemon);
+    fresh.signal(Signal::SIGTERM);
+    let _ = fresh.wait(EXEC_TIMEOUT);
+}
+
 /// The metrics (`nvproxy metrics` on the control socket, and HTTP on `[daemon]
 /// metrics_listen`) count what the workers served, and the `[cdi] spec` follows `instance
 /// create` and `rm`.
