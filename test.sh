@@ -14,7 +14,10 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test (unit, integration, ABI parity)"
+step "cargo build (the binaries the native socket-transport suite runs)"
+cargo build -p daemon -p preload -p tests
+
+step "cargo test (unit, integration, ABI parity, the socket transport natively)"
 cargo test --workspace
 
 step "real-kernel CUSE tests"

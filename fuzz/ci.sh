@@ -3,7 +3,8 @@
 #  1. `cargo test`: the committed seed corpus is the generated one, the seeds reach deep into
 #     the request path, and every seed, fixed regression input and a few hundred mutations of
 #     the seeds hold the invariants (src/harness.rs);
-#  2. each libFuzzer target for FUZZ_SECONDS (default 30; parse_request, a small parser, 15)
+#  2. each libFuzzer target for FUZZ_SECONDS (default 30; parse_request and dev_socket, small
+#     parsers, 15)
 #     from the committed corpus into a
 #     scratch corpus; a crash (panic, broken invariant, RSS above 2 GiB, a slow unit) fails
 #     the step and leaves the input under fuzz/artifacts/<target>/.
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 secs=${FUZZ_SECONDS:-30}
-targets=(parse_request proxy_ioctl uvm_ioctl)
+targets=(parse_request proxy_ioctl uvm_ioctl dev_socket)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "=== fuzz: installing cargo-fuzz" >&2
@@ -33,7 +34,8 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 for t in "${targets[@]}"; do
     s=$secs
-    [ "$t" = parse_request ] && s=$((secs < 15 ? secs : 15))
+    # Small fixed-size parsers: 15 s is plenty.
+    case $t in parse_request | dev_socket) s=$((secs < 15 ? secs : 15)) ;; esac
     echo "=== fuzz: $t for ${s}s" >&2
     mkdir -p "$scratch/$t" "corpus/$t"
     rc=0

@@ -21,6 +21,8 @@ use crate::supervisor::{InstanceInfo, Supervisor, spec_for};
 
 /// The control socket's file name under the run directory.
 pub const SOCKET_NAME: &str = "nvproxy.sock";
+/// Its name in systemd's fd store.
+pub const FDSTORE_NAME: &str = "nvproxy-api";
 
 /// A request to the supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -99,11 +101,59 @@ impl ApiServer {
             }
             Ok(())
         };
-        let server = crate::unix_server::UnixServer::start(path, "api", prepare, move |conn| {
+        let handle = move |conn: UnixStream| {
             if permitted(&conn, group) {
                 serve_one(conn, &sup, &cfg);
             }
-        })?;
+        };
+        // Under systemd the listener lives in the unit's fd store too: a restarted supervisor
+        // serves the same socket, so clients that connect meanwhile wait in its backlog
+        // instead of finding no socket.
+        if let Some(fd) = crate::sys::stored_fd(FDSTORE_NAME) {
+            let listener = std::os::unix::net::UnixListener::from(fd);
+            let bound = listener
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(Path::to_owned));
+            if bound.as_deref() == Some(path) && path.exists() {
+                tracing::info!(socket = %path.display(), "control socket from the systemd fd store");
+                prepare(path)?;
+                let server =
+                    crate::unix_server::UnixServer::serve(listener, path, "api", false, handle)?;
+                return Ok(Self { _server: server });
+            }
+            tracing::warn!(
+                ?bound,
+                "the stored control socket is not {}: a new one",
+                path.display()
+            );
+        }
+        let _ = std::fs::remove_file(path);
+        let listener = std::os::unix::net::UnixListener::bind(path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        prepare(path)?;
+        let stored = std::env::var_os("NOTIFY_SOCKET").is_some()
+            && match listener.try_clone() {
+                Ok(dup) => match crate::sys::sd_notify_with_fd(
+                    &format!("FDSTORE=1\nFDNAME={FDSTORE_NAME}"),
+                    &std::os::fd::OwnedFd::from(dup),
+                ) {
+                    Ok(()) => {
+                        tracing::info!("control socket kept in the systemd fd store");
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "FDSTORE=1 failed");
+                        false
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "duplicating the control socket");
+                    false
+                }
+            };
+        // A stored listener outlives us: its path must stay for the next supervisor.
+        let server = crate::unix_server::UnixServer::serve(listener, path, "api", !stored, handle)?;
         Ok(Self { _server: server })
     }
 }
@@ -270,6 +320,14 @@ pub enum InstanceCommand {
         #[command(flatten)]
         socket: SocketArg,
     },
+    /// Save an instance's state (its RM objects, opens and UVM va_spaces, to be re-created
+    /// by replay) to FILE; refused, naming each one, when something cannot be replayed. The
+    /// tenant should be paused (e.g. cuda-checkpoint). Root only (the worker's socket).
+    Checkpoint(crate::checkpoint::CheckpointArgs),
+    /// Restore the instance a checkpoint FILE names, in place: its objects are re-created on
+    /// fresh host files (GPUs remapped by identity) behind the same nodes, so its clients'
+    /// open files and handles work again. Root only.
+    Restore(crate::checkpoint::RestoreArgs),
     /// Remove an instance: stop its worker. Refused while files are open unless --force,
     /// which revokes them.
     Rm {
@@ -324,10 +382,13 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_in_flight: None,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
+                transport: Default::default(),
             };
             instance.validate()?;
             (socket, Request::Create { instance })
         }
+        InstanceCommand::Checkpoint(a) => return crate::checkpoint::checkpoint(a),
+        InstanceCommand::Restore(a) => return crate::checkpoint::restore(a),
         InstanceCommand::List { socket } => (socket, Request::List),
         InstanceCommand::Show { name, socket } => (socket, Request::Show { name: name.clone() }),
         InstanceCommand::Rm {

@@ -1,7 +1,7 @@
 //! The `ioctl-proxy` request path as a [`Backend`] of the CUSE nodes.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use cuse_dev::Errno;
 use ioctl_proxy::{Caller, ClientMemory, FdError, FdResolver, OpenId, OwnerId, Proxy, ProxyError};
@@ -12,13 +12,28 @@ use crate::device::{Backend, FdLookup, Node};
 
 /// One instance's proxy behind its nodes.
 pub struct ProxyBackend {
-    proxy: Arc<Proxy>,
+    proxy: RwLock<Arc<Proxy>>,
 }
 
 impl ProxyBackend {
     /// Serves `proxy`.
     pub fn new(proxy: Arc<Proxy>) -> Self {
-        ProxyBackend { proxy }
+        ProxyBackend {
+            proxy: RwLock::new(proxy),
+        }
+    }
+
+    /// The proxy serving now (a restore replaces it, `checkpoint.rs`).
+    pub fn proxy(&self) -> Arc<Proxy> {
+        self.proxy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Serves `proxy` from now on; returns the one it replaces.
+    pub fn replace(&self, proxy: Arc<Proxy>) -> Arc<Proxy> {
+        std::mem::replace(
+            &mut *self.proxy.write().unwrap_or_else(|e| e.into_inner()),
+            proxy,
+        )
     }
 }
 
@@ -44,24 +59,25 @@ impl Backend for ProxyBackend {
         if node == Node::Uvm {
             return Err(Errno::ENODEV); // served by UvmBackend
         }
-        let id = self.proxy.open(node).map_err(|e| {
+        let proxy = self.proxy();
+        let id = proxy.open(node).map_err(|e| {
             tracing::warn!(%node, error = %e, "open failed");
             errno_of(&e)
         })?;
         if id.0 > i32::MAX as u64 {
             // The identify ioctl returns the fh as an int.
-            self.proxy.release(id);
+            proxy.release(id);
             return Err(Errno::from_i32(libc::EMFILE));
         }
         Ok(id.0)
     }
 
     fn release(&self, open: u64) {
-        self.proxy.release(OwnerId(open));
+        self.proxy().release(OwnerId(open));
     }
 
     fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
-        self.proxy.mapping_fd(OwnerId(open)).map_err(|e| {
+        self.proxy().mapping_fd(OwnerId(open)).map_err(|e| {
             tracing::debug!(open, error = %e, "no mapping fd");
             errno_of(&e)
         })
@@ -80,7 +96,7 @@ impl Backend for ProxyBackend {
             pid: 0, // looked up only for an audit event (Caller::process)
             tid,
         };
-        self.proxy
+        self.proxy()
             .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
             .map_err(|e| errno_of(&e))
     }
@@ -90,7 +106,7 @@ impl Backend for ProxyBackend {
 /// Its opens take ids from the frontend proxy's id space, so the fd resolution the nodes share
 /// names exactly one open of one node.
 pub struct UvmBackend {
-    uvm: Arc<UvmProxy>,
+    uvm: RwLock<Arc<UvmProxy>>,
     /// The frontend's backend (the UVM node shares its instance).
     _frontend: Arc<ProxyBackend>,
 }
@@ -99,9 +115,22 @@ impl UvmBackend {
     /// Serves `uvm`.
     pub fn new(uvm: Arc<UvmProxy>, frontend: Arc<ProxyBackend>) -> Self {
         UvmBackend {
-            uvm,
+            uvm: RwLock::new(uvm),
             _frontend: frontend,
         }
+    }
+
+    /// The UVM proxy serving now (a restore replaces it, `checkpoint.rs`).
+    pub fn uvm(&self) -> Arc<UvmProxy> {
+        self.uvm.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Serves `uvm` from now on; returns the one it replaces.
+    pub fn replace(&self, uvm: Arc<UvmProxy>) -> Arc<UvmProxy> {
+        std::mem::replace(
+            &mut *self.uvm.write().unwrap_or_else(|e| e.into_inner()),
+            uvm,
+        )
     }
 }
 
@@ -110,25 +139,26 @@ impl Backend for UvmBackend {
         if node != Node::Uvm {
             return Err(Errno::ENODEV);
         }
-        let id = self.uvm.open().map_err(|e| {
+        let uvm = self.uvm();
+        let id = uvm.open().map_err(|e| {
             tracing::warn!(error = %e, "uvm open failed");
             errno_of(&e)
         })?;
         if id.0 > i32::MAX as u64 {
-            self.uvm.release(id);
+            uvm.release(id);
             return Err(Errno::from_i32(libc::EMFILE));
         }
         Ok(id.0)
     }
 
     fn release(&self, open: u64) {
-        self.uvm.release(OwnerId(open));
+        self.uvm().release(OwnerId(open));
     }
 
     /// The host UVM file's mmap fd (offset == VA, adjust 0), unless the instance's
     /// `uvm_mmap` is off: `ENODEV`.
     fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
-        self.uvm
+        self.uvm()
             .mmap_fd(&Caller::default(), OwnerId(open))
             .map_err(|e| {
                 tracing::debug!(open, error = %e, "no uvm mapping fd");
@@ -149,7 +179,7 @@ impl Backend for UvmBackend {
             pid: 0, // looked up only for an audit event (Caller::process)
             tid,
         };
-        self.uvm
+        self.uvm()
             .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
             .map_err(|e| errno_of(&e))
     }

@@ -28,6 +28,8 @@
 //! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
 //! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
 //! max_in_flight = 256            # requests handled at once (past it: EAGAIN)
+//! transport = "cuse"            # or "socket": no device nodes, the shim forwards /dev/nvidia*
+//!                                # to the worker over a unix socket (kernels without CUSE)
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
@@ -52,6 +54,7 @@ pub enum DriverKind {
 }
 
 pub use crate::memory::MemoryTransport;
+pub use crate::socket_transport::Transport;
 
 /// Enforce the policy, or only record what it would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -113,6 +116,10 @@ pub struct SimSection {
     pub gpus: u32,
     /// Driver version the simulated driver reports.
     pub driver_version: String,
+    /// Run each instance's simulated driver as a process of its own (`nvproxy sim-driver`,
+    /// `simd.rs`), which outlives the instance's workers as the kernel driver does, instead of
+    /// inside the worker.
+    pub process: bool,
 }
 
 impl Default for SimSection {
@@ -120,6 +127,7 @@ impl Default for SimSection {
         SimSection {
             gpus: 1,
             driver_version: DEFAULT_SIM_VERSION.to_owned(),
+            process: false,
         }
     }
 }
@@ -259,6 +267,11 @@ pub struct InstanceConfig {
     /// euid no other instance shares. Overrides `[daemon] worker_uids`.
     #[serde(default)]
     pub user: Option<String>,
+    /// How tenants reach the instance: `cuse` (default: CUSE nodes) or `socket` (no device
+    /// nodes; the shim forwards `/dev/nvidia*` to the worker over a unix socket, for kernels
+    /// without CUSE; `socket_transport.rs`).
+    #[serde(default)]
+    pub transport: Transport,
 }
 
 /// `[[instance]] restart`.
@@ -417,6 +430,9 @@ impl Config {
             }
             if !i.uvm_mmap {
                 out.push_str(", uvm_mmap off");
+            }
+            if i.transport != Transport::Cuse {
+                out.push_str(&format!(", transport {}", i.transport));
             }
             out.push('\n');
         }
@@ -785,6 +801,18 @@ mod tests {
             Config::parse("").unwrap().cdi.spec,
             PathBuf::from("/run/cdi/nvproxy.yaml")
         );
+    }
+
+    #[test]
+    fn test_instance_transport_defaults_to_cuse_and_takes_socket() {
+        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        assert_eq!(c.instances[0].transport, Transport::Cuse);
+        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"socket\"\n")
+            .unwrap();
+        assert_eq!(c.instances[0].transport, Transport::Socket);
+        let err = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"tcp\"\n")
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("tcp"), "{err:#}");
     }
 
     #[test]

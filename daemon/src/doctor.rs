@@ -142,8 +142,11 @@ pub fn cuse_advice(state: &CuseState, what: &CuseUse<'_>) -> String {
             };
             format!(
                 "this kernel ({kernel}) has no CUSE module ({why}), so `modprobe cuse` cannot \
-                 help. Run nvproxy as root in the project's throwaway VM, whose kernel has \
-                 CUSE: {how}"
+                 help. Use the socket transport, which needs no CUSE: `nvproxy exec \
+                 --transport socket ...`, or `transport = \"socket\"` in an [[instance]] of the \
+                 config (no device nodes in the container; the shim forwards /dev/nvidia* to \
+                 the worker). Or run nvproxy as root in the project's throwaway VM, whose \
+                 kernel has CUSE: {how}"
             )
         }
     }
@@ -194,14 +197,36 @@ pub fn this_command_line() -> String {
 pub fn run_checks() -> Vec<Check> {
     let mut out = Vec::new();
 
+    let socket = crate::socket_transport::host_support();
     out.push(match cuse_state() {
         CuseState::Present => check("/dev/cuse", true, "present"),
+        // Without CUSE, nvproxy still works with the socket transport.
         state => check(
             "/dev/cuse",
-            false,
-            format!("missing: {}", cuse_advice(&state, &CuseUse::Any)),
+            socket.is_ok(),
+            format!(
+                "missing (the cuse transport is unavailable): {}",
+                cuse_advice(&state, &CuseUse::Any)
+            ),
         ),
     });
+    let cuse = cuse_state() == CuseState::Present;
+    out.push(check(
+        "transports",
+        cuse || socket.is_ok(),
+        format!(
+            "cuse: {}; socket: {}",
+            if cuse {
+                "yes".to_owned()
+            } else {
+                "no (no /dev/cuse)".to_owned()
+            },
+            match &socket {
+                Ok(()) => "yes (`--transport socket`, `transport = \"socket\"`)".to_owned(),
+                Err(e) => format!("no ({e})"),
+            }
+        ),
+    ));
 
     // The effective uid, from /proc/self/status (third field of "Uid:").
     let root = fs::read_to_string("/proc/self/status")
@@ -363,6 +388,7 @@ mod tests {
         assert!(
             exec.contains("this kernel (6.18.44-x) has no CUSE module")
                 && exec.contains("`modprobe cuse` cannot help")
+                && exec.contains("--transport socket")
                 && exec.ends_with("tests/vm/cuse-vm -- nvproxy exec -- true"),
             "{exec}"
         );

@@ -46,6 +46,8 @@ impl InstanceNodes {
     /// `channels`: `/dev/cuse` files opened for us (by the supervisor, for a worker that runs
     /// under its own uid and cannot open `/dev/cuse`), one per node in that order; the nodes
     /// past them open their own.
+    // Eight inputs, each one thing the nodes need; a struct for them would only be a bag.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         instance: &str,
         gpus: u32,

@@ -6,6 +6,7 @@ mod audit_cmd;
 mod audit_log;
 mod backend;
 mod cdi;
+mod checkpoint;
 mod child;
 mod config;
 mod device;
@@ -18,7 +19,10 @@ mod mmap;
 mod node;
 mod nsexec;
 mod policy_cmd;
+mod seqpacket;
 mod serve;
+mod simd;
+mod socket_transport;
 mod supervisor;
 mod sys;
 mod unix_server;
@@ -78,6 +82,9 @@ enum Command {
     /// Print the metrics of a running `nvproxy serve` (Prometheus text format, from its control
     /// socket; `[daemon] metrics_listen` serves the same over HTTP).
     Metrics(api::SocketArg),
+    /// (internal) The simulated driver of one instance as a process of its own.
+    #[command(hide = true)]
+    SimDriver(simd::SimDriverArgs),
     /// (internal) Serve one instance, its spec (JSON) on stdin: the supervisor's worker.
     #[command(hide = true)]
     Worker,
@@ -124,7 +131,10 @@ fn main() -> ExitCode {
         // `serve` logs what it does; the other commands stay quiet unless asked.
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
             EnvFilter::new(
-                if matches!(cli.command, Command::Serve(_) | Command::Worker) {
+                if matches!(
+                    cli.command,
+                    Command::Serve(_) | Command::Worker | Command::SimDriver(_)
+                ) {
                     "info"
                 } else {
                     "warn"
@@ -136,7 +146,11 @@ fn main() -> ExitCode {
 
     if matches!(
         cli.command,
-        Command::Serve(_) | Command::Exec(_) | Command::Run(_) | Command::Worker
+        Command::Serve(_)
+            | Command::Exec(_)
+            | Command::Run(_)
+            | Command::Worker
+            | Command::SimDriver(_)
     ) {
         // Tenants' opens hold daemon fds; the per-instance quotas bound each tenant below this.
         match sys::raise_nofile_limit() {
@@ -169,6 +183,7 @@ fn main() -> ExitCode {
         Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Metrics(socket) => api::metrics(socket).map(|()| ExitCode::SUCCESS),
         Command::Worker => worker::run(),
+        Command::SimDriver(args) => simd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::CdiHook(args) => cdi::hook(args).map(|()| ExitCode::SUCCESS),
         Command::NsExec(spec) => nsexec::run(spec).map(|never| match never {}),

@@ -388,6 +388,5 @@ mod tests {
         let missing = get("/");
         assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
         drop(server);
-        assert!(std::net::TcpStream::connect(addr).is_err());
     }
 }

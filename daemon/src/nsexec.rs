@@ -78,6 +78,13 @@ pub struct NsSpec {
     /// `NVPROXY_NODES` for the shim (`maj:min,...`).
     #[arg(long, value_name = "IDS")]
     pub nvproxy_nodes: Option<String>,
+    /// The socket transport: the instance's device socket, bind-mounted at
+    /// /run/nvproxy/dev.sock, and `NVPROXY_DEV_SOCKET` set for the shim.
+    #[arg(long, value_name = "PATH", conflicts_with = "mmap_socket")]
+    pub dev_socket: Option<PathBuf>,
+    /// With --dev-socket: the instance's GPU count (`NVPROXY_DEV_GPUS`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub dev_gpus: u32,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -114,7 +121,13 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
         setup_sim_sys(dir)?;
     }
     if let Some(socket) = &spec.mmap_socket {
-        setup_mmap_socket(socket)?;
+        setup_mmap_socket(socket, nvproxy_preload_proto::DEFAULT_SOCKET_PATH)?;
+    }
+    if let Some(socket) = &spec.dev_socket {
+        setup_mmap_socket(
+            socket,
+            nvproxy_preload_proto::socket::DEFAULT_DEV_SOCKET_PATH,
+        )?;
     }
     // The command's pid namespace: its first process (pid 1) mounts the namespace's own
     // /proc, so no process outside it is visible there and `/proc/<pid>/root` of another
@@ -209,7 +222,10 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env: Vec<_> = std::env::vars_os()
         .filter(|(k, _)| {
             !(spec.preload.is_some() && k == "LD_PRELOAD"
-                || spec.nvproxy_nodes.is_some() && k == nvproxy_preload_proto::ENV_NODES)
+                || spec.nvproxy_nodes.is_some() && k == nvproxy_preload_proto::ENV_NODES
+                || k == nvproxy_preload_proto::socket::ENV_DEV_SOCKET
+                || k == nvproxy_preload_proto::socket::ENV_DEV_GPUS
+                || k == nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR)
         })
         .collect();
     if let Some(shim) = &spec.preload {
@@ -222,12 +238,37 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     if let Some(nodes) = &spec.nvproxy_nodes {
         env.push((nvproxy_preload_proto::ENV_NODES.into(), nodes.into()));
     }
+    if spec.dev_socket.is_some() {
+        use nvproxy_preload_proto::socket::{
+            DEFAULT_DEV_SOCKET_PATH, ENV_DEV_GPUS, ENV_DEV_SOCKET,
+        };
+        env.push((ENV_DEV_SOCKET.into(), DEFAULT_DEV_SOCKET_PATH.into()));
+        env.push((ENV_DEV_GPUS.into(), spec.dev_gpus.to_string().into()));
+        // libcuda compares /dev/nvidia-uvm's major with the driver's in /proc/devices.
+        if let Some(major) = uvm_major() {
+            env.push((
+                nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR.into(),
+                major.to_string().into(),
+            ));
+        }
+    }
     env
 }
 
-/// Shows the instance's socket, alone, at `/run/nvproxy/mmap.sock`. Runs after the /dev
-/// staging, which covers /run for a while.
-fn setup_mmap_socket(socket: &Path) -> Result<()> {
+/// The host driver's `nvidia-uvm` major (`/proc/devices`), if it has one.
+fn uvm_major() -> Option<u32> {
+    fs::read_to_string("/proc/devices")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let (major, name) = l.trim().split_once(' ')?;
+            (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
+        })
+}
+
+/// Shows the instance's socket, alone, at `at` (`/run/nvproxy/mmap.sock`, or `dev.sock` for the
+/// socket transport). Runs after the /dev staging, which covers /run for a while.
+fn setup_mmap_socket(socket: &Path, at: &str) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     // Hold the socket by an O_PATH fd: the tmpfs below hides its path.
     let held = fs::OpenOptions::new()
@@ -238,7 +279,7 @@ fn setup_mmap_socket(socket: &Path) -> Result<()> {
     if !held.metadata()?.file_type().is_socket() {
         bail!("{} is not a socket", socket.display());
     }
-    let dir = Path::new(nvproxy_preload_proto::DEFAULT_SOCKET_PATH)
+    let dir = Path::new(at)
         .parent()
         .context("socket path has a directory")?;
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -250,7 +291,7 @@ fn setup_mmap_socket(socket: &Path) -> Result<()> {
         Some("mode=755,size=16k"),
     )
     .with_context(|| format!("mounting a tmpfs on {}", dir.display()))?;
-    let dst = Path::new(nvproxy_preload_proto::DEFAULT_SOCKET_PATH);
+    let dst = Path::new(at);
     fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
     let src = PathBuf::from(format!(
         "/proc/self/fd/{}",

@@ -32,6 +32,8 @@ pub struct Driver {
     pub host: Arc<dyn HostDriver>,
     /// The same driver when it is the simulated one (for leak checks).
     pub sim: Option<Arc<SimDriver>>,
+    /// The same driver when it is a simulated one in its own process (`simd.rs`).
+    pub remote: Option<Arc<crate::simd::RemoteSim>>,
     /// The tables to serve it with, when chosen by `serve` (`abi_cmd::host_tables`); `None`:
     /// the host version's own node.
     pub abi: Option<nvproxy_abi::DriverAbi>,
@@ -75,6 +77,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: Arc::new(d),
                 sim: None,
+                remote: None,
                 abi: None,
             })
         }
@@ -99,6 +102,7 @@ pub fn make_driver(
             Ok(Driver {
                 host: sim.clone(),
                 sim: Some(sim),
+                remote: None,
                 abi: None,
             })
         }
@@ -108,11 +112,22 @@ pub fn make_driver(
 /// An instance being served.
 pub struct RunningInstance {
     name: String,
-    nodes: InstanceNodes,
-    proxy: Arc<Proxy>,
-    uvm: Arc<uvm::UvmProxy>,
+    serving: Serving,
+    /// The nodes' backends: their proxies are the instance's (a restore replaces them).
+    backend: Arc<ProxyBackend>,
+    uvm_backend: Arc<UvmBackend>,
     sink: Arc<JsonLinesSink>,
-    mmap_socket: MmapSocket,
+}
+
+/// How an instance reaches its tenants (`[[instance]] transport`).
+enum Serving {
+    /// CUSE nodes and the mmap socket.
+    Cuse {
+        nodes: InstanceNodes,
+        mmap_socket: MmapSocket,
+    },
+    /// The device socket (`socket_transport.rs`).
+    Socket(crate::socket_transport::DevSocket),
 }
 
 impl RunningInstance {
@@ -164,14 +179,38 @@ impl RunningInstance {
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
         let uvm_proxy = Arc::new(uvm);
-        let uvm: Arc<dyn crate::device::Backend> =
-            Arc::new(UvmBackend::new(uvm_proxy.clone(), backend.clone()));
+        let uvm_backend = Arc::new(UvmBackend::new(uvm_proxy, backend.clone()));
+        let uvm: Arc<dyn crate::device::Backend> = uvm_backend.clone();
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
+        if inst.transport == config::Transport::Socket {
+            if transport == MemoryTransport::Retry {
+                tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
+            }
+            let nodes = crate::socket_transport::Nodes {
+                frontend: backend.clone(),
+                uvm: Some(uvm),
+                gpus,
+            };
+            let dev = crate::socket_transport::DevSocket::start(
+                &inst.name,
+                nodes,
+                Path::new(mmap::RUN_DIR),
+            )
+            .with_context(|| format!("instance {}: device socket", inst.name))?;
+            tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
+            return Ok(RunningInstance {
+                name: inst.name.clone(),
+                serving: Serving::Socket(dev),
+                backend,
+                uvm_backend,
+                sink,
+            });
+        }
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
             &inst.name,
             gpus,
-            backend,
+            backend.clone(),
             Some(uvm),
             fdid,
             transport,
@@ -191,33 +230,47 @@ impl RunningInstance {
         );
         Ok(RunningInstance {
             name: inst.name.clone(),
-            nodes,
-            proxy,
-            uvm: uvm_proxy,
+            serving: Serving::Cuse { nodes, mmap_socket },
+            backend,
+            uvm_backend,
             sink,
-            mmap_socket,
         })
     }
 
-    /// The instance's frontend proxy.
-    pub fn proxy(&self) -> &Arc<Proxy> {
-        &self.proxy
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The nodes' backends and the audit sink (`checkpoint.rs` restores behind them).
+    pub fn parts(&self) -> (Arc<ProxyBackend>, Arc<UvmBackend>, Arc<JsonLinesSink>) {
+        (
+            self.backend.clone(),
+            self.uvm_backend.clone(),
+            self.sink.clone(),
+        )
     }
 
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
     /// table was empty (every client released what it allocated); `--check-leaks` counts a
     /// non-empty table as a leak.
     pub fn stop(self) -> bool {
-        drop(self.mmap_socket);
-        self.nodes.stop();
+        match self.serving {
+            Serving::Cuse { nodes, mmap_socket } => {
+                drop(mmap_socket);
+                nodes.stop();
+            }
+            Serving::Socket(dev) => drop(dev),
+        }
         // Files the clients still hold are revoked (the nodes are gone): their RM clients and
         // host files go now, so the driver holds nothing of them.
-        let revoked = self.uvm.release_all() + self.proxy.release_all();
+        let (proxy, uvm) = (self.backend.proxy(), self.uvm_backend.uvm());
+        let revoked = uvm.release_all() + proxy.release_all();
         if revoked != 0 {
             tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
         }
-        self.sink.write_counts(&self.name, self.proxy.counts());
-        let left = self.proxy.object_count();
+        self.sink.write_counts(&self.name, proxy.counts());
+        let left = proxy.object_count();
         if left != 0 {
             tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");
         }
@@ -227,6 +280,9 @@ impl RunningInstance {
 
 /// Checks the simulated driver holds nothing; returns whether it is clean.
 pub fn leak_check(driver: &Driver) -> bool {
+    if let Some(remote) = &driver.remote {
+        return remote_leak_check(remote);
+    }
     let Some(sim) = &driver.sim else { return true };
     // The proxies and their host files are gone by now; give late releases a moment.
     for _ in 0..50 {
@@ -243,6 +299,32 @@ pub fn leak_check(driver: &Driver) -> bool {
         eprintln!("nvproxy: leak check failed: the simulated driver still holds {stats}");
     }
     clean
+}
+
+/// [`leak_check`] of a simulated driver in its own process: what it holds for this instance
+/// (it serves no other).
+fn remote_leak_check(remote: &crate::simd::RemoteSim) -> bool {
+    let empty =
+        |s: &nvsim::SimStats| s.live_clients == 0 && s.live_objects == 0 && s.open_files == 0;
+    let mut last = None;
+    for _ in 0..50 {
+        match remote.stats() {
+            Ok(s) if empty(&s) => {
+                tracing::info!(stats = %s, "simulated driver (its own process) holds nothing");
+                return true;
+            }
+            Ok(s) => last = Some(s),
+            Err(e) => {
+                eprintln!("nvproxy: leak check: the sim-driver did not answer: {e}");
+                return false;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if let Some(s) = last {
+        eprintln!("nvproxy: leak check failed: the simulated driver still holds {s}");
+    }
+    false
 }
 
 /// `nvproxy exec` options.
@@ -292,6 +374,11 @@ pub struct ExecArgs {
     /// never holds the host UVM fd, and CUDA's managed memory is unavailable.
     #[arg(long)]
     pub no_uvm_mmap: bool,
+    /// How the command reaches the instance: `cuse` (CUSE nodes at /dev/nvidia*) or `socket`
+    /// (no device nodes: the shim forwards /dev/nvidia* to the worker over a unix socket; for
+    /// kernels without CUSE; needs the shim).
+    #[arg(long, value_enum, default_value_t = config::Transport::Cuse)]
+    pub transport: config::Transport,
     #[command(flatten)]
     pub shim: ShimArgs,
     /// The command and its arguments.
@@ -373,6 +460,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_in_flight: None,
         restart: config::RestartPolicy::No,
         user: None,
+        transport: args.transport,
     };
     inst.validate()?;
     crate::policy_cmd::check_allow(
@@ -381,6 +469,19 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
+    if args.transport == config::Transport::Socket && args.memory == MemoryTransport::Retry {
+        bail!(
+            "--memory retry is a CUSE protocol; the socket transport reads client memory with \
+             process_vm_readv (drop --memory retry)"
+        );
+    }
+    if args.transport == config::Transport::Socket && shim.is_none() {
+        bail!(
+            "--transport socket needs the shim ({}): it is what serves /dev/nvidia* to the \
+             command; build it (`cargo build -p preload`) or pass --preload PATH",
+            mmap::SHIM_NAME
+        );
+    }
     // The instance is served by a worker process, as under `serve` (its own driver files and
     // RM clients; with --driver sim its own simulated driver, configured as ours); it stops
     // after the command, and with us if we die (`ephemeral`: PR_SET_PDEATHSIG).
@@ -390,6 +491,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         sim: config::SimSection {
             gpus: args.sim_gpus,
             driver_version: args.sim_driver_version.clone(),
+            process: false,
         },
         memory: args.memory,
         audit: args.audit_log.clone(),
@@ -398,14 +500,17 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         abi_dir: None,
         ephemeral: true,
         run_as: None,
+        sim_socket: None,
     };
     let root = Path::new(mmap::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
+    let socket_transport = args.transport == config::Transport::Socket;
     let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
         .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
         .chain(std::iter::once(crate::node::Node::Uvm))
         .map(|n| (crate::instance::node_path(&inst.name, n), n.dev_name()))
+        .filter(|_| !socket_transport)
         .collect();
 
     let exe = std::env::current_exe().context("finding our own executable")?;
@@ -428,7 +533,9 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     if let Some(dir) = &sim_sys {
         cmd.arg("--sim-sys").arg(dir);
     }
-    if let Some(shim) = &shim {
+    if let (true, Some(shim)) = (socket_transport, &shim) {
+        crate::socket_transport::ns_exec_args(&mut cmd, root, &inst.name, shim, inst.gpus.len());
+    } else if let Some(shim) = &shim {
         let socket = root.join(&inst.name).join(mmap::SOCKET_NAME);
         cmd.arg("--mmap-socket")
             .arg(&socket)
@@ -724,6 +831,16 @@ pub struct RunArgs {
 /// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
+    if let Some(argv) = crate::socket_transport::run_argv(
+        Path::new(mmap::RUN_DIR),
+        &args.instance,
+        args.shim.resolve()?.as_deref(),
+        &args.command,
+    )? {
+        let exe = std::env::current_exe().context("finding our own executable")?;
+        let err = std::os::unix::process::CommandExt::exec(Command::new(exe).args(argv));
+        return Err(err).context("executing nvproxy ns-exec");
+    }
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| {

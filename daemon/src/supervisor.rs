@@ -37,6 +37,11 @@ use crate::worker::{self, WorkerSpec, WorkerStats};
 /// The `--log` filter this process was started with, which its workers get too.
 pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// The sim-driver's socket in the instance's run directory (`[sim] process = true`).
+pub const SIM_SOCKET: &str = "sim.sock";
+/// The sim-driver's pid file in the instance's run directory.
+pub const SIM_PID: &str = "sim.pid";
+
 /// How long a worker may take to print READY (the VM's emulated CPU is slow).
 pub const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a worker may take to stop after SIGTERM before it is killed.
@@ -207,7 +212,16 @@ impl Supervisor {
         if spec.run_as.is_none() {
             spec.run_as = self.choose_user(&spec)?;
         }
-        let (pid, pidfd) = self.spawn(&spec)?;
+        if spec.driver == crate::config::DriverKind::Sim && spec.sim.process {
+            spec.sim_socket = Some(self.ensure_sim(&spec)?);
+        }
+        let (pid, pidfd) = match self.spawn(&spec) {
+            Ok(w) => w,
+            Err(e) => {
+                self.stop_sim(&spec.instance.name);
+                return Err(e);
+            }
+        };
         lock(&self.entries).insert(
             name,
             Entry {
@@ -221,6 +235,87 @@ impl Supervisor {
             },
         );
         Ok(pid)
+    }
+
+    /// The instance's `nvproxy sim-driver` (`[sim] process = true`): the running one if its
+    /// socket answers, else a new one (its own process group, pid in `sim.pid`), which
+    /// outlives the instance's workers. Returns its socket.
+    fn ensure_sim(&self, spec: &WorkerSpec) -> Result<PathBuf> {
+        let name = &spec.instance.name;
+        let dir = worker::run_dir(&self.root, name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let socket = dir.join(SIM_SOCKET);
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            return Ok(socket);
+        }
+        let mut cmd = Command::new(&self.exe);
+        if let Some(f) = LOG_FILTER.get() {
+            cmd.arg("--log").arg(f);
+        }
+        cmd.arg("sim-driver")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--gpus")
+            .arg(spec.sim.gpus.to_string())
+            .arg("--driver-version")
+            .arg(&spec.sim.driver_version)
+            .arg("--handle-key")
+            .arg(name);
+        if let Some(r) = spec.run_as {
+            cmd.arg("--allow-uid").arg(r.uid.to_string());
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("instance {name}: starting its sim-driver"))?;
+        let stdout = child.stdout.take().context("sim-driver stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        if line.trim() != "READY" {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            bail!(
+                "instance {name}: its sim-driver did not start (exit {status:?}; its log is above)"
+            );
+        }
+        std::fs::write(dir.join(SIM_PID), child.id().to_string())?;
+        tracing::info!(instance = %name, pid = child.id(), "sim-driver serving");
+        Ok(socket)
+    }
+
+    /// Stops the instance's `nvproxy sim-driver`, if it has one.
+    fn stop_sim(&self, name: &str) {
+        let dir = worker::run_dir(&self.root, name);
+        let Ok(text) = std::fs::read_to_string(dir.join(SIM_PID)) else {
+            return;
+        };
+        let _ = std::fs::remove_file(dir.join(SIM_PID));
+        let Ok(pid) = text.trim().parse::<u32>() else {
+            return;
+        };
+        if !is_nvproxy_command(pid, b"sim-driver") {
+            return;
+        }
+        let Ok(fd) = sys::pidfd_open_process(pid) else {
+            return;
+        };
+        if sys::pidfd_send_signal(fd.as_fd(), libc::SIGTERM).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while !readable(&fd) {
+            if Instant::now() > deadline {
+                let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Our child when we started it: reap it (an adopted one is init's).
+        let _ = sys::waitid_pidfd(fd.as_fd());
+        tracing::info!(instance = %name, pid, "sim-driver stopped");
     }
 
     /// Starts one worker and waits for its READY line.
@@ -532,7 +627,9 @@ impl Supervisor {
             }
         }
         let entry = lock(&self.entries).remove(name);
-        Ok(entry.and_then(stop_entry))
+        let status = entry.and_then(stop_entry);
+        self.stop_sim(name);
+        Ok(status)
     }
 
     /// Every instance's numbers for a metrics scrape (each running worker asked now).
@@ -577,10 +674,14 @@ impl Supervisor {
             .into_iter()
             .map(|(n, e)| (n, std::thread::spawn(move || stop_entry(e))))
             .collect();
-        handles
+        let statuses: BTreeMap<String, Option<i32>> = handles
             .into_iter()
             .map(|(n, h)| (n, h.join().ok().flatten()))
-            .collect()
+            .collect();
+        for name in statuses.keys() {
+            self.stop_sim(name);
+        }
+        statuses
     }
 
     /// Forgets every worker without stopping them (`keep_workers`): a later supervisor adopts
@@ -629,21 +730,38 @@ fn readable(fd: &OwnedFd) -> bool {
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
-/// Whether `pid` is a live `nvproxy worker` (its command line is an `nvproxy` binary's
-/// `worker` subcommand); the state file that names it lies in its instance's directory.
-fn is_worker_of(pid: u32) -> bool {
+/// Whether `pid` is a live `nvproxy` process running subcommand `sub`.
+fn is_nvproxy_command(pid: u32, sub: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| runs_nvproxy_command(&c, sub))
+}
+
+/// Whether the command line `cmdline` (`/proc/PID/cmdline`: NUL-separated) is an `nvproxy`
+/// binary's subcommand `sub`, after any global options (`--log FILTER`, `--log=FILTER`).
+fn runs_nvproxy_command(cmdline: &[u8], sub: &[u8]) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-    let is_worker = args.get(1).is_some_and(|a| *a == b"worker");
     let ours = args.first().is_some_and(|a| {
         Path::new(std::ffi::OsStr::from_bytes(a))
             .file_name()
             .is_some_and(|f| f == "nvproxy")
     });
-    is_worker && ours
+    let mut rest = args.iter().skip(1);
+    let subcommand = loop {
+        match rest.next() {
+            Some(a) if *a == b"--log" => {
+                rest.next();
+            }
+            Some(a) if a.starts_with(b"--log=") => {}
+            other => break other,
+        }
+    };
+    ours && subcommand.is_some_and(|a| *a == sub)
+}
+
+/// Whether `pid` is a live `nvproxy worker` (its command line is an `nvproxy` binary's
+/// `worker` subcommand); the state file that names it lies in its instance's directory.
+fn is_worker_of(pid: u32) -> bool {
+    is_nvproxy_command(pid, b"worker")
 }
 
 /// `user`: a user name (its uid and primary gid) or a numeric uid (its passwd entry's gid, or
@@ -679,6 +797,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         abi_dir: cfg.daemon.abi_dir.clone(),
         ephemeral: false,
         run_as: None,
+        sim_socket: None,
     }
 }
 
@@ -709,6 +828,17 @@ mod tests {
         assert!(sup.adopt().is_empty());
         assert!(!root.join("a").join(worker::STATE_FILE).exists());
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn test_a_worker_is_recognised_after_global_options() {
+        let w = |s: &str| runs_nvproxy_command(s.replace(' ', "\0").as_bytes(), b"worker");
+        assert!(w("/usr/bin/nvproxy worker"));
+        assert!(w("/usr/bin/nvproxy --log info,nvsim=debug worker"));
+        assert!(w("nvproxy --log=debug worker"));
+        assert!(!w("/usr/bin/nvproxy serve --config worker"));
+        assert!(!w("/usr/bin/nvproxy --log worker serve"));
+        assert!(!w("/usr/bin/other worker"));
     }
 
     #[test]

@@ -449,6 +449,54 @@ fn libc_sigset() -> libc::sigset_t {
     }
 }
 
+/// `sd_notify` with one fd attached (`FDSTORE=1`: systemd keeps it for the next start of the
+/// unit). Without `NOTIFY_SOCKET`, nothing.
+pub fn sd_notify_with_fd(state: &str, fd: &std::os::fd::OwnedFd) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let path = path.to_string_lossy().into_owned();
+    let addr = match path.strip_prefix('@') {
+        Some(abs) => UnixAddr::new_abstract(abs.as_bytes())?,
+        None => UnixAddr::new(path.as_str())?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    let iov = [io::IoSlice::new(state.as_bytes())];
+    let fds = [fd.as_raw_fd()];
+    sendmsg(
+        sock.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        Some(&addr),
+    )?;
+    Ok(())
+}
+
+/// The fd systemd passed this process under `name` (`LISTEN_PID`, `LISTEN_FDS`,
+/// `LISTEN_FDNAMES`: the unit's fd store at start), made close-on-exec so that children do
+/// not inherit it. `None` when there is none (or the variables are another process's).
+pub fn stored_fd(name: &str) -> Option<std::os::fd::OwnedFd> {
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.trim().parse().ok()?;
+    if pid != std::process::id() {
+        return None;
+    }
+    let n: i32 = std::env::var("LISTEN_FDS").ok()?.trim().parse().ok()?;
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    let index = names.split(':').position(|n| n == name)?;
+    let index = i32::try_from(index).ok().filter(|&i| i < n)?;
+    const SD_LISTEN_FDS_START: i32 = 3;
+    let fd = SD_LISTEN_FDS_START + index;
+    // SAFETY: F_SETFD with an integer argument reads and writes no memory.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return None;
+    }
+    take_inherited_fds(&[fd]).ok()?.pop()
+}
+
 /// Sends `state` (e.g. `READY=1`) to systemd's notify socket when `NOTIFY_SOCKET` is set; a
 /// no-op otherwise. Abstract socket names (`@...`) are supported.
 pub fn sd_notify(state: &str) -> io::Result<()> {
@@ -561,8 +609,84 @@ pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
-/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS) in a test.
-#[cfg(test)]
+/// Sends `bytes` on the stream socket `sock` with `fd` attached (`SCM_RIGHTS`).
+pub fn send_with_fd(
+    sock: std::os::fd::RawFd,
+    bytes: &[u8],
+    fd: std::os::fd::RawFd,
+) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let iov = [io::IoSlice::new(bytes)];
+    let fds = [fd];
+    let n = sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if n != bytes.len() {
+        return Err(io::Error::other("short sendmsg"));
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from the stream socket `sock` and the fd attached to them,
+/// if any (close-on-exec). Returns the byte count (0: the peer closed).
+pub fn recv_with_fd(
+    sock: std::os::fd::RawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::FromRawFd;
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut got: Vec<std::os::fd::OwnedFd> = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            for raw in v {
+                // SAFETY: the kernel installed `raw` in our table for this message alone;
+                // nothing else in the process knows it, so this is its only owner.
+                got.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
+            }
+        }
+    }
+    let n = msg.bytes;
+    if got.len() > 1 {
+        return Err(io::Error::other("more than one fd attached"));
+    }
+    Ok((n, got.pop()))
+}
+
+/// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
+/// of this boot (`ENOTSOCK` for a file that is not a socket).
+pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    const SO_COOKIE: libc::c_int = 57;
+    let mut cookie = 0u64;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: `cookie` and `len` are live locals the kernel writes at most `len` (8) bytes into;
+    // `fd` is borrowed, so it stays open for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != size_of::<u64>() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(cookie)
+}
+
+/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS).
 pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
     assert!(fd >= 0);

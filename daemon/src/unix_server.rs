@@ -16,6 +16,7 @@ pub struct UnixServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    remove_on_drop: bool,
 }
 
 impl UnixServer {
@@ -32,6 +33,19 @@ impl UnixServer {
         let listener =
             UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
         prepare(path)?;
+        Self::serve(listener, path, name, true, handle)
+    }
+
+    /// Serves a listener bound at `path` already (one systemd kept in its fd store);
+    /// `remove_on_drop`: whether dropping the server unlinks `path` (not for a stored listener,
+    /// which outlives this process: its path must stay for the next one).
+    pub fn serve(
+        listener: UnixListener,
+        path: &Path,
+        name: &str,
+        remove_on_drop: bool,
+        handle: impl Fn(UnixStream) + Send + 'static,
+    ) -> Result<Self> {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -60,6 +74,7 @@ impl UnixServer {
             path: path.to_owned(),
             stop,
             thread: Some(thread),
+            remove_on_drop,
         })
     }
 }
@@ -70,6 +85,8 @@ impl Drop for UnixServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }

@@ -10,7 +10,9 @@
 //! clients to its own process, and a crash or exhaustion of one worker (fds, memory, threads)
 //! cannot touch another instance.
 //!
-//! **The simulated driver** with workers: each worker has its own `nvsim` driver with the
+//! **The simulated driver** with workers: with `[sim] process = true` the instance's `nvsim` is
+//! a process of its own (`nvproxy sim-driver`, `simd.rs`) that outlives its workers, as the
+//! kernel driver outlives processes; otherwise each worker has its own `nvsim` driver with the
 //! configured GPUs. From each worker's point of view it behaves like the real driver; what it
 //! cannot show is one tenant's effect on another's view of the same GPUs (GPU attach state,
 //! device instances), because no two workers share it. That cross-instance behaviour of one
@@ -25,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use ioctl_proxy::Proxy;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DriverKind, InstanceConfig, SimSection};
@@ -70,6 +71,9 @@ pub struct WorkerSpec {
     /// `None`: the supervisor's.
     #[serde(default)]
     pub run_as: Option<RunAs>,
+    /// With `[sim] process = true`: the socket of the instance's `nvproxy sim-driver`.
+    #[serde(default)]
+    pub sim_socket: Option<PathBuf>,
 }
 
 /// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
@@ -164,13 +168,24 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let mut driver = serve::make_driver(
-        spec.driver,
-        spec.sim.gpus,
-        &spec.sim.driver_version,
-        spec.allow_unrestricted_mmap_fds,
-        Some(&name),
-    )?;
+    let mut driver = match (&spec.sim_socket, spec.driver) {
+        (Some(path), DriverKind::Sim) => {
+            let remote = Arc::new(crate::simd::RemoteSim::connect(path)?);
+            serve::Driver {
+                host: remote.clone(),
+                sim: None,
+                remote: Some(remote),
+                abi: None,
+            }
+        }
+        _ => serve::make_driver(
+            spec.driver,
+            spec.sim.gpus,
+            &spec.sim.driver_version,
+            spec.allow_unrestricted_mmap_fds,
+            Some(&name),
+        )?,
+    };
     let choice = crate::abi_cmd::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
@@ -188,7 +203,11 @@ pub fn run() -> Result<ExitCode> {
     )?;
     let root = Path::new(mmap::RUN_DIR);
     let dir = run_dir(root, &name);
-    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), running.proxy().clone())
+    let control = Arc::new(
+        crate::checkpoint::Control::new(&running, driver.host.clone())
+            .with_sim_socket(spec.sim_socket.clone()),
+    );
+    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control)
         .with_context(|| format!("instance {name}: the worker socket"))?;
     let state = WorkerState {
         pid: std::process::id(),
@@ -203,6 +222,15 @@ pub fn run() -> Result<ExitCode> {
     let _ = std::fs::remove_file(dir.join(STATE_FILE));
     drop(stats);
     let table_clean = running.stop();
+    // The driver now (a restore may have moved the instance to a new sim-driver process).
+    if let (Some(path), Some(_)) = (&spec.sim_socket, &driver.remote) {
+        match crate::simd::RemoteSim::connect(path) {
+            Ok(r) => driver.remote = Some(Arc::new(r)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the sim-driver for the leak check")
+            }
+        }
+    }
     let clean = serve::leak_check(&driver) && table_clean;
     Ok(if clean {
         ExitCode::SUCCESS
@@ -259,14 +287,14 @@ pub fn query_stats(root: &Path, instance: &str) -> Result<WorkerStats> {
     serde_json::from_str(&line).with_context(|| format!("the answer of {}", path.display()))
 }
 
-/// The worker's stats socket: answers `stats` with [`WorkerStats`], to root or the worker's
-/// own user only.
+/// The worker's stats socket: answers `stats` with [`WorkerStats`], and the checkpoint and
+/// restore requests (`checkpoint.rs`), to root or the worker's own user only.
 struct StatsServer {
     _server: crate::unix_server::UnixServer,
 }
 
 impl StatsServer {
-    fn start(path: &Path, proxy: Arc<Proxy>) -> Result<Self> {
+    fn start(path: &Path, control: Arc<crate::checkpoint::Control>) -> Result<Self> {
         let server = crate::unix_server::UnixServer::start(
             path,
             "worker-stats",
@@ -278,24 +306,33 @@ impl StatsServer {
                     std::fs::Permissions::from_mode(0o666),
                 )?)
             },
-            move |conn| answer_stats(conn, &proxy),
+            move |conn| answer_stats(conn, &control),
         )?;
         Ok(Self { _server: server })
     }
 }
 
-fn answer_stats(conn: UnixStream, proxy: &Proxy) {
+fn answer_stats(conn: UnixStream, control: &crate::checkpoint::Control) {
     let me = nix::unistd::geteuid().as_raw();
     match nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
         _ => return,
     }
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut line = String::new();
-    let mut r = BufReader::new(&conn);
-    if r.read_line(&mut line).is_err() || line.trim() != "stats" {
+    let Some(line) = crate::checkpoint::read_request(&conn) else {
+        return;
+    };
+    if line.trim_start().starts_with('{') {
+        if let Ok(mut text) = serde_json::to_string(&control.answer(&line)) {
+            text.push('\n');
+            let _ = (&conn).write_all(text.as_bytes());
+        }
         return;
     }
+    if line.trim() != "stats" {
+        return;
+    }
+    let proxy = control.proxy();
     let stats = WorkerStats {
         pid: std::process::id(),
         open_files: proxy.open_files(),
@@ -339,6 +376,7 @@ mod tests {
             abi_dir: None,
             ephemeral: false,
             run_as: None,
+            sim_socket: None,
         }
     }
 
@@ -381,14 +419,26 @@ mod tests {
         std::fs::create_dir_all(dir.join("a")).unwrap();
         let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
         let proxy = Arc::new(
-            Proxy::for_host(
+            ioctl_proxy::Proxy::for_host(
                 ioctl_proxy::InstancePolicy::new("a", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
                 sim as Arc<dyn ioctl_proxy::HostDriver>,
             )
             .unwrap(),
         );
         let open = proxy.open(ioctl_proxy::Node::Ctl).unwrap();
-        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), proxy.clone()).unwrap();
+        let frontend = Arc::new(crate::backend::ProxyBackend::new(proxy.clone()));
+        let uvm = Arc::new(crate::backend::UvmBackend::new(
+            Arc::new(uvm::UvmProxy::with_gpu_uuids(proxy.clone(), Vec::new())),
+            frontend.clone(),
+        ));
+        let control = Arc::new(crate::checkpoint::Control::from_parts(
+            "a",
+            frontend,
+            uvm,
+            proxy.host_driver().clone(),
+            Arc::new(crate::audit_log::JsonLinesSink::open(None).unwrap()),
+        ));
+        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), control).unwrap();
         let stats = query_stats(&dir, "a").unwrap();
         assert_eq!(
             (stats.pid, stats.open_files, stats.objects),

@@ -31,6 +31,7 @@ use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::kit::{Stop, deny, fail};
 use crate::nv::*;
+use crate::objects::{AllocRecord, FdUse, Origin};
 use crate::plan::{Plan, rd32, rd64};
 use crate::request::{Dir, Req};
 
@@ -83,7 +84,7 @@ pub(crate) fn class_handled(class: u32, t: Translation) -> bool {
 /// What to record after a successful allocation.
 enum Record {
     Client,
-    Object { deps: Vec<u32> },
+    Object { deps: Vec<u32>, fds: Vec<FdUse> },
 }
 
 impl Req<'_> {
@@ -166,10 +167,14 @@ impl Req<'_> {
         } else {
             plan.null_ptr(None, P_ALLOC_PARMS);
         }
+        let mut rights = None;
         if !nvos21 {
             // RS_ACCESS_MASK: one 32-bit limb; the driver only reads it.
-            self.nested(&mut plan, None, P_RIGHTS_REQUESTED, p_rights, 4, Dir::In)?;
+            let r = self.nested(&mut plan, None, P_RIGHTS_REQUESTED, p_rights, 4, Dir::In)?;
+            rights = r.map(|i| crate::plan::rd32(plan.buf(Some(i)), 0));
         }
+        // The params as the client gave them, before any translation: what replay sends.
+        let given = pbuf.map(|p| plan.buf(Some(p)).to_vec());
         let record = if root {
             Record::Client
         } else {
@@ -186,19 +191,51 @@ impl Req<'_> {
                 );
             }
         }
-        let ret = self.exec(&mut plan)?;
+        self.px.translate_clients(&mut plan, root);
+        let ret = self.exec_raw(&mut plan)?;
         let out = plan.get::<NVOS64_PARAMETERS>(None);
         if out.status == NV_OK {
-            let h = out.hObjectNew;
+            let mut h = out.hObjectNew;
+            if root {
+                let name = self.px.name_new_client(h);
+                if name != h {
+                    plan.set32(None, offset_of!(NVOS64_PARAMETERS, hObjectNew), name);
+                    h = name;
+                }
+            }
+            let mut rec = AllocRecord {
+                class,
+                params: given.clone(),
+                out: pbuf.map(|p| plan.buf(Some(p)).to_vec()),
+                rights,
+                fds: Vec::new(),
+            };
             let mut t = self.px.objects();
             let r = match record {
-                Record::Client => t.add_client(self.open, h, eff),
-                Record::Object { deps } => {
+                Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
+                Record::Object { deps, fds } => {
+                    // The client reads back its own fd values and client handles (the plan
+                    // restores what the proxy rewrote): record the params as it sees them.
+                    if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
+                        let fields = fds.iter().map(|f| (f.offset, 8)).chain(
+                            crate::replay::client_fields(eff)
+                                .iter()
+                                .map(|&off| (off, 4)),
+                        );
+                        for (off, len) in fields {
+                            if let (Some(d), Some(s)) =
+                                (o.get_mut(off..off + len), g.get(off..off + len))
+                            {
+                                d.copy_from_slice(s);
+                            }
+                        }
+                    }
+                    rec.fds = fds;
                     let deps: Vec<u32> = deps
                         .into_iter()
                         .filter(|&d| t.contains(h_root, d))
                         .collect();
-                    t.add_object(h_root, h_parent, h, eff, &deps)
+                    t.add_object_with(h_root, h_parent, h, eff, &deps, Origin::alloc(rec))
                 }
             };
             debug!(?r, h, class = eff, "alloc recorded");
@@ -222,10 +259,14 @@ impl Req<'_> {
         pbuf: Option<usize>,
     ) -> Result<Record, Stop> {
         let Some(p) = pbuf else {
-            return Ok(Record::Object { deps: Vec::new() });
+            return Ok(Record::Object {
+                deps: Vec::new(),
+                fds: Vec::new(),
+            });
         };
         let pb = Some(p);
         let mut deps = Vec::new();
+        let mut fds = Vec::new();
         match class {
             NV01_EVENT_OS_EVENT => {
                 // data: the fd registered with NV_ESC_ALLOC_OS_EVENT.
@@ -233,16 +274,28 @@ impl Req<'_> {
                 let q = plan.get::<P>(pb);
                 if q.hParentClient != 0 {
                     self.need_client(q.hParentClient)?;
+                    let host = self.px.host_client(q.hParentClient);
+                    plan.rewrite32(pb, offset_of!(P, hParentClient), host);
                 }
-                let host = self.translate_fd_status(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
+                let (host, open) =
+                    self.translate_fd_status_open(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
                 plan.rewrite64(pb, offset_of!(P, data), host as u64);
+                fds.push(FdUse {
+                    offset: offset_of!(P, data),
+                    open: open.0,
+                });
             }
             NV01_DEVICE_0 => {
                 // hClientShare and hTargetClient name clients.
-                let q = plan.get::<NV0080_ALLOC_PARAMETERS>(pb);
-                for c in [q.hClientShare, q.hTargetClient] {
+                type P = NV0080_ALLOC_PARAMETERS;
+                let q = plan.get::<P>(pb);
+                for (c, off) in [
+                    (q.hClientShare, offset_of!(P, hClientShare)),
+                    (q.hTargetClient, offset_of!(P, hTargetClient)),
+                ] {
                     if c != 0 {
                         self.need_client(c)?;
+                        plan.rewrite32(pb, off, self.px.host_client(c));
                     }
                 }
                 if q.hTargetClient != 0 && q.hTargetDevice != 0 {
@@ -275,8 +328,13 @@ impl Req<'_> {
                 };
                 let fd = rd64(plan.buf(pb), off);
                 if fd != 0 {
-                    let host = self.translate_fd_status(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
+                    let (host, open) =
+                        self.translate_fd_status_open(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
                     plan.rewrite64(pb, off, host as u64);
+                    fds.push(FdUse {
+                        offset: off,
+                        open: open.0,
+                    });
                 }
             }
             NV_IMEX_SESSION => {
@@ -286,6 +344,8 @@ impl Req<'_> {
                 // hAppClient names the debugged client.
                 let q = plan.get::<NV83DE_ALLOC_PARAMETERS>(pb);
                 self.need_client(q.hAppClient)?;
+                let host = self.px.host_client(q.hAppClient);
+                plan.rewrite32(pb, offset_of!(NV83DE_ALLOC_PARAMETERS, hAppClient), host);
                 if q.hAppClient == h_root {
                     deps.push(q.hClass3dObject);
                 }
@@ -317,7 +377,7 @@ impl Req<'_> {
             _ => {}
         }
         deps.retain(|&d| d != 0);
-        Ok(Record::Object { deps })
+        Ok(Record::Object { deps, fds })
     }
 }
 

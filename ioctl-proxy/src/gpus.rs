@@ -7,13 +7,11 @@
 //! (the driver's `gpu_id`, used by NV0000 controls) are not renumbered: they are opaque to
 //! clients and the same ids reach the host.
 
-use core::mem::offset_of;
-
 use nvproxy_abi::ioctl::{NV_ESC_ATTACH_GPUS_TO_FD, NV_ESC_NUMA_INFO, nv_iowr};
 use nvproxy_abi::structs::{
     NV0000_CTRL_GPU_GET_ACTIVE_DEVICE_IDS_PARAMS, NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS,
     NV0000_CTRL_GPU_INVALID_ID, NV0000_CTRL_GPU_MAX_GPUS, NV0000_SYNC_GPU_BOOST_GROUP_INFO_PARAMS,
-    NVOS54_PARAMETERS, nv_ioctl_card_info_t, nv_ioctl_numa_info_t, nv_offline_addresses_t,
+    nv_ioctl_card_info_t, nv_ioctl_numa_info_t, nv_offline_addresses_t,
 };
 use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -23,18 +21,18 @@ use crate::nv::NV_OK;
 use crate::plan::{Plan, rd32, wr32};
 use crate::proxy::{Proxy, host_cards};
 use crate::request::Req;
-use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use host_driver::HostCall;
 
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
 
 /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` (`ctrl0000gpu.h`).
-const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
+pub(crate) const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
 
 /// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` (`ctrl0000gpu.h`).
-const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
+pub(crate) const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
 /// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID_FLAGS_FORMAT_BINARY` (bits 1:0; `TYPE` bit 2
 /// left 0: SHA-1, the UUID UVM compares).
-const UUID_FLAGS_FORMAT_BINARY: u32 = 2;
+pub(crate) const UUID_FLAGS_FORMAT_BINARY: u32 = 2;
 
 impl Proxy {
     /// The 16-byte UUIDs of the instance's GPUs, in the tenant's order, asked from the host
@@ -44,12 +42,6 @@ impl Proxy {
     /// file when this returns (`RmFreeUnusedClients`). The UVM handlers refuse UUIDs outside
     /// this set.
     pub fn query_gpu_uuids(&self) -> Result<Vec<[u8; 16]>, ProxyError> {
-        use nvproxy_abi::ioctl::{NV_ESC_RM_ALLOC_NVOS21, NV_ESC_RM_CONTROL_CMD};
-        use nvproxy_abi::structs::{
-            NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS, NVOS21_PARAMETERS, NVOS54_PARAMETERS,
-        };
-        use zerocopy::{FromBytes, FromZeros};
-
         let host = self.host_driver();
         let ctl = host
             .open(host_driver::NodeKind::Ctl)
@@ -60,59 +52,11 @@ impl Proxy {
             .map(|g| host.open(host_driver::NodeKind::Gpu(g.minor)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ProxyError::Host)?;
-        let mut alloc = NVOS21_PARAMETERS::new_zeroed();
-        alloc.hClass = crate::nv::NV01_ROOT_CLIENT;
-        let mut call = HostCall {
-            cmd: NV_ESC_RM_ALLOC_NVOS21,
-            params: alloc.as_bytes().to_vec(),
-            nested: Vec::new(),
-        };
-        ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
-        let alloc = NVOS21_PARAMETERS::read_from_bytes(&call.params)
-            .map_err(|_| ProxyError::Config("RM_ALLOC answer of the wrong size".into()))?;
-        if alloc.status != NV_OK {
-            return Err(ProxyError::Config(format!(
-                "allocating an RM client for the GPU UUIDs: status {:#x}",
-                alloc.status
-            )));
-        }
-        let h_client = alloc.hObjectNew;
-        let mut uuids = Vec::with_capacity(self.gpus.len());
-        for g in &self.gpus {
-            let mut q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
-            q.gpuId = g.gpu_id;
-            q.flags = UUID_FLAGS_FORMAT_BINARY;
-            let mut ctrl = NVOS54_PARAMETERS::new_zeroed();
-            ctrl.hClient = h_client;
-            ctrl.hObject = h_client;
-            ctrl.cmd = NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID;
-            ctrl.params = NESTED_PTR_PLACEHOLDER;
-            ctrl.paramsSize = size_of::<NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS>() as u32;
-            let mut call = HostCall {
-                cmd: NV_ESC_RM_CONTROL_CMD,
-                params: ctrl.as_bytes().to_vec(),
-                nested: vec![NestedBuf {
-                    parent: None,
-                    offset: offset_of!(NVOS54_PARAMETERS, params),
-                    data: q.as_bytes().to_vec(),
-                }],
-            };
-            ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
-            let status = rd32(&call.params, offset_of!(NVOS54_PARAMETERS, status));
-            let q =
-                NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&call.nested[0].data)
-                    .map_err(|_| ProxyError::Config("UUID answer of the wrong size".into()))?;
-            if status != NV_OK || q.uuidStrLen != 16 {
-                return Err(ProxyError::Config(format!(
-                    "GPU /dev/nvidia{}: no UUID from the driver (status {status:#x}, length {})",
-                    g.minor, q.uuidStrLen
-                )));
-            }
-            let mut uuid = [0u8; 16];
-            uuid.copy_from_slice(&q.gpuUuid[..16]);
-            uuids.push(uuid);
-        }
-        Ok(uuids)
+        let h_client = crate::checkpoint::temp_root_client(&*ctl, "the GPU UUIDs")?;
+        self.gpus
+            .iter()
+            .map(|g| crate::checkpoint::gpu_uuid(&*ctl, h_client, g.gpu_id, g.minor))
+            .collect()
     }
 }
 
@@ -209,6 +153,19 @@ impl Req<'_> {
             nested: Vec::new(),
         };
         let ret = self.file.host.ioctl(&mut call).map_err(ProxyError::Host)?;
+        if ret == 0 {
+            // At most the instance's GPUs (checked above), each once.
+            let mut ids: Vec<u32> = Vec::new();
+            for id in top
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            {
+                if id != 0 && !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            crate::proxy::lock_record(&self.file).attached = Some(ids);
+        }
         // The driver only reads the ids; the client's copy comes back unchanged.
         self.write_top(addr, &top)?;
         Ok(ret)
@@ -281,29 +238,17 @@ impl Req<'_> {
     /// query; nothing changes).
     fn learn_devices(&self, h_client: u32) {
         type Info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
+        // The driver's handle for the tenant's client (translated after some restores).
+        let h = self.px.host_client(h_client);
         for g in &self.px.gpus {
             let mut info = Info::new_zeroed();
             info.gpuId = g.gpu_id;
-            let mut top = NVOS54_PARAMETERS::new_zeroed();
-            top.hClient = h_client;
-            top.hObject = h_client;
-            top.cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
-            top.params = NESTED_PTR_PLACEHOLDER;
-            top.paramsSize = size_of::<Info>() as u32;
-            let mut call = HostCall {
-                cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-                params: top.as_bytes().to_vec(),
-                nested: vec![NestedBuf {
-                    parent: None,
-                    offset: offset_of!(NVOS54_PARAMETERS, params),
-                    data: info.as_bytes().to_vec(),
-                }],
-            };
-            let ok = self.file.host.ioctl(&mut call).is_ok()
-                && NVOS54_PARAMETERS::read_from_bytes(&call.params)
-                    .is_ok_and(|t| t.status == NV_OK);
-            if ok {
-                let Ok(out) = Info::read_from_bytes(&call.nested[0].data) else {
+            let cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
+            let params = info.as_bytes().to_vec();
+            if let Ok((NV_OK, out)) =
+                crate::checkpoint::host_control(&*self.file.host, h, h, cmd, params)
+            {
+                let Ok(out) = Info::read_from_bytes(&out) else {
                     continue;
                 };
                 let inst = out.deviceInstance;

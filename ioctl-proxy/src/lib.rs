@@ -17,10 +17,12 @@
 
 mod alloc;
 pub mod audit;
+pub mod checkpoint;
 mod control;
 mod embedded;
 mod error;
 mod gpus;
+mod handles;
 pub mod kit;
 mod mapping;
 pub mod memory;
@@ -29,9 +31,11 @@ pub mod objects;
 mod plan;
 pub mod policy;
 mod proxy;
+mod replay;
 mod request;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
+pub use checkpoint::{Checkpoint, CheckpointError, DeviceIdentity};
 pub use error::ProxyError;
 pub use host_driver::{
     HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
@@ -42,3 +46,4 @@ pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
 pub use proxy::{
     Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,
 };
+pub use replay::{GpuRef, RemapRule, Restored, make_remapping};

@@ -59,6 +59,13 @@ fn lock(m: &Mutex<MappingSlot>) -> MutexGuard<'_, MappingSlot> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl MappingSlot {
+    /// Whether the driver gave (or is giving) the open's mapping file an mmap context.
+    pub(crate) fn has_context(&self) -> bool {
+        self.context != Context::None
+    }
+}
+
 /// Why an fd could not become an mmap target.
 pub(crate) enum TargetError {
     /// Not an open of this instance (or the resolver failed).

@@ -9,7 +9,124 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+/// The most alloc-params bytes (input plus output) recorded for one object. Every class's
+/// params are bounded by the ABI table (the largest, `NV_CHANNEL_ALLOC_PARAMS`, is 376 bytes);
+/// a record that would be larger is not kept and the object is unreplayable.
+pub const MAX_RECORD_BYTES: usize = 2048;
+
+/// Recorded bytes an instance may hold per object of its quota, on average: the records count
+/// toward the object quota ([`ObjectTable::recorded_bytes`], `Proxy::object_room`).
+pub const RECORD_BYTES_PER_OBJECT: usize = 512;
+
+/// An fd field of alloc params and the open it named (translated again on replay).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdUse {
+    /// Byte offset of the field in the alloc params.
+    pub offset: usize,
+    /// The open of this instance the tenant's fd resolved to.
+    pub open: u64,
+}
+
+/// An `NV_ESC_RM_ALLOC` as the client gave it: what replay sends again.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AllocRecord {
+    /// The class in the client's `hClass` (`NV01_EVENT` for an OS event, whose real class is
+    /// in its params).
+    pub class: u32,
+    /// `pAllocParms` as the client gave it (deep copy, before any translation); `None`: NULL.
+    #[serde(with = "hex_opt", default)]
+    pub params: Option<Vec<u8>>,
+    /// The params as the driver returned them to the client (the client may keep outputs:
+    /// addresses, sizes); replay checks the new driver answers the same.
+    #[serde(with = "hex_opt", default)]
+    pub out: Option<Vec<u8>>,
+    /// `*pRightsRequested`, when the client gave one (NVOS64).
+    #[serde(default)]
+    pub rights: Option<u32>,
+    /// fd fields of the params and the opens they named.
+    #[serde(default)]
+    pub fds: Vec<FdUse>,
+}
+
+impl AllocRecord {
+    fn bytes(&self) -> usize {
+        self.params.as_ref().map_or(0, Vec::len) + self.out.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// How an object came to be, with what is needed to create it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// `NV_ESC_RM_ALLOC`.
+    Alloc(AllocRecord),
+    /// `NV_ESC_RM_DUP_OBJECT` of `src_object` of `src_client` (a client of this instance).
+    Dup {
+        /// `hClientSrc`.
+        src_client: u32,
+        /// `hObjectSrc`.
+        src_object: u32,
+        /// `flags`.
+        flags: u32,
+    },
+    /// Cannot be replayed; why.
+    Unreplayable(String),
+}
+
+impl Origin {
+    fn bytes(&self) -> usize {
+        match self {
+            Origin::Alloc(a) => a.bytes(),
+            Origin::Dup { .. } => 12,
+            Origin::Unreplayable(s) => s.len(),
+        }
+    }
+
+    /// An `Alloc` origin, or `Unreplayable` when the record would exceed [`MAX_RECORD_BYTES`].
+    pub fn alloc(rec: AllocRecord) -> Origin {
+        if rec.bytes() > MAX_RECORD_BYTES {
+            Origin::Unreplayable(format!(
+                "alloc params of {} bytes exceed the record bound",
+                rec.bytes()
+            ))
+        } else {
+            Origin::Alloc(rec)
+        }
+    }
+}
+
+/// Hex strings for optional byte vectors in the checkpoint format.
+mod hex_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(b) => s.serialize_str(&b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(s) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        if s.len() % 2 != 0 || s.len() > 2 * super::MAX_RECORD_BYTES {
+            return Err(serde::de::Error::custom("bad hex byte string"));
+        }
+        (0..s.len())
+            .step_by(2)
+            .map(|i| {
+                s.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom("bad hex byte string"))
+            })
+            .collect::<Result<Vec<u8>, _>>()
+            .map(Some)
+    }
+}
 
 /// Identifies the open file (one client `open()` of a frontend node) that allocated a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,23 +166,27 @@ impl ObjectError {
 }
 
 #[derive(Debug, Clone)]
-struct Object {
-    parent: u32,
-    class: u32,
-    deps: Vec<u32>,
+pub(crate) struct Object {
+    pub(crate) parent: u32,
+    pub(crate) class: u32,
+    pub(crate) deps: Vec<u32>,
+    pub(crate) origin: Origin,
 }
 
 #[derive(Debug, Clone)]
-struct Client {
-    owner: OwnerId,
-    class: u32,
-    objects: HashMap<u32, Object>,
+pub(crate) struct Client {
+    pub(crate) owner: OwnerId,
+    pub(crate) class: u32,
+    pub(crate) origin: Origin,
+    pub(crate) objects: HashMap<u32, Object>,
 }
 
 /// The per-instance table of RM clients and objects.
 #[derive(Debug, Default)]
 pub struct ObjectTable {
-    clients: BTreeMap<u32, Client>,
+    pub(crate) clients: BTreeMap<u32, Client>,
+    /// Bytes of the records (alloc params) held, against the quota.
+    recorded: usize,
 }
 
 impl ObjectTable {
@@ -81,17 +202,35 @@ impl ObjectTable {
         h_client: u32,
         class: u32,
     ) -> Result<(), ObjectError> {
+        self.add_client_with(
+            owner,
+            h_client,
+            class,
+            Origin::Unreplayable("not recorded".into()),
+        )
+    }
+
+    /// [`ObjectTable::add_client`] with the record of its allocation.
+    pub fn add_client_with(
+        &mut self,
+        owner: OwnerId,
+        h_client: u32,
+        class: u32,
+        origin: Origin,
+    ) -> Result<(), ObjectError> {
         if h_client == 0 {
             return Err(ObjectError::NullHandle);
         }
         if self.clients.contains_key(&h_client) {
             return Err(ObjectError::Duplicate(h_client, h_client));
         }
+        self.recorded += origin.bytes();
         self.clients.insert(
             h_client,
             Client {
                 owner,
                 class,
+                origin,
                 objects: HashMap::new(),
             },
         );
@@ -107,6 +246,20 @@ impl ObjectTable {
         h_new: u32,
         class: u32,
         deps: &[u32],
+    ) -> Result<(), ObjectError> {
+        let origin = Origin::Unreplayable("not recorded".into());
+        self.add_object_with(h_client, h_parent, h_new, class, deps, origin)
+    }
+
+    /// [`ObjectTable::add_object`] with the record of how the object was made.
+    pub fn add_object_with(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_new: u32,
+        class: u32,
+        deps: &[u32],
+        origin: Origin,
     ) -> Result<(), ObjectError> {
         let client = self
             .clients
@@ -127,12 +280,14 @@ impl ObjectTable {
         {
             return Err(ObjectError::UnknownObject(h_client, d));
         }
+        self.recorded += origin.bytes();
         client.objects.insert(
             h_new,
             Object {
                 parent: h_parent,
                 class,
                 deps: deps.to_vec(),
+                origin,
             },
         );
         Ok(())
@@ -203,6 +358,7 @@ impl ObjectTable {
             .ok_or(ObjectError::UnknownClient(h_client))?;
         if h_object == h_client {
             let c = self.clients.remove(&h_client).expect("looked up above");
+            self.recorded = self.recorded.saturating_sub(client_bytes(&c));
             let mut freed: Vec<u32> = c.objects.keys().copied().collect();
             freed.sort_unstable();
             freed.push(h_client);
@@ -225,7 +381,9 @@ impl ObjectTable {
             }
         }
         for h in &doomed {
-            client.objects.remove(h);
+            if let Some(o) = client.objects.remove(h) {
+                self.recorded = self.recorded.saturating_sub(o.origin.bytes());
+            }
         }
         Ok(doomed.into_iter().collect())
     }
@@ -240,9 +398,28 @@ impl ObjectTable {
             .map(|(&h, _)| h)
             .collect();
         for h in &gone {
-            self.clients.remove(h);
+            if let Some(c) = self.clients.remove(h) {
+                self.recorded = self.recorded.saturating_sub(client_bytes(&c));
+            }
         }
         gone
+    }
+
+    /// Bytes of alloc-params records held (bounded by [`RECORD_BYTES_PER_OBJECT`] times the
+    /// object quota).
+    pub fn recorded_bytes(&self) -> usize {
+        self.recorded
+    }
+
+    /// The RM client handles, in order.
+    pub fn client_handles(&self) -> Vec<u32> {
+        self.clients.keys().copied().collect()
+    }
+
+    /// Rebuilds a table from restored clients (replay, `checkpoint.rs`).
+    pub(crate) fn from_clients(clients: BTreeMap<u32, Client>) -> Self {
+        let recorded = clients.values().map(client_bytes).sum();
+        Self { clients, recorded }
     }
 
     /// Number of clients plus objects: zero when everything was freed.
@@ -254,6 +431,10 @@ impl ObjectTable {
     pub fn is_empty(&self) -> bool {
         self.clients.is_empty()
     }
+}
+
+fn client_bytes(c: &Client) -> usize {
+    c.origin.bytes() + c.objects.values().map(|o| o.origin.bytes()).sum::<usize>()
 }
 
 #[cfg(test)]
@@ -344,6 +525,36 @@ mod tests {
         assert_eq!(t.release_owner(OwnerId(1)), vec![0xc1d0_0001]);
         assert_eq!(t.owner_of(0xc1d0_0002), Ok(OwnerId(2)));
         assert_eq!(t.len(), 1);
+    }
+
+    fn alloc_origin(params: usize) -> Origin {
+        Origin::alloc(AllocRecord {
+            class: VASPACE,
+            params: Some(vec![0; params]),
+            out: Some(vec![0; params]),
+            ..AllocRecord::default()
+        })
+    }
+
+    #[test]
+    fn test_recorded_bytes_follow_adds_frees_and_releases() {
+        let mut t = table_with_device();
+        assert_eq!(t.recorded_bytes(), "not recorded".len() * 3);
+        let base = t.recorded_bytes();
+        t.add_object_with(0xc1d0_0001, 0x10, 0x20, VASPACE, &[], alloc_origin(48))
+            .unwrap();
+        assert_eq!(t.recorded_bytes(), base + 96);
+        t.free(0xc1d0_0001, 0x20).unwrap();
+        assert_eq!(t.recorded_bytes(), base);
+        t.release_owner(OwnerId(1));
+        assert_eq!(t.recorded_bytes(), 0);
+    }
+
+    #[test]
+    fn test_a_record_past_the_bound_is_kept_as_unreplayable_only() {
+        let o = alloc_origin(MAX_RECORD_BYTES);
+        assert!(matches!(&o, Origin::Unreplayable(why) if why.contains("record bound")));
+        assert!(o.bytes() < 100);
     }
 
     #[test]

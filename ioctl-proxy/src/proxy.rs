@@ -162,6 +162,42 @@ pub(crate) struct OpenFile {
     pub(crate) host: Arc<dyn HostFile>,
     /// The open's mapping host file and its mmap context (`mapping.rs`).
     pub(crate) mapping: Mutex<MappingSlot>,
+    /// What replay needs besides the objects (`checkpoint.rs`).
+    pub(crate) record: Mutex<OpenRecord>,
+}
+
+/// Most OS events recorded per open; past it the open is unreplayable (the driver has no
+/// bound of its own, the record must have one).
+pub(crate) const MAX_OS_EVENTS_PER_OPEN: usize = 1024;
+
+/// The per-open state a replay re-creates: `REGISTER_FD`, `ATTACH_GPUS_TO_FD`, OS events.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct OpenRecord {
+    /// The control open this open was registered to with `NV_ESC_REGISTER_FD`.
+    pub(crate) registered_ctl: Option<OpenId>,
+    /// GPU ids attached with `NV_ESC_ATTACH_GPUS_TO_FD` (host ids, zeros dropped).
+    pub(crate) attached: Option<Vec<u32>>,
+    /// OS events registered on this open: (hClient, hDevice, the open the fd named).
+    pub(crate) os_events: Vec<(u32, u32, OpenId)>,
+    /// More OS events than [`MAX_OS_EVENTS_PER_OPEN`] were registered.
+    pub(crate) os_events_overflow: bool,
+}
+
+/// Client handle translation (empty unless a restore needed it).
+#[derive(Debug, Default)]
+struct ClientMap {
+    to_host: BTreeMap<u32, u32>,
+    to_tenant: BTreeMap<u32, u32>,
+}
+
+/// Most distinct DMA mappings tracked; past it `overflow` makes a save refuse.
+const MAX_DMA_MAPS: usize = 4096;
+
+/// Live DMA mappings (counts per key), bounded.
+#[derive(Debug, Default)]
+pub(crate) struct DmaMaps {
+    pub(crate) live: BTreeMap<(u32, u32, u32), u32>,
+    pub(crate) overflow: bool,
 }
 
 /// A request in progress; dropping it leaves the instance's in-flight count.
@@ -186,13 +222,19 @@ pub struct Proxy {
     opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
     next_open: AtomicU64,
     /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
-    open_files: AtomicUsize,
+    pub(crate) open_files: AtomicUsize,
     /// Requests in progress (frontend and UVM), against `quotas.in_flight`.
     in_flight: AtomicUsize,
     objects: Mutex<ObjectTable>,
     rm_lock: Mutex<()>,
     /// Device instance → GPU id, learned from `NV0000_CTRL_CMD_GPU_GET_ID_INFO(_V2)` replies.
     devices: Mutex<BTreeMap<u32, u32>>,
+    /// Live `RM_MAP_MEMORY_DMA` mappings by (client, hDma, hMemory): driver state a replay
+    /// does not re-create, so a save refuses while any exist (`checkpoint.rs`).
+    pub(crate) dma_maps: Mutex<DmaMaps>,
+    /// Client handles the tenant knows that the driver knows by another handle (a restore
+    /// found the tenant's handle taken on the host): tenant → host and back.
+    clients_map: Mutex<ClientMap>,
     audit: Arc<dyn AuditSink>,
     counts: AuditCounts,
 }
@@ -206,8 +248,13 @@ impl fmt::Debug for Proxy {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The replay record of an open.
+pub(crate) fn lock_record(f: &OpenFile) -> MutexGuard<'_, OpenRecord> {
+    lock(&f.record)
 }
 
 /// Issues `NV_ESC_CARD_INFO` on a host file and returns the valid entries.
@@ -274,6 +321,8 @@ impl Proxy {
             objects: Mutex::new(ObjectTable::new()),
             rm_lock: Mutex::new(()),
             devices: Mutex::new(BTreeMap::new()),
+            dma_maps: Mutex::default(),
+            clients_map: Mutex::default(),
             audit: Arc::new(NullSink),
             counts,
         })
@@ -354,8 +403,14 @@ impl Proxy {
     }
 
     /// Whether one more RM client or object fits the instance's quota.
+    /// The records of alloc params count too: at most
+    /// [`RECORD_BYTES_PER_OBJECT`](crate::objects::RECORD_BYTES_PER_OBJECT) bytes per object
+    /// of the quota, on average.
     pub fn object_room(&self) -> bool {
-        lock(&self.objects).len() < self.policy.quotas.objects
+        let t = lock(&self.objects);
+        let quota = self.policy.quotas.objects;
+        t.len() < quota
+            && t.recorded_bytes() < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
     }
 
     /// Opens a new host file for a client open of `node`.
@@ -386,6 +441,7 @@ impl Proxy {
                 node,
                 host,
                 mapping: Mutex::default(),
+                record: Mutex::default(),
             }),
         );
         debug!(instance = %self.policy.name, open = id.0, %node, "open");
@@ -402,6 +458,10 @@ impl Proxy {
             self.release_open_slot();
         }
         let freed = lock(&self.objects).release_owner(open);
+        for &c in &freed {
+            self.forget_dma_mappings(c, &[c]);
+            self.unmap_client(c);
+        }
         debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
         drop(file);
         freed
@@ -471,6 +531,75 @@ impl Proxy {
 
     pub(crate) fn rm_lock(&self) -> MutexGuard<'_, ()> {
         lock(&self.rm_lock)
+    }
+
+    /// The driver's handle for the tenant's client handle `h` (itself unless translated).
+    pub fn host_client(&self, h: u32) -> u32 {
+        lock(&self.clients_map)
+            .to_host
+            .get(&h)
+            .copied()
+            .unwrap_or(h)
+    }
+
+    /// The tenant's handle for the driver's client handle `h` (itself unless translated).
+    pub fn tenant_client(&self, h: u32) -> u32 {
+        lock(&self.clients_map)
+            .to_tenant
+            .get(&h)
+            .copied()
+            .unwrap_or(h)
+    }
+
+    /// Whether any client handle is translated.
+    pub fn translates_clients(&self) -> bool {
+        !lock(&self.clients_map).to_host.is_empty()
+    }
+
+    /// Records that the tenant's client `tenant` is the driver's `host`.
+    pub(crate) fn map_client(&self, tenant: u32, host: u32) {
+        let mut m = lock(&self.clients_map);
+        m.to_host.insert(tenant, host);
+        m.to_tenant.insert(host, tenant);
+    }
+
+    /// The tenant's client `tenant` is gone: its translation goes too.
+    pub(crate) fn unmap_client(&self, tenant: u32) {
+        let mut m = lock(&self.clients_map);
+        if let Some(h) = m.to_host.remove(&tenant) {
+            m.to_tenant.remove(&h);
+        }
+    }
+
+    /// Open ids from now on start at `next` at least (a restore keeps the saved ones).
+    pub(crate) fn bump_open_ids(&self, next: u64) {
+        self.next_open.fetch_max(next, Ordering::AcqRel);
+    }
+
+    /// Records a successful `RM_MAP_MEMORY_DMA` (`map`) or `RM_UNMAP_MEMORY_DMA`.
+    pub(crate) fn note_dma_mapping(&self, key: (u32, u32, u32), map: bool) {
+        let mut d = lock(&self.dma_maps);
+        if map {
+            if d.live.len() >= MAX_DMA_MAPS && !d.live.contains_key(&key) {
+                d.overflow = true;
+                return;
+            }
+            *d.live.entry(key).or_insert(0) += 1;
+        } else if let Some(n) = d.live.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                d.live.remove(&key);
+            }
+        }
+    }
+
+    /// Objects of `h_client` were freed (`freed`; the client's own handle among them when the
+    /// client went): their DMA mappings went with them in the driver.
+    pub(crate) fn forget_dma_mappings(&self, h_client: u32, freed: &[u32]) {
+        let whole = freed.contains(&h_client);
+        lock(&self.dma_maps).live.retain(|&(c, dma, mem), _| {
+            c != h_client || !(whole || freed.contains(&dma) || freed.contains(&mem))
+        });
     }
 
     pub(crate) fn device_gpu(&self, device_instance: u32) -> Option<u32> {

@@ -193,22 +193,31 @@ impl<'a> Req<'a> {
         self.nested(plan, parent, off, addr, len, dir)
     }
 
-    /// The host file id for the caller's fd `fd`.
-    pub(crate) fn host_fd(&self, fd: i32) -> Result<i32, FdError> {
+    /// The host file id for the caller's fd `fd`, and the open it is (resolved once).
+    pub(crate) fn host_fd_open(&self, fd: i32) -> Result<(i32, OpenId), FdError> {
         if fd < 0 {
             return Err(FdError::Foreign);
         }
         let open = self.fds.resolve(fd)?;
         self.px
             .file(open)
-            .map(|f| f.host.id())
+            .map(|f| (f.host.id(), open))
             .ok_or(FdError::Foreign)
     }
 
     /// Translates an fd field whose failure the driver reports as an NV status: a foreign fd
     /// gets `status` (ioctl success), a failed resolution the resolver's errno.
     pub(crate) fn translate_fd_status(&self, fd: i32, status: u32) -> Result<i32, Stop> {
-        match self.host_fd(fd) {
+        self.translate_fd_status_open(fd, status).map(|(h, _)| h)
+    }
+
+    /// [`Req::translate_fd_status`], also returning the open the fd named.
+    pub(crate) fn translate_fd_status_open(
+        &self,
+        fd: i32,
+        status: u32,
+    ) -> Result<(i32, OpenId), Stop> {
+        match self.host_fd_open(fd) {
             Ok(h) => Ok(h),
             Err(FdError::Foreign) => deny(status, "fd is not a node of this instance"),
             Err(FdError::Errno(e)) => Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e })),
@@ -217,8 +226,9 @@ impl<'a> Req<'a> {
 
     /// Translates an fd field whose failure the driver reports as an errno: `EBADF` for a
     /// foreign fd, else the resolver's errno.
-    pub(crate) fn translate_fd_errno(&mut self, fd: i32) -> Result<i32, ProxyError> {
-        self.host_fd(fd).map_err(|e| {
+    /// Also returns the open the fd named.
+    pub(crate) fn translate_fd_open_errno(&mut self, fd: i32) -> Result<(i32, OpenId), ProxyError> {
+        self.host_fd_open(fd).map_err(|e| {
             if e == FdError::Foreign {
                 self.set_decision(Decision::Denied, "fd is not a node of this instance");
             }
@@ -232,6 +242,13 @@ impl<'a> Req<'a> {
     // ---- host calls and write-back -------------------------------------------------------
 
     pub(crate) fn exec(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
+        self.px.translate_clients(plan, false);
+        self.exec_raw(plan)
+    }
+
+    /// [`Req::exec`] without client translation (an `RM_ALLOC` of a client translates
+    /// itself).
+    pub(crate) fn exec_raw(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
         self.file
             .host
             .ioctl(&mut plan.call)
@@ -443,7 +460,7 @@ impl<'a> Req<'a> {
     /// `NV_ESC_REGISTER_FD`: `ctl_fd` becomes the host id of the control file it names.
     fn register_fd(&mut self, addr: u64) -> Result<i32, ProxyError> {
         let p = self.read_params::<nv_ioctl_register_fd_t>(addr)?;
-        let host = self.translate_fd_errno(p.ctl_fd)?;
+        let (host, ctl) = self.translate_fd_open_errno(p.ctl_fd)?;
         let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, p.as_bytes().to_vec());
         plan.rewrite32(
             None,
@@ -451,6 +468,9 @@ impl<'a> Req<'a> {
             host as u32,
         );
         let ret = self.exec(&mut plan)?;
+        if ret == 0 {
+            crate::proxy::lock_record(&self.file).registered_ctl = Some(ctl);
+        }
         self.finish(addr, plan, None, ret)
     }
 
@@ -462,10 +482,27 @@ impl<'a> Req<'a> {
         const STATUS: usize = offset_of!(P, Status);
         self.with_params(addr, STATUS, |r, p: P| {
             r.need_client(p.hClient)?;
-            let host = r.translate_fd_status(p.fd, NV_ERR_INVALID_ARGUMENT)?;
+            let (host, target) = r.translate_fd_status_open(p.fd, NV_ERR_INVALID_ARGUMENT)?;
             let mut plan = Plan::new(nv_iowr(nr, size_of::<P>()), p.as_bytes().to_vec());
             plan.rewrite32(None, offset_of!(P, fd), host as u32);
             let ret = r.exec(&mut plan)?;
+            if ret == 0 && plan.get::<P>(None).Status == NV_OK {
+                let mut rec = crate::proxy::lock_record(&r.file);
+                let key = (p.hClient, p.hDevice, target);
+                if nr == NV_ESC_ALLOC_OS_EVENT {
+                    if rec.os_events.len() < crate::proxy::MAX_OS_EVENTS_PER_OPEN {
+                        rec.os_events.push(key);
+                    } else {
+                        rec.os_events_overflow = true;
+                    }
+                } else if let Some(i) = rec
+                    .os_events
+                    .iter()
+                    .position(|&(c, _, t)| c == p.hClient && t == target)
+                {
+                    rec.os_events.remove(i);
+                }
+            }
             Ok(r.finish(addr, plan, Some(STATUS), ret)?)
         })
     }
@@ -491,6 +528,12 @@ impl<'a> Req<'a> {
             let ret = r.exec(&mut plan)?;
             if plan.get::<P>(None).status == NV_OK {
                 let freed = r.px.objects().free(h_root, h_old);
+                if let Ok(f) = &freed {
+                    r.px.forget_dma_mappings(h_root, f);
+                    if h_old == h_root {
+                        r.px.unmap_client(h_root);
+                    }
+                }
                 debug!(?freed, "freed");
             }
             Ok(r.finish(addr, plan, Some(STATUS), ret)?)
@@ -520,9 +563,20 @@ impl<'a> Req<'a> {
             let ret = r.exec(&mut plan)?;
             let out = plan.get::<P>(None);
             if out.status == NV_OK {
-                let added =
-                    r.px.objects()
-                        .add_object(p.hClient, p.hParent, out.hObject, class, &[]);
+                // The dup depends on its source: replay makes the source first.
+                let origin = crate::objects::Origin::Dup {
+                    src_client: p.hClientSrc,
+                    src_object: p.hObjectSrc,
+                    flags: p.flags,
+                };
+                let added = r.px.objects().add_object_with(
+                    p.hClient,
+                    p.hParent,
+                    out.hObject,
+                    class,
+                    &[],
+                    origin,
+                );
                 debug!(?added, h_new = out.hObject, "dup recorded");
             }
             Ok(r.finish(addr, plan, Some(STATUS), ret)?)
@@ -700,6 +754,16 @@ impl<'a> Req<'a> {
             }
             let mut plan = Plan::new(nv_iowr(nr, size_of::<T>()), b.to_vec());
             let ret = r.exec(&mut plan)?;
+            if ret == 0 && rd32(plan.buf(None), status_off) == NV_OK {
+                // GPU VA mappings are driver state no object records: a save names them.
+                // (hDevice, hDma, hMemory) for both escapes.
+                if let (NV_ESC_RM_MAP_MEMORY_DMA | NV_ESC_RM_UNMAP_MEMORY_DMA, [_, dma, mem]) =
+                    (nr, handles)
+                {
+                    let key = (h_client, rd32(b, *dma), rd32(b, *mem));
+                    r.px.note_dma_mapping(key, nr == NV_ESC_RM_MAP_MEMORY_DMA);
+                }
+            }
             Ok(r.finish(addr, plan, Some(status_off), ret)?)
         })
     }

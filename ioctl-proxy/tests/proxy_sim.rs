@@ -3,93 +3,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
 use ioctl_proxy::*;
-use nvproxy_abi::Caps;
 use nvproxy_abi::ioctl::nv_iowr;
 use nvsim::{SimConfig, SimDriver};
 
-const TOP: u64 = 0x50_0000;
-const PARAMS: u64 = 0x60_0000;
 const LIST: u64 = 0x70_0000;
 
-struct Tenant {
-    proxy: Proxy,
-    mem: FakeMem,
-    fds: FakeFds,
-}
-
-impl Tenant {
-    fn new(sim: &Arc<SimDriver>, name: &str, minors: Vec<u32>) -> Self {
-        let policy = InstancePolicy::new(name, Caps::COMPUTE_UTILITY, minors);
-        Self {
-            proxy: Proxy::for_host(policy, sim.clone()).unwrap(),
-            mem: FakeMem::new(),
-            fds: FakeFds::default(),
-        }
-    }
-
-    fn ioctl(&mut self, open: OpenId, cmd: u32, top: &[u8]) -> (i32, Vec<u8>) {
-        self.mem.map(TOP, top);
-        self.mem.begin_request();
-        let r = self
-            .proxy
-            .ioctl(open, &CALLER, cmd, TOP, &mut self.mem, &self.fds)
-            .unwrap();
-        (r, self.mem.get(TOP, top.len()))
-    }
-
-    /// NVOS64 alloc; returns (status, handle).
-    fn alloc(
-        &mut self,
-        open: OpenId,
-        client: u32,
-        parent: u32,
-        class: u32,
-        params: &[u8],
-    ) -> (u32, u32) {
-        let mut p = vec![0u8; 48];
-        wr32(&mut p, 0, client);
-        wr32(&mut p, 4, parent);
-        wr32(&mut p, 12, class);
-        if !params.is_empty() {
-            self.mem.map(PARAMS, params);
-            wr64(&mut p, 16, PARAMS);
-            wr32(&mut p, 32, params.len() as u32);
-        }
-        let (_, out) = self.ioctl(open, nv_iowr(0x2b, 48), &p);
-        (rd32(&out, 40), rd32(&out, 8))
-    }
-
-    /// RM control; returns (status, params after).
-    fn control(
-        &mut self,
-        open: OpenId,
-        client: u32,
-        object: u32,
-        cmd: u32,
-        params: &[u8],
-    ) -> (u32, Vec<u8>) {
-        let mut p = vec![0u8; 32];
-        wr32(&mut p, 0, client);
-        wr32(&mut p, 4, object);
-        wr32(&mut p, 8, cmd);
-        if !params.is_empty() {
-            self.mem.map(PARAMS, params);
-            wr64(&mut p, 16, PARAMS);
-            wr32(&mut p, 24, params.len() as u32);
-        }
-        let (_, out) = self.ioctl(open, nv_iowr(0x2a, 32), &p);
-        let after = if params.is_empty() {
-            Vec::new()
-        } else {
-            self.mem.get(PARAMS, params.len())
-        };
-        (rd32(&out, 28), after)
-    }
-}
+use common::SimTenant as Tenant;
 
 #[test]
 fn test_cuda_like_init_through_the_proxy_sees_only_its_gpu() {

@@ -82,6 +82,24 @@ impl NodeCache {
         found && self.seq.load(Ordering::Relaxed) == before
     }
 
+    /// The `rdev` recorded for the file `(dev, ino)`, if any (the socket transport keeps its
+    /// sockets' node codes there). A read racing with a write answers `None`.
+    pub fn find(&self, dev: u64, ino: u64) -> Option<u64> {
+        if dev == 0 && ino == 0 {
+            return None;
+        }
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let found = self.slots.iter().find_map(|s| {
+            (s.dev.load(Ordering::Relaxed) == dev && s.ino.load(Ordering::Relaxed) == ino)
+                .then(|| s.rdev.load(Ordering::Relaxed))
+        });
+        fence(Ordering::Acquire);
+        found.filter(|_| self.seq.load(Ordering::Relaxed) == before)
+    }
+
     /// Records `key` as confirmed (replacing the oldest entry when full). Does nothing when
     /// another thread is writing.
     pub fn insert(&self, key: FileKey) {
@@ -129,6 +147,15 @@ mod tests {
         let c = NodeCache::new();
         c.insert(key(1));
         assert!(!c.contains(FileKey { ino: 99, ..key(1) }));
+    }
+
+    #[test]
+    fn test_find_returns_the_recorded_rdev() {
+        let c = NodeCache::new();
+        c.insert(key(3));
+        assert_eq!(c.find(6, 3), Some(key(3).rdev));
+        assert_eq!(c.find(6, 4), None);
+        assert_eq!(c.find(0, 0), None);
     }
 
     #[test]

@@ -326,7 +326,7 @@ fn exchange(s: c_int, path: &[u8], ticket: u64) -> Result<(i32, u64), Failure> {
 
 /// Collects the fds of the `SCM_RIGHTS` messages in `msg` into `out` (closing any beyond its
 /// room); returns how many it stored.
-fn received_fds(msg: &libc::msghdr, out: &mut [i32]) -> usize {
+pub(crate) fn received_fds(msg: &libc::msghdr, out: &mut [i32]) -> usize {
     let mut n = 0;
     // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR reads only msg_control/msg_controllen
     // and returns NULL or a header inside the control buffer.
@@ -412,6 +412,28 @@ unsafe fn hook(
         return unsafe { real_mmap(which, addr, len, prot, flags, fd, off) };
     }
     let saved = errno();
+    // The socket transport: an mmap of one of its opens maps the host fd the worker sends.
+    if let Some(target) = crate::devshim::mmap_target(fd, len, prot, flags, off) {
+        return match target {
+            Ok((host, offset)) => {
+                // SAFETY: the caller's call with its fd replaced by the host fd the worker
+                // handed over for this very open: same address, length, protection and flags.
+                let p = unsafe { real_mmap(which, addr, len, prot, flags, host, offset) };
+                let e = if p == libc::MAP_FAILED {
+                    errno()
+                } else {
+                    saved
+                };
+                Sys.close(host);
+                set_errno(e);
+                p
+            }
+            Err(e) => {
+                set_errno(e);
+                libc::MAP_FAILED
+            }
+        };
+    }
     let cfg = config();
     let call = Call {
         addr: addr as usize,

@@ -11,6 +11,7 @@ use nvproxy_abi::ioctl::{NV_ESC_RM_MAP_MEMORY, NV_ESC_RM_UNMAP_MEMORY};
 use nvproxy_abi::structs::{
     NV_MEMORY_ALLOCATION_PARAMS, NVOS34_PARAMETERS, nv_ioctl_nvos33_parameters_with_fd,
 };
+use nvproxy_preload_proto::socket::{CallOp, CallReply, CallRequest};
 use nvproxy_preload_proto::{
     MmapReply, MmapRequest, MmapTicketArgs, NVPROXY_IOC_HELLO, NVPROXY_IOC_MMAP_TICKET,
 };
@@ -228,6 +229,57 @@ pub fn redeem(path: &Path, ticket: u64) -> io::Result<Answer> {
         )));
     }
     Ok(Answer::Reply(reply, fds.pop()))
+}
+
+/// With the socket transport: asks the worker for the host fd of an mmap of open `fd` by hand
+/// (a `CallRequest` on the open's own socket with a reply socket, as the shim sends): the
+/// reply and the fd.
+pub fn socket_host_fd(fd: &impl AsRawFd) -> io::Result<(CallReply, Option<OwnedFd>)> {
+    let (mine, theirs) = socket::socketpair(
+        socket::AddressFamily::Unix,
+        socket::SockType::SeqPacket,
+        None,
+        socket::SockFlag::SOCK_CLOEXEC,
+    )?;
+    let req = CallRequest {
+        fd: fd.as_raw_fd(),
+        op: CallOp::Mmap {
+            len: 4096,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            flags: libc::MAP_SHARED,
+            offset: 0,
+        },
+    }
+    .encode();
+    let raw = [theirs.as_raw_fd()];
+    socket::sendmsg::<()>(
+        fd.as_raw_fd(),
+        &[io::IoSlice::new(&req)],
+        &[socket::ControlMessage::ScmRights(&raw)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    drop(theirs);
+    let mut buf = [0u8; 64];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let msg = socket::recvmsg::<()>(
+        mine.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let n = msg.bytes;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let socket::ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel installed these fds in our table for this message alone;
+            // nothing else owns them.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let reply = CallReply::decode(&buf[..n]).ok_or_else(|| io::Error::other("malformed reply"))?;
+    Ok((reply, fds.pop()))
 }
 
 /// Whether this process has the shim mapped.

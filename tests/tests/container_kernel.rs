@@ -757,12 +757,46 @@ fn the_systemd_unit_serves_under_systemd() {
     };
     let spec = exec(&["cat", "/run/cdi/nvproxy.yaml"]);
     let list = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    // journald's native protocol (tracing-journald), not only the stderr stream: the span and
+    // event fields arrive as journal fields.
+    let json = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "json",
+    ]);
     let worker_uid = exec(&[
         "sh",
         "-c",
         "grep Uid: /proc/$(sed 's/.*\"pid\":\\([0-9]*\\).*/\\1/' /run/nvproxy/sd-a/worker.json)/status",
     ]);
     let nodes = exec(&["ls", "/dev/nvproxy/sd-a"]);
+    // A restart keeps the control socket (the fd store): the same inode, served again.
+    let inode = || exec(&["stat", "-c", "%i", "/run/nvproxy/nvproxy.sock"]);
+    let before = inode();
+    exec(&["systemctl", "restart", "nvproxy.service"]);
+    let restarted = {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let s = exec(&["systemctl", "is-active", "nvproxy.service"]);
+            if s.trim() == "active" || Instant::now() > deadline {
+                break s.trim().to_owned();
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    let after = inode();
+    let list_after = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    let journal2 = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "cat",
+    ]);
     let stopped = {
         exec(&["systemctl", "stop", "nvproxy.service"]);
         exec(&["sh", "-c", "ls /run/cdi; ls /dev/nvproxy 2>&1"])
@@ -784,6 +818,11 @@ fn the_systemd_unit_serves_under_systemd() {
         "{nodes}"
     );
     assert!(
+        json.lines().any(|l| l.contains("\"F_INSTANCE\":\"sd-a\"")
+            && l.contains("\"SYSLOG_IDENTIFIER\":\"nvproxy\"")),
+        "no journal entry with the instance as a field:\n{json}"
+    );
+    assert!(
         worker_uid
             .split_whitespace()
             .eq(["Uid:", "61000", "61000", "61000", "61000"]),
@@ -793,6 +832,19 @@ fn the_systemd_unit_serves_under_systemd() {
         list.lines()
             .any(|l| l.starts_with("sd-a") && l.ends_with("running") && !l.contains(" - ")),
         "instance list (its stats through the group-readable run directory): {list}\n{journal}"
+    );
+    assert_eq!(restarted, "active", "after systemctl restart\n{journal2}");
+    assert!(
+        !before.trim().is_empty() && before == after,
+        "the control socket changed across the restart: {before:?} {after:?}\n{journal2}"
+    );
+    assert!(
+        journal2.contains("control socket from the systemd fd store"),
+        "{journal2}"
+    );
+    assert!(
+        list_after.lines().any(|l| l.starts_with("sd-a")),
+        "{list_after}"
     );
     assert!(
         !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),

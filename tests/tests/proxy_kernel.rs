@@ -725,13 +725,14 @@ fn serve_two_instances() -> (Proc, PathBuf) {
 
 /// [`serve_two_instances`] with extra environment variables for the daemon.
 fn serve_two_instances_with_env(env: &[(&str, &str)]) -> (Proc, PathBuf) {
-    serve_two_instances_with(env, "", |_| String::new())
+    serve_two_instances_with(env, "", "", |_| String::new())
 }
 
 /// [`serve_two_instances`] with extra environment variables, extra `[daemon]` keys, and extra
 /// sections (given the scratch directory) appended to the config.
 fn serve_two_instances_with(
     env: &[(&str, &str)],
+    sim_keys: &str,
     daemon_keys: &str,
     sections: impl Fn(&Path) -> String,
 ) -> (Proc, PathBuf) {
@@ -745,6 +746,7 @@ fn serve_two_instances_with(
 [sim]
 gpus = 2
 driver_version = "535.261.03"
+{sim_keys}
 
 [daemon]
 memory = "process-vm"
@@ -1117,6 +1119,32 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
 
 // ---- the process model: a worker per instance, the supervisor, the instance API -------------
 
+/// `nvfe-client init` through `init_in` and the UVM managed-memory mmap pattern
+/// (`mmap-client uvm-map`, which needs the worker to read the tenant's maps) through `map_in`.
+fn init_and_uvm_map(init_in: &str, map_in: &str) {
+    let mut p = run_in(init_in, &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in {init_in}\n{}",
+        p.transcript()
+    );
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "run",
+        "--instance",
+        map_in,
+        "--",
+        env!("CARGO_BIN_EXE_mmap-client"),
+    ])
+    .args(["uvm-map", "--count", "2"]);
+    let mut m = Proc::spawn(&format!("run {map_in} uvm-map"), &mut c, false);
+    assert!(
+        m.wait(EXEC_TIMEOUT).success(),
+        "uvm-map in {map_in}\n{}",
+        m.transcript()
+    );
+}
+
 /// `/proc/PID/status` field `Uid:`/`Gid:` (real, effective, saved, fs) and `CapEff:` of `pid`.
 fn ids_and_caps(pid: u32) -> (String, String, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -1142,7 +1170,7 @@ fn ids_and_caps(pid: u32) -> (String, String, u64) {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
     let (daemon, _dir) =
-        serve_two_instances_with(&[], "worker_uids = \"61000-61009\"", |_| String::new());
+        serve_two_instances_with(&[], "", "worker_uids = \"61000-61009\"", |_| String::new());
     let (a, b) = (worker_pid("a"), worker_pid("b"));
     let ptrace_only = 1u64 << 19;
     let (ua, ga, ea) = ids_and_caps(a);
@@ -1175,33 +1203,167 @@ fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
             );
         }
     }
-    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
-    assert!(
-        p.wait(EXEC_TIMEOUT).success(),
-        "init in a\n{}",
-        p.transcript()
-    );
-    let mut c = Command::new(nvproxy_bin());
-    c.args([
-        "run",
-        "--instance",
-        "b",
-        "--",
-        env!("CARGO_BIN_EXE_mmap-client"),
-    ])
-    .args(["uvm-map", "--count", "2"]);
-    let mut m = Proc::spawn("run b uvm-map", &mut c, false);
-    assert!(
-        m.wait(EXEC_TIMEOUT).success(),
-        "uvm-map in b\n{}",
-        m.transcript()
-    );
+    init_and_uvm_map("a", "b");
     let (_, list, _) = instance_cmd(&["list"]);
     assert!(
         list.lines().filter(|l| l.ends_with("running")).count() == 2,
         "{list}"
     );
     stop(daemon);
+}
+
+/// `[sim] process = true`: each instance's simulated driver is a process of its own, which the
+/// workers reach through its socket (with the mmap fds passed over it) and which outlives them:
+/// a worker killed while its client holds an RM client is restarted against the same driver
+/// process, which closed the dead worker's files as the kernel closes a dead process's (the
+/// leak check at the end, against that driver, finds nothing), and the other instance's client
+/// notices nothing. Workers under their own uids reach it too.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_serve_sim_driver_process_outlives_a_killed_worker() {
+    let (mut daemon, _dir) = serve_two_instances_with(
+        &[],
+        "process = true",
+        "worker_uids = \"61000-61009\"",
+        |_| String::new(),
+    );
+    let sim_pid = |inst: &str| -> u32 {
+        std::fs::read_to_string(format!("/run/nvproxy/{inst}/sim.pid"))
+            .unwrap_or_else(|e| panic!("{inst}: sim.pid: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (sa, sb) = (sim_pid("a"), sim_pid("b"));
+    let (wa, wb) = (worker_pid("a"), worker_pid("b"));
+    assert!(
+        sa != sb && sa != wa && sb != wb,
+        "sims {sa} {sb}, workers {wa} {wb}"
+    );
+    assert!(!holds_cuse(sa), "the sim-driver serves no node");
+    // Through the remote driver: the frontend, and the UVM mmap path (its memfd crosses the
+    // driver's socket).
+    init_and_uvm_map("b", "b");
+
+    let mut hold_a = run_in("a", &["hold"], true);
+    hold_a.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let mut hold_b = run_in("b", &["hold"], true);
+    hold_b.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(wa as i32), Signal::SIGKILL).unwrap();
+    daemon.wait_err_line(EXEC_TIMEOUT, |l| l.contains("worker exited unasked"));
+    assert!(
+        eventually(EXEC_TIMEOUT, || std::fs::read_to_string(
+            "/run/nvproxy/a/worker.json"
+        )
+        .is_ok_and(|t| json_line(&t)["pid"].as_u64() != Some(u64::from(wa)))),
+        "no new worker for a\n{}",
+        daemon.transcript()
+    );
+    assert_eq!(sim_pid("a"), sa, "the driver process went with the worker");
+    // Its nodes went with the worker; the driver closed the dead worker's files.
+    drop(hold_a);
+    assert!(
+        daemon
+            .transcript()
+            .lines()
+            .any(|l| l.contains("session ended; its files closed") && !l.contains("files=0")),
+        "the sim-driver did not close the dead worker's files\n{}",
+        daemon.transcript()
+    );
+    hold_b.send("check");
+    let checked = json_line(&hold_b.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(checked["ok"], true, "b's client: {checked}");
+    hold_b.send("free");
+    assert!(
+        hold_b.wait(EXEC_TIMEOUT).success(),
+        "hold b\n{}",
+        hold_b.transcript()
+    );
+    let mut p = run_in("a", &["init", "--expect-gpus", "1"], false);
+    assert!(
+        p.wait(EXEC_TIMEOUT).success(),
+        "init in a after the restart\n{}",
+        p.transcript()
+    );
+    // --check-leaks: each worker asks its driver process at stop; a's must not still hold the
+    // dead worker's client.
+    stop(daemon);
+    assert!(
+        eventually(Duration::from_secs(20), || nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sa as i32),
+            None
+        )
+        .is_err()),
+        "the sim-driver outlived its instance"
+    );
+}
+
+/// `nvproxy instance checkpoint` and `restore` across a driver reload: with `[sim] process =
+/// true` the instance's driver is a process; it is killed (everything the driver held is gone,
+/// as at a module reload) and a fresh one starts on the same socket; `restore` replays the
+/// saved objects onto it, and the client that held an RM client, a device and a subdevice
+/// through the reload goes on with its old handles (`check`, then its frees), while the
+/// driver's leak check at stop finds nothing.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_checkpoint_and_restore_across_a_driver_reload() {
+    let (daemon, dir) = serve_two_instances_with(&[], "process = true", "", |_| String::new());
+    let mut hold = run_in("a", &["hold"], true);
+    hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"client\""));
+    let ckpt = dir.join("a.ckpt.json");
+    let (ok, out, err) = instance_cmd(&["checkpoint", "a", ckpt.to_str().unwrap()]);
+    assert!(ok, "checkpoint: {out}{err}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&ckpt).unwrap()).unwrap();
+    assert_eq!(saved["format"], "nvproxy-checkpoint", "{saved}");
+
+    // The reload: the driver process dies, a fresh one serves the socket.
+    let pid: i32 = std::fs::read_to_string("/run/nvproxy/a/sim.pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            None
+        )
+        .is_err()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))),
+        "the old driver did not die"
+    );
+    let mut fresh = Command::new(nvproxy_bin());
+    fresh.args([
+        "sim-driver",
+        "--socket",
+        "/run/nvproxy/a/sim.sock",
+        "--gpus",
+        "2",
+        "--handle-key",
+        "a",
+    ]);
+    let mut fresh = Proc::spawn("fresh sim-driver", &mut fresh, false);
+    fresh.wait_line(EXEC_TIMEOUT, |l| l.trim() == "READY");
+
+    let (ok, out, err) = instance_cmd(&["restore", ckpt.to_str().unwrap()]);
+    assert!(ok, "restore: {out}{err}\n{}", daemon.transcript());
+    hold.send("check");
+    let checked = json_line(&hold.wait_line(EXEC_TIMEOUT, |l| l.contains("\"check\"")));
+    assert_eq!(
+        checked["ok"], true,
+        "the client after the reload and restore: {checked}"
+    );
+    hold.send("free");
+    assert!(
+        hold.wait(EXEC_TIMEOUT).success(),
+        "hold\n{}",
+        hold.transcript()
+    );
+    // --check-leaks asks the fresh driver: the replayed objects were freed by the client.
+    stop(daemon);
+    fresh.signal(Signal::SIGTERM);
+    let _ = fresh.wait(EXEC_TIMEOUT);
 }
 
 /// The metrics (`nvproxy metrics` on the control socket, and HTTP on `[daemon]
@@ -1211,7 +1373,7 @@ fn test_serve_workers_run_under_their_own_uids_and_still_serve() {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_serve_metrics_and_the_cdi_spec_follow_the_instances() {
     let (daemon, dir) =
-        serve_two_instances_with(&[], "metrics_listen = \"127.0.0.1:19464\"", |dir| {
+        serve_two_instances_with(&[], "", "metrics_listen = \"127.0.0.1:19464\"", |dir| {
             format!(
                 "[cdi]\nspec = \"{}\"\n",
                 dir.join("cdi/nvproxy.json").display()

@@ -32,5 +32,7 @@
 mod layout;
 pub mod nv;
 mod proxy;
+mod replay;
 
 pub use proxy::UvmProxy;
+pub use replay::restore_instance;

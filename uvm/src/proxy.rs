@@ -29,8 +29,19 @@ const NODE: &str = "uvm";
 /// One client open of `/dev/nvidia-uvm`: its own host UVM file (the driver's va_space is the
 /// open file).
 #[derive(Debug)]
-struct UvmOpen {
-    host: Arc<dyn HostFile>,
+pub(crate) struct UvmOpen {
+    pub(crate) host: Arc<dyn HostFile>,
+    /// What a replay re-creates, and what it cannot (`replay.rs`).
+    pub(crate) record: Mutex<crate::replay::UvmRecord>,
+}
+
+/// The opens fd fields of a call resolved to.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Resolved {
+    /// `rmCtrlFd`'s frontend open.
+    pub(crate) rm_ctrl: Option<OpenId>,
+    /// `UVM_MM_INITIALIZE.uvmFd`'s UVM open.
+    pub(crate) uvm_fd: Option<OpenId>,
 }
 
 /// One instance's `/dev/nvidia-uvm` request path, next to its frontend [`Proxy`].
@@ -40,9 +51,9 @@ struct UvmOpen {
 /// frontend opens, RM handles in UVM params must be the instance's, and GPU UUIDs must be
 /// those of the instance's GPUs, learned from the host driver when the proxy is built.
 pub struct UvmProxy {
-    proxy: Arc<Proxy>,
-    uuids: Vec<[u8; 16]>,
-    opens: Mutex<HashMap<OpenId, Arc<UvmOpen>>>,
+    pub(crate) proxy: Arc<Proxy>,
+    pub(crate) uuids: Vec<[u8; 16]>,
+    pub(crate) opens: Mutex<HashMap<OpenId, Arc<UvmOpen>>>,
 }
 
 impl fmt::Debug for UvmProxy {
@@ -54,7 +65,7 @@ impl fmt::Debug for UvmProxy {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -134,7 +145,13 @@ impl UvmProxy {
             }
         };
         let id = self.proxy.new_open_id();
-        lock(&self.opens).insert(id, Arc::new(UvmOpen { host }));
+        lock(&self.opens).insert(
+            id,
+            Arc::new(UvmOpen {
+                host,
+                record: Mutex::default(),
+            }),
+        );
         debug!(instance = %self.proxy.policy().name, open = id.0, "uvm open");
         Ok(id)
     }
@@ -202,6 +219,7 @@ impl UvmProxy {
         self.proxy
             .counts()
             .add(Kind::Uvm, "mmap", 0, Decision::Allowed);
+        lock(&file.record).mapped = true;
         file.host.mmap_fd()
     }
 
@@ -298,9 +316,13 @@ impl UvmProxy {
         let mut top = vec![0u8; size];
         mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
         let mut answer = top.clone();
+        let client_top = answer.clone();
         match self.forward(file, cmd, top, &fields, fds, note) {
-            Ok((ret, out)) => {
+            Ok((ret, out, resolved)) => {
                 note.nv_status = Some(rd32(&out, fields.status));
+                if ret == 0 && rd32(&out, fields.status) == NV_OK {
+                    lock(&file.record).note(spec.name, cmd, &client_top, resolved);
+                }
                 mem.write(arg, &out).map_err(mem_err)?;
                 Ok(ret)
             }
@@ -327,8 +349,9 @@ impl UvmProxy {
         f: &Fields,
         fds: &dyn FdResolver,
         note: &mut Note,
-    ) -> Result<(i32, Vec<u8>), Stop> {
+    ) -> Result<(i32, Vec<u8>, Resolved), Stop> {
         let mut params = top.clone();
+        let mut resolved = Resolved::default();
         // GPU UUIDs.
         for u in &f.uuids {
             self.check_uuid(&top, u.off, u.rule, u.foreign)?;
@@ -372,13 +395,25 @@ impl UvmProxy {
                 }
             }
         }
+        // The RM client, as the driver knows it (translated after some restores).
+        let client_field = f.handles.map(|h| h.client);
+        if let Some(off) = client_field {
+            let c = rd32(&top, off);
+            let host = self.proxy.host_client(c);
+            if host != c {
+                wr32(&mut params, off, host);
+            }
+        }
         // rmCtrlFd: a frontend open of this instance, or negative (passed through: the driver
         // never reads the field, Bug 1624521 in uvm_va_space.c / uvm_user_channel.c).
         if let Some(off) = f.rm_ctrl_fd {
             let fd = rd32(&top, off) as i32;
             if fd >= 0 {
                 let host = match fds.resolve(fd) {
-                    Ok(open) => self.proxy.host_file_id(open),
+                    Ok(open) => {
+                        resolved.rm_ctrl = Some(open);
+                        self.proxy.host_file_id(open)
+                    }
                     Err(FdError::Foreign) => None,
                     Err(FdError::Errno(e)) => {
                         return Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e }));
@@ -412,7 +447,10 @@ impl UvmProxy {
             const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
             let fd = rd32(&top, UVM_FD) as i32;
             let host = match fds.resolve(fd) {
-                Ok(open) => lock(&self.opens).get(&open).map(|o| o.host.id()),
+                Ok(open) => {
+                    resolved.uvm_fd = Some(open);
+                    lock(&self.opens).get(&open).map(|o| o.host.id())
+                }
                 Err(FdError::Foreign) => None,
                 Err(FdError::Errno(e)) => {
                     return Err(Stop::Err(ProxyError::ForeignFd { fd, errno: e }));
@@ -440,7 +478,10 @@ impl UvmProxy {
                 "host returned params of another size",
             ))));
         }
-        // The client gets its own fd numbers back.
+        // The client gets its own fd numbers and client handle back.
+        if let Some(off) = client_field {
+            out[off..off + 4].copy_from_slice(&top[off..off + 4]);
+        }
         if let Some(off) = f.rm_ctrl_fd {
             out[off..off + 4].copy_from_slice(&top[off..off + 4]);
         }
@@ -453,7 +494,7 @@ impl UvmProxy {
             let shown = host_flags & !(UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE & !flags);
             out[..8].copy_from_slice(&shown.to_ne_bytes());
         }
-        Ok((ret, out))
+        Ok((ret, out, resolved))
     }
 
     fn check_uuid(&self, top: &[u8], off: usize, rule: UuidRule, foreign: u32) -> Result<(), Stop> {

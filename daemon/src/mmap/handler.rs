@@ -4,13 +4,13 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use cuse_dev::{Errno, IoVec, Ioctl, IoctlReply, Request};
-use nix::sys::socket::{self, ControlMessage, MsgFlags, sockopt};
+use nix::sys::socket::{self, MsgFlags, sockopt};
 use nix::sys::time::TimeVal;
 use nvproxy_preload_proto::{MmapReply, MmapRequest, MmapTicketArgs};
 
@@ -237,16 +237,13 @@ impl InstanceMmap {
             ),
         };
         tracing::debug!(instance = %self.instance, node = ?ticket.target.node, fh = ticket.fh, peer, errno = reply.errno, addr = format_args!("{:#x}", ticket.args.addr), len = ticket.args.len, offset = ticket.args.offset, "mmap ticket redeemed");
-        let bytes = reply.encode();
-        let iov = [io::IoSlice::new(&bytes)];
-        let raw = fd.as_ref().map(|f| [f.as_raw_fd()]);
-        let cmsgs: Vec<ControlMessage<'_>> = raw
-            .as_ref()
-            .map(|r| vec![ControlMessage::ScmRights(r)])
-            .unwrap_or_default();
-        if let Err(e) =
-            socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-        {
+        let sent = crate::seqpacket::send_with_fd(
+            conn.as_fd(),
+            &reply.encode(),
+            fd.as_ref(),
+            MsgFlags::empty(),
+        );
+        if let Err(e) = sent {
             tracing::debug!(instance = %self.instance, peer, error = %e, "mmap socket: reply not sent");
         }
     }

@@ -653,3 +653,92 @@ impl Env {
         (rd32(&out, 28), params_out)
     }
 }
+
+pub const SIM_TOP: u64 = 0x50_0000;
+pub const SIM_PARAMS: u64 = 0x60_0000;
+
+/// A tenant of a proxy on `nvsim`: its client memory and fd table.
+pub struct SimTenant {
+    pub proxy: Proxy,
+    pub mem: FakeMem,
+    pub fds: FakeFds,
+}
+
+impl SimTenant {
+    pub fn new(sim: &Arc<nvsim::SimDriver>, name: &str, minors: Vec<u32>) -> Self {
+        let policy = InstancePolicy::new(name, nvproxy_abi::Caps::COMPUTE_UTILITY, minors);
+        Self {
+            proxy: Proxy::for_host(policy, sim.clone()).unwrap(),
+            mem: FakeMem::new(),
+            fds: FakeFds::default(),
+        }
+    }
+
+    /// A tenant of an existing proxy (a restored one).
+    pub fn from_proxy(proxy: Proxy) -> Self {
+        Self {
+            proxy,
+            mem: FakeMem::new(),
+            fds: FakeFds::default(),
+        }
+    }
+
+    pub fn ioctl(&mut self, open: OpenId, cmd: u32, top: &[u8]) -> (i32, Vec<u8>) {
+        self.mem.map(SIM_TOP, top);
+        self.mem.begin_request();
+        let r = self
+            .proxy
+            .ioctl(open, &CALLER, cmd, SIM_TOP, &mut self.mem, &self.fds)
+            .unwrap();
+        (r, self.mem.get(SIM_TOP, top.len()))
+    }
+
+    /// NVOS64 alloc; returns (status, handle).
+    pub fn alloc(
+        &mut self,
+        open: OpenId,
+        client: u32,
+        parent: u32,
+        class: u32,
+        params: &[u8],
+    ) -> (u32, u32) {
+        let mut p = vec![0u8; 48];
+        wr32(&mut p, 0, client);
+        wr32(&mut p, 4, parent);
+        wr32(&mut p, 12, class);
+        if !params.is_empty() {
+            self.mem.map(SIM_PARAMS, params);
+            wr64(&mut p, 16, SIM_PARAMS);
+            wr32(&mut p, 32, params.len() as u32);
+        }
+        let (_, out) = self.ioctl(open, nv_iowr(0x2b, 48), &p);
+        (rd32(&out, 40), rd32(&out, 8))
+    }
+
+    /// RM control; returns (status, params after).
+    pub fn control(
+        &mut self,
+        open: OpenId,
+        client: u32,
+        object: u32,
+        cmd: u32,
+        params: &[u8],
+    ) -> (u32, Vec<u8>) {
+        let mut p = vec![0u8; 32];
+        wr32(&mut p, 0, client);
+        wr32(&mut p, 4, object);
+        wr32(&mut p, 8, cmd);
+        if !params.is_empty() {
+            self.mem.map(SIM_PARAMS, params);
+            wr64(&mut p, 16, SIM_PARAMS);
+            wr32(&mut p, 24, params.len() as u32);
+        }
+        let (_, out) = self.ioctl(open, nv_iowr(0x2a, 32), &p);
+        let after = if params.is_empty() {
+            Vec::new()
+        } else {
+            self.mem.get(SIM_PARAMS, params.len())
+        };
+        (rd32(&out, 28), after)
+    }
+}

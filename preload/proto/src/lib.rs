@@ -27,6 +27,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod socket;
+
 /// A private ioctl number: type byte `'n'`, number `nr`, no direction or size bits.
 pub const fn private_ioctl(nr: u8) -> u32 {
     (b'n' as u32) << 8 | nr as u32

@@ -24,7 +24,13 @@
 //!   `cuModuleUnload`;
 //! - `launch`: `cuLaunchKernel` of that kernel and `cuCtxSynchronize`; on the simulated GPU a
 //!   launch raises the channel error of a faulting launch (no SMs), so this step fails, at the
-//!   call that reports it.
+//!   call that reports it;
+//! - `vector-add`: a PTX vector add (`c[i] = a[i] + b[i]`, 1 Mi u32) on device memory
+//!   (`cuMemcpyHtoD`, launch, `cuMemcpyDtoH`, every element checked), then on managed memory
+//!   (inputs written by the CPU, the output written by the GPU and read by the CPU, checked):
+//!   for real GPUs (`tests/gpu/validate.sh`); on the simulated GPU it fails at the launch;
+//! - `alloc-loop`: `--loops N` (default 1000) times `cuMemAlloc_v2` + `cuMemFree_v2` of 1 MiB,
+//!   timed (`per_iteration_us`).
 //!
 //! Every ioctl the process makes on an NVIDIA node is counted, the last few are kept with their
 //! decoded escape, control/class and NV status, and the GPU ids of the last successful
@@ -65,8 +71,12 @@ struct Cli {
     /// Fail unless device 0 has this PCI bus id (`0000:2a:00.0`).
     #[arg(long)]
     expect_pci_bus_id: Option<String>,
-    /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch.
-    #[arg(required = true, value_parser = ["init", "ctx", "mem", "stream", "managed", "host-alloc", "module-ptx", "launch"])]
+    /// Iterations of the `alloc-loop` step.
+    #[arg(long, default_value_t = 1000)]
+    loops: u32,
+    /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch, vector-add,
+    /// alloc-loop.
+    #[arg(required = true, value_parser = ["init", "ctx", "mem", "stream", "managed", "host-alloc", "module-ptx", "launch", "vector-add", "alloc-loop"])]
     steps: Vec<String>,
 }
 
@@ -263,8 +273,24 @@ fn note_probed_ids(base: *const u8, size: usize) {
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
-    let ret = unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) } as c_int;
+    // The next `ioctl` after ours: nvproxy's shim when preloaded (the socket transport serves
+    // its opens' ioctls there), else libc's; the raw syscall if none resolves.
+    type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut next = NEXT.load(Ordering::Acquire);
+    if next == 0 {
+        // SAFETY: dlsym takes a pseudo-handle and a NUL-terminated static name.
+        next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"ioctl".as_ptr()) } as usize;
+        NEXT.store(next, Ordering::Release);
+    }
+    let ret = if next != 0 {
+        // SAFETY: the address dlsym returned for "ioctl", whose C signature is IoctlFn, called
+        // with the caller's arguments.
+        unsafe { std::mem::transmute::<usize, IoctlFn>(next)(fd, request, arg) }
+    } else {
+        // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
+        unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int }
+    };
     let errno = if ret < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
     } else {
@@ -539,6 +565,25 @@ const PROBE_BYTES: usize = 1 << 20;
 const PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
 .visible .entry nvproxy_probe(.param .u64 p)\n{\n\tret;\n}\n\0";
 
+/// `c[i] = a[i] + b[i]` over `n` u32s, one thread per element, sm_50 and up.
+const VADD_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+.visible .entry nvproxy_vadd(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u32 pn)\n\
+{\n\
+\t.reg .pred %p<2>;\n\t.reg .b32 %r<10>;\n\t.reg .b64 %rd<12>;\n\
+\tld.param.u64 %rd1, [pa];\n\tld.param.u64 %rd2, [pb];\n\tld.param.u64 %rd3, [pc];\n\
+\tld.param.u32 %r1, [pn];\n\
+\tmov.u32 %r2, %ctaid.x;\n\tmov.u32 %r3, %ntid.x;\n\tmov.u32 %r4, %tid.x;\n\
+\tmad.lo.s32 %r5, %r2, %r3, %r4;\n\
+\tsetp.ge.u32 %p1, %r5, %r1;\n\t@%p1 bra DONE;\n\
+\tcvta.to.global.u64 %rd4, %rd1;\n\tcvta.to.global.u64 %rd5, %rd2;\n\
+\tcvta.to.global.u64 %rd6, %rd3;\n\tmul.wide.u32 %rd7, %r5, 4;\n\
+\tadd.s64 %rd8, %rd4, %rd7;\n\tadd.s64 %rd9, %rd5, %rd7;\n\tadd.s64 %rd10, %rd6, %rd7;\n\
+\tld.global.u32 %r6, [%rd8];\n\tld.global.u32 %r7, [%rd9];\n\
+\tadd.s32 %r8, %r6, %r7;\n\tst.global.u32 [%rd10], %r8;\n\
+DONE:\n\tret;\n}\n\0";
+/// Elements of the vector add.
+const VADD_N: u32 = 1 << 20;
+
 /// One failed driver API call.
 struct Failure {
     call: &'static str,
@@ -799,6 +844,156 @@ impl Probe {
         r
     }
 
+    /// Launches `nvproxy_vadd` on (a, b, c, n) and waits.
+    fn vadd_launch(
+        &self,
+        func: *mut c_void,
+        a: CuPtr,
+        b: CuPtr,
+        c_out: CuPtr,
+    ) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let (mut pa, mut pb, mut pc, mut n) = (a, b, c_out, VADD_N);
+        let mut params = [
+            (&raw mut pa).cast::<c_void>(),
+            (&raw mut pb).cast::<c_void>(),
+            (&raw mut pc).cast::<c_void>(),
+            (&raw mut n).cast::<c_void>(),
+        ];
+        let block = 256;
+        // SAFETY: a live function taking (u64, u64, u64, u32); params point at live locals.
+        check("cuLaunchKernel", unsafe {
+            (c.launch_kernel)(
+                func,
+                VADD_N.div_ceil(block),
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        // SAFETY: no arguments.
+        check("cuCtxSynchronize", unsafe { (c.ctx_synchronize)() })
+    }
+
+    /// The vector add on device memory, then on managed memory; every element checked.
+    fn vector_add(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let n = VADD_N as usize;
+        let bytes = n * 4;
+        let a: Vec<u32> = (0..VADD_N).collect();
+        let b: Vec<u32> = (0..VADD_N)
+            .map(|i| i.wrapping_mul(3).wrapping_add(7))
+            .collect();
+        let want = |i: usize| a[i].wrapping_add(b[i]);
+        let mut module: *mut c_void = std::ptr::null_mut();
+        // SAFETY: VADD_PTX is NUL-terminated PTX text.
+        check("cuModuleLoadData", unsafe {
+            (self.cuda.module_load_data)(&mut module, VADD_PTX.as_ptr().cast())
+        })?;
+        let mut func: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live module and a NUL-terminated name.
+        let r = check("cuModuleGetFunction", unsafe {
+            (self.cuda.module_get_function)(&mut func, module, c"nvproxy_vadd".as_ptr())
+        })
+        .and_then(|()| {
+            let c = &self.cuda;
+            let mut d = [0 as CuPtr; 3];
+            for p in &mut d {
+                // SAFETY: a pointer to a live local.
+                check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(p, bytes) })?;
+            }
+            let run = (|| {
+                // SAFETY: device buffers of `bytes` each; host slices of `bytes`.
+                check("cuMemcpyHtoD_v2", unsafe {
+                    (c.memcpy_htod)(d[0], a.as_ptr().cast(), bytes)
+                })?;
+                // SAFETY: as above.
+                check("cuMemcpyHtoD_v2", unsafe {
+                    (c.memcpy_htod)(d[1], b.as_ptr().cast(), bytes)
+                })?;
+                self.vadd_launch(func, d[0], d[1], d[2])?;
+                let mut back = vec![0u32; n];
+                // SAFETY: `back` holds `bytes`; the device buffer too.
+                check("cuMemcpyDtoH_v2", unsafe {
+                    (c.memcpy_dtoh)(back.as_mut_ptr().cast(), d[2], bytes)
+                })?;
+                let wrong = (0..n).filter(|&i| back[i] != want(i)).count();
+                out["device_wrong"] = wrong.into();
+                Ok(wrong == 0)
+            })();
+            for p in d.into_iter().filter(|&p| p != 0) {
+                // SAFETY: the allocations above.
+                unsafe { (c.mem_free)(p) };
+            }
+            let device_ok = run?;
+            // Managed: the CPU writes the inputs, the GPU the output, the CPU reads it.
+            let mut m = [0 as CuPtr; 3];
+            for p in &mut m {
+                // SAFETY: a pointer to a live local.
+                check("cuMemAllocManaged", unsafe {
+                    (c.mem_alloc_managed)(p, bytes, CU_MEM_ATTACH_GLOBAL)
+                })?;
+            }
+            let run = (|| {
+                // SAFETY: managed buffers of `bytes` each, CPU-accessible between launches.
+                let (ma, mb, mc) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(m[0] as usize as *mut u32, n),
+                        std::slice::from_raw_parts_mut(m[1] as usize as *mut u32, n),
+                        std::slice::from_raw_parts(m[2] as usize as *const u32, n),
+                    )
+                };
+                ma.copy_from_slice(&a);
+                mb.copy_from_slice(&b);
+                self.vadd_launch(func, m[0], m[1], m[2])?;
+                let wrong = (0..n).filter(|&i| mc[i] != want(i)).count();
+                out["managed_wrong"] = wrong.into();
+                Ok(wrong == 0)
+            })();
+            for p in m.into_iter().filter(|&p| p != 0) {
+                // SAFETY: the allocations above.
+                unsafe { (c.mem_free)(p) };
+            }
+            let managed_ok = run?;
+            out["checked"] = n.into();
+            if device_ok && managed_ok {
+                Ok(())
+            } else {
+                Err(Failure {
+                    call: "vector add result check",
+                    result: -1,
+                })
+            }
+        });
+        // SAFETY: the module loaded above.
+        unsafe { (self.cuda.module_unload)(module) };
+        r
+    }
+
+    /// `loops` times cuMemAlloc + cuMemFree of 1 MiB, timed.
+    fn alloc_loop(&mut self, loops: u32, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let t = Instant::now();
+        for _ in 0..loops {
+            let mut p: CuPtr = 0;
+            // SAFETY: a pointer to a live local.
+            check("cuMemAlloc_v2", unsafe {
+                (c.mem_alloc)(&mut p, PROBE_BYTES)
+            })?;
+            // SAFETY: the allocation just made.
+            check("cuMemFree_v2", unsafe { (c.mem_free)(p) })?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        out["loops"] = loops.into();
+        out["per_iteration_us"] = (us / f64::from(loops.max(1))).into();
+        Ok(())
+    }
+
     fn managed(&mut self, out: &mut Value) -> Result<(), Failure> {
         let c = &self.cuda;
         let mut p: CuPtr = 0;
@@ -856,7 +1051,7 @@ fn cpu_round_trip(p: *mut u8) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8)
 }
 
-const ORDER: [&str; 8] = [
+const ORDER: [&str; 10] = [
     "init",
     "ctx",
     "mem",
@@ -865,6 +1060,8 @@ const ORDER: [&str; 8] = [
     "host-alloc",
     "module-ptx",
     "launch",
+    "vector-add",
+    "alloc-loop",
 ];
 
 fn main() -> ExitCode {
@@ -901,6 +1098,8 @@ fn main() -> ExitCode {
             "host-alloc" => probe.host_alloc(&mut out),
             "stream" => probe.stream(&mut out),
             "launch" => probe.launch(&mut out),
+            "vector-add" => probe.vector_add(&mut out),
+            "alloc-loop" => probe.alloc_loop(cli.loops, &mut out),
             _ => probe.module_ptx(&mut out),
         };
         out["ms"] = (t.elapsed().as_secs_f64() * 1000.0).into();

@@ -443,8 +443,25 @@ fn rm_map(version: &str, expect_fd_ioctl: &str) -> Result<Value, String> {
     drop((ma, mb));
 
     // The fd the shim receives, taken by hand: a device ioctl on it must not reach the driver.
-    let t = mmapc::simple_ticket(&a).map_err(|e| format!("ticket: {}", errno_name(e)))?;
-    let host_ioctl = match mmapc::redeem(Path::new(DEFAULT_SOCKET_PATH), t) {
+    // With the socket transport (the shim's NVPROXY_DEV_SOCKET is set) it comes over the
+    // open's own socket; with CUSE, for a ticket at the mmap socket.
+    let socket_transport = std::env::var_os("NVPROXY_DEV_SOCKET").is_some();
+    let answer = if socket_transport {
+        match mmapc::socket_host_fd(&a) {
+            Ok((r, fd)) => Ok(Answer::Reply(
+                nvproxy_preload_proto::MmapReply {
+                    errno: r.errno,
+                    offset_adjust: r.offset_adjust,
+                },
+                fd,
+            )),
+            Err(e) => Err(e),
+        }
+    } else {
+        let t = mmapc::simple_ticket(&a).map_err(|e| format!("ticket: {}", errno_name(e)))?;
+        mmapc::redeem(Path::new(DEFAULT_SOCKET_PATH), t)
+    };
+    let host_ioctl = match answer {
         Ok(Answer::Reply(r, Some(fd))) if r.errno == 0 => {
             let cmd = nvproxy_abi::ioctl::nv_iowr(NV_ESC_CHECK_VERSION_STR, 72);
             match mmapc::ioctl_value(&fd, cmd, 0) {

@@ -1,0 +1,164 @@
+//! A `SOCK_SEQPACKET` unix-socket server thread: the mmap socket (`mmap/socket.rs`) and the
+//! socket transport's device socket (`socket_transport.rs`). One thread polls the listener
+//! and a stop pipe and hands each connection to the server's function; dropping the server
+//! stops the thread and removes the socket. Also the run directories' helpers.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket;
+
+use crate::sys;
+
+/// A served socket; dropping it stops its thread and removes the socket file.
+pub struct SeqpacketServer {
+    path: PathBuf,
+    stop: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SeqpacketServer {
+    /// Binds `path` (replacing a stale socket of an earlier run, refusing anything else there),
+    /// makes it 0666 (any uid in the container may connect; the server's own checks decide)
+    /// and serves each connection with `serve`, one at a time, on a thread named `name`.
+    pub fn start(
+        path: &Path,
+        name: String,
+        serve: impl Fn(OwnedFd) + Send + 'static,
+    ) -> Result<Self> {
+        remove_stale_socket(path)?;
+        let listener = socket::socket(
+            socket::AddressFamily::Unix,
+            socket::SockType::SeqPacket,
+            socket::SockFlag::SOCK_CLOEXEC | socket::SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .with_context(|| format!("creating the socket {}", path.display()))?;
+        let addr = socket::UnixAddr::new(path).context("socket path")?;
+        socket::bind(listener.as_raw_fd(), &addr)
+            .with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+        socket::listen(&listener, socket::Backlog::new(64).context("backlog")?)
+            .with_context(|| format!("listen on {}", path.display()))?;
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .with_context(|| format!("a stop pipe for {}", path.display()))?;
+        let tag = name.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || accept_loop(&tag, &listener, &stop_r, serve))?;
+        Ok(SeqpacketServer {
+            path: path.to_owned(),
+            stop: Some(stop_w),
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SeqpacketServer {
+    fn drop(&mut self) {
+        // Closing the pipe's write end wakes the thread (POLLHUP).
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!(socket = %self.path.display(), "socket thread panicked");
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(name: &str, listener: &OwnedFd, stop: &OwnedFd, serve: impl Fn(OwnedFd)) {
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::error!(socket = name, error = %e, "poll failed; the socket is no longer served");
+                return;
+            }
+        }
+        if fds[1].any().unwrap_or(true) {
+            return;
+        }
+        match sys::accept_cloexec(listener.as_fd()) {
+            Ok(conn) => serve(conn),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED)
+                ) => {}
+            Err(e) => {
+                tracing::warn!(socket = name, error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Sends one message `bytes` on `conn` with `fd` attached (`SCM_RIGHTS`) when given;
+/// `MSG_NOSIGNAL` always, plus `flags`.
+pub fn send_with_fd(
+    conn: std::os::fd::BorrowedFd<'_>,
+    bytes: &[u8],
+    fd: Option<&OwnedFd>,
+    flags: socket::MsgFlags,
+) -> nix::Result<usize> {
+    let iov = [io::IoSlice::new(bytes)];
+    let raw = fd.map(|f| [f.as_raw_fd()]);
+    let cmsgs: Vec<socket::ControlMessage<'_>> = raw
+        .as_ref()
+        .map(|r| vec![socket::ControlMessage::ScmRights(r)])
+        .unwrap_or_default();
+    socket::sendmsg::<()>(
+        conn.as_raw_fd(),
+        &iov,
+        &cmsgs,
+        flags | socket::MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+}
+
+/// Removes a stale socket of an earlier run at `path`; anything else there is an error.
+pub fn remove_stale_socket(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))
+        }
+        Ok(_) => anyhow::bail!("{} exists and is not a socket", path.display()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Creates `dir` 0700, or checks that an existing one is a directory owned by root (when we
+/// are root).
+pub fn make_private_dir(dir: &Path) -> Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let m = std::fs::symlink_metadata(dir)?;
+            if !m.is_dir() {
+                anyhow::bail!("{} exists and is not a directory", dir.display());
+            }
+            if m.uid() != 0 && nix::unistd::geteuid().is_root() {
+                anyhow::bail!("{} is not owned by root", dir.display());
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+}

@@ -1,0 +1,1180 @@
+//! The socket transport: an instance served without CUSE nodes.
+//!
+//! The container has no NVIDIA device nodes at all. The shim (`libnvproxy_preload.so`, loaded
+//! into every process) turns `open` of `/dev/nvidiactl`, `/dev/nvidia<N>`, `/dev/nvidia-uvm` into
+//! a connection to the instance's device socket, and `ioctl`/`mmap` on the fd it returns into
+//! messages to this server (protocol: `preload-proto`'s `socket` module). The requests are
+//! served by the same [`Backend`]s as the CUSE nodes' (`backend.rs`: `Proxy`, `UvmProxy`), with
+//! the caller's memory read and written by `process_vm_readv`/`writev` ([`VmMemory`]).
+//!
+//! **The connection is the open file.** For each open the worker makes a `socketpair`, keeps
+//! one end and hands the other over (`SCM_RIGHTS`): `dup`, `fork`, `close`, `close_range` and fd
+//! passing are the kernel's, and when the last reference to the client's end goes, this end
+//! reads EOF and the open is released, as CUSE's RELEASE. A process that bypasses the shim
+//! holds a unix socket: a raw `ioctl` on it is the socket layer's `ENOTTY`, and nothing reaches
+//! the driver.
+//!
+//! **Nothing from the client is trusted.** The caller of a call is the message's
+//! `SCM_CREDENTIALS` pid (the kernel fills it in; a sender can only name another pid with
+//! `CAP_SYS_ADMIN` over its pid namespace), and it holds this connection (it sent on it). The
+//! fd number the request names must be this connection in that process's fd table:
+//! `pidfd_getfd` of it, compared with the client end's socket cookie (`SO_COOKIE`, unique for
+//! the boot), else `EBADF`. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
+//! same way against every open of the instance. Each message is read once into a fixed
+//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a
+//! message without exactly one reply socket is dropped; replies never block the server
+//! (`MSG_DONTWAIT`). Client memory is read with deadlines (cuse-dev's client waits).
+//!
+//! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
+//! reads its calls and queues them for the instance's call threads (started on demand, up to
+//! 128; idle ones exit), so calls of one open run concurrently as on a CUSE node, and a call
+//! waiting on the client's memory or the driver holds up no other. The open is released when
+//! its connection reads EOF and its calls in flight are done. Every thread that calls the
+//! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
+
+use std::collections::HashMap;
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cuse_dev::{ClientWaits, Errno};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    self, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, sockopt,
+};
+use nvproxy_preload_proto::socket::{
+    CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
+    OpenRequest,
+};
+
+use crate::device::drop_admin_on_this_thread;
+use crate::memory::VmMemory;
+use crate::node::{Backend, Node};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
+use crate::sys;
+
+/// How an instance reaches its tenants.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// CUSE nodes (`/dev/nvproxy/<instance>/...`, bind-mounted at `/dev/nvidia*`), mmap through
+    /// the shim.
+    #[default]
+    Cuse,
+    /// No device nodes: the shim serves `/dev/nvidia*` over the instance's device socket
+    /// (`/run/nvproxy/<instance>/dev.sock`, this module). For kernels without CUSE.
+    Socket,
+}
+
+impl Transport {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Cuse => "cuse",
+            Transport::Socket => "socket",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long the accepting thread waits for a connected peer's open request.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The deadline of one wait on the caller's memory (as CUSE's client waits).
+const CLIENT_WAIT: Duration = Duration::from_secs(10);
+/// Opens served at once (each has a thread); beyond, `open` fails with `ENFILE`. The proxy's
+/// own quota (`max_open_files`) usually refuses earlier.
+const MAX_OPENS: usize = 4096;
+
+/// The `nvproxy ns-exec` arguments that give a command the socket transport of `instance`:
+/// its device socket (bound at `/run/nvproxy/dev.sock` in the namespace), the shim, the GPU
+/// count. No `--node`: the namespace has no NVIDIA nodes at all.
+pub fn ns_exec_args(
+    cmd: &mut std::process::Command,
+    root: &Path,
+    instance: &str,
+    shim: &Path,
+    gpus: usize,
+) {
+    cmd.arg("--dev-socket")
+        .arg(root.join(instance).join(DEV_SOCKET_NAME))
+        .arg("--dev-gpus")
+        .arg(gpus.to_string())
+        .arg("--preload")
+        .arg(shim);
+}
+
+/// `nvproxy run` of an instance served with the socket transport (its device socket exists):
+/// the `nvproxy ns-exec` argv, or `None` for a CUSE instance. The GPU count comes from the
+/// worker's state file.
+pub fn run_argv(
+    root: &Path,
+    instance: &str,
+    shim: Option<&Path>,
+    command: &[String],
+) -> Result<Option<Vec<String>>> {
+    let dir = crate::worker::run_dir(root, instance);
+    let socket = dir.join(DEV_SOCKET_NAME);
+    if !socket.exists() {
+        return Ok(None);
+    }
+    let shim = shim.with_context(|| {
+        format!(
+            "instance {instance} is served with the socket transport, which needs the shim \
+             ({}): drop --no-preload",
+            crate::mmap::SHIM_NAME
+        )
+    })?;
+    let state = dir.join(crate::worker::STATE_FILE);
+    let text = std::fs::read_to_string(&state)
+        .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
+    let state: crate::worker::WorkerState = serde_json::from_str(&text)
+        .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
+    let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
+    let mut cmd = std::process::Command::new("unused");
+    ns_exec_args(
+        &mut cmd,
+        root,
+        instance,
+        shim,
+        state.spec.instance.gpus.len(),
+    );
+    argv.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    argv.push("--".to_owned());
+    argv.extend(command.iter().cloned());
+    Ok(Some(argv))
+}
+
+/// Whether this host can serve the socket transport: `SO_COOKIE` on a unix socket and
+/// `pidfd_getfd` (Linux 5.6), tried on our own fds; the shim must be installed. The reason
+/// when not.
+pub fn host_support() -> std::result::Result<(), String> {
+    let (a, _b) = socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| format!("socketpair: {e}"))?;
+    let cookie = sys::socket_cookie(a.as_fd()).map_err(|e| format!("SO_COOKIE: {e}"))?;
+    let me = sys::pidfd_open_process(std::process::id()).map_err(|e| format!("pidfd_open: {e}"))?;
+    let dup =
+        sys::pidfd_getfd(me.as_fd(), a.as_raw_fd()).map_err(|e| format!("pidfd_getfd: {e}"))?;
+    if sys::socket_cookie(dup.as_fd()).ok() != Some(cookie) {
+        return Err("a duplicate's socket cookie differs".to_owned());
+    }
+    crate::mmap::shim_path(None).map_err(|e| format!("{e:#}"))?;
+    Ok(())
+}
+
+/// The nodes of an instance and the backends that serve them.
+#[derive(Clone)]
+pub struct Nodes {
+    /// `nvidiactl` and `nvidia<N>`.
+    pub frontend: Arc<dyn Backend>,
+    /// `nvidia-uvm`, if served.
+    pub uvm: Option<Arc<dyn Backend>>,
+    /// The tenant's GPU count (`nvidia0..gpus-1`).
+    pub gpus: u32,
+}
+
+impl Nodes {
+    fn backend(&self, node: DevNode) -> Option<(Node, Arc<dyn Backend>)> {
+        match node {
+            DevNode::Ctl => Some((Node::Ctl, self.frontend.clone())),
+            DevNode::Gpu(n) if n < self.gpus => Some((Node::Gpu(n), self.frontend.clone())),
+            DevNode::Gpu(_) => None,
+            DevNode::Uvm => self.uvm.clone().map(|u| (Node::Uvm, u)),
+        }
+    }
+}
+
+/// One open file: the worker's end of its connection and what it names.
+struct Open {
+    id: u64,
+    node: Node,
+    backend: Arc<dyn Backend>,
+    /// `SO_COOKIE` of the client's end.
+    cookie: u64,
+    /// `O_ACCMODE` of the caller's open flags.
+    access: i32,
+    conn: OwnedFd,
+    calls: Mutex<Calls>,
+}
+
+impl Open {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The instance's opens, by client-end cookie (for fd resolution) and for stopping.
+#[derive(Default)]
+struct Table {
+    by_cookie: HashMap<u64, Arc<Open>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    instance: String,
+    nodes: Nodes,
+    table: Mutex<Table>,
+    stopping: AtomicBool,
+    pool: Pool,
+}
+
+/// An instance's device socket (`<root>/<instance>/dev.sock`) and its threads. Dropping it stops
+/// them, ends every open's connection (later calls fail with `ENOTCONN`) and removes the socket.
+pub struct DevSocket {
+    server: Option<SeqpacketServer>,
+    dir: PathBuf,
+    shared: Arc<Shared>,
+}
+
+impl DevSocket {
+    /// Serves `nodes` of `instance` at `<root>/<instance>/dev.sock` (`root` is
+    /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
+    /// container may open the nodes, as the driver's 0666 nodes).
+    pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
+        make_private_dir(root)?;
+        let dir = root.join(instance);
+        make_private_dir(&dir)?;
+        let shared = Arc::new(Shared {
+            instance: instance.to_owned(),
+            nodes,
+            table: Mutex::new(Table::default()),
+            stopping: AtomicBool::new(false),
+            pool: Pool::default(),
+        });
+        let s = shared.clone();
+        let server = SeqpacketServer::start(
+            &dir.join(DEV_SOCKET_NAME),
+            format!("dev-{instance}"),
+            move |conn| serve_open(&s, conn),
+        )
+        .context("the device socket")?;
+        tracing::info!(instance, socket = %server.path().display(), "socket transport serving (no CUSE nodes)");
+        Ok(DevSocket {
+            server: Some(server),
+            dir,
+            shared,
+        })
+    }
+
+    /// The socket's path on the host.
+    #[cfg(test)]
+    pub fn path(&self) -> &Path {
+        self.server.as_ref().map_or(Path::new(""), |s| s.path())
+    }
+
+    /// Opens being served.
+    #[cfg(test)]
+    fn opens(&self) -> usize {
+        self.shared.lock_table().by_cookie.len()
+    }
+}
+
+impl Drop for DevSocket {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.pool.cv.notify_all();
+        // The accepting thread ends and the socket goes.
+        drop(self.server.take());
+        let (opens, threads) = {
+            let mut t = self.shared.lock_table();
+            let opens: Vec<Arc<Open>> = t.by_cookie.values().cloned().collect();
+            (opens, std::mem::take(&mut t.threads))
+        };
+        for o in &opens {
+            let _ = socket::shutdown(o.conn.as_raw_fd(), socket::Shutdown::Both);
+        }
+        drop(opens);
+        // A thread stuck on a client's memory is not waited for (its deadline only marks the
+        // request failed); the others end at once.
+        for t in threads {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Shared {
+    fn lock_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open a client-end cookie belongs to.
+    fn by_cookie(&self, cookie: u64) -> Option<Arc<Open>> {
+        self.lock_table().by_cookie.get(&cookie).cloned()
+    }
+}
+
+fn timeval(d: Duration) -> nix::sys::time::TimeVal {
+    nix::sys::time::TimeVal::new(d.as_secs() as i64, 0)
+}
+
+/// One connection to the device socket: an open request, answered with the open's socket or
+/// the errno.
+fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
+    let pid = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
+        Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
+        Err(e) => {
+            tracing::warn!(instance = %shared.instance, error = %e, "SO_PEERCRED failed");
+            return;
+        }
+    };
+    let _ = socket::setsockopt(&conn, sockopt::ReceiveTimeout, &timeval(PEER_TIMEOUT));
+    let _ = socket::setsockopt(&conn, sockopt::SendTimeout, &timeval(PEER_TIMEOUT));
+    // A plain recv: fds a peer attaches are discarded by the kernel, never installed.
+    let mut buf = [0u8; OpenRequest::SIZE + 1];
+    let n = match socket::recv(conn.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+        Ok(n) => n,
+        Err(_) => return,
+    };
+    let (errno, client) = match OpenRequest::decode(&buf[..n]) {
+        None => (libc::EINVAL, None),
+        Some(req) => match open(shared, &req, pid) {
+            Ok(client) => (0, Some(client)),
+            Err(e) => (e.raw(), None),
+        },
+    };
+    let sent = send_with_fd(
+        conn.as_fd(),
+        &OpenReply { errno }.encode(),
+        client.as_ref(),
+        MsgFlags::empty(),
+    );
+    if let Err(e) = sent {
+        // The client end is dropped here: the open's thread reads EOF and releases it.
+        tracing::debug!(instance = %shared.instance, pid, error = %e, "device socket: open reply not sent");
+    }
+}
+
+/// Opens `req.node` for `pid`: the backend's open, the connection, its thread. Returns the
+/// client's end.
+fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Errno> {
+    drop_admin_on_this_thread()?;
+    if pid == 0 {
+        // Outside our pid namespace: its memory cannot be named.
+        return Err(Errno::from_i32(libc::ESRCH));
+    }
+    let Some((node, backend)) = shared.nodes.backend(req.node) else {
+        return Err(Errno::from_i32(libc::ENOENT));
+    };
+    if shared.lock_table().by_cookie.len() >= MAX_OPENS {
+        return Err(Errno::from_i32(libc::ENFILE));
+    }
+    let (ours, client) = socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| Errno::from_i32(e as i32))?;
+    // Before the client can send: every message then carries the sender's credentials.
+    socket::setsockopt(&ours, sockopt::PassCred, &true).map_err(|e| Errno::from_i32(e as i32))?;
+    let cookie = sys::socket_cookie(client.as_fd()).map_err(|_| Errno::EIO)?;
+    // The name the shim recognises its sockets by (getpeername). Abstract names are per network
+    // namespace; a name already taken there only costs the shim that recognition.
+    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
+    name.extend(format!("{:x}-{cookie:x}-{}", req.node.code(), std::process::id()).bytes());
+    if let Ok(addr) = UnixAddr::new_abstract(&name) {
+        let _ = socket::bind(ours.as_raw_fd(), &addr);
+    }
+    let id = backend.open(node, pid)?;
+    let open = Arc::new(Open {
+        id,
+        node,
+        backend,
+        cookie,
+        access: req.flags & libc::O_ACCMODE,
+        conn: ours,
+        calls: Mutex::new(Calls::default()),
+    });
+    shared.lock_table().by_cookie.insert(cookie, open.clone());
+    let s = shared.clone();
+    let o = open.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("dev-{}", node.dev_name()))
+        .stack_size(256 << 10)
+        .spawn(move || serve_calls(&s, &o));
+    match thread {
+        Ok(t) => {
+            let mut table = shared.lock_table();
+            table.threads.retain(|t| !t.is_finished());
+            table.threads.push(t);
+        }
+        Err(e) => {
+            tracing::warn!(instance = %shared.instance, error = %e, "cannot start an open's thread");
+            shared.lock_table().by_cookie.remove(&cookie);
+            open.backend.release(id);
+            return Err(Errno::from_i32(libc::ENFILE));
+        }
+    }
+    tracing::debug!(instance = %shared.instance, node = %node, open = id, pid, "opened over the socket transport");
+    Ok(client)
+}
+
+/// One message read from an open's connection.
+enum Received {
+    /// The client's last reference is gone (or the server stops).
+    Closed,
+    /// A message: its bytes, the sender's pid, the fds attached.
+    Message {
+        len: usize,
+        truncated: bool,
+        pid: Option<u32>,
+        fds: Vec<OwnedFd>,
+    },
+}
+
+fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
+    let mut cmsg = nix::cmsg_space!(libc::ucred, [RawFd; 4]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = loop {
+        match socket::recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => break m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut pid = None;
+    let mut fds = Vec::new();
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmCredentials(cred) => {
+                    pid = u32::try_from(cred.pid()).ok();
+                }
+                ControlMessageOwned::ScmRights(raw) => {
+                    fds.extend(raw.into_iter().map(sys::owned_from_received));
+                }
+                _ => {}
+            }
+        }
+    }
+    let truncated = msg
+        .flags
+        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    let len = msg.bytes;
+    if len == 0 && fds.is_empty() && !truncated {
+        // EOF, or an empty message (which a tenant can send): only a hang-up ends the open.
+        // POLLHUP is always reported (asking for POLLRDHUP would make nix drop revents).
+        let mut p = [PollFd::new(conn, PollFlags::POLLIN)];
+        let _ = poll(&mut p, PollTimeout::ZERO);
+        let hup = p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP));
+        if hup {
+            return Ok(Received::Closed);
+        }
+    }
+    Ok(Received::Message {
+        len,
+        truncated,
+        pid,
+        fds,
+    })
+}
+
+/// The thread of one open: reads its calls and queues them for the instance's call threads;
+/// at EOF the open is released once its calls in flight are done.
+fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
+    loop {
+        let mut buf = [0u8; CallRequest::SIZE + 1];
+        let got = receive(open.conn.as_fd(), &mut buf);
+        let (len, truncated, pid, mut fds) = match got {
+            Ok(Received::Message {
+                len,
+                truncated,
+                pid,
+                fds,
+            }) => (len, truncated, pid, fds),
+            Ok(Received::Closed) => break,
+            Err(e) => {
+                if !shared.stopping.load(Ordering::Relaxed) {
+                    tracing::warn!(instance = %shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
+                }
+                break;
+            }
+        };
+        if shared.stopping.load(Ordering::Relaxed) {
+            break;
+        }
+        // Exactly one reply socket, or nobody to answer.
+        if fds.len() != 1 {
+            tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
+            continue;
+        }
+        let job = Job {
+            open: open.clone(),
+            pid,
+            truncated,
+            len,
+            buf,
+            reply: fds.remove(0),
+        };
+        if let Err(job) = shared.pool.push(shared, job) {
+            tracing::debug!(instance = %shared.instance, open = open.id, "call queue full: EAGAIN");
+            send_reply(job.reply.as_fd(), &CallReply::error(libc::EAGAIN), None);
+            finish(shared, &job.open);
+        }
+    }
+    if open.calls().close() {
+        release(shared, open);
+    }
+}
+
+/// A call's end: releases its open when that was the last call of a closed open.
+fn finish(shared: &Shared, open: &Arc<Open>) {
+    if open.calls().end() {
+        release(shared, open);
+    }
+}
+
+fn release(shared: &Shared, open: &Open) {
+    shared.lock_table().by_cookie.remove(&open.cookie);
+    tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
+    open.backend.release(open.id);
+}
+
+/// Calls in flight on one open, and whether its last client reference is gone.
+#[derive(Default)]
+struct Calls {
+    in_flight: usize,
+    closed: bool,
+}
+
+impl Calls {
+    fn begin(&mut self) {
+        self.in_flight += 1;
+    }
+    /// A call ended: whether the open is to be released now.
+    fn end(&mut self) -> bool {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.closed && self.in_flight == 0
+    }
+    /// The connection reached EOF: whether the open is to be released now.
+    fn close(&mut self) -> bool {
+        self.closed = true;
+        self.in_flight == 0
+    }
+}
+
+/// One call read from an open's connection, waiting for a call thread.
+struct Job {
+    open: Arc<Open>,
+    pid: Option<u32>,
+    truncated: bool,
+    len: usize,
+    buf: [u8; CallRequest::SIZE + 1],
+    reply: OwnedFd,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: std::collections::VecDeque<Job>,
+    idle: usize,
+    threads: usize,
+}
+
+/// The instance's call threads: as many as calls run at once, up to [`MAX_CALL_THREADS`] (so
+/// that calls of one open run concurrently, as on a CUSE node, and a call that waits does not
+/// hold up the others); idle ones exit after [`IDLE_EXIT`] (two stay).
+#[derive(Default)]
+struct Pool {
+    state: Mutex<PoolState>,
+    cv: std::sync::Condvar,
+}
+
+/// Call threads per instance.
+const MAX_CALL_THREADS: usize = 128;
+/// Calls queued per instance beyond the running ones; past it a call is answered `EAGAIN`.
+const MAX_QUEUED: usize = 4096;
+/// How long an idle call thread waits for work before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job` (counting it in flight on its open), starting a thread when none is idle.
+    /// The job back when the queue is full (not counted).
+    fn push(&self, shared: &Arc<Shared>, job: Job) -> std::result::Result<(), Job> {
+        let mut st = self.lock();
+        if st.jobs.len() >= MAX_QUEUED {
+            job.open.calls().begin();
+            return Err(job);
+        }
+        job.open.calls().begin();
+        st.jobs.push_back(job);
+        if st.idle == 0 && st.threads < MAX_CALL_THREADS {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("dev-call-{}", shared.instance))
+                .stack_size(1 << 20)
+                .spawn(move || call_thread(&s));
+            match spawned {
+                Ok(_) => st.threads += 1,
+                Err(e) => {
+                    tracing::warn!(instance = %shared.instance, error = %e, "cannot start a call thread");
+                }
+            }
+        }
+        drop(st);
+        self.cv.notify_one();
+        Ok(())
+    }
+
+    /// The next job for a call thread, or `None` when it is to exit.
+    fn next(&self, shared: &Shared) -> Option<Job> {
+        let mut st = self.lock();
+        loop {
+            if let Some(j) = st.jobs.pop_front() {
+                return Some(j);
+            }
+            if shared.stopping.load(Ordering::Relaxed) {
+                st.threads -= 1;
+                return None;
+            }
+            st.idle += 1;
+            let (g, wait) = self
+                .cv
+                .wait_timeout(st, IDLE_EXIT)
+                .unwrap_or_else(|e| e.into_inner());
+            st = g;
+            st.idle -= 1;
+            if wait.timed_out() && st.jobs.is_empty() && st.threads > 2 {
+                st.threads -= 1;
+                return None;
+            }
+        }
+    }
+}
+
+/// A call thread: serves queued calls until idle or stopped.
+fn call_thread(shared: &Arc<Shared>) {
+    let admin = drop_admin_on_this_thread();
+    let mut waits = ClientWaits::standalone(CLIENT_WAIT);
+    while let Some(job) = shared.pool.next(shared) {
+        let (reply, host_fd) = match (&admin, job.pid, job.truncated) {
+            (Err(e), _, _) => (CallReply::error(e.raw()), None),
+            (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
+            (_, _, true) => (CallReply::error(libc::EINVAL), None),
+            (Ok(()), Some(pid), false) => match CallRequest::decode(&job.buf[..job.len]) {
+                None => (CallReply::error(libc::EINVAL), None),
+                Some(req) => {
+                    if waits.fired() {
+                        waits = ClientWaits::standalone(CLIENT_WAIT);
+                    }
+                    call(shared, &job.open, pid, &req, &waits)
+                }
+            },
+        };
+        send_reply(job.reply.as_fd(), &reply, host_fd.as_ref());
+        drop(job.reply);
+        finish(shared, &job.open);
+    }
+}
+
+fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
+    // Never blocks: a reply socket whose buffer the client filled loses the reply.
+    let _ = send_with_fd(to, &reply.encode(), fd, MsgFlags::MSG_DONTWAIT);
+}
+
+/// The open a caller's fd number names, resolved kernel-side: a duplicate of the caller's fd
+/// (`pidfd_getfd`) whose socket cookie is one of the instance's client ends. `EBADF` for
+/// anything else (a closed fd, another file, another instance's socket).
+fn resolve(shared: &Shared, pidfd: &OwnedFd, fd: i32) -> io::Result<Arc<Open>> {
+    let ebadf = || io::Error::from_raw_os_error(libc::EBADF);
+    if fd < 0 {
+        return Err(ebadf());
+    }
+    let dup = sys::pidfd_getfd(pidfd.as_fd(), fd)?;
+    let cookie = sys::socket_cookie(dup.as_fd()).map_err(|_| ebadf())?;
+    drop(dup);
+    shared.by_cookie(cookie).ok_or_else(ebadf)
+}
+
+/// One call of `pid` on `open`.
+fn call(
+    shared: &Shared,
+    open: &Open,
+    pid: u32,
+    req: &CallRequest,
+    waits: &ClientWaits,
+) -> (CallReply, Option<OwnedFd>) {
+    let pidfd = match sys::pidfd_open_process(pid) {
+        Ok(p) => p,
+        Err(e) => return (CallReply::error(errno_of(&e, libc::ESRCH)), None),
+    };
+    // The fd the caller used must be this open in its own fd table.
+    match resolve(shared, &pidfd, req.fd) {
+        Ok(o) if o.cookie == open.cookie => {}
+        Ok(_) | Err(_) => {
+            tracing::debug!(instance = %shared.instance, open = open.id, pid, fd = req.fd, "call naming an fd that is not this open: EBADF");
+            return (CallReply::error(libc::EBADF), None);
+        }
+    }
+    match req.op {
+        CallOp::Ioctl { cmd, arg } => {
+            let span = tracing::debug_span!("ioctl", node = ?open.node, pid, cmd = format_args!("{cmd:#010x}"));
+            let _enter = span.enter();
+            let mut mem = VmMemory::new(pid).with_waits(waits.clone());
+            let lookup = |fd: i32| resolve(shared, &pidfd, fd).map(|o| o.id);
+            let result = open
+                .backend
+                .ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
+            let reply = match result {
+                Ok(result) => match mem.finish() {
+                    Ok(()) => CallReply {
+                        errno: 0,
+                        result,
+                        offset_adjust: 0,
+                    },
+                    Err(_) => CallReply::error(libc::EFAULT),
+                },
+                Err(e) => {
+                    mem.finish_failed();
+                    CallReply::error(e.raw())
+                }
+            };
+            (reply, None)
+        }
+        CallOp::Mmap {
+            len,
+            prot,
+            flags,
+            offset,
+        } => match mmap_checks(open.access, len, prot, flags, offset)
+            .and_then(|()| open.backend.mapping_fd(open.id))
+        {
+            Ok((fd, adjust)) => (
+                CallReply {
+                    errno: 0,
+                    result: 0,
+                    offset_adjust: adjust,
+                },
+                Some(fd),
+            ),
+            Err(e) => (CallReply::error(e.raw()), None),
+        },
+    }
+}
+
+fn errno_of(e: &io::Error, default: i32) -> i32 {
+    e.raw_os_error().unwrap_or(default)
+}
+
+/// The checks the kernel makes before a driver's mmap handler sees the call (mm/mmap.c
+/// `do_mmap`): the access mode of the open (recorded from its flags; the client's socket is
+/// always read-write), the map type, length and offset.
+fn mmap_checks(access: i32, len: u64, prot: i32, flags: i32, offset: i64) -> Result<(), Errno> {
+    let page = 4096;
+    if len == 0 || offset & (page - 1) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let shared = match flags & 0x0f {
+        libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE => true,
+        libc::MAP_PRIVATE => false,
+        _ => return Err(Errno::EINVAL),
+    };
+    if access == libc::O_WRONLY
+        || (shared && prot & libc::PROT_WRITE != 0 && access == libc::O_RDONLY)
+    {
+        return Err(Errno::from_i32(libc::EACCES));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{ProxyBackend, UvmBackend};
+    use nix::sys::socket::ControlMessage;
+    use std::io::IoSlice;
+    use std::os::unix::net::UnixStream;
+
+    struct Fixture {
+        root: PathBuf,
+        dev: Option<DevSocket>,
+        proxy: Arc<ioctl_proxy::Proxy>,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            drop(self.dev.take());
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn fixture(tag: &str) -> Fixture {
+        let root = std::env::temp_dir().join(format!("nvproxy-dev-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let proxy = Arc::new(
+            ioctl_proxy::Proxy::for_host(
+                ioctl_proxy::InstancePolicy::new("t", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
+                sim as Arc<dyn ioctl_proxy::HostDriver>,
+            )
+            .unwrap(),
+        );
+        let frontend = Arc::new(ProxyBackend::new(proxy.clone()));
+        let uvm = Arc::new(uvm::UvmProxy::new(proxy.clone()).unwrap());
+        let nodes = Nodes {
+            frontend: frontend.clone(),
+            uvm: Some(Arc::new(UvmBackend::new(uvm, frontend))),
+            gpus: 1,
+        };
+        let dev = DevSocket::start("t", nodes, &root).unwrap();
+        Fixture {
+            root,
+            dev: Some(dev),
+            proxy,
+        }
+    }
+
+    impl Fixture {
+        fn socket(&self) -> PathBuf {
+            self.dev.as_ref().unwrap().path().to_path_buf()
+        }
+
+        fn open_raw(&self, msg: &[u8]) -> (Option<OpenReply>, Option<OwnedFd>) {
+            let s = socket::socket(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap();
+            socket::connect(s.as_raw_fd(), &UnixAddr::new(&self.socket()).unwrap()).unwrap();
+            socket::send(s.as_raw_fd(), msg, MsgFlags::empty()).unwrap();
+            let mut buf = [0u8; 16];
+            match receive(s.as_fd(), &mut buf).unwrap() {
+                Received::Closed => (None, None),
+                Received::Message { len, mut fds, .. } => {
+                    (OpenReply::decode(&buf[..len]), fds.pop())
+                }
+            }
+        }
+
+        fn open(&self, node: DevNode) -> Result<OwnedFd, i32> {
+            let (reply, fd) = self.open_raw(
+                &OpenRequest {
+                    node,
+                    flags: libc::O_RDWR,
+                }
+                .encode(),
+            );
+            match (reply, fd) {
+                (Some(OpenReply { errno: 0 }), Some(fd)) => Ok(fd),
+                (Some(OpenReply { errno }), None) => Err(errno),
+                other => panic!("bad open answer {other:?}"),
+            }
+        }
+
+        fn wait_opens(&self, n: usize) {
+            for _ in 0..200 {
+                if self.dev.as_ref().unwrap().opens() == n && self.proxy.open_files() == n {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!(
+                "opens {} / proxy files {}, wanted {n}",
+                self.dev.as_ref().unwrap().opens(),
+                self.proxy.open_files()
+            );
+        }
+    }
+
+    /// Sends `msg` on `conn` with a fresh reply socket; the reply and its fd.
+    fn call_raw(conn: &OwnedFd, msg: &[u8]) -> Option<(CallReply, Option<OwnedFd>)> {
+        let (mine, theirs) = socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let raw = [theirs.as_raw_fd()];
+        socket::sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(msg)],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        drop(theirs);
+        socket::setsockopt(
+            &mine,
+            sockopt::ReceiveTimeout,
+            &timeval(Duration::from_secs(5)),
+        )
+        .unwrap();
+        let mut buf = [0u8; 32];
+        match receive(mine.as_fd(), &mut buf) {
+            Ok(Received::Message { len, mut fds, .. }) if len > 0 => {
+                Some((CallReply::decode(&buf[..len]).unwrap(), fds.pop()))
+            }
+            _ => None,
+        }
+    }
+
+    fn ioctl(conn: &OwnedFd, fd: i32, cmd: u32, arg: &mut [u8]) -> CallReply {
+        let req = CallRequest {
+            fd,
+            op: CallOp::Ioctl {
+                cmd,
+                arg: arg.as_mut_ptr() as u64,
+            },
+        };
+        let r = call_raw(conn, &req.encode()).expect("a reply").0;
+        std::hint::black_box(arg);
+        r
+    }
+
+    fn version_check() -> Vec<u8> {
+        let mut v = vec![0u8; 72];
+        v[0..4].copy_from_slice(&u32::from(b'2').to_ne_bytes());
+        v
+    }
+
+    const CHECK_VERSION: u32 = 0xc048_46d2;
+
+    #[test]
+    fn test_open_ioctl_and_release_through_the_socket() {
+        let f = fixture("basic");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        f.wait_opens(1);
+        let mut v = version_check();
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        // The worker wrote the answer into our memory itself (process_vm_writev).
+        assert_eq!(u32::from_ne_bytes(v[4..8].try_into().unwrap()), 1);
+        assert!(v[8..].starts_with(b"535.261.03"));
+        // A dup keeps the open alive; the last close releases it.
+        let dup = ctl.try_clone().unwrap();
+        drop(ctl);
+        std::thread::sleep(Duration::from_millis(50));
+        f.wait_opens(1);
+        drop(dup);
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_a_call_waiting_on_client_memory_does_not_hold_up_the_opens_other_calls() {
+        let f = fixture("waiting");
+        let ctl = Arc::new(f.open(DevNode::Ctl).unwrap());
+        // A page whose fault nobody resolves yet: the worker's read of it waits.
+        let map = sys::AnonMap::new(4096).unwrap();
+        let uffd = sys::uffd_register_missing(map.addr(), 4096)
+            .expect("userfaultfd (root; CONFIG_USERFAULTFD)");
+        let addr = map.addr();
+        let c = ctl.clone();
+        let waiting = std::thread::spawn(move || {
+            let req = CallRequest {
+                fd: c.as_raw_fd(),
+                op: CallOp::Ioctl {
+                    cmd: CHECK_VERSION,
+                    arg: addr,
+                },
+            };
+            call_raw(&c, &req.encode())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!waiting.is_finished(), "the call did not wait on the page");
+        // Another call on the same open is served meanwhile.
+        let mut v = version_check();
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        assert!(!waiting.is_finished());
+        use std::os::fd::AsFd;
+        sys::uffd_zeropage(uffd.as_fd(), addr, 4096).unwrap();
+        let (reply, _) = waiting
+            .join()
+            .unwrap()
+            .expect("the waiting call is answered");
+        // It read the (now zero) page: the answer to a zeroed request, not EFAULT.
+        assert_ne!(reply.errno, libc::EFAULT, "{reply:?}");
+        // The open is released once its last reference and its calls are gone.
+        drop(ctl);
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_unknown_nodes_and_malformed_opens_are_refused() {
+        let f = fixture("nodes");
+        assert_eq!(f.open(DevNode::Gpu(1)).err(), Some(libc::ENOENT));
+        assert!(f.open(DevNode::Gpu(0)).is_ok());
+        assert!(f.open(DevNode::Uvm).is_ok());
+        let (reply, fd) = f.open_raw(b"garbage");
+        assert_eq!(
+            (reply, fd.is_none()),
+            (
+                Some(OpenReply {
+                    errno: libc::EINVAL
+                }),
+                true
+            )
+        );
+        f.wait_opens(0);
+    }
+
+    #[test]
+    fn test_forged_fd_and_malformed_calls_get_errnos_and_reach_nothing() {
+        let f = fixture("forged");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let other = f.open(DevNode::Ctl).unwrap();
+        let unrelated = UnixStream::pair().unwrap().0;
+        let mut v = version_check();
+        // Naming another open's fd, a file that is not an open, a closed fd: EBADF.
+        for fd in [other.as_raw_fd(), unrelated.as_raw_fd(), 1000, -1] {
+            assert_eq!(
+                ioctl(&ctl, fd, CHECK_VERSION, &mut v).errno,
+                libc::EBADF,
+                "fd {fd}"
+            );
+        }
+        assert_eq!(v, version_check(), "nothing was answered into our memory");
+        // Malformed or truncated messages: EINVAL.
+        let good = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        let mut bad = good;
+        bad[0] ^= 1;
+        assert_eq!(call_raw(&ctl, &bad).unwrap().0.errno, libc::EINVAL);
+        assert_eq!(call_raw(&ctl, &good[..40]).unwrap().0.errno, libc::EINVAL);
+        assert_eq!(
+            call_raw(&ctl, &[good.as_slice(), &[0; 8]].concat())
+                .unwrap()
+                .0
+                .errno,
+            libc::EINVAL
+        );
+        // An empty message does not end the open.
+        socket::send(ctl.as_raw_fd(), &[], MsgFlags::empty()).unwrap();
+        // A bad pointer: the driver's EFAULT.
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: 8,
+            },
+        };
+        assert_eq!(call_raw(&ctl, &req.encode()).unwrap().0.errno, libc::EFAULT);
+        // The open still works.
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        // Without a reply socket, nothing is answered (and nothing breaks).
+        socket::send(ctl.as_raw_fd(), &good, MsgFlags::empty()).unwrap();
+        assert_eq!(ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v).errno, 0);
+        f.wait_opens(2);
+    }
+
+    #[test]
+    fn test_fds_in_params_are_resolved_kernel_side() {
+        let f = fixture("regfd");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let gpu = f.open(DevNode::Gpu(0)).unwrap();
+        const REGISTER_FD: u32 = 0xc004_46c9;
+        // A file that is not one of the instance's opens is refused; the control fd works.
+        let unrelated = UnixStream::pair().unwrap().0;
+        let mut arg = unrelated.as_raw_fd().to_ne_bytes();
+        let bad = ioctl(&gpu, gpu.as_raw_fd(), REGISTER_FD, &mut arg);
+        assert_ne!(bad.errno, 0);
+        let mut arg = ctl.as_raw_fd().to_ne_bytes();
+        let ok = ioctl(&gpu, gpu.as_raw_fd(), REGISTER_FD, &mut arg);
+        assert_eq!((ok.errno, ok.result), (0, 0));
+    }
+
+    #[test]
+    fn test_mmap_checks_the_access_mode_and_asks_the_backend() {
+        let f = fixture("mmap");
+        let (_, ro) = f.open_raw(
+            &OpenRequest {
+                node: DevNode::Ctl,
+                flags: libc::O_RDONLY,
+            }
+            .encode(),
+        );
+        let ro = ro.unwrap();
+        let mmap = |conn: &OwnedFd, prot, flags, len| {
+            let req = CallRequest {
+                fd: conn.as_raw_fd(),
+                op: CallOp::Mmap {
+                    len,
+                    prot,
+                    flags,
+                    offset: 0,
+                },
+            };
+            call_raw(conn, &req.encode()).unwrap()
+        };
+        let shared_rw = libc::PROT_READ | libc::PROT_WRITE;
+        assert_eq!(
+            mmap(&ro, shared_rw, libc::MAP_SHARED, 4096).0.errno,
+            libc::EACCES
+        );
+        assert_eq!(mmap(&ro, libc::PROT_READ, 0x0f, 4096).0.errno, libc::EINVAL);
+        assert_eq!(
+            mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 0).0.errno,
+            libc::EINVAL
+        );
+        // Nothing mapped on this open: the driver's answer (nvidia_mmap without a context).
+        let (reply, fd) = mmap(&ro, libc::PROT_READ, libc::MAP_SHARED, 4096);
+        assert!(reply.errno != 0 && fd.is_none(), "{reply:?}");
+    }
+
+    #[test]
+    fn test_stopping_ends_the_connections_and_removes_the_socket() {
+        let mut f = fixture("stop");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let path = f.socket();
+        drop(f.dev.take());
+        assert!(!path.exists());
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        };
+        let sent = socket::send(ctl.as_raw_fd(), &req.encode(), MsgFlags::MSG_NOSIGNAL);
+        assert!(sent.is_err(), "the connection is gone");
+    }
+}

@@ -1,0 +1,1010 @@
+//! The socket transport's half of the shim: with `NVPROXY_DEV_SOCKET` set (the container has no
+//! NVIDIA device nodes), `open`, `stat`, `access`, `ioctl`, `poll` and `mmap` of
+//! `/dev/nvidiactl`, `/dev/nvidia<N>` and `/dev/nvidia-uvm` are served by the instance's worker
+//! (protocol: `preload-proto`'s `socket` module; the worker checks everything, the shim is a
+//! convenience, never a boundary).
+//!
+//! - `open`: a connection to the device socket and an open request; the fd returned is the
+//!   open's own socket (so `dup`, `fork`, `close` are the kernel's and need no interposing).
+//! - `stat`/`access` of a node path: a character device `0666` with the driver's numbers
+//!   (`195:255`, `195:N`), as the driver's nodes look; `fstat` of an open's fd the same.
+//! - `ioctl`/`mmap` on an open's fd: one request on it with a fresh reply socket; `poll`
+//!   answers our fds as CUSE does for a server without poll (`DEFAULT_POLLMASK`: readable and
+//!   writable at once).
+//!
+//! Our fds are recognised by `fstat` (a socket) and the abstract name the worker bound its end to
+//! (`getpeername`), cached by socket inode (`cache.rs`). Everything else goes to the next
+//! definition unchanged (or, where `dlsym` finds none, the raw syscall). Without
+//! `NVPROXY_DEV_SOCKET` every function passes straight through.
+//!
+//! Same rules as `shim.rs`: no allocation, no blocking locks, no std I/O, no panics; the shim's
+//! own syscalls are raw (`libc::syscall`) or functions it does not interpose, never its own
+//! exports.
+
+use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+
+use crate::cache::{FileKey, NodeCache};
+use crate::config::SUN_PATH_LEN;
+use crate::proto::socket::{
+    CallOp, CallReply, CallRequest, DEFAULT_UVM_MAJOR, DevNode, ENV_DEV_GPUS, ENV_DEV_SOCKET,
+    ENV_DEV_UVM_MAJOR, OPEN_PEER_PREFIX, OpenReply, OpenRequest, node_of_peer_name,
+};
+
+struct DevConfig {
+    state: AtomicU8,
+    enabled: AtomicBool,
+    path: [AtomicU8; SUN_PATH_LEN],
+    len: AtomicUsize,
+    gpus: AtomicU32,
+    /// The major `/dev/nvidia-uvm` shows (the driver's is dynamic).
+    uvm_major: AtomicU32,
+}
+
+static DEV: DevConfig = DevConfig {
+    state: AtomicU8::new(0),
+    enabled: AtomicBool::new(false),
+    path: [const { AtomicU8::new(0) }; SUN_PATH_LEN],
+    len: AtomicUsize::new(0),
+    gpus: AtomicU32::new(0),
+    uvm_major: AtomicU32::new(DEFAULT_UVM_MAJOR),
+};
+
+/// Our sockets: `(st_dev, st_ino)` → node code.
+static SOCKETS: NodeCache = NodeCache::new();
+
+fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn getenv(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv takes a NUL-terminated name and returns NULL or a pointer into the
+    // environment, read once here.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL getenv result is a NUL-terminated string in the environment block.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// The thread loading the configuration (to recognise a re-entry from it, e.g. a signal
+/// handler that opens a file while it reads the environment).
+static LOADER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Whether the socket transport is on (loading the configuration on first use). While another
+/// thread loads it (a few getenv calls) this waits; a re-entry from the loading thread, or a
+/// wait that does not end (a fork while another thread loaded), answers "off" for that call.
+fn enabled() -> bool {
+    if DEV.state.load(Ordering::Acquire) == 2 {
+        return DEV.enabled.load(Ordering::Relaxed);
+    }
+    let mut spins = 0u32;
+    loop {
+        match DEV
+            .state
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        {
+            Ok(_) => {
+                LOADER.store(gettid(), Ordering::Relaxed);
+                load();
+                DEV.state.store(2, Ordering::Release);
+                break;
+            }
+            Err(2) => break,
+            Err(_) => {
+                spins += 1;
+                if LOADER.load(Ordering::Relaxed) == gettid() || spins > 1 << 24 {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+    DEV.enabled.load(Ordering::Relaxed)
+}
+
+fn load() {
+    const _: () = assert!(
+        ENV_DEV_SOCKET.len() == 18 && ENV_DEV_GPUS.len() == 16 && ENV_DEV_UVM_MAJOR.len() == 21
+    );
+    let Some(path) = getenv(c"NVPROXY_DEV_SOCKET") else {
+        return;
+    };
+    if path.first() != Some(&b'/') || path.contains(&0) || path.len() >= SUN_PATH_LEN {
+        return;
+    }
+    for (slot, &b) in DEV.path.iter().zip(path) {
+        slot.store(b, Ordering::Relaxed);
+    }
+    DEV.len.store(path.len(), Ordering::Relaxed);
+    let number = |v: &[u8], digits: usize| {
+        if v.is_empty() || v.len() > digits || !v.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(v.iter().fold(0u32, |a, d| a * 10 + u32::from(d - b'0')))
+    };
+    let gpus = getenv(c"NVPROXY_DEV_GPUS")
+        .and_then(|v| number(v, 3))
+        .unwrap_or(0);
+    DEV.gpus.store(gpus, Ordering::Relaxed);
+    if let Some(m) = getenv(c"NVPROXY_DEV_UVM_MAJOR").and_then(|v| number(v, 4)) {
+        DEV.uvm_major.store(m, Ordering::Relaxed);
+    }
+    DEV.enabled.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn init() {
+    enabled();
+}
+
+/// Loads the configuration when the library is loaded, before the program's `main`.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+/// Whether the instance has `node`.
+fn exists(node: DevNode) -> bool {
+    match node {
+        DevNode::Gpu(n) => n < DEV.gpus.load(Ordering::Relaxed),
+        DevNode::Ctl | DevNode::Uvm => true,
+    }
+}
+
+/// The node a path names, when the transport is on.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+unsafe fn node_of_path(path: *const c_char) -> Option<DevNode> {
+    if path.is_null() || !enabled() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated (this function's contract).
+    DevNode::from_path(unsafe { CStr::from_ptr(path) }.to_bytes())
+}
+
+/// What `stat` shows for a node: a character device 0666 with the driver's numbers.
+fn fake_stat(node: DevNode) -> libc::stat {
+    // SAFETY: `struct stat` is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = libc::S_IFCHR | 0o666;
+    st.st_rdev = node.rdev(DEV.uvm_major.load(Ordering::Relaxed));
+    st.st_nlink = 1;
+    st.st_ino = node.code();
+    st.st_dev = crate::proto::makedev(0, 6);
+    st.st_blksize = 4096;
+    st
+}
+
+/// Writes the node's stat into `buf` (the caller's `struct stat`): 0, or -1 with ENOENT when
+/// the instance lacks it.
+///
+/// # Safety
+/// `buf` is NULL or points to a writable `struct stat`.
+unsafe fn stat_node(node: DevNode, buf: *mut libc::stat) -> c_int {
+    if !exists(node) {
+        set_errno(libc::ENOENT);
+        return -1;
+    }
+    if buf.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    // SAFETY: `buf` points to a writable struct stat (contract).
+    unsafe { buf.write(fake_stat(node)) };
+    0
+}
+
+/// The node of one of our open's sockets, or `None` (any other fd: the caller then does what it
+/// would have done).
+fn node_of_fd(fd: c_int) -> Option<DevNode> {
+    if fd < 0 || !enabled() {
+        return None;
+    }
+    // SAFETY: `struct stat` is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the raw fstat syscall writes at most sizeof(struct stat) into `st`, a live local.
+    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) };
+    if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    if let Some(code) = SOCKETS.find(st.st_dev, st.st_ino) {
+        return DevNode::from_code(code);
+    }
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: getpeername writes at most `len` bytes into `addr`, a live local, and the length
+    // into `len`. It is not interposed by the shim.
+    let r =
+        unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_un).cast(), &mut len) };
+    let path_at = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+    if r != 0 || addr.sun_family != libc::AF_UNIX as libc::sa_family_t || (len as usize) <= path_at
+    {
+        return None;
+    }
+    let n = (len as usize - path_at).min(SUN_PATH_LEN);
+    let mut name = [0u8; SUN_PATH_LEN];
+    for (d, &s) in name.iter_mut().zip(&addr.sun_path[..n]) {
+        *d = s as u8;
+    }
+    if !name[..n].starts_with(OPEN_PEER_PREFIX) {
+        return None;
+    }
+    let node = node_of_peer_name(&name[..n])?;
+    SOCKETS.insert(FileKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        rdev: node.code(),
+    });
+    Some(node)
+}
+
+fn close(fd: c_int) {
+    // SAFETY: `fd` is a descriptor the shim owns (a socket it made or an fd it received).
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// Receives one message on `s` into `buf`: its length and the fds attached (at most one kept;
+/// surplus fds are closed). `Err(errno)` on failure; length 0 with no fd is the peer's close.
+fn receive(s: c_int, buf: &mut [u8], flags: c_int) -> Result<(usize, Option<c_int>, bool), c_int> {
+    let mut cbuf = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&cbuf);
+    let n = loop {
+        // SAFETY: `msg` names `iov` (describing `buf`) and `cbuf`, all live and writable for
+        // their stated lengths; recvmsg writes only inside them.
+        let n = unsafe { libc::recvmsg(s, &mut msg, flags) };
+        if n >= 0 || errno() != libc::EINTR {
+            break n;
+        }
+    };
+    let mut fds = [-1i32; 8];
+    let nfds = crate::shim::received_fds(&msg, &mut fds);
+    if n < 0 {
+        let e = errno();
+        fds[..nfds].iter().for_each(|&fd| close(fd));
+        return Err(e);
+    }
+    fds[1..nfds.max(1)].iter().for_each(|&fd| close(fd));
+    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+    Ok((n as usize, (nfds > 0).then_some(fds[0]), truncated))
+}
+
+/// Sends `bytes` on `s` with `fd` attached (if any).
+fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_int> {
+    let mut cbuf = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE only computes a length.
+        let space = unsafe { libc::CMSG_SPACE(size_of::<c_int>() as u32) } as usize;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: the control buffer (32 bytes, 8-aligned) holds one header with one int
+        // (CMSG_SPACE(4) = 24); CMSG_FIRSTHDR returns its start.
+        let c = unsafe { &mut *libc::CMSG_FIRSTHDR(&msg) };
+        c.cmsg_level = libc::SOL_SOCKET;
+        c.cmsg_type = libc::SCM_RIGHTS;
+        // SAFETY: CMSG_LEN only computes a length.
+        c.cmsg_len = unsafe { libc::CMSG_LEN(size_of::<c_int>() as u32) } as usize;
+        // SAFETY: CMSG_DATA points just past the header, inside the control buffer, with room
+        // for one int; it may be unaligned, hence write_unaligned.
+        unsafe { libc::CMSG_DATA(c).cast::<c_int>().write_unaligned(fd) };
+    }
+    loop {
+        // SAFETY: `msg` names `iov` (describing `bytes`, which sendmsg only reads) and, when
+        // set, the control buffer built above.
+        let n = unsafe { libc::sendmsg(s, &msg, libc::MSG_NOSIGNAL) };
+        if n == bytes.len() as isize {
+            return Ok(());
+        }
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        return Err(if n < 0 { errno() } else { libc::EIO });
+    }
+}
+
+/// Opens `node` through the device socket: the open's fd, or the errno.
+fn dev_open(node: DevNode, flags: c_int) -> Result<c_int, c_int> {
+    if !exists(node) {
+        return Err(libc::ENOENT);
+    }
+    // SAFETY: socket takes plain integers and returns a new fd or -1.
+    let s = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(errno());
+    }
+    let r = open_over(s, node, flags);
+    close(s);
+    r
+}
+
+fn open_over(s: c_int, node: DevNode, flags: c_int) -> Result<c_int, c_int> {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let len = DEV.len.load(Ordering::Relaxed);
+    for (d, s) in addr.sun_path.iter_mut().zip(&DEV.path[..len]) {
+        *d = s.load(Ordering::Relaxed) as c_char;
+    }
+    let alen = std::mem::offset_of!(libc::sockaddr_un, sun_path) + len + 1;
+    // SAFETY: `addr` is a live sockaddr_un whose first `alen` bytes hold the family and a
+    // NUL-terminated path (len < sizeof(sun_path)).
+    let r = unsafe {
+        libc::connect(
+            s,
+            (&addr as *const libc::sockaddr_un).cast(),
+            alen as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        // No worker behind the socket: as if the node did not exist.
+        return Err(libc::ENOENT);
+    }
+    send(s, &OpenRequest { node, flags }.encode(), None).map_err(|_| libc::ENOENT)?;
+    let mut buf = [0u8; OpenReply::SIZE + 1];
+    let rflags = if flags & libc::O_CLOEXEC != 0 {
+        libc::MSG_CMSG_CLOEXEC
+    } else {
+        0
+    };
+    let (n, fd, truncated) = receive(s, &mut buf, rflags).map_err(|_| libc::ENOENT)?;
+    let reply = if truncated {
+        None
+    } else {
+        OpenReply::decode(&buf[..n])
+    };
+    match (reply, fd) {
+        (Some(OpenReply { errno: 0 }), Some(fd)) => Ok(fd),
+        (Some(OpenReply { errno }), None) if errno != 0 => Err(errno),
+        (_, fd) => {
+            if let Some(fd) = fd {
+                close(fd);
+            }
+            Err(libc::EIO)
+        }
+    }
+}
+
+/// One call on open `fd`: the reply and, for an mmap, the host fd.
+fn dev_call(fd: c_int, op: CallOp) -> Result<(CallReply, Option<c_int>), c_int> {
+    let mut sv = [-1 as c_int; 2];
+    // SAFETY: socketpair writes two fds into `sv`, a live local array of two ints.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(errno());
+    }
+    let sent = send(fd, &CallRequest { fd, op }.encode(), Some(sv[1]));
+    close(sv[1]);
+    if let Err(e) = sent {
+        close(sv[0]);
+        // The worker is gone: as CUSE's later calls on the file of a stopped server.
+        return Err(match e {
+            libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED => libc::ENOTCONN,
+            e => e,
+        });
+    }
+    let mut buf = [0u8; CallReply::SIZE + 1];
+    let got = receive(sv[0], &mut buf, libc::MSG_CMSG_CLOEXEC);
+    close(sv[0]);
+    let (n, hostfd, truncated) = got?;
+    let reply = if truncated {
+        None
+    } else {
+        CallReply::decode(&buf[..n])
+    };
+    match reply {
+        Some(r) => Ok((r, hostfd)),
+        None => {
+            if let Some(h) = hostfd {
+                close(h);
+            }
+            // No answer (the worker dropped the call or stopped).
+            Err(if n == 0 { libc::ENOTCONN } else { libc::EIO })
+        }
+    }
+}
+
+/// For `shim.rs`'s mmap: `None` when `fd` is not one of our opens; else the host fd and offset
+/// to map, or the errno.
+pub(crate) fn mmap_target(
+    fd: c_int,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    offset: i64,
+) -> Option<Result<(c_int, i64), c_int>> {
+    node_of_fd(fd)?;
+    let op = CallOp::Mmap {
+        len: len as u64,
+        prot,
+        flags,
+        offset,
+    };
+    Some(match dev_call(fd, op) {
+        Ok((r, _)) if r.errno != 0 => Err(r.errno),
+        Ok((r, Some(host))) => match i64::try_from(r.offset_adjust)
+            .ok()
+            .and_then(|a| offset.checked_add(a))
+        {
+            Some(off) => Ok((host, off)),
+            None => {
+                close(host);
+                Err(libc::EOVERFLOW)
+            }
+        },
+        Ok((_, None)) => Err(libc::EIO),
+        Err(e) => Err(e),
+    })
+}
+
+// ---- next definitions -------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Sym {
+    Open,
+    Open64,
+    Openat,
+    Openat64,
+    Ioctl,
+    Poll,
+    Access,
+    Faccessat,
+}
+
+const NAMES: [&CStr; 8] = [
+    c"open",
+    c"open64",
+    c"openat",
+    c"openat64",
+    c"ioctl",
+    c"poll",
+    c"access",
+    c"faccessat",
+];
+static NEXT: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+/// The next definition of `sym` (as an address), or `None` when `dlsym` finds none.
+fn next(sym: Sym) -> Option<usize> {
+    let slot = &NEXT[sym as usize];
+    let addr = slot.load(Ordering::Acquire);
+    if addr != 0 {
+        return Some(addr);
+    }
+    // SAFETY: dlsym takes a pseudo-handle and a NUL-terminated name (a static C string).
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, NAMES[sym as usize].as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    slot.store(p as usize, Ordering::Release);
+    Some(p as usize)
+}
+
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
+type OpenatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int;
+type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
+type PollFn = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+type AccessFn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
+
+/// A raw syscall's result as libc returns it (`syscall()` already sets errno).
+fn ret(r: libc::c_long) -> c_int {
+    r as c_int
+}
+
+// ---- open -------------------------------------------------------------------------------
+
+/// The shared body of the open family: ours for a node path, else `other()`.
+///
+/// # Safety
+/// `path` is NULL or NUL-terminated; `other` makes the caller's own call.
+unsafe fn open_or(path: *const c_char, flags: c_int, other: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: `path` as the caller passed it (contract).
+    match unsafe { node_of_path(path) } {
+        None => other(),
+        Some(node) => match dev_open(node, flags) {
+            Ok(fd) => fd,
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        },
+    }
+}
+
+macro_rules! export_open {
+    ($name:ident, $sym:expr) => {
+        /// `open(2)`, interposed: the nodes' paths go to the socket transport.
+        ///
+        /// # Safety
+        /// As `open(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            flags: c_int,
+            mode: libc::mode_t,
+        ) -> c_int {
+            // SAFETY: the caller's arguments, passed on (contract of open(2)).
+            unsafe {
+                open_or(path, flags, || match next($sym) {
+                    // SAFETY: the address dlsym returned for this open variant, whose C
+                    // signature is OpenFn (the mode is read only with O_CREAT/O_TMPFILE).
+                    Some(f) => std::mem::transmute::<usize, OpenFn>(f)(path, flags, mode),
+                    None => ret(libc::syscall(
+                        libc::SYS_openat,
+                        libc::AT_FDCWD,
+                        path,
+                        flags,
+                        mode,
+                    )),
+                })
+            }
+        }
+    };
+}
+
+macro_rules! export_openat {
+    ($name:ident, $sym:expr) => {
+        /// `openat(2)`, interposed: the nodes' absolute paths go to the socket transport.
+        ///
+        /// # Safety
+        /// As `openat(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            flags: c_int,
+            mode: libc::mode_t,
+        ) -> c_int {
+            // SAFETY: the caller's arguments, passed on (contract of openat(2)).
+            unsafe {
+                open_or(path, flags, || match next($sym) {
+                    // SAFETY: the address dlsym returned for this openat variant, whose C
+                    // signature is OpenatFn.
+                    Some(f) => std::mem::transmute::<usize, OpenatFn>(f)(dirfd, path, flags, mode),
+                    None => ret(libc::syscall(libc::SYS_openat, dirfd, path, flags, mode)),
+                })
+            }
+        }
+    };
+}
+
+export_open!(open, Sym::Open);
+export_open!(open64, Sym::Open64);
+export_openat!(openat, Sym::Openat);
+export_openat!(openat64, Sym::Openat64);
+
+/// `__open_2` (fortified `open` without a mode), interposed as [`open`].
+///
+/// # Safety
+/// As `open(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded under the caller's contract (no O_CREAT: no mode).
+    unsafe { open(path, flags, 0) }
+}
+
+/// `__open64_2`, interposed as [`open64`].
+///
+/// # Safety
+/// As `open(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { open64(path, flags, 0) }
+}
+
+/// `__openat_2`, interposed as [`openat`].
+///
+/// # Safety
+/// As `openat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { openat(dirfd, path, flags, 0) }
+}
+
+/// `__openat64_2`, interposed as [`openat64`].
+///
+/// # Safety
+/// As `openat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { openat64(dirfd, path, flags, 0) }
+}
+
+// ---- stat and access ----------------------------------------------------------------------
+
+/// The stat family's shared body: the node's stat for a node path, else the raw
+/// `newfstatat(dirfd, path, buf, flag)` (what glibc's wrappers make on x86_64).
+///
+/// # Safety
+/// As `fstatat(2)`.
+unsafe fn stat_path(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flag: c_int) -> c_int {
+    // SAFETY: `path` as the caller passed it.
+    match unsafe { node_of_path(path) } {
+        // SAFETY: `buf` as the caller passed it.
+        Some(node) => unsafe { stat_node(node, buf) },
+        // SAFETY: the caller's own call as the raw syscall; the kernel checks the pointers.
+        None => ret(unsafe { libc::syscall(libc::SYS_newfstatat, dirfd, path, buf, flag) }),
+    }
+}
+
+/// `fstat`'s shared body: the node's stat for one of our opens, else the raw `fstat`.
+///
+/// # Safety
+/// As `fstat(2)`.
+unsafe fn stat_fd(fd: c_int, buf: *mut libc::stat) -> c_int {
+    match node_of_fd(fd) {
+        // SAFETY: `buf` as the caller passed it.
+        Some(node) => unsafe { stat_node(node, buf) },
+        // SAFETY: the caller's own call as the raw syscall.
+        None => ret(unsafe { libc::syscall(libc::SYS_fstat, fd, buf) }),
+    }
+}
+
+macro_rules! export_stat {
+    ($name:ident, $flag:expr) => {
+        /// `stat`/`lstat`, interposed: the nodes' paths show the driver's nodes.
+        ///
+        /// # Safety
+        /// As `stat(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut libc::stat) -> c_int {
+            // SAFETY: the caller's arguments (contract of stat(2)).
+            unsafe { stat_path(libc::AT_FDCWD, path, buf, $flag) }
+        }
+    };
+}
+
+macro_rules! export_xstat {
+    ($name:ident, $flag:expr) => {
+        /// glibc's old `__xstat`/`__lxstat` (x86_64: the version argument is 1, the struct
+        /// the kernel's), interposed as `stat`.
+        ///
+        /// # Safety
+        /// As `stat(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            _ver: c_int,
+            path: *const c_char,
+            buf: *mut libc::stat,
+        ) -> c_int {
+            // SAFETY: the caller's arguments (contract of stat(2)).
+            unsafe { stat_path(libc::AT_FDCWD, path, buf, $flag) }
+        }
+    };
+}
+
+export_stat!(stat, 0);
+export_stat!(stat64, 0);
+export_stat!(lstat, libc::AT_SYMLINK_NOFOLLOW);
+export_stat!(lstat64, libc::AT_SYMLINK_NOFOLLOW);
+export_xstat!(__xstat, 0);
+export_xstat!(__xstat64, 0);
+export_xstat!(__lxstat, libc::AT_SYMLINK_NOFOLLOW);
+export_xstat!(__lxstat64, libc::AT_SYMLINK_NOFOLLOW);
+
+/// `fstat`, interposed: an open's fd shows its node.
+///
+/// # Safety
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_fd(fd, buf) }
+}
+
+/// `fstat64`, as [`fstat`].
+///
+/// # Safety
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_fd(fd, buf) }
+}
+
+/// glibc's old `__fxstat`, as [`fstat`].
+///
+/// # Safety
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstat(_ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_fd(fd, buf) }
+}
+
+/// glibc's old `__fxstat64`, as [`fstat`].
+///
+/// # Safety
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { stat_fd(fd, buf) }
+}
+
+/// `fstatat`'s shared body: `AT_EMPTY_PATH` on an fd is `fstat`.
+///
+/// # Safety
+/// As `fstatat(2)`.
+unsafe fn fstatat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flag: c_int,
+) -> c_int {
+    if flag & libc::AT_EMPTY_PATH != 0
+        && !path.is_null()
+        // SAFETY: non-NULL and NUL-terminated (contract): only its first byte is read.
+        && unsafe { *path } == 0
+        && node_of_fd(dirfd).is_some()
+    {
+        // SAFETY: the caller's arguments.
+        return unsafe { stat_fd(dirfd, buf) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { stat_path(dirfd, path, buf, flag) }
+}
+
+macro_rules! export_fstatat {
+    ($name:ident) => {
+        /// `fstatat`, interposed: node paths and our opens show the driver's nodes.
+        ///
+        /// # Safety
+        /// As `fstatat(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dirfd: c_int,
+            path: *const c_char,
+            buf: *mut libc::stat,
+            flag: c_int,
+        ) -> c_int {
+            // SAFETY: the caller's arguments.
+            unsafe { fstatat_any(dirfd, path, buf, flag) }
+        }
+    };
+}
+
+macro_rules! export_fxstatat {
+    ($name:ident) => {
+        /// glibc's old `__fxstatat`, as `fstatat`.
+        ///
+        /// # Safety
+        /// As `fstatat(2)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            _ver: c_int,
+            dirfd: c_int,
+            path: *const c_char,
+            buf: *mut libc::stat,
+            flag: c_int,
+        ) -> c_int {
+            // SAFETY: the caller's arguments.
+            unsafe { fstatat_any(dirfd, path, buf, flag) }
+        }
+    };
+}
+
+export_fstatat!(fstatat);
+export_fstatat!(fstatat64);
+export_fxstatat!(__fxstatat);
+export_fxstatat!(__fxstatat64);
+
+/// `access`'s answer for a node: read and write for everyone (the driver's nodes are 0666),
+/// never execute.
+fn access_node(node: DevNode, mode: c_int) -> c_int {
+    if !exists(node) {
+        set_errno(libc::ENOENT);
+        return -1;
+    }
+    if mode & libc::X_OK != 0 {
+        set_errno(libc::EACCES);
+        return -1;
+    }
+    0
+}
+
+/// `access(2)`, interposed for the nodes' paths.
+///
+/// # Safety
+/// As `access(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `path` as the caller passed it.
+    match unsafe { node_of_path(path) } {
+        Some(node) => access_node(node, mode),
+        None => match next(Sym::Access) {
+            // SAFETY: the address dlsym returned for "access" (AccessFn), the caller's call.
+            Some(f) => unsafe { std::mem::transmute::<usize, AccessFn>(f)(path, mode) },
+            // SAFETY: the caller's own call as the raw syscall.
+            None => ret(unsafe { libc::syscall(libc::SYS_faccessat, libc::AT_FDCWD, path, mode) }),
+        },
+    }
+}
+
+/// `faccessat(2)`, interposed for the nodes' absolute paths.
+///
+/// # Safety
+/// As `faccessat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: `path` as the caller passed it.
+    match unsafe { node_of_path(path) } {
+        Some(node) => access_node(node, mode),
+        None => match next(Sym::Faccessat) {
+            // SAFETY: the address dlsym returned for "faccessat" (FaccessatFn).
+            Some(f) => unsafe {
+                std::mem::transmute::<usize, FaccessatFn>(f)(dirfd, path, mode, flags)
+            },
+            // SAFETY: the caller's own call as the raw syscall (faccessat2 takes the flags).
+            None => ret(unsafe { libc::syscall(libc::SYS_faccessat2, dirfd, path, mode, flags) }),
+        },
+    }
+}
+
+// ---- ioctl and poll -----------------------------------------------------------------------
+
+/// `ioctl(2)`, interposed: on one of our opens, the worker serves it (reading and writing the
+/// caller's memory itself); on anything else, the next `ioctl`.
+///
+/// # Safety
+/// As `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if node_of_fd(fd).is_none() {
+        return match next(Sym::Ioctl) {
+            // SAFETY: the address dlsym returned for "ioctl" (IoctlFn), the caller's call.
+            Some(f) => unsafe { std::mem::transmute::<usize, IoctlFn>(f)(fd, request, arg) },
+            // SAFETY: the caller's own call as the raw syscall.
+            None => ret(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) }),
+        };
+    }
+    let op = CallOp::Ioctl {
+        // The driver's command numbers are 32 bits (the kernel truncates too).
+        cmd: request as u32,
+        arg: arg as u64,
+    };
+    match dev_call(fd, op) {
+        Ok((r, host)) => {
+            if let Some(h) = host {
+                close(h);
+            }
+            if r.errno != 0 {
+                set_errno(r.errno);
+                return -1;
+            }
+            r.result
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// What `poll` reports for our opens: CUSE's answer for a server without poll.
+const DEFAULT_POLLMASK: libc::c_short =
+    libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM;
+
+/// `poll(2)`, interposed: our opens are always ready (as on a CUSE node); the other fds are
+/// polled without waiting when one of ours is ready, else as asked.
+///
+/// # Safety
+/// As `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    let real = |fds: *mut libc::pollfd, timeout: c_int| match next(Sym::Poll) {
+        // SAFETY: the address dlsym returned for "poll" (PollFn), on the caller's array.
+        Some(f) => unsafe { std::mem::transmute::<usize, PollFn>(f)(fds, nfds, timeout) },
+        // SAFETY: the caller's own call as the raw syscall.
+        None => ret(unsafe { libc::syscall(libc::SYS_poll, fds, nfds, timeout) }),
+    };
+    if fds.is_null() || nfds == 0 || !enabled() {
+        return real(fds, timeout);
+    }
+    let n = nfds as usize;
+    // SAFETY: the caller passes an array of `nfds` pollfds it owns for the call (poll(2)).
+    let entries = unsafe { std::slice::from_raw_parts_mut(fds, n) };
+    let ours = |p: &libc::pollfd| node_of_fd(p.fd).is_some();
+    // At most 64 of ours are tracked (their positions); beyond, the rest are polled as is.
+    let mut mine = [usize::MAX; 64];
+    let mut count = 0;
+    for (i, p) in entries.iter().enumerate() {
+        if count < mine.len() && ours(p) {
+            mine[count] = i;
+            count += 1;
+        }
+    }
+    if count == 0 {
+        return real(fds, timeout);
+    }
+    let mut saved = [0 as c_int; 64];
+    for (k, &i) in mine[..count].iter().enumerate() {
+        saved[k] = entries[i].fd;
+        // A negative fd is skipped by poll(2) (revents 0).
+        entries[i].fd = -1;
+    }
+    let r = real(fds, 0);
+    let e = errno();
+    let mut ready = r.max(0);
+    for (k, &i) in mine[..count].iter().enumerate() {
+        entries[i].fd = saved[k];
+        entries[i].revents = entries[i].events & DEFAULT_POLLMASK;
+        if entries[i].revents != 0 {
+            ready += 1;
+        }
+    }
+    if r < 0 {
+        set_errno(e);
+        return r;
+    }
+    ready
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_fake_stat_looks_like_the_drivers_nodes() {
+        let st = fake_stat(DevNode::Ctl);
+        assert_eq!(st.st_mode, libc::S_IFCHR | 0o666);
+        assert_eq!(st.st_rdev, crate::proto::makedev(195, 255));
+        assert_eq!(
+            fake_stat(DevNode::Gpu(3)).st_rdev,
+            crate::proto::makedev(195, 3)
+        );
+    }
+
+    #[test]
+    fn test_disabled_transport_passes_everything_through() {
+        // The test binary has no NVPROXY_DEV_SOCKET: nothing is ours.
+        assert!(!enabled());
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { node_of_path(c"/dev/nvidiactl".as_ptr()) }, None);
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(node_of_fd(std::os::fd::AsRawFd::as_raw_fd(&a)), None);
+    }
+}

@@ -1,0 +1,524 @@
+//! The socket transport (`nvproxy exec --transport socket`), natively on this host: no CUSE, no
+//! VM. The command's namespace has no NVIDIA device nodes at all; the shim serves
+//! `/dev/nvidia*` over the instance's device socket, and the worker serves it with the same
+//! request path as the CUSE nodes (`daemon/src/socket_transport.rs`).
+//!
+//! What runs here, each against `--driver sim` with `--check-leaks` (the simulated driver and
+//! the proxy hold nothing afterwards):
+//! - `nvfe-client`: `init` (also with a GPU set), `concurrent`, and the hostile scenarios of
+//!   `proxy_kernel.rs` with the same expected errnos and NV statuses;
+//! - NVIDIA's `nvidia-smi -L` and `--query-gpu`, and libcuda's `cuInit` and device queries
+//!   (`cuda-probe init`), from Debian 12's 535.261.03 userspace (`tests/nvidia-userspace/
+//!   fetch.sh`; skipped with a message when it is not unpacked);
+//! - a process that bypasses the shim reaches nothing (no nodes; raw `openat` ENOENT; a raw
+//!   `ioctl` on the shim's fd is the socket layer's ENOTTY); forged requests on an open's socket
+//!   (an fd number that is not the open) get EBADF and write nothing; a bad pointer gets EFAULT
+//!   (the worker reads the caller's memory itself);
+//! - mmap: the driver's EINVAL without a mapping, the access-mode EACCES, other mmaps untouched,
+//!   RM memory shared both ways between two files, the UVM `cudaMallocManaged` pattern (with a
+//!   child process sharing the bytes: fork keeps the open).
+//!
+//! Needs root (namespaces, `process_vm_readv`, `pidfd_getfd`) and the binaries
+//! (`cargo build -p daemon -p preload`; `test.sh` builds them first); `NVPROXY_BIN` names
+//! another `nvproxy`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const NVFE: &str = env!("CARGO_BIN_EXE_nvfe-client");
+const MMAP: &str = env!("CARGO_BIN_EXE_mmap-client");
+const PROBE: &str = env!("CARGO_BIN_EXE_cuda-probe");
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// The userspace version the native suite runs (the simulated driver's default).
+const VERSION: &str = "535.261.03";
+
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn nvproxy_bin() -> PathBuf {
+    let path = std::env::var_os("NVPROXY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| profile_dir().join("nvproxy"));
+    assert!(
+        path.is_file(),
+        "nvproxy binary {} not found: build it (cargo build -p daemon -p preload; test.sh does) \
+         or set NVPROXY_BIN",
+        path.display()
+    );
+    let shim = path.with_file_name("libnvproxy_preload.so");
+    assert!(
+        shim.is_file(),
+        "the shim {} is missing: cargo build -p preload",
+        shim.display()
+    );
+    path
+}
+
+/// Whether the suite can run here: root (the namespaces, `pidfd_getfd`). Says why not.
+fn runnable() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the socket transport suite needs root (namespaces, pidfd_getfd)");
+        return false;
+    }
+    true
+}
+
+/// NVIDIA's userspace of [`VERSION`] (lib dir, nvidia-smi), or `None` with a message.
+fn userspace() -> Option<(PathBuf, PathBuf)> {
+    let root = std::env::var_os("NVIDIA_USERSPACE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| profile_dir().join("../nvidia-userspace"));
+    let dir = root.join(VERSION);
+    let (lib, smi) = (dir.join("lib"), dir.join("bin/nvidia-smi"));
+    if !dir.join(".complete").is_file() || !lib.join("libcuda.so.1").exists() {
+        eprintln!(
+            "SKIPPED: NVIDIA's {VERSION} userspace is not unpacked under {}: run \
+             tests/nvidia-userspace/fetch.sh {VERSION} (.ci/run does)",
+            root.display()
+        );
+        return None;
+    }
+    Some((lib, smi))
+}
+
+/// `nvproxy exec --driver sim --transport socket --check-leaks EXTRA -- CMD`, with a timeout.
+fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "exec",
+        "--driver",
+        "sim",
+        "--transport",
+        "socket",
+        "--check-leaks",
+    ])
+    .args(extra)
+    .arg("--")
+    .args(cmd)
+    .env("RUST_LOG", "warn")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("spawning nvproxy exec");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("nvproxy exec {cmd:?} did not finish in {TIMEOUT:?}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn exec(extra: &[&str], cmd: &[&str]) -> Output {
+    exec_env(extra, &[], cmd)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The last stdout line as JSON; the run must have succeeded (3 = leak check failed).
+fn summary(o: &Output) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_default();
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", text(o)));
+    assert!(o.status.success(), "{}", text(o));
+    assert_eq!(v["ok"], true, "{}", text(o));
+    v
+}
+
+fn gpu(index: u32) -> nvsim::SimGpu {
+    nvsim::SimGpu::h100(index)
+}
+
+// ---- nvfe-client ----------------------------------------------------------------------------
+
+#[test]
+fn test_nvfe_init_over_the_socket_transport() {
+    if !runnable() {
+        return;
+    }
+    let v = summary(&exec(&[], &[NVFE, "init", "--expect-gpus", "1"]));
+    assert_eq!(v["gpu_list"][0]["uuid"], gpu(0).uuid_string());
+    // A GPU set: only the second of two, shown as nvidia0.
+    let v = summary(&exec(
+        &["--sim-gpus", "2", "--gpus", "1"],
+        &[NVFE, "init", "--expect-gpus", "1"],
+    ));
+    assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
+}
+
+#[test]
+fn test_nvfe_concurrent_clients_over_the_socket_transport() {
+    if !runnable() {
+        return;
+    }
+    let v = summary(&exec(&[], &[NVFE, "concurrent", "8"]));
+    assert_eq!(v["passed"], 8);
+}
+
+#[test]
+fn test_hostile_scenarios_get_the_drivers_answers_over_the_socket_transport() {
+    if !runnable() {
+        return;
+    }
+    for args in [
+        &["unknown-escape"][..],
+        &["oversized-params"],
+        &["undersized-params"],
+        &["bad-nested-pointer"],
+        &["bad-embedded-pointer"],
+        &["params-size-too-large"],
+        &["foreign-fd"],
+        &["non-nvproxy-fd"],
+        &["double-free"],
+        &["numa-info"],
+        &["use-handle", "0xc1d00a5a"],
+    ] {
+        let mut cmd = vec![NVFE];
+        cmd.extend_from_slice(args);
+        let v = summary(&exec(&[], &cmd));
+        assert_eq!(v["ok"], true, "{args:?}: {v}");
+    }
+}
+
+// ---- bypassing the shim, forged requests ------------------------------------------------------
+
+/// Python, run inside the namespace: what a process sees without the shim, and what forged
+/// requests on an open's socket get. Prints one JSON line.
+const BYPASS: &str = r#"
+import ctypes, errno, fcntl, json, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+out = {"dev_nodes": sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))}
+# A raw openat (no libc, so no shim): there is no node to open.
+r = libc.syscall(257, -100, b"/dev/nvidiactl", os.O_RDWR)
+out["raw_open"] = errno.errorcode.get(ctypes.get_errno(), "?") if r < 0 else "opened"
+# Through libc (the shim): an open of the instance.
+fd = os.open("/dev/nvidiactl", os.O_RDWR)
+version = bytearray(72); version[0] = ord("2")
+CHECK_VERSION = 0xc04846d2
+buf = ctypes.create_string_buffer(bytes(version), 72)
+# A raw ioctl on it bypasses the shim: the socket layer's answer, nothing reaches the driver.
+r = libc.syscall(16, fd, CHECK_VERSION, buf)
+out["raw_ioctl"] = errno.errorcode.get(ctypes.get_errno(), "?") if r < 0 else "ok"
+out["raw_ioctl_untouched"] = buf.raw == bytes(version)
+# Through the shim: the worker answers (reading and writing our memory itself).
+b = bytearray(version)
+fcntl.ioctl(fd, CHECK_VERSION, b)
+out["shim_ioctl_reply"] = struct.unpack_from("<I", b, 4)[0]
+# A bad address: the driver's EFAULT.
+try:
+    fcntl.ioctl(fd, CHECK_VERSION, 8)
+    out["bad_pointer"] = "ok"
+except OSError as e:
+    out["bad_pointer"] = errno.errorcode[e.errno]
+# A forged request by hand on the open's socket, naming another fd (/dev/null) as this open.
+def call(sock, fd_named, cmd, arg):
+    magic = int.from_bytes(b"NVCQ", "big")
+    req = struct.pack("<IIIiIIQiiq", magic, 1, 1, fd_named, cmd, 0, arg, 0, 0, 0)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))])
+    theirs.close()
+    mine.settimeout(10)
+    data = mine.recv(64)
+    return struct.unpack("<IiiIQ", data)[1] if len(data) == 24 else -1
+s = socket.socket(fileno=os.dup(fd))
+null = os.open("/dev/null", os.O_RDWR)
+b = ctypes.create_string_buffer(bytes(version), 72)
+addr = ctypes.addressof(b)
+out["forged_fd"] = errno.errorcode.get(call(s, null, CHECK_VERSION, addr), "?")
+out["forged_fd_untouched"] = b.raw == bytes(version)
+out["forged_closed_fd"] = errno.errorcode.get(call(s, 999, CHECK_VERSION, addr), "?")
+# A fork keeps the open (the child's ioctl is its own, on its own memory).
+pid = os.fork()
+if pid == 0:
+    c = bytearray(version)
+    fcntl.ioctl(fd, CHECK_VERSION, c)
+    os._exit(0 if struct.unpack_from("<I", c, 4)[0] == 1 else 1)
+out["child_ioctl"] = os.waitpid(pid, 0)[1] == 0
+os.close(fd)
+# Without the shim (a child with LD_PRELOAD emptied), the path does not exist.
+pid = os.fork()
+if pid == 0:
+    os.environ.pop("LD_PRELOAD", None)
+    os.execvp("python3", ["python3", "-c", "import os\ntry:\n os.open('/dev/nvidiactl', os.O_RDWR)\n print('opened')\nexcept OSError as e:\n print(e.errno)\n"])
+print(json.dumps(out), flush=True)
+os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn test_a_process_bypassing_the_shim_reaches_nothing_and_forged_requests_are_refused() {
+    if !runnable() {
+        return;
+    }
+    let o = exec(&[], &["python3", "-c", BYPASS]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines();
+    let v: Value = serde_json::from_str(lines.next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    let no_shim = lines.next().unwrap_or_default().trim();
+    assert_eq!(v["dev_nodes"], serde_json::json!([]), "{v}");
+    assert_eq!(v["raw_open"], "ENOENT", "{v}");
+    assert_eq!(v["raw_ioctl"], "ENOTTY", "{v}");
+    assert_eq!(v["raw_ioctl_untouched"], true, "{v}");
+    assert_eq!(v["shim_ioctl_reply"], 1, "{v}");
+    assert_eq!(v["bad_pointer"], "EFAULT", "{v}");
+    assert_eq!(v["forged_fd"], "EBADF", "{v}");
+    assert_eq!(v["forged_fd_untouched"], true, "{v}");
+    assert_eq!(v["forged_closed_fd"], "EBADF", "{v}");
+    assert_eq!(v["child_ioctl"], true, "{v}");
+    assert_eq!(
+        no_shim,
+        libc::ENOENT.to_string(),
+        "without the shim: {}",
+        text(&o)
+    );
+}
+
+// ---- NVIDIA's userspace ---------------------------------------------------------------------
+
+#[test]
+fn test_nvidia_smi_lists_the_instances_gpu_over_the_socket_transport() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let smi = smi.to_str().expect("utf-8 path");
+    let env = [("LD_LIBRARY_PATH", lib.as_path())];
+    let o = exec_env(&["--sim-gpus", "2", "--gpus", "1"], &env, &[smi, "-L"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let g = gpu(1);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("GPU 0: {} (UUID: {})\n", g.name, g.uuid_string()),
+        "{}",
+        text(&o)
+    );
+    let o = exec_env(
+        &[],
+        &env,
+        &[
+            smi,
+            "--query-gpu=name,uuid,pci.bus_id,memory.total,driver_version",
+            "--format=csv",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let g = gpu(0);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!(
+            "name, uuid, pci.bus_id, memory.total [MiB], driver_version\n{}, {}, \
+             {:08X}:{:02X}:{:02X}.{:X}, {} MiB, {VERSION}\n",
+            g.name,
+            g.uuid_string(),
+            g.pci_domain,
+            g.pci_bus,
+            g.pci_device,
+            g.pci_function,
+            g.memory_bytes >> 20
+        ),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn test_cuinit_and_device_queries_over_the_socket_transport() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    let g = gpu(1);
+    let bus = format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        g.pci_domain, g.pci_bus, g.pci_device, g.pci_function
+    );
+    let o = exec_env(
+        &["--sim-gpus", "2", "--gpus", "1"],
+        &[("LD_LIBRARY_PATH", lib.as_path())],
+        &[
+            PROBE,
+            "--expect-count",
+            "1",
+            "--expect-name",
+            &g.name,
+            "--expect-uuid",
+            &g.uuid_string(),
+            "--expect-pci-bus-id",
+            &bus,
+            "init",
+        ],
+    );
+    let v = summary(&o);
+    assert_eq!(v["failed"], Value::Null, "{v}");
+    let d = &v["steps"][0]["devices"][0];
+    assert_eq!(d["multiprocessor_count"], 132, "{v}");
+    assert_eq!(d["compute_capability_major"], 9, "{v}");
+    assert_eq!(d["total_mem"], 85_899_345_920u64, "{v}");
+}
+
+// ---- mmap -----------------------------------------------------------------------------------
+
+#[test]
+fn test_mmap_of_an_open_without_mapping_gives_the_drivers_einval() {
+    if !runnable() {
+        return;
+    }
+    let v = summary(&exec(
+        &[],
+        &[
+            MMAP,
+            "map",
+            "--node",
+            "/dev/nvidiactl",
+            "--expect",
+            "EINVAL",
+        ],
+    ));
+    assert_eq!(v["shim_loaded"], true);
+}
+
+#[test]
+fn test_mmap_checks_the_access_mode_like_the_kernel() {
+    if !runnable() {
+        return;
+    }
+    summary(&exec(
+        &[],
+        &[
+            MMAP,
+            "map",
+            "--node",
+            "/dev/nvidiactl",
+            "--read-only",
+            "--expect",
+            "EACCES",
+        ],
+    ));
+}
+
+#[test]
+fn test_other_mmaps_are_untouched() {
+    if !runnable() {
+        return;
+    }
+    summary(&exec(&[], &[MMAP, "unrelated"]));
+}
+
+#[test]
+fn test_rm_memory_is_mapped_and_shared_both_ways() {
+    if !runnable() {
+        return;
+    }
+    let v = summary(&exec(&[], &[MMAP, "rm-map", "--expect-fd-ioctl", "ENOTTY"]));
+    assert_eq!(v["both_ways"], true);
+}
+
+#[test]
+fn test_uvm_managed_pattern_maps_fixed_at_va_equal_offset() {
+    if !runnable() {
+        return;
+    }
+    let v = summary(&exec(&[], &[MMAP, "uvm-map", "--count", "16"]));
+    assert_eq!(v["landed"], 16);
+    assert_eq!(v["child_bytes_seen"], true);
+}
+
+// ---- serve + run ------------------------------------------------------------------------------
+
+#[test]
+fn test_served_socket_instance_through_run() {
+    if !runnable() {
+        return;
+    }
+    let bin = nvproxy_bin();
+    let name = format!("sock{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("nvproxy-socket-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"{name}\"\ngpus = [1]\n\
+             transport = \"socket\"\n"
+        ),
+    )
+    .expect("config");
+    let mut serve = Command::new(&bin)
+        .args(["serve", "--check-leaks", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning nvproxy serve");
+    let mut out = serve.stdout.take().expect("stdout");
+    let mut ready = Vec::new();
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    while !ready.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => ready.push(byte[0]),
+            _ => break,
+        }
+    }
+    let ready = String::from_utf8_lossy(&ready).into_owned();
+    let run = Command::new(&bin)
+        .args([
+            "run",
+            "--instance",
+            &name,
+            "--",
+            NVFE,
+            "init",
+            "--expect-gpus",
+            "1",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("nvproxy run");
+    // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
+    unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
+    let status = serve.wait().expect("serve exit");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(ready.trim(), format!("READY {name}"));
+    let v = summary(&run);
+    assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
+    assert!(status.success(), "serve: {status} (3 = leak check failed)");
+}
