@@ -388,5 +388,14 @@ mod tests {
         let missing = get("/");
         assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
         drop(server);
+        // tiny_http closes its listener from its own thread after the drop: soon, not at once.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::net::TcpStream::connect(addr).is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still listening 5 s after the drop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
