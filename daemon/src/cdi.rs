@@ -687,7 +687,7 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
 
 /// The `/dev/char` link NVIDIA's tools keep for a node (`195:255`, `195:<N>`), whatever our
 /// node's number: what `nvproxy ns-exec` makes, and NVIDIA's `create-dev-char-symlinks`.
-fn char_link_name(node: &str) -> Option<String> {
+pub(crate) fn char_link_name(node: &str) -> Option<String> {
     if node == "nvidiactl" {
         return Some("195:255".to_owned());
     }

@@ -43,6 +43,7 @@
 //!
 //! Mount propagation is made private first, so nothing leaks to the host's namespace.
 
+use crate::cdi::char_link_name;
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, symlink};
@@ -384,16 +385,6 @@ fn setup_dev(nodes: &[(PathBuf, String)]) -> Result<()> {
     nix::mount::umount2("/run", nix::mount::MntFlags::MNT_DETACH)
         .context("detaching staging /run")?;
     Ok(())
-}
-
-/// The `/dev/char` link NVIDIA's tools keep for a node: `195:255` for `nvidiactl`, `195:<N>`
-/// for `nvidia<N>` (the driver's major and minors, whatever the node's own numbers).
-fn char_link_name(node: &str) -> Option<String> {
-    if node == "nvidiactl" {
-        return Some("195:255".to_owned());
-    }
-    let minor: u32 = node.strip_prefix("nvidia")?.parse().ok()?;
-    Some(format!("195:{minor}"))
 }
 
 /// Fills the namespace's own `/dev/char` with the host's links, except those to hidden entries
