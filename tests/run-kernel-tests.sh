@@ -7,6 +7,7 @@
 # Usage: tests/run-kernel-tests.sh [TEST_TARGET...]     (default: every target in KERNEL_TESTS)
 # Environment: NVPROXY_KERNEL_TESTS=auto|native|vm (default auto)
 #              NVIDIA_USERSPACE_DIR is set for real_clients_kernel (tests/nvidia-userspace/fetch.sh).
+#              KERNEL_TEST_JOBS: parallel VM lanes (default: CPU count, at most 3; native: 1).
 #              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
