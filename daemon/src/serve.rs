@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use host_driver::real::RealHostDriver;
@@ -112,15 +112,21 @@ pub fn make_driver(
 /// An instance being served.
 pub struct RunningInstance {
     name: String,
-    serving: Serving,
+    /// What serves the tenants now; `None` while a live upgrade has the nodes suspended
+    /// (`upgrade.rs`) or after [`RunningInstance::stop`].
+    serving: Mutex<Option<Serving>>,
     /// The nodes' backends: their proxies are the instance's (a restore replaces them).
     backend: Arc<ProxyBackend>,
     uvm_backend: Arc<UvmBackend>,
     sink: Arc<JsonLinesSink>,
+    /// The CUSE nodes' fd identity and mmap tickets (CUSE transport).
+    pub(crate) fdid: Arc<FdIdentity>,
+    pub(crate) mmap: Arc<InstanceMmap>,
+    pub(crate) transport: MemoryTransport,
 }
 
 /// How an instance reaches its tenants (`[[instance]] transport`).
-enum Serving {
+pub(crate) enum Serving {
     /// CUSE nodes and the mmap socket.
     Cuse {
         nodes: InstanceNodes,
@@ -130,15 +136,21 @@ enum Serving {
     Socket(crate::socket_transport::DevSocket),
 }
 
-impl RunningInstance {
-    /// Creates the proxy and the nodes of `inst` on `driver`.
-    pub fn start(
+/// An instance's request path before it serves: policy, audit sink, proxies, backends.
+pub(crate) struct Parts {
+    pub(crate) backend: Arc<ProxyBackend>,
+    pub(crate) uvm_backend: Arc<UvmBackend>,
+    pub(crate) sink: Arc<JsonLinesSink>,
+    pub(crate) caps: nvproxy_abi::Caps,
+}
+
+impl Parts {
+    /// The policy, audit sink and proxies of `inst` on `driver`.
+    pub(crate) fn build(
         inst: &InstanceConfig,
         driver: &Driver,
-        transport: MemoryTransport,
         audit: Option<&Path>,
-        channels: Vec<std::os::fd::OwnedFd>,
-    ) -> Result<RunningInstance> {
+    ) -> Result<Parts> {
         let caps = config::parse_caps(&inst.caps)?;
         let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
         policy.mode = match inst.mode {
@@ -174,14 +186,38 @@ impl RunningInstance {
                 .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
         }
         let proxy = Arc::new(proxy);
-        let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
-        let uvm_proxy = Arc::new(uvm);
-        let uvm_backend = Arc::new(UvmBackend::new(uvm_proxy, backend.clone()));
+        let uvm_backend = Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
+        Ok(Parts {
+            backend,
+            uvm_backend,
+            sink,
+            caps,
+        })
+    }
+}
+
+impl RunningInstance {
+    /// Creates the proxy and the nodes of `inst` on `driver`.
+    pub fn start(
+        inst: &InstanceConfig,
+        driver: &Driver,
+        transport: MemoryTransport,
+        audit: Option<&Path>,
+        channels: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<RunningInstance> {
+        let Parts {
+            backend,
+            uvm_backend,
+            sink,
+            caps,
+        } = Parts::build(inst, driver, audit)?;
+        let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let uvm: Arc<dyn crate::device::Backend> = uvm_backend.clone();
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
+        let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         if inst.transport == config::Transport::Socket {
             if transport == MemoryTransport::Retry {
                 tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
@@ -200,25 +236,27 @@ impl RunningInstance {
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
             return Ok(RunningInstance {
                 name: inst.name.clone(),
-                serving: Serving::Socket(dev),
+                serving: Mutex::new(Some(Serving::Socket(dev))),
                 backend,
                 uvm_backend,
                 sink,
+                fdid,
+                mmap,
+                transport,
             });
         }
-        let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
             &inst.name,
             gpus,
             backend.clone(),
             Some(uvm),
-            fdid,
+            fdid.clone(),
             transport,
             mmap.clone(),
             channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
-        let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
+        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(mmap::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
@@ -230,11 +268,41 @@ impl RunningInstance {
         );
         Ok(RunningInstance {
             name: inst.name.clone(),
-            serving: Serving::Cuse { nodes, mmap_socket },
+            serving: Mutex::new(Some(Serving::Cuse { nodes, mmap_socket })),
             backend,
             uvm_backend,
             sink,
+            fdid,
+            mmap,
+            transport,
         })
+    }
+
+    /// An instance whose CUSE nodes and mmap socket serve again in this process, taken over
+    /// from another worker (`upgrade.rs`).
+    pub(crate) fn from_serving(
+        name: &str,
+        parts: Parts,
+        serving: Serving,
+        fdid: Arc<FdIdentity>,
+        mmap: Arc<InstanceMmap>,
+        transport: MemoryTransport,
+    ) -> RunningInstance {
+        RunningInstance {
+            name: name.to_owned(),
+            serving: Mutex::new(Some(serving)),
+            backend: parts.backend,
+            uvm_backend: parts.uvm_backend,
+            sink: parts.sink,
+            fdid,
+            mmap,
+            transport,
+        }
+    }
+
+    /// What serves the tenants (`upgrade.rs` suspends and resumes it).
+    pub(crate) fn serving(&self) -> std::sync::MutexGuard<'_, Option<Serving>> {
+        self.serving.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The instance's name.
@@ -254,13 +322,14 @@ impl RunningInstance {
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
     /// table was empty (every client released what it allocated); `--check-leaks` counts a
     /// non-empty table as a leak.
-    pub fn stop(self) -> bool {
-        match self.serving {
-            Serving::Cuse { nodes, mmap_socket } => {
+    pub fn stop(&self) -> bool {
+        match self.serving().take() {
+            Some(Serving::Cuse { nodes, mmap_socket }) => {
                 drop(mmap_socket);
                 nodes.stop();
             }
-            Serving::Socket(dev) => drop(dev),
+            Some(Serving::Socket(dev)) => drop(dev),
+            None => {}
         }
         // Files the clients still hold are revoked (the nodes are gone): their RM clients and
         // host files go now, so the driver holds nothing of them.
@@ -501,6 +570,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         ephemeral: true,
         run_as: None,
         sim_socket: None,
+        take_over: false,
     };
     let root = Path::new(mmap::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;

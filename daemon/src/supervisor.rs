@@ -798,6 +798,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         ephemeral: false,
         run_as: None,
         sim_socket: None,
+        take_over: false,
     }
 }
 
