@@ -835,10 +835,31 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     }
     let mut watchdog = sys::Watchdog::from_env();
     let sig = loop {
-        if let Some(sig) = sys::poll_termination(std::time::Duration::from_millis(200))
+        match sys::poll_termination(std::time::Duration::from_millis(200))
             .context("waiting for a signal")?
         {
-            break sig;
+            // `systemctl reload`: every worker is replaced live by the binary on disk now
+            // (`upgrade.rs`), one instance after another, while this loop watches on.
+            Some(nix::sys::signal::Signal::SIGHUP) => {
+                let sup = sup.clone();
+                let _ = sys::sd_notify("RELOADING=1");
+                let spawned = std::thread::Builder::new()
+                    .name("reload".into())
+                    .spawn(move || {
+                        for (name, r) in sup.upgrade_all() {
+                            match r {
+                                Ok((old, new)) => tracing::info!(instance = %name, old, new, "reload: worker upgraded"),
+                                Err(e) => tracing::error!(instance = %name, error = %format!("{e:#}"), "reload: not upgraded; its worker serves on"),
+                            }
+                        }
+                        let _ = sys::sd_notify("READY=1");
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "reload: no thread for it");
+                }
+            }
+            Some(sig) => break sig,
+            None => {}
         }
         if !sup.check().is_empty() {
             // A restarted worker's nodes have new device numbers.
