@@ -540,6 +540,15 @@ pub fn take_over(
         }
         fds.extend(got.into_iter().map(Some));
     }
+    // A fault-injection point for the tests of a failed upgrade: when the file this variable
+    // names exists, it is removed and the take-over fails here, after the state arrived.
+    if let Some(trigger) = std::env::var_os("NVPROXY_FAULT_TAKE_OVER")
+        && std::fs::remove_file(&trigger).is_ok()
+    {
+        let e = anyhow::anyhow!("fault injected (NVPROXY_FAULT_TAKE_OVER)");
+        let _ = (&conn).write_all(format!("abort {e}\n").as_bytes());
+        abandon(name, &e);
+    }
     // From here on, what is adopted must never be closed by us unless the old worker commits.
     let prepared = match prepare(spec, state, &mut fds) {
         Ok(p) => p,
