@@ -636,7 +636,14 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
     let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
-    let parts = Parts::build(&spec.instance, &driver, spec.audit.as_deref())?;
+    // Never dropped before the commit: its proxies adopt the old worker's files, and a file
+    // dropped here would be closed in the driver under the old worker (it serves on when we
+    // fail). On an error it is leaked and the process exits (`abandon`).
+    let parts = std::mem::ManuallyDrop::new(Parts::build(
+        &spec.instance,
+        &driver,
+        spec.audit.as_deref(),
+    )?);
     let mut handed: Vec<Option<HandedFile>> = state
         .files
         .iter()
@@ -701,7 +708,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
     let mmap_listener = take_fd(fds, state.mmap_listener)?;
     Ok(Prepared {
         driver,
-        parts,
+        parts: std::mem::ManuallyDrop::into_inner(parts),
         nodes,
         mmap_listener,
         fdid,

@@ -202,8 +202,9 @@ impl Proxy {
     /// Takes over the tables of [`Proxy::export_live`] on a proxy that has served nothing yet,
     /// adopting the host files from `files` (by index; the rest, e.g. the UVM proxy's, are
     /// left). Checked as far as the tables' own rules go (unique ids and handles, parents and
-    /// dependencies present, owners among the opens, each file used once); on an error the
-    /// proxy must be dropped.
+    /// dependencies present, owners among the opens, each file used once) before any file is
+    /// adopted; on an error the proxy must be dropped (it adopted nothing: a file it had
+    /// adopted when the driver refused another is forgotten, never closed).
     pub fn adopt_live(
         &self,
         live: LiveProxy,
@@ -213,50 +214,29 @@ impl Proxy {
         if !self.opens().is_empty() || !self.objects().clients.is_empty() {
             return Err(bad("the proxy already serves".into()));
         }
-        let mut opens = std::collections::HashMap::new();
+        // Everything is checked before the first file is adopted: an adopted file dropped
+        // here would close the driver's file, which the old worker still serves.
+        let mut nodes = Vec::with_capacity(live.opens.len());
+        let mut ids = std::collections::BTreeSet::new();
+        let mut used = std::collections::BTreeSet::new();
         for o in &live.opens {
             let node = match o.node {
                 SavedNode::Ctl => Node::Ctl,
                 SavedNode::Gpu(i) if (i as usize) < self.gpus.len() => Node::Gpu(i),
                 SavedNode::Gpu(i) => return Err(bad(format!("open {}: no GPU {i}", o.id))),
             };
-            if o.id == 0 || o.id >= live.next_open || opens.contains_key(&OwnerId(o.id)) {
+            if o.id == 0 || o.id >= live.next_open || !ids.insert(o.id) {
                 return Err(bad(format!(
                     "open id {} is 0, taken or past next_open",
                     o.id
                 )));
             }
-            let host = self
-                .host
-                .adopt(take_file(files, o.host)?)
-                .map_err(ProxyError::Host)?;
-            let mapping = match o.mapping {
-                Some(i) => Some(
-                    self.host
-                        .adopt(take_file(files, i)?)
-                        .map_err(ProxyError::Host)?,
-                ),
-                None => None,
-            };
-            let record = OpenRecord {
-                registered_ctl: o.registered_ctl.map(OwnerId),
-                attached: o.attached.clone(),
-                os_events: o
-                    .os_events
-                    .iter()
-                    .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
-                    .collect(),
-                os_events_overflow: o.os_events_overflow,
-            };
-            opens.insert(
-                OwnerId(o.id),
-                Arc::new(OpenFile {
-                    node,
-                    host,
-                    mapping: Mutex::new(MappingSlot::from_live(mapping, o.context)),
-                    record: Mutex::new(record),
-                }),
-            );
+            for i in std::iter::once(o.host).chain(o.mapping) {
+                if files.get(i).is_none_or(Option::is_none) || !used.insert(i) {
+                    return Err(bad(format!("host file {i} missing or named twice")));
+                }
+            }
+            nodes.push(node);
         }
         let mut table = crate::objects::ObjectTable::new();
         for c in live.clients {
@@ -281,7 +261,7 @@ impl Proxy {
                 }
             }
             // Owners are frontend opens; a UVM open never allocates RM clients.
-            if !opens.contains_key(&OwnerId(c.owner)) {
+            if !ids.contains(&c.owner) {
                 return Err(bad(format!(
                     "client {:#x}: owner open {} unknown",
                     c.handle, c.owner
@@ -299,8 +279,56 @@ impl Proxy {
                 )
                 .map_err(|e| bad(e.to_string()))?;
         }
+        let mut opens = std::collections::HashMap::new();
+        for (o, node) in live.opens.iter().zip(nodes) {
+            let adopted = (|| -> Result<_, ProxyError> {
+                let host = self
+                    .host
+                    .adopt(take_file(files, o.host)?)
+                    .map_err(ProxyError::Host)?;
+                let mapping = match o.mapping {
+                    Some(i) => Some(
+                        self.host
+                            .adopt(take_file(files, i)?)
+                            .map_err(ProxyError::Host)?,
+                    ),
+                    None => None,
+                };
+                Ok((host, mapping))
+            })();
+            let (host, mapping) = match adopted {
+                Ok(x) => x,
+                Err(e) => {
+                    // Not dropped: they are the old worker's files still.
+                    std::mem::forget(opens);
+                    return Err(e);
+                }
+            };
+            let record = OpenRecord {
+                registered_ctl: o.registered_ctl.map(OwnerId),
+                attached: o.attached.clone(),
+                os_events: o
+                    .os_events
+                    .iter()
+                    .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
+                    .collect(),
+                os_events_overflow: o.os_events_overflow,
+            };
+            opens.insert(
+                OwnerId(o.id),
+                Arc::new(OpenFile {
+                    node,
+                    host,
+                    mapping: Mutex::new(MappingSlot::from_live(mapping, o.context)),
+                    record: Mutex::new(record),
+                }),
+            );
+        }
         for _ in 0..opens.len() {
-            self.take_open_slot()?;
+            if let Err(e) = self.take_open_slot() {
+                std::mem::forget(opens);
+                return Err(e);
+            }
         }
         *self.opens() = opens;
         *self.objects() = table;

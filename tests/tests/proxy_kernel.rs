@@ -1304,16 +1304,19 @@ fn test_serve_sim_driver_process_outlives_a_killed_worker() {
 /// sessions while its instance's worker is replaced three times, live, by new processes; one
 /// more upgrade fails on purpose after the state was sent (fault injection) and the old worker
 /// serves on. The client sees no error at all; the other instance's worker is untouched; at
-/// stop the driver process holds nothing (`--check-leaks`).
+/// stop the driver process holds nothing (`--check-leaks`). The client also keeps a UVM
+/// va_space with a managed-style range it touches and validates every round.
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_live_upgrades_under_a_looping_client_cause_no_error() {
-    let trigger = std::env::temp_dir().join(format!("nvproxy-fault-{}", std::process::id()));
+    // In the instance's run directory, which its worker's uid owns (it removes the trigger).
+    let trigger = PathBuf::from("/run/nvproxy/a/fault-take-over");
     let trigger_env = trigger.to_str().unwrap().to_owned();
     let (mut daemon, dir) = serve_two_instances_with(
         &[("NVPROXY_FAULT_TAKE_OVER", &trigger_env)],
         "process = true",
-        "",
+        // Workers under their own uids: the new worker (same uid) takes the old one's files.
+        "worker_uids = \"61000-61009\"",
         |_| String::new(),
     );
     let stop_file = dir.join("stop-live");

@@ -80,25 +80,36 @@ impl UvmProxy {
     ) -> Result<(), ProxyError> {
         let bad = |m: String| ProxyError::Config(format!("live state: {m}"));
         let names: Vec<&'static str> = self.proxy.abi().uvm.values().map(|u| u.name).collect();
-        let mut table = std::collections::HashMap::new();
-        for o in opens {
-            if o.id == 0
-                || table.contains_key(&OwnerId(o.id))
-                || self.proxy.host_file_id(OwnerId(o.id)).is_some()
-            {
+        let mut ids = std::collections::BTreeSet::new();
+        let mut used = std::collections::BTreeSet::new();
+        for o in &opens {
+            if o.id == 0 || !ids.insert(o.id) || self.proxy.host_file_id(OwnerId(o.id)).is_some() {
                 return Err(bad(format!("UVM open id {} is 0 or taken", o.id)));
             }
-            let host = self
-                .proxy
-                .host_driver()
-                .adopt(take_file(files, o.host)?)
-                .map_err(ProxyError::Host)?;
-            let mut rec = UvmRecord::default();
-            rec.init_flags = o.init_flags;
-            rec.mm_of = o.mm_of.map(OwnerId);
-            rec.gpus = o.gpus;
-            rec.va_spaces = o.va_spaces;
-            rec.mapped = o.mapped;
+            if files.get(o.host).is_none_or(Option::is_none) || !used.insert(o.host) {
+                return Err(bad(format!("host file {} missing or named twice", o.host)));
+            }
+        }
+        // Checked: now the files (one dropped here would close the old worker's file).
+        let mut table = std::collections::HashMap::new();
+        for o in opens {
+            let host = match take_file(files, o.host)
+                .and_then(|f| self.proxy.host_driver().adopt(f).map_err(ProxyError::Host))
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    std::mem::forget(table);
+                    return Err(e);
+                }
+            };
+            let mut rec = UvmRecord {
+                init_flags: o.init_flags,
+                mm_of: o.mm_of.map(OwnerId),
+                gpus: o.gpus,
+                va_spaces: o.va_spaces,
+                mapped: o.mapped,
+                ..UvmRecord::default()
+            };
             for (name, n) in o.unreplayable {
                 // Names of this version's table; one it lacks (a downgrade) keeps the count.
                 let name = names
@@ -117,10 +128,14 @@ impl UvmProxy {
             );
         }
         for _ in 0..table.len() {
-            self.proxy.take_open_slot()?;
+            if let Err(e) = self.proxy.take_open_slot() {
+                std::mem::forget(table);
+                return Err(e);
+            }
         }
         let mut mine = lock(&self.opens);
         if !mine.is_empty() {
+            std::mem::forget(table);
             return Err(bad("the UVM proxy already serves".into()));
         }
         *mine = table;

@@ -515,6 +515,23 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
             .map_err(|e| format!("mmap: {}", errno_name(e)))
     };
     let (ma, mb) = (map(&a)?, map(&b)?);
+    // A UVM va_space with one managed-style range (the cudaMallocManaged pattern).
+    let uvm = open_node(Path::new("/dev/nvidia-uvm"), false)?;
+    let mut p = [0u8; 16];
+    mmapc::uvm_ioctl(&uvm, UVM_INITIALIZE, &mut p)
+        .map_err(|e| format!("UVM_INITIALIZE: {}", errno_name(e)))?;
+    let reservation =
+        Mapping::reserve(2 * MB2).map_err(|e| format!("reserve: {}", errno_name(e)))?;
+    let va = (reservation.addr() + MB2 - 1) & !(MB2 - 1);
+    let managed = Mapping::map(
+        va,
+        MB2,
+        rw,
+        libc::MAP_SHARED | libc::MAP_FIXED,
+        uvm.as_raw_fd(),
+        va as i64,
+    )
+    .map_err(|e| format!("UVM mmap: {}", errno_name(e)))?;
     println!("{}", json!({"scenario": "live", "started": true}));
     let start = std::time::Instant::now();
     let mut errors: Vec<String> = Vec::new();
@@ -540,6 +557,29 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
         }
         if let Err(e) = rm.ping() {
             note(format!("round {rounds}: controls: {e}"), &mut errors);
+        }
+        managed.write(MB2 - 64, text.as_bytes());
+        let mut seen = vec![0u8; text.len()];
+        managed.read(MB2 - 64, &mut seen);
+        let mut v = [0u8; 24];
+        v[0..8].copy_from_slice(&(va as u64).to_ne_bytes());
+        v[8..16].copy_from_slice(&(MB2 as u64).to_ne_bytes());
+        match mmapc::uvm_ioctl(&uvm, UVM_VALIDATE_VA_RANGE, &mut v) {
+            Ok(_) if u32::from_ne_bytes(v[16..20].try_into().expect("4 bytes")) == 0 => {}
+            Ok(_) => note(
+                format!("round {rounds}: UVM_VALIDATE_VA_RANGE status"),
+                &mut errors,
+            ),
+            Err(e) => note(
+                format!("round {rounds}: UVM ioctl: {}", errno_name(e)),
+                &mut errors,
+            ),
+        }
+        if seen != text.as_bytes() {
+            note(
+                format!("round {rounds}: the UVM range lost its bytes"),
+                &mut errors,
+            );
         }
         if rounds % 7 == 0 {
             let r = (|| -> Result<(), String> {
@@ -567,7 +607,7 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    drop((ma, mb));
+    drop((ma, mb, managed, reservation));
     let mut end = Vec::new();
     for r in [rm.unmap(addr_a), rm.unmap(addr_b)] {
         if let Err(e) = r {
