@@ -1312,7 +1312,7 @@ fn test_live_upgrades_under_a_looping_client_cause_no_error() {
     // In the instance's run directory, which its worker's uid owns (it removes the trigger).
     let trigger = PathBuf::from("/run/nvproxy/a/fault-take-over");
     let trigger_env = trigger.to_str().unwrap().to_owned();
-    let (mut daemon, dir) = serve_two_instances_with(
+    let (daemon, dir) = serve_two_instances_with(
         &[("NVPROXY_FAULT_TAKE_OVER", &trigger_env)],
         "process = true",
         // Workers under their own uids: the new worker (same uid) takes the old one's files.
