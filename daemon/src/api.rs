@@ -370,8 +370,8 @@ pub enum InstanceCommand {
     /// open files and handles work again. Root only.
     Restore(crate::checkpoint::RestoreArgs),
     /// Replace an instance's worker with a new process of the nvproxy binary on disk, live:
-    /// its clients keep their open files, handles and mappings and see no error. Needs the CUSE
-    /// transport, and with `driver = "sim"` `[sim] process = true`. A failed upgrade leaves the
+    /// its clients keep their open files, handles and mappings and see no error. With
+    /// `driver = "sim"` it needs `[sim] process = true`. A failed upgrade leaves the
     /// old worker serving. `--all`: every instance (what `systemctl reload` does).
     Upgrade {
         /// The instance.

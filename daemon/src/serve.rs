@@ -123,6 +123,8 @@ pub struct RunningInstance {
     pub(crate) fdid: Arc<FdIdentity>,
     pub(crate) mmap: Arc<InstanceMmap>,
     pub(crate) transport: MemoryTransport,
+    /// The tenant's GPU count.
+    pub(crate) gpus: u32,
 }
 
 /// How an instance reaches its tenants (`[[instance]] transport`).
@@ -243,6 +245,7 @@ impl RunningInstance {
                 fdid,
                 mmap,
                 transport,
+                gpus,
             });
         }
         let nodes = InstanceNodes::start(
@@ -275,10 +278,11 @@ impl RunningInstance {
             fdid,
             mmap,
             transport,
+            gpus,
         })
     }
 
-    /// An instance whose CUSE nodes and mmap socket serve again in this process, taken over
+    /// An instance whose nodes (or device socket) serve again in this process, taken over
     /// from another worker (`upgrade.rs`).
     pub(crate) fn from_serving(
         name: &str,
@@ -287,6 +291,7 @@ impl RunningInstance {
         fdid: Arc<FdIdentity>,
         mmap: Arc<InstanceMmap>,
         transport: MemoryTransport,
+        gpus: u32,
     ) -> RunningInstance {
         RunningInstance {
             name: name.to_owned(),
@@ -297,6 +302,7 @@ impl RunningInstance {
             fdid,
             mmap,
             transport,
+            gpus,
         }
     }
 

@@ -596,9 +596,6 @@ impl Supervisor {
             if entry.state != State::Running || entry.pidfd.is_none() {
                 bail!("instance {name} is not running");
             }
-            if entry.spec.instance.transport == crate::config::Transport::Socket {
-                bail!("instance {name}: the socket transport cannot be upgraded live yet");
-            }
             if entry.spec.driver == crate::config::DriverKind::Sim && !entry.spec.sim.process {
                 bail!(
                     "instance {name}: its simulated driver lives in its worker; a live upgrade \

@@ -50,6 +50,7 @@ use crate::instance::{InstanceNodes, SuspendedNode};
 use crate::mmap::{InstanceMmap, LiveTicket, MmapSocket};
 use crate::node::Node;
 use crate::serve::{Parts, RunningInstance, Serving};
+use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
 use crate::sys;
 use crate::worker::WorkerSpec;
 
@@ -141,6 +142,30 @@ pub struct NodeState {
     pub retries: Vec<WireRetry>,
 }
 
+/// The socket transport's device socket in the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketState {
+    /// Index of its listener.
+    pub listener: usize,
+    /// Its opens.
+    pub opens: Vec<SocketOpenState>,
+}
+
+/// One open of the socket transport: its connection and what it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketOpenState {
+    /// The backend's open id.
+    pub id: u64,
+    /// Its node (`ctl`, `gpu0`, `uvm`).
+    pub node: String,
+    /// `SO_COOKIE` of the client's end.
+    pub cookie: u64,
+    /// `O_ACCMODE` of the caller's open flags.
+    pub access: i32,
+    /// Index of the worker's end of the connection.
+    pub conn: usize,
+}
+
 /// A worker's state as the new worker receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerState {
@@ -158,8 +183,12 @@ pub struct WorkerState {
     pub fds: usize,
     /// The CUSE nodes.
     pub nodes: Vec<NodeState>,
-    /// Index of the mmap socket's listener.
-    pub mmap_listener: usize,
+    /// Index of the mmap socket's listener (CUSE transport).
+    #[serde(default)]
+    pub mmap_listener: Option<usize>,
+    /// The device socket (socket transport).
+    #[serde(default)]
+    pub socket: Option<SocketState>,
     /// The nodes' device numbers → node index (fd resolution).
     pub fdid_devices: Vec<(u64, usize)>,
     /// The driver's own state (a simulated driver process's session and anchor).
@@ -264,81 +293,109 @@ fn send_refusal(conn: &UnixStream, why: &str) {
 }
 
 /// What the old worker suspended, to give back to itself when the handover fails.
-struct Suspension {
-    nodes: Vec<SuspendedNode>,
-    mmap_listener: OwnedFd,
+enum Suspension {
+    /// The CUSE nodes' sessions and the mmap socket's listener.
+    Cuse {
+        nodes: Vec<SuspendedNode>,
+        mmap_listener: OwnedFd,
+    },
+    /// The device socket's listener and opens.
+    Socket(SuspendedSocket),
+}
+
+/// How long a suspension waits for the socket transport's running calls.
+const DRAIN: Duration = Duration::from_secs(15);
+
+fn socket_nodes(running: &RunningInstance) -> crate::socket_transport::Nodes {
+    let (frontend, uvm, _) = running.parts();
+    crate::socket_transport::Nodes {
+        frontend,
+        uvm: Some(uvm),
+        gpus: running.gpus,
+    }
 }
 
 fn suspend(running: &RunningInstance) -> Result<Suspension> {
     let mut serving = running.serving();
-    let Some(Serving::Cuse {
-        mut nodes,
-        mmap_socket,
-    }) = serving.take()
-    else {
-        let what = if serving.is_some() {
-            "the socket transport cannot hand its connections over yet"
-        } else {
-            "the instance is not serving"
-        };
-        bail!("{what}");
-    };
-    let suspended = match nodes.suspend() {
-        Ok(s) => s,
-        Err(e) => {
-            *serving = Some(Serving::Cuse { nodes, mmap_socket });
-            return Err(e);
+    match serving.take() {
+        None => bail!("the instance is not serving"),
+        Some(Serving::Socket(dev)) => match dev.suspend(DRAIN) {
+            Ok(s) => Ok(Suspension::Socket(s)),
+            Err((dev, e)) => {
+                *serving = Some(Serving::Socket(dev));
+                Err(e)
+            }
+        },
+        Some(Serving::Cuse {
+            mut nodes,
+            mmap_socket,
+        }) => {
+            let suspended = match nodes.suspend() {
+                Ok(s) => s,
+                Err(e) => {
+                    *serving = Some(Serving::Cuse { nodes, mmap_socket });
+                    return Err(e);
+                }
+            };
+            // The sessions are suspended; the nodes' threads are gone, the channels are ours.
+            drop(nodes);
+            match mmap_socket.suspend() {
+                Ok(listener) => Ok(Suspension::Cuse {
+                    nodes: suspended,
+                    mmap_listener: listener,
+                }),
+                Err(e) => {
+                    // Never seen (the socket's server is there while it serves): serve the
+                    // nodes again, with a new socket.
+                    drop(serving);
+                    let (frontend, uvm, _) = running.parts();
+                    let name = running.name().to_owned();
+                    let nodes = InstanceNodes::resume(
+                        &name,
+                        suspended,
+                        frontend,
+                        Some(uvm),
+                        running.fdid.clone(),
+                        running.transport,
+                        running.mmap.clone(),
+                    )?;
+                    let mmap_socket =
+                        MmapSocket::start(running.mmap.clone(), Path::new(crate::mmap::RUN_DIR))?;
+                    *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
+                    Err(e)
+                }
+            }
         }
-    };
-    // The sessions are suspended; the nodes' threads are gone, the channels are ours.
-    drop(nodes);
-    match mmap_socket.suspend() {
-        Ok(listener) => Ok(Suspension {
-            nodes: suspended,
-            mmap_listener: listener,
-        }),
-        Err(e) => {
-            // Never seen (the socket's server is there while it serves): serve the nodes
-            // again, with a new socket.
-            drop(serving);
+    }
+}
+
+/// Serves the suspended sessions and sockets again in this process.
+fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
+    let name = running.name().to_owned();
+    let root = Path::new(crate::mmap::RUN_DIR);
+    let serving = match s {
+        Suspension::Socket(sock) => {
+            Serving::Socket(DevSocket::adopt(&name, socket_nodes(running), root, sock)?)
+        }
+        Suspension::Cuse {
+            nodes,
+            mmap_listener,
+        } => {
             let (frontend, uvm, _) = running.parts();
-            let name = running.name().to_owned();
             let nodes = InstanceNodes::resume(
                 &name,
-                suspended,
+                nodes,
                 frontend,
                 Some(uvm),
                 running.fdid.clone(),
                 running.transport,
                 running.mmap.clone(),
             )?;
-            let mmap_socket =
-                MmapSocket::start(running.mmap.clone(), Path::new(crate::mmap::RUN_DIR))?;
-            *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
-            Err(e)
+            let mmap_socket = MmapSocket::adopt(running.mmap.clone(), root, mmap_listener)?;
+            Serving::Cuse { nodes, mmap_socket }
         }
-    }
-}
-
-/// Serves the suspended sessions and socket again in this process.
-fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
-    let name = running.name().to_owned();
-    let (frontend, uvm, _) = running.parts();
-    let nodes = InstanceNodes::resume(
-        &name,
-        s.nodes,
-        frontend,
-        Some(uvm),
-        running.fdid.clone(),
-        running.transport,
-        running.mmap.clone(),
-    )?;
-    let mmap_socket = MmapSocket::adopt(
-        running.mmap.clone(),
-        Path::new(crate::mmap::RUN_DIR),
-        s.mmap_listener,
-    )?;
-    *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
+    };
+    *running.serving() = Some(serving);
     Ok(())
 }
 
@@ -358,39 +415,64 @@ fn export(
         })?
         .map(|d| wire_file(d, &mut fds));
     let mut nodes = Vec::new();
-    for n in &s.nodes {
-        fds.push(n.channel.try_clone().context("dup of a channel")?);
-        nodes.push(NodeState {
-            node: n.node.to_string(),
-            channel: fds.len() - 1,
-            init: [
-                n.init.kernel_major,
-                n.init.kernel_minor,
-                n.init.minor,
-                n.init.flags,
-                n.init.max_read,
-                n.init.max_write,
-                n.init.dev_major,
-                n.init.dev_minor,
-            ],
-            retries: n
-                .retries
-                .iter()
-                .map(|r| WireRetry {
-                    fh: r.fh,
-                    tid: r.tid,
-                    in_iovs: r.round.in_iovs.iter().map(|v| (v.base, v.len)).collect(),
-                    out_iovs: r.round.out_iovs.iter().map(|v| (v.base, v.len)).collect(),
-                })
-                .collect(),
-        });
+    let mut mmap_listener = None;
+    let mut socket = None;
+    match s {
+        Suspension::Cuse {
+            nodes: suspended,
+            mmap_listener: listener,
+        } => {
+            for n in suspended {
+                fds.push(n.channel.try_clone().context("dup of a channel")?);
+                nodes.push(NodeState {
+                    node: n.node.to_string(),
+                    channel: fds.len() - 1,
+                    init: [
+                        n.init.kernel_major,
+                        n.init.kernel_minor,
+                        n.init.minor,
+                        n.init.flags,
+                        n.init.max_read,
+                        n.init.max_write,
+                        n.init.dev_major,
+                        n.init.dev_minor,
+                    ],
+                    retries: n
+                        .retries
+                        .iter()
+                        .map(|r| WireRetry {
+                            fh: r.fh,
+                            tid: r.tid,
+                            in_iovs: r.round.in_iovs.iter().map(|v| (v.base, v.len)).collect(),
+                            out_iovs: r.round.out_iovs.iter().map(|v| (v.base, v.len)).collect(),
+                        })
+                        .collect(),
+                });
+            }
+            fds.push(listener.try_clone().context("dup of the mmap listener")?);
+            mmap_listener = Some(fds.len() - 1);
+        }
+        Suspension::Socket(sock) => {
+            fds.push(
+                sock.listener
+                    .try_clone()
+                    .context("dup of the device socket")?,
+            );
+            let listener = fds.len() - 1;
+            let mut opens = Vec::new();
+            for o in &sock.opens {
+                fds.push(o.conn.try_clone().context("dup of an open's connection")?);
+                opens.push(SocketOpenState {
+                    id: o.id,
+                    node: o.node.to_string(),
+                    cookie: o.cookie,
+                    access: o.access,
+                    conn: fds.len() - 1,
+                });
+            }
+            socket = Some(SocketState { listener, opens });
+        }
     }
-    fds.push(
-        s.mmap_listener
-            .try_clone()
-            .context("dup of the mmap listener")?,
-    );
-    let mmap_listener = fds.len() - 1;
     let (frontend, uvm, _) = running.parts();
     let (proxy, mut handed) = frontend.proxy().export_live()?;
     let uvm = uvm.uvm().export_live(&mut handed)?;
@@ -404,6 +486,7 @@ fn export(
         fds: fds.len(),
         nodes,
         mmap_listener,
+        socket,
         fdid_devices: running.fdid.devices(),
         driver,
         files,
@@ -493,9 +576,6 @@ pub fn take_over(
     worker_socket: &Path,
 ) -> Result<(RunningInstance, crate::serve::Driver)> {
     let name = &spec.instance.name;
-    if spec.instance.transport == crate::config::Transport::Socket {
-        bail!("instance {name}: the socket transport cannot be upgraded live yet");
-    }
     let conn = UnixStream::connect(worker_socket).with_context(|| {
         format!(
             "connecting to the old worker at {}",
@@ -582,8 +662,7 @@ pub fn take_over(
 struct Prepared {
     driver: crate::serve::Driver,
     parts: Parts,
-    nodes: Vec<SuspendedNode>,
-    mmap_listener: OwnedFd,
+    serving: Suspension,
     fdid: Arc<FdIdentity>,
     mmap: Arc<InstanceMmap>,
 }
@@ -705,12 +784,42 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
                 .collect(),
         });
     }
-    let mmap_listener = take_fd(fds, state.mmap_listener)?;
+    let serving = match (state.socket, state.mmap_listener) {
+        (Some(sock), None) if nodes.is_empty() => {
+            let listener = take_fd(fds, sock.listener)?;
+            let mut opens = Vec::new();
+            for o in sock.opens {
+                opens.push(SuspendedOpen {
+                    id: o.id,
+                    node: Node::parse(&o.node).with_context(|| format!("node {:?}", o.node))?,
+                    cookie: o.cookie,
+                    access: o.access,
+                    conn: take_fd(fds, o.conn)?,
+                });
+            }
+            Suspension::Socket(SuspendedSocket { listener, opens })
+        }
+        (None, Some(l)) => Suspension::Cuse {
+            nodes,
+            mmap_listener: take_fd(fds, l)?,
+        },
+        _ => bail!("the state names neither CUSE nodes with an mmap socket nor a device socket"),
+    };
+    let transport = if matches!(serving, Suspension::Socket(_)) {
+        crate::config::Transport::Socket
+    } else {
+        crate::config::Transport::Cuse
+    };
+    if transport != spec.instance.transport {
+        bail!(
+            "the old worker serves the {transport} transport, the spec says {}",
+            spec.instance.transport
+        );
+    }
     Ok(Prepared {
         driver,
         parts: std::mem::ManuallyDrop::into_inner(parts),
-        nodes,
-        mmap_listener,
+        serving,
         fdid,
         mmap,
     })
@@ -721,28 +830,42 @@ impl Prepared {
         let name = &spec.instance.name;
         let frontend: Arc<dyn crate::node::Backend> = self.parts.backend.clone();
         let uvm: Arc<dyn crate::node::Backend> = self.parts.uvm_backend.clone();
-        let nodes = InstanceNodes::resume(
-            name,
-            self.nodes,
-            frontend,
-            Some(uvm),
-            self.fdid.clone(),
-            spec.memory,
-            self.mmap.clone(),
-        )?;
-        let mmap_socket = MmapSocket::adopt(
-            self.mmap.clone(),
-            Path::new(crate::mmap::RUN_DIR),
-            self.mmap_listener,
-        )?;
+        let root = Path::new(crate::mmap::RUN_DIR);
+        let serving = match self.serving {
+            Suspension::Cuse {
+                nodes,
+                mmap_listener,
+            } => {
+                let nodes = InstanceNodes::resume(
+                    name,
+                    nodes,
+                    frontend,
+                    Some(uvm),
+                    self.fdid.clone(),
+                    spec.memory,
+                    self.mmap.clone(),
+                )?;
+                let mmap_socket = MmapSocket::adopt(self.mmap.clone(), root, mmap_listener)?;
+                Serving::Cuse { nodes, mmap_socket }
+            }
+            Suspension::Socket(sock) => {
+                let nodes = crate::socket_transport::Nodes {
+                    frontend,
+                    uvm: Some(uvm),
+                    gpus: u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
+                };
+                Serving::Socket(DevSocket::adopt(name, nodes, root, sock)?)
+            }
+        };
         tracing::info!(instance = %name, "live upgrade: serving the instance taken over");
         let running = RunningInstance::from_serving(
             name,
             self.parts,
-            Serving::Cuse { nodes, mmap_socket },
+            serving,
             self.fdid,
             self.mmap,
             spec.memory,
+            u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
         );
         Ok((running, self.driver))
     }
