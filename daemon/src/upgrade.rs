@@ -10,8 +10,9 @@
 //!    listener stays bound; connections wait in its backlog);
 //! 2. exports its state ([`WorkerState`], versioned JSON) and sends it with every fd it
 //!    names over the socket (`SCM_RIGHTS`, [`sys::FDS_PER_MESSAGE`] a message): the
-//!    `/dev/cuse` channels, the mmap listener, every host file (real driver: the fds; a
-//!    simulated driver process: its session's anchor, the files by handle);
+//!    `/dev/cuse` channels, the mmap listener (with the socket transport instead: the device
+//!    socket's listener and every open's connection), every host file (real driver: the fds;
+//!    a simulated driver process: its session's anchor, the files by handle);
 //! 3. waits for the new worker's `ready` (it has rebuilt the proxies, adopted every file and
 //!    serves nothing yet), answers `commit` and exits at once, without closing anything
 //!    (no destructor runs: its host files must not be closed, they are the new worker's now).
