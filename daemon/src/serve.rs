@@ -153,6 +153,17 @@ impl Parts {
         driver: &Driver,
         audit: Option<&Path>,
     ) -> Result<Parts> {
+        Self::build_with(inst, driver, audit, None)
+    }
+
+    /// [`Parts::build`], serving `served` instead of the policy `inst` and its policy file
+    /// give (a live upgrade keeps what the old worker served).
+    pub(crate) fn build_with(
+        inst: &InstanceConfig,
+        driver: &Driver,
+        audit: Option<&Path>,
+        served: Option<InstancePolicy>,
+    ) -> Result<Parts> {
         let caps = config::parse_caps(&inst.caps)?;
         let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
         policy.mode = match inst.mode {
@@ -169,6 +180,18 @@ impl Parts {
         if let Some(f) = &policy_file {
             f.apply(&mut policy);
         }
+        // The served policy's GPUs may differ from the spec's after a restore with a remap:
+        // what was served wins.
+        let policy = match served {
+            Some(p) if p.name == policy.name => p,
+            Some(p) => bail!(
+                "instance {}: the served policy is instance {}'s",
+                inst.name,
+                p.name
+            ),
+            None => policy,
+        };
+        let caps = policy.caps;
         let sink = Arc::new(JsonLinesSink::open(audit)?);
         let proxy = match &driver.abi {
             Some(abi) => Proxy::new(abi.clone(), policy, driver.host.clone()),

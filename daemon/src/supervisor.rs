@@ -331,7 +331,10 @@ impl Supervisor {
         // as root; the channels are closed here once the worker has its copies.
         let _channels = match spec.run_as {
             Some(run_as) => self.prepare_for_user(spec, run_as, &mut cmd)?,
-            None => Vec::new(),
+            None => {
+                self.reclaim_run_dir(name)?;
+                Vec::new()
+            }
         };
         if let Some(f) = LOG_FILTER.get() {
             cmd.arg("--log").arg(f);
@@ -392,6 +395,27 @@ impl Supervisor {
                 );
             }
         }
+    }
+
+    /// For a worker under our own user: its run directory, if an earlier worker under another
+    /// uid had it (the instance was created with `--user` before, or `worker_uids` changed),
+    /// becomes ours again (owner, group and 0700), else the worker refuses it as not root's.
+    fn reclaim_run_dir(&self, name: &str) -> Result<()> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = worker::run_dir(&self.root, name);
+        let Ok(m) = std::fs::symlink_metadata(&dir) else {
+            return Ok(());
+        };
+        let me = nix::unistd::geteuid();
+        if !m.is_dir() || m.uid() == me.as_raw() {
+            return Ok(());
+        }
+        nix::unistd::chown(&dir, Some(me), Some(nix::unistd::getegid()))
+            .with_context(|| format!("taking back {}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("chmod {}", dir.display()))?;
+        tracing::info!(instance = %name, dir = %dir.display(), previous_uid = m.uid(), "run directory taken back from an earlier worker user");
+        Ok(())
     }
 
     /// For a worker under `run_as`: its run directory (and audit log) made its own, one

@@ -197,6 +197,8 @@ pub struct WorkerState {
     pub driver: Option<WireFile>,
     /// Host files, indexed by the proxies' tables.
     pub files: Vec<WireFile>,
+    /// The policy served (the new worker serves the same).
+    pub policy: ioctl_proxy::live::LivePolicy,
     /// The frontend proxy.
     pub proxy: LiveProxy,
     /// The UVM opens.
@@ -491,6 +493,7 @@ fn export(
         fdid_devices: running.fdid.devices(),
         driver,
         files,
+        policy: ioctl_proxy::live::LivePolicy::of(frontend.proxy().policy()),
         proxy,
         uvm,
         tickets: running.mmap.export_tickets(),
@@ -719,10 +722,12 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
     // Never dropped before the commit: its proxies adopt the old worker's files, and a file
     // dropped here would be closed in the driver under the old worker (it serves on when we
     // fail). On an error it is leaked and the process exits (`abandon`).
-    let parts = std::mem::ManuallyDrop::new(Parts::build(
+    let served = state.policy.to_policy()?;
+    let parts = std::mem::ManuallyDrop::new(Parts::build_with(
         &spec.instance,
         &driver,
         spec.audit.as_deref(),
+        Some(served),
     )?);
     let mut handed: Vec<Option<HandedFile>> = state
         .files
@@ -881,6 +886,8 @@ mod tests {
             "format": STATE_FORMAT, "version": version, "instance": "a", "from_pid": 1,
             "driver_version": "535.261.03", "fds": 0, "nodes": [], "mmap_listener": 0,
             "fdid_devices": [], "files": [],
+            "policy": {"name": "a", "caps": ["compute"], "gpus": [0], "mode": "enforce",
+                       "uvm_mmap": true, "quotas": [1, 2, 3]},
             "proxy": {"next_open": 1, "opens": [], "clients": []},
         })
         .to_string()

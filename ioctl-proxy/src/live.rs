@@ -22,6 +22,7 @@ use crate::checkpoint::{SavedClient, SavedNode, SavedOsEvent};
 use crate::error::ProxyError;
 use crate::mapping::MappingSlot;
 use crate::objects::{Client, Object, OwnerId};
+use crate::policy::{InstancePolicy, Mode};
 use crate::proxy::{Node, OpenFile, OpenRecord, Proxy, lock};
 
 /// One frontend open while it serves.
@@ -77,6 +78,80 @@ pub struct LiveProxy {
     /// The instance's audit counts.
     #[serde(default)]
     pub counts: Vec<CountRow>,
+}
+
+/// An instance's policy as it was served (a live upgrade keeps it: the new worker serves what
+/// the old one did, whatever its configuration files say now).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePolicy {
+    /// The instance.
+    pub name: String,
+    /// Capability names.
+    pub caps: Vec<String>,
+    /// Host minors in the tenant's order.
+    pub gpus: Vec<u32>,
+    /// `enforce` or `audit`.
+    pub mode: String,
+    /// Allowed beyond the caps.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Denied although the caps allow.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Allowlist-only entries.
+    #[serde(default)]
+    pub only: Option<Vec<String>>,
+    /// `uvm_mmap`.
+    pub uvm_mmap: bool,
+    /// Quotas: open files, objects, in flight.
+    pub quotas: [usize; 3],
+}
+
+impl LivePolicy {
+    /// The policy `p` as the state carries it.
+    pub fn of(p: &InstancePolicy) -> LivePolicy {
+        LivePolicy {
+            name: p.name.clone(),
+            caps: p.caps.names().map(str::to_owned).collect(),
+            gpus: p.gpus.clone(),
+            mode: match p.mode {
+                Mode::Enforce => "enforce".into(),
+                Mode::Audit => "audit".into(),
+            },
+            allow: p.allow.iter().cloned().collect(),
+            deny: p.deny.iter().cloned().collect(),
+            only: p.only.as_ref().map(|o| o.iter().cloned().collect()),
+            uvm_mmap: p.uvm_mmap,
+            quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
+        }
+    }
+
+    /// The policy again; an unknown capability or mode is refused.
+    pub fn to_policy(&self) -> Result<InstancePolicy, ProxyError> {
+        let mut caps = nvproxy_abi::Caps::NONE;
+        for c in &self.caps {
+            caps = caps.union(
+                nvproxy_abi::Caps::from_name(c)
+                    .ok_or_else(|| bad(format!("unknown capability {c:?}")))?,
+            );
+        }
+        let mut p = InstancePolicy::new(self.name.clone(), caps, self.gpus.clone());
+        p.mode = match self.mode.as_str() {
+            "enforce" => Mode::Enforce,
+            "audit" => Mode::Audit,
+            m => return Err(bad(format!("unknown mode {m:?}"))),
+        };
+        p.allow = self.allow.iter().cloned().collect();
+        p.deny = self.deny.iter().cloned().collect();
+        p.only = self.only.as_ref().map(|o| o.iter().cloned().collect());
+        p.uvm_mmap = self.uvm_mmap;
+        p.quotas = crate::policy::Quotas {
+            open_files: self.quotas[0],
+            objects: self.quotas[1],
+            in_flight: self.quotas[2],
+        };
+        Ok(p)
+    }
 }
 
 fn saved_node(n: Node) -> Option<SavedNode> {

@@ -321,3 +321,24 @@ fn test_a_driver_in_this_process_cannot_hand_over() {
     let e = t.proxy.export_live().unwrap_err().to_string();
     assert!(e.contains("[sim] process = true"), "{e}");
 }
+
+#[test]
+fn test_the_served_policy_travels_whole() {
+    let mut p = InstancePolicy::new("job", Caps::COMPUTE_UTILITY, vec![3, 1]);
+    p.mode = Mode::Audit;
+    p.allow = ["NV_ESC_NUMA_INFO".to_owned()].into();
+    p.deny = ["NV2080_CTRL_CMD_GPU_GET_NAME_STRING".to_owned()].into();
+    p.only = Some(["NV_ESC_CARD_INFO".to_owned()].into());
+    p.uvm_mmap = false;
+    p.quotas.objects = 77;
+    let live = ioctl_proxy::live::LivePolicy::of(&p);
+    let text = serde_json::to_string(&live).unwrap();
+    let back: ioctl_proxy::live::LivePolicy = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.to_policy().unwrap(), p);
+    let mut bad = back.clone();
+    bad.caps.push("display".into());
+    assert!(bad.to_policy().is_err());
+    let mut bad = back;
+    bad.mode = "permissive".into();
+    assert!(bad.to_policy().is_err());
+}

@@ -480,7 +480,17 @@ fn test_served_socket_instance_through_run() {
         ),
     )
     .expect("config");
-    let mut serve = Command::new(&bin)
+    // Served from a copy of the binary (and its shim), which is replaced on disk before the
+    // upgrades: the new workers must run the new file.
+    let served_bin = dir.join("bin").join("nvproxy");
+    std::fs::create_dir_all(served_bin.parent().unwrap()).expect("bin dir");
+    std::fs::copy(&bin, &served_bin).expect("copy of nvproxy");
+    std::fs::copy(
+        bin.with_file_name("libnvproxy_preload.so"),
+        served_bin.with_file_name("libnvproxy_preload.so"),
+    )
+    .expect("copy of the shim");
+    let mut serve = Command::new(&served_bin)
         .args(["serve", "--check-leaks", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
@@ -551,8 +561,23 @@ fn test_served_socket_instance_through_run() {
             .and_then(|v| v["pid"].as_u64())
             .unwrap_or(0)
     };
+    use std::os::unix::fs::MetadataExt;
+    let exe_inode = |pid: u64| {
+        std::fs::metadata(format!("/proc/{pid}/exe"))
+            .map(|m| m.ino())
+            .unwrap_or(0)
+    };
+    let old_exe = exe_inode(worker_pid());
+    // A package upgrade: the new file is renamed over the old one.
+    let staged = served_bin.with_extension("new");
+    std::fs::copy(&bin, &staged).expect("staging the new binary");
+    std::fs::rename(&staged, &served_bin).expect("replacing the binary");
+    let new_file = std::fs::metadata(&served_bin)
+        .expect("the new binary")
+        .ino();
     let mut upgrades = Vec::new();
     let mut pids = vec![worker_pid()];
+    let mut exes = Vec::new();
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(300));
         let o = Command::new(&bin)
@@ -561,6 +586,7 @@ fn test_served_socket_instance_through_run() {
             .expect("nvproxy instance upgrade");
         upgrades.push((o.status.success(), text(&o)));
         pids.push(worker_pid());
+        exes.push(exe_inode(*pids.last().unwrap()));
     }
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(&stop_file, "").expect("stop file");
@@ -592,6 +618,10 @@ fn test_served_socket_instance_through_run() {
     for (i, (ok, out)) in upgrades.iter().enumerate() {
         assert!(ok, "upgrade {i}: {out}\n{serve_err}");
     }
+    assert!(
+        old_exe != 0 && old_exe != new_file && exes.iter().all(|&e| e == new_file),
+        "the new workers do not run the binary on disk: old {old_exe}, file {new_file}, new {exes:?}"
+    );
     let mut distinct = pids.clone();
     distinct.sort_unstable();
     distinct.dedup();
