@@ -37,6 +37,9 @@ demo() {
   "$bin/nvproxy" instance create demo --gpus 0 || return
   "$bin/nvproxy" instance list
   "$bin/nvproxy" instance rm demo || return
+  echo "run.sh: \$ nvproxy instance upgrade $first (a new worker process takes it over live)" >&2
+  "$bin/nvproxy" instance upgrade "$first" || return
+  "$bin/nvproxy" run --instance "$first" -- "$bin/nvfe-client" init >/dev/null || return
   echo "run.sh: \$ nvproxy metrics (workers, and how many ioctls $first answered)" >&2
   "$bin/nvproxy" metrics | grep -E "^nvproxy_workers |^nvproxy_ioctl_duration_seconds_count\{instance=\"$first\"" || return
 }
@@ -115,6 +118,6 @@ if ((rc)); then
 elif ((${#cmd[@]})); then
   echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: README.md \"Try it without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
 else
-  echo "run.sh: that served the instances of $config, listed them, initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, created and removed an instance and printed metrics, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
+  echo "run.sh: that served the instances of $config, listed them, initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, created and removed an instance, upgraded the first one's worker live and printed metrics, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
 fi
 exit "$rc"
