@@ -543,8 +543,10 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
             errors.push(e);
         }
     };
+    let mut round_us: Vec<u64> = Vec::new();
     while !stop_file.exists() && start.elapsed() < Duration::from_secs(max_seconds) {
         rounds += 1;
+        let round_start = std::time::Instant::now();
         let text = format!("round {rounds:08}");
         ma.write(100, text.as_bytes());
         let mut seen = vec![0u8; text.len()];
@@ -605,8 +607,12 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
                 note(format!("round {rounds}: new session: {e}"), &mut errors);
             }
         }
+        round_us.push(u64::try_from(round_start.elapsed().as_micros()).unwrap_or(u64::MAX));
         std::thread::sleep(Duration::from_millis(20));
     }
+    round_us.sort_unstable();
+    let median_us = round_us.get(round_us.len() / 2).copied().unwrap_or(0);
+    let max_us = round_us.last().copied().unwrap_or(0);
     drop((ma, mb, managed, reservation));
     let mut end = Vec::new();
     for r in [rm.unmap(addr_a), rm.unmap(addr_b)] {
@@ -621,6 +627,7 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
     Ok(
         json!({"scenario": "live", "ok": ok, "rounds": rounds, "errors": error_count,
               "first_errors": errors, "teardown_errors": end,
+              "median_round_us": median_us, "max_round_us": max_us,
               "stopped_by_file": stop_file.exists()}),
     )
 }
