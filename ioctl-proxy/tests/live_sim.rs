@@ -218,6 +218,15 @@ fn test_the_new_proxy_serves_the_old_opens_and_handles_and_nothing_leaks() {
         counted,
         "the audit counts came along"
     );
+    // The records came along: a checkpoint of the adopted proxy names the channel group as
+    // what it cannot replay, and only that.
+    match t.proxy.checkpoint() {
+        Err(CheckpointError::Unreplayable { items, .. }) => {
+            assert_eq!(items.len(), 1, "{items:?}");
+            assert!(items[0].contains("KEPLER_CHANNEL_GROUP_A"), "{items:?}");
+        }
+        other => panic!("checkpoint of the adopted proxy: {other:?}"),
+    }
     // The tenant goes on: a control on the old subdevice, an alloc under the old device, the
     // free of the old memory, on the old opens.
     let (s, _) = t.control(
