@@ -568,6 +568,15 @@ impl HostFile for SimFile {
         crate::escape::ioctl(&self.driver, self.id, self.node, call)
     }
 
+    /// OS-descriptor memory backed by the client's file (`memory.rs` `alloc_os_descriptor`).
+    fn ioctl_with_pages(
+        &self,
+        call: &mut HostCall,
+        pages: &host_driver::ClientPages,
+    ) -> io::Result<i32> {
+        crate::escape::ioctl_with_pages(&self.driver, self.id, self.node, call, pages)
+    }
+
     /// A dup of the memfd behind the memory this file's mmap context names, and the context's
     /// offset into it; `EINVAL` without a context (`nv-mmap.c`).
     fn mmap_fd(&self) -> io::Result<(std::os::fd::OwnedFd, u64)> {
