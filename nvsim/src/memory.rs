@@ -533,15 +533,15 @@ fn alloc_system(
 /// `NV_ESC_RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR` with the client's pages
 /// (`HostFile::ioctl_with_pages`), after the escape's node and size checks: escape.c
 /// `RmAllocOsDescriptor` (location PCI and `MAPPING_NO_MAP`, else `NV_ERR_INVALID_FLAGS`; a
-/// coherency of cached/write-back or uncached), `RmCreateOsDescriptor` (a page-aligned
-/// address, else `NV_ERR_NOT_SUPPORTED`; `limit + 1 == 0` `NV_ERR_INVALID_LIMIT`;
+/// coherency of cached/write-back or uncached), `RmCreateOsDescriptor` (`limit + 1 == 0`
+/// `NV_ERR_INVALID_LIMIT`; the address's alignment is checked by the caller, which knows it;
 /// `os_lock_user_pages` of every page, writable unless `ALLOC_USER_READ_ONLY`: pages the
 /// client cannot give, here a file too short or opened read-only, `NV_ERR_INVALID_ADDRESS`),
 /// then `osCreateOsDescriptorFromPageArray` (anonymous memory is write-back cacheable and not
 /// contiguous: uncached or contiguous `NV_ERR_INVALID_FLAGS`) and the allocation of the object
 /// under `hObjectParent` (`Nv04VidHeapControl` `ALLOC_OS_DESCRIPTOR`). The memory object's
 /// block is backed by the client's file itself, so what the GPU (the front end) writes the
-/// client reads in its own mapping and the reverse. `pMemory` is left as the client gave it.
+/// client reads in its own mapping and the reverse. `pMemory` is left as it was.
 pub(crate) fn alloc_os_descriptor(
     drv: &SimDriver,
     st: &mut State,
@@ -576,9 +576,9 @@ fn os_descriptor(
     if !matches!(coherency, 0 | 1 | 5) {
         return NV_ERR_INVALID_FLAGS;
     }
-    if q.pMemory & (PAGE - 1) != 0 {
-        return NV_ERR_NOT_SUPPORTED;
-    }
+    // RmCreateOsDescriptor's alignment check of pMemory is the caller's: the address field
+    // stands for `pages` (offset 0 of the file, page-aligned by construction), and a client
+    // address never reaches the host.
     let Some(size) = q.limit.checked_add(1) else {
         return NV_ERR_INVALID_LIMIT;
     };
@@ -587,7 +587,7 @@ fn os_descriptor(
     let Some(bytes) = size.checked_add(PAGE - 1).map(|s| s & !(PAGE - 1)) else {
         return NV_ERR_INVALID_LIMIT;
     };
-    if q.pMemory == 0 || pages.len != size {
+    if pages.len != size {
         return NV_ERR_INVALID_ADDRESS;
     }
     if pages.file.metadata().map_or(true, |m| m.len() < bytes) {

@@ -79,7 +79,7 @@ fn test_os_descriptor_memory_is_the_clients_file_both_ways() {
     let p = params(&s, s.device, LIBCUDA_FLAGS, VA, 2 * 1024 * 1024 - 1);
     let (r, out) = with_pages(&s.gpu, &p, &file, 2 * 1024 * 1024);
     assert_eq!((r.unwrap(), out.status), (0, NV_OK));
-    assert_eq!(out.pMemory, VA, "pMemory is left as the client gave it");
+    assert_eq!(out.pMemory, VA, "pMemory is left as it was");
     assert_eq!(d.live_objects(), before + 1);
     // What the client wrote, the GPU reads; what the GPU writes, the client reads.
     assert_eq!(
