@@ -61,14 +61,19 @@ pub(crate) fn ioctl_with_pages(
         return Err(errno(EINVAL));
     }
     let mut st = drv.lock();
-    let Some(f) = st.files.get(&file) else {
-        return Err(errno(EBADF));
-    };
+    let os_info = caller_os_info(&st, file)?;
+    crate::memory::alloc_os_descriptor(drv, &mut st, os_info, call, Loc::Params, pages)
+}
+
+/// The `clientOSInfo` of an ioctl on `file` (its control file once registered); `EBADF` for an
+/// unknown file, `EACCES` for a mapping file (one opened under Landlock with device ioctls
+/// denied).
+fn caller_os_info(st: &crate::driver::State, file: i32) -> io::Result<i32> {
+    let f = st.files.get(&file).ok_or_else(|| errno(EBADF))?;
     if f.mapping {
         return Err(errno(EACCES));
     }
-    let os_info = f.ctl.unwrap_or(file);
-    crate::memory::alloc_os_descriptor(drv, &mut st, os_info, call, Loc::Params, pages)
+    Ok(f.ctl.unwrap_or(file))
 }
 
 /// One ioctl on file `file` (open on `node`).
@@ -106,14 +111,7 @@ pub(crate) fn ioctl(
     };
     let ctl = node == NodeKind::Ctl;
     let mut st = drv.lock();
-    let Some(f) = st.files.get(&file) else {
-        return Err(errno(EBADF));
-    };
-    if f.mapping {
-        // A mapping file stands for one opened under Landlock with device ioctls denied.
-        return Err(errno(EACCES));
-    }
-    let os_info = f.ctl.unwrap_or(file);
+    let os_info = caller_os_info(&st, file)?;
     let ok = Ok(0);
     match nr {
         NV_ESC_CARD_INFO => {

@@ -1182,6 +1182,75 @@ mod tests {
     }
 
     #[test]
+    fn test_os_descriptor_numbers_are_the_drivers() {
+        use nvproxy_abi::structs::{NVOS02_PARAMETERS, nv_ioctl_nvos02_parameters_with_fd as P};
+        use std::mem::offset_of;
+        assert_eq!(NVOS02_SIZE, size_of::<P>());
+        assert_eq!(
+            RM_ALLOC_MEMORY,
+            nvproxy_abi::ioctl::nv_iowr(0x27, NVOS02_SIZE)
+        );
+        let base = offset_of!(P, params);
+        assert_eq!(NVOS02_HCLASS, base + offset_of!(NVOS02_PARAMETERS, hClass));
+        assert_eq!(
+            NVOS02_PMEMORY,
+            base + offset_of!(NVOS02_PARAMETERS, pMemory)
+        );
+        assert_eq!(NVOS02_LIMIT, base + offset_of!(NVOS02_PARAMETERS, limit));
+        assert_eq!(
+            OS_DESCRIPTOR_CLASS,
+            nvproxy_abi::class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+        );
+    }
+
+    #[test]
+    fn test_share_range_keeps_the_bytes_and_shares_the_pages_with_the_memfd() {
+        let len = 2 * PAGE as usize;
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: `p` is the live mapping of `len` bytes made above, nothing else uses it.
+        let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        mem[..6].copy_from_slice(b"before");
+        mem[len - 4..].copy_from_slice(b"tail");
+        let fd = share_range(p as u64, len as u64).expect("share_range");
+        // SAFETY: the same range, still mapped (now shared, from the memfd).
+        let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        assert_eq!(&mem[..6], b"before");
+        assert_eq!(&mem[len - 4..], b"tail");
+        // What the other side writes into the file, this process reads at the address.
+        let f = std::fs::File::from(
+            // SAFETY: `fd` was returned by share_range for the caller to own.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        );
+        std::os::unix::fs::FileExt::write_all_at(&f, b"gpu", 8).unwrap();
+        assert_eq!(&mem[8..11], b"gpu");
+        mem[100] = 7;
+        let mut b = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, 100).unwrap();
+        assert_eq!(b[0], 7);
+        // A range the process cannot read is refused, and left as it was.
+        // SAFETY: the range made above, which nothing else uses.
+        assert_eq!(unsafe { libc::mprotect(p, len, libc::PROT_NONE) }, 0);
+        assert_eq!(share_range(p as u64, len as u64), None);
+        // SAFETY: as above; then the range is given back.
+        assert_eq!(unsafe { libc::mprotect(p, len, libc::PROT_READ) }, 0);
+        // SAFETY: the range is readable again (and still the memfd's pages).
+        assert_eq!(unsafe { *p.cast::<u8>().add(8) }, b'g');
+        // SAFETY: unmapping the range made above.
+        unsafe { libc::munmap(p, len) };
+    }
+
+    #[test]
     fn test_disabled_transport_passes_everything_through() {
         // The test binary has no NVPROXY_DEV_SOCKET: nothing is ours.
         assert!(!enabled());

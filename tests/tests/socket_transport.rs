@@ -419,6 +419,8 @@ fn test_cuctxcreate_over_the_socket_transport_shares_os_descriptor_memory() {
     .args([PROBE, "ctx"])
     .env("RUST_LOG", "warn,nvsim::gpfifo=debug")
     .stdin(Stdio::null());
+    // Not `exec_env`: the probe's JSON with every ioctl is larger than a pipe holds, so the
+    // output must be read while the command runs (`output()` does).
     let o = c.output().expect("nvproxy exec");
     // The probe's own status (1: a step failed), not --check-leaks' 3.
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
