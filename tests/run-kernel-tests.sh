@@ -7,6 +7,7 @@
 # Usage: tests/run-kernel-tests.sh [TEST_TARGET...]     (default: every target in KERNEL_TESTS)
 # Environment: NVPROXY_KERNEL_TESTS=auto|native|vm (default auto)
 #              NVIDIA_USERSPACE_DIR is set for real_clients_kernel (tests/nvidia-userspace/fetch.sh).
+#              KERNEL_TEST_JOBS: parallel VM lanes (default: CPU count, at most 3; native: 1).
 #              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,20 +70,59 @@ if ((${#bins[@]} != ${#targets[@]})); then
   exit 1
 fi
 
-status=0
-for bin in "${bins[@]}"; do
-  echo "run-kernel-tests: $(basename "$bin") ($mode)" >&2
+# The suites run in parallel lanes (KERNEL_TEST_JOBS, default: the CPU count, at most 3): each
+# VM is one emulated CPU, so on a machine without CUSE the lanes use the cores the sequential run
+# left idle. The longest suites start first; each suite's output goes to a log printed whole when
+# it ends, so lanes never interleave. Natively (one kernel, shared /run) they run one at a time.
+jobs=${KERNEL_TEST_JOBS:-$(nproc)}
+((jobs > 3)) && jobs=3
+[[ $mode == native ]] && jobs=1
+# Longest first (seconds measured in CI): the rest follow in the order given.
+order=(real_clients_kernel proxy_kernel container_kernel audit_kernel mmap_kernel cuse_kernel landlock_kernel)
+sorted=()
+for name in "${order[@]}"; do
+  for bin in "${bins[@]}"; do [[ $(basename "$bin") == "$name"-* ]] && sorted+=("$bin"); done
+done
+for bin in "${bins[@]}"; do [[ " ${sorted[*]} " == *" $bin "* ]] || sorted+=("$bin"); done
+
+logs="$target_dir/kernel-tests"
+mkdir -p "$logs"
+run_one() {
+  local bin=$1 name
+  name=$(basename "$bin")
   case $mode in
-    native) "$bin" --ignored --test-threads=1 || status=1 ;;
+    native) "$bin" --ignored --test-threads=1 ;;
     vm)
-      rw=()
+      local rw=() mem=()
       [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
       # container_kernel boots systemd in a container next to the daemon: 2 GiB.
-      mem=()
-      [[ $(basename "$bin") == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
+      [[ $name == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
       "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${mem[@]}" "${rw[@]}" -- \
-        "$bin" --ignored --test-threads=1 || status=1 ;;
-    *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; exit 2 ;;
+        "$bin" --ignored --test-threads=1 ;;
+    *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; return 2 ;;
   esac
+}
+
+declare -A pid_bin=()
+status=0
+finish() {  # waits for one lane, prints its log
+  local pid rc=0 bin name
+  wait -n -p pid "${!pid_bin[@]}" || rc=$?
+  bin=${pid_bin[$pid]}
+  unset "pid_bin[$pid]"
+  name=$(basename "$bin")
+  echo "run-kernel-tests: ===== ${name%-*} ($mode): exit $rc, $(($(date +%s) - ${started[$name]})) s" >&2
+  cat "$logs/${name%-*}.log" >&2
+  ((rc == 0)) || status=1
+}
+declare -A started=()
+for bin in "${sorted[@]}"; do
+  ((${#pid_bin[@]} < jobs)) || finish
+  name=$(basename "$bin")
+  echo "run-kernel-tests: starting ${name%-*} ($mode, $jobs lanes)" >&2
+  started[$name]=$(date +%s)
+  run_one "$bin" >"$logs/${name%-*}.log" 2>&1 &
+  pid_bin[$!]=$bin
 done
+while ((${#pid_bin[@]})); do finish; done
 exit $status

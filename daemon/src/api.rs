@@ -49,6 +49,13 @@ pub enum Request {
     },
     /// The Prometheus text exposition.
     Metrics,
+    /// Replace instance workers with fresh processes of the binary on disk, live
+    /// (`upgrade.rs`): one instance, or every one (`name` absent).
+    Upgrade {
+        /// The instance; `None`: all.
+        #[serde(default)]
+        name: Option<String>,
+    },
 }
 
 /// The supervisor's answer.
@@ -254,6 +261,40 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
         Request::Metrics => Ok(Answer::Metrics {
             text: crate::metrics::render(sup.metrics_samples())?,
         }),
+        Request::Upgrade { name: Some(name) } => {
+            let (old, new) = sup.upgrade(&name)?;
+            Ok(Answer::Ok {
+                message: format!("instance {name} upgraded: worker {old} replaced by {new}"),
+            })
+        }
+        Request::Upgrade { name: None } => {
+            let results = sup.upgrade_all();
+            let mut lines = Vec::new();
+            let mut failed = 0;
+            for (name, r) in &results {
+                match r {
+                    Ok((old, new)) => lines.push(format!(
+                        "instance {name} upgraded: worker {old} replaced by {new}"
+                    )),
+                    Err(e) => {
+                        failed += 1;
+                        lines.push(format!(
+                            "instance {name} not upgraded (its worker serves on): {e:#}"
+                        ));
+                    }
+                }
+            }
+            if failed > 0 {
+                bail!("{}", lines.join("\n"));
+            }
+            Ok(Answer::Ok {
+                message: if lines.is_empty() {
+                    "no instance to upgrade".into()
+                } else {
+                    lines.join("\n")
+                },
+            })
+        }
     })();
     res.unwrap_or_else(|e| Answer::Error {
         message: format!("{e:#}"),
@@ -328,6 +369,20 @@ pub enum InstanceCommand {
     /// fresh host files (GPUs remapped by identity) behind the same nodes, so its clients'
     /// open files and handles work again. Root only.
     Restore(crate::checkpoint::RestoreArgs),
+    /// Replace an instance's worker with a new process of the nvproxy binary on disk, live:
+    /// its clients keep their open files, handles and mappings and see no error. With
+    /// `driver = "sim"` it needs `[sim] process = true`. A failed upgrade leaves the
+    /// old worker serving. `--all`: every instance (what `systemctl reload` does).
+    Upgrade {
+        /// The instance.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        name: Option<String>,
+        /// Every instance.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
     /// Remove an instance: stop its worker. Refused while files are open unless --force,
     /// which revokes them.
     Rm {
@@ -390,6 +445,9 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
         InstanceCommand::Checkpoint(a) => return crate::checkpoint::checkpoint(a),
         InstanceCommand::Restore(a) => return crate::checkpoint::restore(a),
         InstanceCommand::List { socket } => (socket, Request::List),
+        InstanceCommand::Upgrade { name, socket, .. } => {
+            (socket, Request::Upgrade { name: name.clone() })
+        }
         InstanceCommand::Show { name, socket } => (socket, Request::Show { name: name.clone() }),
         InstanceCommand::Rm {
             name,

@@ -66,6 +66,16 @@ impl FdIdentity {
     }
 
     /// Asks an open file of ours for its handle.
+    /// The device numbers known ([`FdIdentity::add_device`]), for a live upgrade.
+    pub fn devices(&self) -> Vec<(u64, usize)> {
+        self.devices
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&r, &i)| (r, i))
+            .collect()
+    }
+
     pub fn identify(&self, file: &impl AsFd) -> io::Result<u64> {
         let fh = sys::ioctl_by_value(file.as_fd(), NVPROXY_IOC_IDENTIFY, self.secret)?;
         Ok(fh as u64)

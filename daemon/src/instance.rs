@@ -9,7 +9,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use cuse_dev::{CuseError, DeviceConfig, Session, SessionControl};
+use cuse_dev::{
+    CuseError, DeviceConfig, InitInfo, PendingRetry, Session, SessionControl, Suspended,
+};
 
 use crate::device::{Backend, Node, NodeDevice};
 use crate::fdid::FdIdentity;
@@ -21,9 +23,50 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One served node: its CUSE session's thread.
 struct Served {
+    node: Node,
     path: PathBuf,
+    cfg: DeviceConfig,
+    handler: Arc<NodeDevice>,
     control: SessionControl,
-    thread: Option<JoinHandle<Result<(), CuseError>>>,
+    thread: Option<JoinHandle<Result<Option<Suspended>, CuseError>>>,
+}
+
+/// A node whose session was suspended ([`InstanceNodes::suspend`]): its channel (the kernel's
+/// device and open files stay), what `CUSE_INIT` settled and the retry rounds in progress.
+#[derive(Debug)]
+pub struct SuspendedNode {
+    /// The node.
+    pub node: Node,
+    /// The `/dev/cuse` channel.
+    pub channel: std::os::fd::OwnedFd,
+    /// `CUSE_INIT`'s outcome.
+    pub init: InitInfo,
+    /// Retry rounds in progress.
+    pub retries: Vec<PendingRetry>,
+}
+
+fn node_config(instance: &str, node: Node, transport: MemoryTransport) -> DeviceConfig {
+    let devname = format!("nvproxy/{instance}/{}", node.dev_name());
+    let mut cfg = DeviceConfig::new(devname);
+    cfg.unrestricted_ioctl = crate::device::unrestricted_ioctls(node, transport);
+    cfg.max_workers = 128;
+    cfg
+}
+
+fn spawn_session(
+    node: Node,
+    session: Session,
+    handler: Arc<NodeDevice>,
+) -> std::io::Result<JoinHandle<Result<Option<Suspended>, CuseError>>> {
+    // Every serving thread gives up CAP_SYS_ADMIN before its first request; the handlers
+    // check again and refuse requests on a thread where that failed.
+    let session = session.on_thread_start(|| {
+        let _ = crate::device::drop_admin_on_this_thread();
+    });
+    let handler: Arc<dyn cuse_dev::Handler> = handler;
+    std::thread::Builder::new()
+        .name(format!("cuse-{}", node.dev_name()))
+        .spawn(move || session.run_handover(handler))
 }
 
 /// A running instance's devices.
@@ -65,41 +108,32 @@ impl InstanceNodes {
             .chain(uvm.is_some().then_some(Node::Uvm));
         for (index, node) in wanted.enumerate() {
             let path = node_path(instance, node);
-            let devname = format!("nvproxy/{instance}/{}", node.dev_name());
-            let mut cfg = DeviceConfig::new(devname.clone());
-            cfg.unrestricted_ioctl = crate::device::unrestricted_ioctls(node, transport);
-            cfg.max_workers = 128;
-            // Every serving thread gives up CAP_SYS_ADMIN before its first request; the
-            // handlers check again and refuse requests on a thread where that failed.
+            let cfg = node_config(instance, node, transport);
+            let devname = cfg.devname.clone();
             let opened = match channels.next() {
-                Some(fd) => Session::from_fd(fd, cfg),
-                None => Session::open(cfg),
+                Some(fd) => Session::from_fd(fd, cfg.clone()),
+                None => Session::open(cfg.clone()),
             };
-            let session = opened
-                .map_err(|e| {
-                    let advice = match crate::doctor::cuse_state() {
-                        crate::doctor::CuseState::Present => {
-                            "opening it needs root (`nvproxy doctor` checks the host)".to_owned()
-                        }
-                        state => {
-                            let line = crate::doctor::this_command_line();
-                            let what =
-                                if crate::doctor::user_subcommand().as_deref() == Some("exec") {
-                                    crate::doctor::CuseUse::SelfContained(&line)
-                                } else {
-                                    crate::doctor::CuseUse::ServeAndRun
-                                };
-                            crate::doctor::cuse_advice(&state, &what)
-                        }
-                    };
-                    anyhow::anyhow!(
-                        "registering the CUSE node {devname}: {:#}; {advice}",
-                        anyhow::Error::from(e)
-                    )
-                })?
-                .on_thread_start(|| {
-                    let _ = crate::device::drop_admin_on_this_thread();
-                });
+            let session = opened.map_err(|e| {
+                let advice = match crate::doctor::cuse_state() {
+                    crate::doctor::CuseState::Present => {
+                        "opening it needs root (`nvproxy doctor` checks the host)".to_owned()
+                    }
+                    state => {
+                        let line = crate::doctor::this_command_line();
+                        let what = if crate::doctor::user_subcommand().as_deref() == Some("exec") {
+                            crate::doctor::CuseUse::SelfContained(&line)
+                        } else {
+                            crate::doctor::CuseUse::ServeAndRun
+                        };
+                        crate::doctor::cuse_advice(&state, &what)
+                    }
+                };
+                anyhow::anyhow!(
+                    "registering the CUSE node {devname}: {:#}; {advice}",
+                    anyhow::Error::from(e)
+                )
+            })?;
             let control = session.control();
             let node_backend = match (node, &uvm) {
                 (Node::Uvm, Some(u)) => u.clone(),
@@ -112,11 +146,12 @@ impl InstanceNodes {
                 transport,
                 mmap.clone(),
             ));
-            let thread = std::thread::Builder::new()
-                .name(format!("cuse-{}", node.dev_name()))
-                .spawn(move || session.run(handler))?;
+            let thread = spawn_session(node, session, handler.clone())?;
             this.nodes.push(Served {
+                node,
                 path: path.clone(),
+                cfg,
+                handler,
                 control: control.clone(),
                 thread: Some(thread),
             });
@@ -132,6 +167,109 @@ impl InstanceNodes {
         Ok(this)
     }
 
+    /// Serves nodes another worker suspended (a live upgrade): the same devices, open files
+    /// and queued requests; `fdid` must know their device numbers already.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resume(
+        instance: &str,
+        suspended: Vec<SuspendedNode>,
+        backend: Arc<dyn Backend>,
+        uvm: Option<Arc<dyn Backend>>,
+        fdid: Arc<FdIdentity>,
+        transport: MemoryTransport,
+        mmap: Arc<InstanceMmap>,
+    ) -> Result<InstanceNodes> {
+        let mut this = InstanceNodes { nodes: Vec::new() };
+        for s in suspended {
+            let node = s.node;
+            let cfg = node_config(instance, node, transport);
+            let node_backend = match (node, &uvm) {
+                (Node::Uvm, Some(u)) => u.clone(),
+                (Node::Uvm, None) => bail!("a UVM node without a UVM backend"),
+                _ => backend.clone(),
+            };
+            let handler = Arc::new(NodeDevice::new(
+                node,
+                node_backend,
+                fdid.clone(),
+                transport,
+                mmap.clone(),
+            ));
+            let session = Session::resume(s.channel, cfg.clone(), s.init, s.retries)
+                .with_context(|| format!("resuming {}", cfg.devname))?;
+            let control = session.control();
+            let thread = spawn_session(node, session, handler.clone())?;
+            this.nodes.push(Served {
+                node,
+                path: node_path(instance, node),
+                cfg,
+                handler,
+                control,
+                thread: Some(thread),
+            });
+        }
+        Ok(this)
+    }
+
+    /// Stops reading every node and waits for the running handlers' replies: requests that
+    /// arrive meanwhile wait in the kernel. Returns the suspended sessions (for
+    /// [`InstanceNodes::resume`] elsewhere, or [`InstanceNodes::resume_here`]). When one node
+    /// cannot be suspended, the others are served again here and the error is returned.
+    pub fn suspend(&mut self) -> Result<Vec<SuspendedNode>> {
+        for n in &self.nodes {
+            n.control.suspend();
+        }
+        let mut done = Vec::new();
+        let mut failed = None;
+        for n in &mut self.nodes {
+            let Some(t) = n.thread.take() else {
+                failed.get_or_insert_with(|| format!("{}: not served", n.path.display()));
+                continue;
+            };
+            match t.join() {
+                Ok(Ok(Some(s))) => done.push(SuspendedNode {
+                    node: n.node,
+                    channel: s.channel,
+                    init: s.init,
+                    retries: s.retries,
+                }),
+                Ok(Ok(None)) => {
+                    failed
+                        .get_or_insert_with(|| format!("{}: the session ended", n.path.display()));
+                }
+                Ok(Err(e)) => {
+                    failed.get_or_insert_with(|| format!("{}: {e}", n.path.display()));
+                }
+                Err(_) => {
+                    failed.get_or_insert_with(|| {
+                        format!("{}: session thread panicked", n.path.display())
+                    });
+                }
+            }
+        }
+        if let Some(why) = failed {
+            if let Err(e) = self.resume_here(done) {
+                tracing::error!(error = %format!("{e:#}"), "a node could not be served again after a failed suspension");
+            }
+            bail!("suspending the nodes: {why}");
+        }
+        Ok(done)
+    }
+
+    /// Serves suspended nodes again in this process (a handover that did not complete).
+    pub fn resume_here(&mut self, suspended: Vec<SuspendedNode>) -> Result<()> {
+        for s in suspended {
+            let Some(n) = self.nodes.iter_mut().find(|n| n.node == s.node) else {
+                bail!("node {} is not this instance's", s.node.dev_name());
+            };
+            let session = Session::resume(s.channel, n.cfg.clone(), s.init, s.retries)
+                .with_context(|| format!("resuming {}", n.cfg.devname))?;
+            n.control = session.control();
+            n.thread = Some(spawn_session(n.node, session, n.handler.clone())?);
+        }
+        Ok(())
+    }
+
     /// Unregisters every node (clients still holding one get ENOTCONN).
     pub fn stop(mut self) {
         self.stop_all();
@@ -144,7 +282,7 @@ impl InstanceNodes {
         for n in &mut self.nodes {
             if let Some(t) = n.thread.take() {
                 match t.join() {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(_)) => {}
                     Ok(Err(e)) => {
                         tracing::warn!(node = %n.path.display(), error = %e, "session ended with an error")
                     }

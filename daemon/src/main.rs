@@ -26,6 +26,7 @@ mod socket_transport;
 mod supervisor;
 mod sys;
 mod unix_server;
+mod upgrade;
 mod worker;
 
 use std::process::ExitCode;

@@ -20,7 +20,8 @@ use crate::sys;
 pub struct SeqpacketServer {
     path: PathBuf,
     stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    /// The accepting thread; it gives the listener back when it stops.
+    thread: Option<JoinHandle<OwnedFd>>,
 }
 
 impl SeqpacketServer {
@@ -46,12 +47,24 @@ impl SeqpacketServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
         socket::listen(&listener, socket::Backlog::new(64).context("backlog")?)
             .with_context(|| format!("listen on {}", path.display()))?;
+        Self::serve_listener(listener, path, name, serve)
+    }
+
+    /// Serves a socket already bound and listening at `path` (another worker's, handed over
+    /// in a live upgrade: clients that hold its path, bind mounts included, reach us).
+    pub fn serve_listener(
+        listener: OwnedFd,
+        path: &Path,
+        name: String,
+        serve: impl Fn(OwnedFd) + Send + 'static,
+    ) -> Result<Self> {
         let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .with_context(|| format!("a stop pipe for {}", path.display()))?;
         let tag = name.clone();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || accept_loop(&tag, &listener, &stop_r, serve))?;
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            accept_loop(&tag, &listener, &stop_r, serve);
+            listener
+        })?;
         Ok(SeqpacketServer {
             path: path.to_owned(),
             stop: Some(stop_w),
@@ -65,13 +78,26 @@ impl SeqpacketServer {
     }
 }
 
+impl SeqpacketServer {
+    /// Stops accepting (a connection being served is finished first) and returns the
+    /// listener, bound and listening: connections made meanwhile wait in its backlog for
+    /// whoever serves it next ([`SeqpacketServer::serve_listener`]). The socket file stays.
+    pub fn take_listener(mut self) -> Result<OwnedFd> {
+        drop(self.stop.take());
+        let t = self.thread.take().context("the socket thread is gone")?;
+        t.join()
+            .map_err(|_| anyhow::anyhow!("socket thread of {} panicked", self.path.display()))
+    }
+}
+
 impl Drop for SeqpacketServer {
     fn drop(&mut self) {
+        let Some(t) = self.thread.take() else {
+            return; // the listener was taken: the socket is someone else's now
+        };
         // Closing the pipe's write end wakes the thread (POLLHUP).
         drop(self.stop.take());
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
+        if t.join().is_err() {
             tracing::error!(socket = %self.path.display(), "socket thread panicked");
         }
         let _ = std::fs::remove_file(&self.path);

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use host_driver::real::RealHostDriver;
@@ -112,15 +112,23 @@ pub fn make_driver(
 /// An instance being served.
 pub struct RunningInstance {
     name: String,
-    serving: Serving,
+    /// What serves the tenants now; `None` while a live upgrade has the nodes suspended
+    /// (`upgrade.rs`) or after [`RunningInstance::stop`].
+    serving: Mutex<Option<Serving>>,
     /// The nodes' backends: their proxies are the instance's (a restore replaces them).
     backend: Arc<ProxyBackend>,
     uvm_backend: Arc<UvmBackend>,
     sink: Arc<JsonLinesSink>,
+    /// The CUSE nodes' fd identity and mmap tickets (CUSE transport).
+    pub(crate) fdid: Arc<FdIdentity>,
+    pub(crate) mmap: Arc<InstanceMmap>,
+    pub(crate) transport: MemoryTransport,
+    /// The tenant's GPU count.
+    pub(crate) gpus: u32,
 }
 
 /// How an instance reaches its tenants (`[[instance]] transport`).
-enum Serving {
+pub(crate) enum Serving {
     /// CUSE nodes and the mmap socket.
     Cuse {
         nodes: InstanceNodes,
@@ -130,15 +138,32 @@ enum Serving {
     Socket(crate::socket_transport::DevSocket),
 }
 
-impl RunningInstance {
-    /// Creates the proxy and the nodes of `inst` on `driver`.
-    pub fn start(
+/// An instance's request path before it serves: policy, audit sink, proxies, backends.
+pub(crate) struct Parts {
+    pub(crate) backend: Arc<ProxyBackend>,
+    pub(crate) uvm_backend: Arc<UvmBackend>,
+    pub(crate) sink: Arc<JsonLinesSink>,
+    pub(crate) caps: nvproxy_abi::Caps,
+}
+
+impl Parts {
+    /// The policy, audit sink and proxies of `inst` on `driver`.
+    pub(crate) fn build(
         inst: &InstanceConfig,
         driver: &Driver,
-        transport: MemoryTransport,
         audit: Option<&Path>,
-        channels: Vec<std::os::fd::OwnedFd>,
-    ) -> Result<RunningInstance> {
+    ) -> Result<Parts> {
+        Self::build_with(inst, driver, audit, None)
+    }
+
+    /// [`Parts::build`], serving `served` instead of the policy `inst` and its policy file
+    /// give (a live upgrade keeps what the old worker served).
+    pub(crate) fn build_with(
+        inst: &InstanceConfig,
+        driver: &Driver,
+        audit: Option<&Path>,
+        served: Option<InstancePolicy>,
+    ) -> Result<Parts> {
         let caps = config::parse_caps(&inst.caps)?;
         let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
         policy.mode = match inst.mode {
@@ -155,6 +180,18 @@ impl RunningInstance {
         if let Some(f) = &policy_file {
             f.apply(&mut policy);
         }
+        // The served policy's GPUs may differ from the spec's after a restore with a remap:
+        // what was served wins.
+        let policy = match served {
+            Some(p) if p.name == policy.name => p,
+            Some(p) => bail!(
+                "instance {}: the served policy is instance {}'s",
+                inst.name,
+                p.name
+            ),
+            None => policy,
+        };
+        let caps = policy.caps;
         let sink = Arc::new(JsonLinesSink::open(audit)?);
         let proxy = match &driver.abi {
             Some(abi) => Proxy::new(abi.clone(), policy, driver.host.clone()),
@@ -174,14 +211,38 @@ impl RunningInstance {
                 .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
         }
         let proxy = Arc::new(proxy);
-        let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
         let uvm = uvm::UvmProxy::new(proxy.clone())
             .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
-        let uvm_proxy = Arc::new(uvm);
-        let uvm_backend = Arc::new(UvmBackend::new(uvm_proxy, backend.clone()));
+        let uvm_backend = Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
+        Ok(Parts {
+            backend,
+            uvm_backend,
+            sink,
+            caps,
+        })
+    }
+}
+
+impl RunningInstance {
+    /// Creates the proxy and the nodes of `inst` on `driver`.
+    pub fn start(
+        inst: &InstanceConfig,
+        driver: &Driver,
+        transport: MemoryTransport,
+        audit: Option<&Path>,
+        channels: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<RunningInstance> {
+        let Parts {
+            backend,
+            uvm_backend,
+            sink,
+            caps,
+        } = Parts::build(inst, driver, audit)?;
+        let fdid = Arc::new(FdIdentity::new().context("reading a random secret")?);
         let uvm: Arc<dyn crate::device::Backend> = uvm_backend.clone();
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
+        let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         if inst.transport == config::Transport::Socket {
             if transport == MemoryTransport::Retry {
                 tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
@@ -200,25 +261,28 @@ impl RunningInstance {
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
             return Ok(RunningInstance {
                 name: inst.name.clone(),
-                serving: Serving::Socket(dev),
+                serving: Mutex::new(Some(Serving::Socket(dev))),
                 backend,
                 uvm_backend,
                 sink,
+                fdid,
+                mmap,
+                transport,
+                gpus,
             });
         }
-        let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         let nodes = InstanceNodes::start(
             &inst.name,
             gpus,
             backend.clone(),
             Some(uvm),
-            fdid,
+            fdid.clone(),
             transport,
             mmap.clone(),
             channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
-        let mmap_socket = MmapSocket::start(mmap, Path::new(mmap::RUN_DIR))
+        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(mmap::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
@@ -230,11 +294,44 @@ impl RunningInstance {
         );
         Ok(RunningInstance {
             name: inst.name.clone(),
-            serving: Serving::Cuse { nodes, mmap_socket },
+            serving: Mutex::new(Some(Serving::Cuse { nodes, mmap_socket })),
             backend,
             uvm_backend,
             sink,
+            fdid,
+            mmap,
+            transport,
+            gpus,
         })
+    }
+
+    /// An instance whose nodes (or device socket) serve again in this process, taken over
+    /// from another worker (`upgrade.rs`).
+    pub(crate) fn from_serving(
+        name: &str,
+        parts: Parts,
+        serving: Serving,
+        fdid: Arc<FdIdentity>,
+        mmap: Arc<InstanceMmap>,
+        transport: MemoryTransport,
+        gpus: u32,
+    ) -> RunningInstance {
+        RunningInstance {
+            name: name.to_owned(),
+            serving: Mutex::new(Some(serving)),
+            backend: parts.backend,
+            uvm_backend: parts.uvm_backend,
+            sink: parts.sink,
+            fdid,
+            mmap,
+            transport,
+            gpus,
+        }
+    }
+
+    /// What serves the tenants (`upgrade.rs` suspends and resumes it).
+    pub(crate) fn serving(&self) -> std::sync::MutexGuard<'_, Option<Serving>> {
+        self.serving.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The instance's name.
@@ -254,13 +351,14 @@ impl RunningInstance {
     /// Unregisters the nodes and writes the audit counts. Returns whether the instance's object
     /// table was empty (every client released what it allocated); `--check-leaks` counts a
     /// non-empty table as a leak.
-    pub fn stop(self) -> bool {
-        match self.serving {
-            Serving::Cuse { nodes, mmap_socket } => {
+    pub fn stop(&self) -> bool {
+        match self.serving().take() {
+            Some(Serving::Cuse { nodes, mmap_socket }) => {
                 drop(mmap_socket);
                 nodes.stop();
             }
-            Serving::Socket(dev) => drop(dev),
+            Some(Serving::Socket(dev)) => drop(dev),
+            None => {}
         }
         // Files the clients still hold are revoked (the nodes are gone): their RM clients and
         // host files go now, so the driver holds nothing of them.
@@ -501,6 +599,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         ephemeral: true,
         run_as: None,
         sim_socket: None,
+        take_over: false,
     };
     let root = Path::new(mmap::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;
@@ -765,10 +864,31 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     }
     let mut watchdog = sys::Watchdog::from_env();
     let sig = loop {
-        if let Some(sig) = sys::poll_termination(std::time::Duration::from_millis(200))
+        match sys::poll_termination(std::time::Duration::from_millis(200))
             .context("waiting for a signal")?
         {
-            break sig;
+            // `systemctl reload`: every worker is replaced live by the binary on disk now
+            // (`upgrade.rs`), one instance after another, while this loop watches on.
+            Some(nix::sys::signal::Signal::SIGHUP) => {
+                let sup = sup.clone();
+                let _ = sys::sd_notify("RELOADING=1");
+                let spawned = std::thread::Builder::new()
+                    .name("reload".into())
+                    .spawn(move || {
+                        for (name, r) in sup.upgrade_all() {
+                            match r {
+                                Ok((old, new)) => tracing::info!(instance = %name, old, new, "reload: worker upgraded"),
+                                Err(e) => tracing::error!(instance = %name, error = %format!("{e:#}"), "reload: not upgraded; its worker serves on"),
+                            }
+                        }
+                        let _ = sys::sd_notify("READY=1");
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "reload: no thread for it");
+                }
+            }
+            Some(sig) => break sig,
+            None => {}
         }
         if !sup.check().is_empty() {
             // A restarted worker's nodes have new device numbers.

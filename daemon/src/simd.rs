@@ -557,6 +557,31 @@ impl RemoteSim {
         })
     }
 
+    /// Takes over the session another worker held (a live upgrade): `anchor` is a copy of
+    /// its anchor connection, so the session lives as long as either process holds one; the
+    /// files come with [`HostDriver::adopt`] by their handles.
+    pub fn adopt_session(path: &Path, session: u64, anchor: OwnedFd) -> Result<RemoteSim> {
+        let mut inner = Inner {
+            path: path.to_owned(),
+            session,
+            _anchor: UnixStream::from(anchor),
+            idle: Mutex::new(Vec::new()),
+            version: String::new(),
+        };
+        inner.version = match inner.call(&Req::Version, false)?.0 {
+            Resp::Version(v) => v,
+            other => return Err(unexpected(other).into()),
+        };
+        Ok(RemoteSim {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The session id and a copy of its anchor (for [`RemoteSim::adopt_session`]).
+    pub fn hand_over_session(&self) -> io::Result<(u64, OwnedFd)> {
+        Ok((self.inner.session, self.inner._anchor.try_clone()?.into()))
+    }
+
     /// What the driver holds (all its sessions).
     pub fn stats(&self) -> io::Result<SimStats> {
         match self.inner.call(&Req::Stats, false)?.0 {
@@ -593,6 +618,28 @@ impl HostDriver for RemoteSim {
 
     fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
         self.open_file(node, true)
+    }
+
+    /// The session: its id and a copy of its anchor connection.
+    fn hand_over_driver(&self) -> io::Result<Option<host_driver::HandedFile>> {
+        let (session, anchor) = self.hand_over_session()?;
+        Ok(Some(host_driver::HandedFile {
+            node: NodeKind::Ctl,
+            fd: Some(anchor),
+            token: session,
+            id: 0,
+            mapping: false,
+        }))
+    }
+
+    /// A file of the adopted session, by its handle.
+    fn adopt(&self, file: host_driver::HandedFile) -> io::Result<Arc<dyn HostFile>> {
+        Ok(Arc::new(RemoteFile {
+            inner: self.inner.clone(),
+            file: file.token,
+            id: file.id,
+            node: file.node,
+        }))
     }
 }
 
@@ -633,6 +680,17 @@ impl HostFile for RemoteFile {
             }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Its handle in the session (which the new worker adopts).
+    fn hand_over(&self) -> io::Result<host_driver::HandedFile> {
+        Ok(host_driver::HandedFile {
+            node: self.node,
+            fd: None,
+            token: self.file,
+            id: self.id,
+            mapping: false,
+        })
     }
 
     fn mmap_fd(&self) -> io::Result<(OwnedFd, u64)> {

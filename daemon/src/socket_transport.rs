@@ -240,6 +240,34 @@ struct Shared {
     table: Mutex<Table>,
     stopping: AtomicBool,
     pool: Pool,
+    /// Written by [`DevSocket::suspend`]: the opens' threads stop reading (what a client sends
+    /// meanwhile stays in its connection for whoever serves it next).
+    suspend_r: OwnedFd,
+    suspend_w: OwnedFd,
+}
+
+/// An open of a suspended device socket ([`DevSocket::suspend`]), for [`DevSocket::adopt`].
+#[derive(Debug)]
+pub struct SuspendedOpen {
+    /// The backend's open id.
+    pub id: u64,
+    /// Its node.
+    pub node: Node,
+    /// `SO_COOKIE` of the client's end.
+    pub cookie: u64,
+    /// `O_ACCMODE` of the caller's open flags.
+    pub access: i32,
+    /// The worker's end of the connection.
+    pub conn: OwnedFd,
+}
+
+/// A suspended device socket: its listener (bound, listening) and its opens.
+#[derive(Debug)]
+pub struct SuspendedSocket {
+    /// The listener.
+    pub listener: OwnedFd,
+    /// The opens.
+    pub opens: Vec<SuspendedOpen>,
 }
 
 /// An instance's device socket (`<root>/<instance>/dev.sock`) and its threads. Dropping it stops
@@ -248,6 +276,22 @@ pub struct DevSocket {
     server: Option<SeqpacketServer>,
     dir: PathBuf,
     shared: Arc<Shared>,
+    /// Handed to [`DevSocket::suspend`]'s caller: dropping ends nothing.
+    handed_over: bool,
+}
+
+fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
+    let (suspend_r, suspend_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .context("a suspension pipe for the device socket")?;
+    Ok(Arc::new(Shared {
+        instance: instance.to_owned(),
+        nodes,
+        table: Mutex::new(Table::default()),
+        stopping: AtomicBool::new(false),
+        pool: Pool::default(),
+        suspend_r,
+        suspend_w,
+    }))
 }
 
 impl DevSocket {
@@ -258,13 +302,7 @@ impl DevSocket {
         make_private_dir(root)?;
         let dir = root.join(instance);
         make_private_dir(&dir)?;
-        let shared = Arc::new(Shared {
-            instance: instance.to_owned(),
-            nodes,
-            table: Mutex::new(Table::default()),
-            stopping: AtomicBool::new(false),
-            pool: Pool::default(),
-        });
+        let shared = new_shared(instance, nodes)?;
         let s = shared.clone();
         let server = SeqpacketServer::start(
             &dir.join(DEV_SOCKET_NAME),
@@ -277,6 +315,128 @@ impl DevSocket {
             server: Some(server),
             dir,
             shared,
+            handed_over: false,
+        })
+    }
+
+    /// Stops serving without ending anything (a live upgrade, `upgrade.rs`): the opens'
+    /// threads stop reading, the calls queued and running are answered, the listener stops
+    /// accepting; returns the listener and every open with its connection. Clients' calls and
+    /// opens made meanwhile wait in their sockets. `Err` (the device socket serving on) when
+    /// calls are still running after `drain`.
+    pub fn suspend(
+        mut self,
+        drain: Duration,
+    ) -> Result<SuspendedSocket, (DevSocket, anyhow::Error)> {
+        if let Err(e) = nix::unistd::write(&self.shared.suspend_w, b"s") {
+            return Err((self, anyhow::anyhow!("signalling the open threads: {e}")));
+        }
+        let threads = std::mem::take(&mut self.shared.lock_table().threads);
+        for t in threads {
+            let _ = t.join();
+        }
+        // Every call read before is answered before the state moves.
+        let deadline = std::time::Instant::now() + drain;
+        while !self.shared.pool.drained() {
+            if std::time::Instant::now() > deadline {
+                let e = anyhow::anyhow!("calls still running after {} s", drain.as_secs());
+                return Err((self.resume_in_place(), e));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let Some(server) = self.server.take() else {
+            let e = anyhow::anyhow!("the device socket is not served");
+            return Err((self.resume_in_place(), e));
+        };
+        let listener = match server.take_listener() {
+            Ok(l) => l,
+            // Its thread panicked: nothing accepts opens any more, the opens serve on.
+            Err(e) => return Err((self.resume_in_place(), e)),
+        };
+        let mut opens = Vec::new();
+        for o in self.shared.lock_table().by_cookie.values() {
+            match o.conn.try_clone() {
+                Ok(conn) => opens.push(SuspendedOpen {
+                    id: o.id,
+                    node: o.node,
+                    cookie: o.cookie,
+                    access: o.access,
+                    conn,
+                }),
+                Err(e) => {
+                    tracing::error!(instance = %self.shared.instance, open = o.id, error = %e, "an open's connection could not be duplicated: it is lost");
+                }
+            }
+        }
+        // The call threads go; the opens stay the clients' (nothing is shut down or released).
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.pool.cv.notify_all();
+        self.handed_over = true;
+        Ok(SuspendedSocket { listener, opens })
+    }
+
+    /// A suspension that could not complete: the open threads serve again (the listener was
+    /// not taken: its thread accepts on).
+    fn resume_in_place(self) -> DevSocket {
+        let mut byte = [0u8; 1];
+        if let Err(e) = nix::unistd::read(self.shared.suspend_r.as_raw_fd(), &mut byte) {
+            tracing::error!(error = %e, "the suspension pipe: the device socket's opens are not served again");
+            return self;
+        }
+        let opens: Vec<Arc<Open>> = self
+            .shared
+            .lock_table()
+            .by_cookie
+            .values()
+            .cloned()
+            .collect();
+        for o in opens {
+            spawn_open_thread(&self.shared, o);
+        }
+        self
+    }
+
+    /// Serves a device socket another worker suspended (or this one, after a failed upgrade):
+    /// its listener and opens, with `nodes`' backends (which must have adopted the opens).
+    pub fn adopt(
+        instance: &str,
+        nodes: Nodes,
+        root: &Path,
+        suspended: SuspendedSocket,
+    ) -> Result<DevSocket> {
+        let dir = root.join(instance);
+        let shared = new_shared(instance, nodes)?;
+        for o in suspended.opens {
+            let backend = match o.node {
+                Node::Uvm => shared.nodes.uvm.clone(),
+                _ => Some(shared.nodes.frontend.clone()),
+            }
+            .context("a UVM open without a UVM backend")?;
+            let open = Arc::new(Open {
+                id: o.id,
+                node: o.node,
+                backend,
+                cookie: o.cookie,
+                access: o.access,
+                conn: o.conn,
+                calls: Mutex::new(Calls::default()),
+            });
+            shared.lock_table().by_cookie.insert(o.cookie, open.clone());
+            spawn_open_thread(&shared, open);
+        }
+        let s = shared.clone();
+        let server = SeqpacketServer::serve_listener(
+            suspended.listener,
+            &dir.join(DEV_SOCKET_NAME),
+            format!("dev-{instance}"),
+            move |conn| serve_open(&s, conn),
+        )
+        .context("the device socket")?;
+        Ok(DevSocket {
+            server: Some(server),
+            dir,
+            shared,
+            handed_over: false,
         })
     }
 
@@ -295,6 +455,9 @@ impl DevSocket {
 
 impl Drop for DevSocket {
     fn drop(&mut self) {
+        if self.handed_over {
+            return;
+        }
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.shared.pool.cv.notify_all();
         // The accepting thread ends and the socket goes.
@@ -413,27 +576,57 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
         calls: Mutex::new(Calls::default()),
     });
     shared.lock_table().by_cookie.insert(cookie, open.clone());
+    if !spawn_open_thread(shared, open.clone()) {
+        shared.lock_table().by_cookie.remove(&cookie);
+        open.backend.release(id);
+        return Err(Errno::from_i32(libc::ENFILE));
+    }
+    tracing::debug!(instance = %shared.instance, node = %node, open = id, pid, "opened over the socket transport");
+    Ok(client)
+}
+
+/// Starts the thread of an open (in the table already); false when none could be started.
+fn spawn_open_thread(shared: &Arc<Shared>, open: Arc<Open>) -> bool {
     let s = shared.clone();
-    let o = open.clone();
+    let node = open.node;
     let thread = std::thread::Builder::new()
         .name(format!("dev-{}", node.dev_name()))
         .stack_size(256 << 10)
-        .spawn(move || serve_calls(&s, &o));
+        .spawn(move || serve_calls(&s, &open));
     match thread {
         Ok(t) => {
             let mut table = shared.lock_table();
             table.threads.retain(|t| !t.is_finished());
             table.threads.push(t);
+            true
         }
         Err(e) => {
             tracing::warn!(instance = %shared.instance, error = %e, "cannot start an open's thread");
-            shared.lock_table().by_cookie.remove(&cookie);
-            open.backend.release(id);
-            return Err(Errno::from_i32(libc::ENFILE));
+            false
         }
     }
-    tracing::debug!(instance = %shared.instance, node = %node, open = id, pid, "opened over the socket transport");
-    Ok(client)
+}
+
+/// Waits until the open's connection has a message or the device socket is suspended; false
+/// for a suspension (checked first: nothing more is read then).
+fn wait_readable(shared: &Shared, conn: BorrowedFd<'_>) -> bool {
+    loop {
+        let mut fds = [
+            PollFd::new(shared.suspend_r.as_fd(), PollFlags::POLLIN),
+            PollFd::new(conn, PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return true, // the read below reports it
+        }
+        if fds[0].any().unwrap_or(false) {
+            return false;
+        }
+        if fds[1].any().unwrap_or(true) {
+            return true;
+        }
+    }
 }
 
 /// One message read from an open's connection.
@@ -507,6 +700,10 @@ fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
 /// at EOF the open is released once its calls in flight are done.
 fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
     loop {
+        if !wait_readable(shared, open.conn.as_fd()) {
+            // Suspended: the open stays, unread messages stay in its connection.
+            return;
+        }
         let mut buf = [0u8; CallRequest::SIZE + 1];
         let got = receive(open.conn.as_fd(), &mut buf);
         let (len, truncated, pid, mut fds) = match got {
@@ -602,6 +799,8 @@ struct PoolState {
     jobs: std::collections::VecDeque<Job>,
     idle: usize,
     threads: usize,
+    /// Jobs taken by a call thread and not finished.
+    running: usize,
 }
 
 /// The instance's call threads: as many as calls run at once, up to [`MAX_CALL_THREADS`] (so
@@ -653,11 +852,19 @@ impl Pool {
         Ok(())
     }
 
-    /// The next job for a call thread, or `None` when it is to exit.
+    /// Whether no call is queued or running.
+    fn drained(&self) -> bool {
+        let st = self.lock();
+        st.jobs.is_empty() && st.running == 0
+    }
+
+    /// The next job for a call thread, or `None` when it is to exit. The caller reports the
+    /// job's end with [`Pool::done`].
     fn next(&self, shared: &Shared) -> Option<Job> {
         let mut st = self.lock();
         loop {
             if let Some(j) = st.jobs.pop_front() {
+                st.running += 1;
                 return Some(j);
             }
             if shared.stopping.load(Ordering::Relaxed) {
@@ -701,6 +908,7 @@ fn call_thread(shared: &Arc<Shared>) {
         send_reply(job.reply.as_fd(), &reply, host_fd.as_ref());
         drop(job.reply);
         finish(shared, &job.open);
+        shared.pool.lock().running -= 1;
     }
 }
 

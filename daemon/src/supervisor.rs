@@ -13,7 +13,8 @@
 //!   `nvproxy worker` of that instance (the containerd-shim pattern) instead of starting a new
 //!   one; an adopted worker is watched through its pidfd like the others (it is not our child:
 //!   its exit status is unknown).
-//! - **Stop.** SIGTERM/SIGINT/SIGHUP stop every worker (SIGTERM, then SIGKILL after
+//! - **Reload.** SIGHUP (`systemctl reload`) upgrades every worker live (`upgrade.rs`).
+//! - **Stop.** SIGTERM/SIGINT stop every worker (SIGTERM, then SIGKILL after
 //!   [`STOP_TIMEOUT`]) and the supervisor; `[daemon] keep_workers = true` leaves them
 //!   serving instead, for a supervisor restart (`systemctl restart` with `KillMode=process`).
 
@@ -72,6 +73,8 @@ struct Entry {
     restarts: Vec<Instant>,
     /// The worker's exit status once it stopped (when known).
     exit: Option<i32>,
+    /// A live upgrade is replacing the worker: its exit is expected, not a crash.
+    upgrading: bool,
 }
 
 /// What `list`/`show` report of an instance.
@@ -189,6 +192,7 @@ impl Supervisor {
                     state: State::Running,
                     restarts: Vec::new(),
                     exit: None,
+                    upgrading: false,
                 },
             );
             adopted.push(name);
@@ -232,6 +236,7 @@ impl Supervisor {
                 state: State::Running,
                 restarts: Vec::new(),
                 exit: None,
+                upgrading: false,
             },
         );
         Ok(pid)
@@ -326,7 +331,10 @@ impl Supervisor {
         // as root; the channels are closed here once the worker has its copies.
         let _channels = match spec.run_as {
             Some(run_as) => self.prepare_for_user(spec, run_as, &mut cmd)?,
-            None => Vec::new(),
+            None => {
+                self.reclaim_run_dir(name)?;
+                Vec::new()
+            }
         };
         if let Some(f) = LOG_FILTER.get() {
             cmd.arg("--log").arg(f);
@@ -387,6 +395,27 @@ impl Supervisor {
                 );
             }
         }
+    }
+
+    /// For a worker under our own user: its run directory, if an earlier worker under another
+    /// uid had it (the instance was created with `--user` before, or `worker_uids` changed),
+    /// becomes ours again (owner, group and 0700), else the worker refuses it as not root's.
+    fn reclaim_run_dir(&self, name: &str) -> Result<()> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = worker::run_dir(&self.root, name);
+        let Ok(m) = std::fs::symlink_metadata(&dir) else {
+            return Ok(());
+        };
+        let me = nix::unistd::geteuid();
+        if !m.is_dir() || m.uid() == me.as_raw() {
+            return Ok(());
+        }
+        nix::unistd::chown(&dir, Some(me), Some(nix::unistd::getegid()))
+            .with_context(|| format!("taking back {}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("chmod {}", dir.display()))?;
+        tracing::info!(instance = %name, dir = %dir.display(), previous_uid = m.uid(), "run directory taken back from an earlier worker user");
+        Ok(())
     }
 
     /// For a worker under `run_as`: its run directory (and audit log) made its own, one
@@ -458,7 +487,12 @@ impl Supervisor {
                     .with_context(|| format!("giving {} to uid {}", path.display(), run_as.uid))?;
             }
         }
-        let nodes = spec.instance.gpus.len() + 2; // nvidiactl, the GPUs, nvidia-uvm
+        // nvidiactl, the GPUs, nvidia-uvm; a worker taking over gets the old one's.
+        let nodes = if spec.take_over {
+            0
+        } else {
+            spec.instance.gpus.len() + 2
+        };
         let channels = (0..nodes)
             .map(|_| {
                 std::fs::OpenOptions::new()
@@ -494,6 +528,9 @@ impl Supervisor {
             let mut e = lock(&self.entries);
             let mut out = Vec::new();
             for (name, entry) in e.iter_mut() {
+                if entry.upgrading {
+                    continue;
+                }
                 let Some(fd) = &entry.pidfd else { continue };
                 if !readable(fd) {
                     continue;
@@ -568,6 +605,85 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Replaces the worker of `name` with a new process of the binary on disk that takes the
+    /// instance over live (`upgrade.rs`). Returns (old pid, new pid). On failure the old worker
+    /// serves on (it resumes itself when the new one does not take over).
+    pub fn upgrade(&self, name: &str) -> Result<(u32, u32)> {
+        let _one = lock(&self.creating);
+        let (spec, old_pid, old_fd, child) = {
+            let mut e = lock(&self.entries);
+            let entry = e
+                .get_mut(name)
+                .with_context(|| format!("no instance {name}"))?;
+            if entry.state != State::Running || entry.pidfd.is_none() {
+                bail!("instance {name} is not running");
+            }
+            if entry.spec.driver == crate::config::DriverKind::Sim && !entry.spec.sim.process {
+                bail!(
+                    "instance {name}: its simulated driver lives in its worker; a live upgrade \
+                     needs [sim] process = true"
+                );
+            }
+            let fd = entry.pidfd.as_ref().map(|f| f.try_clone()).transpose()?;
+            entry.upgrading = true;
+            (entry.spec.clone(), entry.pid, fd, entry.child)
+        };
+        let done = |e: &mut BTreeMap<String, Entry>| {
+            if let Some(entry) = e.get_mut(name) {
+                entry.upgrading = false;
+            }
+        };
+        let spawned = self.spawn(&WorkerSpec {
+            take_over: true,
+            ..spec
+        });
+        let (pid, pidfd) = match spawned {
+            Ok(w) => w,
+            Err(e) => {
+                done(&mut lock(&self.entries));
+                return Err(e.context(format!(
+                    "instance {name}: upgrade failed; worker {old_pid} serves on"
+                )));
+            }
+        };
+        // The old worker exits once it handed over (before the new one said READY).
+        if let Some(fd) = &old_fd {
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while !readable(fd) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if child {
+                let _ = sys::waitid_pidfd(fd.as_fd());
+            }
+        }
+        let mut e = lock(&self.entries);
+        if let Some(entry) = e.get_mut(name) {
+            entry.pid = pid;
+            entry.pidfd = Some(pidfd);
+            entry.child = true;
+            entry.exit = None;
+            entry.upgrading = false;
+        }
+        tracing::info!(instance = %name, old = old_pid, new = pid, "worker upgraded live");
+        Ok((old_pid, pid))
+    }
+
+    /// [`Supervisor::upgrade`] of every running instance, one after another.
+    pub fn upgrade_all(&self) -> Vec<(String, Result<(u32, u32)>)> {
+        let names: Vec<String> = lock(&self.entries)
+            .iter()
+            .filter(|(_, e)| e.state == State::Running && e.pidfd.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        names
+            .into_iter()
+            .map(|n| {
+                let r = self.upgrade(&n);
+                (n, r)
+            })
+            .collect()
     }
 
     /// The instances, with their workers' numbers.
@@ -798,6 +914,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         ephemeral: false,
         run_as: None,
         sim_socket: None,
+        take_over: false,
     }
 }
 

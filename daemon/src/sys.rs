@@ -659,6 +659,64 @@ pub fn recv_with_fd(
     Ok((n, got.pop()))
 }
 
+/// Most fds one [`send_fds`] message carries (the kernel's `SCM_MAX_FD` is 253).
+pub const FDS_PER_MESSAGE: usize = 250;
+
+/// Sends one byte on the stream socket `sock` with `fds` attached (at most
+/// [`FDS_PER_MESSAGE`]).
+pub fn send_fds(sock: std::os::fd::RawFd, fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    if fds.len() > FDS_PER_MESSAGE {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let iov = [io::IoSlice::new(b"F")];
+    let n = sendmsg::<()>(
+        sock,
+        &iov,
+        &[ControlMessage::ScmRights(fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if n != 1 {
+        return Err(io::Error::other("short sendmsg"));
+    }
+    Ok(())
+}
+
+/// Receives the one byte of a [`send_fds`] message and its fds (close-on-exec); fails when
+/// the peer closed, the byte is not ours, or the kernel truncated the fds.
+pub fn recv_fds(sock: std::os::fd::RawFd) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::FromRawFd;
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; FDS_PER_MESSAGE]);
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut got: Vec<std::os::fd::OwnedFd> = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            for raw in v {
+                // SAFETY: the kernel installed `raw` in our table for this message alone;
+                // nothing else in the process knows it, so this is its only owner.
+                got.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
+            }
+        }
+    }
+    if msg.bytes != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the peer closed",
+        ));
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(io::Error::other("fds truncated (fd limit?)"));
+    }
+    if byte != *b"F" {
+        return Err(io::Error::other("not an fd message"));
+    }
+    Ok(got)
+}
+
 /// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
 /// of this boot (`ENOTSOCK` for a file that is not a socket).
 pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {

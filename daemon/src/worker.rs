@@ -74,6 +74,10 @@ pub struct WorkerSpec {
     /// With `[sim] process = true`: the socket of the instance's `nvproxy sim-driver`.
     #[serde(default)]
     pub sim_socket: Option<PathBuf>,
+    /// Take the instance over from the worker serving it now (a live upgrade, `upgrade.rs`)
+    /// instead of registering its nodes.
+    #[serde(default)]
+    pub take_over: bool,
 }
 
 /// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
@@ -168,6 +172,59 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
+    let root = Path::new(mmap::RUN_DIR);
+    let dir = run_dir(root, &name);
+    let (running, mut driver) = if spec.take_over {
+        crate::upgrade::take_over(&spec, &dir.join(WORKER_SOCKET))
+            .with_context(|| format!("instance {name}: taking over from its worker"))?
+    } else {
+        start_instance(&spec)?
+    };
+    let running = Arc::new(running);
+
+    let control = Arc::new(
+        crate::checkpoint::Control::new(&running, driver.host.clone())
+            .with_sim_socket(spec.sim_socket.clone()),
+    );
+    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control, Some(running.clone()))
+        .with_context(|| format!("instance {name}: the worker socket"))?;
+    // What a supervisor that adopts this worker (or restarts it) starts from: a fresh start.
+    let state = WorkerState {
+        pid: std::process::id(),
+        spec: WorkerSpec {
+            take_over: false,
+            ..spec.clone()
+        },
+    };
+    write_state(&dir, &state).with_context(|| format!("instance {name}: the state file"))?;
+    println!("READY {}", std::process::id());
+    std::io::stdout().flush().ok();
+    tracing::info!(instance = %name, pid = std::process::id(), "worker serving");
+    let sig = sys::wait_for_termination().context("waiting for a signal")?;
+    tracing::info!(instance = %name, signal = ?sig, "worker stopping");
+    let _ = std::fs::remove_file(dir.join(STATE_FILE));
+    drop(stats);
+    let table_clean = running.stop();
+    // The driver now (a restore may have moved the instance to a new sim-driver process).
+    if let (Some(path), Some(_)) = (&spec.sim_socket, &driver.remote) {
+        match crate::simd::RemoteSim::connect(path) {
+            Ok(r) => driver.remote = Some(Arc::new(r)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the sim-driver for the leak check")
+            }
+        }
+    }
+    let clean = serve::leak_check(&driver) && table_clean;
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(serve::LEAK_EXIT)
+    })
+}
+
+/// Builds the driver and registers the instance's nodes (a worker's usual start).
+fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, serve::Driver)> {
+    let name = spec.instance.name.clone();
     let mut driver = match (&spec.sim_socket, spec.driver) {
         (Some(path), DriverKind::Sim) => {
             let remote = Arc::new(crate::simd::RemoteSim::connect(path)?);
@@ -201,42 +258,7 @@ pub fn run() -> Result<ExitCode> {
         spec.audit.as_deref(),
         channels,
     )?;
-    let root = Path::new(mmap::RUN_DIR);
-    let dir = run_dir(root, &name);
-    let control = Arc::new(
-        crate::checkpoint::Control::new(&running, driver.host.clone())
-            .with_sim_socket(spec.sim_socket.clone()),
-    );
-    let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control)
-        .with_context(|| format!("instance {name}: the worker socket"))?;
-    let state = WorkerState {
-        pid: std::process::id(),
-        spec: spec.clone(),
-    };
-    write_state(&dir, &state).with_context(|| format!("instance {name}: the state file"))?;
-    println!("READY {}", std::process::id());
-    std::io::stdout().flush().ok();
-    tracing::info!(instance = %name, pid = std::process::id(), "worker serving");
-    let sig = sys::wait_for_termination().context("waiting for a signal")?;
-    tracing::info!(instance = %name, signal = ?sig, "worker stopping");
-    let _ = std::fs::remove_file(dir.join(STATE_FILE));
-    drop(stats);
-    let table_clean = running.stop();
-    // The driver now (a restore may have moved the instance to a new sim-driver process).
-    if let (Some(path), Some(_)) = (&spec.sim_socket, &driver.remote) {
-        match crate::simd::RemoteSim::connect(path) {
-            Ok(r) => driver.remote = Some(Arc::new(r)),
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "the sim-driver for the leak check")
-            }
-        }
-    }
-    let clean = serve::leak_check(&driver) && table_clean;
-    Ok(if clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(serve::LEAK_EXIT)
-    })
+    Ok((running, driver))
 }
 
 /// Writes the state file atomically (a temporary file renamed over it).
@@ -294,7 +316,11 @@ struct StatsServer {
 }
 
 impl StatsServer {
-    fn start(path: &Path, control: Arc<crate::checkpoint::Control>) -> Result<Self> {
+    fn start(
+        path: &Path,
+        control: Arc<crate::checkpoint::Control>,
+        running: Option<Arc<RunningInstance>>,
+    ) -> Result<Self> {
         let server = crate::unix_server::UnixServer::start(
             path,
             "worker-stats",
@@ -306,13 +332,17 @@ impl StatsServer {
                     std::fs::Permissions::from_mode(0o666),
                 )?)
             },
-            move |conn| answer_stats(conn, &control),
+            move |conn| answer_stats(conn, &control, running.as_deref()),
         )?;
         Ok(Self { _server: server })
     }
 }
 
-fn answer_stats(conn: UnixStream, control: &crate::checkpoint::Control) {
+fn answer_stats(
+    conn: UnixStream,
+    control: &crate::checkpoint::Control,
+    running: Option<&RunningInstance>,
+) {
     let me = nix::unistd::geteuid().as_raw();
     match nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
@@ -323,6 +353,13 @@ fn answer_stats(conn: UnixStream, control: &crate::checkpoint::Control) {
         return;
     };
     if line.trim_start().starts_with('{') {
+        if let (Some(running), Ok(v)) = (running, serde_json::from_str::<serde_json::Value>(&line))
+            && v.get("op").and_then(|o| o.as_str()) == Some("handover")
+        {
+            // Returns only when the upgrade did not happen (this worker serves on).
+            crate::upgrade::hand_over(running, &control.host(), conn);
+            return;
+        }
         if let Ok(mut text) = serde_json::to_string(&control.answer(&line)) {
             text.push('\n');
             let _ = (&conn).write_all(text.as_bytes());
@@ -377,6 +414,7 @@ mod tests {
             ephemeral: false,
             run_as: None,
             sim_socket: None,
+            take_over: false,
         }
     }
 
@@ -438,7 +476,7 @@ mod tests {
             proxy.host_driver().clone(),
             Arc::new(crate::audit_log::JsonLinesSink::open(None).unwrap()),
         ));
-        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), control).unwrap();
+        let server = StatsServer::start(&dir.join("a").join(WORKER_SOCKET), control, None).unwrap();
         let stats = query_stats(&dir, "a").unwrap();
         assert_eq!(
             (stats.pid, stats.open_files, stats.objects),

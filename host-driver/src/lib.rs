@@ -106,6 +106,32 @@ pub trait HostFile: Send + Sync + std::fmt::Debug {
         let _ = (call, pages);
         Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
+
+    /// This file as another process of the daemon can take it over ([`HostDriver::adopt`]):
+    /// a live upgrade hands every host file of an instance to the new worker. The file stays
+    /// this process's too (the real driver: a dup of the fd). Default: `EOPNOTSUPP` (a driver
+    /// whose files live in this process cannot hand them over).
+    fn hand_over(&self) -> io::Result<HandedFile> {
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+}
+
+/// A host file in transit between two processes of the daemon ([`HostFile::hand_over`],
+/// [`HostDriver::adopt`]).
+#[derive(Debug)]
+pub struct HandedFile {
+    /// Its node.
+    pub node: NodeKind,
+    /// The file itself when the driver's files are fds (the real driver), sent with
+    /// `SCM_RIGHTS`.
+    pub fd: Option<std::os::fd::OwnedFd>,
+    /// What names it to its driver otherwise (a simulated driver process: its file handle).
+    pub token: u64,
+    /// [`HostFile::id`] as the driver knows it (the real driver: ignored, the fd number is the
+    /// new process's).
+    pub id: i32,
+    /// Opened by [`HostDriver::open_mapping`] (may be handed to the tenant).
+    pub mapping: bool,
 }
 
 /// The driver behind the proxy.
@@ -122,5 +148,20 @@ pub trait HostDriver: Send + Sync {
     fn open_mapping(&self, node: NodeKind) -> io::Result<Arc<dyn HostFile>> {
         let _ = node;
         Err(io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// What another process of the daemon needs to reach this driver's state (a live
+    /// upgrade): `None` for the real driver (the kernel's state belongs to the files); a
+    /// simulated driver process's session. Default: `EOPNOTSUPP` (the driver's state lives in
+    /// this process).
+    fn hand_over_driver(&self) -> io::Result<Option<HandedFile>> {
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+
+    /// Takes over a file another process of the daemon handed over ([`HostFile::hand_over`]).
+    /// Default: `EOPNOTSUPP`.
+    fn adopt(&self, file: HandedFile) -> io::Result<Arc<dyn HostFile>> {
+        let _ = file;
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 }

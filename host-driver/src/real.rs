@@ -184,6 +184,24 @@ impl HostDriver for RealHostDriver {
             mapping: true,
         }))
     }
+
+    /// Nothing: the driver's state is the files'.
+    fn hand_over_driver(&self) -> io::Result<Option<crate::HandedFile>> {
+        Ok(None)
+    }
+
+    /// The fd another worker handed over: the driver's file (its RM clients, mmap context,
+    /// UVM va_space) is the same open file description.
+    fn adopt(&self, file: crate::HandedFile) -> io::Result<Arc<dyn HostFile>> {
+        let fd = file
+            .fd
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no fd came with it"))?;
+        Ok(Arc::new(RealHostFile {
+            node: file.node,
+            fd,
+            mapping: file.mapping,
+        }))
+    }
 }
 
 /// An open host node.
@@ -214,6 +232,17 @@ impl HostFile for RealHostFile {
             return Err(io::Error::from_raw_os_error(libc::ENODEV));
         }
         Ok((self.fd.try_clone()?, 0))
+    }
+
+    /// A dup of the fd: the same open file description (the driver's per-file state).
+    fn hand_over(&self) -> io::Result<crate::HandedFile> {
+        Ok(crate::HandedFile {
+            node: self.node,
+            fd: Some(self.fd.try_clone()?),
+            token: 0,
+            id: self.fd.as_raw_fd(),
+            mapping: self.mapping,
+        })
     }
 
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {

@@ -95,7 +95,7 @@ impl AuditSink for NullSink {
 }
 
 /// One row of [`AuditCounts::snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CountRow {
     /// Which table.
     pub kind: Kind,
@@ -108,7 +108,7 @@ pub struct CountRow {
     pub count: u64,
     /// Of the fold-over row: the first distinct numbers counted in it (at most
     /// [`AuditCounts::FIRST_NUMBERS`]), so that an admin sees what was tried.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub numbers: Vec<u32>,
 }
 
@@ -337,6 +337,37 @@ impl AuditCounts {
     }
 }
 
+impl AuditCounts {
+    /// Adds the rows of another proxy's [`AuditCounts::snapshot`] (a live upgrade carries an
+    /// instance's counts to its new worker). Bounded as counting is: unknown names past
+    /// [`AuditCounts::MAX_NAMES`] fold, at most [`AuditCounts::FIRST_NUMBERS`] numbers are kept.
+    pub fn add_rows(&self, rows: &[CountRow]) {
+        for r in rows {
+            if let Some(&i) = self.index.get(&(r.kind, r.name.as_str())) {
+                self.fixed[i][r.decision.slot()].fetch_add(r.count, Ordering::Relaxed);
+                continue;
+            }
+            let mut c = self.lock();
+            let rows = c.entry((r.kind, r.decision)).or_default();
+            if r.name == r.kind.other_row() {
+                let o = rows.other.get_or_insert_with(Other::default);
+                o.count += r.count;
+                for &n in &r.numbers {
+                    if o.numbers.len() < Self::FIRST_NUMBERS && !o.numbers.contains(&n) {
+                        o.numbers.push(n);
+                    }
+                }
+            } else if let Some(n) = rows.named.get_mut(&r.name) {
+                *n += r.count;
+            } else if rows.named.len() < Self::MAX_NAMES {
+                rows.named.insert(r.name.clone(), r.count);
+            } else {
+                rows.other.get_or_insert_with(Other::default).count += r.count;
+            }
+        }
+    }
+}
+
 impl Rows {
     fn fold(&mut self, number: u32) {
         let o = self.other.get_or_insert_with(Other::default);
@@ -350,6 +381,32 @@ impl Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_rows_added_to_fresh_counts_give_the_same_snapshot() {
+        let names = [(Kind::Escape, "NV_ESC_CARD_INFO"), (Kind::Control, "A")];
+        let a = AuditCounts::for_names(names);
+        a.add(Kind::Escape, "NV_ESC_CARD_INFO", 0x21, Decision::Allowed);
+        a.add(Kind::Escape, "NV_ESC_CARD_INFO", 0x21, Decision::Allowed);
+        a.add(Kind::Control, "RM_GSS_LEGACY 0x7", 7, Decision::Denied);
+        a.add_unknown(Kind::Control, 0x1234, Decision::Denied);
+        a.add_unknown(Kind::Control, 0x1235, Decision::Denied);
+        let rows = a.snapshot();
+        let b = AuditCounts::for_names(names);
+        b.add_rows(&rows);
+        assert_eq!(b.snapshot(), rows);
+        let text = serde_json::to_string(&rows).unwrap();
+        assert_eq!(serde_json::from_str::<Vec<CountRow>>(&text).unwrap(), rows);
+        b.add_rows(&rows);
+        assert_eq!(
+            b.get(Kind::Escape, "NV_ESC_CARD_INFO", Decision::Allowed),
+            4
+        );
+        assert_eq!(
+            b.get(Kind::Control, Kind::Control.other_row(), Decision::Denied),
+            4
+        );
+    }
 
     #[test]
     fn test_event_serializes_as_one_json_line() {

@@ -24,6 +24,7 @@ mod error;
 mod gpus;
 mod handles;
 pub mod kit;
+pub mod live;
 mod mapping;
 pub mod memory;
 mod nv;
@@ -39,7 +40,7 @@ pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, Nu
 pub use checkpoint::{Checkpoint, CheckpointError, DeviceIdentity};
 pub use error::ProxyError;
 pub use host_driver::{
-    HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
+    HandedFile, HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
 };
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};

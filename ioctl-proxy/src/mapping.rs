@@ -64,6 +64,24 @@ impl MappingSlot {
     pub(crate) fn has_context(&self) -> bool {
         self.context != Context::None
     }
+
+    /// The mapping file and whether it holds a context (a live upgrade's export; no host call
+    /// runs then, so a pending slot counts as without one).
+    pub(crate) fn live_parts(&self) -> (Option<Arc<dyn HostFile>>, bool) {
+        (self.file.clone(), self.context == Context::Set)
+    }
+
+    /// A slot as another worker left it ([`MappingSlot::live_parts`]).
+    pub(crate) fn from_live(file: Option<Arc<dyn HostFile>>, context: bool) -> MappingSlot {
+        MappingSlot {
+            context: if context && file.is_some() {
+                Context::Set
+            } else {
+                Context::None
+            },
+            file,
+        }
+    }
 }
 
 /// Why an fd could not become an mmap target.

@@ -237,6 +237,42 @@ impl ObjectTable {
         Ok(())
     }
 
+    /// Takes a client with all its objects as another worker's table held them (a live
+    /// upgrade): no parent order is needed, but every parent and dependency must be in the
+    /// client, as the table keeps them.
+    pub(crate) fn insert_live_client(
+        &mut self,
+        h_client: u32,
+        client: Client,
+    ) -> Result<(), ObjectError> {
+        if h_client == 0 {
+            return Err(ObjectError::NullHandle);
+        }
+        if self.clients.contains_key(&h_client) {
+            return Err(ObjectError::Duplicate(h_client, h_client));
+        }
+        for (&h, o) in &client.objects {
+            if h == 0 || h == h_client {
+                return Err(ObjectError::Duplicate(h_client, h));
+            }
+            let known = |x: u32| x == h_client || client.objects.contains_key(&x);
+            if !known(o.parent) {
+                return Err(ObjectError::UnknownParent(h_client, o.parent));
+            }
+            if let Some(&d) = o.deps.iter().find(|&&d| !known(d)) {
+                return Err(ObjectError::UnknownObject(h_client, d));
+            }
+        }
+        self.recorded += client.origin.bytes()
+            + client
+                .objects
+                .values()
+                .map(|o| o.origin.bytes())
+                .sum::<usize>();
+        self.clients.insert(h_client, client);
+        Ok(())
+    }
+
     /// Records object `h_new` of `class` under `h_parent` (the client itself or one of its
     /// objects), depending also on `deps` (objects of the same client its params name).
     pub fn add_object(

@@ -75,6 +75,19 @@ impl Node {
             Node::Uvm => "nvidia-uvm".to_owned(),
         }
     }
+
+    /// The node of a [`Display`](fmt::Display) name (`ctl`, `gpu0`, `uvm`).
+    pub fn parse(s: &str) -> Option<Node> {
+        match s {
+            "ctl" => Some(Node::Ctl),
+            "uvm" => Some(Node::Uvm),
+            _ => s
+                .strip_prefix("gpu")
+                .filter(|n| !n.starts_with('+'))
+                .and_then(|n| n.parse().ok())
+                .map(Node::Gpu),
+        }
+    }
 }
 
 impl fmt::Display for Node {
@@ -185,9 +198,9 @@ pub(crate) struct OpenRecord {
 
 /// Client handle translation (empty unless a restore needed it).
 #[derive(Debug, Default)]
-struct ClientMap {
-    to_host: BTreeMap<u32, u32>,
-    to_tenant: BTreeMap<u32, u32>,
+pub(crate) struct ClientMap {
+    pub(crate) to_host: BTreeMap<u32, u32>,
+    pub(crate) to_tenant: BTreeMap<u32, u32>,
 }
 
 /// Most distinct DMA mappings tracked; past it `overflow` makes a save refuse.
@@ -219,24 +232,24 @@ pub struct Proxy {
     pub(crate) policy: InstancePolicy,
     pub(crate) host: Arc<dyn HostDriver>,
     pub(crate) gpus: Vec<GpuInfo>,
-    opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
-    next_open: AtomicU64,
+    pub(crate) opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
+    pub(crate) next_open: AtomicU64,
     /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
     pub(crate) open_files: AtomicUsize,
     /// Requests in progress (frontend and UVM), against `quotas.in_flight`.
     in_flight: AtomicUsize,
-    objects: Mutex<ObjectTable>,
+    pub(crate) objects: Mutex<ObjectTable>,
     rm_lock: Mutex<()>,
     /// Device instance → GPU id, learned from `NV0000_CTRL_CMD_GPU_GET_ID_INFO(_V2)` replies.
-    devices: Mutex<BTreeMap<u32, u32>>,
+    pub(crate) devices: Mutex<BTreeMap<u32, u32>>,
     /// Live `RM_MAP_MEMORY_DMA` mappings by (client, hDma, hMemory): driver state a replay
     /// does not re-create, so a save refuses while any exist (`checkpoint.rs`).
     pub(crate) dma_maps: Mutex<DmaMaps>,
     /// Client handles the tenant knows that the driver knows by another handle (a restore
     /// found the tenant's handle taken on the host): tenant → host and back.
-    clients_map: Mutex<ClientMap>,
+    pub(crate) clients_map: Mutex<ClientMap>,
     audit: Arc<dyn AuditSink>,
-    counts: AuditCounts,
+    pub(crate) counts: AuditCounts,
 }
 
 impl fmt::Debug for Proxy {

@@ -377,6 +377,12 @@ impl RmMemory {
         Ok(())
     }
 
+    /// RM controls on the session's root client (build version, share policy, probed GPUs),
+    /// each checked: a cheap "is my client still mine and answered right" probe.
+    pub fn ping(&mut self) -> Result<(), String> {
+        self.s.system_controls().map_err(nv)
+    }
+
     /// Frees the memory and the session's objects.
     pub fn close(mut self) -> Result<(), String> {
         let (h, hd) = (self.s.h_client, self.h_device);

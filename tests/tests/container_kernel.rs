@@ -655,8 +655,9 @@ fn boot_unit(
         // and stats.
         format!(
             "driver = \"sim\"\n[sim]\ngpus = 2\n{}[[instance]]\nname = \"sd-a\"\ngpus = [0]\n",
+            // (The simulated driver as a process: `systemctl reload` upgrades the worker live.)
             if worker_uids {
-                "[daemon]\nworker_uids = \"61000-61009\"\n"
+                "process = true\n[daemon]\nworker_uids = \"61000-61009\"\n"
             } else {
                 ""
             }
@@ -789,7 +790,39 @@ fn the_systemd_unit_serves_under_systemd() {
     };
     let after = inode();
     let list_after = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
+    // `systemctl reload` (ExecReload: SIGHUP): the worker is replaced live by a new process.
+    let worker_pid = || {
+        exec(&[
+            "sh",
+            "-c",
+            "sed 's/.*\"pid\":\\([0-9]*\\).*/\\1/' /run/nvproxy/sd-a/worker.json",
+        ])
+        .trim()
+        .to_owned()
+    };
+    let pid_before_reload = worker_pid();
+    exec(&["systemctl", "reload", "nvproxy.service"]);
+    let reloaded = {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let now = worker_pid();
+            if (!now.is_empty() && now != pid_before_reload) || Instant::now() > deadline {
+                break now;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    let state_after_reload = exec(&["systemctl", "is-active", "nvproxy.service"]);
+    let list_after_reload = exec(&["/opt/nvproxy-bin/nvproxy", "instance", "list"]);
     let journal2 = exec(&[
+        "journalctl",
+        "-u",
+        "nvproxy.service",
+        "--no-pager",
+        "-o",
+        "cat",
+    ]);
+    let journal3 = exec(&[
         "journalctl",
         "-u",
         "nvproxy.service",
@@ -845,6 +878,21 @@ fn the_systemd_unit_serves_under_systemd() {
     assert!(
         list_after.lines().any(|l| l.starts_with("sd-a")),
         "{list_after}"
+    );
+    assert!(
+        !pid_before_reload.is_empty() && reloaded != pid_before_reload,
+        "systemctl reload did not replace the worker ({pid_before_reload} -> {reloaded})\n{journal2}"
+    );
+    assert_eq!(state_after_reload.trim(), "active", "after reload");
+    assert!(
+        list_after_reload
+            .lines()
+            .any(|l| l.starts_with("sd-a") && l.ends_with("running")),
+        "after reload: {list_after_reload}"
+    );
+    assert!(
+        journal3.contains("reload: worker upgraded"),
+        "the journal after reload:\n{journal3}"
     );
     assert!(
         !stopped.contains("nvproxy.yaml") && stopped.contains("No such file"),

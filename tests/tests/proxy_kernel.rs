@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_nvfe-client");
+const MMAP_CLIENT: &str = env!("CARGO_BIN_EXE_mmap-client");
 /// One `nvproxy exec` of a short scenario (the VM guest runs 10-50x slower than the host).
 const EXEC_TIMEOUT: Duration = Duration::from_secs(180);
 /// Scenarios with many clients.
@@ -1296,6 +1297,105 @@ fn test_serve_sim_driver_process_outlives_a_killed_worker() {
         .is_err()),
         "the sim-driver outlived its instance"
     );
+}
+
+/// `nvproxy instance upgrade` (issue 13): a client loops through two mappings of one RM memory
+/// object, RM controls on its client, new mmaps (tickets, the mmap socket) and whole new
+/// sessions while its instance's worker is replaced three times, live, by new processes; one
+/// more upgrade fails on purpose after the state was sent (fault injection) and the old worker
+/// serves on. The client sees no error at all; the other instance's worker is untouched; at
+/// stop the driver process holds nothing (`--check-leaks`). The client also keeps a UVM
+/// va_space with a managed-style range it touches and validates every round.
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_live_upgrades_under_a_looping_client_cause_no_error() {
+    // In the instance's run directory, which its worker's uid owns (it removes the trigger).
+    let trigger = PathBuf::from("/run/nvproxy/a/fault-take-over");
+    let trigger_env = trigger.to_str().unwrap().to_owned();
+    let (daemon, dir) = serve_two_instances_with(
+        &[("NVPROXY_FAULT_TAKE_OVER", &trigger_env)],
+        "process = true",
+        // Workers under their own uids: the new worker (same uid) takes the old one's files.
+        "worker_uids = \"61000-61009\"",
+        |_| String::new(),
+    );
+    let stop_file = dir.join("stop-live");
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "run",
+        "--instance",
+        "a",
+        "--",
+        MMAP_CLIENT,
+        "live",
+        "--stop-file",
+    ])
+    .arg(&stop_file);
+    let mut client = Proc::spawn("live a", &mut c, false);
+    client.wait_line(EXEC_TIMEOUT, |l| l.contains("\"started\""));
+    let b_pid = worker_pid("b");
+    let mut pids = vec![worker_pid("a")];
+    let gone = |pid: u32| {
+        eventually(Duration::from_secs(20), || {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_err()
+        })
+    };
+    for round in 0..4 {
+        thread::sleep(Duration::from_millis(1500));
+        let old = *pids.last().unwrap();
+        if round == 1 {
+            std::fs::write(&trigger, "").unwrap();
+            let (ok, out, err) = instance_cmd(&["upgrade", "a"]);
+            assert!(!ok, "the failed upgrade reported success: {out}");
+            assert!(err.contains("serves on"), "{err}");
+            assert!(!trigger.exists(), "the new worker never saw the trigger");
+            assert_eq!(worker_pid("a"), old, "a failed upgrade replaced the worker");
+            assert!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(old as i32), None).is_ok(),
+                "the old worker exited after a failed upgrade"
+            );
+            continue;
+        }
+        let (ok, out, err) = instance_cmd(&["upgrade", "a"]);
+        assert!(ok, "upgrade {round}: {out}{err}\n{}", daemon.transcript());
+        assert!(out.contains("upgraded"), "{out}");
+        let now = worker_pid("a");
+        assert!(
+            !pids.contains(&now),
+            "upgrade {round}: worker pid {now} again"
+        );
+        assert!(
+            gone(old),
+            "upgrade {round}: the old worker {old} still runs"
+        );
+        assert!(holds_cuse(now), "the new worker serves no node");
+        pids.push(now);
+    }
+    assert_eq!(pids.len(), 4, "three upgrades");
+    thread::sleep(Duration::from_millis(1500));
+    std::fs::write(&stop_file, "").unwrap();
+    assert!(
+        client.wait(EXEC_TIMEOUT).success(),
+        "the client saw errors\n{}\n{}",
+        client.transcript(),
+        daemon.transcript()
+    );
+    let report = client
+        .transcript()
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"rounds\""))
+        .map(json_line)
+        .expect("the client's report");
+    eprintln!("live upgrades: workers {pids:?}; the client: {report}");
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert!(report["rounds"].as_u64().unwrap() >= 20, "{report}");
+    assert_eq!(worker_pid("b"), b_pid, "b's worker was touched");
+    // The upgraded worker's table and counts: it knows what the client did before it.
+    let (ok, out, _) = instance_cmd(&["show", "a"]);
+    assert!(ok, "{out}");
+    stop(daemon);
 }
 
 /// `nvproxy instance checkpoint` and `restore` across a driver reload: with `[sim] process =

@@ -523,6 +523,8 @@ fn test_uvm_managed_pattern_maps_fixed_at_va_equal_offset() {
 
 // ---- serve + run ------------------------------------------------------------------------------
 
+/// `nvproxy serve` with a socket-transport instance: `nvproxy run` reaches it, and three live
+/// upgrades (`nvproxy instance upgrade`) under a looping client cause no error.
 #[test]
 fn test_served_socket_instance_through_run() {
     if !runnable() {
@@ -536,12 +538,22 @@ fn test_served_socket_instance_through_run() {
     std::fs::write(
         &config,
         format!(
-            "driver = \"sim\"\n[sim]\ngpus = 2\n[[instance]]\nname = \"{name}\"\ngpus = [1]\n\
-             transport = \"socket\"\n"
+            "driver = \"sim\"\n[sim]\ngpus = 2\nprocess = true\n[[instance]]\nname = \"{name}\"\n\
+             gpus = [1]\ntransport = \"socket\"\n"
         ),
     )
     .expect("config");
-    let mut serve = Command::new(&bin)
+    // Served from a copy of the binary (and its shim), which is replaced on disk before the
+    // upgrades: the new workers must run the new file.
+    let served_bin = dir.join("bin").join("nvproxy");
+    std::fs::create_dir_all(served_bin.parent().unwrap()).expect("bin dir");
+    std::fs::copy(&bin, &served_bin).expect("copy of nvproxy");
+    std::fs::copy(
+        bin.with_file_name("libnvproxy_preload.so"),
+        served_bin.with_file_name("libnvproxy_preload.so"),
+    )
+    .expect("copy of the shim");
+    let mut serve = Command::new(&served_bin)
         .args(["serve", "--check-leaks", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
@@ -576,12 +588,123 @@ fn test_served_socket_instance_through_run() {
         .stdin(Stdio::null())
         .output()
         .expect("nvproxy run");
+    // Live upgrades (issue 13) of the socket transport: a client loops through RM mappings,
+    // controls, a UVM range, new mmaps and sessions while the worker is replaced three times;
+    // each open's connection and the device socket move to the new worker.
+    let stop_file = dir.join("stop-live");
+    let mut live = Command::new(&bin)
+        .args([
+            "run",
+            "--instance",
+            &name,
+            "--",
+            MMAP,
+            "live",
+            "--stop-file",
+        ])
+        .arg(&stop_file)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nvproxy run mmap-client live");
+    let mut live_out = live.stdout.take().expect("stdout");
+    let mut first = Vec::new();
+    while !first.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match live_out.read(&mut byte) {
+            Ok(1) => first.push(byte[0]),
+            _ => break,
+        }
+    }
+    let worker_pid = || {
+        std::fs::read_to_string(format!("/run/nvproxy/{name}/worker.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v["pid"].as_u64())
+            .unwrap_or(0)
+    };
+    use std::os::unix::fs::MetadataExt;
+    let exe_inode = |pid: u64| {
+        std::fs::metadata(format!("/proc/{pid}/exe"))
+            .map(|m| m.ino())
+            .unwrap_or(0)
+    };
+    let old_exe = exe_inode(worker_pid());
+    // A package upgrade: the new file is renamed over the old one.
+    let staged = served_bin.with_extension("new");
+    std::fs::copy(&bin, &staged).expect("staging the new binary");
+    std::fs::rename(&staged, &served_bin).expect("replacing the binary");
+    let new_file = std::fs::metadata(&served_bin)
+        .expect("the new binary")
+        .ino();
+    let mut upgrades = Vec::new();
+    let mut pids = vec![worker_pid()];
+    let mut exes = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        let o = Command::new(&bin)
+            .args(["instance", "upgrade", &name])
+            .output()
+            .expect("nvproxy instance upgrade");
+        upgrades.push((o.status.success(), text(&o)));
+        pids.push(worker_pid());
+        exes.push(exe_inode(*pids.last().unwrap()));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&stop_file, "").expect("stop file");
+    let mut rest = String::new();
+    let _ = live_out.read_to_string(&mut rest);
+    let live_status = live.wait().expect("live client");
+    let mut live_err = String::new();
+    let _ = live
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut live_err));
     // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
     unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
     let status = serve.wait().expect("serve exit");
+    let mut serve_err = String::new();
+    let _ = serve
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut serve_err));
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(ready.trim(), format!("READY {name}"));
     let v = summary(&run);
     assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
-    assert!(status.success(), "serve: {status} (3 = leak check failed)");
+    assert!(
+        String::from_utf8_lossy(&first).contains("\"started\""),
+        "the live client did not start: {}{live_err}",
+        String::from_utf8_lossy(&first)
+    );
+    for (i, (ok, out)) in upgrades.iter().enumerate() {
+        assert!(ok, "upgrade {i}: {out}\n{serve_err}");
+    }
+    assert!(
+        old_exe != 0 && old_exe != new_file && exes.iter().all(|&e| e == new_file),
+        "the new workers do not run the binary on disk: old {old_exe}, file {new_file}, new {exes:?}"
+    );
+    let mut distinct = pids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(
+        distinct.len() == 4 && !pids.contains(&0),
+        "workers {pids:?}\n{serve_err}"
+    );
+    let report: Value = rest
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"rounds\""))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no report from the live client: {rest}{live_err}"));
+    eprintln!("socket transport, live upgrades: workers {pids:?}; the client: {report}");
+    assert!(
+        live_status.success() && report["ok"] == true && report["errors"] == 0,
+        "the live client across upgrades: {report}\n{live_err}\n{serve_err}"
+    );
+    assert!(
+        status.success(),
+        "serve: {status} (3 = leak check failed)\n{serve_err}"
+    );
 }

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod layout;
+pub mod live;
 pub mod nv;
 mod proxy;
 mod replay;

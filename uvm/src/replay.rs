@@ -40,12 +40,12 @@ const QUERIES: &[u32] = &[
 /// What one UVM open did that a replay needs (or cannot do).
 #[derive(Debug, Default)]
 pub(crate) struct UvmRecord {
-    init_flags: Option<u64>,
-    mm_of: Option<OpenId>,
-    gpus: Vec<SavedUvmGpu>,
-    va_spaces: Vec<SavedUvmGpuVaSpace>,
+    pub(crate) init_flags: Option<u64>,
+    pub(crate) mm_of: Option<OpenId>,
+    pub(crate) gpus: Vec<SavedUvmGpu>,
+    pub(crate) va_spaces: Vec<SavedUvmGpuVaSpace>,
     /// Successful state-changing commands replay does not re-create, by name, counted.
-    unreplayable: BTreeMap<&'static str, u64>,
+    pub(crate) unreplayable: BTreeMap<&'static str, u64>,
     /// The tenant was handed the va_space's mmap fd (managed memory).
     pub(crate) mapped: bool,
 }

@@ -28,6 +28,23 @@ pub struct Target {
     pub backend: Arc<dyn Backend>,
 }
 
+/// An mmap ticket in a live upgrade's state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LiveTicket {
+    /// The ticket number.
+    pub ticket: u64,
+    /// Its node (`nvidiactl`, `nvidia0`, `nvidia-uvm`).
+    pub node: String,
+    /// The open file it was issued on.
+    pub fh: u64,
+    /// The thread group that may redeem it.
+    pub tgid: u32,
+    /// The mmap call: addr, len, prot, flags, offset.
+    pub args: [u64; 5],
+    /// Milliseconds it has left.
+    pub left_ms: u64,
+}
+
 /// A bounded number of warnings per minute; the rest go to debug (a hostile tenant must not
 /// flood the admin's log).
 struct WarnLimit {
@@ -58,6 +75,64 @@ impl InstanceMmap {
                 count: 0,
             }),
         })
+    }
+
+    /// The live tickets for a live upgrade: (ticket, node, fh, tgid, args, time left).
+    pub fn export_tickets(&self) -> Vec<LiveTicket> {
+        self.tickets
+            .export(Instant::now())
+            .into_iter()
+            .map(|(id, k, left)| LiveTicket {
+                ticket: id,
+                node: k.target.node.to_string(),
+                fh: k.fh,
+                tgid: k.tgid,
+                args: [
+                    k.args.addr,
+                    k.args.len,
+                    k.args.prot as u32 as u64,
+                    k.args.flags as u32 as u64,
+                    k.args.offset as u64,
+                ],
+                left_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect()
+    }
+
+    /// Takes the tickets of [`InstanceMmap::export_tickets`]; `backend` gives each node's
+    /// backend (a ticket of a node this instance lacks is dropped).
+    pub fn import_tickets(
+        &self,
+        tickets: Vec<LiveTicket>,
+        backend: impl Fn(Node) -> Option<Arc<dyn Backend>>,
+    ) {
+        let now = Instant::now();
+        let list = tickets
+            .into_iter()
+            .filter_map(|t| {
+                let node = Node::parse(&t.node)?;
+                let args = nvproxy_preload_proto::MmapTicketArgs {
+                    addr: t.args[0],
+                    len: t.args[1],
+                    prot: t.args[2] as u32 as i32,
+                    flags: t.args[3] as u32 as i32,
+                    offset: t.args[4] as i64,
+                    ticket: t.ticket,
+                };
+                let k = super::tickets::Ticket {
+                    target: Target {
+                        node,
+                        backend: backend(node)?,
+                    },
+                    fh: t.fh,
+                    tgid: t.tgid,
+                    expires: now,
+                    args,
+                };
+                Some((t.ticket, k, Duration::from_millis(t.left_ms)))
+            })
+            .collect();
+        self.tickets.import(list, now);
     }
 
     fn may_warn(&self) -> bool {

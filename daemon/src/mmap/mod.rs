@@ -31,7 +31,7 @@ mod tickets;
 
 use std::time::Duration;
 
-pub use handler::InstanceMmap;
+pub use handler::{InstanceMmap, LiveTicket};
 pub use inject::{SHIM_NAME, ld_preload_with, node_ids, shim_path};
 pub use socket::MmapSocket;
 pub use tickets::{Refusal, TicketStore};

@@ -1,9 +1,10 @@
 //! [`MmapSocket`]: the per-instance socket that hands redeemed tickets their mapping fd.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::*;
 use crate::seqpacket::{SeqpacketServer, make_private_dir};
@@ -36,6 +37,29 @@ impl MmapSocket {
         })
     }
 
+    /// Serves `mmap` on the listener another worker handed over (a live upgrade).
+    pub fn adopt(mmap: Arc<InstanceMmap>, root: &Path, listener: OwnedFd) -> Result<MmapSocket> {
+        let dir = root.join(&mmap.instance);
+        let name = format!("mmap-{}", mmap.instance);
+        let server =
+            SeqpacketServer::serve_listener(listener, &dir.join(SOCKET_NAME), name, move |conn| {
+                mmap.serve_peer(conn)
+            })?;
+        Ok(MmapSocket {
+            server: Some(server),
+            dir,
+        })
+    }
+
+    /// Stops serving and returns the listener (for [`MmapSocket::adopt`], here again if the
+    /// upgrade fails, or in the new worker); the socket and its directory stay.
+    pub fn suspend(mut self) -> Result<OwnedFd> {
+        let server = self.server.take().context("no server")?;
+        // The directory must stay: forget it so that Drop leaves it.
+        self.dir = PathBuf::new();
+        server.take_listener()
+    }
+
     /// The socket's path on the host.
     pub fn path(&self) -> &Path {
         self.server.as_ref().map_or(Path::new(""), |s| s.path())
@@ -45,6 +69,8 @@ impl MmapSocket {
 impl Drop for MmapSocket {
     fn drop(&mut self) {
         drop(self.server.take());
-        let _ = std::fs::remove_dir(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }

@@ -146,6 +146,29 @@ impl<T: Clone> TicketStore<T> {
         self.lock().map.retain(|_, k| !issued_on(&k.target, k.fh));
     }
 
+    /// The live tickets, with the time each has left (a live upgrade carries them over).
+    pub fn export(&self, now: Instant) -> Vec<(u64, Ticket<T>, Duration)> {
+        self.lock()
+            .map
+            .iter()
+            .filter(|(_, k)| k.expires > now)
+            .map(|(&id, k)| (id, k.clone(), k.expires - now))
+            .collect()
+    }
+
+    /// Takes tickets another store issued ([`TicketStore::export`]), each valid for the time
+    /// it had left (at most this store's ttl); past the bound the rest are dropped.
+    pub fn import(&self, tickets: Vec<(u64, Ticket<T>, Duration)>, now: Instant) {
+        let mut t = self.lock();
+        for (id, mut k, left) in tickets {
+            if id == 0 || t.map.len() >= self.max {
+                continue;
+            }
+            k.expires = now + left.min(self.ttl);
+            t.map.insert(id, k);
+        }
+    }
+
     /// Live tickets.
     #[cfg(test)]
     pub fn outstanding(&self, now: Instant) -> usize {

@@ -169,6 +169,21 @@ enum Scenario {
     },
     /// RM system memory mapped through the shim twice (two RM_MAP_MEMORY contexts), bytes
     /// visible both ways; the handed-over fd refuses a device ioctl.
+    /// Loops until `--stop-file` exists: through two mappings of one RM memory object a
+    /// pattern is written and read back, RM controls run on the session's client, every 7th
+    /// round a new mmap (ticket, socket) of the object, every 10th a whole new session that
+    /// allocates and frees. Any error counts (a live upgrade under it must cause none).
+    Live {
+        /// The driver version to speak.
+        #[arg(long, default_value = "535.261.03")]
+        driver_version: String,
+        /// Stop when this file exists.
+        #[arg(long)]
+        stop_file: PathBuf,
+        /// Stop after this many seconds anyway.
+        #[arg(long, default_value_t = 600)]
+        max_seconds: u64,
+    },
     RmMap {
         /// The driver version to speak.
         #[arg(long, default_value = "535.261.03")]
@@ -396,6 +411,11 @@ fn run(s: Scenario) -> Result<Value, String> {
             expect_fd_ioctl,
         } => rm_map(&driver_version, &expect_fd_ioctl)?,
         Scenario::UvmMap { count } => uvm_map(count)?,
+        Scenario::Live {
+            driver_version,
+            stop_file,
+            max_seconds,
+        } => live(&driver_version, &stop_file, max_seconds)?,
         Scenario::UvmPeek {
             fd,
             addr,
@@ -479,6 +499,129 @@ fn rm_map(version: &str, expect_fd_ioctl: &str) -> Result<Value, String> {
         json!({"scenario": "rm-map", "ok": both_ways && host_ioctl == expect_fd_ioctl,
               "both_ways": both_ways, "host_fd_ioctl": host_ioctl,
               "expect_fd_ioctl": expect_fd_ioctl, "shim_loaded": mmapc::shim_loaded()}),
+    )
+}
+
+fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, String> {
+    let len = 2 * 4096;
+    let mut rm = RmMemory::new(version, len as u64)?;
+    let a = open_node(Path::new("/dev/nvidiactl"), false)?;
+    let b = open_node(Path::new("/dev/nvidiactl"), false)?;
+    let addr_a = rm.map_onto(a.as_raw_fd())?;
+    let addr_b = rm.map_onto(b.as_raw_fd())?;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let map = |f: &File| {
+        Mapping::map(0, len, rw, libc::MAP_SHARED, f.as_raw_fd(), 0)
+            .map_err(|e| format!("mmap: {}", errno_name(e)))
+    };
+    let (ma, mb) = (map(&a)?, map(&b)?);
+    // A UVM va_space with one managed-style range (the cudaMallocManaged pattern).
+    let uvm = open_node(Path::new("/dev/nvidia-uvm"), false)?;
+    let mut p = [0u8; 16];
+    mmapc::uvm_ioctl(&uvm, UVM_INITIALIZE, &mut p)
+        .map_err(|e| format!("UVM_INITIALIZE: {}", errno_name(e)))?;
+    let reservation =
+        Mapping::reserve(2 * MB2).map_err(|e| format!("reserve: {}", errno_name(e)))?;
+    let va = (reservation.addr() + MB2 - 1) & !(MB2 - 1);
+    let managed = Mapping::map(
+        va,
+        MB2,
+        rw,
+        libc::MAP_SHARED | libc::MAP_FIXED,
+        uvm.as_raw_fd(),
+        va as i64,
+    )
+    .map_err(|e| format!("UVM mmap: {}", errno_name(e)))?;
+    println!("{}", json!({"scenario": "live", "started": true}));
+    let start = std::time::Instant::now();
+    let mut errors: Vec<String> = Vec::new();
+    let mut error_count = 0u64;
+    let mut rounds = 0u64;
+    let mut note = |e: String, errors: &mut Vec<String>| {
+        error_count += 1;
+        if errors.len() < 10 {
+            errors.push(e);
+        }
+    };
+    while !stop_file.exists() && start.elapsed() < Duration::from_secs(max_seconds) {
+        rounds += 1;
+        let text = format!("round {rounds:08}");
+        ma.write(100, text.as_bytes());
+        let mut seen = vec![0u8; text.len()];
+        mb.read(100, &mut seen);
+        if seen != text.as_bytes() {
+            note(
+                format!("round {rounds}: the mappings disagree"),
+                &mut errors,
+            );
+        }
+        if let Err(e) = rm.ping() {
+            note(format!("round {rounds}: controls: {e}"), &mut errors);
+        }
+        managed.write(MB2 - 64, text.as_bytes());
+        let mut seen = vec![0u8; text.len()];
+        managed.read(MB2 - 64, &mut seen);
+        let mut v = [0u8; 24];
+        v[0..8].copy_from_slice(&(va as u64).to_ne_bytes());
+        v[8..16].copy_from_slice(&(MB2 as u64).to_ne_bytes());
+        match mmapc::uvm_ioctl(&uvm, UVM_VALIDATE_VA_RANGE, &mut v) {
+            Ok(_) if u32::from_ne_bytes(v[16..20].try_into().expect("4 bytes")) == 0 => {}
+            Ok(_) => note(
+                format!("round {rounds}: UVM_VALIDATE_VA_RANGE status"),
+                &mut errors,
+            ),
+            Err(e) => note(
+                format!("round {rounds}: UVM ioctl: {}", errno_name(e)),
+                &mut errors,
+            ),
+        }
+        if seen != text.as_bytes() {
+            note(
+                format!("round {rounds}: the UVM range lost its bytes"),
+                &mut errors,
+            );
+        }
+        if rounds % 7 == 0 {
+            let r = (|| -> Result<(), String> {
+                let c = open_node(Path::new("/dev/nvidiactl"), false)?;
+                let addr = rm.map_onto(c.as_raw_fd())?;
+                let m = map(&c)?;
+                let mut seen = vec![0u8; text.len()];
+                m.read(100, &mut seen);
+                drop(m);
+                rm.unmap(addr)?;
+                if seen != text.as_bytes() {
+                    return Err("a new mapping shows other bytes".into());
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                note(format!("round {rounds}: new mapping: {e}"), &mut errors);
+            }
+        }
+        if rounds % 10 == 0 {
+            let r = RmMemory::new(version, 4096).and_then(RmMemory::close);
+            if let Err(e) = r {
+                note(format!("round {rounds}: new session: {e}"), &mut errors);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop((ma, mb, managed, reservation));
+    let mut end = Vec::new();
+    for r in [rm.unmap(addr_a), rm.unmap(addr_b)] {
+        if let Err(e) = r {
+            end.push(e);
+        }
+    }
+    if let Err(e) = rm.close() {
+        end.push(e);
+    }
+    let ok = error_count == 0 && end.is_empty() && rounds > 0 && stop_file.exists();
+    Ok(
+        json!({"scenario": "live", "ok": ok, "rounds": rounds, "errors": error_count,
+              "first_errors": errors, "teardown_errors": end,
+              "stopped_by_file": stop_file.exists()}),
     )
 }
 

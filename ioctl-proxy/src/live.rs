@@ -1,0 +1,427 @@
+//! A serving proxy's state handed to another process (a live upgrade of the worker).
+//!
+//! Unlike a checkpoint (`checkpoint.rs`), which records what to *re-create* on a fresh driver,
+//! this moves the state of a proxy whose driver keeps everything: the same host files (the
+//! real driver's fds travel with `SCM_RIGHTS`, a simulated driver process's by handle,
+//! [`HostFile::hand_over`]), the same RM handles, the same open ids (the kernel's CUSE `fh`
+//! of each open file). Nothing is refused for being unreplayable: channels, mmap contexts and
+//! DMA mappings stay in the driver as they are. The new proxy is built as usual
+//! ([`Proxy::new`]) and takes the tables over ([`Proxy::adopt_live`]) before it serves.
+//!
+//! The caller guarantees no request runs on the exporting proxy (the CUSE sessions are
+//! suspended); the export holds the RM mutation lock besides.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use host_driver::{HandedFile, HostFile};
+
+use crate::audit::CountRow;
+use crate::checkpoint::{SavedClient, SavedNode, SavedOsEvent};
+use crate::error::ProxyError;
+use crate::mapping::MappingSlot;
+use crate::objects::{Client, Object, OwnerId};
+use crate::policy::{InstancePolicy, Mode};
+use crate::proxy::{Node, OpenFile, OpenRecord, Proxy, lock};
+
+/// One frontend open while it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveOpen {
+    /// Its id (the CUSE `fh` the kernel keeps for the client's open file).
+    pub id: u64,
+    /// Its node, in the tenant's numbering.
+    pub node: SavedNode,
+    /// Its host file: an index into the handed files.
+    pub host: usize,
+    /// Its mapping host file, if it was ever an mmap target: an index into the handed files.
+    #[serde(default)]
+    pub mapping: Option<usize>,
+    /// The mapping file holds an mmap context.
+    #[serde(default)]
+    pub context: bool,
+    /// `NV_ESC_REGISTER_FD`'s control open.
+    #[serde(default)]
+    pub registered_ctl: Option<u64>,
+    /// GPU ids attached (host ids).
+    #[serde(default)]
+    pub attached: Option<Vec<u32>>,
+    /// OS events registered on it.
+    #[serde(default)]
+    pub os_events: Vec<SavedOsEvent>,
+    /// More OS events than recorded.
+    #[serde(default)]
+    pub os_events_overflow: bool,
+}
+
+/// A frontend proxy's tables while it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveProxy {
+    /// The next open id to give.
+    pub next_open: u64,
+    /// The frontend opens.
+    pub opens: Vec<LiveOpen>,
+    /// The RM clients and their objects (with their records, so a later checkpoint works).
+    pub clients: Vec<SavedClient>,
+    /// Device instance → GPU id learned from the driver's answers.
+    #[serde(default)]
+    pub devices: Vec<(u32, u32)>,
+    /// Live `RM_MAP_MEMORY_DMA` mappings: (client, hDma, hMemory, count).
+    #[serde(default)]
+    pub dma_maps: Vec<(u32, u32, u32, u32)>,
+    /// More DMA mappings than tracked.
+    #[serde(default)]
+    pub dma_overflow: bool,
+    /// Client handle translations of an earlier restore: (tenant, host).
+    #[serde(default)]
+    pub clients_map: Vec<(u32, u32)>,
+    /// The instance's audit counts.
+    #[serde(default)]
+    pub counts: Vec<CountRow>,
+}
+
+/// An instance's policy as it was served (a live upgrade keeps it: the new worker serves what
+/// the old one did, whatever its configuration files say now).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePolicy {
+    /// The instance.
+    pub name: String,
+    /// Capability names.
+    pub caps: Vec<String>,
+    /// Host minors in the tenant's order.
+    pub gpus: Vec<u32>,
+    /// `enforce` or `audit`.
+    pub mode: String,
+    /// Allowed beyond the caps.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Denied although the caps allow.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Allowlist-only entries.
+    #[serde(default)]
+    pub only: Option<Vec<String>>,
+    /// `uvm_mmap`.
+    pub uvm_mmap: bool,
+    /// Quotas: open files, objects, in flight.
+    pub quotas: [usize; 3],
+}
+
+impl LivePolicy {
+    /// The policy `p` as the state carries it.
+    pub fn of(p: &InstancePolicy) -> LivePolicy {
+        LivePolicy {
+            name: p.name.clone(),
+            caps: p.caps.names().map(str::to_owned).collect(),
+            gpus: p.gpus.clone(),
+            mode: match p.mode {
+                Mode::Enforce => "enforce".into(),
+                Mode::Audit => "audit".into(),
+            },
+            allow: p.allow.iter().cloned().collect(),
+            deny: p.deny.iter().cloned().collect(),
+            only: p.only.as_ref().map(|o| o.iter().cloned().collect()),
+            uvm_mmap: p.uvm_mmap,
+            quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
+        }
+    }
+
+    /// The policy again; an unknown capability or mode is refused.
+    pub fn to_policy(&self) -> Result<InstancePolicy, ProxyError> {
+        let mut caps = nvproxy_abi::Caps::NONE;
+        for c in &self.caps {
+            caps = caps.union(
+                nvproxy_abi::Caps::from_name(c)
+                    .ok_or_else(|| bad(format!("unknown capability {c:?}")))?,
+            );
+        }
+        let mut p = InstancePolicy::new(self.name.clone(), caps, self.gpus.clone());
+        p.mode = match self.mode.as_str() {
+            "enforce" => Mode::Enforce,
+            "audit" => Mode::Audit,
+            m => return Err(bad(format!("unknown mode {m:?}"))),
+        };
+        p.allow = self.allow.iter().cloned().collect();
+        p.deny = self.deny.iter().cloned().collect();
+        p.only = self.only.as_ref().map(|o| o.iter().cloned().collect());
+        p.uvm_mmap = self.uvm_mmap;
+        p.quotas = crate::policy::Quotas {
+            open_files: self.quotas[0],
+            objects: self.quotas[1],
+            in_flight: self.quotas[2],
+        };
+        Ok(p)
+    }
+}
+
+fn saved_node(n: Node) -> Option<SavedNode> {
+    match n {
+        Node::Ctl => Some(SavedNode::Ctl),
+        Node::Gpu(i) => Some(SavedNode::Gpu(i)),
+        Node::Uvm => None,
+    }
+}
+
+fn bad(what: String) -> ProxyError {
+    ProxyError::Config(format!("live state: {what}"))
+}
+
+/// Takes file `i` of `files` (each may be taken once).
+pub fn take_file(files: &mut [Option<HandedFile>], i: usize) -> Result<HandedFile, ProxyError> {
+    files
+        .get_mut(i)
+        .and_then(Option::take)
+        .ok_or_else(|| bad(format!("host file {i} missing or named twice")))
+}
+
+impl Proxy {
+    /// The proxy's tables and its host files, handed over (each file stays this process's
+    /// too). Fails when the driver cannot hand its files to another process (a simulated
+    /// driver inside this process).
+    pub fn export_live(&self) -> Result<(LiveProxy, Vec<HandedFile>), ProxyError> {
+        let _rm = self.rm_lock();
+        let mut files = Vec::new();
+        let mut push = |f: &Arc<dyn HostFile>| -> Result<usize, ProxyError> {
+            files.push(f.hand_over().map_err(|e| {
+                ProxyError::Config(format!(
+                    "the driver cannot hand its files to another process ({e}); a live \
+                     upgrade needs the host driver or a simulated driver process \
+                     ([sim] process = true)"
+                ))
+            })?);
+            Ok(files.len() - 1)
+        };
+        let mut opens = Vec::new();
+        for (&id, f) in self.opens().iter() {
+            let Some(node) = saved_node(f.node) else {
+                continue;
+            };
+            let host = push(&f.host)?;
+            let (mfile, context) = lock(&f.mapping).live_parts();
+            let mapping = match &mfile {
+                Some(m) => Some(push(m)?),
+                None => None,
+            };
+            let rec = lock(&f.record).clone();
+            opens.push(LiveOpen {
+                id: id.0,
+                node,
+                host,
+                mapping,
+                context,
+                registered_ctl: rec.registered_ctl.map(|o| o.0),
+                attached: rec.attached,
+                os_events: rec
+                    .os_events
+                    .iter()
+                    .map(|&(h_client, h_device, o)| SavedOsEvent {
+                        h_client,
+                        h_device,
+                        fd_open: o.0,
+                    })
+                    .collect(),
+                os_events_overflow: rec.os_events_overflow,
+            });
+        }
+        opens.sort_by_key(|o| o.id);
+        let clients = self
+            .objects()
+            .clients
+            .iter()
+            .map(|(&h, c)| {
+                let mut objects: Vec<_> = c
+                    .objects
+                    .iter()
+                    .map(|(&oh, o)| crate::checkpoint::SavedObject {
+                        handle: oh,
+                        parent: o.parent,
+                        class: o.class,
+                        deps: o.deps.clone(),
+                        origin: o.origin.clone(),
+                    })
+                    .collect();
+                objects.sort_by_key(|o| o.handle);
+                SavedClient {
+                    handle: h,
+                    owner: c.owner.0,
+                    class: c.class,
+                    origin: c.origin.clone(),
+                    objects,
+                }
+            })
+            .collect();
+        let (dma_maps, dma_overflow) = {
+            let d = lock(&self.dma_maps);
+            (
+                d.live.iter().map(|(&(c, a, m), &n)| (c, a, m, n)).collect(),
+                d.overflow,
+            )
+        };
+        let live = LiveProxy {
+            next_open: self.next_open.load(std::sync::atomic::Ordering::Acquire),
+            opens,
+            clients,
+            devices: lock(&self.devices).iter().map(|(&a, &b)| (a, b)).collect(),
+            dma_maps,
+            dma_overflow,
+            clients_map: lock(&self.clients_map)
+                .to_host
+                .iter()
+                .map(|(&t, &h)| (t, h))
+                .collect(),
+            counts: self.counts.snapshot(),
+        };
+        Ok((live, files))
+    }
+
+    /// Takes over the tables of [`Proxy::export_live`] on a proxy that has served nothing yet,
+    /// adopting the host files from `files` (by index; the rest, e.g. the UVM proxy's, are
+    /// left). Checked as far as the tables' own rules go (unique ids and handles, parents and
+    /// dependencies present, owners among the opens, each file used once) before any file is
+    /// adopted; on an error the proxy must be dropped (it adopted nothing: a file it had
+    /// adopted when the driver refused another is forgotten, never closed).
+    pub fn adopt_live(
+        &self,
+        live: LiveProxy,
+        files: &mut [Option<HandedFile>],
+    ) -> Result<(), ProxyError> {
+        let _rm = self.rm_lock();
+        if !self.opens().is_empty() || !self.objects().clients.is_empty() {
+            return Err(bad("the proxy already serves".into()));
+        }
+        // Everything is checked before the first file is adopted: an adopted file dropped
+        // here would close the driver's file, which the old worker still serves.
+        let mut nodes = Vec::with_capacity(live.opens.len());
+        let mut ids = std::collections::BTreeSet::new();
+        let mut used = std::collections::BTreeSet::new();
+        for o in &live.opens {
+            let node = match o.node {
+                SavedNode::Ctl => Node::Ctl,
+                SavedNode::Gpu(i) if (i as usize) < self.gpus.len() => Node::Gpu(i),
+                SavedNode::Gpu(i) => return Err(bad(format!("open {}: no GPU {i}", o.id))),
+            };
+            if o.id == 0 || o.id >= live.next_open || !ids.insert(o.id) {
+                return Err(bad(format!(
+                    "open id {} is 0, taken or past next_open",
+                    o.id
+                )));
+            }
+            for i in std::iter::once(o.host).chain(o.mapping) {
+                if files.get(i).is_none_or(Option::is_none) || !used.insert(i) {
+                    return Err(bad(format!("host file {i} missing or named twice")));
+                }
+            }
+            nodes.push(node);
+        }
+        let mut table = crate::objects::ObjectTable::new();
+        for c in live.clients {
+            let mut objects = std::collections::HashMap::new();
+            for o in c.objects {
+                if objects
+                    .insert(
+                        o.handle,
+                        Object {
+                            parent: o.parent,
+                            class: o.class,
+                            deps: o.deps,
+                            origin: o.origin,
+                        },
+                    )
+                    .is_some()
+                {
+                    return Err(bad(format!(
+                        "object {:#x} of client {:#x} twice",
+                        o.handle, c.handle
+                    )));
+                }
+            }
+            // Owners are frontend opens; a UVM open never allocates RM clients.
+            if !ids.contains(&c.owner) {
+                return Err(bad(format!(
+                    "client {:#x}: owner open {} unknown",
+                    c.handle, c.owner
+                )));
+            }
+            table
+                .insert_live_client(
+                    c.handle,
+                    Client {
+                        owner: OwnerId(c.owner),
+                        class: c.class,
+                        origin: c.origin,
+                        objects,
+                    },
+                )
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        let mut opens = std::collections::HashMap::new();
+        for (o, node) in live.opens.iter().zip(nodes) {
+            let adopted = (|| -> Result<_, ProxyError> {
+                let host = self
+                    .host
+                    .adopt(take_file(files, o.host)?)
+                    .map_err(ProxyError::Host)?;
+                let mapping = match o.mapping {
+                    Some(i) => Some(
+                        self.host
+                            .adopt(take_file(files, i)?)
+                            .map_err(ProxyError::Host)?,
+                    ),
+                    None => None,
+                };
+                Ok((host, mapping))
+            })();
+            let (host, mapping) = match adopted {
+                Ok(x) => x,
+                Err(e) => {
+                    // Not dropped: they are the old worker's files still.
+                    std::mem::forget(opens);
+                    return Err(e);
+                }
+            };
+            let record = OpenRecord {
+                registered_ctl: o.registered_ctl.map(OwnerId),
+                attached: o.attached.clone(),
+                os_events: o
+                    .os_events
+                    .iter()
+                    .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
+                    .collect(),
+                os_events_overflow: o.os_events_overflow,
+            };
+            opens.insert(
+                OwnerId(o.id),
+                Arc::new(OpenFile {
+                    node,
+                    host,
+                    mapping: Mutex::new(MappingSlot::from_live(mapping, o.context)),
+                    record: Mutex::new(record),
+                }),
+            );
+        }
+        for _ in 0..opens.len() {
+            if let Err(e) = self.take_open_slot() {
+                std::mem::forget(opens);
+                return Err(e);
+            }
+        }
+        *self.opens() = opens;
+        *self.objects() = table;
+        self.bump_open_ids(live.next_open);
+        lock(&self.devices).extend(live.devices);
+        {
+            let mut d = lock(&self.dma_maps);
+            d.live = live
+                .dma_maps
+                .iter()
+                .map(|&(c, a, m, n)| ((c, a, m), n))
+                .collect();
+            d.overflow = live.dma_overflow;
+        }
+        for (t, h) in live.clients_map {
+            self.map_client(t, h);
+        }
+        self.counts.add_rows(&live.counts);
+        Ok(())
+    }
+}
