@@ -235,6 +235,13 @@ fn vm_error(e: std::io::Error) -> MemError {
 }
 
 impl ClientMemory for VmMemory {
+    /// `pidfd_getfd` of the calling thread's fd (the same open file, the caller's access mode).
+    fn client_fd(&mut self, fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        let pidfd = sys::pidfd_open_thread(self.tid)?;
+        sys::pidfd_getfd(pidfd.as_fd(), fd)
+    }
+
     fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
         let mut buf = vec![0u8; len];
         self.read_into(addr, &mut buf)?;

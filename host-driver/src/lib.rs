@@ -61,6 +61,23 @@ pub struct HostCall {
     pub nested: Vec<NestedBuf>,
 }
 
+/// Client memory a call names by address and the driver is to use in place
+/// (`NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`: the driver pins the pages at `pMemory` in the *calling*
+/// process, which is the daemon). The client's pages at that address are a shared mapping of
+/// `file` from offset 0 (the in-container shim puts them there); the backend uses the file's
+/// pages instead of any address: the real driver gets the address of the daemon's own shared
+/// mapping of `file` in the pointer field, `nvsim` reads and writes `file`.
+#[derive(Debug, Clone)]
+pub struct ClientPages {
+    /// The file whose first `len` bytes are the pages (a dup of the client's own fd, so its
+    /// access mode is the client's: read-only stays read-only).
+    pub file: Arc<std::fs::File>,
+    /// Bytes from offset 0 that the call covers (`limit + 1`).
+    pub len: u64,
+    /// Offset in [`HostCall::params`] of the 8-byte address field that names the pages.
+    pub ptr_offset: usize,
+}
+
 /// A file the daemon holds open on a host node.
 pub trait HostFile: Send + Sync + std::fmt::Debug {
     /// The node this file is open on.
@@ -79,6 +96,15 @@ pub trait HostFile: Send + Sync + std::fmt::Debug {
     /// (the file cannot be mapped).
     fn mmap_fd(&self) -> io::Result<(std::os::fd::OwnedFd, u64)> {
         Err(io::Error::from_raw_os_error(libc::ENODEV))
+    }
+
+    /// Performs `call`, whose pointer field at `pages.ptr_offset` names client memory the driver
+    /// keeps using after the call (OS-descriptor memory): the backend points it at `pages`
+    /// instead. The pages stay in use until the object the call creates is freed. Default:
+    /// `EOPNOTSUPP` (the backend cannot use client pages).
+    fn ioctl_with_pages(&self, call: &mut HostCall, pages: &ClientPages) -> io::Result<i32> {
+        let _ = (call, pages);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
     /// This file as another process of the daemon can take it over ([`HostDriver::adopt`]):

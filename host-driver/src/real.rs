@@ -18,7 +18,7 @@ use nvproxy_abi::DriverVersion;
 use nvproxy_abi::ioctl::ioc_size;
 
 use crate::restricted::open_restricted;
-use crate::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
+use crate::{ClientPages, HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
 
 /// Writes the address of every nested buffer (as `addr_of` gives it) into its parent at its
 /// offset. Fails, touching nothing, if a parent index is out of range or the buffer itself, or
@@ -282,6 +282,47 @@ impl HostFile for RealHostFile {
             return Err(io::Error::last_os_error());
         }
         Ok(ret)
+    }
+
+    /// Maps `pages.file` shared and read-write into the daemon (the access mode of the client's
+    /// own fd decides: a read-only one fails here with `EACCES`), points the call's address
+    /// field at that mapping, and issues the call: the driver pins the file's pages, which are
+    /// the client's own. The daemon's mapping is removed after the call; the driver holds the
+    /// pages pinned (`os_lock_user_pages`), not the mapping.
+    fn ioctl_with_pages(&self, call: &mut HostCall, pages: &ClientPages) -> io::Result<i32> {
+        let len = usize::try_from(pages.len)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if pages.file.metadata()?.len() < pages.len {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let end = pages
+            .ptr_offset
+            .checked_add(8)
+            .filter(|&e| e <= call.params.len())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a new shared mapping chosen by the kernel (no MAP_FIXED, so nothing of ours
+        // is replaced) of `len` bytes of a file we hold open for the call; the result is
+        // checked before use and the mapping is removed below, whatever the ioctl returns.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                pages.file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        call.params[pages.ptr_offset..end].copy_from_slice(&(addr as u64).to_ne_bytes());
+        let ret = self.ioctl(call);
+        // SAFETY: exactly the mapping made above, which nothing else refers to.
+        unsafe { libc::munmap(addr, len) };
+        ret
     }
 }
 

@@ -29,6 +29,7 @@ mod mapping;
 pub mod memory;
 mod nv;
 pub mod objects;
+mod osdesc;
 mod plan;
 pub mod policy;
 mod proxy;

@@ -38,6 +38,15 @@ pub trait ClientMemory {
     /// until [`ClientMemory::flush`] (and must then make buffered writes before a later read).
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
 
+    /// A duplicate of the caller's file descriptor `fd` (`pidfd_getfd`: the same open file,
+    /// with the caller's access mode), for a call that hands the driver the caller's own pages
+    /// as a file (OS-descriptor memory, `osdesc.rs`). Default: `EOPNOTSUPP` (a transport that
+    /// cannot reach the caller's fd table, such as the retry transport).
+    fn client_fd(&mut self, fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+        let _ = fd;
+        Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+
     /// Makes the writes a transport buffered (so that one ioctl's write-backs cost one
     /// syscall). Called after the last write of a request; a write that faults is reported
     /// here. Default: nothing is buffered.

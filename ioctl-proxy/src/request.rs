@@ -355,6 +355,9 @@ impl<'a> Req<'a> {
         let mut nr = u32::from(ioc_nr(cmd));
         self.note.number = nr;
         self.note.name = Cow::Borrowed("");
+        if cmd == nvproxy_preload_proto::NVPROXY_IOC_ALLOC_OS_DESCRIPTOR {
+            return self.alloc_os_descriptor(arg);
+        }
         if ioc_type(cmd) != NV_IOCTL_MAGIC {
             self.set_decision(Decision::Denied, "not an NVIDIA ioctl");
             return Err(ProxyError::NotNvidia { cmd });
@@ -808,7 +811,8 @@ impl<'a> Req<'a> {
     /// - `NV01_MEMORY_LOCAL_USER` and `NV01_MEMORY_SYSTEM` without mapping: the driver ignores
     ///   `fd`; the host sees -1;
     /// - `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`: pins pages at `pMemory` in the *calling process*,
-    ///   the daemon: never forwarded (`NV_ERR_NOT_SUPPORTED`);
+    ///   the daemon: never forwarded (`NV_ERR_NOT_SUPPORTED`); the shim asks with
+    ///   `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR` and the pages as a file instead (`osdesc.rs`);
     /// - anything else: `NV_ERR_INVALID_CLASS`.
     fn rm_alloc_memory(&mut self, addr: u64) -> Result<i32, ProxyError> {
         type P = nv_ioctl_nvos02_parameters_with_fd;

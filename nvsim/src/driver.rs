@@ -97,6 +97,9 @@ pub(crate) enum Kind {
     Channel { id: u64, h_ctxshare: u32 },
     /// An engine object (compute, copy) on channel `channel`.
     EngineObject { channel: u64 },
+    /// `GT200_DEBUGGER` (`KernelSMDebuggerSession`) of GPU `gpu` on compute object
+    /// `h_object`, a dependant of it (the debugger session `_ShareDebugger` makes).
+    Debugger { gpu: usize, h_object: u32 },
 }
 
 impl Kind {
@@ -109,6 +112,7 @@ impl Kind {
             }
             // kchannelConstruct: of its context share (and TSG, its parent here).
             Kind::Channel { h_ctxshare, .. } => h_ctxshare == h,
+            Kind::Debugger { h_object, .. } => h_object == h,
             _ => false,
         }
     }
@@ -566,6 +570,15 @@ impl HostFile for SimFile {
 
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
         crate::escape::ioctl(&self.driver, self.id, self.node, call)
+    }
+
+    /// OS-descriptor memory backed by the client's file (`memory.rs` `alloc_os_descriptor`).
+    fn ioctl_with_pages(
+        &self,
+        call: &mut HostCall,
+        pages: &host_driver::ClientPages,
+    ) -> io::Result<i32> {
+        crate::escape::ioctl_with_pages(&self.driver, self.id, self.node, call, pages)
     }
 
     /// A dup of the memfd behind the memory this file's mmap context names, and the context's

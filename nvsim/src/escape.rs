@@ -36,6 +36,46 @@ const NOT_SUPPORTED_ESCAPES: &[(u8, bool, usize)] = &[
     (NV_ESC_EXPORT_TO_DMABUF_FD, false, 8), // status 8 before the end (2600 or 2608)
 ];
 
+/// [`HostFile::ioctl_with_pages`](host_driver::HostFile::ioctl_with_pages) on file `file`:
+/// only `NV_ESC_RM_ALLOC_MEMORY` of OS-descriptor memory names client pages (`EINVAL` for
+/// anything else), with the checks of the plain escape before it.
+pub(crate) fn ioctl_with_pages(
+    drv: &SimDriver,
+    file: i32,
+    node: NodeKind,
+    call: &mut HostCall,
+    pages: &host_driver::ClientPages,
+) -> io::Result<i32> {
+    let size = size_of::<nv_ioctl_nvos02_parameters_with_fd>();
+    if ioc_nr(call.cmd) != NV_ESC_RM_ALLOC_MEMORY
+        || ioc_size(call.cmd) as usize != size
+        || call.params.len() != size
+        || pages.ptr_offset
+            != std::mem::offset_of!(nv_ioctl_nvos02_parameters_with_fd, params)
+                + std::mem::offset_of!(nvproxy_abi::structs::NVOS02_PARAMETERS, pMemory)
+    {
+        return Err(errno(EINVAL));
+    }
+    // NV_ACTUAL_DEVICE_ONLY: a GPU node.
+    if !matches!(node, NodeKind::Gpu(_)) {
+        return Err(errno(EINVAL));
+    }
+    let mut st = drv.lock();
+    let os_info = caller_os_info(&st, file)?;
+    crate::memory::alloc_os_descriptor(drv, &mut st, os_info, call, Loc::Params, pages)
+}
+
+/// The `clientOSInfo` of an ioctl on `file` (its control file once registered); `EBADF` for an
+/// unknown file, `EACCES` for a mapping file (one opened under Landlock with device ioctls
+/// denied).
+fn caller_os_info(st: &crate::driver::State, file: i32) -> io::Result<i32> {
+    let f = st.files.get(&file).ok_or_else(|| errno(EBADF))?;
+    if f.mapping {
+        return Err(errno(EACCES));
+    }
+    Ok(f.ctl.unwrap_or(file))
+}
+
 /// One ioctl on file `file` (open on `node`).
 pub(crate) fn ioctl(
     drv: &SimDriver,
@@ -71,14 +111,7 @@ pub(crate) fn ioctl(
     };
     let ctl = node == NodeKind::Ctl;
     let mut st = drv.lock();
-    let Some(f) = st.files.get(&file) else {
-        return Err(errno(EBADF));
-    };
-    if f.mapping {
-        // A mapping file stands for one opened under Landlock with device ioctls denied.
-        return Err(errno(EACCES));
-    }
-    let os_info = f.ctl.unwrap_or(file);
+    let os_info = caller_os_info(&st, file)?;
     let ok = Ok(0);
     match nr {
         NV_ESC_CARD_INFO => {

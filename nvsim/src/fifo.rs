@@ -594,6 +594,14 @@ pub mod cmd {
     pub const MC_SERVICE_INTERRUPTS: u32 = 0x2080_1702;
     /// `NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST` (two embedded `u32` arrays).
     pub const DEVICE_FIFO_GET_CHANNELLIST: u32 = 0x0080_170d;
+    /// `NV906F_CTRL_CMD_RESET_CHANNEL`.
+    pub const RESET_CHANNEL: u32 = 0x906f_0102;
+    /// `NV83DE_CTRL_CMD_DEBUG_SET_MODE_MMU_DEBUG`.
+    pub const DEBUG_SET_MODE_MMU_DEBUG: u32 = 0x83de_0307;
+    /// `NV83DE_CTRL_CMD_DEBUG_SET_EXCEPTION_MASK`.
+    pub const DEBUG_SET_EXCEPTION_MASK: u32 = 0x83de_0309;
+    /// `NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE`.
+    pub const GR_SET_CTXSW_PREEMPTION_MODE: u32 = 0x2080_1210;
     /// `NVA06C_CTRL_CMD_GPFIFO_SCHEDULE`.
     pub const TSG_GPFIFO_SCHEDULE: u32 = 0xa06c_0101;
     /// `NVA06C_CTRL_CMD_SET_TIMESLICE`.
@@ -717,6 +725,35 @@ pub(crate) fn control(
             c.put(12, &engine);
             NV_OK
         }
+        (cmd::RESET_CHANNEL, Kind::Channel { .. }) => {
+            // kchannelCtrlCmdResetChannel: {engineID, subdeviceInstance, resetReason}; a
+            // reason past NV906F_CTRL_CMD_RESET_CHANNEL_REASON_ENUM_MAX (3) from a client is
+            // NV_ERR_INVALID_PARAMETER; the reset itself is GSP's (not public). The simulated
+            // engines hold no state between pushbuffers, so there is nothing to reset; a
+            // channel error already raised stays (RC: the client frees the channel).
+            let reason: u32 = c.get(8).unwrap_or(u32::MAX);
+            if reason >= 3 {
+                return Some(NV_ERR_INVALID_PARAMETER);
+            }
+            NV_OK
+        }
+        (cmd::DEBUG_SET_EXCEPTION_MASK, Kind::Debugger { .. }) => {
+            // {exceptionMask}: NV83DE_CTRL_DEBUG_SET_EXCEPTION_MASK_* bits within _ALL
+            // (0xffff). Which SM exceptions raise debug events; no SM ever raises one here.
+            let mask: u32 = c.get(0).unwrap_or(u32::MAX);
+            if mask & !0xffff != 0 {
+                return Some(NV_ERR_INVALID_ARGUMENT);
+            }
+            NV_OK
+        }
+        (cmd::DEBUG_SET_MODE_MMU_DEBUG, Kind::Debugger { .. }) => {
+            // {action}: _ENABLE (1) or _DISABLE (2).
+            let action: u32 = c.get(0).unwrap_or(0);
+            if !matches!(action, 1 | 2) {
+                return Some(NV_ERR_INVALID_ARGUMENT);
+            }
+            NV_OK
+        }
         (cmd::GET_WORK_SUBMIT_TOKEN, Kind::Channel { id, .. }) => {
             let Some(ch) = st.fifo.channels.get(&id) else {
                 return Some(NV_ERR_INVALID_CHANNEL);
@@ -809,6 +846,9 @@ pub(crate) fn subdevice_control(
         // there is nothing to service, and the driver's answer is NV_OK.
         return Some(NV_OK);
     }
+    if command == cmd::GR_SET_CTXSW_PREEMPTION_MODE {
+        return Some(set_ctxsw_preemption_mode(st, c, h_client));
+    }
     if command != cmd::GR_GET_CTX_BUFFER_SIZE {
         return None;
     }
@@ -831,4 +871,51 @@ pub(crate) fn subdevice_control(
     }
     c.put(8, &0u64);
     Some(NV_OK)
+}
+
+/// `NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE` ({flags, hChannel, gfxpPreemptMode,
+/// cilpPreemptMode, grRouteInfo}): `subdeviceCtrlCmdKGrSetCtxswPreemptionMode` routes it to
+/// GSP firmware, whose code is not public, so only what the header defines is checked: the
+/// channel (or a TSG with channels, for its channels) must have a GR context (as
+/// `GR_GET_CTX_BUFFER_SIZE`: `NV_ERR_INVALID_CHANNEL` for no channel, `NV_ERR_OBJECT_NOT_FOUND`
+/// for one without GR); a mode the flags select must be
+/// one of the defined values (`NV_ERR_INVALID_ARGUMENT`); graphics preemption (`GFXP`) on the
+/// simulated compute-only H100 is what the header's "does not support preemption context switch
+/// mode changes" means: `NV_ERR_NOT_SUPPORTED`. The compute mode (WFI, CTA, CILP) is accepted
+/// and has no effect: nothing runs on SMs to be preempted.
+fn set_ctxsw_preemption_mode(st: &State, c: &mut crate::control::Ctx<'_>, h_client: u32) -> u32 {
+    let (Some(flags), Some(h), Some(gfxp), Some(cilp)) = (
+        c.get::<u32>(0),
+        c.get::<u32>(4),
+        c.get::<u32>(8),
+        c.get::<u32>(12),
+    ) else {
+        return NV_ERR_INVALID_ARGUMENT;
+    };
+    // A channel, or a TSG (kchannelGetFromDualHandle: a TSG handle stands for its channels).
+    let objects = st.clients.get(&h_client).map(|cl| &cl.objects);
+    let engine = match objects.and_then(|o| o.get(&h)).map(|o| &o.kind) {
+        Some(Kind::Channel { id, .. }) => st.fifo.channels.get(id).map(|ch| ch.engine_type),
+        Some(Kind::ChannelGroup { id, .. }) => st
+            .fifo
+            .tsgs
+            .get(id)
+            .filter(|t| t.channels > 0)
+            .map(|t| t.engine_type),
+        _ => None,
+    };
+    let Some(engine) = engine else {
+        return NV_ERR_INVALID_CHANNEL;
+    };
+    if !is_gr(engine) {
+        return NV_ERR_OBJECT_NOT_FOUND;
+    }
+    let (cilp_set, gfxp_set) = (flags & 1 != 0, flags & 2 != 0);
+    if (cilp_set && cilp > 2) || (gfxp_set && gfxp > 2) {
+        return NV_ERR_INVALID_ARGUMENT;
+    }
+    if gfxp_set {
+        return NV_ERR_NOT_SUPPORTED;
+    }
+    NV_OK
 }

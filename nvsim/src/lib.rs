@@ -40,7 +40,8 @@
 //!   `REGISTER_FD`, `ATTACH_GPUS_TO_FD`, `ALLOC_OS_EVENT`, `FREE_OS_EVENT`, `STATUS_CODE`,
 //!   `WAIT_OPEN_COMPLETE` (550+), `RM_ALLOC` (NVOS21 and NVOS64), `RM_ALLOC_OBJECT`, `RM_FREE`,
 //!   `RM_CONTROL`, `RM_DUP_OBJECT`, `RM_SHARE`, `RM_MAP_MEMORY`, `RM_UNMAP_MEMORY`,
-//!   `RM_ALLOC_MEMORY` (`NV01_MEMORY_SYSTEM` only), and `NV_ESC_IOCTL_XFER_CMD` around any of
+//!   `RM_ALLOC_MEMORY` (`NV01_MEMORY_SYSTEM`, and `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR` backed by
+//!   the client's own file through `HostFile::ioctl_with_pages`), and `NV_ESC_IOCTL_XFER_CMD` around any of
 //!   them.
 //! - Memory the CPU can see: memory objects are backed by memfds (created when first mapped or
 //!   written); `RM_MAP_MEMORY` checks the range and the target file as the driver does and
@@ -77,7 +78,10 @@
 //!   space (UVM external mappings and managed memory, backed by memfds): host semaphores,
 //!   non-stall interrupts (counted on the OS events), the copy engine's copies and memsets,
 //!   the compute class' inline-to-memory and report semaphores; other compute methods are
-//!   recorded; a compute launch raises the channel error a faulting launch raises (no SMs).
+//!   recorded; a compute launch raises the channel error a faulting launch raises (no SMs);
+//!   SM debugger sessions (`GT200_DEBUGGER`) and their exception-mask / MMU-debug controls,
+//!   OS events on channels, engine objects and debugger sessions, the compute preemption
+//!   mode and channel resets, recorded without effect (nothing runs on SMs).
 //! - `RM_UPDATE_DEVICE_MAPPING_INFO` (a CPU mapping's new address).
 //! - `RM_VID_HEAP_CONTROL`'s `ALLOC_SIZE`, translated onto `RM_ALLOC` as the driver does.
 //! - Legacy GSS controls (answered by GSP firmware on a real GPU): only those whose firmware
@@ -96,7 +100,7 @@
 //! channels without a TSG; the other memory escapes
 //! (`RM_VID_HEAP_CONTROL` functions other than `ALLOC_SIZE`, DMA mapping, dma-buf export,
 //! `RM_ALLOC_MEMORY` of classes other than
-//! `NV01_MEMORY_SYSTEM`, `RM_MAP_MEMORY_DMA` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
+//! `NV01_MEMORY_SYSTEM` (and OS descriptors without the client's pages), `RM_MAP_MEMORY_DMA` answer `NV_ERR_NOT_SUPPORTED` in their status); register (device,
 //! subdevice) mappings and the driver's `mmap`-time checks on the VMA (see `memory.rs`);
 //! classes other than clients, device, subdevice,
 //! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER`, `FERMI_VASPACE_A`,

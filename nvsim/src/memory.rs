@@ -28,7 +28,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use host_driver::{HostCall, NodeKind};
+use host_driver::{ClientPages, HostCall, NodeKind};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 use nvproxy_abi::structs::{
     NV_MEMORY_ALLOCATION_PARAMS, NVOS33_PARAMETERS, NVOS34_PARAMETERS,
@@ -66,6 +66,12 @@ const NVOS02_FLAGS_LOCATION_SHIFT: u32 = 8;
 const NVOS02_FLAGS_ALLOC_SHIFT: u32 = 16;
 /// `NVOS02_FLAGS_MAPPING` (bits 31:30): `_DEFAULT` 0, `_NO_MAP` 1, `_NEVER_MAP` 2.
 const NVOS02_FLAGS_MAPPING_SHIFT: u32 = 30;
+/// `NVOS02_FLAGS_PHYSICALITY` (bits 7:4); `_CONTIGUOUS` is 0.
+const NVOS02_FLAGS_PHYSICALITY_SHIFT: u32 = 4;
+/// `NVOS02_FLAGS_COHERENCY` (bits 15:12): `_UNCACHED` 0, `_CACHED` 1, `_WRITE_BACK` 5.
+const NVOS02_FLAGS_COHERENCY_SHIFT: u32 = 12;
+/// `NVOS02_FLAGS_ALLOC_USER_READ_ONLY` (bit 21).
+const NVOS02_FLAGS_ALLOC_USER_READ_ONLY: u32 = 1 << 21;
 
 /// The simulator's stand-in for the "physical" address a CPU mapping returns in
 /// `pLinearAddress` (the driver gives the page's physical address for system memory,
@@ -522,6 +528,148 @@ fn alloc_system(
         }
     }
     NV_OK
+}
+
+/// `NV_ESC_RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR` with the client's pages
+/// (`HostFile::ioctl_with_pages`), after the escape's node and size checks: escape.c
+/// `RmAllocOsDescriptor` (location PCI and `MAPPING_NO_MAP`, else `NV_ERR_INVALID_FLAGS`; a
+/// coherency of cached/write-back or uncached), `RmCreateOsDescriptor` (`limit + 1 == 0`
+/// `NV_ERR_INVALID_LIMIT`; the address's alignment is checked by the caller, which knows it;
+/// `os_lock_user_pages` of every page, writable unless `ALLOC_USER_READ_ONLY`: pages the
+/// client cannot give, here a file too short or opened read-only, `NV_ERR_INVALID_ADDRESS`),
+/// then `osCreateOsDescriptorFromPageArray` (anonymous memory is write-back cacheable and not
+/// contiguous: uncached or contiguous `NV_ERR_INVALID_FLAGS`) and the allocation of the object
+/// under `hObjectParent` (`Nv04VidHeapControl` `ALLOC_OS_DESCRIPTOR`). The memory object's
+/// block is backed by the client's file itself, so what the GPU (the front end) writes the
+/// client reads in its own mapping and the reverse. `pMemory` is left as it was.
+pub(crate) fn alloc_os_descriptor(
+    drv: &SimDriver,
+    st: &mut State,
+    os_info: i32,
+    call: &mut HostCall,
+    loc: Loc,
+    pages: &ClientPages,
+) -> io::Result<i32> {
+    let mut p: nv_ioctl_nvos02_parameters_with_fd = read_at(call, loc, 0).expect("size checked");
+    if p.params.hClass != NV01_MEMORY_SYSTEM_OS_DESCRIPTOR {
+        return Err(io::Error::from_raw_os_error(EINVAL));
+    }
+    p.params.status = os_descriptor(drv, st, os_info, &p.params, pages);
+    write_at(call, loc, 0, &p);
+    Ok(0)
+}
+
+fn os_descriptor(
+    drv: &SimDriver,
+    st: &mut State,
+    os_info: i32,
+    q: &nvproxy_abi::structs::NVOS02_PARAMETERS,
+    pages: &ClientPages,
+) -> u32 {
+    let flags = q.flags;
+    if (flags >> NVOS02_FLAGS_LOCATION_SHIFT) & 0xf != 0
+        || (flags >> NVOS02_FLAGS_MAPPING_SHIFT) & 3 != 1
+    {
+        return NV_ERR_INVALID_FLAGS;
+    }
+    let coherency = (flags >> NVOS02_FLAGS_COHERENCY_SHIFT) & 0xf;
+    if !matches!(coherency, 0 | 1 | 5) {
+        return NV_ERR_INVALID_FLAGS;
+    }
+    // RmCreateOsDescriptor's alignment check of pMemory is the caller's: the address field
+    // stands for `pages` (offset 0 of the file, page-aligned by construction), and a client
+    // address never reaches the host.
+    let Some(size) = q.limit.checked_add(1) else {
+        return NV_ERR_INVALID_LIMIT;
+    };
+    // os_lock_user_pages: every page of the range must be there (and writable unless the
+    // client asked for read-only memory).
+    let Some(bytes) = size.checked_add(PAGE - 1).map(|s| s & !(PAGE - 1)) else {
+        return NV_ERR_INVALID_LIMIT;
+    };
+    if pages.len != size {
+        return NV_ERR_INVALID_ADDRESS;
+    }
+    if pages.file.metadata().map_or(true, |m| m.len() < bytes) {
+        return NV_ERR_INVALID_ADDRESS;
+    }
+    let writable = flags & NVOS02_FLAGS_ALLOC_USER_READ_ONLY == 0;
+    if writable && !file_writable(&pages.file) {
+        return NV_ERR_INVALID_ADDRESS;
+    }
+    // osCreateOsDescriptorFromPageArray.
+    if coherency == 0 || (flags >> NVOS02_FLAGS_PHYSICALITY_SHIFT) & 0xf == 0 {
+        return NV_ERR_INVALID_FLAGS;
+    }
+    match st.alloc_os_descriptor_object(drv, q, os_info, bytes) {
+        Ok(block) => {
+            st.mem.backing.insert(block, pages.file.clone());
+            NV_OK
+        }
+        Err(s) => s,
+    }
+}
+
+/// Whether `file` was opened for writing (`F_GETFL`): the driver pins writable pages only of
+/// a mapping the client may write.
+fn file_writable(file: &File) -> bool {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::fd::AsRawFd;
+    fcntl(file.as_raw_fd(), FcntlArg::F_GETFL)
+        .map(OFlag::from_bits_truncate)
+        .is_ok_and(|f| f & OFlag::O_ACCMODE != OFlag::O_RDONLY)
+}
+
+impl State {
+    /// The object of an OS-descriptor allocation (`RmAlloc` of the class under
+    /// `hObjectParent`, `serverAllocResource`): this file's client, a device or subdevice
+    /// parent (`NV_ERR_OBJECT_NOT_FOUND` when absent, `NV_ERR_INVALID_OBJECT_PARENT`
+    /// otherwise), the handle; a system-memory block of `bytes` with no memfd of its own.
+    fn alloc_os_descriptor_object(
+        &mut self,
+        _drv: &SimDriver,
+        q: &nvproxy_abi::structs::NVOS02_PARAMETERS,
+        os_info: i32,
+        bytes: u64,
+    ) -> Result<u64, u32> {
+        self.client_for(q.hRoot, os_info)?;
+        let parent = self
+            .class_of(q.hRoot, q.hObjectParent)
+            .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
+        if !matches!(parent, rm::NV01_DEVICE_0 | rm::NV20_SUBDEVICE_0) {
+            return Err(NV_ERR_INVALID_OBJECT_PARENT);
+        }
+        let gpu = self
+            .gpu_of(q.hRoot, q.hObjectParent)
+            .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+        // NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED: the client's handle, never 0.
+        if q.hObjectNew == 0 {
+            return Err(NV_ERR_INVALID_OBJECT_HANDLE);
+        }
+        let h = self.assign_handle(q.hRoot, q.hObjectNew)?;
+        let id = self.next_block;
+        self.next_block += 1;
+        self.blocks.insert(
+            id,
+            crate::driver::MemBlock {
+                gpu,
+                bytes,
+                video: false,
+                regs: false,
+                refs: 1,
+            },
+        );
+        let client = self.clients.get_mut(&q.hRoot).expect("checked above");
+        client.objects.insert(
+            h,
+            crate::driver::Object {
+                class: NV01_MEMORY_SYSTEM_OS_DESCRIPTOR,
+                parent: q.hObjectParent,
+                kind: Kind::Memory { block: id },
+            },
+        );
+        Ok(id)
+    }
 }
 
 /// [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) of file `file`: a dup of the memfd its

@@ -88,6 +88,8 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         // RS_OPTIONAL(NV_GR_ALLOCATION_PARAMETERS); the copy class RS_REQUIRED(NVB0B5_...).
         crate::fifo::HOPPER_COMPUTE_A => (table(class, 16), false),
         crate::fifo::HOPPER_DMA_COPY_A => (table(class, 8), true),
+        // RS_REQUIRED(NV83DE_ALLOC_PARAMETERS).
+        GT200_DEBUGGER => (table(class, 12), true),
         _ => return None,
     })
 }
@@ -220,6 +222,7 @@ impl State {
             crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
                 parent_class == crate::fifo::HOPPER_CHANNEL_GPFIFO_A
             }
+            GT200_DEBUGGER => parent_class == NV01_DEVICE_0,
             _ => true, // events: RS_ANY_PARENT
         };
         if !parent_ok {
@@ -308,6 +311,7 @@ impl State {
             }
             Kind::VirtMem { id, .. } => self.vaspaces.get(&id).map(|v| v.gpu),
             Kind::Memory { block } => self.blocks.get(&block).map(|b| b.gpu),
+            Kind::Debugger { gpu, .. } => Some(gpu),
             Kind::Event { .. } | Kind::ConfCompute => None,
         }
     }
@@ -449,6 +453,7 @@ impl State {
             }
             // confComputeApiConstruct: points at the GPU manager's CC caps; nothing can fail.
             NV_CONFIDENTIAL_COMPUTE => Ok(Kind::ConfCompute),
+            GT200_DEBUGGER => self.construct_debugger(a),
             HOPPER_USERMODE_A => {
                 // usrmodeConstruct: bBar1Mapping picks the BAR1 alias of the page, bPriv the
                 // privileged page, which needs BAR1 and a kernel caller.
@@ -541,8 +546,18 @@ impl State {
                 let is_notifier = if nres == nclient {
                     true
                 } else {
+                    // eventConstruct: the source must be a Notifier (device, subdevice, a
+                    // channel, a channel descendant such as an engine object, an SM debugger
+                    // session); a TSG or memory is not.
                     nc.objects.get(&nres).is_some_and(|o| {
-                        matches!(o.kind, Kind::Device { .. } | Kind::Subdevice { .. })
+                        matches!(
+                            o.kind,
+                            Kind::Device { .. }
+                                | Kind::Subdevice { .. }
+                                | Kind::Channel { .. }
+                                | Kind::EngineObject { .. }
+                                | Kind::Debugger { .. }
+                        )
                     })
                 };
                 if !is_notifier {
@@ -812,5 +827,52 @@ impl State {
             return NV_ERR_OBJECT_NOT_FOUND;
         }
         NV_OK
+    }
+}
+
+impl State {
+    /// `ksmdbgssnConstruct`: `hDebuggerClient_Obsolete` must be 0 (`NV_ERR_INVALID_ARGUMENT`);
+    /// `hAppClient` 0 is the caller's client, an unknown one `NV_ERR_INVALID_CLIENT`; the
+    /// debugged object `hClass3dObject` must exist in it (`NV_ERR_INVALID_OBJECT_PARENT`) and
+    /// be a graphics/compute object (`NV_ERR_INVALID_OBJECT`) of the device's GPU
+    /// (`NV_ERR_INVALID_ARGUMENT`), and the app client needs a subdevice of that GPU
+    /// (`subdeviceGetByGpu`: `NV_ERR_OBJECT_NOT_FOUND`). The rights check: the kernel driver
+    /// (not GSP, not a vGPU host) requires `RS_ACCESS_DEBUG` on the object, which its owner
+    /// client has and no other client is given here (`RmShare` of debug rights is not
+    /// simulated): another client's object `NV_ERR_INSUFFICIENT_PERMISSIONS`. The session
+    /// records nothing else: the SMs it would debug are not simulated.
+    fn construct_debugger(&mut self, a: &AllocArgs<'_>) -> Result<Kind, u32> {
+        let p = a.params.as_deref().ok_or(NV_ERR_INVALID_ARGUMENT)?;
+        let word = |i: usize| crate::buf::read::<u32>(p, i * 4).unwrap_or(0);
+        let (obsolete, app, h_object) = (word(0), word(1), word(2));
+        if obsolete != 0 {
+            return Err(NV_ERR_INVALID_ARGUMENT);
+        }
+        let app = if app == 0 { a.h_client } else { app };
+        let client = self.clients.get(&app).ok_or(NV_ERR_INVALID_CLIENT)?;
+        let obj = client
+            .objects
+            .get(&h_object)
+            .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+        if app != a.h_client {
+            return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
+        }
+        if obj.class != crate::fifo::HOPPER_COMPUTE_A {
+            return Err(NV_ERR_INVALID_OBJECT);
+        }
+        let gpu = self
+            .gpu_of(a.h_client, a.h_parent)
+            .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
+        if self.gpu_of(app, h_object) != Some(gpu) {
+            return Err(NV_ERR_INVALID_ARGUMENT);
+        }
+        let has_subdevice = self.clients[&app]
+            .objects
+            .values()
+            .any(|o| matches!(o.kind, Kind::Subdevice { gpu: g, .. } if g == gpu));
+        if !has_subdevice {
+            return Err(NV_ERR_OBJECT_NOT_FOUND);
+        }
+        Ok(Kind::Debugger { gpu, h_object })
     }
 }

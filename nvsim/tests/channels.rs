@@ -160,6 +160,8 @@ fn channel_params(entries: u32, h_share: u32, h_userd: u32, h_error: u32) -> Vec
 /// A channel of `engine` with its engine object, a USERD and an error notifier.
 struct Chan {
     h: u32,
+    /// The engine object (compute or copy).
+    obj: u32,
     tsg: u32,
     userd: u32,
     notifier: u32,
@@ -229,7 +231,7 @@ impl Gpu {
             p[4..8].copy_from_slice(&engine.to_ne_bytes());
             (COPY, p)
         };
-        let (st, _) = alloc(&self.s.ctl, self.s.client, h, 0, class, Some(&params));
+        let (st, obj) = alloc(&self.s.ctl, self.s.client, h, 0, class, Some(&params));
         assert_eq!(st, NV_OK, "engine object");
         let mut sched = [0u8; 2];
         sched[0] = 1;
@@ -239,6 +241,7 @@ impl Gpu {
         assert_eq!(st, NV_OK, "work submit token");
         Chan {
             h,
+            obj,
             tsg,
             userd,
             notifier,
@@ -1096,4 +1099,192 @@ fn test_everything_is_released_with_the_files() {
     drop(s);
     let st = d.stats();
     assert_eq!((st.open_files, st.live_clients, st.live_objects), (0, 0, 0));
+}
+
+const DEBUGGER: u32 = 0x83de;
+
+fn debugger_params(obsolete: u32, app: u32, object: u32) -> Vec<u8> {
+    [obsolete, app, object]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect()
+}
+
+#[test]
+fn test_sm_debugger_session_statuses_controls_and_lifetime() {
+    let g = gpu();
+    let (ctl, client) = (&g.s.ctl, g.s.client);
+    let gr = g.channel(GR0);
+    let ce = g.channel(COPY2);
+    for (what, parent, params, want) in [
+        ("no params", g.s.device, None, NV_ERR_INVALID_ARGUMENT),
+        (
+            "obsolete client",
+            g.s.device,
+            Some(debugger_params(client, 0, gr.obj)),
+            NV_ERR_INVALID_ARGUMENT,
+        ),
+        (
+            "unknown app client",
+            g.s.device,
+            Some(debugger_params(0, 0xc1d0_0bad, gr.obj)),
+            NV_ERR_INVALID_CLIENT,
+        ),
+        (
+            "unknown object",
+            g.s.device,
+            Some(debugger_params(0, 0, 0xbad)),
+            NV_ERR_INVALID_OBJECT_PARENT,
+        ),
+        (
+            "copy object",
+            g.s.device,
+            Some(debugger_params(0, 0, ce.obj)),
+            NV_ERR_INVALID_OBJECT,
+        ),
+        (
+            "under a subdevice",
+            g.s.subdevice,
+            Some(debugger_params(0, 0, gr.obj)),
+            NV_ERR_INVALID_OBJECT_PARENT,
+        ),
+    ] {
+        let (st, _) = alloc(ctl, client, parent, 0, DEBUGGER, params.as_deref());
+        assert_eq!(st, want, "{what}");
+    }
+    let before = g.d.live_objects();
+    let (st, dbg) = alloc(
+        ctl,
+        client,
+        g.s.device,
+        0,
+        DEBUGGER,
+        Some(&debugger_params(0, 0, gr.obj)),
+    );
+    assert_eq!(st, NV_OK);
+    // hAppClient names the caller's own client explicitly too.
+    let (st, dbg2) = alloc(
+        ctl,
+        client,
+        g.s.device,
+        0,
+        DEBUGGER,
+        Some(&debugger_params(0, client, gr.obj)),
+    );
+    assert_eq!(st, NV_OK);
+    assert_eq!(g.d.live_objects(), before + 2);
+    // Its controls: SET_EXCEPTION_MASK within _ALL, SET_MODE_MMU_DEBUG enable/disable.
+    for (cmd, arg, want) in [
+        (0x83de_0309u32, 0xffffu32, NV_OK),
+        (0x83de_0309, 0, NV_OK),
+        (0x83de_0309, 0x1_0000, NV_ERR_INVALID_ARGUMENT),
+        (0x83de_0307, 1, NV_OK),
+        (0x83de_0307, 2, NV_OK),
+        (0x83de_0307, 3, NV_ERR_INVALID_ARGUMENT),
+    ] {
+        let (st, _) = control(ctl, client, dbg, cmd, &arg.to_ne_bytes());
+        assert_eq!(st, want, "{cmd:#x} {arg:#x}");
+    }
+    // A debugger session is a dependant of the object it debugs: freed with it.
+    assert_eq!(free(ctl, client, gr.obj), NV_OK);
+    assert_eq!(g.d.live_objects(), before - 1);
+    let _ = dbg2;
+}
+
+#[test]
+fn test_events_on_channels_engine_objects_and_debuggers() {
+    let g = gpu();
+    let (ctl, client) = (&g.s.ctl, g.s.client);
+    let gr = g.channel(GR0);
+    let (st, dbg) = alloc(
+        ctl,
+        client,
+        g.s.device,
+        0,
+        DEBUGGER,
+        Some(&debugger_params(0, 0, gr.obj)),
+    );
+    assert_eq!(st, NV_OK);
+    // eventConstruct: the source must be a Notifier; a TSG or memory is not.
+    for (src, want) in [
+        (gr.h, NV_OK),
+        (gr.obj, NV_OK),
+        (dbg, NV_OK),
+        (gr.tsg, NV_ERR_INVALID_OBJECT),
+        (g.mem, NV_ERR_INVALID_OBJECT),
+    ] {
+        assert_eq!(os_event_on(&g, src), want, "source {src:#x}");
+    }
+}
+
+/// Allocates an OS event and an `NV01_EVENT_OS_EVENT` notified by `src` (its parent); the
+/// event's status.
+fn os_event_on(g: &Gpu, src: u32) -> u32 {
+    let fd = 100 + (src & 0xff) as i32;
+    let mut ev = nv_ioctl_alloc_os_event_t::new_zeroed();
+    ev.hClient = g.s.client;
+    ev.fd = fd;
+    assert_eq!(esc(&g.s.gpu, NV_ESC_ALLOC_OS_EVENT, &ev).1.Status, NV_OK);
+    let mut p = NV0005_ALLOC_PARAMETERS::new_zeroed();
+    p.hParentClient = g.s.client;
+    p.hClass = 0x79;
+    p.data = fd as u64;
+    alloc(&g.s.gpu, g.s.client, src, 0, 0x79, Some(p.as_bytes())).0
+}
+
+#[test]
+fn test_ctxsw_preemption_mode_and_channel_reset() {
+    let g = gpu();
+    let (ctl, client) = (&g.s.ctl, g.s.client);
+    let gr = g.channel(GR0);
+    let ce = g.channel(COPY2);
+    let params = |flags: u32, h: u32, gfxp: u32, cilp: u32| {
+        let mut p = vec![0u8; 32];
+        for (i, w) in [flags, h, gfxp, cilp].into_iter().enumerate() {
+            p[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        p
+    };
+    for (what, p, want) in [
+        ("compute WFI on the channel", params(1, gr.h, 0, 0), NV_OK),
+        ("CILP on the TSG", params(1, gr.tsg, 0, 2), NV_OK),
+        ("nothing selected", params(0, gr.h, 9, 9), NV_OK),
+        (
+            "bad compute mode",
+            params(1, gr.h, 0, 3),
+            NV_ERR_INVALID_ARGUMENT,
+        ),
+        (
+            "graphics preemption",
+            params(2, gr.h, 1, 0),
+            NV_ERR_NOT_SUPPORTED,
+        ),
+        (
+            "a copy channel",
+            params(1, ce.h, 0, 0),
+            NV_ERR_OBJECT_NOT_FOUND,
+        ),
+        ("no channel", params(1, 0xbad, 0, 0), NV_ERR_INVALID_CHANNEL),
+    ] {
+        let (st, _) = control(ctl, client, g.s.subdevice, 0x2080_1210, &p);
+        assert_eq!(st, want, "{what}");
+    }
+    // RESET_CHANNEL {engineID, subdeviceInstance, resetReason}: reasons below _ENUM_MAX.
+    let reset = |reason: u32| {
+        let p: Vec<u8> = [GR0, 0, reason]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        control(ctl, client, gr.h, 0x906f_0102, &p).0
+    };
+    assert_eq!(reset(0), NV_OK);
+    assert_eq!(reset(2), NV_OK);
+    assert_eq!(reset(3), NV_ERR_INVALID_PARAMETER);
+    // The channel still runs after a reset.
+    g.submit(&gr, 0, 0, &sem(VA + SEM, 7, 1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.u32_at(SEM) != 7 {
+        assert!(Instant::now() < deadline, "the release did not land");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

@@ -893,6 +893,11 @@ pub unsafe extern "C" fn faccessat(
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if request as u32 == RM_ALLOC_MEMORY
+        && let Some(r) = os_descriptor(fd, arg)
+    {
+        return r;
+    }
     if node_of_fd(fd).is_none() {
         return match next(Sym::Ioctl) {
             // SAFETY: the address dlsym returned for "ioctl" (IoctlFn), the caller's call.
@@ -922,6 +927,184 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
             -1
         }
     }
+}
+
+// ---- OS-descriptor memory -------------------------------------------------------------------
+
+/// `NV_ESC_RM_ALLOC_MEMORY`: `_IOWR('F', 0x27, sizeof(nv_ioctl_nvos02_parameters_with_fd))`.
+pub(crate) const RM_ALLOC_MEMORY: u32 = 0xc038_4627;
+/// `sizeof(nv_ioctl_nvos02_parameters_with_fd)` and the offsets the shim reads
+/// (`hClass`, `flags`, `pMemory`, `limit`; nv-ioctl.h, nvos.h).
+pub(crate) const NVOS02_SIZE: usize = 56;
+pub(crate) const NVOS02_HCLASS: usize = 12;
+pub(crate) const NVOS02_PMEMORY: usize = 24;
+pub(crate) const NVOS02_LIMIT: usize = 32;
+/// `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`.
+pub(crate) const OS_DESCRIPTOR_CLASS: u32 = 0x71;
+/// The most the shim moves into a file for one request (the daemon's bound too).
+const MAX_OS_DESCRIPTOR_BYTES: u64 = 1 << 30;
+const PAGE: u64 = 4096;
+
+/// The shim's side of OS-descriptor memory (`NV01_MEMORY_SYSTEM_OS_DESCRIPTOR`; the driver pins
+/// the pages at `pMemory` of the *calling* process, which behind nvproxy is the daemon): when
+/// `fd` is one of our GPU opens (either transport) and the request is well-formed, the pages
+/// at `pMemory` are replaced by a shared mapping of a new memfd that holds the same bytes
+/// (`MAP_FIXED` over the same range, same address), and the daemon is asked with
+/// `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR`, naming the memfd; the daemon takes its own duplicate,
+/// so the GPU and this process share those pages from then on. `None`: not ours, or nothing
+/// the shim can do (the plain escape then goes out, and the daemon answers it as before).
+///
+/// What changes for the process: the range becomes a shared file mapping (writes made by
+/// another thread between the copy and the remap are lost; a `fork` child shares the pages
+/// instead of copying them; a file-backed range no longer writes to its file).
+fn os_descriptor(fd: c_int, arg: *mut c_void) -> Option<c_int> {
+    if fd < 0 || arg.is_null() {
+        return None;
+    }
+    let socket = match node_of_fd(fd) {
+        Some(DevNode::Gpu(_)) => true,
+        Some(_) => return None,
+        None => {
+            if !crate::shim::is_cuse_node(fd) {
+                return None;
+            }
+            false
+        }
+    };
+    let mut p = [0u8; NVOS02_SIZE];
+    // Read through the kernel, so a bad pointer is the driver's EFAULT (the plain path), not
+    // a fault in the shim.
+    let local = libc::iovec {
+        iov_base: p.as_mut_ptr().cast(),
+        iov_len: p.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: arg,
+        iov_len: p.len(),
+    };
+    // SAFETY: process_vm_readv on our own process copies at most `p.len()` bytes into `p`, a
+    // live local buffer; a bad remote address fails with EFAULT instead of faulting.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n != p.len() as isize {
+        return None;
+    }
+    let u32_at = |o: usize| u32::from_ne_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
+    let u64_at = |o: usize| u64::from(u32_at(o)) | u64::from(u32_at(o + 4)) << 32;
+    if u32_at(NVOS02_HCLASS) != OS_DESCRIPTOR_CLASS {
+        return None;
+    }
+    let (addr, limit) = (u64_at(NVOS02_PMEMORY), u64_at(NVOS02_LIMIT));
+    let len = limit.checked_add(1)?;
+    if addr == 0 || addr % PAGE != 0 || len > MAX_OS_DESCRIPTOR_BYTES {
+        return None; // the daemon answers these as the driver does
+    }
+    let size = len.div_ceil(PAGE) * PAGE;
+    let memfd = share_range(addr, size)?;
+    let args = crate::proto::OsDescriptorArgs {
+        params: arg as u64,
+        memfd,
+        reserved: 0,
+    };
+    let cmd = crate::proto::NVPROXY_IOC_ALLOC_OS_DESCRIPTOR;
+    let r = if socket {
+        let op = CallOp::Ioctl {
+            cmd,
+            arg: &args as *const crate::proto::OsDescriptorArgs as u64,
+        };
+        match dev_call(fd, op) {
+            Ok((r, host)) => {
+                if let Some(h) = host {
+                    close(h);
+                }
+                if r.errno != 0 {
+                    Err(r.errno)
+                } else {
+                    Ok(r.result)
+                }
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        // SAFETY: the private ioctl with a pointer to `args`, a live repr(C) OsDescriptorArgs
+        // that the daemon only reads, on one of our own nodes (checked above).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_ioctl,
+                fd,
+                cmd as c_ulong,
+                &args as *const crate::proto::OsDescriptorArgs,
+            )
+        };
+        if r < 0 { Err(errno()) } else { Ok(r as c_int) }
+    };
+    close(memfd);
+    Some(match r {
+        Ok(v) => v,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Puts the `size` bytes at `addr` into a new memfd and maps it shared over the same range;
+/// the memfd, or `None` (nothing changed, or the range could not be read).
+fn share_range(addr: u64, size: u64) -> Option<c_int> {
+    // SAFETY: memfd_create takes a NUL-terminated name (a static C string) and flags.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            c"nvproxy-os-descriptor".as_ptr(),
+            libc::MFD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = fd as c_int;
+    // SAFETY: ftruncate on the memfd just made, by value.
+    if unsafe { libc::syscall(libc::SYS_ftruncate, fd, size as libc::off_t) } != 0 {
+        close(fd);
+        return None;
+    }
+    let mut done = 0u64;
+    while done < size {
+        // SAFETY: pwrite reads `size - done` bytes of our own memory at `addr + done` in the
+        // kernel (an unmapped page fails with EFAULT, nothing faults here) into the memfd.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_pwrite64,
+                fd,
+                (addr + done) as *const c_void,
+                (size - done) as usize,
+                done as libc::off_t,
+            )
+        };
+        if n <= 0 {
+            close(fd);
+            return None;
+        }
+        done += n as u64;
+    }
+    // SAFETY: MAP_FIXED over exactly the range just copied, which the caller named as its own
+    // memory for the driver to pin; the new pages hold the same bytes. The raw syscall: the
+    // shim's own `mmap` is interposed.
+    let m = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr as *mut c_void,
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0 as libc::off_t,
+        )
+    };
+    if m as u64 != addr {
+        close(fd);
+        return None;
+    }
+    Some(fd)
 }
 
 /// What `poll` reports for our opens: CUSE's answer for a server without poll.
@@ -996,6 +1179,75 @@ mod tests {
             fake_stat(DevNode::Gpu(3)).st_rdev,
             crate::proto::makedev(195, 3)
         );
+    }
+
+    #[test]
+    fn test_os_descriptor_numbers_are_the_drivers() {
+        use nvproxy_abi::structs::{NVOS02_PARAMETERS, nv_ioctl_nvos02_parameters_with_fd as P};
+        use std::mem::offset_of;
+        assert_eq!(NVOS02_SIZE, size_of::<P>());
+        assert_eq!(
+            RM_ALLOC_MEMORY,
+            nvproxy_abi::ioctl::nv_iowr(0x27, NVOS02_SIZE)
+        );
+        let base = offset_of!(P, params);
+        assert_eq!(NVOS02_HCLASS, base + offset_of!(NVOS02_PARAMETERS, hClass));
+        assert_eq!(
+            NVOS02_PMEMORY,
+            base + offset_of!(NVOS02_PARAMETERS, pMemory)
+        );
+        assert_eq!(NVOS02_LIMIT, base + offset_of!(NVOS02_PARAMETERS, limit));
+        assert_eq!(
+            OS_DESCRIPTOR_CLASS,
+            nvproxy_abi::class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+        );
+    }
+
+    #[test]
+    fn test_share_range_keeps_the_bytes_and_shares_the_pages_with_the_memfd() {
+        let len = 2 * PAGE as usize;
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: `p` is the live mapping of `len` bytes made above, nothing else uses it.
+        let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        mem[..6].copy_from_slice(b"before");
+        mem[len - 4..].copy_from_slice(b"tail");
+        let fd = share_range(p as u64, len as u64).expect("share_range");
+        // SAFETY: the same range, still mapped (now shared, from the memfd).
+        let mem = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        assert_eq!(&mem[..6], b"before");
+        assert_eq!(&mem[len - 4..], b"tail");
+        // What the other side writes into the file, this process reads at the address.
+        let f = std::fs::File::from(
+            // SAFETY: `fd` was returned by share_range for the caller to own.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        );
+        std::os::unix::fs::FileExt::write_all_at(&f, b"gpu", 8).unwrap();
+        assert_eq!(&mem[8..11], b"gpu");
+        mem[100] = 7;
+        let mut b = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, 100).unwrap();
+        assert_eq!(b[0], 7);
+        // A range the process cannot read is refused, and left as it was.
+        // SAFETY: the range made above, which nothing else uses.
+        assert_eq!(unsafe { libc::mprotect(p, len, libc::PROT_NONE) }, 0);
+        assert_eq!(share_range(p as u64, len as u64), None);
+        // SAFETY: as above; then the range is given back.
+        assert_eq!(unsafe { libc::mprotect(p, len, libc::PROT_READ) }, 0);
+        // SAFETY: the range is readable again (and still the memfd's pages).
+        assert_eq!(unsafe { *p.cast::<u8>().add(8) }, b'g');
+        // SAFETY: unmapping the range made above.
+        unsafe { libc::munmap(p, len) };
     }
 
     #[test]

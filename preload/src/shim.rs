@@ -217,6 +217,28 @@ impl Os for Sys {
     }
 }
 
+/// Whether `fd` is one of our CUSE nodes, by the mmap path's rule: a character device whose
+/// number the daemon listed that answered `NVPROXY_IOC_HELLO` (once per file identity).
+pub(crate) fn is_cuse_node(fd: c_int) -> bool {
+    let cfg = config();
+    if fd < 0 || !cfg.has_nodes() {
+        return false;
+    }
+    let Some(st) = Sys.fstat(fd) else {
+        return false;
+    };
+    if st.mode & libc::S_IFMT != libc::S_IFCHR || !cfg.is_node(st.key.rdev) {
+        return false;
+    }
+    if !CACHE.contains(st.key) {
+        if !Sys.hello(fd) {
+            return false;
+        }
+        CACHE.insert(st.key);
+    }
+    true
+}
+
 /// How long the shim waits for the daemon's reply.
 const REPLY_TIMEOUT_S: libc::time_t = 30;
 

@@ -391,6 +391,69 @@ fn test_cuinit_and_device_queries_over_the_socket_transport() {
     assert_eq!(d["total_mem"], 85_899_345_920u64, "{v}");
 }
 
+/// `cuCtxCreate` over the socket transport (issue 14): libcuda's OS-descriptor memory is shared
+/// through the shim (a memfd mapped over its pages, `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR`), the
+/// front end runs the context's work, and it stops at the legacy GSS control `0x809909` (only
+/// GSP firmware answers it), as in `real_clients_kernel`; nothing is left behind (`--check-leaks`).
+#[test]
+fn test_cuctxcreate_over_the_socket_transport_shares_os_descriptor_memory() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    let mut c = Command::new(nvproxy_bin());
+    c.args([
+        "exec",
+        "--driver",
+        "sim",
+        "--transport",
+        "socket",
+        "--check-leaks",
+        "--",
+        "env",
+        "CUDA_PROBE_ALL_IOCTLS=1",
+    ])
+    .arg(format!("LD_LIBRARY_PATH={}", lib.display()))
+    .args([PROBE, "ctx"])
+    .env("RUST_LOG", "warn,nvsim::gpfifo=debug")
+    .stdin(Stdio::null());
+    // Not `exec_env`: the probe's JSON with every ioctl is larger than a pipe holds, so the
+    // output must be read while the command runs (`output()` does).
+    let o = c.output().expect("nvproxy exec");
+    // The probe's own status (1: a step failed), not --check-leaks' 3.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let j: Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("probe JSON");
+    assert_eq!(j["failed"]["call"], "cuCtxCreate_v2", "{j}");
+    assert_eq!(
+        j["failed"]["result_name"], "CUDA_ERROR_NOT_SUPPORTED",
+        "{j}"
+    );
+    let calls = j["failed"]["last_ioctls"].as_array().expect("last_ioctls");
+    let os: Vec<_> = calls
+        .iter()
+        .filter(|c| c["escape"] == "RM_ALLOC_MEMORY" && c["code"] == "0x71")
+        .collect();
+    assert!(!os.is_empty(), "{j}");
+    assert!(os.iter().all(|c| c["nv_status"] == "0x0"), "{j}");
+    let last_failed = calls
+        .iter()
+        .rfind(|c| c["nv_status"].as_str().is_some_and(|s| s != "0x0"))
+        .expect("a failing call");
+    assert_eq!(last_failed["code"], "0x809909", "{j}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("channel serviced"))
+            .count()
+            >= 40
+    );
+    assert!(!err.contains("error=Some"), "a channel error:\n{err}");
+}
+
 // ---- mmap -----------------------------------------------------------------------------------
 
 #[test]

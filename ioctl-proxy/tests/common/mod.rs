@@ -379,6 +379,8 @@ pub struct FakeMem {
     flips: Vec<(u64, Vec<u8>)>,
     /// Whether the read-once check is on (from the first `begin_request`).
     checking: bool,
+    /// The caller's fds that [`ClientMemory::client_fd`] can duplicate.
+    pub files: HashMap<i32, std::fs::File>,
 }
 
 impl FakeMem {
@@ -467,6 +469,14 @@ impl ClientMemory for FakeMem {
             }
         }
         Ok(data)
+    }
+
+    fn client_fd(&mut self, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+        let f = self
+            .files
+            .get(&fd)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        Ok(std::os::fd::OwnedFd::from(f.try_clone()?))
     }
 
     fn reserve_write(&mut self, addr: u64, len: usize) -> Result<(), MemError> {

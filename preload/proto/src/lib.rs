@@ -113,6 +113,53 @@ impl MmapTicketArgs {
     }
 }
 
+/// `ioctl(fd, NVPROXY_IOC_ALLOC_OS_DESCRIPTOR, &OsDescriptorArgs)` on a GPU node: the
+/// `NV_ESC_RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM_OS_DESCRIPTOR` whose params are at
+/// [`OsDescriptorArgs::params`], with the pages at `pMemory` being a shared mapping of the
+/// caller's fd [`OsDescriptorArgs::memfd`] from offset 0 (the driver pins the pages at `pMemory`
+/// of the *calling* process, which is the daemon, so the plain escape is refused). The daemon
+/// takes its own duplicate of the fd (`pidfd_getfd`: the caller's access mode stays) and
+/// answers as the escape does (status in the params; the ioctl's own errno for the fd).
+pub const NVPROXY_IOC_ALLOC_OS_DESCRIPTOR: u32 = private_ioctl(0x04);
+
+/// The argument of [`NVPROXY_IOC_ALLOC_OS_DESCRIPTOR`]. 16 bytes, native endian.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OsDescriptorArgs {
+    /// Address of the caller's `nv_ioctl_nvos02_parameters_with_fd` (read and written as by
+    /// the escape).
+    pub params: u64,
+    /// The caller's fd whose first `limit + 1` bytes are mapped shared at `pMemory`.
+    pub memfd: i32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+const _: () = assert!(size_of::<OsDescriptorArgs>() == OsDescriptorArgs::SIZE);
+
+impl OsDescriptorArgs {
+    /// Size in bytes.
+    pub const SIZE: usize = 16;
+
+    /// The bytes as the C layout has them.
+    pub fn to_bytes(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..8].copy_from_slice(&self.params.to_ne_bytes());
+        b[8..12].copy_from_slice(&self.memfd.to_ne_bytes());
+        b[12..16].copy_from_slice(&self.reserved.to_ne_bytes());
+        b
+    }
+
+    /// Decodes the first [`Self::SIZE`] bytes; `None` if there are fewer.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        Some(OsDescriptorArgs {
+            params: u64_at(b, 0)?,
+            memfd: u32_at(b, 8)? as i32,
+            reserved: u32_at(b, 12)?,
+        })
+    }
+}
+
 /// `"NVMQ"`: first word of an [`MmapRequest`].
 pub const MMAP_REQUEST_MAGIC: u32 = u32::from_be_bytes(*b"NVMQ");
 /// `"NVMP"`: first word of an [`MmapReply`].
@@ -273,6 +320,7 @@ mod tests {
             NVPROXY_IOC_IDENTIFY,
             NVPROXY_IOC_HELLO,
             NVPROXY_IOC_MMAP_TICKET,
+            NVPROXY_IOC_ALLOC_OS_DESCRIPTOR,
         ] {
             assert_eq!((cmd >> 8) & 0xff, u32::from(b'n'));
             assert!(cmd > 0xff && cmd < 0x3000_0000, "{cmd:#x}");
@@ -296,6 +344,21 @@ mod tests {
         assert_ne!(NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY);
         assert_ne!(NVPROXY_IOC_MMAP_TICKET, NVPROXY_IOC_IDENTIFY);
         assert_ne!(NVPROXY_IOC_MMAP_TICKET, NVPROXY_IOC_HELLO);
+    }
+
+    #[test]
+    fn test_os_descriptor_ioctl_number_and_args() {
+        assert_eq!(NVPROXY_IOC_ALLOC_OS_DESCRIPTOR, 0x6e04);
+        let a = OsDescriptorArgs {
+            params: 0x7ffd_0000_1230,
+            memfd: 7,
+            reserved: 0,
+        };
+        let b = a.to_bytes();
+        assert_eq!(b[0..8], 0x7ffd_0000_1230u64.to_ne_bytes());
+        assert_eq!(b[8..12], 7i32.to_ne_bytes());
+        assert_eq!(OsDescriptorArgs::from_bytes(&b), Some(a));
+        assert_eq!(OsDescriptorArgs::from_bytes(&b[..15]), None);
     }
 
     #[test]
