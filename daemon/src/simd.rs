@@ -133,6 +133,13 @@ enum Req {
         file: u64,
         call: WireCall,
     },
+    /// `HostFile::ioctl_with_pages`: the pages' file comes with the frame.
+    IoctlPages {
+        file: u64,
+        call: WireCall,
+        len: u64,
+        ptr_offset: u64,
+    },
     MmapFd {
         file: u64,
     },
@@ -292,11 +299,23 @@ impl Server {
             return;
         }
         loop {
-            let req = match recv_frame::<Req>(&conn, false) {
-                Ok(Some((r, _))) => r,
+            // Any request may come with an fd; only IoctlPages keeps it (others close it).
+            let (req, sent) = match recv_frame::<Req>(&conn, true) {
+                Ok(Some(r)) => r,
                 _ => break,
             };
-            let (resp, fd) = self.answer(id, req);
+            let (resp, fd) = match req {
+                Req::IoctlPages {
+                    file,
+                    call,
+                    len,
+                    ptr_offset,
+                } => (
+                    self.ioctl_pages(id, file, call, len, ptr_offset, sent),
+                    None,
+                ),
+                req => self.answer(id, req),
+            };
             if send_frame(&conn, &resp, fd.as_ref().map(|f| f.as_raw_fd())).is_err() {
                 break;
             }
@@ -314,6 +333,43 @@ impl Server {
         }
     }
 
+    /// An ioctl whose pages are the file `sent` (OS-descriptor memory, `HostFile::ioctl_with_pages`).
+    fn ioctl_pages(
+        &self,
+        session: u64,
+        h: u64,
+        call: WireCall,
+        len: u64,
+        ptr_offset: u64,
+        sent: Option<OwnedFd>,
+    ) -> Resp {
+        let Some(fd) = sent else {
+            return Resp::Errno(libc::EBADF);
+        };
+        let Some(f) = lock(&self.sessions)
+            .get(&session)
+            .and_then(|s| s.files.get(&h).cloned())
+        else {
+            return Resp::Errno(libc::EBADF);
+        };
+        let Ok(ptr_offset) = usize::try_from(ptr_offset) else {
+            return Resp::Errno(libc::EINVAL);
+        };
+        let pages = host_driver::ClientPages {
+            file: Arc::new(std::fs::File::from(fd)),
+            len,
+            ptr_offset,
+        };
+        let mut call = call.into_call();
+        match f.ioctl_with_pages(&mut call, &pages) {
+            Ok(ret) => Resp::Ioctl {
+                ret,
+                call: WireCall::from_call(&call),
+            },
+            Err(e) => Resp::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
     fn answer(&self, session: u64, req: Req) -> (Resp, Option<OwnedFd>) {
         let errno = |e: io::Error| Resp::Errno(e.raw_os_error().unwrap_or(libc::EIO));
         let file = |f: u64| {
@@ -322,7 +378,7 @@ impl Server {
                 .and_then(|s| s.files.get(&f).cloned())
         };
         match req {
-            Req::Hello { .. } => (Resp::Errno(libc::EINVAL), None),
+            Req::Hello { .. } | Req::IoctlPages { .. } => (Resp::Errno(libc::EINVAL), None),
             Req::Version => (Resp::Version(self.sim.version().to_owned()), None),
             Req::Open { node, mapping } => {
                 let opened = if mapping {
@@ -494,6 +550,16 @@ struct Inner {
 
 impl Inner {
     fn call(&self, req: &Req, want_fd: bool) -> io::Result<(Resp, Option<OwnedFd>)> {
+        self.call_with(req, None, want_fd)
+    }
+
+    /// [`Inner::call`] with `send` attached to the request.
+    fn call_with(
+        &self,
+        req: &Req,
+        send: Option<RawFd>,
+        want_fd: bool,
+    ) -> io::Result<(Resp, Option<OwnedFd>)> {
         let conn = match lock(&self.idle).pop() {
             Some(c) => c,
             None => {
@@ -511,7 +577,7 @@ impl Inner {
                 }
             }
         };
-        send_frame(&conn, req, None)?;
+        send_frame(&conn, req, send)?;
         let (resp, fd) = recv_frame::<Resp>(&conn, want_fd)?
             .ok_or_else(|| io::Error::other("sim-driver closed"))?;
         lock(&self.idle).push(conn);
@@ -674,6 +740,32 @@ impl HostFile for RemoteFile {
             call: WireCall::from_call(call),
         };
         match self.inner.call(&req, false)?.0 {
+            Resp::Ioctl { ret, call: out } => {
+                out.write_back(call)?;
+                Ok(ret)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The pages' file travels with the request (`SCM_RIGHTS`); the driver process backs the
+    /// memory object with it, as the in-process simulated driver does.
+    fn ioctl_with_pages(
+        &self,
+        call: &mut HostCall,
+        pages: &host_driver::ClientPages,
+    ) -> io::Result<i32> {
+        let req = Req::IoctlPages {
+            file: self.file,
+            call: WireCall::from_call(call),
+            len: pages.len,
+            ptr_offset: pages.ptr_offset as u64,
+        };
+        match self
+            .inner
+            .call_with(&req, Some(pages.file.as_raw_fd()), false)?
+            .0
+        {
             Resp::Ioctl { ret, call: out } => {
                 out.write_back(call)?;
                 Ok(ret)

@@ -661,6 +661,26 @@ fn test_served_socket_instance_through_run() {
         .stderr
         .take()
         .map(|mut e| e.read_to_string(&mut live_err));
+    // libcuda's context through the upgraded worker and the simulated driver process: its
+    // OS-descriptor memory (a memfd) crosses the driver's socket, and it stops where the
+    // in-process driver stops (the firmware control 0x809909).
+    let ctx = userspace().map(|(lib, _)| {
+        Command::new(&bin)
+            .args([
+                "run",
+                "--instance",
+                &name,
+                "--",
+                "env",
+                "CUDA_PROBE_ALL_IOCTLS=1",
+            ])
+            .arg(format!("LD_LIBRARY_PATH={}", lib.display()))
+            .args([PROBE, "ctx"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("nvproxy run cuda-probe ctx")
+    });
     // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
     unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
     let status = serve.wait().expect("serve exit");
@@ -703,6 +723,26 @@ fn test_served_socket_instance_through_run() {
         live_status.success() && report["ok"] == true && report["errors"] == 0,
         "the live client across upgrades: {report}\n{live_err}\n{serve_err}"
     );
+    if let Some(o) = &ctx {
+        let out = String::from_utf8_lossy(&o.stdout);
+        let j: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("probe JSON: {e}: {}", text(o)));
+        assert_eq!(j["failed"]["call"], "cuCtxCreate_v2", "{j}");
+        let calls = j["failed"]["last_ioctls"].as_array().expect("last_ioctls");
+        let os: Vec<_> = calls
+            .iter()
+            .filter(|c| c["escape"] == "RM_ALLOC_MEMORY" && c["code"] == "0x71")
+            .collect();
+        assert!(
+            !os.is_empty() && os.iter().all(|c| c["nv_status"] == "0x0"),
+            "OS-descriptor memory through the driver process: {j}"
+        );
+        let last_failed = calls
+            .iter()
+            .rfind(|c| c["nv_status"].as_str().is_some_and(|s| s != "0x0"))
+            .expect("a failing call");
+        assert_eq!(last_failed["code"], "0x809909", "{j}");
+    }
     assert!(
         status.success(),
         "serve: {status} (3 = leak check failed)\n{serve_err}"
