@@ -8,6 +8,8 @@
 # Environment: NVPROXY_KERNEL_TESTS=auto|native|vm (default auto)
 #              NVIDIA_USERSPACE_DIR is set for real_clients_kernel (tests/nvidia-userspace/fetch.sh).
 #              KERNEL_TEST_JOBS: parallel VM lanes (default: CPU count, at most 3; native: 1).
+#              KERNEL_TEST_TIMEOUT: seconds one suite's VM may run (default 1800: a hang guard; real_clients_kernel
+#              takes ~600 s in two lanes on two cores).
 #              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +99,7 @@ run_one() {
       [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
       # container_kernel boots systemd in a container next to the daemon: 2 GiB.
       [[ $name == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
-      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-900}" "${mem[@]}" "${rw[@]}" -- \
+      "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-1800}" "${mem[@]}" "${rw[@]}" -- \
         "$bin" --ignored --test-threads=1 ;;
     *) echo "run-kernel-tests: unknown NVPROXY_KERNEL_TESTS=$mode" >&2; return 2 ;;
   esac
