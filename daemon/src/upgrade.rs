@@ -351,17 +351,7 @@ fn suspend(running: &RunningInstance) -> Result<Suspension> {
                     // Never seen (the socket's server is there while it serves): serve the
                     // nodes again, with a new socket.
                     drop(serving);
-                    let (frontend, uvm, _) = running.parts();
-                    let name = running.name().to_owned();
-                    let nodes = InstanceNodes::resume(
-                        &name,
-                        suspended,
-                        frontend,
-                        Some(uvm),
-                        running.fdid.clone(),
-                        running.transport,
-                        running.mmap.clone(),
-                    )?;
+                    let nodes = resume_nodes(running, suspended)?;
                     let mmap_socket =
                         MmapSocket::start(running.mmap.clone(), Path::new(crate::mmap::RUN_DIR))?;
                     *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
@@ -370,6 +360,20 @@ fn suspend(running: &RunningInstance) -> Result<Suspension> {
             }
         }
     }
+}
+
+/// Serves suspended CUSE sessions again with this worker's backends.
+fn resume_nodes(running: &RunningInstance, nodes: Vec<SuspendedNode>) -> Result<InstanceNodes> {
+    let (frontend, uvm, _) = running.parts();
+    InstanceNodes::resume(
+        running.name(),
+        nodes,
+        frontend,
+        Some(uvm),
+        running.fdid.clone(),
+        running.transport,
+        running.mmap.clone(),
+    )
 }
 
 /// Serves the suspended sessions and sockets again in this process.
@@ -384,16 +388,7 @@ fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
             nodes,
             mmap_listener,
         } => {
-            let (frontend, uvm, _) = running.parts();
-            let nodes = InstanceNodes::resume(
-                &name,
-                nodes,
-                frontend,
-                Some(uvm),
-                running.fdid.clone(),
-                running.transport,
-                running.mmap.clone(),
-            )?;
+            let nodes = resume_nodes(running, nodes)?;
             let mmap_socket = MmapSocket::adopt(running.mmap.clone(), root, mmap_listener)?;
             Serving::Cuse { nodes, mmap_socket }
         }
