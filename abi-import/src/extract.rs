@@ -202,7 +202,14 @@ pub fn extract(facts: &Value, allowlist: Option<&Path>) -> Result<Value> {
         bail!("none of the modeled structs is in the facts: is this an abi-facts file?");
     }
 
+    // The legacy GSS control categories (`nvproxy-abi`'s `legacy` module names legacy controls
+    // by them); facts written before from-source extracted them have none.
+    let legacy = obj(&facts, "legacy_control_categories")
+        .cloned()
+        .unwrap_or_default();
+
     let extract = json!({
+        "legacy_control_categories": legacy,
         "driver_version": version,
         "source": facts["source"],
         "commit": facts["commit"],

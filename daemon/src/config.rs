@@ -701,7 +701,7 @@ mod tests {
     #[test]
     fn test_allow_takes_pass_through_families_and_normalised_commands() {
         let cfg = instance_allowing(
-            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x2080815A\", \
+            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x20808b5A\", \
              \"NV2081_BINAPI 0x20810108\"",
         )
         .unwrap();
@@ -710,7 +710,7 @@ mod tests {
             [
                 "RM_GSS_LEGACY",
                 "NV2081_BINAPI",
-                "RM_GSS_LEGACY 0x2080815a",
+                "RM_GSS_LEGACY 0x20808b5a",
                 "NV2081_BINAPI 0x20810108"
             ]
         );
@@ -745,10 +745,10 @@ mod tests {
     fn test_instance_allow_unnormalised_command_is_refused_with_its_normal_form() {
         // `nvproxy exec --allow` builds the instance without Config::parse.
         let mut cfg = instance_allowing("").unwrap();
-        cfg.instances[0].allow = vec!["RM_GSS_LEGACY 0x2080815A".into()];
+        cfg.instances[0].allow = vec!["RM_GSS_LEGACY 0x20808b5A".into()];
         let msg = format!("{:#}", cfg.instances[0].validate().unwrap_err());
         assert!(
-            msg.contains("write it as \"RM_GSS_LEGACY 0x2080815a\""),
+            msg.contains("write it as \"RM_GSS_LEGACY 0x20808b5a\""),
             "{msg}"
         );
     }

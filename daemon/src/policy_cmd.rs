@@ -118,6 +118,9 @@ pub struct AbiNames {
     /// What the names come from, for messages: "driver 535.261.03".
     pub label: String,
     names: BTreeMap<Kind, BTreeSet<&'static str>>,
+    /// The legacy GSS control names of the tables (`nvproxy_abi::legacy`): controls, built
+    /// from the headers' categories rather than held as table entries.
+    legacy: BTreeMap<String, u32>,
 }
 
 impl AbiNames {
@@ -126,6 +129,7 @@ impl AbiNames {
         let mut this = AbiNames {
             label: label.into(),
             names: BTreeMap::new(),
+            legacy: BTreeMap::new(),
         };
         this.add(abi);
         this
@@ -148,6 +152,10 @@ impl AbiNames {
         n.entry(Kind::Uvm)
             .or_default()
             .extend(abi.uvm.values().map(|e| e.name));
+        self.legacy.extend(
+            abi.legacy_names()
+                .filter_map(|n| abi.legacy_command(&n).map(|c| (n, c))),
+        );
     }
 
     /// The names of `version`'s table (a version the tree does not know is an error).
@@ -165,8 +173,9 @@ impl AbiNames {
         let mut this = AbiNames {
             label: "every known driver version".into(),
             names: BTreeMap::new(),
+            legacy: BTreeMap::new(),
         };
-        for node in nvproxy_abi::nodes() {
+        for node in nvproxy_abi::nodes().iter().filter(|n| !n.same_as_parent) {
             this.add(&node.tables());
         }
         this
@@ -183,10 +192,47 @@ impl AbiNames {
     /// Whether `name` is a `kind` entry.
     pub fn knows(&self, kind: Kind, name: &str) -> bool {
         self.names.get(&kind).is_some_and(|s| s.contains(name))
+            || (kind == Kind::Control && self.legacy.contains_key(name))
+    }
+
+    /// The headers' names of legacy GSS command `cmd` (`nvproxy_abi::legacy`), empty when no
+    /// table defines its category (then it is named `RM_GSS_LEGACY 0x%08x`).
+    pub fn legacy_names_of(&self, cmd: u32) -> Vec<&str> {
+        self.legacy
+            .iter()
+            .filter(|(_, c)| **c == cmd)
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
+    /// A problem with pass-through name `normal` (as `pass_through_name` normalised it): a
+    /// legacy GSS command the headers name is written by that name, as the audit trail
+    /// records it.
+    fn pass_through_problem(&self, normal: &str) -> Option<String> {
+        let hex = normal
+            .strip_prefix(ioctl_proxy::policy::RM_GSS_LEGACY)?
+            .strip_prefix(" 0x")?;
+        let cmd = u32::from_str_radix(hex, 16).ok()?;
+        let names = self.legacy_names_of(cmd);
+        (!names.is_empty()).then(|| {
+            format!(
+                "{normal:?}: the headers of {} name this legacy GSS command {}; the audit \
+                 trail records it by that name, so write that",
+                self.label,
+                names
+                    .iter()
+                    .map(|n| format!("{n:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )
+        })
     }
 
     /// The kind of a name, if any table has it.
     pub fn kind_of(&self, name: &str) -> Option<Kind> {
+        if self.legacy.contains_key(name) {
+            return Some(Kind::Control);
+        }
         self.names
             .iter()
             .find(|(_, s)| s.contains(name))
@@ -259,7 +305,7 @@ pub fn check_allow(allow: &[String], names: &AbiNames) -> Result<()> {
     for n in allow {
         match pass_through_name(n) {
             Err(e) => problems.push(e.to_string()),
-            Ok(Some(_)) => {}
+            Ok(Some(normal)) => problems.extend(names.pass_through_problem(&normal)),
             Ok(None) if names.kind_of(n).is_some() => {}
             Ok(None) => problems.push(names.unknown(n)),
         }
@@ -359,7 +405,14 @@ impl PolicyFile {
                         problems.push(format!("{key}: {e}"));
                         continue;
                     }
-                    (Ok(Some(_)), Kind::Control) => continue,
+                    (Ok(Some(normal)), Kind::Control) => {
+                        problems.extend(
+                            names
+                                .pass_through_problem(normal)
+                                .map(|p| format!("{key}: {p}")),
+                        );
+                        continue;
+                    }
                     (Ok(Some(_)), _) => {
                         problems.push(misplaced(key, n, Kind::Control, kind));
                         continue;
@@ -383,7 +436,11 @@ impl PolicyFile {
         for n in &self.deny {
             match pass_through_name(n) {
                 Err(e) => problems.push(format!("deny: {e}")),
-                Ok(Some(_)) => {}
+                Ok(Some(normal)) => problems.extend(
+                    names
+                        .pass_through_problem(&normal)
+                        .map(|p| format!("deny: {p}")),
+                ),
                 Ok(None) if names.kind_of(n).is_none() => unknown_deny.push(n.as_str()),
                 Ok(None) => {}
             }
@@ -710,7 +767,7 @@ mod tests {
     fn test_check_allow_as_exec_allow_uses_it() {
         let names = AbiNames::for_version("535.261.03").unwrap();
         check_allow(
-            &["NV_ESC_CARD_INFO".into(), "RM_GSS_LEGACY 0x20808159".into()],
+            &["NV_ESC_CARD_INFO".into(), "RM_GSS_LEGACY 0x20808b59".into()],
             &names,
         )
         .unwrap();
@@ -864,8 +921,8 @@ mod tests {
                 3,
             ),
             count("control", "RM_GSS_LEGACY 0x20808001", "allowed", 1),
-            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 2),
-            count("control", "RM_GSS_LEGACY 0x20808161", "failed", 1),
+            count("control", "RM_GSS_LEGACY 0x20808b59", "allowed", 2),
+            count("control", "RM_GSS_LEGACY 0x20808b61", "failed", 1),
             count("control", "NV2081_BINAPI 0x20810108", "allowed", 1),
             count("class", "NV01_ROOT_CLIENT", "allowed", 1),
             count("uvm", "UVM_INITIALIZE", "allowed", 1),
@@ -894,8 +951,8 @@ mod tests {
                 "NV2080_CTRL_CMD_GPU_GET_NAME_STRING",
                 "NV2081_BINAPI 0x20810108",
                 "RM_GSS_LEGACY 0x20808001",
-                "RM_GSS_LEGACY 0x20808159",
-                "RM_GSS_LEGACY 0x20808161"
+                "RM_GSS_LEGACY 0x20808b59",
+                "RM_GSS_LEGACY 0x20808b61"
             ]
         );
         assert_eq!(f.classes.iter().collect::<Vec<_>>(), ["NV01_ROOT_CLIENT"]);
@@ -907,7 +964,7 @@ mod tests {
             "#     control control 0x20800999: denied 1",
             "#     uvm mmap: allowed 2",
             "# carries the controls",
-            "\"RM_GSS_LEGACY 0x20808159\",                # allowed 2",
+            "\"RM_GSS_LEGACY 0x20808b59\",                # allowed 2",
             "# audit-would-deny 3",
             "# failed 1",
         ] {
@@ -959,8 +1016,8 @@ mod tests {
     #[test]
     fn test_suggest_names_each_pass_through_command_never_the_family() {
         let text = suggest_from(&[
-            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 2),
-            count("control", "RM_GSS_LEGACY 0x20808162", "audit-would-deny", 1),
+            count("control", "RM_GSS_LEGACY 0x20808b59", "allowed", 2),
+            count("control", "RM_GSS_LEGACY 0x20808b62", "audit-would-deny", 1),
             count("control", "NV2081_BINAPI 0x20810108", "failed", 1),
         ]);
         let f = PolicyFile::parse(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
@@ -969,12 +1026,12 @@ mod tests {
             f.controls.iter().collect::<Vec<_>>(),
             [
                 "NV2081_BINAPI 0x20810108",
-                "RM_GSS_LEGACY 0x20808159",
-                "RM_GSS_LEGACY 0x20808162"
+                "RM_GSS_LEGACY 0x20808b59",
+                "RM_GSS_LEGACY 0x20808b62"
             ]
         );
         assert!(
-            text.contains("\"RM_GSS_LEGACY 0x20808159\", # allowed 2\n"),
+            text.contains("\"RM_GSS_LEGACY 0x20808b59\", # allowed 2\n"),
             "{text}"
         );
         for family in PASS_THROUGH_CONTROLS {
@@ -982,17 +1039,62 @@ mod tests {
         }
     }
 
+    /// Legacy GSS commands of the categories the headers define are named by the headers, in
+    /// the audit trail and so in suggested and checked policies; their number in the opaque
+    /// form is refused with the name to write.
+    #[test]
+    fn test_legacy_gss_commands_are_suggested_and_checked_by_their_headers_name() {
+        let limit = "NV0080_CTRL_PERF_LEGACY_NON_PRIVILEGED 0x09";
+        let text = suggest_from(&[
+            count("control", limit, "allowed", 2),
+            count(
+                "control",
+                "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59",
+                "allowed",
+                1,
+            ),
+        ]);
+        let f = PolicyFile::parse(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        let n535 = AbiNames::for_version("535.261.03").unwrap();
+        f.check(&n535).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        assert!(f.controls.contains(limit), "{text}");
+        let err = check_controls("\"RM_GSS_LEGACY 0x00809909\"").unwrap_err();
+        assert!(
+            format!("{err:#}").contains(&format!("{limit:?}")),
+            "{err:#}"
+        );
+        // From 550 the kernel exports the unmasked control, and the legacy form is named by it.
+        let n550 = AbiNames::for_version("550.163.01").unwrap();
+        let named = PolicyFile::parse(
+            "[policy]\nallow_only = true\nescapes = [\"NV_ESC_RM_CONTROL\"]\n\
+             controls = [\"NV0080_CTRL_CMD_PERF_CUDA_LIMIT_SET_CONTROL (legacy)\"]\n",
+        )
+        .unwrap();
+        named.check(&n550).unwrap();
+        assert!(named.check(&n535).is_err(), "535 has no such control");
+        assert!(f.check(&n550).is_err(), "550 names 0x809909 by its control");
+        let p = InstancePolicy {
+            only: Some(f.names()),
+            ..InstancePolicy::new("t", Caps::NONE, vec![0])
+        };
+        assert!(p.permits(limit, Caps::COMPUTE_UTILITY));
+        assert!(!p.permits(
+            "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x62",
+            Caps::COMPUTE_UTILITY
+        ));
+    }
+
     #[test]
     fn test_suggest_leaves_privileged_legacy_gss_controls_out_as_comments() {
         let text = suggest_from(&[
             count("control", "RM_GSS_LEGACY 0x2080c159", "denied", 1),
-            count("control", "RM_GSS_LEGACY 0x20808159", "allowed", 1),
+            count("control", "RM_GSS_LEGACY 0x20808b59", "allowed", 1),
         ]);
         let f = PolicyFile::parse(&text).unwrap();
         f.check(&names()).unwrap();
         assert_eq!(
             f.controls.iter().collect::<Vec<_>>(),
-            ["RM_GSS_LEGACY 0x20808159"]
+            ["RM_GSS_LEGACY 0x20808b59"]
         );
         assert!(
             text.contains("# - privileged legacy GSS controls"),
@@ -1015,7 +1117,7 @@ mod tests {
     #[test]
     fn test_check_accepts_pass_through_families_and_commands() {
         let f = check_controls(
-            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x20808159\", \
+            "\"RM_GSS_LEGACY\", \"NV2081_BINAPI\", \"RM_GSS_LEGACY 0x20808b59\", \
              \"NV2081_BINAPI 0x20810108\"",
         )
         .unwrap();
@@ -1024,15 +1126,15 @@ mod tests {
 
     #[test]
     fn test_check_normalises_the_hex_of_a_pass_through_command() {
-        let f = check_controls("\"RM_GSS_LEGACY 0X2080815F\"").unwrap();
+        let f = check_controls("\"RM_GSS_LEGACY 0X20808B5F\"").unwrap();
         assert_eq!(
             f.controls.iter().collect::<Vec<_>>(),
-            ["RM_GSS_LEGACY 0x2080815f"]
+            ["RM_GSS_LEGACY 0x20808b5f"]
         );
         let mut p = InstancePolicy::new("t", Caps::NONE, vec![0]);
         f.apply(&mut p);
-        assert!(p.permits("RM_GSS_LEGACY 0x2080815f", Caps::COMPUTE_UTILITY));
-        assert!(!p.permits("RM_GSS_LEGACY 0x20808159", Caps::COMPUTE_UTILITY));
+        assert!(p.permits("RM_GSS_LEGACY 0x20808b5f", Caps::COMPUTE_UTILITY));
+        assert!(!p.permits("RM_GSS_LEGACY 0x20808b59", Caps::COMPUTE_UTILITY));
     }
 
     #[test]
@@ -1086,8 +1188,8 @@ mod tests {
 
     #[test]
     fn test_check_of_pass_through_names_in_deny_and_in_the_wrong_section() {
-        let text = "[policy]\nallow_only = false\nclasses = [\"RM_GSS_LEGACY 0x20808159\"]\n\
-                    deny = [\"RM_GSS_LEGACY 0x20808162\", \"NV2081_BINAPI 0x2081c001\"]\n";
+        let text = "[policy]\nallow_only = false\nclasses = [\"RM_GSS_LEGACY 0x20808b59\"]\n\
+                    deny = [\"RM_GSS_LEGACY 0x20808b62\", \"NV2081_BINAPI 0x2081c001\"]\n";
         let msg = format!(
             "{:#}",
             PolicyFile::parse(text)
@@ -1096,13 +1198,13 @@ mod tests {
                 .unwrap_err()
         );
         for want in [
-            "classes: RM_GSS_LEGACY 0x20808159 is a control, not a class entry (list it under \
+            "classes: RM_GSS_LEGACY 0x20808b59 is a control, not a class entry (list it under \
              controls)",
             "deny: \"NV2081_BINAPI 0x2081c001\": never forwarded",
         ] {
             assert!(msg.contains(want), "want {want:?} in {msg}");
         }
-        assert!(!msg.contains("0x20808162"), "{msg}");
+        assert!(!msg.contains("0x20808b62"), "{msg}");
     }
 
     #[test]

@@ -179,6 +179,10 @@ const _: () = {
     );
 };
 
+/// The audit reason of a legacy GSS command whose category no header of the version defines:
+/// it is forwarded as opaque bytes (gVisor's rule), named by number.
+pub const OPAQUE_LEGACY: &str = "legacy GSS category the headers do not define: forwarded opaque";
+
 impl Req<'_> {
     /// `NV_ESC_RM_CONTROL`.
     pub(crate) fn rm_control(&mut self, addr: u64) -> Result<i32, ProxyError> {
@@ -194,11 +198,23 @@ impl Req<'_> {
         let spec = self.px.abi.controls.get(&cmd).copied();
         let pass = pass_through_family(cmd);
         self.note.number = cmd;
-        // A pass-through command's name (`RM_GSS_LEGACY 0x20808159`) is what the audit trail
-        // records and what a policy names it by (`policy::pass_through_name`).
+        // A pass-through command's name is what the audit trail records and what a policy
+        // names it by: a legacy GSS command by its category and message as this version's
+        // headers define them (`NV0080_CTRL_CMD_PERF_CUDA_LIMIT_SET_CONTROL (legacy)`,
+        // `NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59`, `nvproxy_abi::legacy`); a command of
+        // a category the headers do not define, and an `NV2081_BINAPI` one, by family and
+        // number (`RM_GSS_LEGACY 0x20808b01`, `policy::pass_through_name`).
         self.note.name = match (spec, pass) {
             (Some(s), _) => s.name.into(),
-            (None, Some(p)) => format!("{p} {cmd:#010x}").into(),
+            (None, Some(p)) => match self.px.abi.legacy_control(cmd) {
+                Some(l) => l.to_string().into(),
+                None => {
+                    if p == crate::policy::RM_GSS_LEGACY {
+                        self.note.reason = Some(OPAQUE_LEGACY);
+                    }
+                    format!("{p} {cmd:#010x}").into()
+                }
+            },
             (None, None) => "".into(), // unknown: named from kind and number at the end
         };
         if cmd == 0 || cmd & 0xffff == 0 {

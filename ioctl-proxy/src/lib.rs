@@ -38,6 +38,7 @@ mod request;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
 pub use checkpoint::{Checkpoint, CheckpointError, DeviceIdentity};
+pub use control::OPAQUE_LEGACY;
 pub use error::ProxyError;
 pub use host_driver::{
     HandedFile, HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,

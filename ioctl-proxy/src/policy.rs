@@ -110,8 +110,21 @@ pub fn pass_through_family(cmd: u32) -> Option<&'static str> {
 /// `RM_GSS_LEGACY`), without checking the number: used on the request path, where the name was
 /// built by the proxy. `None` for every other name (table names have no space).
 fn family_of_command_name(name: &str) -> Option<&'static str> {
+    if is_legacy_name(name) {
+        return Some(RM_GSS_LEGACY);
+    }
     let (family, _) = name.split_once(' ')?;
     PASS_THROUGH_FAMILIES.into_iter().find(|f| *f == family)
+}
+
+/// Whether `name` has the shape of a legacy GSS command's name from the headers
+/// (`nvproxy_abi::LegacyControl`): `CONTROL (legacy)` or `NVxxxx_CTRL_<CATEGORY>_LEGACY_*
+/// 0xNN`. Used on the request path, where the proxy built the name from the table.
+pub fn is_legacy_name(name: &str) -> bool {
+    name.ends_with(nvproxy_abi::legacy::LEGACY_SUFFIX)
+        || name.split_once(' ').is_some_and(|(cat, _)| {
+            cat.ends_with("_LEGACY_NON_PRIVILEGED") || cat.ends_with("_LEGACY_PRIVILEGED")
+        })
 }
 
 /// Why a name that starts with a pass-through family is no valid policy name.

@@ -1654,6 +1654,12 @@ fn only_policy(names: &[&str]) -> InstancePolicy {
     policy
 }
 
+/// The legacy GSS commands libcuda's `cuInit` sends, by the name the headers give them: GPU
+/// legacy category (`NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED`, 0x81), messages 0x59 and 0x62,
+/// which no header of the version names (`nvproxy_abi::legacy`).
+const G59: &str = "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59";
+const G62: &str = "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x62";
+
 fn only_env(names: &[&str]) -> Env {
     Env::with(VERSION, only_policy(names))
 }
@@ -1667,7 +1673,7 @@ fn last_event(env: &Env) -> (String, u32, Decision, Option<&'static str>, Option
 
 #[test]
 fn test_only_naming_one_legacy_gss_command_forwards_it_and_denies_another() {
-    let mut env = only_env(&["RM_GSS_LEGACY 0x20808159"]);
+    let mut env = only_env(&[G59]);
     let c = env.alloc_client(env.ctl);
     let (_, sub) = env.device(c, 1);
     env.host.clear();
@@ -1681,12 +1687,54 @@ fn test_only_naming_one_legacy_gss_command_forwards_it_and_denies_another() {
     assert_eq!(
         last_event(&env),
         (
-            "RM_GSS_LEGACY 0x20808162".to_owned(),
+            G62.to_owned(),
             0x2080_8162,
             Decision::Denied,
             Some("policy"),
             Some(NV_ERR_NOT_SUPPORTED)
         )
+    );
+}
+
+/// A legacy command of a category no header defines (NV2080 0x8b is none) keeps the opaque
+/// name, and an event of it says why; the family name covers it.
+#[test]
+fn test_legacy_gss_command_of_an_undefined_category_is_opaque_and_says_so() {
+    let mut policy = only_policy(&[G59]);
+    policy.mode = Mode::Audit;
+    let mut env = Env::with(VERSION, policy);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host.clear();
+    assert_eq!(env.control(c, sub, 0x2080_8b01, &[7; 4]).0, 0);
+    assert_eq!(env.host.controls(0x2080_8b01).len(), 1);
+    let (name, number, decision, _, _) = last_event(&env);
+    assert_eq!(
+        (name.as_str(), number, decision),
+        (
+            "RM_GSS_LEGACY 0x20808b01",
+            0x2080_8b01,
+            Decision::AuditWouldDeny
+        )
+    );
+    // A defined category's command is named by the headers.
+    assert_eq!(env.control(c, sub, 0x2080_8159, &[7; 64]).0, 0);
+    let counts = env.proxy.counts();
+    assert_eq!(counts.get(Kind::Control, G59, Decision::Allowed), 1);
+    // Allowed, the opaque command's event says why it has no name.
+    let mut env = only_env(&["RM_GSS_LEGACY"]);
+    let c = env.alloc_client(env.ctl);
+    let (_, sub) = env.device(c, 1);
+    env.host
+        .set_control_status(0x2080_8b01, NV_ERR_NOT_SUPPORTED);
+    assert_eq!(
+        env.control(c, sub, 0x2080_8b01, &[7; 4]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    let (_, _, decision, reason, _) = last_event(&env);
+    assert_eq!(
+        (decision, reason),
+        (Decision::Failed, Some(ioctl_proxy::OPAQUE_LEGACY))
     );
 }
 
@@ -1724,7 +1772,7 @@ fn test_only_naming_one_nv2081_command_forwards_it_and_denies_another() {
 #[test]
 fn test_caps_policy_denying_one_legacy_gss_command_forwards_the_others() {
     let mut policy = InstancePolicy::new("t", Caps::COMPUTE_UTILITY, vec![1]);
-    policy.deny.insert("RM_GSS_LEGACY 0x20808162".into());
+    policy.deny.insert(G62.into());
     let mut env = Env::with(VERSION, policy);
     let c = env.alloc_client(env.ctl);
     let (_, sub) = env.device(c, 1);
@@ -1751,12 +1799,12 @@ fn test_caps_policy_denying_the_legacy_gss_family_denies_each_command() {
         NV_ERR_NOT_SUPPORTED
     );
     assert!(env.host.calls().is_empty());
-    assert_eq!(last_event(&env).0, "RM_GSS_LEGACY 0x20808159");
+    assert_eq!(last_event(&env).0, G59);
 }
 
 #[test]
 fn test_audit_mode_forwards_a_legacy_gss_command_the_only_set_leaves_out_as_would_deny() {
-    let mut policy = only_policy(&["RM_GSS_LEGACY 0x20808159"]);
+    let mut policy = only_policy(&[G59]);
     policy.mode = Mode::Audit;
     let mut env = Env::with(VERSION, policy);
     let c = env.alloc_client(env.ctl);
@@ -1767,7 +1815,7 @@ fn test_audit_mode_forwards_a_legacy_gss_command_the_only_set_leaves_out_as_woul
     assert_eq!(
         last_event(&env),
         (
-            "RM_GSS_LEGACY 0x20808162".to_owned(),
+            G62.to_owned(),
             0x2080_8162,
             Decision::AuditWouldDeny,
             Some("policy"),

@@ -22,6 +22,7 @@ pub mod class;
 pub mod embedded;
 mod error;
 pub mod ioctl;
+pub mod legacy;
 pub mod render;
 pub mod status;
 pub mod structs;
@@ -31,6 +32,7 @@ mod version;
 
 pub use caps::{Caps, Translation};
 pub use error::AbiError;
+pub use legacy::{LEGACY_CATEGORIES, LegacyCategory, LegacyControl, legacy_categories};
 pub use table::{
     ClassSpec, ControlSpec, DriverAbi, EscapeSpec, NV2081_BINAPI_CLASS, ParamSize,
     RM_GSS_LEGACY_MASK, RM_GSS_LEGACY_MASK_PRIVILEGED, RMAPI_PARAM_COPY_MAX_PARAMS_SIZE, UvmSpec,

@@ -132,6 +132,8 @@ pub struct DriverAbi {
     pub controls: BTreeMap<u32, ControlSpec>,
     /// RM allocation classes by class number.
     pub classes: BTreeMap<u32, ClassSpec>,
+    /// The legacy GSS control categories the version's headers define ([`crate::legacy`]).
+    pub legacy_categories: Vec<&'static crate::LegacyCategory>,
 }
 
 // Builder helpers used by the version tree. They are called only on our own static data, and

@@ -409,3 +409,26 @@ fn test_preferred_location_layout_choice_matches_every_version() {
         assert_eq!(status, Some(want as u64), "{v}");
     }
 }
+
+/// The legacy GSS control categories `nvproxy-abi` names legacy controls by are exactly those
+/// the headers of each node's version define (`legacy_control_categories` in its facts).
+#[test]
+fn test_every_node_knows_exactly_the_legacy_categories_of_its_headers() {
+    for node in nodes() {
+        let f = facts(node.facts);
+        let want: BTreeMap<String, u64> = f["legacy_control_categories"]
+            .as_object()
+            .unwrap_or_else(|| panic!("facts {} have no legacy_control_categories", node.facts))
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().expect("a number")))
+            .collect();
+        let got: BTreeMap<String, u64> = nvproxy_abi::legacy_categories(node.version)
+            .map(|c| (c.name.to_owned(), u64::from(c.category)))
+            .collect();
+        assert_eq!(got, want, "{}", node.version);
+        for c in nvproxy_abi::legacy_categories(node.version) {
+            let class = u32::from_str_radix(&c.name[2..6], 16).expect("NVxxxx");
+            assert_eq!(class, c.class, "{}", c.name);
+        }
+    }
+}

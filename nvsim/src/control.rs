@@ -245,6 +245,12 @@ pub(crate) fn control(
         }
     }
     match (p.cmd, target) {
+        // Exported by the kernel from 550.40.07 (535's table has no entry: not reached there).
+        (crate::perf::PERF_CUDA_LIMIT_SET_CONTROL, Target::Device) => {
+            let on: u8 = c.get(0).expect("size checked");
+            crate::perf::cuda_limit_set(st, p.hClient, p.hObject, on != 0)
+                .expect("the target is a device")
+        }
         (cmd::SYSTEM_GET_BUILD_VERSION, Target::Client) => build_version(c),
         (cmd::SYSTEM_GET_BUILD_VERSION_V2, Target::Client) => build_version_v2(c),
         (cmd::SYSTEM_GET_FABRIC_STATUS, Target::Client) => {

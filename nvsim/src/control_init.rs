@@ -70,7 +70,16 @@ pub mod cmd {
     pub const DEVICE_FB_GET_CAPS_V2: u32 = 0x0080_1307;
     /// `NV2080_CTRL_CMD_BUS_GET_C2C_INFO`.
     pub const BUS_GET_C2C_INFO: u32 = 0x2080_182b;
+    /// `NV2080_CTRL_CMD_RC_GET_WATCHDOG_INFO`.
+    pub const RC_GET_WATCHDOG_INFO: u32 = 0x2080_2209;
+    /// `NV2080_CTRL_CMD_BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS`.
+    pub const BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS: u32 = 0x2080_182a;
+    /// `NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS`.
+    pub const NVLINK_GET_NVLINK_STATUS: u32 = 0x2080_3002;
 }
+
+/// `NV2080_CTRL_RC_GET_WATCHDOG_INFO_FLAGS_DISABLED` | `_INITIALIZED` (`ctrl2080rc.h`).
+const WATCHDOG_DISABLED_INITIALIZED: u32 = 0x1 | 0x4;
 
 /// `NV0000_CTRL_GPU_INVALID_ID`.
 const INVALID_ID: u32 = 0xffff_ffff;
@@ -176,16 +185,40 @@ fn answer(
             NV_OK
         }
         (cmd::GPU_GET_ACTIVE_PARTITION_IDS, Target::Subdevice(_)) => {
-            // subdeviceCtrlCmdGpuGetActivePartitionIds: partitionCount = 0, then MIG mode is
-            // off (as an H100 ships) -> NV_ERR_NOT_SUPPORTED.
-            c.put(
-                offset_of!(
-                    NV2080_CTRL_GPU_GET_ACTIVE_PARTITION_IDS_PARAMS,
-                    partitionCount
-                ),
-                &0u32,
-            );
+            // subdeviceCtrlCmdGpuGetActivePartitionIds (kernel_mig_manager.c, 535.261.03
+            // :6114-6118): MIG mode is off (as an H100 ships) -> NV_ERR_NOT_SUPPORTED; on an
+            // error nothing is copied back (control.c :322-334), so the caller's buffer stays.
             NV_ERR_NOT_SUPPORTED
+        }
+        (cmd::RC_GET_WATCHDOG_INFO, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdRcGetWatchdogInfo (kernel_rc_watchdog_ctrl.c :29-62), served by
+            // the kernel: RmInitAdapter initialises the RC watchdog and disables it at once
+            // (osinit.c :1788-1796); only a display client re-enables it. So a GPU without a
+            // display reports DISABLED | INITIALIZED (5), not RUNNING: libcuda reads it for the
+            // kernel-run-time-limit attribute, and the CUDA runtime fails to start without it.
+            // A native GA106 (580.159.04) answers the same 4 bytes {5} (kayfabe
+            // `crates/kayfabe-abi/src/cudartinit.rs`, shared/reference/native-traces.md §3.4).
+            c.put(0, &WATCHDOG_DISABLED_INITIALIZED);
+            NV_OK
+        }
+        (cmd::BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS, Target::Subdevice(_)) => {
+            // Served by GSP-RM (flags ROUTE_TO_PHYSICAL | CACHEABLE, g_subdevice_nvoc.c), from
+            // the PCIe atomics mask the kernel probed (kbifProbePcieReqAtomicCaps_GH100): the
+            // kernel enables AtomicOp requests to the root port only on the CPUs of its allow
+            // list (chipset_pcie.c :210-245, IceLake-SP, Sapphire Rapids, Milan, Genoa, Grace);
+            // the simulated host is on none, so no atomic is supported: every entry
+            // {bSupported = 0, attributes = 0}. NV_OK as natively (a GA106's CUDA program has
+            // this control and one non-OK status elsewhere, native-traces.md §3.1).
+            c.bytes_mut().fill(0);
+            NV_OK
+        }
+        (cmd::NVLINK_GET_NVLINK_STATUS, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdBusGetNvlinkStatus (common_nvlinkapi.c :658, :682-689): the
+            // simulated GPU has no NVLink (no KernelNvlink engine, kernel_nvlinkstate.c
+            // :247-270): enabledLinkMask = 0, the rest as the caller sent it, NV_OK.
+            // enabledLinkMask is the first field of NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS_PARAMS.
+            c.put(0, &0u32);
+            NV_OK
         }
         (cmd::BUS_GET_INFO_V2, Target::Subdevice(g)) => {
             // subdeviceCtrlCmdBusGetInfoV2 -> getBusInfos.

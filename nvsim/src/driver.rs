@@ -64,8 +64,13 @@ pub(crate) struct Object {
 /// Class-specific state of an object.
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
-    /// `NV01_DEVICE_0` on GPU `gpu` (device instance = `gpu`), with its `vaMode`.
-    Device { gpu: usize, va_mode: u32 },
+    /// `NV01_DEVICE_0` on GPU `gpu` (device instance = `gpu`), with its `vaMode` and its CUDA
+    /// clock-limit reference count (`Device.nCudaLimitRefCnt`, `perf.rs`).
+    Device {
+        gpu: usize,
+        va_mode: u32,
+        cuda_limit_refs: u32,
+    },
     /// `NV20_SUBDEVICE_0` under a device of GPU `gpu`.
     Subdevice { gpu: usize, inst: u32 },
     /// A memory object referencing a block (shared by dups).
@@ -335,6 +340,12 @@ impl SimDriver {
         // A panic while holding the lock leaves consistent-enough state for a simulator; keep
         // serving rather than poisoning every later call.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether GPU `gpu`'s clocks are under the CUDA limit (`perf.rs`): some device object of
+    /// it holds a `PERF_CUDA_LIMIT_SET_CONTROL` reference.
+    pub fn cuda_limited(&self, gpu: usize) -> bool {
+        crate::perf::cuda_limited(&self.lock(), gpu)
     }
 
     /// A snapshot of the counters.

@@ -191,7 +191,7 @@ impl State {
     /// The device object `h` of `h_client`: (GPU, vaMode).
     fn device_of(&self, h_client: u32, h: u32) -> Option<(usize, u32)> {
         match self.clients[&h_client].objects.get(&h)?.kind {
-            Kind::Device { gpu, va_mode } => Some((gpu, va_mode)),
+            Kind::Device { gpu, va_mode, .. } => Some((gpu, va_mode)),
             _ => None,
         }
     }

@@ -94,7 +94,7 @@ pub const MEASURED: &[Measured] = &[
 /// a GPU's, for which `gpuGetByHandle` fails).
 pub(crate) fn control(
     drv: &SimDriver,
-    st: &State,
+    st: &mut State,
     p: &NVOS54_PARAMETERS,
     call: &mut HostCall,
     loc: Loc,
@@ -112,6 +112,23 @@ pub(crate) fn control(
     let pbuf = child(call, loc, 16);
     if size != 0 && pbuf.is_none_or(|l| bytes(call, l).len() < size) {
         return Some(NV_ERR_INVALID_ADDRESS);
+    }
+    // GSP-RM serves a legacy command as the control with the legacy bits cleared; where the
+    // open source implements that control, it is served with the same semantics.
+    if p.cmd & !RM_GSS_LEGACY_MASK_PRIVILEGED == crate::perf::PERF_CUDA_LIMIT_SET_CONTROL {
+        // The firmware's resource server checks the size against the control's params
+        // (`_rmapiRmControl`, control.c: NV_ERR_INVALID_ARGUMENT) and finds the control only
+        // on a device (`resControlLookup`: NV_ERR_NOT_SUPPORTED elsewhere).
+        let Some(l) =
+            pbuf.filter(|_| p.paramsSize == crate::perf::PERF_CUDA_LIMIT_CONTROL_PARAMS_SIZE)
+        else {
+            return Some(NV_ERR_INVALID_ARGUMENT);
+        };
+        let on = bytes(call, l)[0] != 0;
+        return Some(
+            crate::perf::cuda_limit_set(st, p.hClient, p.hObject, on)
+                .unwrap_or(NV_ERR_NOT_SUPPORTED),
+        );
     }
     if let Some(status) = clocks(&drv.config.gpus[gpu], p, call, pbuf) {
         return Some(status);

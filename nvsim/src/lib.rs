@@ -121,6 +121,7 @@ mod fifo;
 mod gpfifo;
 pub mod gss_legacy;
 mod memory;
+pub mod perf;
 pub mod procfs;
 pub mod rm;
 pub mod status;

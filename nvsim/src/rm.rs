@@ -377,7 +377,11 @@ impl State {
                 if !drv.gpu_accessible(self, gpu) {
                     return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
                 }
-                Ok(Kind::Device { gpu, va_mode })
+                Ok(Kind::Device {
+                    gpu,
+                    va_mode,
+                    cuda_limit_refs: 0,
+                })
             }
             NV20_SUBDEVICE_0 => {
                 let inst = match a.params.as_deref() {

@@ -336,6 +336,10 @@ pub fn extract(dir: &Path, opts: &Options) -> Result<Value> {
     facts.insert("classes".into(), numbers::to_json(&nums.classes));
     facts.insert("class_alloc_params".into(), usage.class_alloc_params);
     facts.insert("controls".into(), numbers::to_json(&nums.controls));
+    facts.insert(
+        "legacy_control_categories".into(),
+        numbers::to_json(&nums.legacy_control_categories),
+    );
     facts.insert("control_params".into(), Value::Object(usage.control_params));
     facts.insert(
         "control_params_inferred".into(),

@@ -118,6 +118,10 @@ pub(crate) struct Numbers {
     pub classes: Vec<(String, Num)>,
     pub controls: Vec<(String, Num)>,
     pub rmctrl_flags: Vec<(String, Num)>,
+    /// The legacy GSS control categories of the SDK headers
+    /// (`NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED (0x81)`: a category with
+    /// `NVxxxx_CTRL_LEGACY_NON_PRIVILEGED` or `_PRIVILEGED` or-ed in, `ctrlxxxx.h`).
+    pub legacy_control_categories: Vec<(String, Num)>,
     /// Every object-like define of the SDK headers, by name (the last one wins).
     pub sdk_defines: HashMap<String, Define>,
 }
@@ -397,7 +401,10 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
         .filter_map(|d| literal(&code(&d.body)).map(|v| (d.name, v)))
         .collect();
 
+    let legacy_control_categories = legacy_categories(&sdk_defs);
+
     Ok(Numbers {
+        legacy_control_categories,
         escapes: pick(&vals1, &escapes),
         constants: constants_v,
         uvm_ioctls: pick(&vals2, &ioctl_names),
@@ -410,9 +417,71 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
     })
 }
 
+/// The legacy GSS control categories among `defs`: `NV<class>_CTRL_<CATEGORY>_LEGACY_PRIVILEGED`
+/// and `..._LEGACY_NON_PRIVILEGED` with a literal value (FINN writes the evaluated value, with
+/// the expression in a comment), sorted by name.
+pub(crate) fn legacy_categories(defs: &[Define]) -> Vec<(String, Num)> {
+    let mut out: Vec<(String, Num)> = defs
+        .iter()
+        .filter(|d| is_legacy_category_name(&d.name))
+        .filter_map(|d| literal(&code(&d.body)).map(|v| (d.name.clone(), v)))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `NV` + four upper-case hex digits + `_CTRL_` + one word + `_LEGACY_PRIVILEGED` or
+/// `_LEGACY_NON_PRIVILEGED`.
+fn is_legacy_category_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("NV") else {
+        return false;
+    };
+    let (class, rest) = rest.split_at(rest.len().min(4));
+    if class.len() != 4
+        || !class
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+    {
+        return false;
+    }
+    let Some(rest) = rest.strip_prefix("_CTRL_") else {
+        return false;
+    };
+    let word = rest
+        .strip_suffix("_LEGACY_NON_PRIVILEGED")
+        .or_else(|| rest.strip_suffix("_LEGACY_PRIVILEGED"));
+    word.is_some_and(|w| {
+        !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn legacy_categories_are_the_category_defines_only() {
+        let text = "#define NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED (0x81) /* finn: Evaluated from \"(NV2080_CTRL_GPU | NVxxxx_CTRL_LEGACY_NON_PRIVILEGED)\" */\n\
+            #define NV2080_CTRL_CLK_LEGACY_PRIVILEGED       (0xd0)\n\
+            #define NV0000_CTRL_CMD_GPU_LEGACY_CONFIG (0x282U)\n\
+            #define NV2080_CTRL_GPU_SET_PARTITIONING_MODE_REPARTITIONING_LEGACY 0U\n\
+            #define NVxxxx_CTRL_LEGACY_PRIVILEGED (0xC0)\n\
+            #define NV2080_CTRL_A_B_LEGACY_PRIVILEGED (0xc1)\n";
+        let got = legacy_categories(&defines(text, "ctrl2080base.h"));
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "NV2080_CTRL_CLK_LEGACY_PRIVILEGED",
+                "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED"
+            ]
+        );
+        assert_eq!(got[0].1, 0xd0);
+        assert_eq!(got[1].1, 0x81);
+    }
 
     #[test]
     fn defines_skip_function_like_and_join_continuations() {

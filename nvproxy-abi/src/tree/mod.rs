@@ -126,7 +126,9 @@ pub struct AbiNode {
 impl AbiNode {
     /// Builds this version's four tables (the parent's, then this node's changes).
     pub fn tables(&self) -> DriverAbi {
-        (self.build)()
+        let mut t = (self.build)();
+        t.legacy_categories = crate::legacy_categories(self.version).collect();
+        t
     }
 
     /// The parent node, if any.
