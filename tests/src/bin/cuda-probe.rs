@@ -74,9 +74,12 @@ struct Cli {
     /// Iterations of the `alloc-loop` step.
     #[arg(long, default_value_t = 1000)]
     loops: u32,
+    /// Buffer size of the `mem`, `dtod`, `memset`, `host-alloc` and `stream` steps.
+    #[arg(long, default_value_t = PROBE_BYTES, value_parser = clap::value_parser!(usize))]
+    bytes: usize,
     /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch, vector-add,
     /// alloc-loop.
-    #[arg(required = true, value_parser = ["init", "ctx", "mem", "stream", "managed", "host-alloc", "module-ptx", "launch", "vector-add", "alloc-loop"])]
+    #[arg(required = true, value_parser = ORDER)]
     steps: Vec<String>,
 }
 
@@ -387,6 +390,8 @@ type CuResult = c_int;
 type CuDevice = c_int;
 type CuPtr = u64;
 const CUDA_SUCCESS: CuResult = 0;
+/// `CUDA_ERROR_LAUNCH_FAILED`: an exception on the device while executing a kernel.
+const CUDA_ERROR_LAUNCH_FAILED: CuResult = 719;
 
 /// Loads a symbol of `lib` as `T` (a function pointer type).
 ///
@@ -432,7 +437,17 @@ struct Cuda {
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, CuPtr, usize) -> CuResult,
     memcpy_dtod: unsafe extern "C" fn(CuPtr, CuPtr, usize) -> CuResult,
     memset_d8: unsafe extern "C" fn(CuPtr, u8, usize) -> CuResult,
+    memset_d16: unsafe extern "C" fn(CuPtr, u16, usize) -> CuResult,
     memset_d32: unsafe extern "C" fn(CuPtr, c_uint, usize) -> CuResult,
+    mem_alloc_host: unsafe extern "C" fn(*mut *mut c_void, usize) -> CuResult,
+    mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult,
+    mem_host_unregister: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    memcpy_htod_async: unsafe extern "C" fn(CuPtr, *const c_void, usize, *mut c_void) -> CuResult,
+    memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, CuPtr, usize, *mut c_void) -> CuResult,
+    event_elapsed_time: unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CuResult,
+    primary_ctx_retain: unsafe extern "C" fn(*mut *mut c_void, CuDevice) -> CuResult,
+    primary_ctx_release: unsafe extern "C" fn(CuDevice) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
     stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult,
     stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
     stream_destroy: unsafe extern "C" fn(*mut c_void) -> CuResult,
@@ -504,7 +519,17 @@ impl Cuda {
                 memcpy_dtoh: sym(lib, "cuMemcpyDtoH_v2")?,
                 memcpy_dtod: sym(lib, "cuMemcpyDtoD_v2")?,
                 memset_d8: sym(lib, "cuMemsetD8_v2")?,
+                memset_d16: sym(lib, "cuMemsetD16_v2")?,
                 memset_d32: sym(lib, "cuMemsetD32_v2")?,
+                mem_alloc_host: sym(lib, "cuMemAllocHost_v2")?,
+                mem_host_register: sym(lib, "cuMemHostRegister_v2")?,
+                mem_host_unregister: sym(lib, "cuMemHostUnregister")?,
+                memcpy_htod_async: sym(lib, "cuMemcpyHtoDAsync_v2")?,
+                memcpy_dtoh_async: sym(lib, "cuMemcpyDtoHAsync_v2")?,
+                event_elapsed_time: sym(lib, "cuEventElapsedTime")?,
+                primary_ctx_retain: sym(lib, "cuDevicePrimaryCtxRetain")?,
+                primary_ctx_release: sym(lib, "cuDevicePrimaryCtxRelease_v2")?,
+                ctx_set_current: sym(lib, "cuCtxSetCurrent")?,
                 stream_create: sym(lib, "cuStreamCreate")?,
                 stream_synchronize: sym(lib, "cuStreamSynchronize")?,
                 stream_destroy: sym(lib, "cuStreamDestroy_v2")?,
@@ -693,19 +718,28 @@ impl Probe {
         Ok(())
     }
 
-    fn mem(&mut self, out: &mut Value) -> Result<(), Failure> {
+    /// Two device buffers of `bytes` (`--bytes`), `f` run on them, both freed; `cuMemGetInfo`
+    /// before and while they are held (`free_drop`: how much the free memory fell).
+    fn with_two(
+        &self,
+        bytes: usize,
+        out: &mut Value,
+        f: impl FnOnce(&Self, CuPtr, CuPtr, &mut Value) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
         let c = &self.cuda;
+        let free_before = self.mem_free()?;
         let (mut a, mut b): (CuPtr, CuPtr) = (0, 0);
         // SAFETY: pointers to live locals; the pointers freed are the ones allocated.
-        check("cuMemAlloc_v2", unsafe {
-            (c.mem_alloc)(&mut a, PROBE_BYTES)
-        })?;
+        check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut a, bytes) })?;
         out["dptr"] = format!("{a:#x}").into();
         // SAFETY: as above.
-        let r = check("cuMemAlloc_v2", unsafe {
-            (c.mem_alloc)(&mut b, PROBE_BYTES)
-        })
-        .and_then(|()| self.copies(a, b, out));
+        let r = check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut b, bytes) })
+            .and_then(|()| {
+                let held = self.mem_free()?;
+                out["free_drop"] = free_before.saturating_sub(held).into();
+                Ok(())
+            })
+            .and_then(|()| f(self, a, b, out));
         // SAFETY: the allocations above (b may be 0: cuMemFree then fails, reported).
         let f1 = check("cuMemFree_v2", unsafe { (c.mem_free)(a) });
         let f2 = if b != 0 {
@@ -717,92 +751,399 @@ impl Probe {
         r.and(f1).and(f2)
     }
 
-    /// HtoD, DtoD, DtoH and the memsets between device buffers `a` and `b` (`PROBE_BYTES`
-    /// each), every byte checked on the host.
-    fn copies(&self, a: CuPtr, b: CuPtr, out: &mut Value) -> Result<(), Failure> {
-        let c = &self.cuda;
-        let src: Vec<u8> = (0..PROBE_BYTES).map(|i| (i * 31 % 253) as u8).collect();
-        let mut back = vec![0u8; PROBE_BYTES];
-        // SAFETY: host buffers of PROBE_BYTES, device buffers of PROBE_BYTES.
-        check("cuMemcpyHtoD_v2", unsafe {
-            (c.memcpy_htod)(a, src.as_ptr().cast(), PROBE_BYTES)
+    /// `cuMemGetInfo_v2`'s free bytes.
+    fn mem_free(&self) -> Result<usize, Failure> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuMemGetInfo_v2", unsafe {
+            (self.cuda.mem_get_info)(&mut free, &mut total)
         })?;
-        // SAFETY: as above.
-        check("cuMemcpyDtoD_v2", unsafe {
-            (c.memcpy_dtod)(b, a, PROBE_BYTES)
-        })?;
-        // SAFETY: as above.
-        check("cuMemcpyDtoH_v2", unsafe {
-            (c.memcpy_dtoh)(back.as_mut_ptr().cast(), b, PROBE_BYTES)
-        })?;
-        out["htod_dtod_dtoh_equal"] = (back == src).into();
-        // SAFETY: N elements inside the buffer.
-        check("cuMemsetD8_v2", unsafe {
-            (c.memset_d8)(a, 0x5a, PROBE_BYTES)
-        })?;
-        // SAFETY: as above.
-        check("cuMemsetD32_v2", unsafe {
-            (c.memset_d32)(b, 0xdead_beef, PROBE_BYTES / 8)
-        })?;
-        let mut d8 = vec![0u8; PROBE_BYTES];
-        // SAFETY: as above.
-        check("cuMemcpyDtoH_v2", unsafe {
-            (c.memcpy_dtoh)(d8.as_mut_ptr().cast(), a, PROBE_BYTES)
-        })?;
-        // SAFETY: as above.
-        check("cuMemcpyDtoH_v2", unsafe {
-            (c.memcpy_dtoh)(back.as_mut_ptr().cast(), b, PROBE_BYTES)
-        })?;
-        out["memset_d8_ok"] = d8.iter().all(|&x| x == 0x5a).into();
-        let half = PROBE_BYTES / 2;
-        out["memset_d32_ok"] = (back[..half]
-            .chunks(4)
-            .all(|w| w == 0xdead_beefu32.to_le_bytes())
-            && back[half..] == src[half..])
-            .into();
-        Ok(())
+        Ok(free)
     }
 
-    fn stream(&mut self, out: &mut Value) -> Result<(), Failure> {
+    /// `cuMemcpyHtoD` into two buffers and `cuMemcpyDtoH` back, every byte checked.
+    fn mem(&mut self, bytes: usize, out: &mut Value) -> Result<(), Failure> {
+        self.with_two(bytes, out, |p, a, b, out| {
+            let c = &p.cuda;
+            let src = pattern(bytes, 31);
+            let src2 = pattern(bytes, 7);
+            // SAFETY: host buffers of `bytes`, device buffers of `bytes`.
+            check("cuMemcpyHtoD_v2", unsafe {
+                (c.memcpy_htod)(a, src.as_ptr().cast(), bytes)
+            })?;
+            // SAFETY: as above.
+            check("cuMemcpyHtoD_v2", unsafe {
+                (c.memcpy_htod)(b, src2.as_ptr().cast(), bytes)
+            })?;
+            let (mut back, mut back2) = (vec![0u8; bytes], vec![0u8; bytes]);
+            // SAFETY: as above.
+            check("cuMemcpyDtoH_v2", unsafe {
+                (c.memcpy_dtoh)(back.as_mut_ptr().cast(), a, bytes)
+            })?;
+            // SAFETY: as above.
+            check("cuMemcpyDtoH_v2", unsafe {
+                (c.memcpy_dtoh)(back2.as_mut_ptr().cast(), b, bytes)
+            })?;
+            out["htod_dtoh_equal"] = (back == src && back2 == src2).into();
+            expect(back == src && back2 == src2, "HtoD/DtoH bytes")
+        })
+    }
+
+    /// `cuMemcpyDtoD` between two device buffers, checked by a `cuMemcpyDtoH`.
+    fn dtod(&mut self, bytes: usize, out: &mut Value) -> Result<(), Failure> {
+        self.with_two(bytes, out, |p, a, b, out| {
+            let c = &p.cuda;
+            let src = pattern(bytes, 13);
+            // SAFETY: host buffers of `bytes`, device buffers of `bytes`.
+            check("cuMemcpyHtoD_v2", unsafe {
+                (c.memcpy_htod)(a, src.as_ptr().cast(), bytes)
+            })?;
+            // SAFETY: as above.
+            check("cuMemcpyDtoD_v2", unsafe { (c.memcpy_dtod)(b, a, bytes) })?;
+            let mut back = vec![0u8; bytes];
+            // SAFETY: as above.
+            check("cuMemcpyDtoH_v2", unsafe {
+                (c.memcpy_dtoh)(back.as_mut_ptr().cast(), b, bytes)
+            })?;
+            out["dtod_equal"] = (back == src).into();
+            expect(back == src, "DtoD bytes")
+        })
+    }
+
+    /// `cuMemsetD8`, `D16` and `D32` over the first half of a buffer whose second half keeps
+    /// its bytes, each checked by a `cuMemcpyDtoH`.
+    fn memset(&mut self, bytes: usize, out: &mut Value) -> Result<(), Failure> {
+        self.with_two(bytes, out, |p, a, _, out| {
+            let c = &p.cuda;
+            let src = pattern(bytes, 17);
+            let half = bytes / 2;
+            let mut ok = true;
+            for (width, word) in [(1usize, 0x5au32), (2, 0xbeef), (4, 0xdead_beef)] {
+                // SAFETY: host and device buffers of `bytes`.
+                check("cuMemcpyHtoD_v2", unsafe {
+                    (c.memcpy_htod)(a, src.as_ptr().cast(), bytes)
+                })?;
+                let n = half / width;
+                // SAFETY: n elements of `width` bytes inside the buffer.
+                let (call, r) = unsafe {
+                    match width {
+                        1 => ("cuMemsetD8_v2", (c.memset_d8)(a, word as u8, n)),
+                        2 => ("cuMemsetD16_v2", (c.memset_d16)(a, word as u16, n)),
+                        _ => ("cuMemsetD32_v2", (c.memset_d32)(a, word, n)),
+                    }
+                };
+                check(call, r)?;
+                let mut back = vec![0u8; bytes];
+                // SAFETY: as above.
+                check("cuMemcpyDtoH_v2", unsafe {
+                    (c.memcpy_dtoh)(back.as_mut_ptr().cast(), a, bytes)
+                })?;
+                let le = word.to_le_bytes();
+                let set = back[..n * width]
+                    .chunks(width)
+                    .all(|w| w == &le[..width]);
+                let kept = back[n * width..] == src[n * width..];
+                out[format!("memset_d{}_ok", width * 8)] = (set && kept).into();
+                ok &= set && kept;
+            }
+            expect(ok, "memset bytes")
+        })
+    }
+
+    /// A stream and two events around an asynchronous HtoD from one pinned buffer and a DtoH
+    /// into another:
+    /// `cuEventRecord` on the stream, `cuStreamSynchronize`, `cuEventSynchronize`,
+    /// `cuEventElapsedTime` (`elapsed_ms`), the bytes checked.
+    fn stream(&mut self, bytes: usize, out: &mut Value) -> Result<(), Failure> {
         let c = &self.cuda;
-        let (mut stream, mut event): (*mut c_void, *mut c_void) =
-            (std::ptr::null_mut(), std::ptr::null_mut());
-        // SAFETY: pointers to live locals; the handles destroyed are the ones created.
-        check("cuStreamCreate", unsafe {
-            (c.stream_create)(&mut stream, 0)
-        })?;
-        // SAFETY: as above.
-        let r = check("cuEventCreate", unsafe { (c.event_create)(&mut event, 0) })
-            .and_then(|()| {
-                // SAFETY: the live event and stream.
-                check("cuEventRecord", unsafe { (c.event_record)(event, stream) })
-            })
-            .and_then(|()| {
-                // SAFETY: the live stream.
-                check("cuStreamSynchronize", unsafe {
-                    (c.stream_synchronize)(stream)
-                })
-            })
-            .and_then(|()| {
-                // SAFETY: the live event.
-                check("cuEventSynchronize", unsafe {
-                    (c.event_synchronize)(event)
-                })
-            });
+        let mut stream: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a pointer to a live local; the stream destroyed is the one created.
+        check("cuStreamCreate", unsafe { (c.stream_create)(&mut stream, 0) })?;
+        let mut ev = [std::ptr::null_mut::<c_void>(); 2];
+        let mut host: *mut c_void = std::ptr::null_mut();
+        let mut host2: *mut c_void = std::ptr::null_mut();
+        let mut dev: CuPtr = 0;
+        let r = (|| {
+            for e in &mut ev {
+                // SAFETY: a pointer to a live local; CU_EVENT_DEFAULT (timing enabled).
+                check("cuEventCreate", unsafe { (c.event_create)(e, 0) })?;
+            }
+            // SAFETY: pointers to live locals.
+            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut host, bytes) })?;
+            // SAFETY: as above.
+            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut host2, bytes) })?;
+            // SAFETY: as above.
+            check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut dev, bytes) })?;
+            // SAFETY: cuMemAllocHost returned `bytes` of CPU memory at `host`.
+            let h = unsafe { std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes) };
+            let src = pattern(bytes, 23);
+            h.copy_from_slice(&src);
+            // SAFETY: the live events and stream; pinned and device buffers of `bytes`.
+            check("cuEventRecord", unsafe { (c.event_record)(ev[0], stream) })?;
+            // SAFETY: as above.
+            check("cuMemcpyHtoDAsync_v2", unsafe {
+                (c.memcpy_htod_async)(dev, host, bytes, stream)
+            })?;
+            // SAFETY: as above; neither host buffer is touched until the stream is synchronized.
+            check("cuMemcpyDtoHAsync_v2", unsafe {
+                (c.memcpy_dtoh_async)(host2, dev, bytes, stream)
+            })?;
+            // SAFETY: as above.
+            check("cuEventRecord", unsafe { (c.event_record)(ev[1], stream) })?;
+            // SAFETY: the live stream.
+            check("cuStreamSynchronize", unsafe { (c.stream_synchronize)(stream) })?;
+            // SAFETY: the live event.
+            check("cuEventSynchronize", unsafe { (c.event_synchronize)(ev[1]) })?;
+            let mut ms = -1.0f32;
+            // SAFETY: a pointer to a live local; both events recorded and complete.
+            check("cuEventElapsedTime", unsafe {
+                (c.event_elapsed_time)(&mut ms, ev[0], ev[1])
+            })?;
+            out["elapsed_ms"] = f64::from(ms).into();
+            // SAFETY: as above, the stream is idle.
+            let h = unsafe { std::slice::from_raw_parts(host2.cast::<u8>(), bytes) };
+            out["async_copies_equal"] = (h == src.as_slice()).into();
+            expect(h == src.as_slice() && ms >= 0.0, "async copies and elapsed time")
+        })();
         out["synchronized"] = r.is_ok().into();
-        if !event.is_null() {
-            // SAFETY: the event created above.
-            unsafe { (c.event_destroy)(event) };
+        // SAFETY: what was created above (null / 0 where creation failed is skipped).
+        unsafe {
+            if dev != 0 {
+                (c.mem_free)(dev);
+            }
+            for h in [host, host2].into_iter().filter(|h| !h.is_null()) {
+                (c.mem_free_host)(h);
+            }
+            for e in ev.into_iter().filter(|e| !e.is_null()) {
+                (c.event_destroy)(e);
+            }
         }
         // SAFETY: the stream created above.
         let d = check("cuStreamDestroy_v2", unsafe { (c.stream_destroy)(stream) });
         r.and(d)
     }
 
+    /// Pinned host memory three ways: `cuMemHostAlloc` (portable), `cuMemAllocHost` and
+    /// `cuMemHostRegister` of an ordinary page-aligned buffer; each written and read by the
+    /// CPU and copied to the device and back, the bytes checked.
+    fn host_alloc(&mut self, bytes: usize, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut dev: CuPtr = 0;
+        // SAFETY: a pointer to a live local.
+        check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut dev, bytes) })?;
+        let r = (|| {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a pointer to a live local.
+            check("cuMemHostAlloc", unsafe {
+                (c.mem_host_alloc)(&mut p, bytes, CU_MEMHOSTALLOC_PORTABLE)
+            })?;
+            out["ptr"] = format!("{:#x}", p as usize).into();
+            let ok = cpu_round_trip(p.cast(), bytes) && self.through_device(p, dev, bytes)?;
+            out["host_alloc_ok"] = ok.into();
+            // SAFETY: the pointer allocated above.
+            check("cuMemFreeHost", unsafe { (c.mem_free_host)(p) })?;
+            let mut q: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a pointer to a live local.
+            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut q, bytes) })?;
+            let ok2 = cpu_round_trip(q.cast(), bytes) && self.through_device(q, dev, bytes)?;
+            out["alloc_host_ok"] = ok2.into();
+            // SAFETY: the pointer allocated above.
+            check("cuMemFreeHost", unsafe { (c.mem_free_host)(q) })?;
+            // An ordinary anonymous mapping, registered (CU_MEMHOSTREGISTER_PORTABLE).
+            // SAFETY: a fresh private anonymous mapping of `bytes`, unmapped below.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    bytes,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if m == libc::MAP_FAILED {
+                return expect(false, "mmap for cuMemHostRegister");
+            }
+            // SAFETY: the mapping above, `bytes` long.
+            let reg = check("cuMemHostRegister_v2", unsafe {
+                (c.mem_host_register)(m, bytes, 1)
+            })
+            .and_then(|()| {
+                let ok = cpu_round_trip(m.cast(), bytes) && self.through_device(m, dev, bytes)?;
+                out["host_register_ok"] = ok.into();
+                // SAFETY: the range registered above.
+                check("cuMemHostUnregister", unsafe { (c.mem_host_unregister)(m) })?;
+                Ok(ok)
+            });
+            // SAFETY: the mapping above.
+            unsafe { libc::munmap(m, bytes) };
+            let ok3 = reg?;
+            expect(ok && ok2 && ok3, "pinned memory bytes")
+        })();
+        // SAFETY: the allocation above.
+        let f = check("cuMemFree_v2", unsafe { (c.mem_free)(dev) });
+        r.and(f)
+    }
+
+    /// Copies the `bytes` at CPU address `host` to `dev` and back into it after clearing it;
+    /// whether the bytes came back.
+    fn through_device(&self, host: *mut c_void, dev: CuPtr, bytes: usize) -> Result<bool, Failure> {
+        let c = &self.cuda;
+        // SAFETY: the caller's CPU buffer of `bytes`.
+        let h = unsafe { std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes) };
+        let src = pattern(bytes, 29);
+        h.copy_from_slice(&src);
+        // SAFETY: `bytes` at host and at dev.
+        check("cuMemcpyHtoD_v2", unsafe { (c.memcpy_htod)(dev, host, bytes) })?;
+        h.fill(0);
+        // SAFETY: as above.
+        check("cuMemcpyDtoH_v2", unsafe { (c.memcpy_dtoh)(host, dev, bytes) })?;
+        Ok(h == src.as_slice())
+    }
+
+    /// The device's primary context (`cuDevicePrimaryCtxRetain`) made current beside the
+    /// probe's own: an allocation and a copy in it, then released and the own one current again.
+    fn primary_ctx(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut dev: CuDevice = 0;
+        // SAFETY: the prototype from cuda.h; a pointer to a live local.
+        check("cuDeviceGet", unsafe { (c.device_get)(&mut dev, 0) })?;
+        let mut primary: *mut c_void = std::ptr::null_mut();
+        // SAFETY: as above.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            (c.primary_ctx_retain)(&mut primary, dev)
+        })?;
+        // SAFETY: the retained context.
+        let r = check("cuCtxSetCurrent", unsafe { (c.ctx_set_current)(primary) })
+            .and_then(|()| {
+                let mut p: CuPtr = 0;
+                // SAFETY: a pointer to a live local.
+                check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut p, 4096) })?;
+                let mut buf = pattern(4096, 3);
+                let ok = self.through_device(buf.as_mut_ptr().cast(), p, 4096);
+                // SAFETY: the allocation above.
+                let f = check("cuMemFree_v2", unsafe { (c.mem_free)(p) });
+                let ok = ok?;
+                f?;
+                out["primary_copy_ok"] = ok.into();
+                expect(ok, "primary context copy")
+            });
+        // SAFETY: the probe's own context, then the retained primary context.
+        let back = check("cuCtxSetCurrent", unsafe { (c.ctx_set_current)(self.ctx) });
+        // SAFETY: as above.
+        let rel = check("cuDevicePrimaryCtxRelease_v2", unsafe {
+            (c.primary_ctx_release)(dev)
+        });
+        r.and(back).and(rel)
+    }
+
+    /// A second process (this binary again: `ctx mem`) with its own context while this one
+    /// holds a context and a buffer; both succeed and this buffer keeps its bytes.
+    fn second_process(&mut self, lib: &str, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let bytes = 1 << 20;
+        let mut p: CuPtr = 0;
+        // SAFETY: a pointer to a live local.
+        check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut p, bytes) })?;
+        let src = pattern(bytes, 41);
+        // SAFETY: `bytes` at src and at p.
+        let r = check("cuMemcpyHtoD_v2", unsafe {
+            (c.memcpy_htod)(p, src.as_ptr().cast(), bytes)
+        })
+        .and_then(|()| {
+            let second = self.run_second(lib, out)?;
+            let mut back = vec![0u8; bytes];
+            // SAFETY: as above.
+            check("cuMemcpyDtoH_v2", unsafe {
+                (c.memcpy_dtoh)(back.as_mut_ptr().cast(), p, bytes)
+            })?;
+            out["own_buffer_kept"] = (back == src).into();
+            expect(second && back == src, "second process")
+        });
+        // SAFETY: the allocation above.
+        let f = check("cuMemFree_v2", unsafe { (c.mem_free)(p) });
+        r.and(f)
+    }
+
+    /// A launch in a context of its own, synchronized (`launch_result`: what it gave), that
+    /// context destroyed; then what a new context of this process gives
+    /// (`same_process_ctx_result`, and the ioctls it made: none when libcuda answers from its
+    /// own state) and a second process's context and copies (`second_ok`). CUDA documents
+    /// a launch failure (719) as leaving the process "in an inconsistent state" in which
+    /// "any further CUDA work will return the same error" (cuda.h), while the GPU keeps the
+    /// fault to the faulting channel: another process gets a working context.
+    fn fault_recovery(&mut self, lib: &str, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let mut dev: CuDevice = 0;
+        // SAFETY: the prototype from cuda.h; a pointer to a live local.
+        check("cuDeviceGet", unsafe { (c.device_get)(&mut dev, 0) })?;
+        let mut faulty: *mut c_void = std::ptr::null_mut();
+        // SAFETY: pointers to live locals (cuCtxCreate makes the new context current).
+        check("cuCtxCreate_v2", unsafe { (c.ctx_create)(&mut faulty, 0, dev) })?;
+        let (result, call) = match self.launch_once() {
+            Ok(()) => (CUDA_SUCCESS, "none"),
+            Err(f) => (f.result, f.call),
+        };
+        out["launch_result"] = result.into();
+        out["launch_result_name"] = self.cuda.error_name(result).into();
+        out["launch_failed_at"] = call.into();
+        // SAFETY: the context created above.
+        out["faulty_destroy_result"] = unsafe { (c.ctx_destroy)(faulty) }.into();
+        let before = NV_IOCTLS.load(Ordering::Relaxed);
+        let mut again: *mut c_void = std::ptr::null_mut();
+        // SAFETY: as above.
+        let r = unsafe { (c.ctx_create)(&mut again, 0, dev) };
+        out["same_process_ctx_result"] = r.into();
+        out["same_process_ctx_ioctls"] = (NV_IOCTLS.load(Ordering::Relaxed) - before).into();
+        if r == CUDA_SUCCESS {
+            // SAFETY: the context just created.
+            unsafe { (c.ctx_destroy)(again) };
+        }
+        let second = self.run_second(lib, out)?;
+        // A launch that fails must fail with a launch error, not anything else.
+        let launch_ok = result == CUDA_SUCCESS || result == CUDA_ERROR_LAUNCH_FAILED;
+        expect(second && launch_ok, "a second process after a fault")
+    }
+
+    /// Runs this binary again (`ctx mem`, same libcuda) as a second process; whether it
+    /// succeeded (its report in `second_ok` / `second_failed`).
+    fn run_second(&self, lib: &str, out: &mut Value) -> Result<bool, Failure> {
+        let child = std::env::current_exe()
+            .and_then(|exe| {
+                std::process::Command::new(exe)
+                    .args(["--lib", lib, "ctx", "mem"])
+                    .stderr(std::process::Stdio::inherit())
+                    .output()
+            })
+            .map_err(|_| Failure {
+                call: "spawn the second process",
+                result: -1,
+            })?;
+        let text = String::from_utf8_lossy(&child.stdout);
+        let report: Value = text
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or(Value::Null);
+        out["second_ok"] = report["ok"].clone();
+        if report["ok"] != true {
+            out["second_failed"] = report["failed"].clone();
+        }
+        Ok(child.status.success() && report["ok"] == true)
+    }
+
     /// `cuLaunchKernel` of the PTX kernel (1 block of 1 thread) and `cuCtxSynchronize`: on the
     /// simulated GPU the launch raises the channel error a faulting launch raises (no SMs),
     /// so this step is expected to fail, and says where.
     fn launch(&mut self, out: &mut Value) -> Result<(), Failure> {
+        let r = self.launch_once();
+        out["launched"] = r.as_ref().map_or_else(|f| f.call != "cuLaunchKernel", |()| true).into();
+        r
+    }
+
+    /// Loads the PTX module, launches its kernel (1 block of 1 thread), `cuCtxSynchronize`,
+    /// unloads the module.
+    fn launch_once(&self) -> Result<(), Failure> {
         let c = &self.cuda;
         let mut module: *mut c_void = std::ptr::null_mut();
         // SAFETY: PTX is NUL-terminated text.
@@ -835,7 +1176,6 @@ impl Probe {
             })
         })
         .and_then(|()| {
-            out["launched"] = true.into();
             // SAFETY: no arguments.
             check("cuCtxSynchronize", unsafe { (c.ctx_synchronize)() })
         });
@@ -1002,22 +1342,9 @@ impl Probe {
             (c.mem_alloc_managed)(&mut p, PROBE_BYTES, CU_MEM_ATTACH_GLOBAL)
         })?;
         out["ptr"] = format!("{p:#x}").into();
-        out["cpu_round_trip"] = cpu_round_trip(p as usize as *mut u8).into();
+        out["cpu_round_trip"] = cpu_round_trip(p as usize as *mut u8, PROBE_BYTES).into();
         // SAFETY: the pointer allocated above.
         check("cuMemFree_v2", unsafe { (c.mem_free)(p) })
-    }
-
-    fn host_alloc(&mut self, out: &mut Value) -> Result<(), Failure> {
-        let c = &self.cuda;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a pointer to a live local.
-        check("cuMemHostAlloc", unsafe {
-            (c.mem_host_alloc)(&mut p, PROBE_BYTES, CU_MEMHOSTALLOC_PORTABLE)
-        })?;
-        out["ptr"] = format!("{:#x}", p as usize).into();
-        out["cpu_round_trip"] = cpu_round_trip(p.cast()).into();
-        // SAFETY: the pointer allocated above.
-        check("cuMemFreeHost", unsafe { (c.mem_free_host)(p) })
     }
 
     fn module_ptx(&mut self, out: &mut Value) -> Result<(), Failure> {
@@ -1038,30 +1365,53 @@ impl Probe {
     }
 }
 
-/// Writes a pattern through `p` (`PROBE_BYTES` long) and reads it back.
-fn cpu_round_trip(p: *mut u8) -> bool {
+/// `bytes` bytes of a pattern that differs per `seed` and is no multiple of a power of two.
+fn pattern(bytes: usize, seed: usize) -> Vec<u8> {
+    (0..bytes).map(|i| ((i * seed + seed) % 253) as u8).collect()
+}
+
+/// `Ok` if `ok`, else a failure of the probe's own check `what` (result -1).
+fn expect(ok: bool, what: &'static str) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure {
+            call: what,
+            result: -1,
+        })
+    }
+}
+
+/// Writes a pattern through `p` (`bytes` long) and reads it back.
+fn cpu_round_trip(p: *mut u8, bytes: usize) -> bool {
     if p.is_null() {
         return false;
     }
-    // SAFETY: the driver API just returned PROBE_BYTES of CPU-accessible memory at p.
-    let buf = unsafe { std::slice::from_raw_parts_mut(p, PROBE_BYTES) };
+    // SAFETY: the driver API just returned `bytes` of CPU-accessible memory at p.
+    let buf = unsafe { std::slice::from_raw_parts_mut(p, bytes) };
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
     buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8)
 }
 
-const ORDER: [&str; 10] = [
+/// Every step, in the order they run.
+const ORDER: [&str; 15] = [
     "init",
     "ctx",
+    "primary-ctx",
     "mem",
-    "stream",
-    "managed",
+    "dtod",
+    "memset",
     "host-alloc",
+    "managed",
+    "stream",
     "module-ptx",
+    "second-process",
+    "fault-recovery",
+    "alloc-loop",
     "launch",
     "vector-add",
-    "alloc-loop",
 ];
 
 fn main() -> ExitCode {
@@ -1093,10 +1443,15 @@ fn main() -> ExitCode {
         let r = match *step {
             "init" => probe.init(&mut out),
             "ctx" => probe.ctx(&mut out),
-            "mem" => probe.mem(&mut out),
+            "primary-ctx" => probe.primary_ctx(&mut out),
+            "mem" => probe.mem(cli.bytes, &mut out),
+            "dtod" => probe.dtod(cli.bytes, &mut out),
+            "memset" => probe.memset(cli.bytes, &mut out),
             "managed" => probe.managed(&mut out),
-            "host-alloc" => probe.host_alloc(&mut out),
-            "stream" => probe.stream(&mut out),
+            "host-alloc" => probe.host_alloc(cli.bytes, &mut out),
+            "stream" => probe.stream(cli.bytes, &mut out),
+            "second-process" => probe.second_process(&cli.lib, &mut out),
+            "fault-recovery" => probe.fault_recovery(&cli.lib, &mut out),
             "launch" => probe.launch(&mut out),
             "vector-add" => probe.vector_add(&mut out),
             "alloc-loop" => probe.alloc_loop(cli.loops, &mut out),
