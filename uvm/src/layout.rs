@@ -189,10 +189,11 @@ pub(crate) fn fields(abi: &DriverAbi, cmd: u32, size: usize) -> Option<Fields> {
         }
         UVM_UNREGISTER_CHANNEL => {
             let mut f = if let Some(f) = st!(UVM_UNREGISTER_CHANNEL_PARAMS) {
-                // The driver never reads this gpuUuid (uvm_api_unregister_channel looks the
-                // channel up by client and handle); a foreign one is refused all the same.
+                // The driver never reads this gpuUuid (uvm_api_unregister_channel,
+                // uvm_user_channel.c, looks the channel up by client and handle only), so it
+                // names nothing and is not checked: libcuda 535 sends one that is no GPU's.
                 type P = UVM_UNREGISTER_CHANNEL_PARAMS;
-                f.gpu(offset_of!(P, gpuUuid)).handles(
+                f.handles(
                     offset_of!(P, hClient),
                     Some(offset_of!(P, hChannel)),
                     NV_ERR_INVALID_CHANNEL,

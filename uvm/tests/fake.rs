@@ -242,7 +242,6 @@ fn uuid_fields(env: &Env) -> Vec<(u32, usize, usize, usize, bool)> {
         (UVM_REGISTER_GPU_VASPACE, 0, 28, 32, false),
         (UVM_UNREGISTER_GPU_VASPACE, 0, 16, 20, false),
         (UVM_REGISTER_CHANNEL, 0, 48, 56, false),
-        (UVM_UNREGISTER_CHANNEL, 0, 24, 28, false),
         (UVM_ENABLE_PEER_ACCESS, 0, 32, 36, false),
         (UVM_ENABLE_PEER_ACCESS, 16, 32, 36, false),
         (UVM_DISABLE_PEER_ACCESS, 0, 32, 36, false),
@@ -256,6 +255,27 @@ fn uuid_fields(env: &Env) -> Vec<(u32, usize, usize, usize, bool)> {
         (UVM_UNMAP_EXTERNAL, 16, 32, 40, false),
         (UVM_PAGEABLE_MEM_ACCESS_ON_GPU, 0, 20, 24, false),
     ]
+}
+
+/// `UVM_UNREGISTER_CHANNEL`'s `gpuUuid` is read by no driver code (the channel is found by
+/// client and handle), and libcuda 535 leaves it unset: any value goes through with the
+/// instance's handles (refusing it left every libcuda channel registered in UVM).
+#[test]
+fn test_unregister_channel_ignores_its_gpu_uuid_as_the_driver_does() {
+    let policy = InstancePolicy::new("t", Caps::ALL_CONTAINER, vec![1, 2]);
+    let host = FakeHost::new("535.261.03", &HOST_GPUS);
+    let mut env = Env::with(&host, policy);
+    let client = env.client;
+    for uuid in [gpu_uuid(2), gpu_uuid(0), [0u8; 16], [0xa5; 16]] {
+        let mut p = vec![0u8; 28];
+        p[..16].copy_from_slice(&uuid);
+        wr32(&mut p, 16, client);
+        wr32(&mut p, 20, client);
+        host.clear();
+        let (r, _) = env.uvm(UVM_UNREGISTER_CHANNEL, &p);
+        assert_eq!(r.unwrap(), 0);
+        assert_eq!(host.uvm_calls().len(), 1, "{uuid:02x?}");
+    }
 }
 
 #[test]

@@ -32,7 +32,9 @@ pub(crate) const UNIX: &str = "src/nvidia/arch/nvalloc/unix/include";
 pub(crate) const UVM: &str = "kernel-open/nvidia-uvm";
 pub(crate) const KCOMMON: &str = "kernel-open/common/inc";
 
-/// The Unix ioctl headers, in include order; those missing from a version are skipped.
+/// The Unix ioctl headers, in include order, looked up in [`UNIX`] and then in [`KCOMMON`]
+/// (535 keeps `nv-ioctl-numa.h`, with `NV_ESC_NUMA_INFO`, only there); those missing from a
+/// version are skipped.
 const UNIX_HEADERS: &[&str] = &[
     "nv-ioctl.h",
     "nv-ioctl-numbers.h",
@@ -125,11 +127,16 @@ impl Tree {
         Ok(h)
     }
 
+    /// The Unix ioctl headers this version has, as paths relative to the tree.
     pub(crate) fn unix_headers(&self) -> Vec<String> {
         UNIX_HEADERS
             .iter()
-            .filter(|h| self.exists(&format!("{UNIX}/{h}")))
-            .map(|h| (*h).to_owned())
+            .filter_map(|h| {
+                [UNIX, KCOMMON]
+                    .iter()
+                    .map(|dir| format!("{dir}/{h}"))
+                    .find(|rel| self.exists(rel))
+            })
             .collect()
     }
 
@@ -143,8 +150,16 @@ impl Tree {
 
     pub(crate) fn tu1(&self) -> Result<String> {
         let mut s = String::new();
-        for h in self.sdk_headers()?.iter().chain(self.unix_headers().iter()) {
+        for h in self.sdk_headers()? {
             s.push_str(&format!("#include \"{h}\"\n"));
+        }
+        // Unix headers by name from the include path, or by full path where only
+        // kernel-open/common/inc has them (its other headers stay off the include path).
+        for rel in self.unix_headers() {
+            match rel.strip_prefix(&format!("{UNIX}/")) {
+                Some(name) => s.push_str(&format!("#include \"{name}\"\n")),
+                None => s.push_str(&format!("#include \"{}\"\n", self.path(&rel).display())),
+            }
         }
         Ok(s)
     }
@@ -372,4 +387,35 @@ pub fn run(dir: &Path, out: &Path, opts: &Options) -> Result<()> {
     text.push('\n');
     fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 535 keeps `nv-ioctl-numa.h` (`NV_ESC_NUMA_INFO`) only in kernel-open/common/inc; a
+    /// header of the Unix directory wins where both have it.
+    #[test]
+    fn unix_headers_fall_back_to_kernel_open_common() {
+        let dir = std::env::temp_dir().join(format!("abi-import-unix-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        for d in [UNIX, KCOMMON] {
+            fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        fs::write(dir.join(UNIX).join("nv-ioctl.h"), "").unwrap();
+        fs::write(dir.join(KCOMMON).join("nv-ioctl.h"), "").unwrap();
+        fs::write(dir.join(KCOMMON).join("nv-ioctl-numa.h"), "").unwrap();
+        let tree = Tree {
+            root: dir.canonicalize().unwrap(),
+        };
+        let got = tree.unix_headers();
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            got,
+            [
+                format!("{UNIX}/nv-ioctl.h"),
+                format!("{KCOMMON}/nv-ioctl-numa.h")
+            ]
+        );
+    }
 }

@@ -289,8 +289,7 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
 
     // --- Unix ioctl headers ---
     let mut unix_defs = Vec::new();
-    for h in tree.unix_headers() {
-        let f = format!("{UNIX}/{h}");
+    for f in tree.unix_headers() {
         unix_defs.extend(defines(&tree.read(&f)?, &f));
     }
     let escapes: Vec<String> = dedup(

@@ -14,6 +14,7 @@ use crate::table::{DriverAbi, ParamSize};
 /// 535.43.02 (root): the table of `base.rs`, then what 535.43.02 differs in.
 pub(super) fn v535_43_02() -> DriverAbi {
     let mut abi = base::table_535_216_03();
+    abi.add_escape(0xd7, "NV_ESC_NUMA_INFO", &["nv_ioctl_numa_info_t"], ParamSize::Fixed(560), Special, CU);
     abi.remove_control(0x20803401); // NV2080_CTRL_CMD_ECC_GET_ECI_COUNTERS is gone
     abi.remove_control(0x20803402); // NV2080_CTRL_CMD_ECC_GET_VOLATILE_COUNTS is gone
     abi.remove_control(0x90e70113); // NV90E7_CTRL_CMD_BBX_GET_LAST_FLUSH_TIME is gone
@@ -78,7 +79,6 @@ pub(super) fn v535_247_01() -> DriverAbi {
 /// 545.23.06 (parent 535.113.01).
 pub(super) fn v545_23_06() -> DriverAbi {
     let mut abi = v535_86_05();
-    abi.add_escape(0xd7, "NV_ESC_NUMA_INFO", &["nv_ioctl_numa_info_t"], ParamSize::Fixed(560), Special, CU);
     abi.resize_control(0x3d08, 80); // NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO: 76 -> 80
     abi.resize_control(0xf80102, 2120); // NV00F8_CTRL_CMD_DESCRIBE: 2072 -> 2120
     abi.resize_control(0x20800102, 524); // NV2080_CTRL_CMD_GPU_GET_INFO_V2: 516 -> 524

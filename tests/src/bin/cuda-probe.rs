@@ -839,9 +839,7 @@ impl Probe {
                     (c.memcpy_dtoh)(back.as_mut_ptr().cast(), a, bytes)
                 })?;
                 let le = word.to_le_bytes();
-                let set = back[..n * width]
-                    .chunks(width)
-                    .all(|w| w == &le[..width]);
+                let set = back[..n * width].chunks(width).all(|w| w == &le[..width]);
                 let kept = back[n * width..] == src[n * width..];
                 out[format!("memset_d{}_ok", width * 8)] = (set && kept).into();
                 ok &= set && kept;
@@ -858,7 +856,9 @@ impl Probe {
         let c = &self.cuda;
         let mut stream: *mut c_void = std::ptr::null_mut();
         // SAFETY: a pointer to a live local; the stream destroyed is the one created.
-        check("cuStreamCreate", unsafe { (c.stream_create)(&mut stream, 0) })?;
+        check("cuStreamCreate", unsafe {
+            (c.stream_create)(&mut stream, 0)
+        })?;
         let mut ev = [std::ptr::null_mut::<c_void>(); 2];
         let mut host: *mut c_void = std::ptr::null_mut();
         let mut host2: *mut c_void = std::ptr::null_mut();
@@ -869,9 +869,13 @@ impl Probe {
                 check("cuEventCreate", unsafe { (c.event_create)(e, 0) })?;
             }
             // SAFETY: pointers to live locals.
-            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut host, bytes) })?;
+            check("cuMemAllocHost_v2", unsafe {
+                (c.mem_alloc_host)(&mut host, bytes)
+            })?;
             // SAFETY: as above.
-            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut host2, bytes) })?;
+            check("cuMemAllocHost_v2", unsafe {
+                (c.mem_alloc_host)(&mut host2, bytes)
+            })?;
             // SAFETY: as above.
             check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut dev, bytes) })?;
             // SAFETY: cuMemAllocHost returned `bytes` of CPU memory at `host`.
@@ -891,9 +895,13 @@ impl Probe {
             // SAFETY: as above.
             check("cuEventRecord", unsafe { (c.event_record)(ev[1], stream) })?;
             // SAFETY: the live stream.
-            check("cuStreamSynchronize", unsafe { (c.stream_synchronize)(stream) })?;
+            check("cuStreamSynchronize", unsafe {
+                (c.stream_synchronize)(stream)
+            })?;
             // SAFETY: the live event.
-            check("cuEventSynchronize", unsafe { (c.event_synchronize)(ev[1]) })?;
+            check("cuEventSynchronize", unsafe {
+                (c.event_synchronize)(ev[1])
+            })?;
             let mut ms = -1.0f32;
             // SAFETY: a pointer to a live local; both events recorded and complete.
             check("cuEventElapsedTime", unsafe {
@@ -903,7 +911,10 @@ impl Probe {
             // SAFETY: as above, the stream is idle.
             let h = unsafe { std::slice::from_raw_parts(host2.cast::<u8>(), bytes) };
             out["async_copies_equal"] = (h == src.as_slice()).into();
-            expect(h == src.as_slice() && ms >= 0.0, "async copies and elapsed time")
+            expect(
+                h == src.as_slice() && ms >= 0.0,
+                "async copies and elapsed time",
+            )
         })();
         out["synchronized"] = r.is_ok().into();
         // SAFETY: what was created above (null / 0 where creation failed is skipped).
@@ -944,7 +955,9 @@ impl Probe {
             check("cuMemFreeHost", unsafe { (c.mem_free_host)(p) })?;
             let mut q: *mut c_void = std::ptr::null_mut();
             // SAFETY: a pointer to a live local.
-            check("cuMemAllocHost_v2", unsafe { (c.mem_alloc_host)(&mut q, bytes) })?;
+            check("cuMemAllocHost_v2", unsafe {
+                (c.mem_alloc_host)(&mut q, bytes)
+            })?;
             let ok2 = cpu_round_trip(q.cast(), bytes) && self.through_device(q, dev, bytes)?;
             out["alloc_host_ok"] = ok2.into();
             // SAFETY: the pointer allocated above.
@@ -994,10 +1007,14 @@ impl Probe {
         let src = pattern(bytes, 29);
         h.copy_from_slice(&src);
         // SAFETY: `bytes` at host and at dev.
-        check("cuMemcpyHtoD_v2", unsafe { (c.memcpy_htod)(dev, host, bytes) })?;
+        check("cuMemcpyHtoD_v2", unsafe {
+            (c.memcpy_htod)(dev, host, bytes)
+        })?;
         h.fill(0);
         // SAFETY: as above.
-        check("cuMemcpyDtoH_v2", unsafe { (c.memcpy_dtoh)(host, dev, bytes) })?;
+        check("cuMemcpyDtoH_v2", unsafe {
+            (c.memcpy_dtoh)(host, dev, bytes)
+        })?;
         Ok(h == src.as_slice())
     }
 
@@ -1014,20 +1031,19 @@ impl Probe {
             (c.primary_ctx_retain)(&mut primary, dev)
         })?;
         // SAFETY: the retained context.
-        let r = check("cuCtxSetCurrent", unsafe { (c.ctx_set_current)(primary) })
-            .and_then(|()| {
-                let mut p: CuPtr = 0;
-                // SAFETY: a pointer to a live local.
-                check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut p, 4096) })?;
-                let mut buf = pattern(4096, 3);
-                let ok = self.through_device(buf.as_mut_ptr().cast(), p, 4096);
-                // SAFETY: the allocation above.
-                let f = check("cuMemFree_v2", unsafe { (c.mem_free)(p) });
-                let ok = ok?;
-                f?;
-                out["primary_copy_ok"] = ok.into();
-                expect(ok, "primary context copy")
-            });
+        let r = check("cuCtxSetCurrent", unsafe { (c.ctx_set_current)(primary) }).and_then(|()| {
+            let mut p: CuPtr = 0;
+            // SAFETY: a pointer to a live local.
+            check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut p, 4096) })?;
+            let mut buf = pattern(4096, 3);
+            let ok = self.through_device(buf.as_mut_ptr().cast(), p, 4096);
+            // SAFETY: the allocation above.
+            let f = check("cuMemFree_v2", unsafe { (c.mem_free)(p) });
+            let ok = ok?;
+            f?;
+            out["primary_copy_ok"] = ok.into();
+            expect(ok, "primary context copy")
+        });
         // SAFETY: the probe's own context, then the retained primary context.
         let back = check("cuCtxSetCurrent", unsafe { (c.ctx_set_current)(self.ctx) });
         // SAFETY: as above.
@@ -1079,7 +1095,9 @@ impl Probe {
         check("cuDeviceGet", unsafe { (c.device_get)(&mut dev, 0) })?;
         let mut faulty: *mut c_void = std::ptr::null_mut();
         // SAFETY: pointers to live locals (cuCtxCreate makes the new context current).
-        check("cuCtxCreate_v2", unsafe { (c.ctx_create)(&mut faulty, 0, dev) })?;
+        check("cuCtxCreate_v2", unsafe {
+            (c.ctx_create)(&mut faulty, 0, dev)
+        })?;
         let (result, call) = match self.launch_once() {
             Ok(()) => (CUDA_SUCCESS, "none"),
             Err(f) => (f.result, f.call),
@@ -1137,7 +1155,10 @@ impl Probe {
     /// so this step is expected to fail, and says where.
     fn launch(&mut self, out: &mut Value) -> Result<(), Failure> {
         let r = self.launch_once();
-        out["launched"] = r.as_ref().map_or_else(|f| f.call != "cuLaunchKernel", |()| true).into();
+        out["launched"] = r
+            .as_ref()
+            .map_or_else(|f| f.call != "cuLaunchKernel", |()| true)
+            .into();
         r
     }
 
@@ -1367,7 +1388,9 @@ impl Probe {
 
 /// `bytes` bytes of a pattern that differs per `seed` and is no multiple of a power of two.
 fn pattern(bytes: usize, seed: usize) -> Vec<u8> {
-    (0..bytes).map(|i| ((i * seed + seed) % 253) as u8).collect()
+    (0..bytes)
+        .map(|i| ((i * seed + seed) % 253) as u8)
+        .collect()
 }
 
 /// `Ok` if `ok`, else a failure of the probe's own check `what` (result -1).
