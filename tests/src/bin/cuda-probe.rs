@@ -77,6 +77,10 @@ struct Cli {
     /// Buffer size of the `mem`, `dtod`, `memset`, `host-alloc` and `stream` steps.
     #[arg(long, default_value_t = PROBE_BYTES, value_parser = clap::value_parser!(usize))]
     bytes: usize,
+    /// Buffer size of the `memset` step, which sets the first half of it (libcuda sets more
+    /// than 4 KiB with a compute kernel: on the simulated GPU, without SMs, that fails).
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(usize))]
+    memset_bytes: usize,
     /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch, vector-add,
     /// alloc-loop.
     #[arg(required = true, value_parser = ORDER)]
@@ -339,6 +343,11 @@ fn escape_name(nr: u8) -> String {
 }
 
 /// The recorded calls, oldest first.
+/// Whether every call is kept and reported (`CUDA_PROBE_ALL_IOCTLS=1`).
+fn all_calls() -> bool {
+    std::env::var_os("CUDA_PROBE_ALL_IOCTLS").is_some()
+}
+
 fn last_calls() -> Vec<Value> {
     let mut rows: Vec<[u64; FIELDS]> = RING_BUF
         .iter()
@@ -346,7 +355,7 @@ fn last_calls() -> Vec<Value> {
         .filter(|r| r[0] != 0)
         .collect();
     rows.sort_by_key(|r| r[7]);
-    if std::env::var_os("CUDA_PROBE_ALL_IOCTLS").is_none() {
+    if !all_calls() {
         rows.drain(..rows.len().saturating_sub(SHOWN));
     }
     rows.iter()
@@ -1431,8 +1440,10 @@ const ORDER: [&str; 15] = [
     "stream",
     "module-ptx",
     "second-process",
-    "fault-recovery",
     "alloc-loop",
+    // After a launch fault the process's CUDA state is gone (CUDA's contract for 719):
+    // the steps that fault run last.
+    "fault-recovery",
     "launch",
     "vector-add",
 ];
@@ -1469,7 +1480,7 @@ fn main() -> ExitCode {
             "primary-ctx" => probe.primary_ctx(&mut out),
             "mem" => probe.mem(cli.bytes, &mut out),
             "dtod" => probe.dtod(cli.bytes, &mut out),
-            "memset" => probe.memset(cli.bytes, &mut out),
+            "memset" => probe.memset(cli.memset_bytes, &mut out),
             "managed" => probe.managed(&mut out),
             "host-alloc" => probe.host_alloc(cli.bytes, &mut out),
             "stream" => probe.stream(cli.bytes, &mut out),
@@ -1558,6 +1569,8 @@ fn main() -> ExitCode {
                 .collect::<Vec<_>>(),
             "steps": steps,
             "failed": failed,
+            // Every call kept, on success too, when asked (CUDA_PROBE_ALL_IOCTLS=1).
+            "ioctls_seen": if all_calls() { Value::from(last_calls()) } else { Value::Null },
             "mismatches": mismatches,
         })
     );
