@@ -76,6 +76,8 @@ pub mod cmd {
     pub const BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS: u32 = 0x2080_182a;
     /// `NV2080_CTRL_CMD_NVLINK_GET_NVLINK_STATUS`.
     pub const NVLINK_GET_NVLINK_STATUS: u32 = 0x2080_3002;
+    /// `NV2080_CTRL_CMD_PERF_BOOST`.
+    pub const PERF_BOOST: u32 = 0x2080_200a;
 }
 
 /// `NV2080_CTRL_RC_GET_WATCHDOG_INFO_FLAGS_DISABLED` | `_INITIALIZED` (`ctrl2080rc.h`).
@@ -210,6 +212,15 @@ fn answer(
             // {bSupported = 0, attributes = 0}. NV_OK as natively (a GA106's CUDA program has
             // this control and one non-OK status elsewhere, native-traces.md §3.1).
             c.bytes_mut().fill(0);
+            NV_OK
+        }
+        (cmd::PERF_BOOST, Target::Subdevice(_)) => {
+            // subdeviceCtrlCmdKPerfBoost (kern_perf_boost.c, 535.261.03 :42-86): the kernel
+            // hands flags and duration to GSP-RM (NV2080_CTRL_CMD_INTERNAL_PERF_BOOST_SET_2X)
+            // and writes nothing back. libcuda boosts to max (flags 0x12, duration infinite)
+            // at cuCtxCreate and clears (0x10, 0) at destroy; a native GA106 answers both
+            // NV_OK with the bytes unchanged (native-traces.md §3.4, record 448). Boosts are
+            // the firmware's per-client clock policy, which the simulated GPU does not have.
             NV_OK
         }
         (cmd::NVLINK_GET_NVLINK_STATUS, Target::Subdevice(_)) => {

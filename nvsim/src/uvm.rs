@@ -42,7 +42,9 @@
 //! nothing to show without a GPU, except `MIGRATE`'s semaphore release, which is written.
 //!
 //! # What is not
-//! `SET_RANGE_GROUP` and `MIGRATE_RANGE_GROUP` answer `NV_ERR_NOT_SUPPORTED`; HMM/ATS
+//! `SET_RANGE_GROUP` checks its range and group as the driver does (membership itself is not
+//! kept: only range-group migration reads it), `MIGRATE_RANGE_GROUP` answers
+//! `NV_ERR_NOT_SUPPORTED`; HMM/ATS
 //! (pageable memory: only managed ranges are ranges); `rmCtrlFd` is not read (nor is it by the
 //! driver: "Bug 1624521" in `uvm_va_space.c`); `hClient`/`hSmcPartRef` of `REGISTER_GPU` are
 //! not read (the driver reads them for MIG partitions only); RM object references that the
@@ -709,8 +711,28 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
             policy(drv, va_space(st, file), p.requestedBase, p.length, None)
         }
         UVM_MIGRATE => migrate(drv, va_space(st, file), call),
-        // Range groups' membership and migration are not simulated.
-        UVM_SET_RANGE_GROUP | UVM_MIGRATE_RANGE_GROUP => NV_ERR_NOT_SUPPORTED,
+        UVM_SET_RANGE_GROUP => {
+            // uvm_api_set_range_group (uvm_range_group.c, 535.261.03 :295-373): an unaligned
+            // or empty range is NV_ERR_INVALID_ADDRESS, an unknown group other than
+            // UVM_RANGE_GROUP_ID_NONE (0) NV_ERR_OBJECT_NOT_FOUND, a range not covered end to
+            // end by managed ranges NV_ERR_INVALID_ADDRESS. Groups are created migratable
+            // and nothing here prevents migration (no PREVENT_MIGRATION_RANGE_GROUPS), so
+            // the assignment migrates nothing; membership is read only by range-group
+            // migration, which is not simulated.
+            let p: UVM_SET_RANGE_GROUP_PARAMS = get(call);
+            let vs = va_space(st, file);
+            if !range_ok(p.requestedBase, p.length, PAGE) {
+                NV_ERR_INVALID_ADDRESS
+            } else if p.rangeGroupId != 0 && !vs.range_groups.contains(&p.rangeGroupId) {
+                NV_ERR_OBJECT_NOT_FOUND
+            } else if !managed_covered(vs, p.requestedBase, p.length) {
+                NV_ERR_INVALID_ADDRESS
+            } else {
+                NV_OK
+            }
+        }
+        // Range-group migration is not simulated.
+        UVM_MIGRATE_RANGE_GROUP => NV_ERR_NOT_SUPPORTED,
         _ => NV_ERR_NOT_SUPPORTED,
     }
 }

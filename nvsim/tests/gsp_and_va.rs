@@ -388,3 +388,109 @@ fn vid_heap_alloc_size_works_with_every_versions_alloc_params() {
         assert_eq!(p.status, NV_OK, "{v}");
     }
 }
+
+// ---- the CUDA clock limit (perf.rs) ----------------------------------------------------------
+
+/// `NV0080_CTRL_CMD_PERF_CUDA_LIMIT_SET_CONTROL`'s legacy form 0x809909 (libcuda 535's last
+/// call of cuCtxCreate, which 535's kernel forwards to GSP) with kern_cuda_limit.c's
+/// semantics: a reference count per device object, the byte left as sent, disabling at zero
+/// refused, the references dropped with the device.
+#[test]
+fn gss_cuda_limit_counts_per_device_and_goes_with_the_device() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    const LIMIT: u32 = 0x0080_9909;
+    assert!(!d.cuda_limited(0));
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[1]),
+        (NV_OK, vec![1])
+    );
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[1]),
+        (NV_OK, vec![1])
+    );
+    assert!(d.cuda_limited(0));
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[0]),
+        (NV_OK, vec![0])
+    );
+    assert!(d.cuda_limited(0), "one reference is left");
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[0]),
+        (NV_OK, vec![0])
+    );
+    assert!(!d.cuda_limited(0));
+    // Disabling at zero: NV_ERR_INVALID_REQUEST, and on an error nothing is copied back.
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[0]),
+        (NV_ERR_INVALID_REQUEST, vec![0])
+    );
+    // Another size than the params', and a subdevice, which has no such control.
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, LIMIT, &[1, 0]).0,
+        NV_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, LIMIT, &[1]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+    // A reference held by a device object goes when the object is freed.
+    assert_eq!(control(&s.ctl, s.client, s.device, LIMIT, &[1]).0, NV_OK);
+    assert!(d.cuda_limited(0));
+    assert_eq!(free(&s.ctl, s.client, s.device), NV_OK);
+    assert!(!d.cuda_limited(0));
+}
+
+/// 550+ exports the unmasked control itself; 535's kernel has none (NOT_SUPPORTED there).
+#[test]
+fn cuda_limit_control_is_exported_from_550_only() {
+    let mut cfg = nvsim::SimConfig::default_gpus(1);
+    cfg.version = "550.163.01".parse().unwrap();
+    let d = nvsim::SimDriver::new(cfg);
+    let s = stack(&d, 0);
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, 0x0080_1909, &[1]),
+        (NV_OK, vec![1])
+    );
+    assert!(d.cuda_limited(0));
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, 0x0080_9909, &[0]).0,
+        NV_OK
+    );
+    assert!(!d.cuda_limited(0), "both forms count the same references");
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(
+        control(&s.ctl, s.client, s.device, 0x0080_1909, &[1]).0,
+        NV_ERR_NOT_SUPPORTED
+    );
+}
+
+/// What libcuda and the CUDA runtime ask at start-up, answered as the kernel answers on a
+/// GPU without a display, NVLink or host atomics (control_init.rs cites the code).
+#[test]
+fn runtime_start_up_controls_answer_as_the_kernel_does() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    // RC_GET_WATCHDOG_INFO: DISABLED | INITIALIZED.
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_2209, &[0xff; 4]),
+        (NV_OK, 5u32.to_le_bytes().to_vec())
+    );
+    // BUS_GET_PCIE_SUPPORTED_GPU_ATOMICS: 13 entries, none supported.
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_182a, &[0xff; 104]),
+        (NV_OK, vec![0; 104])
+    );
+    // NVLINK_GET_NVLINK_STATUS: no links; the rest as sent.
+    let (st, out) = control(&s.ctl, s.client, s.subdevice, 0x2080_3002, &[0xee; 5896]);
+    assert_eq!(st, NV_OK);
+    assert_eq!(&out[..4], &[0; 4]);
+    assert!(out[4..].iter().all(|&b| b == 0xee));
+    // PERF_BOOST: NV_OK, nothing written.
+    let boost = [0x12, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
+    assert_eq!(
+        control(&s.ctl, s.client, s.subdevice, 0x2080_200a, &boost),
+        (NV_OK, boost.to_vec())
+    );
+}

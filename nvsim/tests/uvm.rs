@@ -447,11 +447,30 @@ fn test_range_groups() {
         status(&u.uvm, UVM_DESTROY_RANGE_GROUP, &d, 8),
         NV_ERR_OBJECT_NOT_FOUND
     );
-    let s = UVM_SET_RANGE_GROUP_PARAMS::new_zeroed();
+    // uvm_api_set_range_group: an empty range, an unknown group, a range that is not
+    // managed memory, then group 2 and group 0 (none) over a managed mapping.
+    let set = |id: u64, base: u64, length: u64| {
+        let mut s = UVM_SET_RANGE_GROUP_PARAMS::new_zeroed();
+        (s.rangeGroupId, s.requestedBase, s.length) = (id, base, length);
+        status(&u.uvm, UVM_SET_RANGE_GROUP, &s, 24)
+    };
+    assert_eq!(set(0, 0, 0), NV_ERR_INVALID_ADDRESS);
+    let (fd, _) = u.uvm.mmap_fd().unwrap();
+    let m = VaMapping::new(&fd, MB2);
+    let len = MB2 as u64;
     assert_eq!(
-        status(&u.uvm, UVM_SET_RANGE_GROUP, &s, 24),
-        NV_ERR_NOT_SUPPORTED
+        set(2, m.addr + 1, 4096),
+        NV_ERR_INVALID_ADDRESS,
+        "unaligned"
     );
+    assert_eq!(set(1, m.addr, len), NV_ERR_OBJECT_NOT_FOUND, "destroyed");
+    assert_eq!(
+        set(2, m.addr, 2 * len),
+        NV_ERR_INVALID_ADDRESS,
+        "past the range"
+    );
+    assert_eq!(set(2, m.addr, len), NV_OK);
+    assert_eq!(set(0, m.addr, 4096), NV_OK);
 }
 
 /// External range, map, unmap and free on a version's layouts.

@@ -585,7 +585,7 @@ fn test_exec_double_free_is_ok_for_objects_and_refused_for_clients() {
 
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
-fn test_exec_numa_info_fails_einval() {
+fn test_exec_numa_info_is_served_on_the_gpu_node_and_einval_on_nvidiactl() {
     hostile(&["numa-info"]);
 }
 

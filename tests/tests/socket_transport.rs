@@ -681,6 +681,170 @@ fn test_the_cuda_runtime_over_the_socket_transport() {
     }
 }
 
+/// A file in the system's temp folder for one test, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(what: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("nvproxy-test-{what}-{}", std::process::id())))
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The (name, NV status or errno) of every event in an audit log: the calls that were not
+/// answered `NV_OK` (refused, failed, or would-be-denied).
+fn non_ok_answers(log: &Path) -> std::collections::BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(log).expect("audit log");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "event")
+        .map(|e| {
+            let answer = match e["errno"].as_i64() {
+                Some(errno) => format!("errno {errno}"),
+                None => format!("{:#x}", e["nv_status"].as_u64().unwrap_or(0)),
+            };
+            (e["name"].as_str().unwrap_or("").to_owned(), answer)
+        })
+        .collect()
+}
+
+/// Every answer other than `NV_OK` a whole CUDA program gets from the simulated H100 (the
+/// driver-API probe and the CUDA runtime), and why a real H100 gives the same
+/// (`tests/nvidia-userspace/RESULTS.md` has the table with the sources):
+const EXPECTED_NON_OK: &[(&str, &str)] = &[
+    // MIG is off: subdeviceCtrlCmdGpuGetActivePartitionIds (kernel_mig_manager.c).
+    ("NV2080_CTRL_CMD_GPU_GET_ACTIVE_PARTITION_IDS", "0x56"),
+    // The simulated GPU runs with ECC off, as a GA106 answers (measured); an H100 with ECC
+    // on answers NV_OK from GSP firmware with a unit set no open source gives (RESULTS.md).
+    ("NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS", "0x56"),
+    // The second process took the compute-mode reservation; the first's release is refused
+    // (subdeviceCtrlCmdGpuReleaseComputeModeReservation: NV_ERR_STATE_IN_USE).
+    (
+        "NV2080_CTRL_CMD_GPU_RELEASE_COMPUTE_MODE_RESERVATION",
+        "0x63",
+    ),
+    // Legacy CLK message 0x38: NOT_SUPPORTED measured natively (GA106 580.159.04).
+    ("NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x38", "0x56"),
+    // Legacy GPU message 0x61: no measurement exists; the firmware's answer is unknown.
+    ("NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x61", "0x56"),
+    // No export entry in any tag (gVisor: "not found in the OSS repo"): the resource
+    // server's NOT_SUPPORTED, measured on a 535 system (RESULTS.md).
+    ("control 0x0080028b", "0x56"),
+];
+
+/// Issue 25 item 3: the non-`NV_OK` answers of a full CUDA run, listed from the audit trail,
+/// are exactly the expected set (a new refusal, or one fixed, shows here).
+#[test]
+fn test_a_whole_cuda_program_gets_exactly_the_expected_non_ok_answers() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    let log = TempFile::new("census.jsonl");
+    let mut args = vec!["--loops", "10"];
+    args.extend_from_slice(&DRIVER_API_STEPS[..DRIVER_API_STEPS.len() - 1]);
+    summary(&probe(&["--audit-log", log.arg()], &lib, &args));
+    let mut got = non_ok_answers(&log.0);
+    for rt in CUDARTS {
+        let Some(rt_lib) = cudart_of(rt) else {
+            continue;
+        };
+        let ld = format!("LD_LIBRARY_PATH={}:{}", lib.display(), rt_lib.display());
+        let log = TempFile::new("census-rt.jsonl");
+        summary(&exec(
+            &["--audit-log", log.arg()],
+            &["env", &ld, RT_PROBE, "init", "malloc", "host", "stream"],
+        ));
+        got.extend(non_ok_answers(&log.0));
+    }
+    let want: std::collections::BTreeSet<(String, String)> = EXPECTED_NON_OK
+        .iter()
+        .map(|(n, s)| ((*n).to_owned(), (*s).to_owned()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// Issue 25 item 6: a policy suggested from an audited run of the whole probe lets the same
+/// run pass in enforce mode and refuses what the run never used.
+#[test]
+fn test_a_policy_suggested_from_a_whole_cuda_run_enforces_it() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let log = TempFile::new("suggest-audit.jsonl");
+    let policy = TempFile::new("suggest-policy.toml");
+    let mut args = vec!["--loops", "10"];
+    args.extend_from_slice(&DRIVER_API_STEPS[..DRIVER_API_STEPS.len() - 1]);
+    summary(&probe(
+        &["--mode", "audit", "--audit-log", log.arg()],
+        &lib,
+        &args,
+    ));
+    let o = Command::new(nvproxy_bin())
+        .args([
+            "policy",
+            "suggest",
+            "--driver-version",
+            VERSION,
+            "--from-audit",
+            log.arg(),
+        ])
+        .output()
+        .expect("policy suggest");
+    assert!(o.status.success(), "{}", text(&o));
+    let toml = String::from_utf8_lossy(&o.stdout).into_owned();
+    // The legacy controls are named by the headers, not by number.
+    assert!(
+        toml.contains("\"NV0080_CTRL_PERF_LEGACY_NON_PRIVILEGED 0x09\""),
+        "{toml}"
+    );
+    assert!(!toml.contains("RM_GSS_LEGACY"), "{toml}");
+    std::fs::write(&policy.0, &toml).expect("policy file");
+    let enforced = TempFile::new("suggest-enforce.jsonl");
+    summary(&probe(
+        &["--policy", policy.arg(), "--audit-log", enforced.arg()],
+        &lib,
+        &args,
+    ));
+    let denied = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                l.contains("\"decision\":\"denied\"") && l.contains("\"reason\":\"policy\"")
+            })
+            .count()
+    };
+    assert_eq!(
+        denied(&enforced.0),
+        0,
+        "the suggested policy refused a call of its own run"
+    );
+    // nvidia-smi -q asks controls a CUDA program never does: refused by the policy.
+    let smi_log = TempFile::new("suggest-smi.jsonl");
+    let smi = smi.to_str().expect("UTF-8 path").to_owned();
+    let ld = format!("LD_LIBRARY_PATH={}", lib.display());
+    let _ = exec(
+        &["--policy", policy.arg(), "--audit-log", smi_log.arg()],
+        &["env", &ld, &smi, "-q"],
+    );
+    assert!(denied(&smi_log.0) > 0, "nvidia-smi -q got nothing refused");
+}
+
 // ---- mmap -----------------------------------------------------------------------------------
 
 #[test]
@@ -889,8 +1053,8 @@ fn test_served_socket_instance_through_run() {
         .take()
         .map(|mut e| e.read_to_string(&mut live_err));
     // libcuda's context through the upgraded worker and the simulated driver process: its
-    // OS-descriptor memory (a memfd) crosses the driver's socket, and it stops where the
-    // in-process driver stops (the firmware control 0x809909).
+    // OS-descriptor memory (a memfd) crosses the driver's socket, and it is made and destroyed
+    // as with the in-process driver.
     let ctx = userspace().map(|(lib, _)| {
         Command::new(&bin)
             .args([
@@ -951,11 +1115,9 @@ fn test_served_socket_instance_through_run() {
         "the live client across upgrades: {report}\n{live_err}\n{serve_err}"
     );
     if let Some(o) = &ctx {
-        let out = String::from_utf8_lossy(&o.stdout);
-        let j: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("probe JSON: {e}: {}", text(o)));
-        assert_eq!(j["failed"]["call"], "cuCtxCreate_v2", "{j}");
-        let calls = j["failed"]["last_ioctls"].as_array().expect("last_ioctls");
+        let j = self::report(o);
+        assert_eq!(j["ok"], true, "libcuda's context after three live upgrades: {j}");
+        let calls = j["ioctls_seen"].as_array().expect("ioctls_seen");
         let os: Vec<_> = calls
             .iter()
             .filter(|c| c["escape"] == "RM_ALLOC_MEMORY" && c["code"] == "0x71")
@@ -964,11 +1126,6 @@ fn test_served_socket_instance_through_run() {
             !os.is_empty() && os.iter().all(|c| c["nv_status"] == "0x0"),
             "OS-descriptor memory through the driver process: {j}"
         );
-        let last_failed = calls
-            .iter()
-            .rfind(|c| c["nv_status"].as_str().is_some_and(|s| s != "0x0"))
-            .expect("a failing call");
-        assert_eq!(last_failed["code"], "0x809909", "{j}");
     }
     assert!(
         status.success(),
