@@ -12,6 +12,7 @@ mod config;
 mod device;
 mod doctor;
 mod fdid;
+mod fdpass;
 mod instance;
 mod memory;
 mod metrics;

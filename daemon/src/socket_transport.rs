@@ -33,10 +33,10 @@
 //! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
-use std::io::{self, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,9 +44,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use cuse_dev::{ClientWaits, Errno};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{
-    self, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, sockopt,
-};
+use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, sockopt};
 use nvproxy_preload_proto::socket::{
     CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
     OpenRequest,
@@ -56,7 +54,7 @@ use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
 use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
-use crate::sys;
+use crate::{fdpass, sys};
 
 /// How an instance reaches its tenants.
 #[derive(
@@ -244,6 +242,8 @@ struct Shared {
     /// meanwhile stays in its connection for whoever serves it next).
     suspend_r: OwnedFd,
     suspend_w: OwnedFd,
+    /// Call frames refused for their fds (not exactly one reply socket); the fds were closed.
+    refused_frames: AtomicU64,
 }
 
 /// An open of a suspended device socket ([`DevSocket::suspend`]), for [`DevSocket::adopt`].
@@ -291,6 +291,7 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
         pool: Pool::default(),
         suspend_r,
         suspend_w,
+        refused_frames: AtomicU64::new(0),
     }))
 }
 
@@ -643,38 +644,10 @@ enum Received {
 }
 
 fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
-    let mut cmsg = nix::cmsg_space!(libc::ucred, [RawFd; 4]);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = loop {
-        match socket::recvmsg::<()>(
-            conn.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => break m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let mut pid = None;
-    let mut fds = Vec::new();
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmCredentials(cred) => {
-                    pid = u32::try_from(cred.pid()).ok();
-                }
-                ControlMessageOwned::ScmRights(raw) => {
-                    fds.extend(raw.into_iter().map(sys::owned_from_received));
-                }
-                _ => {}
-            }
-        }
-    }
-    let truncated = msg
-        .flags
-        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    // Every fd the client attached arrives (as many as a message can carry) and is owned here:
+    // what the caller does not keep is closed when dropped.
+    let msg = fdpass::recv(conn, buf, libc::MSG_CMSG_CLOEXEC)?;
+    let (truncated, pid, fds) = (msg.truncated, msg.pid, msg.fds);
     let len = msg.bytes;
     if len == 0 && fds.is_empty() && !truncated {
         // EOF, or an empty message (which a tenant can send): only a hang-up ends the open.
@@ -724,8 +697,9 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
         if shared.stopping.load(Ordering::Relaxed) {
             break;
         }
-        // Exactly one reply socket, or nobody to answer.
+        // Exactly one reply socket, or nobody to answer; every fd that came is closed here.
         if fds.len() != 1 {
+            shared.refused_frames.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
             continue;
         }
@@ -1028,6 +1002,7 @@ mod tests {
     use crate::backend::{ProxyBackend, UvmBackend};
     use nix::sys::socket::ControlMessage;
     use std::io::IoSlice;
+    use std::os::fd::RawFd;
     use std::os::unix::net::UnixStream;
 
     struct Fixture {
@@ -1311,6 +1286,77 @@ mod tests {
         socket::send(ctl.as_raw_fd(), &good, MsgFlags::empty()).unwrap();
         assert_eq!(ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v).errno, 0);
         f.wait_opens(2);
+    }
+
+    /// Sends `msg` on `conn` with `fds` attached.
+    fn send_fds(conn: &OwnedFd, msg: &[u8], fds: &[RawFd]) {
+        socket::sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(msg)],
+            &[ControlMessage::ScmRights(fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn test_surplus_fds_of_a_frame_are_closed_and_the_frame_refused() {
+        let f = fixture("surplus");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        f.wait_opens(1);
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        // Copies of the open's own fd, more than a small control buffer holds: had the worker
+        // kept any, they would hold the open after the client's last close.
+        for n in [2, 5, 8, 64, fdpass::SCM_MAX_FD] {
+            send_fds(&ctl, &req, &vec![ctl.as_raw_fd(); n]);
+        }
+        // A reply socket and surplus fds: refused, nobody answered.
+        let (mine, theirs) = socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let mut fds = vec![theirs.as_raw_fd()];
+        fds.extend([ctl.as_raw_fd(); 7]);
+        send_fds(&ctl, &req, &fds);
+        drop(theirs);
+        socket::setsockopt(
+            &mine,
+            sockopt::ReceiveTimeout,
+            &timeval(Duration::from_secs(5)),
+        )
+        .unwrap();
+        let mut buf = [0u8; 32];
+        assert_eq!(
+            socket::recv(mine.as_raw_fd(), &mut buf, MsgFlags::empty()),
+            Ok(0),
+            "the reply socket was closed unanswered (not kept by the worker)"
+        );
+        // The open still serves, and counted what it refused.
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        assert_eq!(
+            f.dev
+                .as_ref()
+                .unwrap()
+                .shared
+                .refused_frames
+                .load(Ordering::Relaxed),
+            6
+        );
+        drop(ctl);
+        f.wait_opens(0);
     }
 
     #[test]
