@@ -20,6 +20,7 @@ mod mmap;
 mod node;
 mod nsexec;
 mod policy_cmd;
+mod ratelimit;
 mod seqpacket;
 mod serve;
 mod simd;

@@ -33,7 +33,7 @@
 //! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,7 +54,7 @@ use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
 use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
-use crate::{fdpass, sys};
+use crate::{fdpass, ratelimit, sys};
 
 /// How an instance reaches its tenants.
 #[derive(
@@ -244,6 +244,8 @@ struct Shared {
     suspend_w: OwnedFd,
     /// Call frames refused for their fds (not exactly one reply socket); the fds were closed.
     refused_frames: AtomicU64,
+    /// The random bytes of the opens' peer names ([`peer_name`]).
+    urandom: std::fs::File,
 }
 
 /// An open of a suspended device socket ([`DevSocket::suspend`]), for [`DevSocket::adopt`].
@@ -292,6 +294,7 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
         suspend_r,
         suspend_w,
         refused_frames: AtomicU64::new(0),
+        urandom: std::fs::File::open("/dev/urandom").context("/dev/urandom")?,
     }))
 }
 
@@ -559,13 +562,14 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
     // Before the client can send: every message then carries the sender's credentials.
     socket::setsockopt(&ours, sockopt::PassCred, &true).map_err(|e| Errno::from_i32(e as i32))?;
     let cookie = sys::socket_cookie(client.as_fd()).map_err(|_| Errno::EIO)?;
-    // The name the shim recognises its sockets by (getpeername). Abstract names are per network
-    // namespace; a name already taken there only costs the shim that recognition.
-    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
-    name.extend(format!("{:x}-{cookie:x}-{}", req.node.code(), std::process::id()).bytes());
-    if let Ok(addr) = UnixAddr::new_abstract(&name) {
-        let _ = socket::bind(ours.as_raw_fd(), &addr);
-    }
+    let mut random = || {
+        let mut b = [0u8; 16];
+        (&shared.urandom).read_exact(&mut b).map(|()| b)
+    };
+    bind_peer_name(ours.as_fd(), req.node, &mut random).map_err(|e| {
+        ratelimit::tenant_log!(warn, &shared.instance, error = %e, "an open's socket could not be named: open refused");
+        Errno::EIO
+    })?;
     let id = backend.open(node, pid)?;
     let open = Arc::new(Open {
         id,
@@ -584,6 +588,42 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
     }
     tracing::debug!(instance = %shared.instance, node = %node, open = id, pid, "opened over the socket transport");
     Ok(client)
+}
+
+/// Random bytes in an open's peer name: 128 bits, so that nobody who shares the network
+/// namespace (abstract names are per network namespace) can take a name before the worker.
+const PEER_NAME_RANDOM: usize = 16;
+
+/// The abstract name (without its leading NUL) of the worker's end of an open of `node`:
+/// [`OPEN_PEER_PREFIX`], the node's code in hex, `-`, `random` in hex. Nothing in it is
+/// guessable or says anything of the worker (no pid, no socket cookie).
+fn peer_name(node: DevNode, random: &[u8; PEER_NAME_RANDOM]) -> Vec<u8> {
+    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
+    name.extend(format!("{:x}-", node.code()).bytes());
+    for b in random {
+        name.extend(format!("{b:02x}").bytes());
+    }
+    name
+}
+
+/// Binds `sock` (the worker's end of an open) to a fresh [`peer_name`], by which the shim
+/// recognises the client's end (`getpeername`) after `exec` or fd passing. A name taken (only by
+/// chance: 128 random bits) is tried once more with new bytes; any other failure is the
+/// caller's, which refuses the open rather than hand out a socket the shim cannot recognise.
+fn bind_peer_name(
+    sock: BorrowedFd<'_>,
+    node: DevNode,
+    random: &mut dyn FnMut() -> io::Result<[u8; PEER_NAME_RANDOM]>,
+) -> io::Result<()> {
+    let mut tries = 0;
+    loop {
+        let addr = UnixAddr::new_abstract(&peer_name(node, &random()?))?;
+        match socket::bind(sock.as_raw_fd(), &addr) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EADDRINUSE) if tries == 0 => tries += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Starts the thread of an open (in the table already); false when none could be started.
@@ -1357,6 +1397,71 @@ mod tests {
         );
         drop(ctl);
         f.wait_opens(0);
+    }
+
+    /// The abstract name the client's end of an open shows (`getpeername`), without its NUL.
+    fn peer_of(fd: &OwnedFd) -> Vec<u8> {
+        let addr: UnixAddr = socket::getpeername(fd.as_raw_fd()).unwrap();
+        addr.as_abstract().expect("an abstract name").to_vec()
+    }
+
+    #[test]
+    fn test_open_peer_names_are_random_and_say_nothing_of_the_worker() {
+        let f = fixture("names");
+        let a = f.open(DevNode::Ctl).unwrap();
+        let b = f.open(DevNode::Gpu(0)).unwrap();
+        let (na, nb) = (peer_of(&a), peer_of(&b));
+        // The shim still recognises them.
+        let full = |n: &[u8]| [&[0u8][..], n].concat();
+        use nvproxy_preload_proto::socket::node_of_peer_name;
+        assert_eq!(node_of_peer_name(&full(&na)), Some(DevNode::Ctl));
+        assert_eq!(node_of_peer_name(&full(&nb)), Some(DevNode::Gpu(0)));
+        // Neither the cookie (which anyone can read and predict) nor the worker's pid: a
+        // tenant in the workers' network namespace cannot take the next open's name.
+        for (fd, name) in [(&a, &na), (&b, &nb)] {
+            let text = String::from_utf8(name.clone()).unwrap();
+            let cookie = sys::socket_cookie(fd.as_fd()).unwrap();
+            let random = text.rsplit('-').next().unwrap();
+            assert_eq!(random.len(), 2 * PEER_NAME_RANDOM, "{text}");
+            assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{text}");
+            assert!(
+                !text.contains(&format!("{cookie:x}")),
+                "{text} names the cookie"
+            );
+            assert!(
+                !text.contains(&format!("-{}", std::process::id())),
+                "{text} names the pid"
+            );
+        }
+        assert_ne!(na[na.len() - 32..], nb[nb.len() - 32..]);
+    }
+
+    #[test]
+    fn test_a_name_taken_twice_fails_the_bind_instead_of_being_ignored() {
+        let sock = || {
+            socket::socket(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap()
+        };
+        let fixed = [0x5au8; PEER_NAME_RANDOM];
+        let squatter = sock();
+        let name = UnixAddr::new_abstract(&peer_name(DevNode::Ctl, &fixed)).unwrap();
+        socket::bind(squatter.as_raw_fd(), &name).unwrap();
+        let ours = sock();
+        let err = bind_peer_name(ours.as_fd(), DevNode::Ctl, &mut || Ok(fixed)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE));
+        // With fresh bytes the second try binds.
+        let mut n = 0u8;
+        let mut fresh = || {
+            n += 1;
+            Ok(if n == 1 { fixed } else { [n; PEER_NAME_RANDOM] })
+        };
+        bind_peer_name(ours.as_fd(), DevNode::Ctl, &mut fresh).unwrap();
+        assert_eq!(n, 2);
     }
 
     #[test]
