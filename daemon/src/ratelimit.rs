@@ -128,6 +128,80 @@ pub(crate) use tenant_log;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+    use std::sync::Arc;
+
+    /// What `f` logs on this thread (WARN and above), as text.
+    fn captured(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl Write for Capture {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Capture::default();
+        let w = out.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn test_a_flood_of_refused_opens_writes_a_bounded_log_with_a_summary() {
+        use crate::node::{Backend, Node};
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let mut policy = ioctl_proxy::InstancePolicy::new(
+            "log-flood",
+            nvproxy_abi::Caps::COMPUTE_UTILITY,
+            vec![0],
+        );
+        policy.quotas.open_files = 1;
+        let proxy = Arc::new(
+            ioctl_proxy::Proxy::for_host(policy, sim as Arc<dyn ioctl_proxy::HostDriver>).unwrap(),
+        );
+        let backend = crate::backend::ProxyBackend::new(proxy);
+        let first = backend.open(Node::Ctl, 1).unwrap();
+        let refused = 5_000;
+        let log = captured(|| {
+            for _ in 0..refused {
+                assert!(backend.open(Node::Ctl, 1).is_err());
+            }
+            flush("log-flood");
+        });
+        let lines = log.lines().filter(|l| l.contains("open failed")).count();
+        assert!(
+            lines as f64 <= LOG_BURST + 2.0,
+            "{lines} lines for {refused} refused opens"
+        );
+        let summary = log
+            .lines()
+            .find(|l| l.contains("suppressed"))
+            .expect("a summary");
+        assert!(summary.contains("log-flood"), "{summary}");
+        // Every refused open is either written or counted.
+        let counted: usize = log
+            .lines()
+            .filter_map(|l| l.split("suppressed=").nth(1))
+            .map(|n| {
+                n.split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(lines + counted, refused, "{log}");
+        backend.release(first);
+    }
 
     #[test]
     fn test_a_bucket_admits_its_burst_then_counts() {

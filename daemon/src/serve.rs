@@ -368,6 +368,7 @@ impl RunningInstance {
             tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
         }
         self.sink.write_counts(&self.name, proxy.counts());
+        crate::ratelimit::flush(&self.name);
         let left = proxy.object_count();
         if left != 0 {
             tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");

@@ -507,7 +507,7 @@ fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
     let pid = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
         Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
         Err(e) => {
-            tracing::warn!(instance = %shared.instance, error = %e, "SO_PEERCRED failed");
+            ratelimit::tenant_log!(warn, &shared.instance, error = %e, "SO_PEERCRED failed");
             return;
         }
     };
@@ -642,7 +642,7 @@ fn spawn_open_thread(shared: &Arc<Shared>, open: Arc<Open>) -> bool {
             true
         }
         Err(e) => {
-            tracing::warn!(instance = %shared.instance, error = %e, "cannot start an open's thread");
+            ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start an open's thread");
             false
         }
     }
@@ -729,7 +729,7 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
             Ok(Received::Closed) => break,
             Err(e) => {
                 if !shared.stopping.load(Ordering::Relaxed) {
-                    tracing::warn!(instance = %shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
+                    ratelimit::tenant_log!(warn, &shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
                 }
                 break;
             }
@@ -857,7 +857,7 @@ impl Pool {
             match spawned {
                 Ok(_) => st.threads += 1,
                 Err(e) => {
-                    tracing::warn!(instance = %shared.instance, error = %e, "cannot start a call thread");
+                    ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start a call thread");
                 }
             }
         }
