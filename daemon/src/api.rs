@@ -435,6 +435,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_open_files: None,
                 max_objects: None,
                 max_in_flight: None,
+                max_os_descriptor_bytes: None,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: Default::default(),

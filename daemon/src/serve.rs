@@ -557,6 +557,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_open_files: None,
         max_objects: None,
         max_in_flight: None,
+        max_os_descriptor_bytes: None,
         restart: config::RestartPolicy::No,
         user: None,
         transport: args.transport,

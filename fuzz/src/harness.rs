@@ -294,6 +294,7 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             open_files: 6,
             objects: 10,
             in_flight: 256,
+            os_descriptor_bytes: 8 << 20,
         };
     }
     pa.uvm_mmap = !cfg.uvm_mmap_off();
