@@ -37,8 +37,9 @@ pub enum Request {
     },
     /// A new instance, served by a new worker.
     Create {
-        /// Its configuration (GPUs already resolved to host minors).
-        instance: InstanceConfig,
+        /// Its configuration (GPUs already resolved to host minors; boxed, the largest
+        /// variant by far).
+        instance: Box<InstanceConfig>,
     },
     /// Stop an instance's worker and forget it.
     Rm {
@@ -435,12 +436,18 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_open_files: None,
                 max_objects: None,
                 max_in_flight: None,
+                max_os_descriptor_bytes: None,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: Default::default(),
             };
             instance.validate()?;
-            (socket, Request::Create { instance })
+            (
+                socket,
+                Request::Create {
+                    instance: Box::new(instance),
+                },
+            )
         }
         InstanceCommand::Checkpoint(a) => return crate::checkpoint::checkpoint(a),
         InstanceCommand::Restore(a) => return crate::checkpoint::restore(a),

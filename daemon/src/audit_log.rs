@@ -23,11 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use ioctl_proxy::audit::{AuditCounts, AuditEvent, AuditSink};
 use serde::Serialize;
+
+use crate::ratelimit::TokenBucket;
 
 /// Bounds of one instance's audit trail.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,17 +82,9 @@ enum Msg {
     Sync(SyncSender<()>),
 }
 
-/// The token bucket and what it left out.
-struct Limiter {
-    tokens: f64,
-    last: Instant,
-    suppressed: u64,
-}
-
 /// Writes audit events as JSON lines, bounded in rate and size, off the request path.
 pub struct JsonLinesSink {
-    limits: AuditLimits,
-    limiter: Mutex<Limiter>,
+    limiter: Mutex<TokenBucket>,
     tx: Option<SyncSender<Msg>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -220,18 +213,13 @@ impl JsonLinesSink {
             None => (None, None),
         };
         Ok(JsonLinesSink {
-            limits,
-            limiter: Mutex::new(Limiter {
-                tokens: limits.burst,
-                last: Instant::now(),
-                suppressed: 0,
-            }),
+            limiter: Mutex::new(TokenBucket::new(limits.events_per_second, limits.burst)),
             tx,
             writer: Mutex::new(writer),
         })
     }
 
-    fn limiter(&self) -> MutexGuard<'_, Limiter> {
+    fn limiter(&self) -> MutexGuard<'_, TokenBucket> {
         self.limiter.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -264,7 +252,7 @@ impl JsonLinesSink {
         }) && !self.send(line)
         {
             // The queue is full: the count goes into the next summary.
-            self.limiter().suppressed += n;
+            self.limiter().add_suppressed(n);
         }
     }
 
@@ -281,7 +269,7 @@ impl JsonLinesSink {
     /// Appends the counts of allowed (and other) calls, one line per entry and decision, after
     /// the pending summary of suppressed events; waits until they are written.
     pub fn write_counts(&self, instance: &str, counts: &AuditCounts) {
-        let pending = std::mem::take(&mut self.limiter().suppressed);
+        let pending = self.limiter().take_suppressed();
         self.report_suppressed(instance, pending);
         for row in counts.snapshot() {
             tracing::info!(
@@ -321,18 +309,8 @@ impl Drop for JsonLinesSink {
 
 impl AuditSink for JsonLinesSink {
     fn record(&self, ev: &AuditEvent) {
-        let pending = {
-            let mut l = self.limiter();
-            let now = Instant::now();
-            let dt = now.duration_since(l.last).as_secs_f64();
-            l.last = now;
-            l.tokens = (l.tokens + dt * self.limits.events_per_second).min(self.limits.burst);
-            if l.tokens < 1.0 {
-                l.suppressed += 1;
-                return;
-            }
-            l.tokens -= 1.0;
-            std::mem::take(&mut l.suppressed)
+        let Some(pending) = self.limiter().admit() else {
+            return;
         };
         self.report_suppressed(&ev.instance, pending);
         tracing::info!(
@@ -354,7 +332,7 @@ impl AuditSink for JsonLinesSink {
         }) {
             Ok(line) => {
                 if !self.send(line) {
-                    self.limiter().suppressed += 1;
+                    self.limiter().add_suppressed(1);
                 }
             }
             Err(e) => tracing::error!(error = %e, "serialising an audit event"),
@@ -470,7 +448,7 @@ mod tests {
         // Hold the writer: a Sync it cannot answer until we read.
         let (done_tx, done_rx) = sync_channel(0);
         sink.tx.as_ref().unwrap().send(Msg::Sync(done_tx)).unwrap();
-        let t = Instant::now();
+        let t = std::time::Instant::now();
         for n in 0..10_000 {
             sink.record(&event(n));
         }
@@ -486,7 +464,7 @@ mod tests {
             .filter(|v| v["type"] == "suppressed")
             .map(|v| v["events"].as_u64().unwrap())
             .sum();
-        let pending = sink.limiter().suppressed;
+        let pending = sink.limiter().take_suppressed();
         assert_eq!(
             written + summarised + pending,
             10_000,

@@ -9,6 +9,7 @@ use ioctl_proxy::{Caller, ClientMemory, FdError, FdResolver, OpenId, OwnerId, Pr
 use uvm::UvmProxy;
 
 use crate::device::{Backend, FdLookup, Node};
+use crate::ratelimit::tenant_log;
 
 /// One instance's proxy behind its nodes.
 pub struct ProxyBackend {
@@ -61,7 +62,7 @@ impl Backend for ProxyBackend {
         }
         let proxy = self.proxy();
         let id = proxy.open(node).map_err(|e| {
-            tracing::warn!(%node, error = %e, "open failed");
+            tenant_log!(warn, &proxy.policy().name, %node, error = %e, "open failed");
             errno_of(&e)
         })?;
         if id.0 > i32::MAX as u64 {
@@ -141,7 +142,7 @@ impl Backend for UvmBackend {
         }
         let uvm = self.uvm();
         let id = uvm.open().map_err(|e| {
-            tracing::warn!(error = %e, "uvm open failed");
+            tenant_log!(warn, &uvm.frontend().policy().name, error = %e, "uvm open failed");
             errno_of(&e)
         })?;
         if id.0 > i32::MAX as u64 {

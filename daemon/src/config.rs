@@ -28,6 +28,9 @@
 //! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
 //! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
 //! max_in_flight = 256            # requests handled at once (past it: EAGAIN)
+//! max_os_descriptor_bytes = 4294967296  # OS-descriptor memory (host memory the GPU maps from
+//!                                # the tenant's files) pinned at once (past it:
+//!                                # NV_ERR_INVALID_ADDRESS, the driver's "cannot pin")
 //! transport = "cuse"            # or "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
@@ -258,6 +261,11 @@ pub struct InstanceConfig {
     /// Requests of the instance handled at once; past it an ioctl fails with EAGAIN.
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    /// Bytes of OS-descriptor memory (the tenant's files, pinned by the driver through the
+    /// worker) the instance's objects hold at once; past it the allocation gets
+    /// `NV_ERR_INVALID_ADDRESS` (default 4 GiB, `ioctl_proxy::Quotas`).
+    #[serde(default)]
+    pub max_os_descriptor_bytes: Option<u64>,
     /// What the supervisor does when the instance's worker exits unasked: `on-failure`
     /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
     #[serde(default)]
@@ -294,6 +302,9 @@ impl InstanceConfig {
             open_files: self.max_open_files.unwrap_or(d.open_files),
             objects: self.max_objects.unwrap_or(d.objects),
             in_flight: self.max_in_flight.unwrap_or(d.in_flight),
+            os_descriptor_bytes: self
+                .max_os_descriptor_bytes
+                .unwrap_or(d.os_descriptor_bytes),
         }
     }
 }
@@ -638,6 +649,10 @@ impl InstanceConfig {
             ("max_open_files", self.max_open_files),
             ("max_objects", self.max_objects),
             ("max_in_flight", self.max_in_flight),
+            (
+                "max_os_descriptor_bytes",
+                self.max_os_descriptor_bytes.map(|b| b as usize),
+            ),
         ] {
             if v == Some(0) {
                 bail!("{key} = 0 would refuse every request; leave it out for the default");
@@ -691,6 +706,12 @@ mod tests {
         .unwrap();
         let q = cfg.instances[0].quotas();
         assert_eq!((q.open_files, q.objects, q.in_flight), (64, 10, 256));
+        assert_eq!(q.os_descriptor_bytes, 4 << 30, "the default");
+        let cfg = Config::parse(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_os_descriptor_bytes = 65536\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.instances[0].quotas().os_descriptor_bytes, 65536);
         let err = Config::parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_objects = 0\n",
         )

@@ -22,6 +22,7 @@ use crate::fdid::FdIdentity;
 use crate::memory::MemoryTransport;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
 use crate::mmap::InstanceMmap;
+use crate::ratelimit::tenant_log;
 use crate::sys;
 
 thread_local! {
@@ -150,12 +151,24 @@ impl NodeDevice {
             Some(round) => RetryPlan::from_round(round),
             None if first_round => RetryPlan::default(),
             None => {
-                tracing::warn!(fh = io.fh, tid, "retry round without a previous round");
+                tenant_log!(
+                    warn,
+                    self.mmap.instance(),
+                    fh = io.fh,
+                    tid,
+                    "retry round without a previous round"
+                );
                 return Err(Errno::EIO);
             }
         };
         let mut mem = RetryMemory::new(plan, io.in_data, io.out_size).map_err(|_| {
-            tracing::warn!(fh = io.fh, tid, "retry round does not match its plan");
+            tenant_log!(
+                warn,
+                self.mmap.instance(),
+                fh = io.fh,
+                tid,
+                "retry round does not match its plan"
+            );
             Errno::EIO
         })?;
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
@@ -207,7 +220,12 @@ impl Handler for NodeDevice {
         drop_admin_on_this_thread()?;
         if io.cmd == NVPROXY_IOC_IDENTIFY {
             if !self.fdid.is_genuine(req.pid(), io.arg) {
-                tracing::warn!(pid = req.pid(), "identify ioctl from a client refused");
+                tenant_log!(
+                    warn,
+                    self.mmap.instance(),
+                    pid = req.pid(),
+                    "identify ioctl from a client refused"
+                );
                 return Err(Errno::EPERM);
             }
             let fh = i32::try_from(io.fh).map_err(|_| Errno::EOVERFLOW)?;

@@ -15,6 +15,7 @@
 use cuse_dev::ClientWaits;
 use ioctl_proxy::{ClientMemory, MemError};
 
+use crate::ratelimit::tenant_log;
 use crate::sys;
 
 /// How the daemon reads and writes client memory.
@@ -229,7 +230,8 @@ fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
 
 fn vm_error(e: std::io::Error) -> MemError {
     if e.raw_os_error() != Some(libc::EFAULT) {
-        tracing::warn!(error = %e, "process_vm access failed (ptrace rights? caller gone?)");
+        // No instance at hand: the worker's own bucket (one instance per worker).
+        tenant_log!(warn, "", error = %e, "process_vm access failed (ptrace rights? caller gone?)");
     }
     MemError::Fault
 }

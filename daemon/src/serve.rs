@@ -368,6 +368,7 @@ impl RunningInstance {
             tracing::warn!(instance = %self.name, files = revoked, "open files revoked at stop");
         }
         self.sink.write_counts(&self.name, proxy.counts());
+        crate::ratelimit::flush(&self.name);
         let left = proxy.object_count();
         if left != 0 {
             tracing::warn!(instance = %self.name, objects = left, "proxy object table not empty at stop");
@@ -556,6 +557,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_open_files: None,
         max_objects: None,
         max_in_flight: None,
+        max_os_descriptor_bytes: None,
         restart: config::RestartPolicy::No,
         user: None,
         transport: args.transport,

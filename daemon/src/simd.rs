@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -235,7 +235,7 @@ fn recv_frame<T: for<'de> Deserialize<'de>>(
 ) -> io::Result<Option<(T, Option<OwnedFd>)>> {
     let mut first = [0u8; 1];
     let fd = if want_fd {
-        let (n, fd) = crate::sys::recv_with_fd(s.as_raw_fd(), &mut first)?;
+        let (n, fd) = crate::sys::recv_with_fd(s.as_fd(), &mut first)?;
         if n == 0 {
             return Ok(None);
         }

@@ -33,10 +33,10 @@
 //! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
-use std::io::{self, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,9 +44,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use cuse_dev::{ClientWaits, Errno};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{
-    self, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, sockopt,
-};
+use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, sockopt};
 use nvproxy_preload_proto::socket::{
     CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
     OpenRequest,
@@ -56,7 +54,7 @@ use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
 use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
-use crate::sys;
+use crate::{fdpass, ratelimit, sys};
 
 /// How an instance reaches its tenants.
 #[derive(
@@ -244,6 +242,10 @@ struct Shared {
     /// meanwhile stays in its connection for whoever serves it next).
     suspend_r: OwnedFd,
     suspend_w: OwnedFd,
+    /// Call frames refused for their fds (not exactly one reply socket); the fds were closed.
+    refused_frames: AtomicU64,
+    /// The random bytes of the opens' peer names ([`peer_name`]).
+    urandom: std::fs::File,
 }
 
 /// An open of a suspended device socket ([`DevSocket::suspend`]), for [`DevSocket::adopt`].
@@ -291,6 +293,8 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
         pool: Pool::default(),
         suspend_r,
         suspend_w,
+        refused_frames: AtomicU64::new(0),
+        urandom: std::fs::File::open("/dev/urandom").context("/dev/urandom")?,
     }))
 }
 
@@ -503,7 +507,7 @@ fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
     let pid = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
         Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
         Err(e) => {
-            tracing::warn!(instance = %shared.instance, error = %e, "SO_PEERCRED failed");
+            ratelimit::tenant_log!(warn, &shared.instance, error = %e, "SO_PEERCRED failed");
             return;
         }
     };
@@ -558,13 +562,14 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
     // Before the client can send: every message then carries the sender's credentials.
     socket::setsockopt(&ours, sockopt::PassCred, &true).map_err(|e| Errno::from_i32(e as i32))?;
     let cookie = sys::socket_cookie(client.as_fd()).map_err(|_| Errno::EIO)?;
-    // The name the shim recognises its sockets by (getpeername). Abstract names are per network
-    // namespace; a name already taken there only costs the shim that recognition.
-    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
-    name.extend(format!("{:x}-{cookie:x}-{}", req.node.code(), std::process::id()).bytes());
-    if let Ok(addr) = UnixAddr::new_abstract(&name) {
-        let _ = socket::bind(ours.as_raw_fd(), &addr);
-    }
+    let mut random = || {
+        let mut b = [0u8; 16];
+        (&shared.urandom).read_exact(&mut b).map(|()| b)
+    };
+    bind_peer_name(ours.as_fd(), req.node, &mut random).map_err(|e| {
+        ratelimit::tenant_log!(warn, &shared.instance, error = %e, "an open's socket could not be named: open refused");
+        Errno::EIO
+    })?;
     let id = backend.open(node, pid)?;
     let open = Arc::new(Open {
         id,
@@ -585,6 +590,42 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
     Ok(client)
 }
 
+/// Random bytes in an open's peer name: 128 bits, so that nobody who shares the network
+/// namespace (abstract names are per network namespace) can take a name before the worker.
+const PEER_NAME_RANDOM: usize = 16;
+
+/// The abstract name (without its leading NUL) of the worker's end of an open of `node`:
+/// [`OPEN_PEER_PREFIX`], the node's code in hex, `-`, `random` in hex. Nothing in it is
+/// guessable or says anything of the worker (no pid, no socket cookie).
+fn peer_name(node: DevNode, random: &[u8; PEER_NAME_RANDOM]) -> Vec<u8> {
+    let mut name = OPEN_PEER_PREFIX[1..].to_vec();
+    name.extend(format!("{:x}-", node.code()).bytes());
+    for b in random {
+        name.extend(format!("{b:02x}").bytes());
+    }
+    name
+}
+
+/// Binds `sock` (the worker's end of an open) to a fresh [`peer_name`], by which the shim
+/// recognises the client's end (`getpeername`) after `exec` or fd passing. A name taken (only by
+/// chance: 128 random bits) is tried once more with new bytes; any other failure is the
+/// caller's, which refuses the open rather than hand out a socket the shim cannot recognise.
+fn bind_peer_name(
+    sock: BorrowedFd<'_>,
+    node: DevNode,
+    random: &mut dyn FnMut() -> io::Result<[u8; PEER_NAME_RANDOM]>,
+) -> io::Result<()> {
+    let mut tries = 0;
+    loop {
+        let addr = UnixAddr::new_abstract(&peer_name(node, &random()?))?;
+        match socket::bind(sock.as_raw_fd(), &addr) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EADDRINUSE) if tries == 0 => tries += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Starts the thread of an open (in the table already); false when none could be started.
 fn spawn_open_thread(shared: &Arc<Shared>, open: Arc<Open>) -> bool {
     let s = shared.clone();
@@ -601,7 +642,7 @@ fn spawn_open_thread(shared: &Arc<Shared>, open: Arc<Open>) -> bool {
             true
         }
         Err(e) => {
-            tracing::warn!(instance = %shared.instance, error = %e, "cannot start an open's thread");
+            ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start an open's thread");
             false
         }
     }
@@ -643,38 +684,10 @@ enum Received {
 }
 
 fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
-    let mut cmsg = nix::cmsg_space!(libc::ucred, [RawFd; 4]);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = loop {
-        match socket::recvmsg::<()>(
-            conn.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => break m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let mut pid = None;
-    let mut fds = Vec::new();
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmCredentials(cred) => {
-                    pid = u32::try_from(cred.pid()).ok();
-                }
-                ControlMessageOwned::ScmRights(raw) => {
-                    fds.extend(raw.into_iter().map(sys::owned_from_received));
-                }
-                _ => {}
-            }
-        }
-    }
-    let truncated = msg
-        .flags
-        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    // Every fd the client attached arrives (as many as a message can carry) and is owned here:
+    // what the caller does not keep is closed when dropped.
+    let msg = fdpass::recv(conn, buf, libc::MSG_CMSG_CLOEXEC)?;
+    let (truncated, pid, fds) = (msg.truncated, msg.pid, msg.fds);
     let len = msg.bytes;
     if len == 0 && fds.is_empty() && !truncated {
         // EOF, or an empty message (which a tenant can send): only a hang-up ends the open.
@@ -716,7 +729,7 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
             Ok(Received::Closed) => break,
             Err(e) => {
                 if !shared.stopping.load(Ordering::Relaxed) {
-                    tracing::warn!(instance = %shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
+                    ratelimit::tenant_log!(warn, &shared.instance, open = open.id, error = %e, "reading an open's connection failed; releasing it");
                 }
                 break;
             }
@@ -724,8 +737,9 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
         if shared.stopping.load(Ordering::Relaxed) {
             break;
         }
-        // Exactly one reply socket, or nobody to answer.
+        // Exactly one reply socket, or nobody to answer; every fd that came is closed here.
         if fds.len() != 1 {
+            shared.refused_frames.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
             continue;
         }
@@ -843,7 +857,7 @@ impl Pool {
             match spawned {
                 Ok(_) => st.threads += 1,
                 Err(e) => {
-                    tracing::warn!(instance = %shared.instance, error = %e, "cannot start a call thread");
+                    ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start a call thread");
                 }
             }
         }
@@ -1028,6 +1042,7 @@ mod tests {
     use crate::backend::{ProxyBackend, UvmBackend};
     use nix::sys::socket::ControlMessage;
     use std::io::IoSlice;
+    use std::os::fd::RawFd;
     use std::os::unix::net::UnixStream;
 
     struct Fixture {
@@ -1311,6 +1326,142 @@ mod tests {
         socket::send(ctl.as_raw_fd(), &good, MsgFlags::empty()).unwrap();
         assert_eq!(ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v).errno, 0);
         f.wait_opens(2);
+    }
+
+    /// Sends `msg` on `conn` with `fds` attached.
+    fn send_fds(conn: &OwnedFd, msg: &[u8], fds: &[RawFd]) {
+        socket::sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(msg)],
+            &[ControlMessage::ScmRights(fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn test_surplus_fds_of_a_frame_are_closed_and_the_frame_refused() {
+        let f = fixture("surplus");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        f.wait_opens(1);
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        // Copies of the open's own fd, more than a small control buffer holds: had the worker
+        // kept any, they would hold the open after the client's last close.
+        for n in [2, 5, 8, 64, fdpass::SCM_MAX_FD] {
+            send_fds(&ctl, &req, &vec![ctl.as_raw_fd(); n]);
+        }
+        // A reply socket and surplus fds: refused, nobody answered.
+        let (mine, theirs) = socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let mut fds = vec![theirs.as_raw_fd()];
+        fds.extend([ctl.as_raw_fd(); 7]);
+        send_fds(&ctl, &req, &fds);
+        drop(theirs);
+        socket::setsockopt(
+            &mine,
+            sockopt::ReceiveTimeout,
+            &timeval(Duration::from_secs(5)),
+        )
+        .unwrap();
+        let mut buf = [0u8; 32];
+        assert_eq!(
+            socket::recv(mine.as_raw_fd(), &mut buf, MsgFlags::empty()),
+            Ok(0),
+            "the reply socket was closed unanswered (not kept by the worker)"
+        );
+        // The open still serves, and counted what it refused.
+        let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
+        assert_eq!((r.errno, r.result), (0, 0));
+        assert_eq!(
+            f.dev
+                .as_ref()
+                .unwrap()
+                .shared
+                .refused_frames
+                .load(Ordering::Relaxed),
+            6
+        );
+        drop(ctl);
+        f.wait_opens(0);
+    }
+
+    /// The abstract name the client's end of an open shows (`getpeername`), without its NUL.
+    fn peer_of(fd: &OwnedFd) -> Vec<u8> {
+        let addr: UnixAddr = socket::getpeername(fd.as_raw_fd()).unwrap();
+        addr.as_abstract().expect("an abstract name").to_vec()
+    }
+
+    #[test]
+    fn test_open_peer_names_are_random_and_say_nothing_of_the_worker() {
+        let f = fixture("names");
+        let a = f.open(DevNode::Ctl).unwrap();
+        let b = f.open(DevNode::Gpu(0)).unwrap();
+        let (na, nb) = (peer_of(&a), peer_of(&b));
+        // The shim still recognises them.
+        let full = |n: &[u8]| [&[0u8][..], n].concat();
+        use nvproxy_preload_proto::socket::node_of_peer_name;
+        assert_eq!(node_of_peer_name(&full(&na)), Some(DevNode::Ctl));
+        assert_eq!(node_of_peer_name(&full(&nb)), Some(DevNode::Gpu(0)));
+        // Neither the cookie (which anyone can read and predict) nor the worker's pid: a
+        // tenant in the workers' network namespace cannot take the next open's name.
+        for (fd, name) in [(&a, &na), (&b, &nb)] {
+            let text = String::from_utf8(name.clone()).unwrap();
+            let cookie = sys::socket_cookie(fd.as_fd()).unwrap();
+            let random = text.rsplit('-').next().unwrap();
+            assert_eq!(random.len(), 2 * PEER_NAME_RANDOM, "{text}");
+            assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{text}");
+            assert!(
+                !text.contains(&format!("{cookie:x}")),
+                "{text} names the cookie"
+            );
+            assert!(
+                !text.contains(&format!("-{}", std::process::id())),
+                "{text} names the pid"
+            );
+        }
+        assert_ne!(na[na.len() - 32..], nb[nb.len() - 32..]);
+    }
+
+    #[test]
+    fn test_a_name_taken_twice_fails_the_bind_instead_of_being_ignored() {
+        let sock = || {
+            socket::socket(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap()
+        };
+        let fixed = [0x5au8; PEER_NAME_RANDOM];
+        let squatter = sock();
+        let name = UnixAddr::new_abstract(&peer_name(DevNode::Ctl, &fixed)).unwrap();
+        socket::bind(squatter.as_raw_fd(), &name).unwrap();
+        let ours = sock();
+        let err = bind_peer_name(ours.as_fd(), DevNode::Ctl, &mut || Ok(fixed)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE));
+        // With fresh bytes the second try binds.
+        let mut n = 0u8;
+        let mut fresh = || {
+            n += 1;
+            Ok(if n == 1 { fixed } else { [n; PEER_NAME_RANDOM] })
+        };
+        bind_peer_name(ours.as_fd(), DevNode::Ctl, &mut fresh).unwrap();
+        assert_eq!(n, 2);
     }
 
     #[test]

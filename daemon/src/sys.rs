@@ -632,31 +632,20 @@ pub fn send_with_fd(
 }
 
 /// Receives up to `buf.len()` bytes from the stream socket `sock` and the fd attached to them,
-/// if any (close-on-exec). Returns the byte count (0: the peer closed).
+/// if any (close-on-exec). Returns the byte count (0: the peer closed). A message with more
+/// than one fd, or whose fds were cut short, is refused (every fd that came with it closed).
 pub fn recv_with_fd(
-    sock: std::os::fd::RawFd,
+    sock: std::os::fd::BorrowedFd<'_>,
     buf: &mut [u8],
 ) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    use std::os::fd::FromRawFd;
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
-    let mut iov = [io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
-    let mut got: Vec<std::os::fd::OwnedFd> = Vec::new();
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            for raw in v {
-                // SAFETY: the kernel installed `raw` in our table for this message alone;
-                // nothing else in the process knows it, so this is its only owner.
-                got.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
-            }
-        }
+    let mut msg = crate::fdpass::recv(sock, buf, libc::MSG_CMSG_CLOEXEC)?;
+    if msg.fds.len() > 1 {
+        return Err(io::Error::other(format!(
+            "{} fds attached, at most one expected (closed)",
+            msg.fds.len()
+        )));
     }
-    let n = msg.bytes;
-    if got.len() > 1 {
-        return Err(io::Error::other("more than one fd attached"));
-    }
-    Ok((n, got.pop()))
+    Ok((msg.bytes, msg.fds.pop()))
 }
 
 /// Most fds one [`send_fds`] message carries (the kernel's `SCM_MAX_FD` is 253).
@@ -684,37 +673,30 @@ pub fn send_fds(sock: std::os::fd::RawFd, fds: &[std::os::fd::RawFd]) -> io::Res
 }
 
 /// Receives the one byte of a [`send_fds`] message and its fds (close-on-exec); fails when
-/// the peer closed, the byte is not ours, or the kernel truncated the fds.
-pub fn recv_fds(sock: std::os::fd::RawFd) -> io::Result<Vec<std::os::fd::OwnedFd>> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    use std::os::fd::FromRawFd;
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; FDS_PER_MESSAGE]);
+/// the peer closed, the byte is not ours, the kernel truncated the fds or more than
+/// [`FDS_PER_MESSAGE`] came (whatever arrived is closed then).
+pub fn recv_fds(sock: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<std::os::fd::OwnedFd>> {
     let mut byte = [0u8; 1];
-    let mut iov = [io::IoSliceMut::new(&mut byte)];
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
-    let mut got: Vec<std::os::fd::OwnedFd> = Vec::new();
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            for raw in v {
-                // SAFETY: the kernel installed `raw` in our table for this message alone;
-                // nothing else in the process knows it, so this is its only owner.
-                got.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
-            }
-        }
-    }
+    let msg = crate::fdpass::recv(sock, &mut byte, libc::MSG_CMSG_CLOEXEC)?;
     if msg.bytes != 1 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the peer closed",
         ));
     }
-    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+    if msg.truncated {
         return Err(io::Error::other("fds truncated (fd limit?)"));
     }
     if byte != *b"F" {
         return Err(io::Error::other("not an fd message"));
     }
-    Ok(got)
+    if msg.fds.len() > FDS_PER_MESSAGE {
+        return Err(io::Error::other(format!(
+            "{} fds in one message, at most {FDS_PER_MESSAGE} expected",
+            msg.fds.len()
+        )));
+    }
+    Ok(msg.fds)
 }
 
 /// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
@@ -742,15 +724,6 @@ pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     Ok(cookie)
-}
-
-/// Takes ownership of an fd that `recvmsg` installed for us (SCM_RIGHTS).
-pub fn owned_from_received(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    assert!(fd >= 0);
-    // SAFETY: the kernel installed `fd` in our table for this message alone; nothing else in the
-    // process knows it, so this is its only owner.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@
 //! its version and older; a newer one is refused with both numbers.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -609,7 +609,7 @@ pub fn take_over(
     }
     let mut fds: Vec<Option<OwnedFd>> = Vec::with_capacity(state.fds);
     while fds.len() < state.fds {
-        let got = sys::recv_fds(conn.as_raw_fd()).context("receiving the fds")?;
+        let got = sys::recv_fds(conn.as_fd()).context("receiving the fds")?;
         if got.is_empty() || fds.len() + got.len() > state.fds {
             bail!(
                 "the old worker sent {} fds, not {}",
@@ -927,7 +927,7 @@ mod tests {
         assert_eq!(json, b"{}");
         let mut got = Vec::new();
         while got.len() < 600 {
-            got.extend(sys::recv_fds(b.as_raw_fd()).unwrap());
+            got.extend(sys::recv_fds(b.as_fd()).unwrap());
         }
         sender.join().unwrap().unwrap();
         use std::os::unix::fs::MetadataExt;

@@ -1,13 +1,15 @@
 //! Fuzzes the socket transport's messages as a worker receives them from a tenant
 //! (`preload-proto`'s `socket` module): any bytes decode or are refused without a panic, and
 //! what decodes encodes back to the same bytes (no field the worker acts on is lost or
-//! invented in between).
+//! invented in between). The same bytes also drive one frame with fds through the worker's
+//! receive path (`nvproxy_fuzz::fd_frames`: surplus fds arrive owned and are closed).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use nvproxy_preload_proto::socket::{CallReply, CallRequest, OpenReply, OpenRequest};
 
 fuzz_target!(|data: &[u8]| {
+    nvproxy_fuzz::fd_frames::run(data);
     if let Some(m) = OpenRequest::decode(data) {
         let e = m.encode();
         assert_eq!(OpenRequest::decode(&e), Some(m));

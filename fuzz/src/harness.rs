@@ -29,8 +29,8 @@ use std::sync::Arc;
 use ioctl_proxy::{
     AuditCounts, Caller, FrontendNode, InstancePolicy, Mode, OpenId, Proxy, ProxyError, Quotas,
 };
-use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, NV_IOCTL_MAGIC, ioc, ioc_nr, ioc_size, ioc_type};
 use nvproxy_abi::ParamSize;
+use nvproxy_abi::ioctl::{IOC_READ, IOC_WRITE, NV_IOCTL_MAGIC, ioc, ioc_nr, ioc_size, ioc_type};
 use nvproxy_abi::{Caps, DriverAbi};
 use nvsim::{SimConfig, SimDriver, SimStats};
 use uvm::UvmProxy;
@@ -88,13 +88,53 @@ pub const CLASSES: &[u32] = &[
 /// RM controls the curated selector picks from: those the simulator answers, those the proxy
 /// rewrites for GPU-set isolation, the pass-through families.
 pub const CONTROLS: &[u32] = &[
-    0x0000_0101, 0x0000_0136, 0x0000_013e, 0x0000_0201, 0x0000_0202, 0x0000_0204, 0x0000_0205,
-    0x0000_0214, 0x0000_0215, 0x0000_0216, 0x0000_021b, 0x0000_0275, 0x0000_0d04, 0x0000_0a04,
-    0x0000_0127, 0x0000_012b, 0x0000_013a, 0x0000_0b06, 0x0000_0211, 0x0000_0219,
-    0x0080_0201, 0x0080_0280, 0x0080_0292, 0x2080_0102, 0x2080_0110, 0x2080_0111, 0x2080_0119,
-    0x2080_014a, 0x2080_1201, 0x2080_1228, 0x2080_1301, 0x2080_1303, 0x2080_1701, 0x2080_1801,
-    0x2080_0145, 0x2080_0146, 0x2080_220c, 0x2080_2210, 0x2080_3002, 0x2080_018d, 0x2080_018e,
-    0x2080_0123, 0x2080_1802, 0x2080_8159, 0x2080_a081, 0x2081_0101, 0x0000_8001,
+    0x0000_0101,
+    0x0000_0136,
+    0x0000_013e,
+    0x0000_0201,
+    0x0000_0202,
+    0x0000_0204,
+    0x0000_0205,
+    0x0000_0214,
+    0x0000_0215,
+    0x0000_0216,
+    0x0000_021b,
+    0x0000_0275,
+    0x0000_0d04,
+    0x0000_0a04,
+    0x0000_0127,
+    0x0000_012b,
+    0x0000_013a,
+    0x0000_0b06,
+    0x0000_0211,
+    0x0000_0219,
+    0x0080_0201,
+    0x0080_0280,
+    0x0080_0292,
+    0x2080_0102,
+    0x2080_0110,
+    0x2080_0111,
+    0x2080_0119,
+    0x2080_014a,
+    0x2080_1201,
+    0x2080_1228,
+    0x2080_1301,
+    0x2080_1303,
+    0x2080_1701,
+    0x2080_1801,
+    0x2080_0145,
+    0x2080_0146,
+    0x2080_220c,
+    0x2080_2210,
+    0x2080_3002,
+    0x2080_018d,
+    0x2080_018e,
+    0x2080_0123,
+    0x2080_1802,
+    0x2080_8159,
+    0x2080_a081,
+    0x2081_0101,
+    0x0000_8001,
 ];
 
 /// What a run reached (the corpus test checks that the seeds reach deep).
@@ -294,6 +334,7 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             open_files: 6,
             objects: 10,
             in_flight: 256,
+            os_descriptor_bytes: 8 << 20,
         };
     }
     pa.uvm_mmap = !cfg.uvm_mmap_off();
@@ -352,7 +393,9 @@ pub fn run_input(target: Target, input: &Input) -> Report {
         .counts()
         .snapshot()
         .iter()
-        .filter(|r| r.kind == ioctl_proxy::Kind::Uvm && r.decision == ioctl_proxy::Decision::Allowed)
+        .filter(|r| {
+            r.kind == ioctl_proxy::Kind::Uvm && r.decision == ioctl_proxy::Decision::Allowed
+        })
         .map(|r| r.count as usize)
         .sum();
     a.close_all();
@@ -499,16 +542,17 @@ impl World {
     ) -> Result<i32, ProxyError> {
         self.report.ioctls += 1;
         loop {
-            let before = t
-                .retry
-                .then(|| (self.sim.stats(), t.proxy.object_count()));
+            let before = t.retry.then(|| (self.sim.stats(), t.proxy.object_count()));
             mem.begin_run();
             match f(mem) {
                 Err(ProxyError::Pending) => {
                     let Some((stats, objects)) = before else {
                         panic!("Pending without the retry transport");
                     };
-                    assert_eq!(mem.run_writes, 0, "a run that ended Pending wrote client memory");
+                    assert_eq!(
+                        mem.run_writes, 0,
+                        "a run that ended Pending wrote client memory"
+                    );
                     assert_eq!(
                         (self.sim.stats(), t.proxy.object_count()),
                         (stats, objects),

@@ -792,9 +792,7 @@ impl Op {
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
-            Op::Open(n) | Op::Close(n) | Op::Mmap(n) | Op::UvmClose(n) | Op::UvmMmap(n) => {
-                w.u8(*n)
-            }
+            Op::Open(n) | Op::Close(n) | Op::Mmap(n) | Op::UvmClose(n) | Op::UvmMmap(n) => w.u8(*n),
             Op::UvmOpen => {}
             Op::Escape {
                 open,

@@ -5,9 +5,11 @@
 //! - [`mem`]: the tenant's memory and fd table as one request sees them, with the read-once
 //!   and reservation checks.
 //! - [`harness`]: two instances on one `nvsim::SimDriver`, the operations, the invariants.
+//! - [`fd_frames`]: frames with surplus fds through the daemon's fd receive path.
 //! - [`seeds`]: the deterministic seed corpus (CUDA-like initialisations and a few hostile
 //!   variations), written to `corpus/<target>/` by `tests/corpus.rs`.
 
+pub mod fd_frames;
 pub mod harness;
 pub mod input;
 pub mod mem;

@@ -117,7 +117,12 @@ fn frontend_init(flags: u8) -> Vec<Op> {
     vec![
         Op::Open(0),
         // Version query ('2'), then the strict check of libcuda's own version string.
-        esc(0, 0xd2, SizeSel::Table, vec![Patch::U32(0, u32::from(b'2'))]),
+        esc(
+            0,
+            0xd2,
+            SizeSel::Table,
+            vec![Patch::U32(0, u32::from(b'2'))],
+        ),
         Op::Escape {
             open: 0,
             nr: EscSel::Raw(0xd2),
@@ -272,7 +277,10 @@ fn memory_and_more() -> Vec<Op> {
             tbl(vec![
                 Patch::U32(o(offset_of!(NV_MEMORY_ALLOCATION_PARAMS, flags)), 0x8_0000),
                 Patch::U64(size_off, 0x10_0000),
-                Patch::Handle(o(offset_of!(NV_MEMORY_ALLOCATION_PARAMS, hVASpace)), H::Pool(6)),
+                Patch::Handle(
+                    o(offset_of!(NV_MEMORY_ALLOCATION_PARAMS, hVASpace)),
+                    H::Pool(6),
+                ),
             ]),
         ),
         // VID_HEAP_CONTROL ALLOC_SIZE: system memory through the deprecated interface (8).
@@ -471,7 +479,10 @@ fn hostile(flags: u8) -> Vec<u8> {
             CLIENT,
             DEVICE,
             0x80_0201,
-            tbl(vec![Patch::U32(0, u32::MAX), Patch::Ptr(classlist, Ptr::Unmapped)]),
+            tbl(vec![
+                Patch::U32(0, u32::MAX),
+                Patch::Ptr(classlist, Ptr::Unmapped),
+            ]),
         ),
         ctrl(
             CLIENT,
@@ -486,7 +497,10 @@ fn hostile(flags: u8) -> Vec<u8> {
             CLIENT,
             DEVICE,
             0x80_0201,
-            tbl(vec![Patch::U32(0, 0x4_0001), Patch::Ptr(classlist, Ptr::Buf(Blob::sized(16, vec![])))]),
+            tbl(vec![
+                Patch::U32(0, 0x4_0001),
+                Patch::Ptr(classlist, Ptr::Buf(Blob::sized(16, vec![]))),
+            ]),
         ),
         // Sizes that disagree with the table.
         Op::Control {
@@ -510,14 +524,48 @@ fn hostile(flags: u8) -> Vec<u8> {
         },
         // Unknown and pass-through controls, classes, escapes, other ioctl types.
         ctrl(CLIENT, SUBDEVICE, 0x2080_8159, tbl(vec![])),
-        ctrl(CLIENT, SUBDEVICE, 0x2081_0101, Ptr::Buf(Blob::sized(64, vec![]))),
+        ctrl(
+            CLIENT,
+            SUBDEVICE,
+            0x2081_0101,
+            Ptr::Buf(Blob::sized(64, vec![])),
+        ),
         ctrl(CLIENT, CLIENT, 0xdead_beef, Ptr::Null),
         alloc(CLIENT, CLIENT, 0xbeef, Ptr::Null),
         esc(0, 0xd7, SizeSel::Table, vec![]),
-        esc(0, 0xd3, SizeSel::Raw(16), vec![Patch::U32(0, 0xd3), Patch::U32(4, 16), Patch::Ptr(8, Ptr::Buf(Blob::sized(16, vec![Patch::U32(0, 0x2a), Patch::U32(4, 32)])))]),
-        esc(0, 0xd3, SizeSel::Raw(16), vec![Patch::U32(0, 0x2a), Patch::U32(4, 0x10_0000), Patch::Ptr(8, Ptr::Unmapped)]),
+        esc(
+            0,
+            0xd3,
+            SizeSel::Raw(16),
+            vec![
+                Patch::U32(0, 0xd3),
+                Patch::U32(4, 16),
+                Patch::Ptr(
+                    8,
+                    Ptr::Buf(Blob::sized(
+                        16,
+                        vec![Patch::U32(0, 0x2a), Patch::U32(4, 32)],
+                    )),
+                ),
+            ],
+        ),
+        esc(
+            0,
+            0xd3,
+            SizeSel::Raw(16),
+            vec![
+                Patch::U32(0, 0x2a),
+                Patch::U32(4, 0x10_0000),
+                Patch::Ptr(8, Ptr::Unmapped),
+            ],
+        ),
         esc(0, 0xc8, SizeSel::Raw(71), vec![]),
-        esc(0, 0xd4, SizeSel::Alt(3), vec![Patch::U32(0, INVALID_ID), Patch::U32(4, 0x100)]),
+        esc(
+            0,
+            0xd4,
+            SizeSel::Alt(3),
+            vec![Patch::U32(0, INVALID_ID), Patch::U32(4, 0x100)],
+        ),
         esc(0, 0x5d, SizeSel::Table, vec![Patch::Fd(0, Fd::Errno)]),
         esc(0, 0x5c, SizeSel::Table, vec![Patch::Fd(0, Fd::Open(1))]),
         esc(0, 0xd9, SizeSel::Table, vec![Patch::Fd(0, Fd::Stdin)]),
@@ -546,7 +594,12 @@ fn hostile(flags: u8) -> Vec<u8> {
         },
         // Handles: stale, neighbours of ours, the driver's own numbering.
         ctrl(H::Next(0), H::Next(2), 0x2080_0110, tbl(vec![])),
-        ctrl(H::Raw(0xc1d0_0000), H::Raw(0xcaf0_0000), 0x2080_0110, tbl(vec![])),
+        ctrl(
+            H::Raw(0xc1d0_0000),
+            H::Raw(0xcaf0_0000),
+            0x2080_0110,
+            tbl(vec![]),
+        ),
         Op::Free {
             open: 1,
             root: CLIENT,
@@ -638,19 +691,34 @@ struct UvmOff {
 fn uvm_off(v550: bool) -> UvmOff {
     if v550 {
         UvmOff {
-            map_ext_count: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550, gpuAttributesCount)),
-            map_ext_fd: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550, rmCtrlFd)),
+            map_ext_count: o(offset_of!(
+                UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550,
+                gpuAttributesCount
+            )),
+            map_ext_fd: o(offset_of!(
+                UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550,
+                rmCtrlFd
+            )),
             map_ext_client: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550, hClient)),
             map_ext_memory: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550, hMemory)),
-            sema_count: o(offset_of!(UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550, gpuAttributesCount)),
+            sema_count: o(offset_of!(
+                UVM_ALLOC_SEMAPHORE_POOL_PARAMS_V550,
+                gpuAttributesCount
+            )),
         }
     } else {
         UvmOff {
-            map_ext_count: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, gpuAttributesCount)),
+            map_ext_count: o(offset_of!(
+                UVM_MAP_EXTERNAL_ALLOCATION_PARAMS,
+                gpuAttributesCount
+            )),
             map_ext_fd: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, rmCtrlFd)),
             map_ext_client: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, hClient)),
             map_ext_memory: o(offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, hMemory)),
-            sema_count: o(offset_of!(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, gpuAttributesCount)),
+            sema_count: o(offset_of!(
+                UVM_ALLOC_SEMAPHORE_POOL_PARAMS,
+                gpuAttributesCount
+            )),
         }
     }
 }
@@ -730,17 +798,29 @@ fn uvm_init(version: u8, flags: u8) -> Vec<u8> {
         uvm(
             0,
             UVM_SET_PREFERRED_LOCATION,
-            vec![Patch::U64(0, base), Patch::U64(8, mb2), Patch::Uuid(16, ours)],
+            vec![
+                Patch::U64(0, base),
+                Patch::U64(8, mb2),
+                Patch::Uuid(16, ours),
+            ],
         ),
         uvm(
             0,
             UVM_SET_ACCESSED_BY,
-            vec![Patch::U64(0, base), Patch::U64(8, mb2), Patch::Uuid(16, ours)],
+            vec![
+                Patch::U64(0, base),
+                Patch::U64(8, mb2),
+                Patch::Uuid(16, ours),
+            ],
         ),
         uvm(
             0,
             UVM_MIGRATE,
-            vec![Patch::U64(0, base), Patch::U64(8, mb2), Patch::Uuid(16, ours)],
+            vec![
+                Patch::U64(0, base),
+                Patch::U64(8, mb2),
+                Patch::Uuid(16, ours),
+            ],
         ),
         uvm(
             0,
@@ -759,7 +839,11 @@ fn uvm_init(version: u8, flags: u8) -> Vec<u8> {
         uvm(
             0,
             UVM_UNMAP_EXTERNAL,
-            vec![Patch::U64(0, base), Patch::U64(8, mb2), Patch::Uuid(16, ours)],
+            vec![
+                Patch::U64(0, base),
+                Patch::U64(8, mb2),
+                Patch::Uuid(16, ours),
+            ],
         ),
         uvm(0, UVM_FREE, vec![Patch::U64(0, base), Patch::U64(8, mb2)]),
         uvm(0, UVM_FREE, vec![Patch::U64(0, base + 0x100_0000)]),
@@ -932,7 +1016,10 @@ pub fn seeds(target: Target) -> Vec<(&'static str, Vec<u8>)> {
             ("cuda_init_535_retry", cuda_init(0, 1)),
             ("cuda_init_570_gpu0", cuda_init(2, 1 << 3)),
             ("cuda_init_580", cuda_init(3, 0)),
-            ("cuda_init_595_audit_two_gpus", cuda_init(4, 2 | 4 | (2 << 3))),
+            (
+                "cuda_init_595_audit_two_gpus",
+                cuda_init(4, 2 | 4 | (2 << 3)),
+            ),
             ("neighbour", neighbour()),
             ("hostile", hostile(0)),
             ("hostile_retry_audit", hostile(1 | 2)),

@@ -14,7 +14,9 @@ use nvproxy_fuzz::seeds::seeds;
 const TARGETS: [(Target, &str); 2] = [(Target::Proxy, "proxy_ioctl"), (Target::Uvm, "uvm_ioctl")];
 
 fn dir(kind: &str, name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(kind).join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(kind)
+        .join(name)
 }
 
 /// The binary inputs in a folder (notes, `*.md`, and subfolders skipped).
@@ -116,7 +118,10 @@ fn test_open_findings_still_fail() {
     for (t, name) in TARGETS {
         for (file, bytes) in inputs(&dir("regressions", name).join("open")) {
             let r = std::panic::catch_unwind(|| run(t, &bytes));
-            eprintln!("regressions/{name}/open/{file}: {}", if r.is_err() { "fails" } else { "passes now" });
+            eprintln!(
+                "regressions/{name}/open/{file}: {}",
+                if r.is_err() { "fails" } else { "passes now" }
+            );
         }
     }
 }

@@ -244,6 +244,13 @@ pub struct SavedObject {
     pub deps: Vec<u32>,
     /// How it was made.
     pub origin: Origin,
+    /// Bytes of the tenant's memory it pins (OS-descriptor memory; a live upgrade carries it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pinned: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A UVM open (`/dev/nvidia-uvm`) as saved (filled in by the `uvm` crate).
@@ -647,6 +654,7 @@ impl Proxy {
                     class: o.class,
                     deps: o.deps.clone(),
                     origin: o.origin.clone(),
+                    pinned: o.pinned,
                 })
                 .collect();
             objects.sort_by_key(|o| o.handle);

@@ -45,6 +45,7 @@ pub use host_driver::{
 };
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId};
+pub use osdesc::{MAX_OS_DESCRIPTOR_BYTES, MAX_OS_DESCRIPTORS};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
 pub use proxy::{
     Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,

@@ -105,6 +105,9 @@ pub struct LivePolicy {
     pub uvm_mmap: bool,
     /// Quotas: open files, objects, in flight.
     pub quotas: [usize; 3],
+    /// `Quotas::os_descriptor_bytes` (absent in an older worker's state: the default).
+    #[serde(default)]
+    pub os_descriptor_bytes: Option<u64>,
 }
 
 impl LivePolicy {
@@ -123,6 +126,7 @@ impl LivePolicy {
             only: p.only.as_ref().map(|o| o.iter().cloned().collect()),
             uvm_mmap: p.uvm_mmap,
             quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
+            os_descriptor_bytes: Some(p.quotas.os_descriptor_bytes),
         }
     }
 
@@ -149,6 +153,9 @@ impl LivePolicy {
             open_files: self.quotas[0],
             objects: self.quotas[1],
             in_flight: self.quotas[2],
+            os_descriptor_bytes: self
+                .os_descriptor_bytes
+                .unwrap_or(crate::policy::Quotas::default().os_descriptor_bytes),
         };
         Ok(p)
     }
@@ -238,6 +245,7 @@ impl Proxy {
                         class: o.class,
                         deps: o.deps.clone(),
                         origin: o.origin.clone(),
+                        pinned: o.pinned,
                     })
                     .collect();
                 objects.sort_by_key(|o| o.handle);
@@ -325,6 +333,7 @@ impl Proxy {
                             class: o.class,
                             deps: o.deps,
                             origin: o.origin,
+                            pinned: o.pinned,
                         },
                     )
                     .is_some()

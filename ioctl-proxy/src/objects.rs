@@ -171,6 +171,8 @@ pub(crate) struct Object {
     pub(crate) class: u32,
     pub(crate) deps: Vec<u32>,
     pub(crate) origin: Origin,
+    /// Bytes of the tenant's memory the object pins (OS-descriptor memory), else 0.
+    pub(crate) pinned: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +189,39 @@ pub struct ObjectTable {
     pub(crate) clients: BTreeMap<u32, Client>,
     /// Bytes of the records (alloc params) held, against the quota.
     recorded: usize,
+    /// Bytes and number of the objects that pin memory ([`Object::pinned`]).
+    pinned: Pinned,
+}
+
+/// What the pinning objects of a table add up to.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// Bytes pinned.
+    pub bytes: u64,
+    /// Objects that pin some.
+    pub objects: usize,
+}
+
+impl Pinned {
+    fn of<'a>(objects: impl IntoIterator<Item = &'a Object>) -> Pinned {
+        let mut p = Pinned::default();
+        for o in objects {
+            p.add(o.pinned);
+        }
+        p
+    }
+
+    fn add(&mut self, bytes: u64) {
+        if bytes > 0 {
+            self.bytes = self.bytes.saturating_add(bytes);
+            self.objects += 1;
+        }
+    }
+
+    fn sub(&mut self, other: Pinned) {
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+        self.objects = self.objects.saturating_sub(other.objects);
+    }
 }
 
 impl ObjectTable {
@@ -269,6 +304,9 @@ impl ObjectTable {
                 .values()
                 .map(|o| o.origin.bytes())
                 .sum::<usize>();
+        let pinned = Pinned::of(client.objects.values());
+        self.pinned.bytes = self.pinned.bytes.saturating_add(pinned.bytes);
+        self.pinned.objects += pinned.objects;
         self.clients.insert(h_client, client);
         Ok(())
     }
@@ -297,6 +335,22 @@ impl ObjectTable {
         deps: &[u32],
         origin: Origin,
     ) -> Result<(), ObjectError> {
+        self.add_pinning_object(h_client, h_parent, h_new, class, deps, origin, 0)
+    }
+
+    /// [`ObjectTable::add_object_with`] of an object that pins `pinned` bytes of the tenant's
+    /// memory until it is freed ([`ObjectTable::pinned`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_pinning_object(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_new: u32,
+        class: u32,
+        deps: &[u32],
+        origin: Origin,
+        pinned: u64,
+    ) -> Result<(), ObjectError> {
         let client = self
             .clients
             .get_mut(&h_client)
@@ -317,6 +371,7 @@ impl ObjectTable {
             return Err(ObjectError::UnknownObject(h_client, d));
         }
         self.recorded += origin.bytes();
+        self.pinned.add(pinned);
         client.objects.insert(
             h_new,
             Object {
@@ -324,6 +379,7 @@ impl ObjectTable {
                 class,
                 deps: deps.to_vec(),
                 origin,
+                pinned,
             },
         );
         Ok(())
@@ -395,6 +451,7 @@ impl ObjectTable {
         if h_object == h_client {
             let c = self.clients.remove(&h_client).expect("looked up above");
             self.recorded = self.recorded.saturating_sub(client_bytes(&c));
+            self.pinned.sub(Pinned::of(c.objects.values()));
             let mut freed: Vec<u32> = c.objects.keys().copied().collect();
             freed.sort_unstable();
             freed.push(h_client);
@@ -419,6 +476,7 @@ impl ObjectTable {
         for h in &doomed {
             if let Some(o) = client.objects.remove(h) {
                 self.recorded = self.recorded.saturating_sub(o.origin.bytes());
+                self.pinned.sub(Pinned::of([&o]));
             }
         }
         Ok(doomed.into_iter().collect())
@@ -436,6 +494,7 @@ impl ObjectTable {
         for h in &gone {
             if let Some(c) = self.clients.remove(h) {
                 self.recorded = self.recorded.saturating_sub(client_bytes(&c));
+                self.pinned.sub(Pinned::of(c.objects.values()));
             }
         }
         gone
@@ -447,6 +506,12 @@ impl ObjectTable {
         self.recorded
     }
 
+    /// What the live objects pin of the tenant's memory (bounded by
+    /// `Quotas::os_descriptor_bytes`).
+    pub fn pinned(&self) -> Pinned {
+        self.pinned
+    }
+
     /// The RM client handles, in order.
     pub fn client_handles(&self) -> Vec<u32> {
         self.clients.keys().copied().collect()
@@ -455,7 +520,12 @@ impl ObjectTable {
     /// Rebuilds a table from restored clients (replay, `checkpoint.rs`).
     pub(crate) fn from_clients(clients: BTreeMap<u32, Client>) -> Self {
         let recorded = clients.values().map(client_bytes).sum();
-        Self { clients, recorded }
+        let pinned = Pinned::of(clients.values().flat_map(|c| c.objects.values()));
+        Self {
+            clients,
+            recorded,
+            pinned,
+        }
     }
 
     /// Number of clients plus objects: zero when everything was freed.

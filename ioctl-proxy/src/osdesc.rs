@@ -18,6 +18,10 @@
 //! [`MAX_OS_DESCRIPTOR_BYTES`] per allocation (`NV_ERR_INSUFFICIENT_RESOURCES`); the fd must
 //! be a regular file of the caller (`EBADF` otherwise) at least as long as the range (else
 //! `NV_ERR_INVALID_ADDRESS`, what `os_lock_user_pages` answers for pages that are not there).
+//! Per instance the live OS-descriptor objects pin at most `Quotas::os_descriptor_bytes` and
+//! number at most [`MAX_OS_DESCRIPTORS`] (each is a file the simulated driver keeps open);
+//! past either the allocation gets `NV_ERR_INVALID_ADDRESS`, the driver's answer when it cannot
+//! pin the pages (`os_lock_user_pages`), without reaching it.
 //! The object is recorded unreplayable: a restore cannot re-create the tenant's pages.
 
 use std::mem::offset_of;
@@ -41,6 +45,8 @@ use crate::request::Req;
 
 /// The most bytes one OS-descriptor allocation may pin (libcuda asks 2 MiB per context).
 pub const MAX_OS_DESCRIPTOR_BYTES: u64 = 1 << 30;
+/// The most OS-descriptor objects an instance holds at once.
+pub const MAX_OS_DESCRIPTORS: usize = 4096;
 
 impl Req<'_> {
     /// `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR`: the escape `NV_ESC_RM_ALLOC_MEMORY` of OS-descriptor
@@ -128,6 +134,17 @@ impl Req<'_> {
             // The host gets the pages, never the tenant's address; the client its own back.
             plan.rewrite64(None, PTR, 0);
             let _g = r.px.rm_lock();
+            // Checked and recorded under the RM lock, so concurrent allocations cannot both
+            // fit the last room.
+            let pinned = r.px.objects().pinned();
+            if pinned.objects >= MAX_OS_DESCRIPTORS
+                || pinned.bytes.saturating_add(len) > r.px.policy.quotas.os_descriptor_bytes
+            {
+                return deny(
+                    NV_ERR_INVALID_ADDRESS,
+                    "the instance's OS-descriptor memory bound is reached",
+                );
+            }
             r.px.translate_clients(&mut plan, false);
             let ret = r
                 .file
@@ -135,13 +152,14 @@ impl Req<'_> {
                 .ioctl_with_pages(&mut plan.call, &pages)
                 .map_err(ProxyError::Host)?;
             if rd32(plan.buf(None), STATUS) == NV_OK {
-                let added = r.px.objects().add_object_with(
+                let added = r.px.objects().add_pinning_object(
                     h_root,
                     h_parent,
                     h_new,
                     class,
                     &[],
                     Origin::Unreplayable("OS-descriptor memory: the tenant's own pages".into()),
+                    len,
                 );
                 debug!(?added, h_new, len, "OS-descriptor memory recorded");
             }

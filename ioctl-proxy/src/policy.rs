@@ -280,7 +280,14 @@ pub struct InstancePolicy {
 ///   exhausted (`clientGenResourceHandle`, `rs_client.c`), without reaching the driver;
 /// - `in_flight`: requests of the instance being handled at once, over all its nodes; past it
 ///   the ioctl fails with `EAGAIN` (the driver has no such bound; the serving threads are the
-///   daemon's, and one tenant must not hold them all).
+///   daemon's, and one tenant must not hold them all);
+/// - `os_descriptor_bytes`: bytes of OS-descriptor memory (`osdesc.rs`) the instance's live
+///   objects pin at once. With the real driver the pages are pinned through the worker's
+///   mapping of the tenant's file, so a sparse file costs the tenant nothing and the worker
+///   (its memory cgroup) everything; past it the allocation gets `NV_ERR_INVALID_ADDRESS`,
+///   what the driver answers when it cannot pin the pages (`os_lock_user_pages`,
+///   `kernel-open/nvidia/os-mlock.c`, then `os_lookup_user_io_memory` for memory that is no
+///   I/O mapping), without reaching it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     /// Open files of the instance's nodes.
@@ -289,6 +296,8 @@ pub struct Quotas {
     pub objects: usize,
     /// Requests in progress at once.
     pub in_flight: usize,
+    /// Bytes of OS-descriptor memory pinned at once.
+    pub os_descriptor_bytes: u64,
 }
 
 impl Default for Quotas {
@@ -297,6 +306,7 @@ impl Default for Quotas {
             open_files: 4096,
             objects: 131_072,
             in_flight: 256,
+            os_descriptor_bytes: 4 << 30,
         }
     }
 }

@@ -665,6 +665,7 @@ impl Proxy {
                             class: o.class,
                             deps: o.deps.clone(),
                             origin: rebase(o.class, &o.origin),
+                            pinned: o.pinned,
                         },
                     )
                 })

@@ -57,8 +57,14 @@ struct Ctx {
 }
 
 fn setup() -> Ctx {
+    setup_with(Quotas::default())
+}
+
+fn setup_with(quotas: Quotas) -> Ctx {
     let sim = SimDriver::new(SimConfig::default_gpus(1));
-    let mut t = Tenant::new(&sim, "t", vec![0]);
+    let mut policy = InstancePolicy::new("t", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]);
+    policy.quotas = quotas;
+    let mut t = Tenant::from_proxy(Proxy::for_host(policy, sim.clone()).unwrap());
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
     let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
     // libcuda registers the GPU file with its control file (NV_ESC_REGISTER_FD).
@@ -241,4 +247,68 @@ fn test_os_descriptor_hostile_requests() {
     c.t.proxy.release(gpu);
     c.t.proxy.release(ctl);
     assert_eq!(c.sim.stats(), nvsim::SimStats::default());
+}
+
+/// Frees `h` (an object under the device) through the proxy; its status.
+fn free_object(c: &mut Ctx, h: u32) -> u32 {
+    let mut fp = vec![0u8; 16];
+    wr32(&mut fp, 0, c.client);
+    wr32(&mut fp, 4, c.device);
+    wr32(&mut fp, 8, h);
+    let (r, out) = c.t.ioctl(c.ctl, nv_iowr(0x29, 16), &fp);
+    assert_eq!(r, 0);
+    rd32(&out, 12)
+}
+
+#[test]
+fn test_os_descriptor_memory_has_a_per_instance_total() {
+    // 64 sparse GiB cost the tenant nothing; the worker would pin them all.
+    const GIB: u64 = 1 << 30;
+    let mut c = setup_with(Quotas {
+        os_descriptor_bytes: 3 * GIB,
+        ..Quotas::default()
+    });
+    c.t.mem.files.insert(MEMFD, memfd(GIB));
+    let alloc = |c: &mut Ctx, h: u32| {
+        let mut p = nvos02(c.client, c.device, VA, GIB - 1);
+        wr32(&mut p, 8, h);
+        let (r, status, _) = c.ask(c.gpu, &p, args(MEMFD));
+        (r.unwrap(), status)
+    };
+    for h in 0..3 {
+        assert_eq!(alloc(&mut c, H_OSDESC + h), (0, 0), "allocation {h}");
+    }
+    let before = c.sim.live_objects();
+    // Past the total: the driver's answer when it cannot pin, and nothing reaches it.
+    assert_eq!(alloc(&mut c, H_OSDESC + 3), (0, NV_ERR_INVALID_ADDRESS));
+    assert_eq!(c.sim.live_objects(), before);
+    // A free makes room again.
+    assert_eq!(free_object(&mut c, H_OSDESC + 1), 0);
+    assert_eq!(alloc(&mut c, H_OSDESC + 3), (0, 0));
+    // Freeing the device (the allocations' parent) frees their total too.
+    assert_eq!(free_object(&mut c, H_OSDESC), 0);
+    assert_eq!(free_object(&mut c, H_OSDESC + 2), 0);
+    assert_eq!(free_object(&mut c, H_OSDESC + 3), 0);
+    for h in 0..3 {
+        assert_eq!(alloc(&mut c, H_OSDESC + 10 + h), (0, 0), "again {h}");
+    }
+}
+
+#[test]
+fn test_os_descriptor_objects_are_bounded_in_number() {
+    let mut c = setup();
+    c.t.mem.files.insert(MEMFD, memfd(4096));
+    let alloc = |c: &mut Ctx, h: u32| {
+        let mut p = nvos02(c.client, c.device, VA, 4095);
+        wr32(&mut p, 8, h);
+        c.ask(c.gpu, &p, args(MEMFD)).1
+    };
+    let max = ioctl_proxy::MAX_OS_DESCRIPTORS as u32;
+    for h in 0..max {
+        assert_eq!(alloc(&mut c, H_OSDESC + h), 0, "allocation {h}");
+    }
+    assert_eq!(alloc(&mut c, H_OSDESC + max), NV_ERR_INVALID_ADDRESS);
+    // The simulated driver kept one fd for them all.
+    assert_eq!(free_object(&mut c, H_OSDESC), 0);
+    assert_eq!(alloc(&mut c, H_OSDESC + max), 0);
 }

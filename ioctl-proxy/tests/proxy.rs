@@ -1999,6 +1999,7 @@ fn quota_policy(name: &str, open_files: usize, objects: usize) -> InstancePolicy
         open_files,
         objects,
         in_flight: 4,
+        ..Quotas::default()
     };
     p
 }

@@ -20,13 +20,13 @@
 //! are not made, and a mapping past the block's end faults (`SIGBUS`) on access instead;
 //! caching types are ignored; a mapping of a device or subdevice (registers) is not supported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use host_driver::{ClientPages, HostCall, NodeKind};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
@@ -107,6 +107,10 @@ pub(crate) struct MemState {
     cpu_maps: Vec<CpuMapping>,
     /// mmap contexts by file id.
     contexts: BTreeMap<i32, MmapContext>,
+    /// The clients' files behind OS-descriptor blocks by `(st_dev, st_ino, writable fd)`: one
+    /// open file is kept per file, however many blocks and fds name it (a driver process that
+    /// kept each fd it was sent would hold one per allocation).
+    client_files: HashMap<(u64, u64, bool), Weak<File>>,
 }
 
 impl MemState {
@@ -120,6 +124,25 @@ impl MemState {
     /// File `file` was released: its mmap context goes.
     pub(crate) fn file_released(&mut self, file: i32) {
         self.contexts.remove(&file);
+    }
+
+    /// The file to keep for a block backed by the client's `file`: one already kept for the
+    /// same file and access, else `file`.
+    fn client_file(&mut self, file: &Arc<File>) -> Arc<File> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = file.metadata() else {
+            return file.clone();
+        };
+        let key = (m.dev(), m.ino(), file_writable(file));
+        if let Some(kept) = self.client_files.get(&key).and_then(Weak::upgrade) {
+            return kept;
+        }
+        // Entries of files no block holds any more go now and then (amortised).
+        if self.client_files.len() >= 2 * self.backing.len() + 64 {
+            self.client_files.retain(|_, w| w.strong_count() > 0);
+        }
+        self.client_files.insert(key, Arc::downgrade(file));
+        file.clone()
     }
 
     /// Blocks with a memfd.
@@ -603,7 +626,8 @@ fn os_descriptor(
     }
     match st.alloc_os_descriptor_object(drv, q, os_info, bytes) {
         Ok(block) => {
-            st.mem.backing.insert(block, pages.file.clone());
+            let file = st.mem.client_file(&pages.file);
+            st.mem.backing.insert(block, file);
             NV_OK
         }
         Err(s) => s,

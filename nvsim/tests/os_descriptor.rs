@@ -252,3 +252,26 @@ fn test_plain_os_descriptor_escape_without_pages_is_not_supported() {
         Some(EINVAL)
     );
 }
+
+#[test]
+fn test_one_file_sent_for_many_allocations_is_kept_once() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    let file = memfd(PAGE);
+    // Each allocation brings its own fd of the same file, as the driver process receives them.
+    let fds: Vec<Arc<StdFile>> = (0..50)
+        .map(|_| Arc::new(file.try_clone().unwrap()))
+        .collect();
+    for (i, f) in fds.iter().enumerate() {
+        let mut p = params(&s, s.device, LIBCUDA_FLAGS, VA, PAGE - 1);
+        p.params.hObjectNew = H_OSDESC + i as u32;
+        let (r, out) = with_pages(&s.gpu, &p, f, PAGE);
+        assert_eq!((r.unwrap(), out.status), (0, NV_OK), "allocation {i}");
+    }
+    let kept = fds.iter().filter(|f| Arc::strong_count(f) > 1).count();
+    assert_eq!(kept, 1, "fds kept for one file");
+    for i in 0..50 {
+        assert_eq!(free(&s.ctl, s.client, H_OSDESC + i), NV_OK);
+    }
+    assert!(fds.iter().all(|f| Arc::strong_count(f) == 1));
+}

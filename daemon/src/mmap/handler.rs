@@ -17,6 +17,7 @@ use nvproxy_preload_proto::{MmapReply, MmapRequest, MmapTicketArgs};
 use super::*;
 use crate::memory::MemoryTransport;
 use crate::node::{Backend, Node};
+use crate::ratelimit::tenant_log;
 use crate::sys;
 
 /// The node a ticket was issued on and the backend that answers for it.
@@ -45,22 +46,12 @@ pub struct LiveTicket {
     pub left_ms: u64,
 }
 
-/// A bounded number of warnings per minute; the rest go to debug (a hostile tenant must not
-/// flood the admin's log).
-struct WarnLimit {
-    window: Instant,
-    count: u32,
-}
-
-const WARNINGS_PER_MINUTE: u32 = 20;
-
 /// One instance's mmap state: its tickets and the shim check of its clients.
 pub struct InstanceMmap {
     pub(super) instance: String,
     tickets: TicketStore<Target>,
     /// Thread ids already checked for the shim at open (bounded).
     checked: Mutex<HashSet<u32>>,
-    warn: Mutex<WarnLimit>,
 }
 
 impl InstanceMmap {
@@ -70,10 +61,6 @@ impl InstanceMmap {
             instance: instance.to_owned(),
             tickets: TicketStore::with_urandom(TICKET_TTL, MAX_TICKETS)?,
             checked: Mutex::new(HashSet::new()),
-            warn: Mutex::new(WarnLimit {
-                window: Instant::now(),
-                count: 0,
-            }),
         })
     }
 
@@ -135,14 +122,9 @@ impl InstanceMmap {
         self.tickets.import(list, now);
     }
 
-    fn may_warn(&self) -> bool {
-        let mut w = self.warn.lock().unwrap_or_else(|e| e.into_inner());
-        if w.window.elapsed() >= Duration::from_secs(60) {
-            w.window = Instant::now();
-            w.count = 0;
-        }
-        w.count += 1;
-        w.count <= WARNINGS_PER_MINUTE
+    /// The instance's name.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// `NVPROXY_IOC_MMAP_TICKET` on `node`'s open file `io.fh`.
@@ -204,7 +186,12 @@ impl InstanceMmap {
             .tickets
             .issue(target, io.fh, tgid, args, Instant::now())
             .inspect_err(|_| {
-                tracing::warn!(instance = %self.instance, tgid, "too many mmap tickets outstanding");
+                tenant_log!(
+                    warn,
+                    &self.instance,
+                    tgid,
+                    "too many mmap tickets outstanding"
+                );
             })?;
         tracing::debug!(instance = %self.instance, ?node, fh = io.fh, tid, tgid, len = args.len, offset = args.offset, "mmap ticket issued");
         match transport {
@@ -248,8 +235,9 @@ impl InstanceMmap {
         }
         if let Ok(false) = has_shim(tid) {
             let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
-            tracing::info!(
-                instance = %self.instance,
+            tenant_log!(
+                info,
+                &self.instance,
                 node = %node.dev_name(),
                 pid = tid,
                 comm = comm.trim(),
@@ -263,7 +251,7 @@ impl InstanceMmap {
         let peer = match socket::getsockopt(&conn, sockopt::PeerCredentials) {
             Ok(c) => u32::try_from(c.pid()).unwrap_or(0),
             Err(e) => {
-                tracing::warn!(instance = %self.instance, error = %e, "SO_PEERCRED failed");
+                tenant_log!(warn, &self.instance, error = %e, "SO_PEERCRED failed");
                 return;
             }
         };
@@ -289,9 +277,13 @@ impl InstanceMmap {
             }
             Err(Refusal::Expired) => return self.refused(peer, "expired ticket"),
             Err(Refusal::WrongPeer { owner }) => {
-                if self.may_warn() {
-                    tracing::warn!(instance = %self.instance, peer, owner, "mmap ticket presented by a process that did not ask for it: refused, nothing sent");
-                }
+                tenant_log!(
+                    warn,
+                    &self.instance,
+                    peer,
+                    owner,
+                    "mmap ticket presented by a process that did not ask for it: refused, nothing sent"
+                );
                 return;
             }
         };
@@ -324,11 +316,12 @@ impl InstanceMmap {
     }
 
     fn refused(&self, peer: u32, why: &str) {
-        if self.may_warn() {
-            tracing::warn!(instance = %self.instance, peer, "mmap ticket refused: {why}; nothing sent");
-        } else {
-            tracing::debug!(instance = %self.instance, peer, "mmap ticket refused: {why}");
-        }
+        tenant_log!(
+            warn,
+            &self.instance,
+            peer,
+            "mmap ticket refused: {why}; nothing sent"
+        );
     }
 
     /// The ticket store (tests).

@@ -75,7 +75,7 @@ mod tests {
     use super::*;
     use crate::memory::MemoryTransport;
     use crate::node::{Backend, Node};
-    use crate::sys;
+    use std::os::fd::AsFd;
 
     fn counter() -> Box<dyn FnMut() -> io::Result<u64> + Send> {
         let next = AtomicU64::new(100);
@@ -325,31 +325,14 @@ mod tests {
         )
         .unwrap();
         let mut buf = [0u8; 32];
-        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
-        let mut iov = [io::IoSliceMut::new(&mut buf)];
-        let msg = socket::recvmsg::<()>(
-            s.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .unwrap();
+        let mut msg = crate::fdpass::recv(s.as_fd(), &mut buf, libc::MSG_CMSG_CLOEXEC).unwrap();
         let n = msg.bytes;
-        let mut fds = Vec::new();
-        for c in msg.cmsgs().unwrap() {
-            if let socket::ControlMessageOwned::ScmRights(v) = c {
-                fds.extend(v);
-            }
-        }
         if n == 0 {
-            assert!(fds.is_empty());
+            assert!(msg.fds.is_empty());
             return None;
         }
-        assert!(fds.len() <= 1);
-        let fd = fds.first().map(|&raw| {
-            // The test owns what it received.
-            sys::owned_from_received(raw)
-        });
+        assert!(msg.fds.len() <= 1);
+        let fd = msg.fds.pop();
         Some((MmapReply::decode(&buf[..n]).unwrap(), fd))
     }
 

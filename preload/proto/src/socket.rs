@@ -17,7 +17,9 @@
 //!   is trusted beyond what the caller could pass to the real driver.
 //! - **Recognition.** The worker's end of each open's connection is bound to an abstract name
 //!   starting with [`OPEN_PEER_PREFIX`] and naming the node, so the shim recognises its sockets
-//!   (`getpeername`) after `exec` or fd passing too.
+//!   (`getpeername`) after `exec` or fd passing too. The rest of the name is 128 random bits
+//!   (nothing another process in the network namespace could guess and bind first); an open
+//!   whose name cannot be bound is refused.
 //!
 //! All integers native-endian (both ends run on one machine).
 
@@ -52,7 +54,7 @@ pub const CALL_REQUEST_MAGIC: u32 = u32::from_be_bytes(*b"NVCQ");
 pub const CALL_REPLY_MAGIC: u32 = u32::from_be_bytes(*b"NVCP");
 
 /// The abstract socket name prefix of the worker's end of an open (`getpeername` on the
-/// client's end shows it): `\0nvproxy-open-<node code in hex>-<random>`.
+/// client's end shows it): `\0nvproxy-open-<node code in hex>-<32 hex digits, random>`.
 pub const OPEN_PEER_PREFIX: &[u8] = b"\0nvproxy-open-";
 
 /// A node as the socket transport names it.
