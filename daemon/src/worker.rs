@@ -184,7 +184,8 @@ pub fn run() -> Result<ExitCode> {
 
     let control = Arc::new(
         crate::checkpoint::Control::new(&running, driver.host.clone())
-            .with_sim_socket(spec.sim_socket.clone()),
+            .with_sim_socket(spec.sim_socket.clone())
+            .with_gpu_set(spec.instance.gpus.clone()),
     );
     let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control, Some(running.clone()))
         .with_context(|| format!("instance {name}: the worker socket"))?;
