@@ -55,7 +55,7 @@ use nvproxy_preload_proto::socket::{
 use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
-use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root, send_with_fd};
 use crate::sys;
 
 /// How an instance reaches its tenants.
@@ -299,7 +299,7 @@ impl DevSocket {
     /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
     /// container may open the nodes, as the driver's 0666 nodes).
     pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
-        make_private_dir(root)?;
+        make_run_root(root)?;
         let dir = root.join(instance);
         make_private_dir(&dir)?;
         let shared = new_shared(instance, nodes)?;
