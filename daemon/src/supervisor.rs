@@ -388,9 +388,16 @@ impl Supervisor {
                 let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
                 let status = child.wait().ok();
                 bail!(
-                    "instance {name}: its worker did not start ({}; exit {:?}; its log is above)",
+                    "instance {name}: {} ({}; exit {:?}; its log is above)",
+                    if spec.take_over {
+                        "the new worker did not take over"
+                    } else {
+                        "its worker did not start"
+                    },
                     match other {
                         Ok(Ok(l)) if l.is_empty() => "it exited before READY".to_owned(),
+                        Ok(Ok(l)) if l.starts_with("FAILED ") =>
+                            l["FAILED ".len()..].trim().to_owned(),
                         Ok(Ok(l)) => format!("it printed {:?} instead of READY", l.trim()),
                         Ok(Err(e)) => format!("reading its stdout: {e}"),
                         Err(_) => format!("no READY within {} s", START_TIMEOUT.as_secs()),

@@ -344,3 +344,90 @@ fn test_run_directories_left_too_open_are_tightened() {
         );
     }
 }
+
+/// Issue 20, item 7: one call parked on a `userfaultfd` page made every upgrade fail after 15 s
+/// ("its worker did not start"), as often as the tenant liked. Now the upgrade completes in
+/// bounded time: the parked call is answered EFAULT (the client-wait deadline's answer,
+/// brought forward), the client goes on, and the instance serves from the new worker.
+#[test]
+fn test_a_call_parked_on_tenant_memory_does_not_veto_a_live_upgrade() {
+    if !runnable() {
+        return;
+    }
+    let s = Served::start("parked", &two_socket_instances(true), "");
+    let mut parked = s
+        .command(&[
+            nvproxy_bin().to_str().unwrap(),
+            "run",
+            "--instance",
+            "beta",
+            "--",
+            NVFE,
+            "park-on-uffd",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nvproxy run nvfe-client park-on-uffd");
+    let mut out = parked.stdout.take().expect("stdout");
+    let mut first = Vec::new();
+    let mut byte = [0u8; 1];
+    let started = Instant::now();
+    while !first.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => first.push(byte[0]),
+            _ => break,
+        }
+    }
+    // The call reaches the worker and parks there.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let upgrade = s.nvproxy(&["instance", "upgrade", "beta"]);
+    let took = t.elapsed();
+    // The client: answered, it tears down and exits (killed after a while if it never is).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while parked.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = parked.kill();
+    let status = parked.wait().expect("parked client");
+    let mut rest = String::new();
+    let _ = out.read_to_string(&mut rest);
+    let mut cerr = String::new();
+    let _ = parked
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut cerr));
+    // The new worker serves.
+    let after = s.nvproxy(&[
+        "run",
+        "--instance",
+        "beta",
+        "--",
+        NVFE,
+        "init",
+        "--expect-gpus",
+        "1",
+    ]);
+    let mut s = s;
+    let err = s.stop();
+    assert!(
+        String::from_utf8_lossy(&first).contains("\"parked\""),
+        "the client did not park: {}{rest}\n{cerr}",
+        String::from_utf8_lossy(&first)
+    );
+    assert!(
+        upgrade.status.success() && took < Duration::from_secs(8),
+        "upgrade with a parked call (took {took:?}): {}\n{err}",
+        text(&upgrade)
+    );
+    assert!(
+        status.success() && rest.contains("EFAULT"),
+        "the parked call's client ({status}): {rest}\n{cerr}"
+    );
+    assert!(
+        after.status.success(),
+        "after the upgrade: {}\n{err}",
+        text(&after)
+    );
+}
