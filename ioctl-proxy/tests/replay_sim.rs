@@ -162,7 +162,7 @@ fn save_and_restore(
     t.proxy.release_all();
     drop(t.proxy);
     assert_eq!(old.stats(), SimStats::default(), "old driver holds nothing");
-    let restored = Proxy::restore(&ckpt, all_of(&new), new.clone(), rules).unwrap();
+    let restored = Proxy::restore(&ckpt, all_of(new), new.clone(), rules).unwrap();
     let mut t2 = SimTenant::from_proxy(restored.proxy);
     t2.fds = fds;
     (t2, restored.gpus)
@@ -413,7 +413,7 @@ fn restored_tenant(
     sim: &Arc<SimDriver>,
     fds: FakeFds,
 ) -> (SimTenant, Vec<(DeviceIdentity, DeviceIdentity)>) {
-    let restored = Proxy::restore(ckpt, all_of(&sim), sim.clone(), &[]).unwrap();
+    let restored = Proxy::restore(ckpt, all_of(sim), sim.clone(), &[]).unwrap();
     let mut t = SimTenant::from_proxy(restored.proxy);
     t.fds = fds;
     (t, restored.gpus)
