@@ -62,7 +62,12 @@ pub(crate) struct Watchdog {
     cv: Condvar,
     /// Waits that fired, since the start (for tests and logs).
     fired: AtomicU64,
+    /// A standalone watchdog's answer to a request whose wait fired (none: only marked).
+    answer: Option<Box<Answer>>,
 }
+
+/// How a standalone watchdog answers a request whose wait fired, with the errno it chose.
+pub type Answer = dyn Fn(Errno) + Send + Sync;
 
 impl Watchdog {
     /// A session's watchdog: it looks at the requests `scan` yields.
@@ -75,6 +80,7 @@ impl Watchdog {
             stop: Mutex::new(false),
             cv: Condvar::new(),
             fired: AtomicU64::new(0),
+            answer: None,
         })
     }
 
@@ -101,6 +107,14 @@ impl Watchdog {
     pub(crate) fn stop(&self) {
         *self.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.cv.notify_all();
+    }
+
+    /// Answers through `answer` instead of a channel (a standalone watchdog that answers).
+    fn answering(mut self: Arc<Self>, answer: Box<Answer>) -> Arc<Self> {
+        if let Some(me) = Arc::get_mut(&mut self) {
+            me.answer = Some(answer);
+        }
+        self
     }
 
     /// How many waits fired.
@@ -168,6 +182,8 @@ impl Watchdog {
         if req.take_answer() {
             if let Some(chan) = &self.chan {
                 crate::session::send_error(chan, unique, errno);
+            } else if let Some(answer) = &self.answer {
+                answer(errno);
             }
         }
     }
@@ -201,6 +217,17 @@ impl ClientWaits {
             wd: Some(Watchdog::new(None, timeout, scan)),
             req,
         }
+    }
+
+    /// [`ClientWaits::standalone`] whose watchdog also answers the request: `answer` is called
+    /// once per firing, from the watchdog's thread, with `EFAULT` (deadline) or `EINTR`
+    /// (interrupted); the caller decides, e.g. under a lock of its own, whether its handler or
+    /// `answer` replies. For servers that answer their requests themselves (the socket
+    /// transport).
+    pub fn standalone_answering(timeout: Duration, answer: Box<Answer>) -> Self {
+        let mut w = Self::standalone(timeout);
+        w.wd = w.wd.map(|wd| wd.answering(answer));
+        w
     }
 
     /// Waits that are never bounded (a request outside a session).

@@ -95,6 +95,9 @@ pub struct Control {
     /// new session, on whatever driver process serves it now: after a driver "reload" a fresh
     /// one), as a restore on a real host opens fresh files of the driver.
     sim_socket: Option<std::path::PathBuf>,
+    /// The instance's GPU set (host minors) as configured: a restore creates objects on these
+    /// GPUs only, whatever the checkpoint names (`Proxy::restore` refuses the rest).
+    gpu_set: Vec<u32>,
 }
 
 impl Control {
@@ -112,8 +115,10 @@ impl Control {
         host: Arc<dyn HostDriver>,
         sink: Arc<JsonLinesSink>,
     ) -> Self {
+        let gpu_set = frontend.proxy().policy().gpus.clone();
         Control {
             name: name.to_owned(),
+            gpu_set,
             frontend,
             uvm,
             host: Mutex::new(host),
@@ -126,6 +131,13 @@ impl Control {
     /// Restores connect to the sim-driver at `path` anew ([`Control::sim_socket`]).
     pub fn with_sim_socket(mut self, path: Option<std::path::PathBuf>) -> Self {
         self.sim_socket = path;
+        self
+    }
+
+    /// The instance's configured GPU set (`[[instance]] gpus`), which restores stay inside
+    /// (by default the set the proxy served when the control was made).
+    pub fn with_gpu_set(mut self, gpus: Vec<u32>) -> Self {
+        self.gpu_set = gpus;
         self
     }
 
@@ -197,7 +209,11 @@ impl Control {
             ),
             None => self.host(),
         };
-        let restored = Proxy::restore(&ckpt, old.policy().clone(), host.clone(), &rules)?;
+        // The configured set, not the proxy's GPUs now (a remap inside the set reorders them)
+        // nor the checkpoint's.
+        let mut policy = old.policy().clone();
+        policy.gpus = self.gpu_set.clone();
+        let restored = Proxy::restore(&ckpt, policy, host.clone(), &rules)?;
         let pairs = restored.gpus;
         let proxy = Arc::new(restored.proxy.with_audit(self.sink.clone()));
         let uvm = match UvmProxy::restore(proxy.clone(), &ckpt, &pairs) {
@@ -406,6 +422,91 @@ mod tests {
         assert_eq!(sim.live_clients(), 0);
         now.release(ctl);
         assert_eq!(sim.stats(), nvsim::SimStats::default());
+    }
+
+    /// A worker's control of instance `name` on `gpus` of `sim`, with a root client of the
+    /// tenant on a control open.
+    fn instance_on(
+        sim: &Arc<nvsim::SimDriver>,
+        name: &str,
+        gpus: Vec<u32>,
+    ) -> (Control, Arc<ProxyBackend>, OpenId) {
+        let host: Arc<dyn HostDriver> = sim.clone();
+        let policy =
+            ioctl_proxy::InstancePolicy::new(name, nvproxy_abi::Caps::COMPUTE_UTILITY, gpus);
+        let proxy = Arc::new(Proxy::for_host(policy, host.clone()).unwrap());
+        let frontend = Arc::new(ProxyBackend::new(proxy.clone()));
+        let uvm = Arc::new(UvmBackend::new(
+            Arc::new(UvmProxy::new(proxy.clone()).unwrap()),
+            frontend.clone(),
+        ));
+        let sink = Arc::new(JsonLinesSink::open(None).unwrap());
+        let control = Control::from_parts(name, frontend.clone(), uvm, host, sink);
+        let ctl = proxy.open(Node::Ctl).unwrap();
+        let mut alloc = vec![0u8; 48];
+        alloc[12..16].copy_from_slice(&0x41u32.to_ne_bytes());
+        rm(&proxy, ctl, 0x2b, alloc);
+        (control, frontend, ctl)
+    }
+
+    fn restore_req(checkpoint: String, remap: &[&str]) -> String {
+        serde_json::to_string(&Request::Restore {
+            checkpoint,
+            remap: remap.iter().map(|r| r.to_string()).collect(),
+        })
+        .unwrap()
+    }
+
+    /// Issue 20, items 5 and 6: alpha (GPU 1) and beta (GPU 0) on one host. Alpha's checkpoint
+    /// with its `instance` edited to beta, and beta's own checkpoint remapped onto GPU 1, are
+    /// refused by beta's worker naming both sets; nothing is created and beta serves on.
+    #[test]
+    fn test_a_restore_stays_inside_the_instances_gpu_set() {
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(2));
+        let (alpha, _alpha_fe, _) = instance_on(&sim, "alpha", vec![1]);
+        let (beta, beta_fe, _) = instance_on(&sim, "beta", vec![0]);
+        let saved = alpha.answer(r#"{"cmd":"checkpoint"}"#);
+        assert!(saved.ok, "{}", saved.message);
+        let mut edited: serde_json::Value =
+            serde_json::from_str(saved.checkpoint.as_deref().unwrap()).unwrap();
+        edited["instance"] = "beta".into();
+        let before = sim.stats();
+        let proxy_before = Arc::as_ptr(&beta_fe.proxy());
+        let uuid = |m: usize| sim.config().gpus[m].uuid_string();
+
+        let a = beta.answer(&restore_req(edited.to_string(), &[]));
+        assert!(
+            !a.ok,
+            "alpha's checkpoint was restored into beta: {}",
+            a.message
+        );
+        assert!(
+            a.message
+                .contains(&format!("GPU set is [minor 0 {}]", uuid(0)))
+                && a.message
+                    .contains(&format!("checkpoint's GPUs [minor 1 {}]", uuid(1))),
+            "{}",
+            a.message
+        );
+        let own = beta.answer(r#"{"cmd":"checkpoint"}"#);
+        let a = beta.answer(&restore_req(own.checkpoint.unwrap(), &["0=1"]));
+        assert!(
+            !a.ok,
+            "a remap onto alpha's GPU was accepted: {}",
+            a.message
+        );
+        assert!(
+            a.message
+                .contains(&format!("would be restored onto [minor 1 {}]", uuid(1))),
+            "{}",
+            a.message
+        );
+        assert_eq!(sim.stats(), before, "the refused restores created nothing");
+        assert_eq!(
+            Arc::as_ptr(&beta_fe.proxy()),
+            proxy_before,
+            "beta serves on"
+        );
     }
 
     #[test]

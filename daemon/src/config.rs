@@ -168,7 +168,10 @@ pub struct DaemonSection {
     /// instance of the supervisor uses. Unset: such workers run as the supervisor's user.
     pub worker_uids: Option<String>,
     /// Serve the Prometheus metrics (`GET /metrics`) on this TCP address as well as on the
-    /// control socket, e.g. `"127.0.0.1:9464"`. Unset: the control socket only.
+    /// control socket: a port alone (`"9464"`) is loopback's, or an IP address and port
+    /// (`"127.0.0.1:9464"`). Unset: the control socket only. Whoever reaches the address reads
+    /// every instance's numbers; tenants under `nvproxy run` share the host's network
+    /// namespace and reach loopback (README "Metrics" says how to keep them off it).
     pub metrics_listen: Option<String>,
 }
 
@@ -200,6 +203,23 @@ impl Default for CdiSection {
             driver_root: PathBuf::from("/"),
         }
     }
+}
+
+/// Parses `[daemon] metrics_listen`: an IP address and port, or a port alone (`"9464"` or
+/// `":9464"`), which is loopback's (`127.0.0.1`): the default, since the metrics name every
+/// instance.
+pub fn metrics_addr(text: &str) -> Result<std::net::SocketAddr> {
+    let t = text.trim();
+    let port = t.strip_prefix(':').unwrap_or(t);
+    if let Ok(p) = port.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+    }
+    t.parse::<std::net::SocketAddr>().map_err(|e| {
+        anyhow::anyhow!(
+            "[daemon] metrics_listen = {text:?}: {e} (a port, served on loopback, or an IP \
+             address and port, e.g. \"9464\" or \"127.0.0.1:9464\")"
+        )
+    })
 }
 
 /// Parses `[daemon] worker_uids`: `"FIRST-LAST"`, inclusive, neither 0.
@@ -499,11 +519,7 @@ impl Config {
             parse_uid_range(r)?;
         }
         if let Some(a) = &self.daemon.metrics_listen {
-            a.parse::<std::net::SocketAddr>().map_err(|e| {
-                anyhow::anyhow!(
-                    "[daemon] metrics_listen = {a:?}: {e} (an IP address and port, e.g. \"127.0.0.1:9464\")"
-                )
-            })?;
+            metrics_addr(a)?;
         }
         let mut names = BTreeSet::new();
         for inst in &self.instances {
@@ -816,6 +832,18 @@ mod tests {
         }
         let err = Config::parse("[daemon]\nmetrics_listen = \"localhost\"\n").unwrap_err();
         assert!(format!("{err:#}").contains("metrics_listen"), "{err:#}");
+        // A port alone is loopback's.
+        for port in ["9464", ":9464"] {
+            assert_eq!(
+                metrics_addr(port).unwrap(),
+                "127.0.0.1:9464".parse().unwrap(),
+                "{port}"
+            );
+        }
+        assert_eq!(
+            metrics_addr("[::1]:9464").unwrap(),
+            "[::1]:9464".parse().unwrap()
+        );
         let cdi = Config::parse("[cdi]\nspec = \"\"\n").unwrap();
         assert!(cdi.cdi.spec.as_os_str().is_empty());
         assert_eq!(

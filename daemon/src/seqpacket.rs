@@ -170,19 +170,72 @@ pub fn remove_stale_socket(path: &Path) -> Result<()> {
     }
 }
 
-/// Creates `dir` 0700, or checks that an existing one is a directory owned by root (when we
-/// are root).
+/// The run directory (`/run/nvproxy`) as created: others may only search it (the API group
+/// reaches its control socket, workers under their own uid their directories), nobody lists it.
+pub const RUN_ROOT_MODE: u32 = 0o711;
+/// The most an existing run directory may allow: systemd's `RuntimeDirectoryMode=0755` (others
+/// list and search); never written by anyone but its owner.
+pub const RUN_ROOT_MAX: u32 = 0o755;
+/// An instance directory as created: its owner's alone.
+pub const INSTANCE_DIR_MODE: u32 = 0o700;
+/// The most an instance directory may allow when a worker user owns it (its group is the
+/// supervisor's, `supervisor.rs` `prepare_for_user`); a root-owned one stays 0700.
+pub const INSTANCE_DIR_WORKER_MAX: u32 = 0o770;
+
+/// Creates the run directory `dir` with [`RUN_ROOT_MODE`] (whatever the umask), or checks an
+/// existing one: a directory (not a link), root's when we are root, and at most
+/// [`RUN_ROOT_MAX`]; a looser one of ours is tightened, one we cannot change refused.
+pub fn make_run_root(dir: &Path) -> Result<()> {
+    ensure_dir(dir, RUN_ROOT_MODE, |_| RUN_ROOT_MAX)
+}
+
+/// Creates the instance directory `dir` 0700 (whatever the umask), or checks an existing one:
+/// a directory (not a link), root's when we are root unless a worker user has it (then at most
+/// 0770), else at most 0700. A looser one of ours is tightened (a directory another start
+/// made 0755 under umask 022 would let any host uid reach the sockets inside), one we cannot
+/// change refused.
 pub fn make_private_dir(dir: &Path) -> Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
+    ensure_dir(dir, INSTANCE_DIR_MODE, |owner| {
+        if owner == 0 {
+            INSTANCE_DIR_MODE
+        } else {
+            INSTANCE_DIR_WORKER_MAX
+        }
+    })
+}
+
+/// Creates `dir` with `mode` (set again after the `mkdir`: the umask only ever removes bits)
+/// or checks an existing one against `max(owner uid)`.
+fn ensure_dir(dir: &Path, mode: u32, max: impl Fn(u32) -> u32) -> Result<()> {
+    let me = nix::unistd::geteuid();
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {mode:o} {}", dir.display())),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let m = std::fs::symlink_metadata(dir)?;
             if !m.is_dir() {
                 anyhow::bail!("{} exists and is not a directory", dir.display());
             }
-            if m.uid() != 0 && nix::unistd::geteuid().is_root() {
+            if me.is_root() && m.uid() != 0 {
                 anyhow::bail!("{} is not owned by root", dir.display());
             }
+            let have = m.mode() & 0o7777;
+            let allowed = max(m.uid());
+            if have & !allowed == 0 {
+                return Ok(());
+            }
+            let tight = have & allowed;
+            if m.uid() != me.as_raw() && !me.is_root() {
+                anyhow::bail!(
+                    "{} has mode {have:o}, more than {allowed:o}, and is uid {}'s: not ours to \
+                     tighten",
+                    dir.display(),
+                    m.uid()
+                );
+            }
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(tight))
+                .with_context(|| format!("tightening {} from {have:o}", dir.display()))?;
+            tracing::warn!(dir = %dir.display(), from = format_args!("{have:o}"), to = format_args!("{tight:o}"), "a run directory allowed too much: tightened");
             Ok(())
         }
         Err(e) => Err(e).with_context(|| format!("creating {}", dir.display())),

@@ -850,8 +850,13 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let _metrics_http = match &cfg.daemon.metrics_listen {
         Some(addr) => {
             let s = sup.clone();
-            let server = crate::metrics::HttpServer::start(addr, move || s.metrics_samples())?;
-            tracing::info!(addr = %addr, "metrics served over HTTP at /metrics");
+            let addr = crate::config::metrics_addr(addr)?;
+            let server =
+                crate::metrics::HttpServer::start(&addr.to_string(), move || s.metrics_samples())?;
+            if !addr.ip().is_loopback() {
+                tracing::warn!(addr = %server.addr(), "metrics served beyond loopback: whoever reaches the address reads every instance's numbers");
+            }
+            tracing::info!(addr = %server.addr(), "metrics served over HTTP at /metrics");
             Some(server)
         }
         None => None,

@@ -53,7 +53,7 @@ use nvproxy_preload_proto::socket::{
 use crate::device::drop_admin_on_this_thread;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
-use crate::seqpacket::{SeqpacketServer, make_private_dir, send_with_fd};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root, send_with_fd};
 use crate::{fdpass, ratelimit, sys};
 
 /// How an instance reaches its tenants.
@@ -99,6 +99,11 @@ impl std::fmt::Display for Transport {
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The deadline of one wait on the caller's memory (as CUSE's client waits).
 const CLIENT_WAIT: Duration = Duration::from_secs(10);
+/// How long a suspension (a live upgrade) lets running calls finish as usual; past it, calls
+/// waiting on their client's memory are answered `EFAULT` at once.
+const SUSPEND_GRACE: Duration = Duration::from_secs(1);
+/// The client-wait deadline of calls that start while a suspension is past its grace.
+const SUSPEND_CLIENT_WAIT: Duration = Duration::from_millis(100);
 /// Opens served at once (each has a thread); beyond, `open` fails with `ENFILE`. The proxy's
 /// own quota (`max_open_files`) usually refuses earlier.
 const MAX_OPENS: usize = 4096;
@@ -303,7 +308,7 @@ impl DevSocket {
     /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
     /// container may open the nodes, as the driver's 0666 nodes).
     pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
-        make_private_dir(root)?;
+        make_run_root(root)?;
         let dir = root.join(instance);
         make_private_dir(&dir)?;
         let shared = new_shared(instance, nodes)?;
@@ -339,15 +344,33 @@ impl DevSocket {
         for t in threads {
             let _ = t.join();
         }
-        // Every call read before is answered before the state moves.
-        let deadline = std::time::Instant::now() + drain;
+        // Every call read before is answered before the state moves. A call waiting on its
+        // client's memory (a page the tenant holds with userfaultfd) cannot veto it: past
+        // the grace its wait is answered EFAULT at once, as its deadline would, and calls
+        // started meanwhile wait at most SUSPEND_CLIENT_WAIT; their threads stay parked, and
+        // go with this process.
+        let started = std::time::Instant::now();
+        let mut hurried = false;
         while !self.shared.pool.drained() {
-            if std::time::Instant::now() > deadline {
-                let e = anyhow::anyhow!("calls still running after {} s", drain.as_secs());
+            if !hurried && started.elapsed() >= SUSPEND_GRACE {
+                hurried = true;
+                let (running, _) = self.shared.pool.counts();
+                tracing::warn!(instance = %self.shared.instance, running, "suspension: calls still running after {} ms; those waiting on their client's memory are answered EFAULT now", SUSPEND_GRACE.as_millis());
+                self.shared.pool.hurry();
+            }
+            if started.elapsed() > drain {
+                let (running, abandoned) = self.shared.pool.counts();
+                let e = anyhow::anyhow!(
+                    "{} call(s) still in the driver after {} s ({abandoned} more were \
+                     answered EFAULT while waiting on their client's memory)",
+                    running - abandoned,
+                    drain.as_secs()
+                );
                 return Err((self.resume_in_place(), e));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        self.shared.pool.relax();
         let Some(server) = self.server.take() else {
             let e = anyhow::anyhow!("the device socket is not served");
             return Err((self.resume_in_place(), e));
@@ -382,6 +405,7 @@ impl DevSocket {
     /// A suspension that could not complete: the open threads serve again (the listener was
     /// not taken: its thread accepts on).
     fn resume_in_place(self) -> DevSocket {
+        self.shared.pool.relax();
         let mut byte = [0u8; 1];
         if let Err(e) = nix::unistd::read(self.shared.suspend_r.as_raw_fd(), &mut byte) {
             tracing::error!(error = %e, "the suspension pipe: the device socket's opens are not served again");
@@ -815,6 +839,21 @@ struct PoolState {
     threads: usize,
     /// Jobs taken by a call thread and not finished.
     running: usize,
+    /// Of the running jobs, those the client-wait watchdog answered (`EFAULT`): their thread
+    /// stays in `process_vm_readv` until the client's page fault resolves, but the call is
+    /// over for its client and for a suspension.
+    abandoned: usize,
+    /// The client waits of the running calls, by call thread: a suspension past its grace
+    /// interrupts them.
+    waits: HashMap<u64, ClientWaits>,
+    /// A suspension is past its grace: calls started now wait at most
+    /// [`SUSPEND_CLIENT_WAIT`] on their client's memory.
+    hurry: bool,
+    /// Changes when `hurry` does: a thread whose waits are of another epoch makes new ones
+    /// (interrupted waits stay interrupted).
+    epoch: u64,
+    /// Call threads started (their ids in `waits`).
+    serial: u64,
 }
 
 /// The instance's call threads: as many as calls run at once, up to [`MAX_CALL_THREADS`] (so
@@ -866,10 +905,37 @@ impl Pool {
         Ok(())
     }
 
-    /// Whether no call is queued or running.
+    /// Whether no call is queued or running (calls the watchdog answered are not).
     fn drained(&self) -> bool {
         let st = self.lock();
-        st.jobs.is_empty() && st.running == 0
+        st.jobs.is_empty() && st.running == st.abandoned
+    }
+
+    /// Calls running, and of them those answered by the watchdog and still parked.
+    fn counts(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.running + st.jobs.len(), st.abandoned)
+    }
+
+    /// A suspension's grace is over: every running call waiting on its client's memory is
+    /// answered now (its deadline brought forward), and calls started from now on get
+    /// [`SUSPEND_CLIENT_WAIT`]. Undone by [`Pool::relax`].
+    fn hurry(&self) {
+        let mut st = self.lock();
+        st.hurry = true;
+        st.epoch += 1;
+        for w in st.waits.values() {
+            w.interrupt();
+        }
+    }
+
+    /// Calls get the usual client-wait deadline again (the suspension ended).
+    fn relax(&self) {
+        let mut st = self.lock();
+        if st.hurry {
+            st.hurry = false;
+            st.epoch += 1;
+        }
     }
 
     /// The next job for a call thread, or `None` when it is to exit. The caller reports the
@@ -900,11 +966,43 @@ impl Pool {
     }
 }
 
+/// The reply socket of the call a thread runs, shared with its client-wait watchdog: whoever
+/// takes it out answers the call (the thread with the call's outcome, or the watchdog with
+/// `EFAULT` when the call's wait on its client's memory passed its deadline).
+type ReplySlot = Arc<Mutex<Option<OwnedFd>>>;
+
+/// Client waits that answer the call in `slot` with `EFAULT` when they fire (the deadline's
+/// answer, also when a suspension brings it forward), counting it abandoned.
+fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) -> ClientWaits {
+    let slot = slot.clone();
+    let weak = Arc::downgrade(shared);
+    ClientWaits::standalone_answering(
+        timeout,
+        Box::new(move |_| {
+            let mut reply = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(fd) = reply.take() {
+                send_reply(fd.as_fd(), &CallReply::error(libc::EFAULT), None);
+                if let Some(s) = weak.upgrade() {
+                    s.pool.lock().abandoned += 1;
+                }
+            }
+        }),
+    )
+}
+
 /// A call thread: serves queued calls until idle or stopped.
 fn call_thread(shared: &Arc<Shared>) {
     let admin = drop_admin_on_this_thread();
-    let mut waits = ClientWaits::standalone(CLIENT_WAIT);
+    let slot: ReplySlot = Arc::default();
+    let mut waits = answering_waits(shared, &slot, CLIENT_WAIT);
+    let mut epoch = 0;
+    let me = {
+        let mut st = shared.pool.lock();
+        st.serial += 1;
+        st.serial
+    };
     while let Some(job) = shared.pool.next(shared) {
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.reply);
         let (reply, host_fd) = match (&admin, job.pid, job.truncated) {
             (Err(e), _, _) => (CallReply::error(e.raw()), None),
             (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
@@ -912,15 +1010,33 @@ fn call_thread(shared: &Arc<Shared>) {
             (Ok(()), Some(pid), false) => match CallRequest::decode(&job.buf[..job.len]) {
                 None => (CallReply::error(libc::EINVAL), None),
                 Some(req) => {
-                    if waits.fired() {
-                        waits = ClientWaits::standalone(CLIENT_WAIT);
+                    let (hurry, now) = {
+                        let mut st = shared.pool.lock();
+                        st.waits.insert(me, waits.clone());
+                        (st.hurry, st.epoch)
+                    };
+                    if waits.fired() || now != epoch {
+                        epoch = now;
+                        let timeout = if hurry {
+                            SUSPEND_CLIENT_WAIT
+                        } else {
+                            CLIENT_WAIT
+                        };
+                        waits = answering_waits(shared, &slot, timeout);
+                        shared.pool.lock().waits.insert(me, waits.clone());
                     }
-                    call(shared, &job.open, pid, &req, &waits)
+                    let r = call(shared, &job.open, pid, &req, &waits);
+                    shared.pool.lock().waits.remove(&me);
+                    r
                 }
             },
         };
-        send_reply(job.reply.as_fd(), &reply, host_fd.as_ref());
-        drop(job.reply);
+        let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match answer {
+            Some(to) => send_reply(to.as_fd(), &reply, host_fd.as_ref()),
+            // The watchdog answered it (EFAULT) and counted it abandoned: it ends here.
+            None => shared.pool.lock().abandoned -= 1,
+        }
         finish(shared, &job.open);
         shared.pool.lock().running -= 1;
     }

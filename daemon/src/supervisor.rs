@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -122,6 +122,7 @@ impl Supervisor {
     /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`);
     /// `worker_uids`: the range of `[daemon] worker_uids`.
     pub fn new(root: &Path, worker_uids: Option<(u32, u32)>) -> Result<Arc<Self>> {
+        crate::seqpacket::make_run_root(root)?;
         Ok(Arc::new(Self {
             entries: Mutex::new(BTreeMap::new()),
             root: root.to_owned(),
@@ -248,7 +249,10 @@ impl Supervisor {
     fn ensure_sim(&self, spec: &WorkerSpec) -> Result<PathBuf> {
         let name = &spec.instance.name;
         let dir = worker::run_dir(&self.root, name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // 0700 from the start (the worker makes it the same way): a directory created 0755
+        // here would let any host uid reach the instance's sockets.
+        crate::seqpacket::make_run_root(&self.root)?;
+        crate::seqpacket::make_private_dir(&dir)?;
         let socket = dir.join(SIM_SOCKET);
         if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
             return Ok(socket);
@@ -384,9 +388,16 @@ impl Supervisor {
                 let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
                 let status = child.wait().ok();
                 bail!(
-                    "instance {name}: its worker did not start ({}; exit {:?}; its log is above)",
+                    "instance {name}: {} ({}; exit {:?}; its log is above)",
+                    if spec.take_over {
+                        "the new worker did not take over"
+                    } else {
+                        "its worker did not start"
+                    },
                     match other {
                         Ok(Ok(l)) if l.is_empty() => "it exited before READY".to_owned(),
+                        Ok(Ok(l)) if l.starts_with("FAILED ") =>
+                            l["FAILED ".len()..].trim().to_owned(),
                         Ok(Ok(l)) => format!("it printed {:?} instead of READY", l.trim()),
                         Ok(Err(e)) => format!("reading its stdout: {e}"),
                         Err(_) => format!("no READY within {} s", START_TIMEOUT.as_secs()),
@@ -435,7 +446,12 @@ impl Supervisor {
             nix::unistd::Gid::from_raw(run_as.gid),
         );
         let dir = worker::run_dir(&self.root, name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::seqpacket::make_run_root(&self.root)?;
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(e).with_context(|| format!("creating {}", dir.display()));
+        }
         // The worker must reach its own directory through the run directory, which is
         // private (0700): search only (0711) for others; the instance directories stay 0700,
         // each its owner's alone.
@@ -745,6 +761,14 @@ impl Supervisor {
         let entry = lock(&self.entries).remove(name);
         let status = entry.and_then(stop_entry);
         self.stop_sim(name);
+        // Its directory goes with it once the worker and sim-driver removed what they made
+        // (`remove_dir` removes only an empty one: anything left is kept, and said).
+        let dir = worker::run_dir(&self.root, name);
+        if let Err(e) = std::fs::remove_dir(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(instance = %name, dir = %dir.display(), error = %e, "the instance's run directory was kept");
+        }
         Ok(status)
     }
 

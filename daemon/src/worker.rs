@@ -174,17 +174,27 @@ pub fn run() -> Result<ExitCode> {
     let name = spec.instance.name.clone();
     let root = Path::new(mmap::RUN_DIR);
     let dir = run_dir(root, &name);
-    let (running, mut driver) = if spec.take_over {
+    let started = if spec.take_over {
         crate::upgrade::take_over(&spec, &dir.join(WORKER_SOCKET))
-            .with_context(|| format!("instance {name}: taking over from its worker"))?
+            .context("taking over from the old worker")
     } else {
-        start_instance(&spec)?
+        start_instance(&spec)
+    };
+    let (running, mut driver) = match started {
+        Ok(r) => r,
+        Err(e) => {
+            // What went wrong, for the supervisor's answer (the log has it too).
+            println!("FAILED {}", format!("{e:#}").replace('\n', " "));
+            std::io::stdout().flush().ok();
+            return Err(e.context(format!("instance {name}")));
+        }
     };
     let running = Arc::new(running);
 
     let control = Arc::new(
         crate::checkpoint::Control::new(&running, driver.host.clone())
-            .with_sim_socket(spec.sim_socket.clone()),
+            .with_sim_socket(spec.sim_socket.clone())
+            .with_gpu_set(spec.instance.gpus.clone()),
     );
     let stats = StatsServer::start(&dir.join(WORKER_SOCKET), control, Some(running.clone()))
         .with_context(|| format!("instance {name}: the worker socket"))?;

@@ -156,6 +156,46 @@ pub fn make_remapping(
     Ok(pairs)
 }
 
+/// The instance's configuration is the contract, not the file being restored: every GPU a
+/// restore would create objects on (each pair's new GPU, after the remap rules) must be one of
+/// the instance's GPUs (`policy.gpus`, host minors). A checkpoint of another instance (its
+/// `instance` field edited) or a remap onto another instance's GPU is refused, naming the
+/// checkpoint's GPUs, where they would go, and the instance's set.
+fn check_in_set(
+    pairs: &[(DeviceIdentity, DeviceIdentity)],
+    policy: &InstancePolicy,
+    host: &[DeviceIdentity],
+) -> Result<(), CheckpointError> {
+    let outside: Vec<&DeviceIdentity> = pairs
+        .iter()
+        .map(|(_, n)| n)
+        .filter(|n| !policy.gpus.contains(&n.minor))
+        .collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    let name = |m: u32| match host.iter().find(|h| h.minor == m) {
+        Some(h) => format!("minor {m} {}", h.uuid),
+        None => format!("minor {m}"),
+    };
+    let list = |v: Vec<String>| format!("[{}]", v.join(", "));
+    Err(CheckpointError::Remap(format!(
+        "instance {}'s GPU set is {}; the checkpoint's GPUs {} would be restored onto {}, \
+         and {} outside the set: a restore only creates objects on the instance's GPUs \
+         (name GPUs of its set with --remap OLD=NEW)",
+        policy.name,
+        list(policy.gpus.iter().map(|&m| name(m)).collect()),
+        list(
+            pairs
+                .iter()
+                .map(|(o, _)| format!("minor {} {}", o.minor, o.uuid))
+                .collect()
+        ),
+        list(pairs.iter().map(|(_, n)| name(n.minor)).collect()),
+        list(outside.iter().map(|n| name(n.minor)).collect()),
+    )))
+}
+
 /// What a restore made: the proxy and the GPU pairs (saved, new) in the tenant's order.
 #[derive(Debug)]
 pub struct Restored {
@@ -436,6 +476,7 @@ impl Proxy {
         }
         let ids = identify_host_gpus(&*host)?;
         let pairs = make_remapping(&ckpt.gpus, &ids, rules)?;
+        check_in_set(&pairs, &policy, &ids)?;
         policy.gpus = pairs.iter().map(|(_, n)| n.minor).collect();
         // The instance's quotas hold for what it gets back too.
         let q = policy.quotas;

@@ -127,6 +127,11 @@ fn tenant_with_tree(n: u32) -> (Arc<SimDriver>, SimTenant, Tree) {
     (sim, t, tree)
 }
 
+/// The policy of an instance whose set is every GPU of `sim` (a restore stays inside its set).
+fn all_of(sim: &SimDriver) -> InstancePolicy {
+    policy(sim.config().gpus.iter().map(|g| g.minor).collect())
+}
+
 fn reordered(gpus: &[u32]) -> Arc<SimDriver> {
     SimDriver::new(SimConfig {
         gpus: gpus.iter().map(|&i| SimGpu::h100(i)).collect(),
@@ -157,7 +162,7 @@ fn save_and_restore(
     t.proxy.release_all();
     drop(t.proxy);
     assert_eq!(old.stats(), SimStats::default(), "old driver holds nothing");
-    let restored = Proxy::restore(&ckpt, policy(vec![]), new.clone(), rules).unwrap();
+    let restored = Proxy::restore(&ckpt, all_of(new), new.clone(), rules).unwrap();
     let mut t2 = SimTenant::from_proxy(restored.proxy);
     t2.fds = fds;
     (t2, restored.gpus)
@@ -265,7 +270,7 @@ fn test_restore_without_a_remap_for_a_missing_gpu_is_refused_and_leaves_nothing(
     let (_old, t, _tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let new = reordered(&[5]);
-    let err = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap_err();
+    let err = Proxy::restore(&ckpt, all_of(&new), new.clone(), &[]).unwrap_err();
     assert!(matches!(err, CheckpointError::Remap(_)), "{err}");
     assert!(err.to_string().contains("not on this host"), "{err}");
     assert_eq!(new.stats(), SimStats::default());
@@ -281,13 +286,8 @@ fn test_restore_onto_heterogeneous_hardware_is_refused_with_the_reason() {
         gpus: vec![other],
         ..SimConfig::default_gpus(0)
     });
-    let err = Proxy::restore(
-        &ckpt,
-        policy(vec![]),
-        new.clone(),
-        &["0=1".parse().unwrap()],
-    )
-    .unwrap_err();
+    let err =
+        Proxy::restore(&ckpt, all_of(&new), new.clone(), &["0=1".parse().unwrap()]).unwrap_err();
     assert!(err.to_string().contains("heterogeneous"), "{err}");
     assert_eq!(new.stats(), SimStats::default());
 }
@@ -364,7 +364,7 @@ fn test_restore_onto_another_driver_version_is_refused() {
     let (sim, t, tree) = tenant_with_tree(1);
     let ckpt = t.proxy.checkpoint().unwrap();
     let other = SimDriver::new(SimConfig::default_gpus(1).with_version("580.142".parse().unwrap()));
-    let err = Proxy::restore(&ckpt, policy(vec![]), other, &[]).unwrap_err();
+    let err = Proxy::restore(&ckpt, all_of(&other), other, &[]).unwrap_err();
     assert!(matches!(err, CheckpointError::Driver { .. }), "{err}");
     close(t, &tree);
     assert_eq!(sim.stats(), SimStats::default());
@@ -382,7 +382,7 @@ fn test_a_replay_failing_midway_leaves_nothing_in_the_new_driver() {
         gpus: vec![small],
         ..SimConfig::default_gpus(0)
     });
-    let err = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap_err();
+    let err = Proxy::restore(&ckpt, all_of(&new), new.clone(), &[]).unwrap_err();
     let CheckpointError::Replay { what, .. } = &err else {
         panic!("{err}");
     };
@@ -413,7 +413,7 @@ fn restored_tenant(
     sim: &Arc<SimDriver>,
     fds: FakeFds,
 ) -> (SimTenant, Vec<(DeviceIdentity, DeviceIdentity)>) {
-    let restored = Proxy::restore(ckpt, policy(vec![]), sim.clone(), &[]).unwrap();
+    let restored = Proxy::restore(ckpt, all_of(sim), sim.clone(), &[]).unwrap();
     let mut t = SimTenant::from_proxy(restored.proxy);
     t.fds = fds;
     (t, restored.gpus)
@@ -466,7 +466,7 @@ fn test_a_checkpoint_naming_an_open_twice_is_refused_before_anything_is_opened()
     let err = Checkpoint::from_json(&ckpt.to_json()).unwrap_err();
     assert!(matches!(err, CheckpointError::Format(_)), "{err}");
     let new = SimDriver::new(SimConfig::default_gpus(1));
-    let err = Proxy::restore(&ckpt, policy(vec![]), new.clone(), &[]).unwrap_err();
+    let err = Proxy::restore(&ckpt, all_of(&new), new.clone(), &[]).unwrap_err();
     assert!(err.to_string().contains("appears twice"), "{err}");
     assert_eq!(new.stats(), SimStats::default());
     close(t, &tree);
@@ -538,4 +538,53 @@ fn test_a_restored_instance_checkpoints_and_restores_again() {
     use_old_handles(&mut t, &tree, &third, &pairs);
     close(t, &tree);
     assert_eq!(third.stats(), SimStats::default());
+}
+
+/// Issue 20, items 5 and 6: the instance's GPU set is the contract, not the checkpoint. A
+/// checkpoint of GPU 1 restored into an instance of GPU 0 alone (another instance's file with
+/// its `instance` field edited), and a remap onto a GPU outside the set, are refused naming both
+/// sets, and the driver holds nothing afterwards.
+#[test]
+fn test_a_restore_never_creates_objects_outside_the_instances_gpu_set() {
+    // "alpha" has GPU 1 of a two-GPU host and builds its tree there.
+    let sim = SimDriver::new(SimConfig::default_gpus(2));
+    let mut alpha = SimTenant::new(&sim, "alpha", vec![1]);
+    let _tree = build(&mut alpha, &sim, &[1]);
+    let ckpt = alpha.proxy.checkpoint().unwrap();
+    let host_before = sim.stats();
+    // Restored into "beta" (GPU 0 only): without a rule the saved GPU goes to its UUID, GPU 1.
+    let beta = policy(vec![0]);
+    let err = Proxy::restore(&ckpt, beta.clone(), sim.clone(), &[]).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, CheckpointError::Remap(_)), "{text}");
+    let uuid = |m: usize| sim.config().gpus[m].uuid_string();
+    assert!(
+        text.contains(&format!("GPU set is [minor 0 {}]", uuid(0)))
+            && text.contains(&format!("checkpoint's GPUs [minor 1 {}]", uuid(1)))
+            && text.contains(&format!("[minor 1 {}] outside the set", uuid(1))),
+        "{text}"
+    );
+    assert_eq!(sim.stats(), host_before, "nothing was created");
+    // A remap onto a GPU outside the set: alpha's own set is GPU 1; GPU 0 is beta's.
+    let err = Proxy::restore(
+        &ckpt,
+        policy(vec![1]),
+        sim.clone(),
+        &["1=0".parse().unwrap()],
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("GPU set is [minor 1 {}]", uuid(1)))
+            && text.contains(&format!("would be restored onto [minor 0 {}]", uuid(0))),
+        "{text}"
+    );
+    assert_eq!(sim.stats(), host_before, "nothing was created");
+    // Inside the set both work: beta's checkpoint remapped 1=0 into beta.
+    alpha.proxy.release_all();
+    drop(alpha);
+    let restored = Proxy::restore(&ckpt, beta, sim.clone(), &["1=0".parse().unwrap()]).unwrap();
+    assert_eq!(restored.gpus[0].1.minor, 0);
+    restored.proxy.release_all();
+    assert_eq!(sim.stats(), SimStats::default());
 }

@@ -95,6 +95,11 @@ fn policy(minors: Vec<u32>) -> InstancePolicy {
     InstancePolicy::new("job", Caps::COMPUTE_UTILITY, minors)
 }
 
+/// The policy of an instance whose set is every GPU of `sim` (a restore stays inside its set).
+fn all_of(sim: &SimDriver) -> InstancePolicy {
+    policy(sim.config().gpus.iter().map(|g| g.minor).collect())
+}
+
 /// libcuda's sequence: root client, device and VA space of the tenant's GPU, a va_space and
 /// its mm file, REGISTER_GPU, REGISTER_GPU_VASPACE.
 fn build(sim: &Arc<SimDriver>, minor: u32) -> (Tenant, Handles) {
@@ -182,7 +187,7 @@ fn test_uvm_va_space_with_registered_gpu_is_replayed_onto_reordered_gpus() {
         gpus: vec![SimGpu::h100(1), SimGpu::h100(0)],
         ..SimConfig::default_gpus(0)
     });
-    let (proxy, uvm) = uvm::restore_instance(&ckpt, policy(vec![]), new.clone(), &[]).unwrap();
+    let (proxy, uvm) = uvm::restore_instance(&ckpt, all_of(&new), new.clone(), &[]).unwrap();
     let s = new.stats();
     assert_eq!((s.uvm_va_spaces, s.uvm_registered_gpus), (1, 1), "{s}");
     let mut t = Tenant {
@@ -243,7 +248,7 @@ fn test_uvm_registrations_follow_a_remap_onto_another_gpu() {
         ..SimConfig::default_gpus(0)
     });
     let rules = ["1=3".parse().unwrap()];
-    let (proxy, uvm) = uvm::restore_instance(&ckpt, policy(vec![]), new.clone(), &rules).unwrap();
+    let (proxy, uvm) = uvm::restore_instance(&ckpt, all_of(&new), new.clone(), &rules).unwrap();
     let moved = SimGpu::h100(3).uuid;
     assert_eq!(uvm.gpu_uuids(), [moved]);
     assert_eq!(new.stats().uvm_registered_gpus, 1);
@@ -276,7 +281,7 @@ fn test_a_remapped_va_space_checkpoints_and_restores_again() {
     });
     let (proxy, uvm) = uvm::restore_instance(
         &ckpt,
-        policy(vec![]),
+        all_of(&second),
         second.clone(),
         &["1=3".parse().unwrap()],
     )
@@ -291,7 +296,7 @@ fn test_a_remapped_va_space_checkpoints_and_restores_again() {
         gpus: vec![SimGpu::h100(3), SimGpu::h100(2)],
         ..SimConfig::default_gpus(0)
     });
-    let (proxy, uvm) = uvm::restore_instance(&again, policy(vec![]), third.clone(), &[]).unwrap();
+    let (proxy, uvm) = uvm::restore_instance(&again, all_of(&third), third.clone(), &[]).unwrap();
     assert_eq!(third.stats().uvm_registered_gpus, 1);
     let mut t = Tenant {
         proxy,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use super::*;
-use crate::seqpacket::{SeqpacketServer, make_private_dir};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root};
 
 /// The instance socket and its accepting thread. Dropping it stops the thread and removes the
 /// socket and its directory.
@@ -24,7 +24,7 @@ impl MmapSocket {
     /// instance's nodes are registered first, so a live daemon serving this instance would have
     /// made us fail before.
     pub fn start(mmap: Arc<InstanceMmap>, root: &Path) -> Result<MmapSocket> {
-        make_private_dir(root)?;
+        make_run_root(root)?;
         let dir = root.join(&mmap.instance);
         make_private_dir(&dir)?;
         let name = format!("mmap-{}", mmap.instance);

@@ -169,6 +169,10 @@ enum Scenario {
     },
     /// Allocates a root client, device and subdevice, prints their handles and waits.
     Hold,
+    /// A hostile tenant's call that never ends on its own: an RM control whose params lie on a
+    /// page of a `userfaultfd` nobody serves. Prints `{"parked": ...}` before the call and its
+    /// outcome after it (the daemon's client-wait deadline, or a live upgrade, ends it).
+    ParkOnUffd,
     /// N threads each run the init sequence on their own files at once.
     Concurrent {
         threads: usize,
@@ -783,6 +787,37 @@ fn run_use_handle(cli: &Cli, handle: u32, expect: &str) -> Result<ExitCode, Erro
     Ok(c.finish(json!({"handle": format!("{handle:#x}")})))
 }
 
+fn run_park_on_uffd(cli: &Cli) -> Result<ExitCode, Error> {
+    let mut s = Session::open(&cli.driver_version, &cli.dev_dir)?;
+    s.alloc_root()?;
+    let (_uffd, page) = parked_page().map_err(|e| Error::Check(format!("userfaultfd: {e}")))?;
+    let c_ref = s.fe.control("NV0000_CTRL_CMD_GPU_GET_PROBED_IDS")?;
+    let mut p = NVOS54_PARAMETERS::new_zeroed();
+    p.hClient = s.h_client;
+    p.hObject = s.h_client;
+    p.cmd = c_ref.cmd;
+    p.params = page;
+    p.paramsSize = c_ref.size;
+    println!("{}", json!({"parked": true, "pid": std::process::id()}));
+    let _ = std::io::stdout().flush();
+    let started = Instant::now();
+    let mut call = Call::new(NV_ESC_RM_CONTROL_CMD, p.as_bytes().to_vec());
+    let r = s.fe.ioctl(&s.ctl, &mut call);
+    let took = started.elapsed();
+    let got = status_outcome(r.map(|_| {
+        NVOS54_PARAMETERS::read_from_bytes(&call.params)
+            .expect("32 bytes")
+            .status
+    }));
+    println!(
+        "{}",
+        json!({"scenario": "park-on-uffd", "ok": true, "got": got.to_string(), "ms": took.as_millis() as u64})
+    );
+    let _ = std::io::stdout().flush();
+    s.teardown()?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_hold(cli: &Cli) -> Result<ExitCode, Error> {
     let mut s = session_with_device(cli)?;
     let (h, hd, hs) = (s.h_client, s.gpus[0].h_device, s.gpus[0].h_subdevice);
@@ -965,6 +1000,7 @@ fn main() -> ExitCode {
         } => run_numa_info(&cli, expect_gpu, expect_ctl),
         Scenario::UseHandle { handle, expect } => run_use_handle(&cli, *handle, expect),
         Scenario::Hold => run_hold(&cli),
+        Scenario::ParkOnUffd => run_park_on_uffd(&cli),
         Scenario::Concurrent {
             threads,
             iterations,
@@ -993,6 +1029,7 @@ fn scenario_name(s: &Scenario) -> &'static str {
         Scenario::NumaInfo { .. } => "numa-info",
         Scenario::UseHandle { .. } => "use-handle",
         Scenario::Hold => "hold",
+        Scenario::ParkOnUffd => "park-on-uffd",
         Scenario::Concurrent { .. } => "concurrent",
         Scenario::ProbeControl { .. } => "probe-control",
     }

@@ -19,7 +19,7 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 pub use status::{NV_OK, describe_errno, describe_status};
-pub use sys::{inaccessible_address, pipe};
+pub use sys::{inaccessible_address, parked_page, pipe};
 
 /// `NV_MAX_DEVICES`: how many `nv_ioctl_card_info_t` entries libcuda passes to `CARD_INFO`.
 pub const CARD_INFO_ENTRIES: usize = 32;

@@ -1,5 +1,6 @@
 //! The frontend client's only `unsafe` code: the raw `ioctl(2)` (with the embedded pointers
-//! patched in), a reserved inaccessible address for the bad-pointer scenarios, and `pipe(2)`.
+//! patched in), a reserved inaccessible address for the bad-pointer scenarios, `pipe(2)`, and a
+//! page whose faults wait on a `userfaultfd` nobody serves (the parked-call scenario).
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -103,4 +104,49 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: on success both descriptors are new and owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A fresh anonymous page registered with a `userfaultfd` for missing-page faults, which
+/// nobody serves: any read of it, ours or another process's `process_vm_readv`, waits until
+/// the returned fd closes (the process exits). The page is never unmapped. Returns the fd and
+/// the page's address.
+pub fn parked_page() -> io::Result<(OwnedFd, u64)> {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choice aliases
+    // nothing; it is never unmapped, and we never dereference it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: userfaultfd takes flags by value and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just returned by userfaultfd and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    use std::os::fd::AsRawFd;
+    // `UFFD_API`; `UFFDIO_API` = _IOWR(0xAA, 0x3F, struct uffdio_api); `UFFDIO_REGISTER` =
+    // _IOWR(0xAA, 0x00, struct uffdio_register); `UFFDIO_REGISTER_MODE_MISSING`
+    // (include/uapi/linux/userfaultfd.h).
+    let mut api = [0xaa_u64, 0, 0];
+    // SAFETY: UFFDIO_API reads and writes the 24-byte struct uffdio_api `api` points to.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), 0xc018_aa3f, api.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut reg = [p as u64, 4096, 1, 0];
+    // SAFETY: UFFDIO_REGISTER reads and writes the 32-byte struct uffdio_register `reg` points
+    // to; the range is our own mapping.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), 0xc020_aa00, reg.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((fd, p as u64))
 }
