@@ -1116,7 +1116,10 @@ fn test_served_socket_instance_through_run() {
     );
     if let Some(o) = &ctx {
         let j = self::report(o);
-        assert_eq!(j["ok"], true, "libcuda's context after three live upgrades: {j}");
+        assert_eq!(
+            j["ok"], true,
+            "libcuda's context after three live upgrades: {j}"
+        );
         let calls = j["ioctls_seen"].as_array().expect("ioctls_seen");
         let os: Vec<_> = calls
             .iter()
