@@ -789,12 +789,15 @@ fn test_audit_suggest_enforce_round_trip_with_libcuda() {
         "counts vs the probe's own ioctl count: {lines:#?}"
     );
 
-    // 2. The suggestion (the GSP pass-through controls one command each, never the family).
+    // 2. The suggestion (the legacy GSS controls one command each, by the name the headers
+    // give their category and message, never the family).
     let (policy, text) = suggest(&dir, &log, "libcuda.toml");
     let controls = array(&text, "controls");
     assert!(controls.iter().any(|c| c == REMOVED), "{text}");
     assert!(
-        controls.iter().any(|c| c == "RM_GSS_LEGACY 0x20808159"),
+        controls
+            .iter()
+            .any(|c| c == "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59"),
         "{text}"
     );
     assert!(
