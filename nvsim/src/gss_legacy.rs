@@ -9,10 +9,18 @@
 //! root-level caller, and the buffer is forwarded to GSP firmware, whose answer (status and, on
 //! `NV_OK`, all `paramsSize` bytes) is copied back.
 //!
-//! What the firmware answers is in no open source: the commands have no names, no layouts and
-//! no handlers outside the firmware. The simulator answers only the commands whose answer on a
-//! real GPU has been **measured**, and only with the measured shape; every other legacy GSS
-//! command gets `NV_ERR_NOT_SUPPORTED`, the status of a command the firmware does not serve.
+//! A legacy command is an ordinary control number with `NVxxxx_CTRL_LEGACY_NON_PRIVILEGED`
+//! (0x80) or `_PRIVILEGED` (0xC0) or-ed into its category byte (`ctrlxxxx.h`; the categories
+//! are in `nvproxy_abi::legacy`), and GSP-RM serves it as the control with those bits cleared.
+//! Where the open source implements that control, the simulator serves it the same way (the
+//! CUDA clock limit, `0x809909` = `NV0080_CTRL_CMD_PERF_CUDA_LIMIT_SET_CONTROL`, in
+//! `perf.rs`). The other messages libcuda sends are named by no header of any tag (a scan of
+//! every tag's `ctrl2080gpu.h`/`ctrl2080clk.h`): their answer lives only in the firmware, so
+//! the simulator answers only those whose answer on a real GPU has been **measured**, and only
+//! with the measured shape; every other legacy GSS command gets `NV_ERR_NOT_SUPPORTED`, the
+//! status of a command the firmware does not serve (measured for `NV2080_CTRL_CLK_LEGACY_
+//! NON_PRIVILEGED 0x38`; not known for `NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x61`, see
+//! `tests/nvidia-userspace/RESULTS.md`).
 //!
 //! The one public measurement available to us (we have no GPU) is an ioctl trace of `libcuda`'s
 //! `cuInit` on a real GA106 with driver 580.159.04, published in the `reindertpelsma/kayfabe`
@@ -33,7 +41,8 @@ use crate::status::*;
 /// One measured firmware answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Measured {
-    /// The command (unnamed: no open source names it).
+    /// The command: its category is a legacy one the headers define, its message none
+    /// (each entry's comment gives the name [`nvproxy_abi::LegacyControl`] prints).
     pub cmd: u32,
     /// The `paramsSize` the client declared in the measurement.
     pub size: u32,
@@ -58,11 +67,14 @@ pub enum Answer {
 /// see the module documentation). `libcuda` 535's `cuInit` sends `0x20808159` with the same
 /// size and the same request words (`2, 0xc, 0, 0x25`, the rest zero) as in the measurement.
 pub const MEASURED: &[Measured] = &[
+    // NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59 (GPU category 0x01; no header names message
+    // 0x59).
     Measured {
         cmd: 0x2080_8159,
         size: 332,
         answer: Answer::Unchanged,
     },
+    // NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x62.
     Measured {
         cmd: 0x2080_8162,
         size: 1,
@@ -72,16 +84,20 @@ pub const MEASURED: &[Measured] = &[
     // runtime at its initialisation; measured replies of the same GA106
     // (`reindertpelsma/kayfabe`, `crates/kayfabe-rmrpc/src/cudartinit.rs`: "[measured
     // 2026-08-20, real GA106 (RTX 3060) on 580.159.04]").
+    // NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x09 (CLK category 0x10; ctrl2080clk.h defines
+    // no command in any tag).
     Measured {
         cmd: 0x2080_9009,
         size: 8,
         answer: Answer::Words(&[0x0, 0xd]),
     },
+    // NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x01.
     Measured {
         cmd: 0x2080_9001,
         size: 8,
         answer: Answer::Words(&[0x03fc_007f, 0x0]),
     },
+    // NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x64.
     Measured {
         cmd: 0x2080_9064,
         size: 520,
@@ -158,7 +174,8 @@ pub(crate) fn control(
     Some(NV_OK)
 }
 
-/// `0x2080a084` (4 bytes) and `0x2080a026` (532 bytes): the clock queries libcuda sends for
+/// `0x2080a084` (4 bytes) and `0x2080a026` (532 bytes), `NV2080_CTRL_PERF_LEGACY_NON_PRIVILEGED`
+/// messages 0x84 and 0x26 (PERF category 0x20; no header names them): the clock queries libcuda sends for
 /// `cuDeviceGetAttribute(CLOCK_RATE / MEMORY_CLOCK_RATE)` (and the CUDA runtime at its start).
 ///
 /// Layout as measured on a real GA102 with 580.159.04 (`reindertpelsma/kayfabe`,
@@ -214,6 +231,40 @@ fn clocks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every measured command is a message of a legacy category the headers define, and the
+    /// name the audit trail gives it is the category's and the message's.
+    #[test]
+    fn measured_commands_are_messages_of_defined_legacy_categories() {
+        let v: nvproxy_abi::DriverVersion = "535.261.03".parse().unwrap();
+        let t = nvproxy_abi::find(&v).unwrap().tables();
+        let names: Vec<String> = MEASURED
+            .iter()
+            .map(|m| {
+                t.legacy_control(m.cmd)
+                    .expect("a defined category")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x59",
+                "NV2080_CTRL_GPU_LEGACY_NON_PRIVILEGED 0x62",
+                "NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x09",
+                "NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x01",
+                "NV2080_CTRL_CLK_LEGACY_NON_PRIVILEGED 0x64",
+            ]
+        );
+        for cmd in [0x2080_a084, 0x2080_a026] {
+            assert!(
+                t.legacy_control(cmd)
+                    .unwrap()
+                    .to_string()
+                    .starts_with("NV2080_CTRL_PERF_LEGACY_NON_PRIVILEGED ")
+            );
+        }
+    }
 
     #[test]
     fn measured_answers_fit_their_sizes_and_are_not_privileged() {

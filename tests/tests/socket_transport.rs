@@ -701,12 +701,14 @@ impl Drop for TempFile {
 }
 
 /// The (name, NV status or errno) of every event in an audit log: the calls that were not
-/// answered `NV_OK` (refused, failed, or would-be-denied).
+/// answered `NV_OK` (refused, failed, or would-be-denied). The events themselves go to stderr
+/// (shown when the test fails).
 fn non_ok_answers(log: &Path) -> std::collections::BTreeSet<(String, String)> {
     let text = std::fs::read_to_string(log).expect("audit log");
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["type"] == "event")
+        .inspect(|e| eprintln!("audit event: {e}"))
         .map(|e| {
             let answer = match e["errno"].as_i64() {
                 Some(errno) => format!("errno {errno}"),
