@@ -435,16 +435,20 @@ pub(crate) fn check_ctx(j: &Value, stderr: &str, what: &str) {
         assert_eq!(a.len(), n, "RM_ALLOC {class} ({what}): {j}");
         assert!(a.iter().all(|c| c["nv_status"] == "0x0"), "{class}: {j}");
     }
-    // libcuda's own memory as NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: 2 MiB at a time, allocated.
+    // libcuda's own memory as NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: 2 MiB at a time, allocated
+    // (the probe's pinned 1 MiB buffers come the same way, 1 MiB each).
     let os: Vec<_> = calls
         .iter()
         .filter(|c| c["escape"] == "RM_ALLOC_MEMORY" && c["code"] == "0x71")
         .collect();
-    assert!(!os.is_empty(), "OS-descriptor memory ({what}): {j}");
+    assert!(
+        os.iter().any(|c| c["limit"] == "0x1fffff"),
+        "OS-descriptor memory ({what}): {j}"
+    );
     for c in &os {
-        assert_eq!(
-            (&c["nv_status"], &c["limit"]),
-            (&Value::from("0x0"), &Value::from("0x1fffff")),
+        assert_eq!(c["nv_status"], "0x0", "{c}");
+        assert!(
+            c["limit"] == "0x1fffff" || c["limit"] == "0xfffff",
             "{c}"
         );
     }
