@@ -91,3 +91,46 @@ pub mod cuse_example {
         (major as u32, minor as u32)
     }
 }
+
+/// `dlopen` and `dlsym` for the probes that drive NVIDIA's libraries (`cuda-probe`,
+/// `cudart-probe`).
+pub mod dl {
+    use std::ffi::{CStr, CString, c_void};
+
+    /// `dlopen(path, RTLD_NOW | RTLD_GLOBAL)`; the library's constructors run.
+    pub fn open(path: &str) -> Result<*mut c_void, String> {
+        let c = CString::new(path).map_err(|_| "NUL in the library path".to_owned())?;
+        // SAFETY: dlopen of a NUL-terminated path; running its constructors is what is asked.
+        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if !lib.is_null() {
+            return Ok(lib);
+        }
+        // SAFETY: dlerror returns a thread-local C string or NULL.
+        let err = unsafe { libc::dlerror() };
+        let msg = if err.is_null() {
+            "unknown error".to_owned()
+        } else {
+            // SAFETY: non-NULL dlerror strings are NUL-terminated.
+            unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Err(format!("dlopen {path}: {msg}"))
+    }
+
+    /// Loads symbol `name` of `lib` as `T` (a function pointer type).
+    ///
+    /// # Safety
+    /// `lib` is a live `dlopen` handle and `T` the symbol's real function type.
+    pub unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T, String> {
+        assert_eq!(size_of::<T>(), size_of::<*mut c_void>());
+        let c = CString::new(name).expect("no NUL in symbol names");
+        // SAFETY: lib is a live dlopen handle (the caller's promise), c a NUL-terminated name.
+        let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+        if p.is_null() {
+            return Err(format!("{name} not found"));
+        }
+        // SAFETY: T is a function pointer type of the same size; the caller vouches for it.
+        Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+    }
+}

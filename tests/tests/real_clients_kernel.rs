@@ -447,10 +447,7 @@ pub(crate) fn check_ctx(j: &Value, stderr: &str, what: &str) {
     );
     for c in &os {
         assert_eq!(c["nv_status"], "0x0", "{c}");
-        assert!(
-            c["limit"] == "0x1fffff" || c["limit"] == "0xfffff",
-            "{c}"
-        );
+        assert!(c["limit"] == "0x1fffff" || c["limit"] == "0xfffff", "{c}");
     }
     // The CUDA limit: on at creation, off at destruction, NV_OK both times.
     let limit: Vec<_> = calls.iter().filter(|c| c["code"] == "0x809909").collect();

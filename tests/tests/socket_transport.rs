@@ -163,6 +163,26 @@ fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
+/// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD` with `RUST_LOG=log`,
+/// its output read while it runs (a probe's JSON with every ioctl is larger than a pipe holds).
+fn exec_logged(log: &str, cmd: &[&str]) -> Output {
+    Command::new(nvproxy_bin())
+        .args([
+            "exec",
+            "--driver",
+            "sim",
+            "--transport",
+            "socket",
+            "--check-leaks",
+            "--",
+        ])
+        .args(cmd)
+        .env("RUST_LOG", log)
+        .stdin(Stdio::null())
+        .output()
+        .expect("nvproxy exec")
+}
+
 fn exec(extra: &[&str], cmd: &[&str]) -> Output {
     exec_env(extra, &[], cmd)
 }
@@ -434,25 +454,11 @@ fn test_cuctxcreate_over_the_socket_transport_shares_os_descriptor_memory() {
     let Some((lib, _)) = userspace() else {
         return;
     };
-    let mut c = Command::new(nvproxy_bin());
-    c.args([
-        "exec",
-        "--driver",
-        "sim",
-        "--transport",
-        "socket",
-        "--check-leaks",
-        "--",
-        "env",
-        "CUDA_PROBE_ALL_IOCTLS=1",
-    ])
-    .arg(format!("LD_LIBRARY_PATH={}", lib.display()))
-    .args([PROBE, "ctx"])
-    .env("RUST_LOG", "warn,nvsim::gpfifo=debug")
-    .stdin(Stdio::null());
-    // Not `exec_env`: the probe's JSON with every ioctl is larger than a pipe holds, so the
-    // output must be read while the command runs (`output()` does).
-    let o = c.output().expect("nvproxy exec");
+    let ld = format!("LD_LIBRARY_PATH={}", lib.display());
+    let o = exec_logged(
+        "warn,nvsim::gpfifo=debug",
+        &["env", "CUDA_PROBE_ALL_IOCTLS=1", &ld, PROBE, "ctx"],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let j = report(&o);
     assert_eq!(j["ok"], true, "{j}");
@@ -607,20 +613,7 @@ fn test_the_calls_libcuda_runs_as_kernels_fail_as_a_faulting_launch_does() {
     ] {
         let mut cmd = vec!["env", &ld, PROBE];
         cmd.extend_from_slice(args);
-        let mut c = Command::new(nvproxy_bin());
-        c.args([
-            "exec",
-            "--driver",
-            "sim",
-            "--transport",
-            "socket",
-            "--check-leaks",
-            "--",
-        ])
-        .args(&cmd)
-        .env("RUST_LOG", "warn,nvsim::gpfifo=debug")
-        .stdin(Stdio::null());
-        let o = c.output().expect("nvproxy exec");
+        let o = exec_logged("warn,nvsim::gpfifo=debug", &cmd);
         // The probe's own status (1: a step failed), not --check-leaks' 3.
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
         let j = report(&o);

@@ -43,7 +43,7 @@
 //! its values; `failed`: the first failure). Exit status 0 when every step passed and every
 //! expectation held, 1 otherwise, 2 on usage errors.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -52,6 +52,7 @@ use clap::Parser;
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::*;
 use serde_json::{Value, json};
+use tests::dl::sym;
 
 #[derive(Parser)]
 #[command(name = "cuda-probe", about = "Drives libcuda.so.1 step by step")]
@@ -402,22 +403,6 @@ const CUDA_SUCCESS: CuResult = 0;
 /// `CUDA_ERROR_LAUNCH_FAILED`: an exception on the device while executing a kernel.
 const CUDA_ERROR_LAUNCH_FAILED: CuResult = 719;
 
-/// Loads a symbol of `lib` as `T` (a function pointer type).
-///
-/// # Safety
-/// `T` must be the symbol's real function type.
-unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T, String> {
-    assert_eq!(size_of::<T>(), size_of::<*mut c_void>());
-    let c = CString::new(name).expect("no NUL in symbol names");
-    // SAFETY: lib is a live dlopen handle, c a NUL-terminated name.
-    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
-    if p.is_null() {
-        return Err(format!("{name} not found in libcuda"));
-    }
-    // SAFETY: T is a function pointer type of the same size; the caller vouches for the type.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
-}
-
 /// The driver API functions the probe calls.
 struct Cuda {
     get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
@@ -483,22 +468,7 @@ struct Cuda {
 
 impl Cuda {
     fn load(path: &str) -> Result<Cuda, String> {
-        let c = CString::new(path).map_err(|_| "NUL in --lib".to_owned())?;
-        // SAFETY: dlopen of a path; the library's constructors run (NVIDIA's own libcuda).
-        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if lib.is_null() {
-            // SAFETY: dlerror returns a thread-local C string or NULL.
-            let err = unsafe { libc::dlerror() };
-            let msg = if err.is_null() {
-                "unknown error".to_owned()
-            } else {
-                // SAFETY: non-NULL dlerror strings are NUL-terminated.
-                unsafe { CStr::from_ptr(err) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            return Err(format!("dlopen {path}: {msg}"));
-        }
+        let lib = tests::dl::open(path)?;
         // SAFETY: each type below is the function's prototype in cuda.h (CUDA 12), for the
         // versioned symbol the header maps the name to (_v2 where it does).
         unsafe {

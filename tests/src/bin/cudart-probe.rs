@@ -24,11 +24,12 @@
 //!
 //! Output: one JSON line (`steps`, `failed`); exit status 0 when every step passed.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::process::ExitCode;
 
 use clap::Parser;
 use serde_json::{Value, json};
+use tests::dl::sym;
 
 #[derive(Parser)]
 #[command(name = "cudart-probe", about = "Drives libcudart.so.12 step by step")]
@@ -64,22 +65,6 @@ const PROP_MINOR: usize = 364;
 /// Room for `cudaDeviceProp` of any CUDA 12 runtime.
 const PROP_ROOM: usize = 4096;
 
-/// Loads a symbol of `lib` as `T` (a function pointer type).
-///
-/// # Safety
-/// `T` must be the symbol's real function type.
-unsafe fn sym<T: Copy>(lib: *mut c_void, name: &str) -> Result<T, String> {
-    assert_eq!(size_of::<T>(), size_of::<*mut c_void>());
-    let c = CString::new(name).expect("no NUL in symbol names");
-    // SAFETY: lib is a live dlopen handle, c a NUL-terminated name.
-    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
-    if p.is_null() {
-        return Err(format!("{name} not found in the runtime"));
-    }
-    // SAFETY: T is a function pointer type of the same size; the caller vouches for the type.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
-}
-
 /// The runtime functions the probe calls.
 struct Rt {
     get_error_name: unsafe extern "C" fn(CudaError) -> *const c_char,
@@ -110,22 +95,7 @@ struct Rt {
 
 impl Rt {
     fn load(path: &str) -> Result<Rt, String> {
-        let c = CString::new(path).map_err(|_| "NUL in --lib".to_owned())?;
-        // SAFETY: dlopen of a path; the library's constructors run (NVIDIA's own runtime).
-        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if lib.is_null() {
-            // SAFETY: dlerror returns a thread-local C string or NULL.
-            let err = unsafe { libc::dlerror() };
-            let msg = if err.is_null() {
-                "unknown error".to_owned()
-            } else {
-                // SAFETY: non-NULL dlerror strings are NUL-terminated.
-                unsafe { CStr::from_ptr(err) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            return Err(format!("dlopen {path}: {msg}"));
-        }
+        let lib = tests::dl::open(path)?;
         // SAFETY: each type below is the function's prototype in cuda_runtime_api.h (CUDA
         // 12); cudaGetDeviceProperties_v2 is what the header maps cudaGetDeviceProperties to.
         unsafe {
