@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README "Test it"; .ci/run calls it after installing prerequisites):
+# The project's test command (README "Run it, test it"; .ci/run calls it after installing prerequisites):
 # formatting, lints (clippy, rustdoc, the docs' links), every unit/integration test (including the ABI parity test for every
 # supported driver version), then the real-kernel CUSE suites (natively or in a VM).
 set -euo pipefail
@@ -16,6 +16,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo doc -D warnings (broken intra-doc links, unclosed HTML in doc comments)"
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --no-deps --workspace --quiet
+
+step "docs: every relative link in the Markdown files resolves"
+tests/docs/check-links.sh
 
 step "cargo build (the binaries the native socket-transport suite runs)"
 cargo build -p daemon -p preload -p tests
