@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The project's test command (README "Run it, test it"; .ci/run calls it after installing prerequisites):
-# formatting, lints (clippy, rustdoc, the docs' links), every unit/integration test (including the ABI parity test for every
-# supported driver version), then the real-kernel CUSE suites (natively or in a VM).
+# The project's test command (README "Run it, test it"; .ci/run calls it after installing
+# prerequisites): formatting, lints (clippy, rustdoc, the docs' links), every unit/integration
+# test (including the ABI parity test for every supported driver version), then the real-kernel
+# CUSE suites (natively or in a VM).
 set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
