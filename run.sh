@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Run it" command: builds nvproxy (debug build, target/debug) and serves the
+# The README's run command: builds nvproxy (debug build, target/debug) and serves the
 # instances of a config file (default: examples/config.toml, which uses the simulated driver: no
 # GPU needed). Run it as root.
 #
@@ -116,7 +116,7 @@ tests/vm/cuse-vm -- "$PWD/run.sh" --in-vm "$config" ${cmd[@]+-- "${cmd[@]}"} || 
 if ((rc)); then
   echo "run.sh: that failed in the VM (exit status $rc); the messages above say why. The demo alone: $0" >&2
 elif ((${#cmd[@]})); then
-  echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: README.md \"Try it without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
+  echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: docs/running.md \"NVIDIA's own clients without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
 else
   echo "run.sh: that served the instances of $config, listed them, initialised nvfe-client (the frontend of a CUDA initialisation) through the first one, created and removed an instance, upgraded the first one's worker live and printed metrics, in a VM (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance monitor -- $bin/nvfe-client init runs a program through an instance the same way; tests/vm/cuse-vm -- $bin/nvproxy exec --driver sim -- $bin/nvfe-client init gives one program its own instance, no config needed" >&2
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The project's test command (README "Test it"; .ci/run calls it after installing prerequisites):
-# formatting, lints, every unit/integration test (including the ABI parity test for every
-# supported driver version), then the real-kernel CUSE suites (natively or in a VM).
+# The project's test command (README "Run it, test it"; .ci/run calls it after installing
+# prerequisites): formatting, lints (clippy, rustdoc, the docs' links), every unit/integration
+# test (including the ABI parity test for every supported driver version), then the real-kernel
+# CUSE suites (natively or in a VM).
 set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -13,6 +14,12 @@ cargo fmt --all --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo doc -D warnings (broken intra-doc links, unclosed HTML in doc comments)"
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --no-deps --workspace --quiet
+
+step "docs: every relative link in the Markdown files resolves"
+tests/docs/check-links.sh
 
 step "cargo build (the binaries the native socket-transport suite runs)"
 cargo build -p daemon -p preload -p tests

@@ -6,7 +6,7 @@
 //!   `/dev/nvidia0..`, `/dev/nvidia-uvm`), `hostPath` our node, type/major/minor from `stat` of
 //!   the live node (so the runtime's device cgroup allows exactly those numbers);
 //! - the mmap shim, bind-mounted read-only at [`SHIM_IN_CONTAINER`] and preloaded with
-//!   `LD_PRELOAD` (see [`Shim`] for why not `/etc/ld.so.preload`), `NVPROXY_NODES` = the nodes'
+//!   `LD_PRELOAD` (not `/etc/ld.so.preload`: docs/containers.md), `NVPROXY_NODES` = the nodes'
 //!   numbers, and the instance's mmap socket at `/run/nvproxy/mmap.sock`;
 //! - `createContainer` hooks (`nvproxy cdi-hook`, run by the runtime in the container's mount
 //!   namespace before `pivot_root`): `/proc/driver/nvidia/params` with `ModifyDeviceFiles: 0`

@@ -939,7 +939,7 @@ impl Pool {
     }
 
     /// The next job for a call thread, or `None` when it is to exit. The caller reports the
-    /// job's end with [`Pool::done`].
+    /// job's end by decrementing `PoolState::running`.
     fn next(&self, shared: &Shared) -> Option<Job> {
         let mut st = self.lock();
         loop {

@@ -11,8 +11,8 @@
 //! partial picture.
 //!
 //! The format is JSON with a `format` tag and a `version`: a reader reads every version up to
-//! its own ([`CHECKPOINT_VERSION`]) and refuses a newer one with both numbers (ARCHITECTURE.md
-//! "Save and restore by replay").
+//! its own ([`CHECKPOINT_VERSION`]) and refuses a newer one with both numbers
+//! (docs/architecture/checkpoint.md).
 
 use std::fmt;
 use std::mem::offset_of;

@@ -8,7 +8,7 @@
 //! client, a parent that is the client), and, in `alloc.rs`, the alloc params fields that name
 //! clients. The client gets its own values back (the plan restores rewritten fields). Not
 //! translated: client handles inside RM control params and `RM_IDLE_CHANNELS`' arrays, and a
-//! share policy's target client (ARCHITECTURE.md "Save and restore by replay").
+//! share policy's target client (docs/architecture/checkpoint.md).
 
 use std::mem::offset_of;
 

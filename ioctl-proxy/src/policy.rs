@@ -260,7 +260,7 @@ pub struct InstancePolicy {
     pub only: Option<BTreeSet<String>>,
     /// Whether a client may `mmap` `/dev/nvidia-uvm` (default `true`). The mapping is made on
     /// the instance's own host UVM file, handed to the tenant, which can then issue raw UVM
-    /// ioctls on its va_space around the proxy (ARCHITECTURE.md, "UVM"); `false` turns the
+    /// ioctls on its va_space around the proxy (docs/security.md, UVM); `false` turns the
     /// path off (the mmap fails with `ENODEV`, as on a CUSE node), at the price of CUDA's
     /// managed memory and its UVM initialisation.
     pub uvm_mmap: bool,

@@ -11,7 +11,7 @@
 # cuse-example device on cuse-dev), which splits the proxy's overhead into library and handler.
 #
 # Usage: tests/bench/run-bench.sh [--out FILE.md] [--reps R] [--iters N] [--batches B] [--smp N] [--no-proxy]
-#   --out FILE   also write the results as a markdown table (for the README's performance section)
+#   --out FILE   also write the results as a markdown table (for docs/performance.md)
 #   --reps R     repetitions (default 5). Each repetition measures every kind once, one after the
 #                other, so that a slow patch of the (noisy, emulated) machine hits all kinds alike;
 #                ratios are taken inside each repetition and the median over repetitions reported

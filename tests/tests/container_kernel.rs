@@ -905,7 +905,7 @@ fn the_systemd_unit_serves_under_systemd() {
 /// `/dev/cuse`, `char-cuse` and `char-nvidia*` (resolved against /proc/devices at start, before
 /// the daemon's CUSE majors exist), a root worker's own open of its first node (its
 /// self-check) is refused. (A worker under its own uid never opens its nodes: see
-/// ARCHITECTURE.md.)
+/// docs/architecture/process-model.md.)
 #[test]
 #[ignore = "needs /dev/cuse, root, podman and systemd; run by tests/run-kernel-tests.sh"]
 fn a_device_acl_blocks_the_daemons_own_nodes() {

@@ -6,13 +6,13 @@
 //! 1. Two translation units are generated: one including the SDK headers (`nvos.h`, `class/`,
 //!    `alloc/`, `ctrl/`) and the Unix ioctl headers, one including the UVM ioctl headers. They
 //!    are compiled with `-g`, and the struct and member list is read from the DWARF that
-//!    `readelf --debug-dump=info` prints ([`layouts`]).
+//!    `readelf --debug-dump=info` prints (`layouts`).
 //! 2. A generated C program prints `sizeof` and `_Alignof` of every struct; sizes are checked
 //!    against the debugging information.
 //! 3. Candidate macros are found by scanning the headers' `#define`s and evaluated by the
-//!    compiler; those that are not integer constant expressions are dropped ([`numbers`]).
+//!    compiler; those that are not integer constant expressions are dropped (`numbers`).
 //! 4. The facts about how the kernel uses the structs are parsed from the few kernel sources
-//!    named in the README ([`usage`]).
+//!    named in the README (`usage`).
 
 mod cc;
 mod dwarf;

@@ -88,7 +88,7 @@ impl<T: Clone> TicketStore<T> {
     }
 
     /// Issues a ticket for open file `fh` (reached through `target`) to thread group `tgid`.
-    /// `EAGAIN` when [`MAX_TICKETS`] live tickets are outstanding; `EIO` when no random number
+    /// `EAGAIN` when [`super::MAX_TICKETS`] live tickets are out; `EIO` when no random number
     /// can be had.
     pub fn issue(
         &self,

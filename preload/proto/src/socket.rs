@@ -115,7 +115,7 @@ impl DevNode {
     }
 
     /// The device number NVIDIA's driver gives the node (`makedev(195, 255)` for nvidiactl,
-    /// `makedev(195, N)` for nvidia<N>); UVM's major is dynamic in the driver, the shim shows
+    /// `makedev(195, N)` for `nvidia<N>`); UVM's major is dynamic in the driver, the shim shows
     /// `uvm_major`.
     pub const fn rdev(self, uvm_major: u32) -> u64 {
         match self {

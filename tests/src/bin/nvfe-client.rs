@@ -36,7 +36,7 @@ use tests::nvfe::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// `sizeof(nv_ioctl_numa_info_t)` (`nv-ioctl-numa.h`: nid, status, memblock_size,
-/// numa_mem_addr, numa_mem_size, use_auto_online, offline_addresses{u64[64], u32}).
+/// numa_mem_addr, numa_mem_size, use_auto_online, offline_addresses{`u64[64]`, u32}).
 const NUMA_INFO_SIZE: usize = 560;
 /// An escape number the driver does not define (`nv_escape.h` ends at 0x5f, the Unix ones are
 /// 0xc8..=0xda).
@@ -51,7 +51,7 @@ struct Cli {
     /// The driver version to speak (the version string of CHECK_VERSION_STR and the ABI table).
     #[arg(long, default_value = "535.261.03", global = true)]
     driver_version: String,
-    /// Directory holding nvidiactl and nvidia<N>.
+    /// Directory holding nvidiactl and `nvidia<N>`.
     #[arg(long, default_value = "/dev", global = true)]
     dev_dir: PathBuf,
     #[command(subcommand)]
@@ -116,7 +116,7 @@ enum Scenario {
         expect: String,
     },
     /// REGISTER_FD naming an open descriptor that is not one of the instance's nodes
-    /// (/dev/null, a pipe: the proxy's EBADF), and one that is, but is nvidia<N> rather than
+    /// (/dev/null, a pipe: the proxy's EBADF), and one that is, but is `nvidia<N>` rather than
     /// nvidiactl (forwarded; the driver's nv_get_file_private(require ctl) fails: EINVAL).
     NonNvproxyFd {
         #[arg(long, default_value = "EBADF")]
@@ -147,7 +147,7 @@ enum Scenario {
     /// name a GPU id and NV_ESC_ATTACH_GPUS_TO_FD. Each default is what the driver answers for
     /// a GPU it does not have (see `OutsideSet`).
     GpuOutsideSet(OutsideSet),
-    /// NV_ESC_NUMA_INFO on nvidia<N> and on nvidiactl: the driver serves it on a GPU node
+    /// NV_ESC_NUMA_INFO on `nvidia<N>` and on nvidiactl: the driver serves it on a GPU node
     /// (nv.c, every supported version: 535 declares it in kernel-open/common/inc) and answers
     /// EINVAL on nvidiactl.
     NumaInfo {

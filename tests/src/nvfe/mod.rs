@@ -4,7 +4,7 @@
 //! scenarios of `nvfe-client` need.
 //!
 //! Every driver answer is checked: an ioctl that fails or a status other than `NV_OK` becomes an
-//! [`Error`] naming the call. The only `unsafe` code is in [`sys`].
+//! [`Error`] naming the call. The only `unsafe` code is in `sys`.
 
 pub mod status;
 mod sys;
@@ -77,7 +77,7 @@ pub struct Nested {
 }
 
 /// One ioctl: the command, the top-level params, and the buffers its pointers name. The
-/// pointers are written into the params by [`sys::ioctl`] just before the syscall.
+/// pointers are written into the params by `sys::ioctl` just before the syscall.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     /// The full ioctl command number.
