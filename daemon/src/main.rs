@@ -1,6 +1,7 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod abi_tables;
 mod api;
 mod audit_cmd;
 mod audit_log;
@@ -13,12 +14,15 @@ mod device;
 mod doctor;
 mod fdid;
 mod fdpass;
+mod host;
 mod instance;
 mod memory;
 mod metrics;
 mod mmap;
 mod node;
 mod nsexec;
+mod paths;
+mod policy;
 mod policy_cmd;
 mod ratelimit;
 mod seqpacket;

@@ -174,7 +174,7 @@ impl Parts {
         policy.uvm_mmap = inst.uvm_mmap;
         policy.quotas = inst.quotas();
         let policy_file = match &inst.policy {
-            Some(p) => Some(crate::policy_cmd::PolicyFile::load(p)?),
+            Some(p) => Some(crate::policy::PolicyFile::load(p)?),
             None => None,
         };
         if let Some(f) = &policy_file {
@@ -200,11 +200,11 @@ impl Parts {
         .with_context(|| format!("instance {}", inst.name))?
         .with_audit(sink.clone());
         // The names must be in the table of the driver this instance runs on.
-        let names = crate::policy_cmd::AbiNames::of(
+        let names = crate::policy::AbiNames::of(
             proxy.abi(),
             format!("driver {}", driver.host.version().trim()),
         );
-        crate::policy_cmd::check_allow(&inst.allow, &names)
+        crate::policy::check_allow(&inst.allow, &names)
             .with_context(|| format!("instance {}: allow", inst.name))?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
             f.check(&names)
@@ -255,7 +255,7 @@ impl RunningInstance {
             let dev = crate::socket_transport::DevSocket::start(
                 &inst.name,
                 nodes,
-                Path::new(mmap::RUN_DIR),
+                Path::new(crate::paths::RUN_DIR),
             )
             .with_context(|| format!("instance {}: device socket", inst.name))?;
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
@@ -282,7 +282,7 @@ impl RunningInstance {
             channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
-        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(mmap::RUN_DIR))
+        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(crate::paths::RUN_DIR))
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
@@ -563,9 +563,9 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         transport: args.transport,
     };
     inst.validate()?;
-    crate::policy_cmd::check_allow(
+    crate::policy::check_allow(
         &inst.allow,
-        &crate::policy_cmd::AbiNames::for_version(driver.host.version())?,
+        &crate::policy::AbiNames::for_version(driver.host.version())?,
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
@@ -603,7 +603,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         sim_socket: None,
         take_over: false,
     };
-    let root = Path::new(mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
     let socket_transport = args.transport == config::Transport::Socket;
@@ -637,7 +637,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     if let (true, Some(shim)) = (socket_transport, &shim) {
         crate::socket_transport::ns_exec_args(&mut cmd, root, &inst.name, shim, inst.gpus.len());
     } else if let Some(shim) = &shim {
-        let socket = root.join(&inst.name).join(mmap::SOCKET_NAME);
+        let socket = root.join(&inst.name).join(crate::paths::MMAP_SOCKET);
         cmd.arg("--mmap-socket")
             .arg(&socket)
             .arg("--preload")
@@ -806,14 +806,14 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             cfg.daemon.allow_unrestricted_mmap_fds,
             None,
         )?;
-        let choice = crate::abi_cmd::AbiChoice {
+        let choice = crate::abi_tables::AbiChoice {
             abi_version: cfg.daemon.abi_version.clone(),
             abi_dir: cfg.daemon.abi_dir.clone(),
         };
-        let (_, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+        let (_, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
         tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
     }
-    let root = Path::new(mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let worker_uids = match &cfg.daemon.worker_uids {
         Some(r) => Some(config::parse_uid_range(r)?),
         None => None,
@@ -959,7 +959,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
     if let Some(argv) = crate::socket_transport::run_argv(
-        Path::new(mmap::RUN_DIR),
+        Path::new(crate::paths::RUN_DIR),
         &args.instance,
         args.shim.resolve()?.as_deref(),
         &args.command,
@@ -1001,9 +1001,9 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
         argv.push(format!("{}={n}", dir.join(n).display()));
     }
     if let Some(shim) = args.shim.resolve()? {
-        let socket = Path::new(mmap::RUN_DIR)
+        let socket = Path::new(crate::paths::RUN_DIR)
             .join(&args.instance)
-            .join(mmap::SOCKET_NAME);
+            .join(crate::paths::MMAP_SOCKET);
         if !socket.exists() {
             bail!(
                 "instance {} has no mmap socket ({}): is its daemon older than the shim? (--no-preload runs without it)",

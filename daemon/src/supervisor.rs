@@ -32,6 +32,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{InstanceConfig, RestartPolicy};
+use crate::paths;
 use crate::sys;
 use crate::worker::{self, WorkerSpec, WorkerStats};
 
@@ -169,7 +170,7 @@ impl Supervisor {
                 continue; // an `nvproxy exec`'s own
             }
             let name = st.spec.instance.name.clone();
-            let state_file = worker::run_dir(&self.root, &name).join(worker::STATE_FILE);
+            let state_file = paths::run_dir(&self.root, &name).join(paths::STATE_FILE);
             if !is_worker_of(st.pid) {
                 tracing::info!(instance = %name, pid = st.pid, "stale worker state file removed");
                 let _ = std::fs::remove_file(&state_file);
@@ -248,7 +249,7 @@ impl Supervisor {
     /// outlives the instance's workers. Returns its socket.
     fn ensure_sim(&self, spec: &WorkerSpec) -> Result<PathBuf> {
         let name = &spec.instance.name;
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         // 0700 from the start (the worker makes it the same way): a directory created 0755
         // here would let any host uid reach the instance's sockets.
         crate::seqpacket::make_run_root(&self.root)?;
@@ -297,7 +298,7 @@ impl Supervisor {
 
     /// Stops the instance's `nvproxy sim-driver`, if it has one.
     fn stop_sim(&self, name: &str) {
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         let Ok(text) = std::fs::read_to_string(dir.join(SIM_PID)) else {
             return;
         };
@@ -413,7 +414,7 @@ impl Supervisor {
     /// becomes ours again (owner, group and 0700), else the worker refuses it as not root's.
     fn reclaim_run_dir(&self, name: &str) -> Result<()> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         let Ok(m) = std::fs::symlink_metadata(&dir) else {
             return Ok(());
         };
@@ -445,7 +446,7 @@ impl Supervisor {
             nix::unistd::Uid::from_raw(run_as.uid),
             nix::unistd::Gid::from_raw(run_as.gid),
         );
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         crate::seqpacket::make_run_root(&self.root)?;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
             && e.kind() != std::io::ErrorKind::AlreadyExists
@@ -600,7 +601,7 @@ impl Supervisor {
             entry.spec.clone()
         };
         // The old worker's run directory may still hold its state file.
-        let _ = std::fs::remove_file(worker::run_dir(&self.root, name).join(worker::STATE_FILE));
+        let _ = std::fs::remove_file(paths::run_dir(&self.root, name).join(paths::STATE_FILE));
         match self.spawn(&spec) {
             Ok((pid, pidfd)) => {
                 tracing::warn!(instance = %name, pid, "worker restarted");
@@ -763,7 +764,7 @@ impl Supervisor {
         self.stop_sim(name);
         // Its directory goes with it once the worker and sim-driver removed what they made
         // (`remove_dir` removes only an empty one: anything left is kept, and said).
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         if let Err(e) = std::fs::remove_dir(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -961,13 +962,13 @@ mod tests {
             spec: spec_for(&cfg, &cfg.instances[0]),
         };
         std::fs::write(
-            root.join("a").join(worker::STATE_FILE),
+            root.join("a").join(paths::STATE_FILE),
             serde_json::to_vec(&st).unwrap(),
         )
         .unwrap();
         let sup = Supervisor::new(&root, None).unwrap();
         assert!(sup.adopt().is_empty());
-        assert!(!root.join("a").join(worker::STATE_FILE).exists());
+        assert!(!root.join("a").join(paths::STATE_FILE).exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -353,7 +353,7 @@ fn suspend(running: &RunningInstance) -> Result<Suspension> {
                     drop(serving);
                     let nodes = resume_nodes(running, suspended)?;
                     let mmap_socket =
-                        MmapSocket::start(running.mmap.clone(), Path::new(crate::mmap::RUN_DIR))?;
+                        MmapSocket::start(running.mmap.clone(), Path::new(crate::paths::RUN_DIR))?;
                     *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
                     Err(e)
                 }
@@ -379,7 +379,7 @@ fn resume_nodes(running: &RunningInstance, nodes: Vec<SuspendedNode>) -> Result<
 /// Serves the suspended sessions and sockets again in this process.
 fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
     let name = running.name().to_owned();
-    let root = Path::new(crate::mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let serving = match s {
         Suspension::Socket(sock) => {
             Serving::Socket(DevSocket::adopt(&name, socket_nodes(running), root, sock)?)
@@ -707,11 +707,11 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             state.driver_version
         );
     }
-    let choice = crate::abi_cmd::AbiChoice {
+    let choice = crate::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     // Never dropped before the commit: its proxies adopt the old worker's files, and a file
@@ -831,7 +831,7 @@ impl Prepared {
         let name = &spec.instance.name;
         let frontend: Arc<dyn crate::node::Backend> = self.parts.backend.clone();
         let uvm: Arc<dyn crate::node::Backend> = self.parts.uvm_backend.clone();
-        let root = Path::new(crate::mmap::RUN_DIR);
+        let root = Path::new(crate::paths::RUN_DIR);
         let serving = match self.serving {
             Suspension::Cuse {
                 nodes,

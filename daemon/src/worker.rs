@@ -29,16 +29,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::config::MemoryTransport;
 use crate::config::{DriverKind, InstanceConfig, SimSection};
-use crate::memory::MemoryTransport;
-use crate::mmap;
+use crate::paths::{STATE_FILE, WORKER_SOCKET, run_dir};
 use crate::serve::{self, RunningInstance};
 use crate::sys;
-
-/// The worker's state file in the instance's run directory.
-pub const STATE_FILE: &str = "worker.json";
-/// The worker's stats socket in the instance's run directory.
-pub const WORKER_SOCKET: &str = "worker.sock";
 
 /// What a worker serves: everything it needs, so that it can be started (or re-adopted)
 /// without the supervisor's config file.
@@ -148,11 +143,6 @@ pub struct WorkerStats {
     pub latency: crate::metrics::LatencySnapshot,
 }
 
-/// The run directory of an instance: `/run/nvproxy/<instance>`.
-pub fn run_dir(root: &Path, instance: &str) -> PathBuf {
-    root.join(instance)
-}
-
 /// `nvproxy worker`: reads the spec from stdin and serves it until a termination signal.
 /// Exit status: 0, or [`serve::LEAK_EXIT`] when the simulated driver held something after the
 /// instance stopped (the supervisor reports it for `--check-leaks`).
@@ -172,7 +162,7 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let root = Path::new(mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let dir = run_dir(root, &name);
     let started = if spec.take_over {
         crate::upgrade::take_over(&spec, &dir.join(WORKER_SOCKET))
@@ -253,11 +243,11 @@ fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, serve::Driver)>
             Some(&name),
         )?,
     };
-    let choice = crate::abi_cmd::AbiChoice {
+    let choice = crate::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     let channels = inherited_channels()?;
