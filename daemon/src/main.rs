@@ -34,6 +34,7 @@ mod sys;
 mod unix_server;
 mod upgrade;
 mod worker;
+mod worker_spec;
 
 use std::process::ExitCode;
 

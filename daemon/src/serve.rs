@@ -585,7 +585,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     // The instance is served by a worker process, as under `serve` (its own driver files and
     // RM clients; with --driver sim its own simulated driver, configured as ours); it stops
     // after the command, and with us if we die (`ephemeral`: PR_SET_PDEATHSIG).
-    let spec = crate::worker::WorkerSpec {
+    let spec = crate::worker_spec::WorkerSpec {
         instance: inst.clone(),
         driver: args.driver,
         sim: config::SimSection {

@@ -111,7 +111,7 @@ pub fn run_argv(
     let state = dir.join(crate::paths::STATE_FILE);
     let text = std::fs::read_to_string(&state)
         .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
-    let state: crate::worker::WorkerState = serde_json::from_str(&text)
+    let state: crate::worker_spec::WorkerState = serde_json::from_str(&text)
         .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
     let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
     let mut cmd = std::process::Command::new("unused");

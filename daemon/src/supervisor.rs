@@ -34,7 +34,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{InstanceConfig, RestartPolicy};
 use crate::paths;
 use crate::sys;
-use crate::worker::{self, WorkerSpec, WorkerStats};
+use crate::worker;
+use crate::worker_spec::{self, WorkerSpec, WorkerStats};
 
 /// The `--log` filter this process was started with, which its workers get too.
 pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -137,7 +138,7 @@ impl Supervisor {
 
     /// The user a new worker of `spec` runs as: its instance's `user`, else the lowest uid of
     /// `worker_uids` no instance uses, else the supervisor's (`None`). Root is `None`.
-    fn choose_user(&self, spec: &WorkerSpec) -> Result<Option<worker::RunAs>> {
+    fn choose_user(&self, spec: &WorkerSpec) -> Result<Option<worker_spec::RunAs>> {
         if let Some(u) = &spec.instance.user {
             let run_as = resolve_user(u)
                 .with_context(|| format!("instance {}: user {u:?}", spec.instance.name))?;
@@ -158,7 +159,7 @@ impl Supervisor {
                     spec.instance.name
                 )
             })?;
-        Ok(Some(worker::RunAs { uid, gid: uid }))
+        Ok(Some(worker_spec::RunAs { uid, gid: uid }))
     }
 
     /// Adopts the live workers that state files name; removes stale state files. Returns
@@ -431,13 +432,13 @@ impl Supervisor {
     }
 
     /// For a worker under `run_as`: its run directory (and audit log) made its own, one
-    /// `/dev/cuse` channel per node opened for it (inherited, [`worker::CHANNELS_ENV`]), and
+    /// `/dev/cuse` channel per node opened for it (inherited, [`worker_spec::CHANNELS_ENV`]), and
     /// the uid change with `CAP_SYS_PTRACE` kept (`sys::become_user_keeping`) done in the child
     /// before `execve`. Returns the channels (the parent's copies).
     fn prepare_for_user(
         &self,
         spec: &WorkerSpec,
-        run_as: worker::RunAs,
+        run_as: worker_spec::RunAs,
         cmd: &mut Command,
     ) -> Result<Vec<OwnedFd>> {
         use std::os::fd::AsRawFd;
@@ -528,7 +529,7 @@ impl Supervisor {
             .collect::<Result<Vec<_>>>()?;
         let raw: Vec<i32> = channels.iter().map(|c| c.as_raw_fd()).collect();
         cmd.env(
-            worker::CHANNELS_ENV,
+            worker_spec::CHANNELS_ENV,
             raw.iter()
                 .map(|fd| fd.to_string())
                 .collect::<Vec<_>>()
@@ -907,19 +908,19 @@ fn is_worker_of(pid: u32) -> bool {
 
 /// `user`: a user name (its uid and primary gid) or a numeric uid (its passwd entry's gid, or
 /// a gid of the same number when it has none).
-pub fn resolve_user(user: &str) -> Result<worker::RunAs> {
+pub fn resolve_user(user: &str) -> Result<worker_spec::RunAs> {
     use nix::unistd::{Uid, User};
     if let Ok(uid) = user.parse::<u32>() {
         let gid = User::from_uid(Uid::from_raw(uid))
             .ok()
             .flatten()
             .map_or(uid, |u| u.gid.as_raw());
-        return Ok(worker::RunAs { uid, gid });
+        return Ok(worker_spec::RunAs { uid, gid });
     }
     let u = User::from_name(user)
         .with_context(|| format!("looking up user {user:?}"))?
         .with_context(|| format!("no user {user:?} (a user name or a numeric uid)"))?;
-    Ok(worker::RunAs {
+    Ok(worker_spec::RunAs {
         uid: u.uid.as_raw(),
         gid: u.gid.as_raw(),
     })
@@ -956,7 +957,7 @@ mod tests {
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
         )
         .unwrap();
-        let st = worker::WorkerState {
+        let st = worker_spec::WorkerState {
             // Our own pid is alive, but not an `nvproxy worker`.
             pid: std::process::id(),
             spec: spec_for(&cfg, &cfg.instances[0]),

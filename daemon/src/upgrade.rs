@@ -53,7 +53,7 @@ use crate::node::Node;
 use crate::serve::{Parts, RunningInstance, Serving};
 use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
 use crate::sys;
-use crate::worker::WorkerSpec;
+use crate::worker_spec::WorkerSpec;
 
 /// The `format` field of a worker's state.
 pub const STATE_FORMAT: &str = "nvproxy-worker-state";
