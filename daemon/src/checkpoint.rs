@@ -102,7 +102,7 @@ pub struct Control {
 
 impl Control {
     /// The control of `running`, served by `host`.
-    pub fn new(running: &crate::serve::RunningInstance, host: Arc<dyn HostDriver>) -> Self {
+    pub fn new(running: &crate::running::RunningInstance, host: Arc<dyn HostDriver>) -> Self {
         let (frontend, uvm, sink) = running.parts();
         Self::from_parts(running.name(), frontend, uvm, host, sink)
     }

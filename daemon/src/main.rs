@@ -25,6 +25,7 @@ mod paths;
 mod policy;
 mod policy_cmd;
 mod ratelimit;
+mod running;
 mod seqpacket;
 mod serve;
 mod simd;

@@ -50,7 +50,7 @@ use crate::fdid::FdIdentity;
 use crate::instance::{InstanceNodes, SuspendedNode};
 use crate::mmap::{InstanceMmap, LiveTicket, MmapSocket};
 use crate::node::Node;
-use crate::serve::{Parts, RunningInstance, Serving};
+use crate::running::{Parts, RunningInstance, Serving};
 use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
 use crate::sys;
 use crate::worker_spec::WorkerSpec;
@@ -573,7 +573,7 @@ fn abandon(instance: &str, e: &anyhow::Error) -> ! {
 pub fn take_over(
     spec: &WorkerSpec,
     worker_socket: &Path,
-) -> Result<(RunningInstance, crate::serve::Driver)> {
+) -> Result<(RunningInstance, crate::running::Driver)> {
     let name = &spec.instance.name;
     let conn = UnixStream::connect(worker_socket).with_context(|| {
         format!(
@@ -659,7 +659,7 @@ pub fn take_over(
 
 /// Everything rebuilt, nothing served yet.
 struct Prepared {
-    driver: crate::serve::Driver,
+    driver: crate::running::Driver,
     parts: Parts,
     serving: Suspension,
     fdid: Arc<FdIdentity>,
@@ -680,7 +680,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             let remote = Arc::new(crate::simd::RemoteSim::adopt_session(
                 path, d.token, anchor,
             )?);
-            crate::serve::Driver {
+            crate::running::Driver {
                 host: remote.clone(),
                 sim: None,
                 remote: Some(remote),
@@ -692,7 +692,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
                 "instance {name}: its simulated driver lives in the worker; a live upgrade needs [sim] process = true"
             )
         }
-        _ => crate::serve::make_driver(
+        _ => crate::running::make_driver(
             spec.driver,
             spec.sim.gpus,
             &spec.sim.driver_version,
@@ -827,7 +827,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
 }
 
 impl Prepared {
-    fn serve(self, spec: &WorkerSpec) -> Result<(RunningInstance, crate::serve::Driver)> {
+    fn serve(self, spec: &WorkerSpec) -> Result<(RunningInstance, crate::running::Driver)> {
         let name = &spec.instance.name;
         let frontend: Arc<dyn crate::node::Backend> = self.parts.backend.clone();
         let uvm: Arc<dyn crate::node::Backend> = self.parts.uvm_backend.clone();

@@ -32,7 +32,7 @@ use crate::config::DriverKind;
 #[cfg(test)]
 use crate::config::MemoryTransport;
 use crate::paths::{STATE_FILE, WORKER_SOCKET, run_dir};
-use crate::serve::{self, RunningInstance};
+use crate::running::{self, RunningInstance};
 use crate::sys;
 use crate::worker_spec::{CHANNELS_ENV, WorkerSpec, WorkerState, WorkerStats};
 
@@ -65,7 +65,7 @@ fn inherited_channels() -> Result<Vec<std::os::fd::OwnedFd>> {
 }
 
 /// `nvproxy worker`: reads the spec from stdin and serves it until a termination signal.
-/// Exit status: 0, or [`serve::LEAK_EXIT`] when the simulated driver held something after the
+/// Exit status: 0, or [`running::LEAK_EXIT`] when the simulated driver held something after the
 /// instance stopped (the supervisor reports it for `--check-leaks`).
 pub fn run() -> Result<ExitCode> {
     let mut text = String::new();
@@ -135,28 +135,28 @@ pub fn run() -> Result<ExitCode> {
             }
         }
     }
-    let clean = serve::leak_check(&driver) && table_clean;
+    let clean = running::leak_check(&driver) && table_clean;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(serve::LEAK_EXIT)
+        ExitCode::from(running::LEAK_EXIT)
     })
 }
 
 /// Builds the driver and registers the instance's nodes (a worker's usual start).
-fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, serve::Driver)> {
+fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, running::Driver)> {
     let name = spec.instance.name.clone();
     let mut driver = match (&spec.sim_socket, spec.driver) {
         (Some(path), DriverKind::Sim) => {
             let remote = Arc::new(crate::simd::RemoteSim::connect(path)?);
-            serve::Driver {
+            running::Driver {
                 host: remote.clone(),
                 sim: None,
                 remote: Some(remote),
                 abi: None,
             }
         }
-        _ => serve::make_driver(
+        _ => running::make_driver(
             spec.driver,
             spec.sim.gpus,
             &spec.sim.driver_version,
