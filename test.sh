@@ -14,6 +14,9 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "import cycles (tests/layout/imports.py: none of three or more files in the daemon)"
+python3 tests/layout/imports.py --check daemon
+
 step "cargo build (the binaries the native socket-transport suite runs)"
 cargo build -p daemon -p preload -p tests
 
