@@ -694,7 +694,7 @@ mod tests {
             mode: "enforce".into(),
             state: "running".into(),
             restarts: 0,
-            stats: Some(crate::worker::WorkerStats {
+            stats: Some(crate::worker_spec::WorkerStats {
                 pid: 77,
                 open_files: 3,
                 objects: 12,

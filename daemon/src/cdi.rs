@@ -535,7 +535,7 @@ pub struct SpecInputs {
     pub hook_bin: PathBuf,
     /// The mmap shim on the host; `None`: no shim (mmap of the nodes fails with ENODEV).
     pub shim: Option<PathBuf>,
-    /// `mmap::RUN_DIR`.
+    /// `crate::paths::RUN_DIR`.
     pub run_dir: PathBuf,
     pub userspace: Userspace,
 }
@@ -615,7 +615,7 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
                 host_path: s(&inputs
                     .run_dir
                     .join(&inst.name)
-                    .join(crate::mmap::SOCKET_NAME)),
+                    .join(crate::paths::MMAP_SOCKET)),
                 container_path: nvproxy_preload_proto::DEFAULT_SOCKET_PATH.to_owned(),
                 kind: None,
                 options: ["rbind", "nosuid", "nodev", "noexec"]
@@ -894,7 +894,7 @@ fn spec_from(
         instances,
         hook_bin,
         shim,
-        run_dir: PathBuf::from(crate::mmap::RUN_DIR),
+        run_dir: PathBuf::from(crate::paths::RUN_DIR),
         userspace,
     })
 }

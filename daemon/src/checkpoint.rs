@@ -35,7 +35,7 @@ pub struct CheckpointArgs {
     /// Where to write its state (mode 0600).
     pub file: PathBuf,
     /// The run directory of the workers.
-    #[arg(long, default_value = crate::mmap::RUN_DIR, hide = true)]
+    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
     pub run_dir: PathBuf,
 }
 
@@ -50,7 +50,7 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "OLD=NEW")]
     pub remap: Vec<String>,
     /// The run directory of the workers.
-    #[arg(long, default_value = crate::mmap::RUN_DIR, hide = true)]
+    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
     pub run_dir: PathBuf,
 }
 
@@ -102,7 +102,7 @@ pub struct Control {
 
 impl Control {
     /// The control of `running`, served by `host`.
-    pub fn new(running: &crate::serve::RunningInstance, host: Arc<dyn HostDriver>) -> Self {
+    pub fn new(running: &crate::running::RunningInstance, host: Arc<dyn HostDriver>) -> Self {
         let (frontend, uvm, sink) = running.parts();
         Self::from_parts(running.name(), frontend, uvm, host, sink)
     }
@@ -269,7 +269,7 @@ pub fn read_request(conn: &UnixStream) -> Option<String> {
 }
 
 fn call(run_dir: &Path, instance: &str, req: &Request) -> Result<Answer> {
-    let path = crate::worker::run_dir(run_dir, instance).join(crate::worker::WORKER_SOCKET);
+    let path = crate::paths::run_dir(run_dir, instance).join(crate::paths::WORKER_SOCKET);
     let mut s = UnixStream::connect(&path).with_context(|| {
         format!(
             "connecting to {} (is instance {instance} served?)",

@@ -56,8 +56,65 @@ pub enum DriverKind {
     Sim,
 }
 
-pub use crate::memory::MemoryTransport;
-pub use crate::socket_transport::Transport;
+/// How the daemon reads and writes client memory.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryTransport {
+    /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
+    #[default]
+    ProcessVm,
+    /// The CUSE unrestricted-ioctl retry protocol: one extra round trip per level of pointers.
+    Retry,
+}
+
+/// How an instance reaches its tenants.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// CUSE nodes (`/dev/nvproxy/<instance>/...`, bind-mounted at `/dev/nvidia*`), mmap through
+    /// the shim.
+    #[default]
+    Cuse,
+    /// No device nodes: the shim serves `/dev/nvidia*` over the instance's device socket
+    /// (`/run/nvproxy/<instance>/dev.sock`, this module). For kernels without CUSE.
+    Socket,
+}
+
+impl Transport {
+    /// The name the config file and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Cuse => "cuse",
+            Transport::Socket => "socket",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Enforce the policy, or only record what it would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -380,7 +437,7 @@ impl Config {
         cfg.check_abi_choice()
             .with_context(|| format!("in config {}", path.display()))?;
         if cfg.driver == DriverKind::Host {
-            if let Some(minors) = crate::doctor::host_gpu_minors() {
+            if let Some(minors) = crate::host::host_gpu_minors() {
                 for inst in &cfg.instances {
                     check_host_gpus(&inst.gpus, &minors).with_context(|| {
                         format!(
@@ -405,7 +462,7 @@ impl Config {
         let names = self.abi_names()?;
         for inst in &self.instances {
             if let Some(p) = &inst.policy {
-                crate::policy_cmd::load_checked(p, &names)
+                crate::policy::load_checked(p, &names)
                     .with_context(|| format!("instance {:?}", inst.name))?;
             }
         }
@@ -542,7 +599,7 @@ impl Config {
         if self.instances.iter().any(|i| !i.allow.is_empty()) {
             let abi = self.abi_names()?;
             for inst in &self.instances {
-                crate::policy_cmd::check_allow(&inst.allow, &abi)
+                crate::policy::check_allow(&inst.allow, &abi)
                     .with_context(|| format!("instance {:?}: allow", inst.name))?;
             }
         }
@@ -551,10 +608,10 @@ impl Config {
 
     /// The names of the table this config runs with: the simulated driver's version, or the
     /// host driver's (every known version's when this host has none).
-    pub fn abi_names(&self) -> Result<crate::policy_cmd::AbiNames> {
+    pub fn abi_names(&self) -> Result<crate::policy::AbiNames> {
         Ok(match self.driver {
-            DriverKind::Sim => crate::policy_cmd::AbiNames::for_version(&self.sim.driver_version)?,
-            DriverKind::Host => crate::policy_cmd::AbiNames::for_host(),
+            DriverKind::Sim => crate::policy::AbiNames::for_version(&self.sim.driver_version)?,
+            DriverKind::Host => crate::policy::AbiNames::for_host(),
         })
     }
 

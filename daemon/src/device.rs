@@ -18,8 +18,8 @@ use nvproxy_preload_proto::{
     NVPROXY_HELLO_MAGIC, NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY, NVPROXY_IOC_MMAP_TICKET,
 };
 
+use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;
-use crate::memory::MemoryTransport;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
 use crate::mmap::InstanceMmap;
 use crate::ratelimit::tenant_log;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::fs;
 use std::path::Path;
 
+use crate::host::host_driver_version;
 use crate::sys;
 
 /// One finding of `nvproxy doctor`.
@@ -339,39 +340,6 @@ fn request_thread_drop() -> Result<(), String> {
     })
     .join()
     .unwrap_or_else(|_| Err("the scratch thread panicked".to_owned()))
-}
-
-/// The loaded NVIDIA kernel module's version, from sysfs or procfs.
-pub fn host_driver_version() -> Option<String> {
-    if let Ok(v) = fs::read_to_string("/sys/module/nvidia/version") {
-        return Some(v.trim().to_owned());
-    }
-    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed ..."
-    let text = fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
-    line.split_whitespace()
-        .find(|w| {
-            w.split('.').count() >= 2
-                && w.split('.')
-                    .all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
-        })
-        .map(str::to_owned)
-}
-
-/// The minors of the host driver's GPUs (`Device Minor:` of
-/// `/proc/driver/nvidia/gpus/*/information`), sorted; None when the driver lists none.
-pub fn host_gpu_minors() -> Option<Vec<u32>> {
-    let mut minors: Vec<u32> = fs::read_dir("/proc/driver/nvidia/gpus")
-        .ok()?
-        .filter_map(|e| fs::read_to_string(e.ok()?.path().join("information")).ok())
-        .filter_map(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("Device Minor:"))
-                .and_then(|m| m.trim().parse().ok())
-        })
-        .collect();
-    minors.sort_unstable();
-    (!minors.is_empty()).then_some(minors)
 }
 
 #[cfg(test)]

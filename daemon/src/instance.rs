@@ -13,9 +13,9 @@ use cuse_dev::{
     CuseError, DeviceConfig, InitInfo, PendingRetry, Session, SessionControl, Suspended,
 };
 
+use crate::config::MemoryTransport;
 use crate::device::{Backend, Node, NodeDevice};
 use crate::fdid::FdIdentity;
-use crate::memory::MemoryTransport;
 use crate::mmap::InstanceMmap;
 
 /// How long registration and the self-check may take (the VM's emulated CPU is slow).

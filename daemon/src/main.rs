@@ -1,6 +1,7 @@
 //! `nvproxy`: the daemon and its command line.
 
 mod abi_cmd;
+mod abi_tables;
 mod api;
 mod audit_cmd;
 mod audit_log;
@@ -13,14 +14,18 @@ mod device;
 mod doctor;
 mod fdid;
 mod fdpass;
+mod host;
 mod instance;
 mod memory;
 mod metrics;
 mod mmap;
 mod node;
 mod nsexec;
+mod paths;
+mod policy;
 mod policy_cmd;
 mod ratelimit;
+mod running;
 mod seqpacket;
 mod serve;
 mod simd;
@@ -30,6 +35,7 @@ mod sys;
 mod unix_server;
 mod upgrade;
 mod worker;
+mod worker_spec;
 
 use std::process::ExitCode;
 

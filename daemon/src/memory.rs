@@ -18,27 +18,6 @@ use ioctl_proxy::{ClientMemory, MemError};
 use crate::ratelimit::tenant_log;
 use crate::sys;
 
-/// How the daemon reads and writes client memory.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    serde::Deserialize,
-    serde::Serialize,
-    Default,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryTransport {
-    /// `process_vm_readv`/`writev` on the calling thread: one CUSE round trip per ioctl.
-    #[default]
-    ProcessVm,
-    /// The CUSE unrestricted-ioctl retry protocol: one extra round trip per level of pointers.
-    Retry,
-}
-
 /// Client memory through `process_vm_readv`/`writev` on thread `tid`.
 ///
 /// **The window.** On the frontend nodes the process-vm transport uses restricted CUSE ioctls

@@ -17,9 +17,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 
-use crate::worker::WorkerStats;
+#[cfg(test)]
+use crate::worker_spec::IoctlCount;
+use crate::worker_spec::{LatencySnapshot, WorkerStats};
 
 /// Upper bounds (seconds) of the request-latency histogram's buckets; one more, `+Inf`,
 /// follows. From 10 µs (a native request's floor) to 1 s (a request parked on tenant memory
@@ -77,28 +78,6 @@ impl Default for Latency {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// A histogram as the stats socket carries it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct LatencySnapshot {
-    /// Per bucket of [`BOUNDS_S`] and `+Inf`, not cumulative.
-    pub buckets: Vec<u64>,
-    /// Sum of the latencies, nanoseconds.
-    pub sum_ns: u64,
-}
-
-/// One row of a worker's audit counts, as the stats socket carries it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IoctlCount {
-    /// escape, control, class or uvm.
-    pub kind: String,
-    /// The entry's driver name (or the fold-over row's).
-    pub name: String,
-    /// allowed, denied, audit-would-deny or failed.
-    pub decision: String,
-    /// Calls.
-    pub count: u64,
 }
 
 /// What the supervisor knows of one instance at a scrape.

@@ -466,7 +466,7 @@ pub struct SimDriverArgs {
 /// Runs `nvproxy sim-driver`.
 pub fn run(args: &SimDriverArgs) -> Result<()> {
     crate::sys::block_termination_signals().context("blocking signals")?;
-    let d = crate::serve::make_driver(
+    let d = crate::running::make_driver(
         crate::config::DriverKind::Sim,
         args.gpus,
         &args.driver_version,

@@ -56,45 +56,6 @@ use crate::node::{Backend, Node};
 use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root, send_with_fd};
 use crate::{fdpass, ratelimit, sys};
 
-/// How an instance reaches its tenants.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    serde::Deserialize,
-    serde::Serialize,
-    Default,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// CUSE nodes (`/dev/nvproxy/<instance>/...`, bind-mounted at `/dev/nvidia*`), mmap through
-    /// the shim.
-    #[default]
-    Cuse,
-    /// No device nodes: the shim serves `/dev/nvidia*` over the instance's device socket
-    /// (`/run/nvproxy/<instance>/dev.sock`, this module). For kernels without CUSE.
-    Socket,
-}
-
-impl Transport {
-    /// The name the config file and the command line use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Cuse => "cuse",
-            Transport::Socket => "socket",
-        }
-    }
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// How long the accepting thread waits for a connected peer's open request.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The deadline of one wait on the caller's memory (as CUSE's client waits).
@@ -135,7 +96,7 @@ pub fn run_argv(
     shim: Option<&Path>,
     command: &[String],
 ) -> Result<Option<Vec<String>>> {
-    let dir = crate::worker::run_dir(root, instance);
+    let dir = crate::paths::run_dir(root, instance);
     let socket = dir.join(DEV_SOCKET_NAME);
     if !socket.exists() {
         return Ok(None);
@@ -147,10 +108,10 @@ pub fn run_argv(
             crate::mmap::SHIM_NAME
         )
     })?;
-    let state = dir.join(crate::worker::STATE_FILE);
+    let state = dir.join(crate::paths::STATE_FILE);
     let text = std::fs::read_to_string(&state)
         .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
-    let state: crate::worker::WorkerState = serde_json::from_str(&text)
+    let state: crate::worker_spec::WorkerState = serde_json::from_str(&text)
         .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
     let mut argv = vec!["ns-exec".to_owned(), "--driver-params".to_owned()];
     let mut cmd = std::process::Command::new("unused");
@@ -305,7 +266,7 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
 
 impl DevSocket {
     /// Serves `nodes` of `instance` at `<root>/<instance>/dev.sock` (`root` is
-    /// `mmap::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
+    /// `crate::paths::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
     /// container may open the nodes, as the driver's 0666 nodes).
     pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
         make_run_root(root)?;

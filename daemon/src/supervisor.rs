@@ -32,8 +32,10 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{InstanceConfig, RestartPolicy};
+use crate::paths;
 use crate::sys;
-use crate::worker::{self, WorkerSpec, WorkerStats};
+use crate::worker;
+use crate::worker_spec::{self, WorkerSpec, WorkerStats};
 
 /// The `--log` filter this process was started with, which its workers get too.
 pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -136,7 +138,7 @@ impl Supervisor {
 
     /// The user a new worker of `spec` runs as: its instance's `user`, else the lowest uid of
     /// `worker_uids` no instance uses, else the supervisor's (`None`). Root is `None`.
-    fn choose_user(&self, spec: &WorkerSpec) -> Result<Option<worker::RunAs>> {
+    fn choose_user(&self, spec: &WorkerSpec) -> Result<Option<worker_spec::RunAs>> {
         if let Some(u) = &spec.instance.user {
             let run_as = resolve_user(u)
                 .with_context(|| format!("instance {}: user {u:?}", spec.instance.name))?;
@@ -157,7 +159,7 @@ impl Supervisor {
                     spec.instance.name
                 )
             })?;
-        Ok(Some(worker::RunAs { uid, gid: uid }))
+        Ok(Some(worker_spec::RunAs { uid, gid: uid }))
     }
 
     /// Adopts the live workers that state files name; removes stale state files. Returns
@@ -169,7 +171,7 @@ impl Supervisor {
                 continue; // an `nvproxy exec`'s own
             }
             let name = st.spec.instance.name.clone();
-            let state_file = worker::run_dir(&self.root, &name).join(worker::STATE_FILE);
+            let state_file = paths::run_dir(&self.root, &name).join(paths::STATE_FILE);
             if !is_worker_of(st.pid) {
                 tracing::info!(instance = %name, pid = st.pid, "stale worker state file removed");
                 let _ = std::fs::remove_file(&state_file);
@@ -248,7 +250,7 @@ impl Supervisor {
     /// outlives the instance's workers. Returns its socket.
     fn ensure_sim(&self, spec: &WorkerSpec) -> Result<PathBuf> {
         let name = &spec.instance.name;
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         // 0700 from the start (the worker makes it the same way): a directory created 0755
         // here would let any host uid reach the instance's sockets.
         crate::seqpacket::make_run_root(&self.root)?;
@@ -297,7 +299,7 @@ impl Supervisor {
 
     /// Stops the instance's `nvproxy sim-driver`, if it has one.
     fn stop_sim(&self, name: &str) {
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         let Ok(text) = std::fs::read_to_string(dir.join(SIM_PID)) else {
             return;
         };
@@ -413,7 +415,7 @@ impl Supervisor {
     /// becomes ours again (owner, group and 0700), else the worker refuses it as not root's.
     fn reclaim_run_dir(&self, name: &str) -> Result<()> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         let Ok(m) = std::fs::symlink_metadata(&dir) else {
             return Ok(());
         };
@@ -430,13 +432,13 @@ impl Supervisor {
     }
 
     /// For a worker under `run_as`: its run directory (and audit log) made its own, one
-    /// `/dev/cuse` channel per node opened for it (inherited, [`worker::CHANNELS_ENV`]), and
+    /// `/dev/cuse` channel per node opened for it (inherited, [`worker_spec::CHANNELS_ENV`]), and
     /// the uid change with `CAP_SYS_PTRACE` kept (`sys::become_user_keeping`) done in the child
     /// before `execve`. Returns the channels (the parent's copies).
     fn prepare_for_user(
         &self,
         spec: &WorkerSpec,
-        run_as: worker::RunAs,
+        run_as: worker_spec::RunAs,
         cmd: &mut Command,
     ) -> Result<Vec<OwnedFd>> {
         use std::os::fd::AsRawFd;
@@ -445,7 +447,7 @@ impl Supervisor {
             nix::unistd::Uid::from_raw(run_as.uid),
             nix::unistd::Gid::from_raw(run_as.gid),
         );
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         crate::seqpacket::make_run_root(&self.root)?;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
             && e.kind() != std::io::ErrorKind::AlreadyExists
@@ -527,7 +529,7 @@ impl Supervisor {
             .collect::<Result<Vec<_>>>()?;
         let raw: Vec<i32> = channels.iter().map(|c| c.as_raw_fd()).collect();
         cmd.env(
-            worker::CHANNELS_ENV,
+            worker_spec::CHANNELS_ENV,
             raw.iter()
                 .map(|fd| fd.to_string())
                 .collect::<Vec<_>>()
@@ -600,7 +602,7 @@ impl Supervisor {
             entry.spec.clone()
         };
         // The old worker's run directory may still hold its state file.
-        let _ = std::fs::remove_file(worker::run_dir(&self.root, name).join(worker::STATE_FILE));
+        let _ = std::fs::remove_file(paths::run_dir(&self.root, name).join(paths::STATE_FILE));
         match self.spawn(&spec) {
             Ok((pid, pidfd)) => {
                 tracing::warn!(instance = %name, pid, "worker restarted");
@@ -763,7 +765,7 @@ impl Supervisor {
         self.stop_sim(name);
         // Its directory goes with it once the worker and sim-driver removed what they made
         // (`remove_dir` removes only an empty one: anything left is kept, and said).
-        let dir = worker::run_dir(&self.root, name);
+        let dir = paths::run_dir(&self.root, name);
         if let Err(e) = std::fs::remove_dir(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -906,19 +908,19 @@ fn is_worker_of(pid: u32) -> bool {
 
 /// `user`: a user name (its uid and primary gid) or a numeric uid (its passwd entry's gid, or
 /// a gid of the same number when it has none).
-pub fn resolve_user(user: &str) -> Result<worker::RunAs> {
+pub fn resolve_user(user: &str) -> Result<worker_spec::RunAs> {
     use nix::unistd::{Uid, User};
     if let Ok(uid) = user.parse::<u32>() {
         let gid = User::from_uid(Uid::from_raw(uid))
             .ok()
             .flatten()
             .map_or(uid, |u| u.gid.as_raw());
-        return Ok(worker::RunAs { uid, gid });
+        return Ok(worker_spec::RunAs { uid, gid });
     }
     let u = User::from_name(user)
         .with_context(|| format!("looking up user {user:?}"))?
         .with_context(|| format!("no user {user:?} (a user name or a numeric uid)"))?;
-    Ok(worker::RunAs {
+    Ok(worker_spec::RunAs {
         uid: u.uid.as_raw(),
         gid: u.gid.as_raw(),
     })
@@ -955,19 +957,19 @@ mod tests {
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
         )
         .unwrap();
-        let st = worker::WorkerState {
+        let st = worker_spec::WorkerState {
             // Our own pid is alive, but not an `nvproxy worker`.
             pid: std::process::id(),
             spec: spec_for(&cfg, &cfg.instances[0]),
         };
         std::fs::write(
-            root.join("a").join(worker::STATE_FILE),
+            root.join("a").join(paths::STATE_FILE),
             serde_json::to_vec(&st).unwrap(),
         )
         .unwrap();
         let sup = Supervisor::new(&root, None).unwrap();
         assert!(sup.adopt().is_empty());
-        assert!(!root.join("a").join(worker::STATE_FILE).exists());
+        assert!(!root.join("a").join(paths::STATE_FILE).exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 

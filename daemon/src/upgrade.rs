@@ -50,10 +50,10 @@ use crate::fdid::FdIdentity;
 use crate::instance::{InstanceNodes, SuspendedNode};
 use crate::mmap::{InstanceMmap, LiveTicket, MmapSocket};
 use crate::node::Node;
-use crate::serve::{Parts, RunningInstance, Serving};
+use crate::running::{Parts, RunningInstance, Serving};
 use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
 use crate::sys;
-use crate::worker::WorkerSpec;
+use crate::worker_spec::WorkerSpec;
 
 /// The `format` field of a worker's state.
 pub const STATE_FORMAT: &str = "nvproxy-worker-state";
@@ -353,7 +353,7 @@ fn suspend(running: &RunningInstance) -> Result<Suspension> {
                     drop(serving);
                     let nodes = resume_nodes(running, suspended)?;
                     let mmap_socket =
-                        MmapSocket::start(running.mmap.clone(), Path::new(crate::mmap::RUN_DIR))?;
+                        MmapSocket::start(running.mmap.clone(), Path::new(crate::paths::RUN_DIR))?;
                     *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
                     Err(e)
                 }
@@ -379,7 +379,7 @@ fn resume_nodes(running: &RunningInstance, nodes: Vec<SuspendedNode>) -> Result<
 /// Serves the suspended sessions and sockets again in this process.
 fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
     let name = running.name().to_owned();
-    let root = Path::new(crate::mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let serving = match s {
         Suspension::Socket(sock) => {
             Serving::Socket(DevSocket::adopt(&name, socket_nodes(running), root, sock)?)
@@ -573,7 +573,7 @@ fn abandon(instance: &str, e: &anyhow::Error) -> ! {
 pub fn take_over(
     spec: &WorkerSpec,
     worker_socket: &Path,
-) -> Result<(RunningInstance, crate::serve::Driver)> {
+) -> Result<(RunningInstance, crate::running::Driver)> {
     let name = &spec.instance.name;
     let conn = UnixStream::connect(worker_socket).with_context(|| {
         format!(
@@ -659,7 +659,7 @@ pub fn take_over(
 
 /// Everything rebuilt, nothing served yet.
 struct Prepared {
-    driver: crate::serve::Driver,
+    driver: crate::running::Driver,
     parts: Parts,
     serving: Suspension,
     fdid: Arc<FdIdentity>,
@@ -680,7 +680,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             let remote = Arc::new(crate::simd::RemoteSim::adopt_session(
                 path, d.token, anchor,
             )?);
-            crate::serve::Driver {
+            crate::running::Driver {
                 host: remote.clone(),
                 sim: None,
                 remote: Some(remote),
@@ -692,7 +692,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
                 "instance {name}: its simulated driver lives in the worker; a live upgrade needs [sim] process = true"
             )
         }
-        _ => crate::serve::make_driver(
+        _ => crate::running::make_driver(
             spec.driver,
             spec.sim.gpus,
             &spec.sim.driver_version,
@@ -707,11 +707,11 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             state.driver_version
         );
     }
-    let choice = crate::abi_cmd::AbiChoice {
+    let choice = crate::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     // Never dropped before the commit: its proxies adopt the old worker's files, and a file
@@ -827,11 +827,11 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
 }
 
 impl Prepared {
-    fn serve(self, spec: &WorkerSpec) -> Result<(RunningInstance, crate::serve::Driver)> {
+    fn serve(self, spec: &WorkerSpec) -> Result<(RunningInstance, crate::running::Driver)> {
         let name = &spec.instance.name;
         let frontend: Arc<dyn crate::node::Backend> = self.parts.backend.clone();
         let uvm: Arc<dyn crate::node::Backend> = self.parts.uvm_backend.clone();
-        let root = Path::new(crate::mmap::RUN_DIR);
+        let root = Path::new(crate::paths::RUN_DIR);
         let serving = match self.serving {
             Suspension::Cuse {
                 nodes,

@@ -21,78 +21,20 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
 
-use crate::config::{DriverKind, InstanceConfig, SimSection};
-use crate::memory::MemoryTransport;
-use crate::mmap;
-use crate::serve::{self, RunningInstance};
+use crate::config::DriverKind;
+#[cfg(test)]
+use crate::config::MemoryTransport;
+use crate::paths::{STATE_FILE, WORKER_SOCKET, run_dir};
+use crate::running::{self, RunningInstance};
 use crate::sys;
-
-/// The worker's state file in the instance's run directory.
-pub const STATE_FILE: &str = "worker.json";
-/// The worker's stats socket in the instance's run directory.
-pub const WORKER_SOCKET: &str = "worker.sock";
-
-/// What a worker serves: everything it needs, so that it can be started (or re-adopted)
-/// without the supervisor's config file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct WorkerSpec {
-    /// The instance.
-    pub instance: InstanceConfig,
-    /// host or sim.
-    pub driver: DriverKind,
-    /// The simulated driver's settings (with `driver = sim`).
-    pub sim: SimSection,
-    /// Client memory transport.
-    pub memory: MemoryTransport,
-    /// The audit log, if any.
-    pub audit: Option<PathBuf>,
-    /// `[daemon] allow_unrestricted_mmap_fds`.
-    pub allow_unrestricted_mmap_fds: bool,
-    /// `[daemon] abi_version` / `serve --abi-version`: the known version whose tables serve a
-    /// host driver that has no node.
-    #[serde(default)]
-    pub abi_version: Option<String>,
-    /// `[daemon] abi_dir`: node files for versions the tree lacks.
-    #[serde(default)]
-    pub abi_dir: Option<PathBuf>,
-    /// The one instance of an `nvproxy exec`: no supervisor adopts it, and it stops when the
-    /// `exec` that started it dies (`PR_SET_PDEATHSIG`).
-    #[serde(default)]
-    pub ephemeral: bool,
-    /// The user the worker runs as (`[[instance]] user`, or one of `[daemon] worker_uids`);
-    /// `None`: the supervisor's.
-    #[serde(default)]
-    pub run_as: Option<RunAs>,
-    /// With `[sim] process = true`: the socket of the instance's `nvproxy sim-driver`.
-    #[serde(default)]
-    pub sim_socket: Option<PathBuf>,
-    /// Take the instance over from the worker serving it now (a live upgrade, `upgrade.rs`)
-    /// instead of registering its nodes.
-    #[serde(default)]
-    pub take_over: bool,
-}
-
-/// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
-/// memory and fds), its `/dev/cuse` channels opened by the supervisor.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RunAs {
-    /// Real, effective and saved uid.
-    pub uid: u32,
-    /// Real, effective and saved gid (and the only supplementary group).
-    pub gid: u32,
-}
-
-/// The environment variable that names the `/dev/cuse` channels a worker inherits
-/// (comma-separated fd numbers, one per node: nvidiactl, nvidia0.., nvidia-uvm).
-pub const CHANNELS_ENV: &str = "NVPROXY_CUSE_CHANNELS";
+use crate::worker_spec::{CHANNELS_ENV, WorkerSpec, WorkerState, WorkerStats};
 
 /// Takes the channels [`CHANNELS_ENV`] names: each must be an open `/dev/cuse` file of ours.
 fn inherited_channels() -> Result<Vec<std::os::fd::OwnedFd>> {
@@ -122,39 +64,8 @@ fn inherited_channels() -> Result<Vec<std::os::fd::OwnedFd>> {
     sys::take_inherited_fds(&fds).context("taking the inherited /dev/cuse channels")
 }
 
-/// A worker's state file: what a restarted supervisor needs to re-adopt it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WorkerState {
-    /// The worker's pid.
-    pub pid: u32,
-    /// What it serves.
-    pub spec: WorkerSpec,
-}
-
-/// What `stats` answers.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// The worker's pid.
-    pub pid: u32,
-    /// Open files of the instance's nodes.
-    pub open_files: usize,
-    /// RM clients and objects the instance holds.
-    pub objects: usize,
-    /// The instance's audit counts (every ioctl, by kind, name and decision).
-    #[serde(default)]
-    pub ioctls: Vec<crate::metrics::IoctlCount>,
-    /// The worker's request latencies.
-    #[serde(default)]
-    pub latency: crate::metrics::LatencySnapshot,
-}
-
-/// The run directory of an instance: `/run/nvproxy/<instance>`.
-pub fn run_dir(root: &Path, instance: &str) -> PathBuf {
-    root.join(instance)
-}
-
 /// `nvproxy worker`: reads the spec from stdin and serves it until a termination signal.
-/// Exit status: 0, or [`serve::LEAK_EXIT`] when the simulated driver held something after the
+/// Exit status: 0, or [`running::LEAK_EXIT`] when the simulated driver held something after the
 /// instance stopped (the supervisor reports it for `--check-leaks`).
 pub fn run() -> Result<ExitCode> {
     let mut text = String::new();
@@ -172,7 +83,7 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let root = Path::new(mmap::RUN_DIR);
+    let root = Path::new(crate::paths::RUN_DIR);
     let dir = run_dir(root, &name);
     let started = if spec.take_over {
         crate::upgrade::take_over(&spec, &dir.join(WORKER_SOCKET))
@@ -224,28 +135,28 @@ pub fn run() -> Result<ExitCode> {
             }
         }
     }
-    let clean = serve::leak_check(&driver) && table_clean;
+    let clean = running::leak_check(&driver) && table_clean;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(serve::LEAK_EXIT)
+        ExitCode::from(running::LEAK_EXIT)
     })
 }
 
 /// Builds the driver and registers the instance's nodes (a worker's usual start).
-fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, serve::Driver)> {
+fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, running::Driver)> {
     let name = spec.instance.name.clone();
     let mut driver = match (&spec.sim_socket, spec.driver) {
         (Some(path), DriverKind::Sim) => {
             let remote = Arc::new(crate::simd::RemoteSim::connect(path)?);
-            serve::Driver {
+            running::Driver {
                 host: remote.clone(),
                 sim: None,
                 remote: Some(remote),
                 abi: None,
             }
         }
-        _ => serve::make_driver(
+        _ => running::make_driver(
             spec.driver,
             spec.sim.gpus,
             &spec.sim.driver_version,
@@ -253,11 +164,11 @@ fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, serve::Driver)>
             Some(&name),
         )?,
     };
-    let choice = crate::abi_cmd::AbiChoice {
+    let choice = crate::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_cmd::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     let channels = inherited_channels()?;
@@ -388,7 +299,7 @@ fn answer_stats(
             .counts()
             .snapshot()
             .into_iter()
-            .map(|r| crate::metrics::IoctlCount {
+            .map(|r| crate::worker_spec::IoctlCount {
                 kind: r.kind.as_str().to_owned(),
                 name: r.name,
                 decision: r.decision.as_str().to_owned(),

@@ -15,7 +15,7 @@ use nix::sys::time::TimeVal;
 use nvproxy_preload_proto::{MmapReply, MmapRequest, MmapTicketArgs};
 
 use super::*;
-use crate::memory::MemoryTransport;
+use crate::config::MemoryTransport;
 use crate::node::{Backend, Node};
 use crate::ratelimit::tenant_log;
 use crate::sys;

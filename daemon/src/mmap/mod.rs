@@ -41,10 +41,6 @@ pub use tickets::{Refusal, TicketStore};
 pub const TICKET_TTL: Duration = Duration::from_secs(5);
 /// Tickets outstanding per instance.
 pub const MAX_TICKETS: usize = 256;
-/// Where instance sockets live on the host: `<RUN_DIR>/<instance>/mmap.sock`.
-pub const RUN_DIR: &str = "/run/nvproxy";
-/// The socket's file name in the instance directory.
-pub const SOCKET_NAME: &str = "mmap.sock";
 /// How long the socket thread waits for a connected peer's request.
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -73,7 +69,7 @@ mod tests {
     use super::socket::*;
     use super::tickets::*;
     use super::*;
-    use crate::memory::MemoryTransport;
+    use crate::config::MemoryTransport;
     use crate::node::{Backend, Node};
     use std::os::fd::AsFd;
 

@@ -17,7 +17,7 @@ pub struct MmapSocket {
 }
 
 impl MmapSocket {
-    /// Serves `mmap` at `<root>/<instance>/mmap.sock` (`root` is [`RUN_DIR`] outside tests).
+    /// Serves `mmap` at `<root>/<instance>/mmap.sock` (`root` is [`crate::paths::RUN_DIR`] outside tests).
     /// The directories are 0700 (only root on the host reaches the socket by its path; clients
     /// reach it through the bind mount), the socket 0666 (any uid in the container may connect;
     /// tickets and `SO_PEERCRED` decide). A stale socket of an earlier run is replaced: the
@@ -28,9 +28,10 @@ impl MmapSocket {
         let dir = root.join(&mmap.instance);
         make_private_dir(&dir)?;
         let name = format!("mmap-{}", mmap.instance);
-        let server = SeqpacketServer::start(&dir.join(SOCKET_NAME), name, move |conn| {
-            mmap.serve_peer(conn)
-        })?;
+        let server =
+            SeqpacketServer::start(&dir.join(crate::paths::MMAP_SOCKET), name, move |conn| {
+                mmap.serve_peer(conn)
+            })?;
         Ok(MmapSocket {
             server: Some(server),
             dir,
@@ -41,10 +42,12 @@ impl MmapSocket {
     pub fn adopt(mmap: Arc<InstanceMmap>, root: &Path, listener: OwnedFd) -> Result<MmapSocket> {
         let dir = root.join(&mmap.instance);
         let name = format!("mmap-{}", mmap.instance);
-        let server =
-            SeqpacketServer::serve_listener(listener, &dir.join(SOCKET_NAME), name, move |conn| {
-                mmap.serve_peer(conn)
-            })?;
+        let server = SeqpacketServer::serve_listener(
+            listener,
+            &dir.join(crate::paths::MMAP_SOCKET),
+            name,
+            move |conn| mmap.serve_peer(conn),
+        )?;
         Ok(MmapSocket {
             server: Some(server),
             dir,
