@@ -1,7 +1,7 @@
 //! The instance verbs: `nvproxy exec` (one instance around one command, in an ephemeral
 //! worker), `nvproxy serve` (the supervisor of one worker process per instance,
 //! `supervisor.rs`) and `nvproxy run` (a command with the nodes of a served instance). The
-//! instance they run is `running.rs`'s [`RunningInstance`].
+//! instance they run is `running.rs`'s [`RunningInstance`](crate::running::RunningInstance).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
