@@ -435,10 +435,13 @@ impl Session {
     }
 
     /// [`Session::run`], except that a session ended by [`SessionControl::suspend`] returns
-    /// `Some(`[`Suspended`]`)`: the channel, for [`Session::resume`]. If handlers still run
-    /// when the client-wait timeout (plus a margin) has passed, the suspension fails with
-    /// [`CuseError::SuspendTimeout`]; the channel stays this process's (closed with the
-    /// session), and nothing was handed over.
+    /// `Some(`[`Suspended`]`)`: the channel, for [`Session::resume`]. Running handlers get
+    /// a grace of one second; past it, every wait on a client's memory is answered at once
+    /// (`EFAULT`, as its deadline would), and a request the watchdog answered counts as done:
+    /// its thread, still parked, writes nothing more and takes nothing after the handover.
+    /// If other handlers still run when the client-wait timeout (plus a margin) has passed,
+    /// the suspension fails with [`CuseError::SuspendTimeout`]; the channel stays this
+    /// process's (closed with the session), and nothing was handed over.
     pub fn run_handover(
         mut self,
         handler: Arc<dyn Handler>,
@@ -515,6 +518,7 @@ impl Session {
                     .map(|p| ((p.fh, p.tid), p.round))
                     .collect(),
             ),
+            handed_over: AtomicBool::new(false),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -526,20 +530,42 @@ impl Session {
         }
         let end = shared.supervise(self.cfg.idle_timeout);
         if !self.control.inner.suspending.load(Ordering::SeqCst) || end.is_err() {
+            shared.watchdog.stop();
             return end.map(|()| None);
         }
         // Suspended: every running handler's reply goes out before the channel is handed on.
-        let deadline = Instant::now() + timeout + SUSPEND_MARGIN;
+        // A handler stuck on its client's memory (a page the tenant holds with userfaultfd)
+        // cannot veto it: the watchdog keeps answering such waits, past the grace at once
+        // (its deadline brought forward to SUSPEND_CLIENT_WAIT), and a request it answered
+        // counts as done; its thread stays parked and takes nothing more (`handed_over`).
+        let started = Instant::now();
+        let deadline = started + timeout + SUSPEND_MARGIN;
+        let mut hurried = false;
         loop {
-            let running = shared.pool().slots.len();
-            if running == 0 {
+            let (running, parked, queued) = shared.suspension_counts();
+            if running == 0 && queued == 0 {
+                if parked > 0 {
+                    warn!(devname = %self.cfg.devname, parked, "suspension: serving threads still wait on their client's memory; their requests were answered EFAULT, they stay behind");
+                }
                 break;
             }
+            if !hurried && started.elapsed() >= SUSPEND_GRACE {
+                hurried = true;
+                warn!(devname = %self.cfg.devname, running, queued, "suspension: handlers still running after {} ms; those waiting on their client's memory are answered EFAULT now", SUSPEND_GRACE.as_millis());
+                shared.watchdog.hurry(SUSPEND_CLIENT_WAIT);
+            }
             if Instant::now() > deadline {
-                return Err(CuseError::SuspendTimeout { running });
+                shared.watchdog.stop();
+                return Err(CuseError::SuspendTimeout {
+                    running,
+                    parked,
+                    queued,
+                });
             }
             thread::sleep(Duration::from_millis(2));
         }
+        shared.handed_over.store(true, Ordering::SeqCst);
+        shared.watchdog.stop();
         let retries = shared
             .retries_lock()
             .drain()
@@ -801,6 +827,9 @@ struct Shared {
     /// The regions of each retry round in progress, by (fh, calling thread): what the next
     /// round's data holds (at most [`MAX_RETRY_ROUNDS`]).
     retries: Mutex<HashMap<(u64, u32), RetryRound>>,
+    /// The channel was handed over ([`Session::run_handover`]): a thread still parked on a
+    /// request the watchdog answered takes nothing more when it comes back.
+    handed_over: AtomicBool,
 }
 
 /// Retry rounds in progress per session (each is one caller thread blocked in an ioctl).
@@ -808,6 +837,11 @@ pub const MAX_RETRY_ROUNDS: usize = 4096;
 
 /// How much longer than the client-wait timeout a suspension waits for running handlers.
 const SUSPEND_MARGIN: Duration = Duration::from_secs(5);
+/// How long a suspension lets running handlers finish as usual; past it, waits on the
+/// client's memory are answered at once (as the socket transport's suspension does).
+const SUSPEND_GRACE: Duration = Duration::from_secs(1);
+/// The client-wait deadline while a suspension is past its grace.
+const SUSPEND_CLIENT_WAIT: Duration = Duration::from_millis(100);
 
 /// One serving thread.
 struct Slot {
@@ -820,6 +854,9 @@ struct Slot {
     seen: u64,
     /// Asked to exit by the supervisor (idle).
     retire: bool,
+    /// The request whose handler it runs (a suspension looks whether the watchdog answered
+    /// it).
+    current: Option<Arc<InterruptFlag>>,
 }
 
 /// The pool. `readers + busy == slots.len()`: every thread either reads or runs handlers.
@@ -874,6 +911,7 @@ impl Shared {
                 served: 0,
                 seen: 0,
                 retire: false,
+                current: None,
             },
         );
         st.readers += 1;
@@ -1021,7 +1059,6 @@ impl Shared {
             }
         };
         self.pool().shutdown = true;
-        self.watchdog.stop();
         let deadline = Instant::now() + STOP_WAIT;
         loop {
             {
@@ -1232,13 +1269,20 @@ impl Shared {
                 return;
             }
         }
-        self.execute(job);
+        self.run_job(id, job);
         loop {
             let mut st = self.pool();
-            match st.queue.pop_front() {
+            // After a handover (a thread the watchdog released comes back late) nothing is
+            // queued; the check keeps it that way.
+            let next = if self.handed_over.load(Ordering::SeqCst) {
+                None
+            } else {
+                st.queue.pop_front()
+            };
+            match next {
                 Some(next) => {
                     drop(st);
-                    self.execute(next);
+                    self.run_job(id, next);
                 }
                 None => {
                     self.back_to_reading(&mut st, id);
@@ -1246,6 +1290,31 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// [`Shared::execute`], with the request recorded as thread `id`'s current one.
+    fn run_job(&self, id: u64, job: Job<'_>) {
+        let flag = Arc::clone(&job.interrupt);
+        if let Some(slot) = self.pool().slot(id) {
+            slot.current = Some(flag);
+        }
+        self.execute(job);
+        if let Some(slot) = self.pool().slot(id) {
+            slot.current = None;
+        }
+    }
+
+    /// What a suspension waits for: (threads still serving a request that was not answered,
+    /// or otherwise not gone; threads parked on a request the watchdog answered; requests
+    /// queued).
+    fn suspension_counts(&self) -> (usize, usize, usize) {
+        let st = self.pool();
+        let parked = st
+            .slots
+            .values()
+            .filter(|s| s.current.as_ref().is_some_and(|f| f.is_settled()))
+            .count();
+        (st.slots.len() - parked, parked, st.queue.len())
     }
 
     fn back_to_reading(&self, st: &mut PoolState, id: u64) {
@@ -1373,7 +1442,10 @@ impl Shared {
                     IoctlReply::Done { .. } => None,
                 };
                 let body = ioctl_reply_body(&io, reply)?;
-                if let Some(round) = next {
+                // A request the watchdog answered has no next round (its caller got the
+                // answer); after a handover the rounds are the next server's.
+                let over = req.interrupt.has_fired() || self.handed_over.load(Ordering::SeqCst);
+                if let Some(round) = next.filter(|_| !over) {
                     let mut r = self.retries_lock();
                     if r.len() >= MAX_RETRY_ROUNDS {
                         warn!(rounds = r.len(), "too many retry rounds in progress: EIO");

@@ -64,6 +64,9 @@ pub(crate) struct Watchdog {
     fired: AtomicU64,
     /// A standalone watchdog's answer to a request whose wait fired (none: only marked).
     answer: Option<Box<Answer>>,
+    /// A shorter deadline in force (nanoseconds; 0: none): a suspension past its grace
+    /// ([`Watchdog::hurry`]).
+    hurried_ns: AtomicU64,
 }
 
 /// How a standalone watchdog answers a request whose wait fired, with the errno it chose.
@@ -81,6 +84,7 @@ impl Watchdog {
             cv: Condvar::new(),
             fired: AtomicU64::new(0),
             answer: None,
+            hurried_ns: AtomicU64::new(0),
         })
     }
 
@@ -101,6 +105,22 @@ impl Watchdog {
     /// An interrupt arrived for some request: look at the armed waits now.
     pub(crate) fn poke(&self) {
         self.cv.notify_all();
+    }
+
+    /// Brings every deadline forward to `short` (a suspension past its grace): waits armed
+    /// for longer are answered now, later ones after `short`.
+    pub(crate) fn hurry(&self, short: Duration) {
+        let ns = u64::try_from(short.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.hurried_ns.store(ns, Ordering::Release);
+        self.poke();
+    }
+
+    /// The deadline in force: the configured one, or a shorter one while hurried.
+    fn deadline(&self) -> Duration {
+        match self.hurried_ns.load(Ordering::Acquire) {
+            0 => self.timeout,
+            ns => self.timeout.min(Duration::from_nanos(ns)),
+        }
     }
 
     /// Stops the watchdog thread (the session ends).
@@ -135,7 +155,8 @@ impl Watchdog {
     /// Fires what is due, then waits a tenth of the timeout (at most a second) or for a poke.
     /// False: stopped.
     fn step(&self) -> bool {
-        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let timeout = self.deadline();
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let now = now_ns();
         let mut due = Vec::new();
         (self.scan)(&mut |unique, req| {
@@ -145,9 +166,9 @@ impl Watchdog {
             }
         });
         for (unique, req) in due {
-            self.fire(unique, &req);
+            self.fire(unique, &req, timeout);
         }
-        let period = (self.timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let period = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
         let stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
         if *stop {
             return false;
@@ -159,7 +180,7 @@ impl Watchdog {
         !*stop
     }
 
-    fn fire(&self, unique: u64, req: &InterruptFlag) {
+    fn fire(&self, unique: u64, req: &InterruptFlag, timeout: Duration) {
         // Fired first: the handler, when its access returns, must see it before it could act.
         if req.has_fired() {
             return;
@@ -175,7 +196,7 @@ impl Watchdog {
         warn!(
             unique,
             interrupted,
-            timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             "a wait on the client's memory did not end in time: request answered {errno:?}; \
              the serving thread stays until the client's page fault resolves"
         );
@@ -185,6 +206,7 @@ impl Watchdog {
             } else if let Some(answer) = &self.answer {
                 answer(errno);
             }
+            req.mark_settled();
         }
     }
 }
