@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tenant_log::tenant_log;
 use tracing::{Span, debug, debug_span, error, info, trace, warn};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -63,14 +64,20 @@ pub struct DeviceConfig {
     /// How long a handler's armed wait on the client's memory may last before the request is
     /// answered `EFAULT` without it (`watchdog.rs`).
     pub client_wait_timeout: Duration,
+    /// The key of the limit on log lines a tenant can cause (malformed or refused requests,
+    /// stuck waits; the `tenant-log` crate): an instance's name, so that they share its
+    /// limit with its other lines. `devname` by default.
+    pub log_key: String,
 }
 
 impl DeviceConfig {
     /// Defaults: dynamic number, unrestricted ioctls, 128 KiB reads/writes, 64 workers, 10 s
     /// idle timeout, 10 s client-wait timeout.
     pub fn new(devname: impl Into<String>) -> Self {
+        let devname: String = devname.into();
         DeviceConfig {
-            devname: devname.into(),
+            log_key: devname.clone(),
+            devname,
             dev_major: 0,
             dev_minor: 0,
             unrestricted_ioctl: true,
@@ -502,6 +509,7 @@ impl Session {
                 let me = me.clone();
                 Watchdog::new(
                     Some(Arc::clone(&self.chan)),
+                    self.cfg.log_key.clone(),
                     timeout,
                     Box::new(move |f| {
                         if let Some(shared) = me.upgrade() {
@@ -519,6 +527,7 @@ impl Session {
                     .collect(),
             ),
             handed_over: AtomicBool::new(false),
+            log_key: self.cfg.log_key.clone(),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -531,6 +540,8 @@ impl Session {
         let end = shared.supervise(self.cfg.idle_timeout);
         if !self.control.inner.suspending.load(Ordering::SeqCst) || end.is_err() {
             shared.watchdog.stop();
+            // What the limit left out of the session's tenant-caused lines is said now.
+            tenant_log::flush(&self.cfg.log_key);
             return end.map(|()| None);
         }
         // Suspended: every running handler's reply goes out before the channel is handed on.
@@ -617,11 +628,15 @@ impl Session {
             Err(e) => {
                 match fuse_in_header::read_from_prefix(bytes) {
                     Ok((hdr, _)) if hdr.opcode == CUSE_INIT => {
-                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                        reply_direct(&self.chan, &self.cfg.log_key, &hdr, Err(e.errno()));
                         return Err(CuseError::BadInit(e));
                     }
-                    Ok((hdr, _)) => reply_direct(&self.chan, &hdr, Err(e.errno())),
-                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                    Ok((hdr, _)) => {
+                        reply_direct(&self.chan, &self.cfg.log_key, &hdr, Err(e.errno()))
+                    }
+                    Err(_) => {
+                        tenant_log!(warn, &self.cfg.log_key, error = %e, "dropping malformed request")
+                    }
                 }
                 return Ok(None);
             }
@@ -631,7 +646,7 @@ impl Session {
                 opcode = msg.header.opcode,
                 "request before CUSE_INIT; answering EIO"
             );
-            reply_direct(&self.chan, &msg.header, Err(Errno::EIO));
+            reply_direct(&self.chan, &self.cfg.log_key, &msg.header, Err(Errno::EIO));
             return Ok(None);
         };
         match self.negotiate(&arg) {
@@ -642,7 +657,12 @@ impl Session {
             }
             Err(e) => {
                 error!(error = %e, "cannot serve this kernel");
-                reply_direct(&self.chan, &msg.header, Err(Errno::EPROTO));
+                reply_direct(
+                    &self.chan,
+                    &self.cfg.log_key,
+                    &msg.header,
+                    Err(Errno::EPROTO),
+                );
                 Err(e)
             }
         }
@@ -740,7 +760,7 @@ fn send_reply(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) -> io:
 
 /// Sends a reply and logs a failure: ENOENT (the request is gone: interrupted, aborted) at
 /// debug, anything else as an error.
-fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
+fn send_logged(chan: &File, key: &str, unique: u64, reply: Result<&ReplyBody, Errno>) {
     match send_reply(chan, unique, reply) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -749,26 +769,28 @@ fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
         Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
             debug!("reply after the connection ended (ENODEV)");
         }
-        Err(e) => error!(error = %e, "cannot write reply"),
+        Err(e) => tenant_log!(error, key, error = %e, "cannot write reply"),
     }
 }
 
 /// An error reply from outside a handler (the client-wait watchdog).
-pub(crate) fn send_error(chan: &File, unique: u64, errno: Errno) {
-    send_logged(chan, unique, Err(errno));
+pub(crate) fn send_error(chan: &File, key: &str, unique: u64, errno: Errno) {
+    send_logged(chan, key, unique, Err(errno));
 }
 
 /// A reply written by the reader itself (protocol errors); never for unique 0 or INTERRUPT.
-fn reply_direct(chan: &File, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
+fn reply_direct(chan: &File, key: &str, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
     if hdr.unique == 0 || hdr.opcode == FUSE_INTERRUPT {
-        warn!(
+        tenant_log!(
+            warn,
+            key,
             opcode = hdr.opcode,
             unique = hdr.unique,
             "not answering this request"
         );
         return;
     }
-    send_logged(chan, hdr.unique, reply);
+    send_logged(chan, key, hdr.unique, reply);
 }
 
 /// Serving threads kept when idle: one blocked in `read`, and one more so that a request that
@@ -824,6 +846,8 @@ struct Shared {
     thread_start: Option<ThreadStart>,
     /// Bounds handlers' waits on client memory (`watchdog.rs`).
     watchdog: Arc<Watchdog>,
+    /// [`DeviceConfig::log_key`].
+    log_key: String,
     /// The regions of each retry round in progress, by (fh, calling thread): what the next
     /// round's data holds (at most [`MAX_RETRY_ROUNDS`]).
     retries: Mutex<HashMap<(u64, u32), RetryRound>>,
@@ -1130,10 +1154,12 @@ impl Shared {
                             pid = hdr.pid
                         );
                         let _enter = span.enter();
-                        warn!(error = %e, "malformed request");
-                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                        tenant_log!(warn, &self.log_key, error = %e, "malformed request");
+                        reply_direct(&self.chan, &self.log_key, &hdr, Err(e.errno()));
                     }
-                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                    Err(_) => {
+                        tenant_log!(warn, &self.log_key, error = %e, "dropping malformed request")
+                    }
                 }
                 return;
             }
@@ -1166,45 +1192,54 @@ impl Shared {
                             "interrupt target unknown: EAGAIN"
                         );
                         if hdr.unique != 0 {
-                            send_logged(&self.chan, hdr.unique, Err(Errno::EAGAIN));
+                            send_logged(&self.chan, &self.log_key, hdr.unique, Err(Errno::EAGAIN));
                         }
                     }
                 }
                 return;
             }
             Op::Init(_) => {
-                warn!("second CUSE_INIT; answering EIO");
-                reply_direct(&self.chan, &hdr, Err(Errno::EIO));
+                tenant_log!(warn, &self.log_key, "second CUSE_INIT; answering EIO");
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::EIO));
                 return;
             }
             Op::Unknown(opcode) => {
                 debug!(opcode, "unknown opcode; answering ENOSYS");
-                reply_direct(&self.chan, &hdr, Err(Errno::ENOSYS));
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::ENOSYS));
                 return;
             }
             Op::Ioctl(ref a, _)
                 if a.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32)
                     != 0 =>
             {
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     cmd = format_args!("{:#010x}", a.cmd),
                     flags = format_args!("{:#x}", a.flags),
                     "32-bit compat ioctl refused with ENOTTY"
                 );
-                reply_direct(&self.chan, &hdr, Err(Errno::ENOTTY));
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::ENOTTY));
                 return;
             }
             _ => {}
         }
         if hdr.unique == 0 {
-            warn!(op = msg.op.name(), "request with unique 0 dropped");
+            tenant_log!(
+                warn,
+                &self.log_key,
+                op = msg.op.name(),
+                "request with unique 0 dropped"
+            );
             return;
         }
         let interrupt = Arc::new(InterruptFlag::default());
         {
             let mut inflight = self.inflight();
             if inflight.contains_key(&hdr.unique) {
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     op = msg.op.name(),
                     "duplicate unique of a request in flight; dropped"
                 );
@@ -1229,7 +1264,9 @@ impl Shared {
         if st.busy >= self.max {
             if !st.warned_full {
                 st.warned_full = true;
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     workers = st.busy,
                     queued = st.queue.len() + 1,
                     "all workers busy; requests wait in the queue (a handler that waits for \
@@ -1253,7 +1290,7 @@ impl Shared {
         if let Some(new) = spawn {
             if let Err(e) = self.spawn_reserved(new) {
                 let mut st = self.pool();
-                error!(error = %e, workers = st.slots.len(), "cannot start a serving thread");
+                tenant_log!(error, &self.log_key, error = %e, workers = st.slots.len(), "cannot start a serving thread");
                 // Keep reading ourselves: leave the job to a busy thread, or fail it.
                 let unique = job.header.unique;
                 let others_busy = st.busy > 1;
@@ -1264,7 +1301,7 @@ impl Shared {
                 drop(st);
                 if !others_busy {
                     self.inflight().remove(&unique);
-                    send_logged(&self.chan, unique, Err(Errno::EAGAIN));
+                    send_logged(&self.chan, &self.log_key, unique, Err(Errno::EAGAIN));
                 }
                 return;
             }
@@ -1350,18 +1387,23 @@ impl Shared {
                     Err(e)
                 }
                 Ok(Err(Reject::Bad(e))) => {
-                    error!(error = %e, "handler reply refused");
+                    tenant_log!(error, &self.log_key, error = %e, "handler reply refused");
                     Err(e.errno())
                 }
                 Err(_) => {
-                    error!("handler panicked; answering EIO");
+                    tenant_log!(error, &self.log_key, "handler panicked; answering EIO");
                     Err(HandlerReplyError::Panicked.errno())
                 }
             }
         };
         self.inflight().remove(&req.unique);
         if req.interrupt.take_answer() {
-            send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
+            send_logged(
+                &self.chan,
+                &self.log_key,
+                req.unique,
+                result.as_ref().map_err(|e| *e),
+            );
         } else {
             debug!("already answered by the client-wait watchdog; handler's reply dropped");
         }
@@ -1448,7 +1490,12 @@ impl Shared {
                 if let Some(round) = next.filter(|_| !over) {
                     let mut r = self.retries_lock();
                     if r.len() >= MAX_RETRY_ROUNDS {
-                        warn!(rounds = r.len(), "too many retry rounds in progress: EIO");
+                        tenant_log!(
+                            warn,
+                            &self.log_key,
+                            rounds = r.len(),
+                            "too many retry rounds in progress: EIO"
+                        );
                         return Err(Reject::Errno(Errno::EIO));
                     }
                     r.insert(key, round);

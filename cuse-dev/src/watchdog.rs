@@ -33,7 +33,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use tenant_log::tenant_log;
 use tracing::warn;
+
+/// The log key of waits not tied to a session or instance.
+const STANDALONE_KEY: &str = "cuse-dev client waits";
 
 use crate::Errno;
 use crate::handler::InterruptFlag;
@@ -54,6 +58,8 @@ fn now_ns() -> u64 {
 pub(crate) struct Watchdog {
     /// Where answers go; `None` for a standalone watchdog, which only marks waits fired.
     chan: Option<Arc<File>>,
+    /// The key of its limit on log lines (a fired wait is the tenant's doing).
+    log_key: String,
     timeout: Duration,
     /// The requests to look at.
     scan: Box<Scan>,
@@ -74,9 +80,15 @@ pub type Answer = dyn Fn(Errno) + Send + Sync;
 
 impl Watchdog {
     /// A session's watchdog: it looks at the requests `scan` yields.
-    pub(crate) fn new(chan: Option<Arc<File>>, timeout: Duration, scan: Box<Scan>) -> Arc<Self> {
+    pub(crate) fn new(
+        chan: Option<Arc<File>>,
+        log_key: String,
+        timeout: Duration,
+        scan: Box<Scan>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             chan,
+            log_key,
             timeout,
             scan,
             started: AtomicBool::new(false),
@@ -193,7 +205,9 @@ impl Watchdog {
         } else {
             Errno::EFAULT
         };
-        warn!(
+        tenant_log!(
+            warn,
+            &self.log_key,
             unique,
             interrupted,
             timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
@@ -202,7 +216,7 @@ impl Watchdog {
         );
         if req.take_answer() {
             if let Some(chan) = &self.chan {
-                crate::session::send_error(chan, unique, errno);
+                crate::session::send_error(chan, &self.log_key, unique, errno);
             } else if let Some(answer) = &self.answer {
                 answer(errno);
             }
@@ -228,6 +242,12 @@ impl ClientWaits {
     /// is only marked fired. For callers that read client memory outside a CUSE request, and
     /// for tests.
     pub fn standalone(timeout: Duration) -> Self {
+        Self::standalone_for(STANDALONE_KEY, timeout)
+    }
+
+    /// [`ClientWaits::standalone`] whose log lines go through `log_key`'s limit (an
+    /// instance's name; see [`DeviceConfig::log_key`](crate::DeviceConfig::log_key)).
+    pub fn standalone_for(log_key: &str, timeout: Duration) -> Self {
         let req = Arc::new(InterruptFlag::default());
         let me = Arc::downgrade(&req);
         let scan: Box<Scan> = Box::new(move |f| {
@@ -236,7 +256,7 @@ impl ClientWaits {
             }
         });
         Self {
-            wd: Some(Watchdog::new(None, timeout, scan)),
+            wd: Some(Watchdog::new(None, log_key.to_owned(), timeout, scan)),
             req,
         }
     }
@@ -246,8 +266,9 @@ impl ClientWaits {
     /// (interrupted); the caller decides, e.g. under a lock of its own, whether its handler or
     /// `answer` replies. For servers that answer their requests themselves (the socket
     /// transport).
-    pub fn standalone_answering(timeout: Duration, answer: Box<Answer>) -> Self {
-        let mut w = Self::standalone(timeout);
+    /// Its log lines go through `log_key`'s limit.
+    pub fn standalone_answering(log_key: &str, timeout: Duration, answer: Box<Answer>) -> Self {
+        let mut w = Self::standalone_for(log_key, timeout);
         w.wd = w.wd.map(|wd| wd.answering(answer));
         w
     }
