@@ -1282,6 +1282,7 @@ impl Shared {
         if let Some(slot) = st.slot(id) {
             slot.reading = false;
             slot.served += 1;
+            slot.current = Some(Arc::clone(&job.interrupt));
         }
         // The invariant: while a handler runs, some thread reads (the handler may wait for a
         // nested request to this device, or for the RELEASE its close triggers).
@@ -1306,7 +1307,7 @@ impl Shared {
                 return;
             }
         }
-        self.run_job(id, job);
+        self.execute(job);
         loop {
             let mut st = self.pool();
             // After a handover (a thread the watchdog released comes back late) nothing is
@@ -1318,26 +1319,17 @@ impl Shared {
             };
             match next {
                 Some(next) => {
+                    if let Some(slot) = st.slot(id) {
+                        slot.current = Some(Arc::clone(&next.interrupt));
+                    }
                     drop(st);
-                    self.run_job(id, next);
+                    self.execute(next);
                 }
                 None => {
                     self.back_to_reading(&mut st, id);
                     return;
                 }
             }
-        }
-    }
-
-    /// [`Shared::execute`], with the request recorded as thread `id`'s current one.
-    fn run_job(&self, id: u64, job: Job<'_>) {
-        let flag = Arc::clone(&job.interrupt);
-        if let Some(slot) = self.pool().slot(id) {
-            slot.current = Some(flag);
-        }
-        self.execute(job);
-        if let Some(slot) = self.pool().slot(id) {
-            slot.current = None;
         }
     }
 
@@ -1360,6 +1352,7 @@ impl Shared {
         st.warned_full = false;
         if let Some(slot) = st.slot(id) {
             slot.reading = true;
+            slot.current = None;
         }
     }
 
