@@ -11,10 +11,18 @@ use crate::wire::WireError;
 pub enum CuseError {
     /// [`SessionControl::suspend`](crate::SessionControl::suspend): handlers were still
     /// running when the wait for them ended; nothing was handed over.
-    #[error("suspending the session: {running} serving thread(s) still busy")]
+    #[error(
+        "suspending the session: {running} serving thread(s) still running a handler not \
+         answered ({queued} request(s) queued behind them; {parked} more thread(s) parked on \
+         their client's memory, their requests answered)"
+    )]
     SuspendTimeout {
-        /// Threads that had not finished.
+        /// Threads that had not finished a request the watchdog did not answer.
         running: usize,
+        /// Threads parked on a request the watchdog answered (not waited for).
+        parked: usize,
+        /// Requests read and not yet given to a handler.
+        queued: usize,
     },
     /// The device name is not a safe CUSE `DEVNAME`.
     #[error("invalid device name {name:?}: {reason}")]

@@ -103,6 +103,9 @@ pub(crate) struct InterruptFlag {
     cv: Condvar,
     answered: AtomicBool,
     fired: AtomicBool,
+    /// The watchdog answered the request and its reply is written: the request is over for
+    /// its client and for a suspension, whatever its serving thread still waits for.
+    settled: AtomicBool,
     /// When the handler's current wait on client memory began (the watchdog's clock), 0 when
     /// none is armed.
     armed: AtomicU64,
@@ -129,6 +132,16 @@ impl InterruptFlag {
 
     pub(crate) fn has_fired(&self) -> bool {
         self.fired.load(Ordering::Acquire)
+    }
+
+    /// The watchdog wrote the request's answer (after [`InterruptFlag::take_answer`]).
+    pub(crate) fn mark_settled(&self) {
+        self.settled.store(true, Ordering::Release);
+    }
+
+    /// Whether the watchdog answered the request and wrote its reply.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
     }
 
     pub(crate) fn raise(&self) {

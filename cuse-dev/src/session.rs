@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tenant_log::tenant_log;
 use tracing::{Span, debug, debug_span, error, info, trace, warn};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -63,14 +64,20 @@ pub struct DeviceConfig {
     /// How long a handler's armed wait on the client's memory may last before the request is
     /// answered `EFAULT` without it (`watchdog.rs`).
     pub client_wait_timeout: Duration,
+    /// The key of the limit on log lines a tenant can cause (malformed or refused requests,
+    /// stuck waits; the `tenant-log` crate): an instance's name, so that they share its
+    /// limit with its other lines. `devname` by default.
+    pub log_key: String,
 }
 
 impl DeviceConfig {
     /// Defaults: dynamic number, unrestricted ioctls, 128 KiB reads/writes, 64 workers, 10 s
     /// idle timeout, 10 s client-wait timeout.
     pub fn new(devname: impl Into<String>) -> Self {
+        let devname: String = devname.into();
         DeviceConfig {
-            devname: devname.into(),
+            log_key: devname.clone(),
+            devname,
             dev_major: 0,
             dev_minor: 0,
             unrestricted_ioctl: true,
@@ -435,10 +442,13 @@ impl Session {
     }
 
     /// [`Session::run`], except that a session ended by [`SessionControl::suspend`] returns
-    /// `Some(`[`Suspended`]`)`: the channel, for [`Session::resume`]. If handlers still run
-    /// when the client-wait timeout (plus a margin) has passed, the suspension fails with
-    /// [`CuseError::SuspendTimeout`]; the channel stays this process's (closed with the
-    /// session), and nothing was handed over.
+    /// `Some(`[`Suspended`]`)`: the channel, for [`Session::resume`]. Running handlers get
+    /// a grace of one second; past it, every wait on a client's memory is answered at once
+    /// (`EFAULT`, as its deadline would), and a request the watchdog answered counts as done:
+    /// its thread, still parked, writes nothing more and takes nothing after the handover.
+    /// If other handlers still run when the client-wait timeout (plus a margin) has passed,
+    /// the suspension fails with [`CuseError::SuspendTimeout`]; the channel stays this
+    /// process's (closed with the session), and nothing was handed over.
     pub fn run_handover(
         mut self,
         handler: Arc<dyn Handler>,
@@ -499,6 +509,7 @@ impl Session {
                 let me = me.clone();
                 Watchdog::new(
                     Some(Arc::clone(&self.chan)),
+                    self.cfg.log_key.clone(),
                     timeout,
                     Box::new(move |f| {
                         if let Some(shared) = me.upgrade() {
@@ -515,6 +526,8 @@ impl Session {
                     .map(|p| ((p.fh, p.tid), p.round))
                     .collect(),
             ),
+            handed_over: AtomicBool::new(false),
+            log_key: self.cfg.log_key.clone(),
         });
         for i in 0..MIN_THREADS {
             if let Err(e) = shared.start_thread() {
@@ -526,20 +539,44 @@ impl Session {
         }
         let end = shared.supervise(self.cfg.idle_timeout);
         if !self.control.inner.suspending.load(Ordering::SeqCst) || end.is_err() {
+            shared.watchdog.stop();
+            // What the limit left out of the session's tenant-caused lines is said now.
+            tenant_log::flush(&self.cfg.log_key);
             return end.map(|()| None);
         }
         // Suspended: every running handler's reply goes out before the channel is handed on.
-        let deadline = Instant::now() + timeout + SUSPEND_MARGIN;
+        // A handler stuck on its client's memory (a page the tenant holds with userfaultfd)
+        // cannot veto it: the watchdog keeps answering such waits, past the grace at once
+        // (its deadline brought forward to SUSPEND_CLIENT_WAIT), and a request it answered
+        // counts as done; its thread stays parked and takes nothing more (`handed_over`).
+        let started = Instant::now();
+        let deadline = started + timeout + SUSPEND_MARGIN;
+        let mut hurried = false;
         loop {
-            let running = shared.pool().slots.len();
-            if running == 0 {
+            let (running, parked, queued) = shared.suspension_counts();
+            if running == 0 && queued == 0 {
+                if parked > 0 {
+                    warn!(devname = %self.cfg.devname, parked, "suspension: serving threads still wait on their client's memory; their requests were answered EFAULT, they stay behind");
+                }
                 break;
             }
+            if !hurried && started.elapsed() >= SUSPEND_GRACE {
+                hurried = true;
+                warn!(devname = %self.cfg.devname, running, queued, "suspension: handlers still running after {} ms; those waiting on their client's memory are answered EFAULT now", SUSPEND_GRACE.as_millis());
+                shared.watchdog.hurry(SUSPEND_CLIENT_WAIT);
+            }
             if Instant::now() > deadline {
-                return Err(CuseError::SuspendTimeout { running });
+                shared.watchdog.stop();
+                return Err(CuseError::SuspendTimeout {
+                    running,
+                    parked,
+                    queued,
+                });
             }
             thread::sleep(Duration::from_millis(2));
         }
+        shared.handed_over.store(true, Ordering::SeqCst);
+        shared.watchdog.stop();
         let retries = shared
             .retries_lock()
             .drain()
@@ -591,11 +628,15 @@ impl Session {
             Err(e) => {
                 match fuse_in_header::read_from_prefix(bytes) {
                     Ok((hdr, _)) if hdr.opcode == CUSE_INIT => {
-                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                        reply_direct(&self.chan, &self.cfg.log_key, &hdr, Err(e.errno()));
                         return Err(CuseError::BadInit(e));
                     }
-                    Ok((hdr, _)) => reply_direct(&self.chan, &hdr, Err(e.errno())),
-                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                    Ok((hdr, _)) => {
+                        reply_direct(&self.chan, &self.cfg.log_key, &hdr, Err(e.errno()))
+                    }
+                    Err(_) => {
+                        tenant_log!(warn, &self.cfg.log_key, error = %e, "dropping malformed request")
+                    }
                 }
                 return Ok(None);
             }
@@ -605,7 +646,7 @@ impl Session {
                 opcode = msg.header.opcode,
                 "request before CUSE_INIT; answering EIO"
             );
-            reply_direct(&self.chan, &msg.header, Err(Errno::EIO));
+            reply_direct(&self.chan, &self.cfg.log_key, &msg.header, Err(Errno::EIO));
             return Ok(None);
         };
         match self.negotiate(&arg) {
@@ -616,7 +657,12 @@ impl Session {
             }
             Err(e) => {
                 error!(error = %e, "cannot serve this kernel");
-                reply_direct(&self.chan, &msg.header, Err(Errno::EPROTO));
+                reply_direct(
+                    &self.chan,
+                    &self.cfg.log_key,
+                    &msg.header,
+                    Err(Errno::EPROTO),
+                );
                 Err(e)
             }
         }
@@ -714,7 +760,7 @@ fn send_reply(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) -> io:
 
 /// Sends a reply and logs a failure: ENOENT (the request is gone: interrupted, aborted) at
 /// debug, anything else as an error.
-fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
+fn send_logged(chan: &File, key: &str, unique: u64, reply: Result<&ReplyBody, Errno>) {
     match send_reply(chan, unique, reply) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -723,26 +769,28 @@ fn send_logged(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) {
         Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
             debug!("reply after the connection ended (ENODEV)");
         }
-        Err(e) => error!(error = %e, "cannot write reply"),
+        Err(e) => tenant_log!(error, key, error = %e, "cannot write reply"),
     }
 }
 
 /// An error reply from outside a handler (the client-wait watchdog).
-pub(crate) fn send_error(chan: &File, unique: u64, errno: Errno) {
-    send_logged(chan, unique, Err(errno));
+pub(crate) fn send_error(chan: &File, key: &str, unique: u64, errno: Errno) {
+    send_logged(chan, key, unique, Err(errno));
 }
 
 /// A reply written by the reader itself (protocol errors); never for unique 0 or INTERRUPT.
-fn reply_direct(chan: &File, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
+fn reply_direct(chan: &File, key: &str, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
     if hdr.unique == 0 || hdr.opcode == FUSE_INTERRUPT {
-        warn!(
+        tenant_log!(
+            warn,
+            key,
             opcode = hdr.opcode,
             unique = hdr.unique,
             "not answering this request"
         );
         return;
     }
-    send_logged(chan, hdr.unique, reply);
+    send_logged(chan, key, hdr.unique, reply);
 }
 
 /// Serving threads kept when idle: one blocked in `read`, and one more so that a request that
@@ -798,9 +846,14 @@ struct Shared {
     thread_start: Option<ThreadStart>,
     /// Bounds handlers' waits on client memory (`watchdog.rs`).
     watchdog: Arc<Watchdog>,
+    /// [`DeviceConfig::log_key`].
+    log_key: String,
     /// The regions of each retry round in progress, by (fh, calling thread): what the next
     /// round's data holds (at most [`MAX_RETRY_ROUNDS`]).
     retries: Mutex<HashMap<(u64, u32), RetryRound>>,
+    /// The channel was handed over ([`Session::run_handover`]): a thread still parked on a
+    /// request the watchdog answered takes nothing more when it comes back.
+    handed_over: AtomicBool,
 }
 
 /// Retry rounds in progress per session (each is one caller thread blocked in an ioctl).
@@ -808,6 +861,11 @@ pub const MAX_RETRY_ROUNDS: usize = 4096;
 
 /// How much longer than the client-wait timeout a suspension waits for running handlers.
 const SUSPEND_MARGIN: Duration = Duration::from_secs(5);
+/// How long a suspension lets running handlers finish as usual; past it, waits on the
+/// client's memory are answered at once (as the socket transport's suspension does).
+const SUSPEND_GRACE: Duration = Duration::from_secs(1);
+/// The client-wait deadline while a suspension is past its grace.
+const SUSPEND_CLIENT_WAIT: Duration = Duration::from_millis(100);
 
 /// One serving thread.
 struct Slot {
@@ -820,6 +878,9 @@ struct Slot {
     seen: u64,
     /// Asked to exit by the supervisor (idle).
     retire: bool,
+    /// The request whose handler it runs (a suspension looks whether the watchdog answered
+    /// it).
+    current: Option<Arc<InterruptFlag>>,
 }
 
 /// The pool. `readers + busy == slots.len()`: every thread either reads or runs handlers.
@@ -874,6 +935,7 @@ impl Shared {
                 served: 0,
                 seen: 0,
                 retire: false,
+                current: None,
             },
         );
         st.readers += 1;
@@ -1021,7 +1083,6 @@ impl Shared {
             }
         };
         self.pool().shutdown = true;
-        self.watchdog.stop();
         let deadline = Instant::now() + STOP_WAIT;
         loop {
             {
@@ -1093,10 +1154,12 @@ impl Shared {
                             pid = hdr.pid
                         );
                         let _enter = span.enter();
-                        warn!(error = %e, "malformed request");
-                        reply_direct(&self.chan, &hdr, Err(e.errno()));
+                        tenant_log!(warn, &self.log_key, error = %e, "malformed request");
+                        reply_direct(&self.chan, &self.log_key, &hdr, Err(e.errno()));
                     }
-                    Err(_) => warn!(error = %e, "dropping malformed request"),
+                    Err(_) => {
+                        tenant_log!(warn, &self.log_key, error = %e, "dropping malformed request")
+                    }
                 }
                 return;
             }
@@ -1129,45 +1192,54 @@ impl Shared {
                             "interrupt target unknown: EAGAIN"
                         );
                         if hdr.unique != 0 {
-                            send_logged(&self.chan, hdr.unique, Err(Errno::EAGAIN));
+                            send_logged(&self.chan, &self.log_key, hdr.unique, Err(Errno::EAGAIN));
                         }
                     }
                 }
                 return;
             }
             Op::Init(_) => {
-                warn!("second CUSE_INIT; answering EIO");
-                reply_direct(&self.chan, &hdr, Err(Errno::EIO));
+                tenant_log!(warn, &self.log_key, "second CUSE_INIT; answering EIO");
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::EIO));
                 return;
             }
             Op::Unknown(opcode) => {
                 debug!(opcode, "unknown opcode; answering ENOSYS");
-                reply_direct(&self.chan, &hdr, Err(Errno::ENOSYS));
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::ENOSYS));
                 return;
             }
             Op::Ioctl(ref a, _)
                 if a.flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_32BIT | FUSE_IOCTL_COMPAT_X32)
                     != 0 =>
             {
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     cmd = format_args!("{:#010x}", a.cmd),
                     flags = format_args!("{:#x}", a.flags),
                     "32-bit compat ioctl refused with ENOTTY"
                 );
-                reply_direct(&self.chan, &hdr, Err(Errno::ENOTTY));
+                reply_direct(&self.chan, &self.log_key, &hdr, Err(Errno::ENOTTY));
                 return;
             }
             _ => {}
         }
         if hdr.unique == 0 {
-            warn!(op = msg.op.name(), "request with unique 0 dropped");
+            tenant_log!(
+                warn,
+                &self.log_key,
+                op = msg.op.name(),
+                "request with unique 0 dropped"
+            );
             return;
         }
         let interrupt = Arc::new(InterruptFlag::default());
         {
             let mut inflight = self.inflight();
             if inflight.contains_key(&hdr.unique) {
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     op = msg.op.name(),
                     "duplicate unique of a request in flight; dropped"
                 );
@@ -1192,7 +1264,9 @@ impl Shared {
         if st.busy >= self.max {
             if !st.warned_full {
                 st.warned_full = true;
-                warn!(
+                tenant_log!(
+                    warn,
+                    &self.log_key,
                     workers = st.busy,
                     queued = st.queue.len() + 1,
                     "all workers busy; requests wait in the queue (a handler that waits for \
@@ -1208,6 +1282,7 @@ impl Shared {
         if let Some(slot) = st.slot(id) {
             slot.reading = false;
             slot.served += 1;
+            slot.current = Some(Arc::clone(&job.interrupt));
         }
         // The invariant: while a handler runs, some thread reads (the handler may wait for a
         // nested request to this device, or for the RELEASE its close triggers).
@@ -1216,7 +1291,7 @@ impl Shared {
         if let Some(new) = spawn {
             if let Err(e) = self.spawn_reserved(new) {
                 let mut st = self.pool();
-                error!(error = %e, workers = st.slots.len(), "cannot start a serving thread");
+                tenant_log!(error, &self.log_key, error = %e, workers = st.slots.len(), "cannot start a serving thread");
                 // Keep reading ourselves: leave the job to a busy thread, or fail it.
                 let unique = job.header.unique;
                 let others_busy = st.busy > 1;
@@ -1227,7 +1302,7 @@ impl Shared {
                 drop(st);
                 if !others_busy {
                     self.inflight().remove(&unique);
-                    send_logged(&self.chan, unique, Err(Errno::EAGAIN));
+                    send_logged(&self.chan, &self.log_key, unique, Err(Errno::EAGAIN));
                 }
                 return;
             }
@@ -1235,8 +1310,18 @@ impl Shared {
         self.execute(job);
         loop {
             let mut st = self.pool();
-            match st.queue.pop_front() {
+            // After a handover (a thread the watchdog released comes back late) nothing is
+            // queued; the check keeps it that way.
+            let next = if self.handed_over.load(Ordering::SeqCst) {
+                None
+            } else {
+                st.queue.pop_front()
+            };
+            match next {
                 Some(next) => {
+                    if let Some(slot) = st.slot(id) {
+                        slot.current = Some(Arc::clone(&next.interrupt));
+                    }
                     drop(st);
                     self.execute(next);
                 }
@@ -1248,12 +1333,26 @@ impl Shared {
         }
     }
 
+    /// What a suspension waits for: (threads still serving a request that was not answered,
+    /// or otherwise not gone; threads parked on a request the watchdog answered; requests
+    /// queued).
+    fn suspension_counts(&self) -> (usize, usize, usize) {
+        let st = self.pool();
+        let parked = st
+            .slots
+            .values()
+            .filter(|s| s.current.as_ref().is_some_and(|f| f.is_settled()))
+            .count();
+        (st.slots.len() - parked, parked, st.queue.len())
+    }
+
     fn back_to_reading(&self, st: &mut PoolState, id: u64) {
         st.busy -= 1;
         st.readers += 1;
         st.warned_full = false;
         if let Some(slot) = st.slot(id) {
             slot.reading = true;
+            slot.current = None;
         }
     }
 
@@ -1281,18 +1380,23 @@ impl Shared {
                     Err(e)
                 }
                 Ok(Err(Reject::Bad(e))) => {
-                    error!(error = %e, "handler reply refused");
+                    tenant_log!(error, &self.log_key, error = %e, "handler reply refused");
                     Err(e.errno())
                 }
                 Err(_) => {
-                    error!("handler panicked; answering EIO");
+                    tenant_log!(error, &self.log_key, "handler panicked; answering EIO");
                     Err(HandlerReplyError::Panicked.errno())
                 }
             }
         };
         self.inflight().remove(&req.unique);
         if req.interrupt.take_answer() {
-            send_logged(&self.chan, req.unique, result.as_ref().map_err(|e| *e));
+            send_logged(
+                &self.chan,
+                &self.log_key,
+                req.unique,
+                result.as_ref().map_err(|e| *e),
+            );
         } else {
             debug!("already answered by the client-wait watchdog; handler's reply dropped");
         }
@@ -1373,10 +1477,18 @@ impl Shared {
                     IoctlReply::Done { .. } => None,
                 };
                 let body = ioctl_reply_body(&io, reply)?;
-                if let Some(round) = next {
+                // A request the watchdog answered has no next round (its caller got the
+                // answer); after a handover the rounds are the next server's.
+                let over = req.interrupt.has_fired() || self.handed_over.load(Ordering::SeqCst);
+                if let Some(round) = next.filter(|_| !over) {
                     let mut r = self.retries_lock();
                     if r.len() >= MAX_RETRY_ROUNDS {
-                        warn!(rounds = r.len(), "too many retry rounds in progress: EIO");
+                        tenant_log!(
+                            warn,
+                            &self.log_key,
+                            rounds = r.len(),
+                            "too many retry rounds in progress: EIO"
+                        );
                         return Err(Reject::Errno(Errno::EIO));
                     }
                     r.insert(key, round);

@@ -33,7 +33,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use tenant_log::tenant_log;
 use tracing::warn;
+
+/// The log key of waits not tied to a session or instance.
+const STANDALONE_KEY: &str = "cuse-dev client waits";
 
 use crate::Errno;
 use crate::handler::InterruptFlag;
@@ -54,6 +58,8 @@ fn now_ns() -> u64 {
 pub(crate) struct Watchdog {
     /// Where answers go; `None` for a standalone watchdog, which only marks waits fired.
     chan: Option<Arc<File>>,
+    /// The key of its limit on log lines (a fired wait is the tenant's doing).
+    log_key: String,
     timeout: Duration,
     /// The requests to look at.
     scan: Box<Scan>,
@@ -64,6 +70,9 @@ pub(crate) struct Watchdog {
     fired: AtomicU64,
     /// A standalone watchdog's answer to a request whose wait fired (none: only marked).
     answer: Option<Box<Answer>>,
+    /// A shorter deadline in force (nanoseconds; 0: none): a suspension past its grace
+    /// ([`Watchdog::hurry`]).
+    hurried_ns: AtomicU64,
 }
 
 /// How a standalone watchdog answers a request whose wait fired, with the errno it chose.
@@ -71,9 +80,15 @@ pub type Answer = dyn Fn(Errno) + Send + Sync;
 
 impl Watchdog {
     /// A session's watchdog: it looks at the requests `scan` yields.
-    pub(crate) fn new(chan: Option<Arc<File>>, timeout: Duration, scan: Box<Scan>) -> Arc<Self> {
+    pub(crate) fn new(
+        chan: Option<Arc<File>>,
+        log_key: String,
+        timeout: Duration,
+        scan: Box<Scan>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             chan,
+            log_key,
             timeout,
             scan,
             started: AtomicBool::new(false),
@@ -81,6 +96,7 @@ impl Watchdog {
             cv: Condvar::new(),
             fired: AtomicU64::new(0),
             answer: None,
+            hurried_ns: AtomicU64::new(0),
         })
     }
 
@@ -101,6 +117,22 @@ impl Watchdog {
     /// An interrupt arrived for some request: look at the armed waits now.
     pub(crate) fn poke(&self) {
         self.cv.notify_all();
+    }
+
+    /// Brings every deadline forward to `short` (a suspension past its grace): waits armed
+    /// for longer are answered now, later ones after `short`.
+    pub(crate) fn hurry(&self, short: Duration) {
+        let ns = u64::try_from(short.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.hurried_ns.store(ns, Ordering::Release);
+        self.poke();
+    }
+
+    /// The deadline in force: the configured one, or a shorter one while hurried.
+    fn deadline(&self) -> Duration {
+        match self.hurried_ns.load(Ordering::Acquire) {
+            0 => self.timeout,
+            ns => self.timeout.min(Duration::from_nanos(ns)),
+        }
     }
 
     /// Stops the watchdog thread (the session ends).
@@ -135,7 +167,8 @@ impl Watchdog {
     /// Fires what is due, then waits a tenth of the timeout (at most a second) or for a poke.
     /// False: stopped.
     fn step(&self) -> bool {
-        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let timeout = self.deadline();
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let now = now_ns();
         let mut due = Vec::new();
         (self.scan)(&mut |unique, req| {
@@ -145,9 +178,9 @@ impl Watchdog {
             }
         });
         for (unique, req) in due {
-            self.fire(unique, &req);
+            self.fire(unique, &req, timeout);
         }
-        let period = (self.timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let period = (timeout / 10).clamp(Duration::from_millis(1), Duration::from_secs(1));
         let stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
         if *stop {
             return false;
@@ -159,7 +192,7 @@ impl Watchdog {
         !*stop
     }
 
-    fn fire(&self, unique: u64, req: &InterruptFlag) {
+    fn fire(&self, unique: u64, req: &InterruptFlag, timeout: Duration) {
         // Fired first: the handler, when its access returns, must see it before it could act.
         if req.has_fired() {
             return;
@@ -172,19 +205,22 @@ impl Watchdog {
         } else {
             Errno::EFAULT
         };
-        warn!(
+        tenant_log!(
+            warn,
+            &self.log_key,
             unique,
             interrupted,
-            timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             "a wait on the client's memory did not end in time: request answered {errno:?}; \
              the serving thread stays until the client's page fault resolves"
         );
         if req.take_answer() {
             if let Some(chan) = &self.chan {
-                crate::session::send_error(chan, unique, errno);
+                crate::session::send_error(chan, &self.log_key, unique, errno);
             } else if let Some(answer) = &self.answer {
                 answer(errno);
             }
+            req.mark_settled();
         }
     }
 }
@@ -206,6 +242,12 @@ impl ClientWaits {
     /// is only marked fired. For callers that read client memory outside a CUSE request, and
     /// for tests.
     pub fn standalone(timeout: Duration) -> Self {
+        Self::standalone_for(STANDALONE_KEY, timeout)
+    }
+
+    /// [`ClientWaits::standalone`] whose log lines go through `log_key`'s limit (an
+    /// instance's name; see [`DeviceConfig::log_key`](crate::DeviceConfig::log_key)).
+    pub fn standalone_for(log_key: &str, timeout: Duration) -> Self {
         let req = Arc::new(InterruptFlag::default());
         let me = Arc::downgrade(&req);
         let scan: Box<Scan> = Box::new(move |f| {
@@ -214,7 +256,7 @@ impl ClientWaits {
             }
         });
         Self {
-            wd: Some(Watchdog::new(None, timeout, scan)),
+            wd: Some(Watchdog::new(None, log_key.to_owned(), timeout, scan)),
             req,
         }
     }
@@ -224,8 +266,9 @@ impl ClientWaits {
     /// (interrupted); the caller decides, e.g. under a lock of its own, whether its handler or
     /// `answer` replies. For servers that answer their requests themselves (the socket
     /// transport).
-    pub fn standalone_answering(timeout: Duration, answer: Box<Answer>) -> Self {
-        let mut w = Self::standalone(timeout);
+    /// Its log lines go through `log_key`'s limit.
+    pub fn standalone_answering(log_key: &str, timeout: Duration, answer: Box<Answer>) -> Self {
+        let mut w = Self::standalone_for(log_key, timeout);
         w.wd = w.wd.map(|wd| wd.answering(answer));
         w
     }

@@ -123,3 +123,110 @@ fn resume_refuses_a_config_that_does_not_match_the_registration() {
     let err = Session::resume(ours, cfg(), init, Vec::new()).unwrap_err();
     assert!(matches!(err, CuseError::InvalidConfig(_)), "{err}");
 }
+
+/// A session serving `peer` in a thread, suspended on demand.
+struct Served {
+    control: cuse_dev::SessionControl,
+    thread: thread::JoinHandle<Result<Option<cuse_dev::Suspended>, CuseError>>,
+}
+
+fn serve(peer_cfg: DeviceConfig, dev: &Arc<TestDevice>) -> (Peer, Served) {
+    let (ours, theirs) = seqpacket_pair().unwrap();
+    let peer = Peer::new(UnixDatagram::from(theirs));
+    let s = Session::from_fd(ours, peer_cfg).unwrap();
+    let control = s.control();
+    let handler: Arc<dyn cuse_dev::Handler> = dev.clone();
+    let thread = thread::spawn(move || s.run_handover(handler));
+    assert_eq!(peer.init(7, 41, 1).errno(), 0);
+    control.wait_init(T).unwrap();
+    (peer, Served { control, thread })
+}
+
+/// Suspends, resumes the channel in a second session, and checks a request there; returns how
+/// long the suspension took.
+fn hand_over(peer: &Peer, a: Served, dev: &Arc<TestDevice>, fh: u64) -> (Duration, Served) {
+    let t = std::time::Instant::now();
+    a.control.suspend();
+    let suspended = a
+        .thread
+        .join()
+        .unwrap()
+        .expect("the suspension completes")
+        .expect("suspended, not stopped");
+    let took = t.elapsed();
+    let b = Session::resume(suspended.channel, cfg(), suspended.init, suspended.retries).unwrap();
+    let control = b.control();
+    let handler: Arc<dyn cuse_dev::Handler> = dev.clone();
+    let thread = thread::spawn(move || b.run_handover(handler));
+    assert_eq!(
+        peer.ioctl(fh, FAST, 0, true, &Memory::default()).result,
+        Ok(7)
+    );
+    (took, Served { control, thread })
+}
+
+/// Waits for the parked handler to come back, then checks it wrote nothing more.
+fn parked_handler_returns_silently(peer: &Peer, dev: &TestDevice, b: Served) {
+    while dev.client_waits_fired.lock().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(*dev.client_waits_fired.lock().unwrap(), [true]);
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        peer.ioctl(0, FAST, 0, true, &Memory::default()).result,
+        Ok(7),
+        "the second server serves on"
+    );
+    b.control.stop();
+    assert!(b.thread.join().unwrap().unwrap().is_none());
+    let v = &peer.violations.lock().unwrap().0;
+    assert!(v.is_empty(), "{v:?}");
+    assert!(
+        peer.answered().values().all(|&n| n == 1),
+        "a request answered twice: {:?}",
+        peer.answered()
+    );
+}
+
+/// Issue 20, 7 (CUSE): a request the client-wait watchdog answered while its handler stays
+/// parked on the client's memory (`process_vm_readv` on a page the tenant holds with
+/// userfaultfd) does not veto a live upgrade: the suspension counts it done and completes at
+/// once, and the parked thread, when it comes back, writes no second reply.
+#[test]
+fn a_request_the_watchdog_answered_does_not_hold_a_suspension() {
+    let dev = TestDevice::new();
+    let a_cfg = DeviceConfig {
+        client_wait_timeout: Duration::from_millis(200),
+        ..cfg()
+    };
+    let (peer, a) = serve(a_cfg, &dev);
+    let fh = peer.open();
+    // Parked for longer than the suspension's whole wait (timeout + its 5 s margin).
+    let (u, rx) = peer.start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 6500, &[], 0);
+    assert_eq!(wait(&rx, u).errno(), libc::EFAULT);
+    let (took, b) = hand_over(&peer, a, &dev, fh);
+    assert!(
+        took < Duration::from_secs(2),
+        "the suspension took {took:?}"
+    );
+    parked_handler_returns_silently(&peer, &dev, b);
+}
+
+/// Issue 20, 7 (CUSE): a call that parks on its client's memory before a suspension, with the
+/// usual 10 s client-wait deadline, is answered `EFAULT` once the suspension's 1 s grace is
+/// over, and the suspension completes then.
+#[test]
+fn a_suspension_past_its_grace_answers_waits_on_client_memory_at_once() {
+    let dev = TestDevice::new();
+    let (peer, a) = serve(cfg(), &dev);
+    let fh = peer.open();
+    let (u, rx) = peer.start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 7000, &[], 0);
+    thread::sleep(Duration::from_millis(100));
+    let (took, b) = hand_over(&peer, a, &dev, fh);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "the suspension took {took:?}"
+    );
+    assert_eq!(wait(&rx, u).errno(), libc::EFAULT);
+    parked_handler_returns_silently(&peer, &dev, b);
+}

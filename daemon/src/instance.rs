@@ -50,6 +50,8 @@ fn node_config(instance: &str, node: Node, transport: MemoryTransport) -> Device
     let mut cfg = DeviceConfig::new(devname);
     cfg.unrestricted_ioctl = crate::device::unrestricted_ioctls(node, transport);
     cfg.max_workers = 128;
+    // Its tenant-caused log lines share the instance's limit (`ratelimit.rs`).
+    cfg.log_key = instance.to_owned();
     cfg
 }
 

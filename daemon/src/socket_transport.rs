@@ -938,6 +938,7 @@ fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) ->
     let slot = slot.clone();
     let weak = Arc::downgrade(shared);
     ClientWaits::standalone_answering(
+        &shared.instance,
         timeout,
         Box::new(move |_| {
             let mut reply = slot.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,7 +24,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tracing::warn;
+use tenant_log::tenant_log;
 
 use crate::audit::Decision;
 use crate::error::ProxyError;
@@ -148,7 +148,7 @@ impl Req<'_> {
                 let f = self.px.host.open_mapping(node).map_err(|e| {
                     let no_path = e.kind() == io::ErrorKind::Unsupported
                         || e.raw_os_error() == Some(libc::ENODEV);
-                    warn!(instance = %self.px.policy.name, error = %e, "no mapping file for an mmap target");
+                    tenant_log!(warn, &self.px.policy.name, error = %e, "no mapping file for an mmap target");
                     if no_path {
                         TargetError::NoMmapPath
                     } else {

@@ -1018,6 +1018,77 @@ fn test_map_memory_without_an_mmap_path_is_not_supported_before_the_host() {
     );
 }
 
+/// What `f` logs on this thread, as text.
+fn captured(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = Capture::default();
+    let w = out.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    tracing::subscriber::with_default(sub, f);
+    String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+}
+
+/// Issue 20, 3: a tenant that names mmap targets on a host without an mmap path (each is
+/// refused, each used to log "no mapping file") writes at most its instance's burst of lines,
+/// then a summary of the rest.
+#[test]
+fn test_a_flood_of_refused_mmap_targets_writes_a_bounded_log_with_a_summary() {
+    let name = "mapping-log-flood";
+    let mut env = Env::with(
+        VERSION,
+        InstancePolicy::new(name, Caps::COMPUTE_UTILITY, vec![1, 2]),
+    );
+    let c = env.alloc_client(env.ctl);
+    let (dev, sub) = env.device(c, 1);
+    let target = env.proxy.open(FrontendNode::Ctl).unwrap();
+    env.host.set_no_mmap_path();
+    let refused = 2_000;
+    let log = captured(|| {
+        for _ in 0..refused {
+            assert_eq!(
+                map_into(&mut env, c, dev, sub, target),
+                NV_ERR_NOT_SUPPORTED
+            );
+        }
+        tenant_log::flush(name);
+    });
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("no mapping file"))
+        .count();
+    assert!(
+        lines >= 1 && lines as f64 <= tenant_log::BURST + 2.0,
+        "{lines} lines for {refused} refusals"
+    );
+    let counted: usize = log
+        .lines()
+        .filter(|l| l.contains(name))
+        .filter_map(|l| l.split("suppressed=").nth(1))
+        .map(|n| {
+            n.split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(lines + counted, refused, "{log}");
+}
+
 #[test]
 fn test_mapping_fd_is_the_mapping_files_mmap_fd() {
     let mut env = Env::new();
