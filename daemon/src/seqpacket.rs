@@ -186,7 +186,7 @@ pub const INSTANCE_DIR_WORKER_MAX: u32 = 0o770;
 /// existing one: a directory (not a link), root's when we are root, and at most
 /// [`RUN_ROOT_MAX`]; a looser one of ours is tightened, one we cannot change refused.
 pub fn make_run_root(dir: &Path) -> Result<()> {
-    ensure_dir(dir, RUN_ROOT_MODE, |_| RUN_ROOT_MAX)
+    ensure_dir(dir, RUN_ROOT_MODE, false, |_| RUN_ROOT_MAX)
 }
 
 /// Creates the instance directory `dir` 0700 (whatever the umask), or checks an existing one:
@@ -195,7 +195,9 @@ pub fn make_run_root(dir: &Path) -> Result<()> {
 /// made 0755 under umask 022 would let any host uid reach the sockets inside), one we cannot
 /// change refused.
 pub fn make_private_dir(dir: &Path) -> Result<()> {
-    ensure_dir(dir, INSTANCE_DIR_MODE, |owner| {
+    // Only root can create a directory in the run root (root's, 0711): one owned by another
+    // uid was handed to that worker user by the supervisor (`prepare_for_user`).
+    ensure_dir(dir, INSTANCE_DIR_MODE, true, |owner| {
         if owner == 0 {
             INSTANCE_DIR_MODE
         } else {
@@ -205,8 +207,14 @@ pub fn make_private_dir(dir: &Path) -> Result<()> {
 }
 
 /// Creates `dir` with `mode` (set again after the `mkdir`: the umask only ever removes bits)
-/// or checks an existing one against `max(owner uid)`.
-fn ensure_dir(dir: &Path, mode: u32, max: impl Fn(u32) -> u32) -> Result<()> {
+/// or checks an existing one against `max(owner uid)`; when we are root, an existing one must
+/// be root's unless `other_owners` (then `max` bounds it).
+fn ensure_dir(
+    dir: &Path,
+    mode: u32,
+    other_owners: bool,
+    max: impl Fn(u32) -> u32,
+) -> Result<()> {
     let me = nix::unistd::geteuid();
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
@@ -216,7 +224,7 @@ fn ensure_dir(dir: &Path, mode: u32, max: impl Fn(u32) -> u32) -> Result<()> {
             if !m.is_dir() {
                 anyhow::bail!("{} exists and is not a directory", dir.display());
             }
-            if me.is_root() && m.uid() != 0 {
+            if me.is_root() && m.uid() != 0 && !other_owners {
                 anyhow::bail!("{} is not owned by root", dir.display());
             }
             let have = m.mode() & 0o7777;
@@ -239,5 +247,40 @@ fn ensure_dir(dir: &Path, mode: u32, max: impl Fn(u32) -> u32) -> Result<()> {
             Ok(())
         }
         Err(e) => Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A supervisor restarted after uid workers finds their instance directories owned by
+    /// the worker users (it chowned them): it must serve on (the CI run of `systemctl restart`
+    /// with `worker_uids` failed "not owned by root"), while the run root itself must stay
+    /// root's. Needs root (chown).
+    #[test]
+    fn test_an_instance_dir_a_worker_user_owns_is_accepted_and_the_run_root_is_not() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: needs root (chown)");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("nvproxy-dirs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        make_private_dir(&dir).unwrap();
+        let worker = nix::unistd::Uid::from_raw(61000);
+        nix::unistd::chown(&dir, Some(worker), None).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+        let private = make_private_dir(&dir);
+        let root = make_run_root(&dir);
+        // Looser than 0770 is tightened even when a worker user owns it.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let tightened = make_private_dir(&dir);
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        std::fs::remove_dir_all(&dir).unwrap();
+        private.unwrap();
+        assert!(root.is_err(), "the run root must be root's");
+        tightened.unwrap();
+        assert_eq!(mode, 0o770);
     }
 }
