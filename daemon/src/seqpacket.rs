@@ -209,12 +209,7 @@ pub fn make_private_dir(dir: &Path) -> Result<()> {
 /// Creates `dir` with `mode` (set again after the `mkdir`: the umask only ever removes bits)
 /// or checks an existing one against `max(owner uid)`; when we are root, an existing one must
 /// be root's unless `other_owners` (then `max` bounds it).
-fn ensure_dir(
-    dir: &Path,
-    mode: u32,
-    other_owners: bool,
-    max: impl Fn(u32) -> u32,
-) -> Result<()> {
+fn ensure_dir(dir: &Path, mode: u32, other_owners: bool, max: impl Fn(u32) -> u32) -> Result<()> {
     let me = nix::unistd::geteuid();
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
