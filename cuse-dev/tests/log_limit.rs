@@ -5,40 +5,18 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use common::Harness;
 use common::device::*;
 use cuse_dev::DeviceConfig;
 use cuse_dev::wire::{FUSE_IOCTL_COMPAT, FUSE_OPEN, fuse_in_header};
 use zerocopy::IntoBytes;
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use tenant_log::capture::Capture;
 
 #[test]
 fn a_flood_of_refused_requests_writes_a_bounded_log_with_a_summary() {
     let out = Capture::default();
-    let w = out.clone();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .finish(),
-    )
-    .unwrap();
+    tracing::subscriber::set_global_default(out.subscriber()).unwrap();
     let key = "log-flood-instance";
     let cfg = DeviceConfig {
         log_key: key.into(),
@@ -68,7 +46,7 @@ fn a_flood_of_refused_requests_writes_a_bounded_log_with_a_summary() {
     }
     h.finish();
     tenant_log::flush(key);
-    let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let log = out.text();
     let lines = log
         .lines()
         .filter(|l| l.contains("compat ioctl refused") || l.contains("malformed request"))

@@ -12,50 +12,20 @@
 //! `ioctl-proxy` write for an instance's tenants (malformed requests, stuck waits, missing
 //! mapping files) share the same limit.
 
-pub use tenant_log::{TokenBucket, admit, flush, report};
+pub use tenant_log::{TokenBucket, flush};
 
 /// `tracing::<level>!(...)` of a line a tenant can cause, through its instance's limit
-/// (module docs): `tenant_log!(warn, instance, fields..., "message")`.
-macro_rules! tenant_log {
-    ($level:ident, $instance:expr, $($rest:tt)+) => {{
-        let instance: &str = $instance;
-        if let Some(n) = $crate::ratelimit::admit(instance) {
-            $crate::ratelimit::report(instance, n);
-            tracing::$level!(instance, $($rest)+);
-        }
-    }};
-}
-pub(crate) use tenant_log;
+/// (module docs): `tenant_log!(warn, instance, fields..., "message")`, the `tenant-log`
+/// crate's macro (the line carries `instance`).
+pub(crate) use tenant_log::tenant_log;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
 
-    /// What `f` logs on this thread (WARN and above), as text.
-    fn captured(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Capture(Arc<Mutex<Vec<u8>>>);
-        impl Write for Capture {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let out = Capture::default();
-        let w = out.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .finish();
-        tracing::subscriber::with_default(sub, f);
-        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
-    }
+    use std::sync::Arc;
+
+    use tenant_log::capture::captured;
 
     #[test]
     fn test_a_flood_of_refused_opens_writes_a_bounded_log_with_a_summary() {

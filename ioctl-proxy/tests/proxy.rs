@@ -1018,29 +1018,7 @@ fn test_map_memory_without_an_mmap_path_is_not_supported_before_the_host() {
     );
 }
 
-/// What `f` logs on this thread, as text.
-fn captured(f: impl FnOnce()) -> String {
-    #[derive(Clone, Default)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let out = Capture::default();
-    let w = out.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    tracing::subscriber::with_default(sub, f);
-    String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
-}
+use tenant_log::capture::captured;
 
 /// Issue 20, 3: a tenant that names mmap targets on a host without an mmap path (each is
 /// refused, each used to log "no mapping file") writes at most its instance's burst of lines,

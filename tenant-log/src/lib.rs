@@ -130,11 +130,56 @@ macro_rules! tenant_log {
     }};
 }
 
+/// What code logs, as text: for the tests of the log limits (feature `capture`).
+#[cfg(any(test, feature = "capture"))]
+pub mod capture {
+    use std::sync::{Arc, Mutex};
+
+    /// A `tracing` writer that keeps what is written.
+    #[derive(Clone, Default)]
+    pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Capture {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Capture {
+        /// A subscriber writing WARN and above into this capture, without colours.
+        pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
+            let w = self.clone();
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .with_writer(move || w.clone())
+                .finish()
+        }
+
+        /// What was written so far.
+        pub fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+        }
+    }
+
+    /// What `f` logs on this thread (WARN and above), as text.
+    pub fn captured(f: impl FnOnce()) -> String {
+        let out = Capture::default();
+        tracing::subscriber::with_default(out.subscriber(), f);
+        out.text()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use std::sync::Arc;
 
     #[test]
     fn test_a_bucket_admits_its_burst_then_counts() {
@@ -156,30 +201,12 @@ mod tests {
 
     #[test]
     fn test_a_flood_writes_its_burst_and_a_summary() {
-        #[derive(Clone, Default)]
-        struct Capture(Arc<Mutex<Vec<u8>>>);
-        impl Write for Capture {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let out = Capture::default();
-        let w = out.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .finish();
-        tracing::subscriber::with_default(sub, || {
+        let log = capture::captured(|| {
             for i in 0..1000 {
                 tenant_log!(warn, "tenant-log-test", i, "refused");
             }
             flush("tenant-log-test");
         });
-        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         let lines = log.lines().filter(|l| l.contains("refused")).count();
         assert!(lines as f64 <= BURST + 2.0, "{lines}");
         let summary = log.lines().find(|l| l.contains("suppressed=")).unwrap();

@@ -1081,6 +1081,10 @@ fn test_served_socket_instance_through_run() {
         .take()
         .map(|mut e| e.read_to_string(&mut serve_err));
     let _ = std::fs::remove_dir_all(&dir);
+    // serve keeps an instance's run directory after it stops (a restarted supervisor adopts
+    // from it); this test's instance is gone with it. (It serves in the host's run directory:
+    // a private one for tests is issue 21's `run_dir`.)
+    let _ = std::fs::remove_dir_all(format!("/run/nvproxy/{name}"));
     assert_eq!(ready.trim(), format!("READY {name}"));
     let v = summary(&run);
     assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
