@@ -65,7 +65,15 @@ pub fn render(cmd: &AbiCommand) -> Result<String> {
         AbiCommand::Versions => render::versions(),
         AbiCommand::Show { version } => {
             let node = lookup(version).with_context(|| format!("abi show {version}"))?;
-            render::show(&node.version, &node.tables())
+            let mut text = render::show(&node.version, &node.tables());
+            if let Some(sum) = node.installer_sha256 {
+                let at = text.find('\n').map_or(text.len(), |i| i + 1);
+                text.insert_str(
+                    at,
+                    &format!("installer sha256 {sum} (gVisor's version.go)\n"),
+                );
+            }
+            text
         }
         AbiCommand::Diff { a, b } => {
             let na = lookup(a).with_context(|| format!("abi diff {a} {b}: the old version"))?;

@@ -240,7 +240,8 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
             }
             Ok(Answer::Instances { instances: found })
         }
-        Request::Create { instance } => {
+        Request::Create { mut instance } => {
+            instance.transport = instance.transport.resolve(crate::host::cuse_usable());
             instance.validate()?;
             cfg.check_gpus(&instance)?;
             let spec = spec_for(cfg, &instance);
@@ -347,6 +348,10 @@ pub enum InstanceCommand {
         /// `[daemon] worker_uids` choice.
         #[arg(long)]
         user: Option<String>,
+        /// How tenants reach it: cuse, socket, or auto (the daemon picks cuse where its
+        /// /dev/cuse can be opened, else socket).
+        #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
+        transport: config::Transport,
         #[command(flatten)]
         socket: SocketArg,
     },
@@ -374,9 +379,9 @@ pub enum InstanceCommand {
     /// its clients keep their open files, handles and mappings and see no error. With
     /// `driver = "sim"` it needs `[sim] process = true`. A failed upgrade leaves the
     /// old worker serving. `--all`: every instance (what `systemctl reload` does).
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["name", "all"])))]
     Upgrade {
         /// The instance.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
         name: Option<String>,
         /// Every instance.
         #[arg(long)]
@@ -415,6 +420,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             mode,
             policy,
             user,
+            transport,
             socket,
         } => {
             let policy = match policy {
@@ -439,7 +445,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_os_descriptor_bytes: None,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
-                transport: Default::default(),
+                transport: *transport,
             };
             instance.validate()?;
             (
@@ -499,7 +505,7 @@ pub fn metrics(socket: &SocketArg) -> Result<()> {
 
 /// `nvproxy instance list` as a table.
 pub fn table(instances: &[InstanceInfo]) -> String {
-    let rows: Vec<[String; 8]> = instances
+    let rows: Vec<[String; 9]> = instances
         .iter()
         .map(|i| {
             let (files, objects) = i.stats.as_ref().map_or(("-".into(), "-".into()), |s| {
@@ -519,13 +525,18 @@ pub fn table(instances: &[InstanceInfo]) -> String {
                     .join(","),
                 i.caps.join(","),
                 i.mode.clone(),
+                if i.transport.is_empty() {
+                    "-".into()
+                } else {
+                    i.transport.clone()
+                },
                 files,
                 objects,
                 i.state.clone(),
             ]
         })
         .collect();
-    let mut widths = [4, 3, 4, 4, 4, 5, 7, 5];
+    let mut widths = [4, 3, 4, 4, 4, 9, 5, 7, 5];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.len());
@@ -544,7 +555,15 @@ pub fn table(instances: &[InstanceInfo]) -> String {
     };
     let mut out = fmt_row(
         &[
-            "NAME", "PID", "GPUS", "CAPS", "MODE", "FILES", "OBJECTS", "STATE",
+            "NAME",
+            "PID",
+            "GPUS",
+            "CAPS",
+            "MODE",
+            "TRANSPORT",
+            "FILES",
+            "OBJECTS",
+            "STATE",
         ]
         .map(String::from),
     );
@@ -692,6 +711,7 @@ mod tests {
             gpus: vec![0, 1],
             caps: vec!["compute".into()],
             mode: "enforce".into(),
+            transport: "socket".into(),
             state: "running".into(),
             restarts: 0,
             stats: Some(crate::worker_spec::WorkerStats {
@@ -703,8 +723,8 @@ mod tests {
         }]);
         assert_eq!(
             t,
-            "NAME   PID  GPUS  CAPS     MODE     FILES  OBJECTS  STATE\n\
-             job42  77   0,1   compute  enforce  3      12       running\n"
+            "NAME   PID  GPUS  CAPS     MODE     TRANSPORT  FILES  OBJECTS  STATE\n\
+             job42  77   0,1   compute  enforce  socket     3      12       running\n"
         );
     }
 

@@ -454,7 +454,58 @@ pub struct InstanceInfo {
     pub name: String,
     /// `None`: unknown (no config given): every capability's files are mounted.
     pub caps: Option<Vec<String>>,
+    /// Its CUSE nodes (none for a socket-transport instance).
     pub nodes: Vec<LiveNode>,
+    /// A socket-transport instance: its device socket, no nodes.
+    pub socket: Option<SocketInstance>,
+}
+
+/// What a socket-transport instance's container gets instead of nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketInstance {
+    /// Its device socket on the host (`<run dir>/<instance>/dev.sock`).
+    pub host_path: PathBuf,
+    /// Its GPU count (`NVPROXY_DEV_GPUS`).
+    pub gpus: usize,
+}
+
+/// The socket-transport side of `instance` under `run_dir`: `None` when it has no device
+/// socket (a CUSE instance); its GPU count from its worker's state file.
+pub fn socket_instance(run_dir: &Path, instance: &str) -> Result<Option<SocketInstance>> {
+    let dir = crate::paths::run_dir(run_dir, instance);
+    let socket = dir.join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME);
+    if !socket.exists() {
+        return Ok(None);
+    }
+    let state = dir.join(crate::paths::STATE_FILE);
+    let text = fs::read_to_string(&state)
+        .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
+    let state: crate::worker_spec::WorkerState = serde_json::from_str(&text)
+        .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
+    Ok(Some(SocketInstance {
+        host_path: socket,
+        gpus: state.spec.instance.gpus.len(),
+    }))
+}
+
+/// `instance` as served: its device socket, else its live CUSE nodes.
+fn served_instance(
+    nodes_dir: &Path,
+    run_dir: &Path,
+    name: &str,
+    caps: Option<Vec<String>>,
+) -> Result<InstanceInfo> {
+    let socket = socket_instance(run_dir, name)?;
+    let nodes = match socket {
+        Some(_) => Vec::new(),
+        None => live_nodes(nodes_dir, name, &stat_node)?,
+    };
+    Ok(InstanceInfo {
+        name: name.to_owned(),
+        caps,
+        nodes,
+        socket,
+    })
 }
 
 fn is_node_name(n: &str) -> bool {
@@ -538,6 +589,9 @@ pub struct SpecInputs {
     /// `crate::paths::RUN_DIR`.
     pub run_dir: PathBuf,
     pub userspace: Userspace,
+    /// The host driver's `nvidia-uvm` major, for socket-transport instances (libcuda compares
+    /// it with `/proc/devices`); `None`: the shim's default.
+    pub uvm_major: Option<u32>,
 }
 
 /// The hooks' whole environment.
@@ -593,7 +647,41 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
                 gid: None,
             });
         }
-        if let Some(shim) = &inputs.shim {
+        if let Some(sock) = &inst.socket {
+            use nvproxy_preload_proto::socket::{
+                DEFAULT_DEV_SOCKET_PATH, ENV_DEV_GPUS, ENV_DEV_SOCKET, ENV_DEV_UVM_MAJOR,
+            };
+            // The shim is the transport: without it the container has no GPU at all.
+            let shim = inputs.shim.as_ref().with_context(|| {
+                format!(
+                    "instance {} is served with the socket transport, which needs the shim \
+                     in the container: drop --no-preload",
+                    inst.name
+                )
+            })?;
+            e.env.push(format!("LD_PRELOAD={SHIM_IN_CONTAINER}"));
+            e.env
+                .push(format!("{ENV_DEV_SOCKET}={DEFAULT_DEV_SOCKET_PATH}"));
+            e.env.push(format!("{ENV_DEV_GPUS}={}", sock.gpus));
+            if let Some(major) = inputs.uvm_major {
+                e.env.push(format!("{ENV_DEV_UVM_MAJOR}={major}"));
+            }
+            e.mounts.push(Mount {
+                host_path: s(shim),
+                container_path: SHIM_IN_CONTAINER.to_owned(),
+                kind: None,
+                options: LIB_MOUNT_OPTIONS.iter().map(|o| (*o).to_owned()).collect(),
+            });
+            e.mounts.push(Mount {
+                host_path: s(&sock.host_path),
+                container_path: DEFAULT_DEV_SOCKET_PATH.to_owned(),
+                kind: None,
+                options: ["rbind", "nosuid", "nodev", "noexec"]
+                    .iter()
+                    .map(|o| (*o).to_owned())
+                    .collect(),
+            });
+        } else if let Some(shim) = &inputs.shim {
             let ids: Vec<String> = inst
                 .nodes
                 .iter()
@@ -646,12 +734,14 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
             }
         }
         e.hooks.push(hook(vec!["params".to_owned()]));
-        let mut pin = vec!["pin-nodes".to_owned()];
-        for n in &inst.nodes {
-            pin.push("--node".to_owned());
-            pin.push(format!("/dev/{}", n.name));
+        if !inst.nodes.is_empty() {
+            let mut pin = vec!["pin-nodes".to_owned()];
+            for n in &inst.nodes {
+                pin.push("--node".to_owned());
+                pin.push(format!("/dev/{}", n.name));
+            }
+            e.hooks.push(hook(pin));
         }
-        e.hooks.push(hook(pin));
         let mut char_links = Vec::new();
         for n in &inst.nodes {
             if let Some(l) = char_link_name(&n.name) {
@@ -792,6 +882,7 @@ pub fn run(cmd: &CdiCommand) -> Result<()> {
 
 fn generate(args: &GenerateArgs) -> Result<()> {
     let nodes_dir = Path::new(NODES_DIR);
+    let run_dir = Path::new(crate::paths::RUN_DIR);
     let mut sim_version = None;
     let instances: Vec<InstanceInfo> = match &args.config {
         Some(path) => {
@@ -801,33 +892,36 @@ fn generate(args: &GenerateArgs) -> Result<()> {
             }
             cfg.instances
                 .iter()
-                .map(|i| {
-                    Ok(InstanceInfo {
-                        name: i.name.clone(),
-                        caps: Some(i.caps.clone()),
-                        nodes: live_nodes(nodes_dir, &i.name, &stat_node)?,
-                    })
-                })
+                .map(|i| served_instance(nodes_dir, run_dir, &i.name, Some(i.caps.clone())))
                 .collect::<Result<_>>()?
         }
         None => {
-            let mut names: Vec<String> = fs::read_dir(nodes_dir)
-                .with_context(|| {
-                    format!("no instance is being served ({NODES_DIR} cannot be read)")
-                })?
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| crate::config::validate_instance_name(n).is_ok())
-                .collect();
-            names.sort();
+            // CUSE instances by their nodes, socket-transport ones by their device socket.
+            let names_in = |dir: &Path, what: fn(&Path) -> bool| -> Vec<String> {
+                fs::read_dir(dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| what(&e.path()))
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| crate::config::validate_instance_name(n).is_ok())
+                    .collect()
+            };
+            let mut names: BTreeSet<String> = names_in(nodes_dir, |_| true).into_iter().collect();
+            names.extend(names_in(run_dir, |p| {
+                p.join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME)
+                    .exists()
+            }));
+            if names.is_empty() {
+                bail!(
+                    "no instance is being served (no nodes under {NODES_DIR}, no device socket \
+                     under {}): start `nvproxy serve`",
+                    run_dir.display()
+                );
+            }
             names
                 .into_iter()
-                .map(|name| {
-                    Ok(InstanceInfo {
-                        nodes: live_nodes(nodes_dir, &name, &stat_node)?,
-                        name,
-                        caps: None,
-                    })
-                })
+                .map(|name| served_instance(nodes_dir, run_dir, &name, None))
                 .collect::<Result<_>>()?
         }
     };
@@ -896,6 +990,7 @@ fn spec_from(
         shim,
         run_dir: PathBuf::from(crate::paths::RUN_DIR),
         userspace,
+        uvm_major: crate::nsexec::uvm_major(),
     })
 }
 
@@ -910,14 +1005,11 @@ pub fn write_current(
         return Ok(());
     }
     let nodes_dir = Path::new(NODES_DIR);
+    let run_dir = Path::new(crate::paths::RUN_DIR);
     let mut infos = Vec::new();
     for (name, caps) in instances {
-        match live_nodes(nodes_dir, name, &stat_node) {
-            Ok(nodes) => infos.push(InstanceInfo {
-                name: name.clone(),
-                caps: Some(caps.clone()),
-                nodes,
-            }),
+        match served_instance(nodes_dir, run_dir, name, Some(caps.clone())) {
+            Ok(info) => infos.push(info),
             Err(e) => {
                 tracing::warn!(instance = %name, error = %format!("{e:#}"), "not in the CDI spec")
             }
@@ -1370,11 +1462,13 @@ mod tests {
                 name: "job42".into(),
                 caps: Some(vec!["compute".into(), "utility".into()]),
                 nodes: live_nodes(&nodes_dir, "job42", &stat).unwrap(),
+                socket: None,
             },
             InstanceInfo {
                 name: "monitor".into(),
                 caps: Some(vec!["utility".into()]),
                 nodes: live_nodes(&nodes_dir, "monitor", &stat).unwrap(),
+                socket: None,
             },
         ];
         let userspace = find_userspace(&d.join("root"), "535.261.03", &[], &[]).unwrap();
@@ -1386,6 +1480,7 @@ mod tests {
             shim: Some("/usr/local/lib/nvproxy/libnvproxy_preload.so".into()),
             run_dir: "/run/nvproxy".into(),
             userspace,
+            uvm_major: Some(510),
         };
         (d, inputs)
     }
@@ -1409,6 +1504,58 @@ mod tests {
                 out.display()
             );
         }
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Issue 21, item 6: a socket-transport instance was missing from the spec (serve warned
+    /// that its /dev/nvproxy directory could not be read). Its device has no nodes: the
+    /// shim, preloaded, and the device socket where the shim looks for it.
+    #[test]
+    fn test_a_socket_instance_gets_the_shim_and_its_socket_not_nodes() {
+        let (d, mut inputs) = fixture();
+        inputs.instances[1] = InstanceInfo {
+            name: "monitor".into(),
+            caps: Some(vec!["utility".into()]),
+            nodes: Vec::new(),
+            socket: Some(SocketInstance {
+                host_path: "/run/nvproxy/monitor/dev.sock".into(),
+                gpus: 2,
+            }),
+        };
+        let spec = build_spec(&inputs).unwrap();
+        let e = &spec.devices[1].container_edits;
+        assert_eq!(spec.devices[1].name, "monitor");
+        assert!(e.device_nodes.is_empty(), "{:?}", e.device_nodes);
+        for want in [
+            "LD_PRELOAD=/usr/lib/nvproxy/libnvproxy_preload.so",
+            "NVPROXY_DEV_SOCKET=/run/nvproxy/dev.sock",
+            "NVPROXY_DEV_GPUS=2",
+            "NVPROXY_DEV_UVM_MAJOR=510",
+            "NVIDIA_VISIBLE_DEVICES=void",
+        ] {
+            assert!(e.env.iter().any(|v| v == want), "{want}: {:?}", e.env);
+        }
+        assert!(!e.env.iter().any(|v| v.starts_with("NVPROXY_NODES=")));
+        assert!(
+            e.mounts
+                .iter()
+                .any(|m| m.host_path == "/run/nvproxy/monitor/dev.sock"
+                    && m.container_path == "/run/nvproxy/dev.sock"),
+            "{:?}",
+            e.mounts
+        );
+        assert!(!e.mounts.iter().any(|m| m.host_path.ends_with("mmap.sock")));
+        let hooks: Vec<&str> = e.hooks.iter().map(|h| h.args[2].as_str()).collect();
+        assert!(!hooks.contains(&"pin-nodes"), "{hooks:?}");
+        // The CUSE instance beside it is as before.
+        assert_eq!(spec.devices[0].container_edits.device_nodes.len(), 3);
+        // Without the shim a socket instance has no GPU at all: refused, not written.
+        inputs.shim = None;
+        let err = build_spec(&inputs).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("instance monitor is served with the socket transport"),
+            "{err:#}"
+        );
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -34,9 +34,10 @@ pub struct CheckpointArgs {
     pub name: String,
     /// Where to write its state (mode 0600).
     pub file: PathBuf,
-    /// The run directory of the workers.
-    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
-    pub run_dir: PathBuf,
+    /// The supervisor's control socket: the instance's worker socket is beside it
+    /// (`<run dir>/<instance>/worker.sock`).
+    #[command(flatten)]
+    pub socket: crate::api::SocketArg,
 }
 
 /// `nvproxy instance restore`.
@@ -49,9 +50,10 @@ pub struct RestoreArgs {
     /// UUID); saved GPUs not named go to the host GPU with their UUID.
     #[arg(long, value_name = "OLD=NEW")]
     pub remap: Vec<String>,
-    /// The run directory of the workers.
-    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
-    pub run_dir: PathBuf,
+    /// The supervisor's control socket: the instance's worker socket is beside it
+    /// (`<run dir>/<instance>/worker.sock`).
+    #[command(flatten)]
+    pub socket: crate::api::SocketArg,
 }
 
 /// A request on the worker socket (besides the plain `stats` line).
@@ -268,6 +270,14 @@ pub fn read_request(conn: &UnixStream) -> Option<String> {
     Some(line)
 }
 
+/// The run directory a control socket is in.
+fn run_dir_of(socket: &crate::api::SocketArg) -> PathBuf {
+    socket
+        .socket
+        .parent()
+        .map_or_else(|| PathBuf::from(crate::paths::RUN_DIR), Path::to_path_buf)
+}
+
 fn call(run_dir: &Path, instance: &str, req: &Request) -> Result<Answer> {
     let path = crate::paths::run_dir(run_dir, instance).join(crate::paths::WORKER_SOCKET);
     let mut s = UnixStream::connect(&path).with_context(|| {
@@ -290,7 +300,7 @@ fn call(run_dir: &Path, instance: &str, req: &Request) -> Result<Answer> {
 
 /// `nvproxy instance checkpoint NAME FILE`.
 pub fn checkpoint(args: &CheckpointArgs) -> Result<()> {
-    let a = call(&args.run_dir, &args.name, &Request::Checkpoint)?;
+    let a = call(&run_dir_of(&args.socket), &args.name, &Request::Checkpoint)?;
     if !a.ok {
         bail!("{}", a.message);
     }
@@ -321,7 +331,7 @@ pub fn restore(args: &RestoreArgs) -> Result<()> {
         checkpoint: text,
         remap: args.remap.clone(),
     };
-    let a = call(&args.run_dir, &ckpt.instance, &req)?;
+    let a = call(&run_dir_of(&args.socket), &ckpt.instance, &req)?;
     if !a.ok {
         bail!("{}", a.message);
     }

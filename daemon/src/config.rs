@@ -31,7 +31,8 @@
 //! max_os_descriptor_bytes = 4294967296  # OS-descriptor memory (host memory the GPU maps from
 //!                                # the tenant's files) pinned at once (past it:
 //!                                # NV_ERR_INVALID_ADDRESS, the driver's "cannot pin")
-//! transport = "cuse"            # or "socket": no device nodes, the shim forwards /dev/nvidia*
+//! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
+//!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
 //! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
@@ -91,9 +92,12 @@ pub enum MemoryTransport {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
+    /// CUSE where this host's `/dev/cuse` can be opened, the socket transport otherwise
+    /// ([`Transport::resolve`]); what an instance runs with is always one of the two.
+    #[default]
+    Auto,
     /// CUSE nodes (`/dev/nvproxy/<instance>/...`, bind-mounted at `/dev/nvidia*`), mmap through
     /// the shim.
-    #[default]
     Cuse,
     /// No device nodes: the shim serves `/dev/nvidia*` over the instance's device socket
     /// (`/run/nvproxy/<instance>/dev.sock`, this module). For kernels without CUSE.
@@ -104,8 +108,19 @@ impl Transport {
     /// The name the config file and the command line use.
     pub fn as_str(self) -> &'static str {
         match self {
+            Transport::Auto => "auto",
             Transport::Cuse => "cuse",
             Transport::Socket => "socket",
+        }
+    }
+
+    /// The transport an instance runs with: `auto` becomes `cuse` when `cuse_usable` (the
+    /// host probe [`crate::host::cuse_usable`]), else `socket`; the others stay.
+    pub fn resolve(self, cuse_usable: bool) -> Transport {
+        match self {
+            Transport::Auto if cuse_usable => Transport::Cuse,
+            Transport::Auto => Transport::Socket,
+            t => t,
         }
     }
 }
@@ -352,9 +367,10 @@ pub struct InstanceConfig {
     /// euid no other instance shares. Overrides `[daemon] worker_uids`.
     #[serde(default)]
     pub user: Option<String>,
-    /// How tenants reach the instance: `cuse` (default: CUSE nodes) or `socket` (no device
-    /// nodes; the shim forwards `/dev/nvidia*` to the worker over a unix socket, for kernels
-    /// without CUSE; `socket_transport.rs`).
+    /// How tenants reach the instance: `auto` (default: `cuse` where `/dev/cuse` can be
+    /// opened, else `socket`), `cuse` (CUSE nodes) or `socket` (no device nodes; the shim
+    /// forwards `/dev/nvidia*` to the worker over a unix socket; `socket_transport.rs`).
+    /// [`Config::resolve_transports`] settles `auto` before an instance starts.
     #[serde(default)]
     pub transport: Transport,
 }
@@ -483,6 +499,14 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Settles every instance's `transport = "auto"` for this host (`cuse_usable`: the
+    /// probe [`crate::host::cuse_usable`]); what the supervisor starts never says `auto`.
+    pub fn resolve_transports(&mut self, cuse_usable: bool) {
+        for i in &mut self.instances {
+            i.transport = i.transport.resolve(cuse_usable);
+        }
+    }
+
     /// A human-readable description of what this config serves, in the file's own spellings.
     pub fn summary(&self) -> String {
         let mut out = match self.driver {
@@ -519,8 +543,14 @@ impl Config {
             if !i.uvm_mmap {
                 out.push_str(", uvm_mmap off");
             }
-            if i.transport != Transport::Cuse {
+            let on_this_host = i.transport.resolve(crate::host::cuse_usable());
+            if on_this_host == i.transport {
                 out.push_str(&format!(", transport {}", i.transport));
+            } else {
+                out.push_str(&format!(
+                    ", transport {} ({on_this_host} on this host)",
+                    i.transport
+                ));
             }
             out.push('\n');
         }
@@ -910,9 +940,22 @@ mod tests {
     }
 
     #[test]
-    fn test_instance_transport_defaults_to_cuse_and_takes_socket() {
-        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+    fn test_instance_transport_defaults_to_auto_and_takes_socket() {
+        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        assert_eq!(c.instances[0].transport, Transport::Auto);
+        c.resolve_transports(false);
+        assert_eq!(c.instances[0].transport, Transport::Socket);
+        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        c.resolve_transports(true);
         assert_eq!(c.instances[0].transport, Transport::Cuse);
+        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"cuse\"\n")
+            .unwrap();
+        c.resolve_transports(false);
+        assert_eq!(
+            c.instances[0].transport,
+            Transport::Cuse,
+            "an explicit choice stays"
+        );
         let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"socket\"\n")
             .unwrap();
         assert_eq!(c.instances[0].transport, Transport::Socket);

@@ -13,13 +13,19 @@ pub struct Check {
     pub name: &'static str,
     /// Whether nvproxy can work with what was found.
     pub ok: bool,
+    /// Worth knowing, though nvproxy works without it (printed `[note]`, not `[ok]`).
+    pub note: bool,
     /// What was found, and what to do about it when not ok.
     pub detail: String,
 }
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mark = if self.ok { "ok  " } else { "FAIL" };
+        let mark = match (self.ok, self.note) {
+            (false, _) => "FAIL",
+            (true, true) => "note",
+            (true, false) => "ok  ",
+        };
         write!(f, "[{mark}] {:<26} {}", self.name, self.detail)
     }
 }
@@ -28,7 +34,15 @@ fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Check {
     Check {
         name,
         ok,
+        note: false,
         detail: detail.into(),
+    }
+}
+
+fn note(name: &'static str, detail: impl Into<String>) -> Check {
+    Check {
+        note: true,
+        ..check(name, true, detail)
     }
 }
 
@@ -143,13 +157,26 @@ pub fn cuse_advice(state: &CuseState, what: &CuseUse<'_>) -> String {
             };
             format!(
                 "this kernel ({kernel}) has no CUSE module ({why}), so `modprobe cuse` cannot \
-                 help. Use the socket transport, which needs no CUSE: `nvproxy exec \
-                 --transport socket ...`, or `transport = \"socket\"` in an [[instance]] of the \
-                 config (no device nodes in the container; the shim forwards /dev/nvidia* to \
-                 the worker). Or run nvproxy as root in the project's throwaway VM, whose \
-                 kernel has CUSE: {how}"
+                 help: leave the transport `auto` (the default) or choose `--transport socket` / \
+                 `transport = \"socket\"`, which need no CUSE; or run nvproxy in the project's \
+                 VM, whose kernel has CUSE: {how}"
             )
         }
+    }
+}
+
+/// What a missing `/dev/cuse` is about, in one short clause.
+pub fn cuse_short(state: &CuseState) -> String {
+    match state {
+        CuseState::Present => "present".to_owned(),
+        CuseState::LoadedNoNode => "the module is loaded but the node is missing (as root: \
+             mknod /dev/cuse c 10 203)"
+            .to_owned(),
+        CuseState::Loadable => "the module is not loaded (as root: modprobe cuse)".to_owned(),
+        CuseState::NoModule { kernel, .. } => format!(
+            "this kernel ({kernel}) has no cuse module; {} runs nvproxy in a VM that has one",
+            in_checkout("tests/vm/cuse-vm")
+        ),
     }
 }
 
@@ -199,33 +226,39 @@ pub fn run_checks() -> Vec<Check> {
     let mut out = Vec::new();
 
     let socket = crate::socket_transport::host_support();
-    out.push(match cuse_state() {
-        CuseState::Present => check("/dev/cuse", true, "present"),
-        // Without CUSE, nvproxy still works with the socket transport.
-        state => check(
+    let cuse = crate::host::cuse_usable();
+    out.push(match (cuse_state(), cuse) {
+        (CuseState::Present, true) => check("/dev/cuse", true, "present and can be opened"),
+        (CuseState::Present, false) => note(
             "/dev/cuse",
-            socket.is_ok(),
+            "present but this process cannot open it (not root, or a device cgroup): the \
+             cuse transport is unavailable to it",
+        ),
+        // Without CUSE, nvproxy works with the socket transport: a note, not a failure.
+        (state, _) if socket.is_ok() => note(
+            "/dev/cuse",
             format!(
-                "missing (the cuse transport is unavailable): {}",
-                cuse_advice(&state, &CuseUse::Any)
+                "missing, so instances use the socket transport; for CUSE: {}",
+                cuse_short(&state)
             ),
         ),
+        (state, _) => check(
+            "/dev/cuse",
+            false,
+            format!("missing: {}", cuse_advice(&state, &CuseUse::Any)),
+        ),
     });
-    let cuse = cuse_state() == CuseState::Present;
     out.push(check(
         "transports",
         cuse || socket.is_ok(),
         format!(
-            "cuse: {}; socket: {}",
-            if cuse {
-                "yes".to_owned()
-            } else {
-                "no (no /dev/cuse)".to_owned()
-            },
+            "cuse: {}; socket: {}; `auto` (the default) picks {}",
+            if cuse { "yes" } else { "no" },
             match &socket {
-                Ok(()) => "yes (`--transport socket`, `transport = \"socket\"`)".to_owned(),
+                Ok(()) => "yes".to_owned(),
                 Err(e) => format!("no ({e})"),
-            }
+            },
+            if cuse { "cuse" } else { "socket" },
         ),
     ));
 
@@ -380,5 +413,14 @@ mod tests {
     fn test_this_command_line_is_shell_quoted() {
         let line = this_command_line();
         assert!(line.starts_with('/') || line.starts_with('\''), "{line}");
+    }
+
+    #[test]
+    fn test_a_note_is_neither_ok_nor_a_failure() {
+        let n = note("/dev/cuse", "missing, so instances use the socket transport");
+        assert!(n.ok, "a note does not fail doctor");
+        assert!(n.to_string().starts_with("[note] /dev/cuse "), "{n}");
+        assert!(check("x", true, "").to_string().starts_with("[ok  ] x"));
+        assert!(check("x", false, "").to_string().starts_with("[FAIL] x"));
     }
 }

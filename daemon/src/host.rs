@@ -35,3 +35,14 @@ pub fn host_gpu_minors() -> Option<Vec<u32>> {
     minors.sort_unstable();
     (!minors.is_empty()).then_some(minors)
 }
+
+/// Whether this process can open `/dev/cuse` (read-write, as a CUSE server does): what
+/// `transport = "auto"` chooses by. An open that is never initialised is torn down by the
+/// kernel on close; nothing is created.
+pub fn cuse_usable() -> bool {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/cuse")
+        .is_ok()
+}

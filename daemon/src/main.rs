@@ -49,6 +49,10 @@ struct Cli {
     /// Log filter (tracing-subscriber EnvFilter syntax); RUST_LOG is used when absent.
     #[arg(long, global = true)]
     log: Option<String>,
+    /// More log lines: -v for what nvproxy does (info), -vv for every request (debug).
+    /// `serve` logs at info already; --log or RUST_LOG choose finer.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,7 +66,8 @@ enum Command {
     Abi(abi_cmd::AbiCommand),
     /// Run a command with its own proxied GPU instance (nodes bind-mounted at /dev/nvidia*).
     Exec(serve::ExecArgs),
-    /// Serve the instances of a configuration file until SIGTERM.
+    /// Serve the instances of a configuration file until SIGINT or SIGTERM (SIGHUP replaces
+    /// every worker live).
     Serve(serve::ServeArgs),
     /// Run a command with the nodes of an instance that `serve` is serving.
     Run(serve::RunArgs),
@@ -85,7 +90,7 @@ enum Command {
         path: std::path::PathBuf,
     },
     /// Manage the instances of a running `nvproxy serve` (its control socket): create, list,
-    /// show, rm.
+    /// show, rm, upgrade, checkpoint, restore.
     #[command(subcommand)]
     Instance(api::InstanceCommand),
     /// Print the metrics of a running `nvproxy serve` (Prometheus text format, from its control
@@ -131,25 +136,39 @@ fn init_logging(filter: EnvFilter) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(f) = &cli.log {
-        // Workers log with the same filter (supervisor.rs passes it on).
-        let _ = supervisor::LOG_FILTER.set(f.clone());
+    // --log, then -v, then RUST_LOG, then the command's default: `serve` (and the processes
+    // it starts) log what they do; every other command, and the workers of `exec`, only
+    // warnings, so that a command's terminal is its own.
+    let env = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty());
+    let chosen = cli.log.clone().or(match cli.verbose {
+        0 => None,
+        1 => Some("info".to_owned()),
+        _ => Some("debug".to_owned()),
+    });
+    let default = if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Worker | Command::SimDriver(_)
+    ) {
+        "info"
+    } else {
+        "warn"
+    };
+    // Workers log with the same filter (supervisor.rs passes it on); RUST_LOG reaches them
+    // through the environment.
+    let worker_filter = match (&chosen, &env, &cli.command) {
+        (Some(f), _, _) => Some(f.clone()),
+        (None, None, Command::Exec(_)) => Some(default.to_owned()),
+        _ => None,
+    };
+    if let Some(f) = worker_filter {
+        let _ = supervisor::LOG_FILTER.set(f);
     }
-    let filter = match &cli.log {
-        Some(f) => EnvFilter::new(f),
-        // `serve` logs what it does; the other commands stay quiet unless asked.
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-            EnvFilter::new(
-                if matches!(
-                    cli.command,
-                    Command::Serve(_) | Command::Worker | Command::SimDriver(_)
-                ) {
-                    "info"
-                } else {
-                    "warn"
-                },
-            )
+    let filter = match chosen.as_deref().or(env.as_deref()) {
+        Some(f) => EnvFilter::try_new(f).unwrap_or_else(|e| {
+            eprintln!("nvproxy: log filter {f:?}: {e}; using {default:?}");
+            EnvFilter::new(default)
         }),
+        None => EnvFilter::new(default),
     };
     init_logging(filter);
 

@@ -257,7 +257,7 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
 }
 
 /// The host driver's `nvidia-uvm` major (`/proc/devices`), if it has one.
-fn uvm_major() -> Option<u32> {
+pub fn uvm_major() -> Option<u32> {
     fs::read_to_string("/proc/devices")
         .ok()?
         .lines()

@@ -196,23 +196,21 @@ impl Parts {
             Some(abi) => Proxy::new(abi.clone(), policy, driver.host.clone()),
             None => Proxy::for_host(policy, driver.host.clone()),
         }
-        .with_context(|| format!("instance {}", inst.name))?
+        .context("the proxy")?
         .with_audit(sink.clone());
         // The names must be in the table of the driver this instance runs on.
         let names = crate::policy::AbiNames::of(
             proxy.abi(),
             format!("driver {}", driver.host.version().trim()),
         );
-        crate::policy::check_allow(&inst.allow, &names)
-            .with_context(|| format!("instance {}: allow", inst.name))?;
+        crate::policy::check_allow(&inst.allow, &names).context("allow")?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
             f.check(&names)
-                .with_context(|| format!("instance {}: policy file {}", inst.name, p.display()))?;
+                .with_context(|| format!("policy file {}", p.display()))?;
         }
         let proxy = Arc::new(proxy);
         let backend = Arc::new(ProxyBackend::new(proxy.clone()));
-        let uvm = uvm::UvmProxy::new(proxy.clone())
-            .with_context(|| format!("instance {}: the GPUs' UUIDs for UVM", inst.name))?;
+        let uvm = uvm::UvmProxy::new(proxy.clone()).context("the GPUs' UUIDs for UVM")?;
         let uvm_backend = Arc::new(UvmBackend::new(Arc::new(uvm), backend.clone()));
         Ok(Parts {
             backend,
@@ -242,7 +240,9 @@ impl RunningInstance {
         let uvm: Arc<dyn crate::device::Backend> = uvm_backend.clone();
         let gpus = u32::try_from(inst.gpus.len()).context("too many GPUs")?;
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
-        if inst.transport == config::Transport::Socket {
+        // `auto` is settled before a worker starts (serve, exec, the instance API); settled
+        // again here so that nothing else ever stands for CUSE.
+        if inst.transport.resolve(crate::host::cuse_usable()) == config::Transport::Socket {
             if transport == MemoryTransport::Retry {
                 tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
             }
@@ -256,7 +256,7 @@ impl RunningInstance {
                 nodes,
                 Path::new(crate::paths::RUN_DIR),
             )
-            .with_context(|| format!("instance {}: device socket", inst.name))?;
+            .context("device socket")?;
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
             return Ok(RunningInstance {
                 name: inst.name.clone(),
@@ -282,7 +282,7 @@ impl RunningInstance {
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
         let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(crate::paths::RUN_DIR))
-            .with_context(|| format!("instance {}: mmap socket", inst.name))?;
+            .context("mmap socket")?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
             instance = %inst.name,

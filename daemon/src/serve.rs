@@ -62,10 +62,11 @@ pub struct ExecArgs {
     /// never holds the host UVM fd, and CUDA's managed memory is unavailable.
     #[arg(long)]
     pub no_uvm_mmap: bool,
-    /// How the command reaches the instance: `cuse` (CUSE nodes at /dev/nvidia*) or `socket`
+    /// How the command reaches the instance: `cuse` (CUSE nodes at /dev/nvidia*), `socket`
     /// (no device nodes: the shim forwards /dev/nvidia* to the worker over a unix socket; for
-    /// kernels without CUSE; needs the shim).
-    #[arg(long, value_enum, default_value_t = config::Transport::Cuse)]
+    /// kernels without CUSE; needs the shim) or `auto` (cuse where /dev/cuse can be opened,
+    /// else socket).
+    #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
     pub transport: config::Transport,
     #[command(flatten)]
     pub shim: ShimArgs,
@@ -106,8 +107,21 @@ impl ShimArgs {
     }
 }
 
+/// Refuses `verb` to a caller that is not root, saying why it needs root.
+fn need_root(verb: &str, why: &str) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("nvproxy {verb} needs root: {why} (run it as root, e.g. with sudo)");
+    }
+    Ok(())
+}
+
 /// `nvproxy exec`: one instance around one command.
 pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
+    need_root(
+        "exec",
+        "it serves the instance from the run directory and runs the command in a mount \
+         namespace of its own",
+    )?;
     // Before any thread starts: signals to nvproxy go to the command, and the instance is
     // always stopped (its audit counts written) after the command.
     crate::child::block_termination_signals()?;
@@ -134,6 +148,10 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         )
         .context("--gpus")?;
     }
+    let transport = args.transport.resolve(crate::host::cuse_usable());
+    if args.transport == config::Transport::Auto {
+        tracing::info!(%transport, "transport auto");
+    }
     let inst = InstanceConfig {
         name: format!("exec-{}", std::process::id()),
         gpus,
@@ -149,7 +167,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_os_descriptor_bytes: None,
         restart: config::RestartPolicy::No,
         user: None,
-        transport: args.transport,
+        transport,
     };
     inst.validate()?;
     crate::policy::check_allow(
@@ -158,15 +176,15 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
-    if args.transport == config::Transport::Socket && args.memory == MemoryTransport::Retry {
+    if transport == config::Transport::Socket && args.memory == MemoryTransport::Retry {
         bail!(
             "--memory retry is a CUSE protocol; the socket transport reads client memory with \
              process_vm_readv (drop --memory retry)"
         );
     }
-    if args.transport == config::Transport::Socket && shim.is_none() {
+    if transport == config::Transport::Socket && shim.is_none() {
         bail!(
-            "--transport socket needs the shim ({}): it is what serves /dev/nvidia* to the \
+            "the socket transport needs the shim ({}): it is what serves /dev/nvidia* to the \
              command; build it (`cargo build -p preload`) or pass --preload PATH",
             mmap::SHIM_NAME
         );
@@ -195,7 +213,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     let root = Path::new(crate::paths::RUN_DIR);
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
-    let socket_transport = args.transport == config::Transport::Socket;
+    let socket_transport = transport == config::Transport::Socket;
     let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
         .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
         .chain(std::iter::once(crate::node::Node::Uvm))
@@ -373,6 +391,10 @@ pub struct ServeArgs {
 /// instance API, prints `READY <instances>` (and `READY=1` to systemd), watches the workers
 /// until SIGINT/SIGTERM/SIGHUP, then stops them (unless `[daemon] keep_workers`).
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    need_root(
+        "serve",
+        "its workers open the driver, own the run directory and read their clients' memory",
+    )?;
     use crate::supervisor::{Supervisor, spec_for};
     let mut cfg = config::Config::load(&args.config)?;
     if let Some(d) = args.driver {
@@ -380,6 +402,20 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             .with_driver(d)
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
+    let cuse = crate::host::cuse_usable();
+    for i in cfg
+        .instances
+        .iter()
+        .filter(|i| i.transport == config::Transport::Auto)
+    {
+        tracing::info!(
+            instance = %i.name,
+            transport = %i.transport.resolve(cuse),
+            "transport auto: {}",
+            if cuse { "/dev/cuse can be opened" } else { "no usable /dev/cuse" }
+        );
+    }
+    cfg.resolve_transports(cuse);
     sys::block_termination_signals().context("blocking signals")?;
     // The ABI tables the workers will serve the host driver with: chosen (and any node
     // files verified) here once, so that a bad choice stops `serve` before a worker starts;
@@ -560,18 +596,16 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| {
-            let todo = match crate::doctor::cuse_state() {
-                crate::doctor::CuseState::Present => format!(
-                    "start `nvproxy serve --config FILE` (as root) with a config whose \
-                     [[instance]] has name = {:?}",
-                    args.instance
-                ),
-                state => crate::doctor::cuse_advice(&state, &crate::doctor::CuseUse::ServeAndRun),
-            };
+            let socket = crate::paths::run_dir(Path::new(crate::paths::RUN_DIR), &args.instance)
+                .join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME);
             anyhow::anyhow!(
-                "instance {} is not being served ({}: {e}); {todo}",
-                args.instance,
-                dir.display()
+                "instance {name} is not being served (no {socket}, and {dir}: {e}): start \
+                 `nvproxy serve --config FILE` (as root) with a config whose [[instance]] has \
+                 name = {name:?}, or create it in a running serve with `nvproxy instance create \
+                 {name} --gpus ...`",
+                name = args.instance,
+                socket = socket.display(),
+                dir = dir.display(),
             )
         })?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -1047,6 +1047,9 @@ fn call(
         CallOp::Ioctl { cmd, arg } => {
             let span = tracing::debug_span!("ioctl", node = ?open.node, pid, cmd = format_args!("{cmd:#010x}"));
             let _enter = span.enter();
+            // Measured as the CUSE path measures (device.rs): the request with its client
+            // memory, not the transport's round trip.
+            let start = std::time::Instant::now();
             let mut mem = VmMemory::new(pid).with_waits(waits.clone());
             let lookup = |fd: i32| resolve(shared, &pidfd, fd).map(|o| o.id);
             let result = open
@@ -1066,6 +1069,7 @@ fn call(
                     CallReply::error(e.raw())
                 }
             };
+            crate::metrics::LATENCY.observe(start.elapsed());
             (reply, None)
         }
         CallOp::Mmap {

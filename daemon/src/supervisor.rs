@@ -92,6 +92,9 @@ pub struct InstanceInfo {
     pub caps: Vec<String>,
     /// enforce or audit.
     pub mode: String,
+    /// `cuse` or `socket` (empty from a supervisor older than the field).
+    #[serde(default)]
+    pub transport: String,
     /// `running`, or `failed: why`.
     pub state: String,
     /// Restarts in the last minute.
@@ -289,7 +292,9 @@ impl Supervisor {
             let _ = child.kill();
             let status = child.wait().ok();
             bail!(
-                "instance {name}: its sim-driver did not start (exit {status:?}; its log is above)"
+                "instance {name}: its sim-driver did not start: it {} before it was ready \
+                 (its errors, if any, are in the log)",
+                describe_exit(status)
             );
         }
         std::fs::write(dir.join(SIM_PID), child.id().to_string())?;
@@ -389,22 +394,25 @@ impl Supervisor {
             other => {
                 let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
                 let status = child.wait().ok();
+                let why = match other {
+                    // The worker's own words: all there is to say.
+                    Ok(Ok(l)) if l.starts_with("FAILED ") => {
+                        bail!("instance {name}: {}", l["FAILED ".len()..].trim())
+                    }
+                    Ok(Ok(l)) if l.is_empty() => {
+                        format!("it {} before it was ready", describe_exit(status))
+                    }
+                    Ok(Ok(l)) => format!("it printed {:?} instead of READY", l.trim()),
+                    Ok(Err(e)) => format!("reading its stdout: {e}"),
+                    Err(_) => format!("it was not ready within {} s", START_TIMEOUT.as_secs()),
+                };
                 bail!(
-                    "instance {name}: {} ({}; exit {:?}; its log is above)",
+                    "instance {name}: {}: {why} (its errors, if any, are in the log)",
                     if spec.take_over {
                         "the new worker did not take over"
                     } else {
                         "its worker did not start"
                     },
-                    match other {
-                        Ok(Ok(l)) if l.is_empty() => "it exited before READY".to_owned(),
-                        Ok(Ok(l)) if l.starts_with("FAILED ") =>
-                            l["FAILED ".len()..].trim().to_owned(),
-                        Ok(Ok(l)) => format!("it printed {:?} instead of READY", l.trim()),
-                        Ok(Err(e)) => format!("reading its stdout: {e}"),
-                        Err(_) => format!("no READY within {} s", START_TIMEOUT.as_secs()),
-                    },
-                    status
                 );
             }
         }
@@ -729,6 +737,7 @@ impl Supervisor {
                     gpus: spec.instance.gpus.clone(),
                     caps: spec.instance.caps.clone(),
                     mode: spec.instance.mode.to_string(),
+                    transport: spec.instance.transport.to_string(),
                     state: match state {
                         State::Running => "running".to_owned(),
                         State::Failed(why) => format!("failed: {why}"),
@@ -944,6 +953,22 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
     }
 }
 
+/// A child's end in words: "exited with status 1", "was killed by SIGKILL".
+pub fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        None => "ended (its status is unknown)".to_owned(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
+                Ok(sig) => format!("was killed by {sig}"),
+                Err(_) => format!("was killed by signal {sig}"),
+            },
+            (None, None) => "ended".to_owned(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -989,5 +1014,14 @@ mod tests {
         let sup = Supervisor::new(Path::new("/nonexistent"), None).unwrap();
         let err = sup.remove("nope", false).unwrap_err();
         assert_eq!(err.to_string(), "no instance nope");
+    }
+
+    #[test]
+    fn test_an_exit_is_described_in_words() {
+        use std::os::unix::process::ExitStatusExt;
+        let st = |raw| Some(std::process::ExitStatus::from_raw(raw));
+        assert_eq!(describe_exit(st(256)), "exited with status 1");
+        assert_eq!(describe_exit(st(9)), "was killed by SIGKILL");
+        assert_eq!(describe_exit(None), "ended (its status is unknown)");
     }
 }

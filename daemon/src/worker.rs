@@ -94,10 +94,13 @@ pub fn run() -> Result<ExitCode> {
     let (running, mut driver) = match started {
         Ok(r) => r,
         Err(e) => {
-            // What went wrong, for the supervisor's answer (the log has it too).
+            // What went wrong, for the supervisor, which reports it (exec's and serve's error,
+            // the instance API's answer, the log of a restart): printing it here as well
+            // would show the user the same line twice.
             println!("FAILED {}", format!("{e:#}").replace('\n', " "));
             std::io::stdout().flush().ok();
-            return Err(e.context(format!("instance {name}")));
+            tracing::debug!(instance = %name, error = %format!("{e:#}"), "worker did not start");
+            return Ok(ExitCode::FAILURE);
         }
     };
     let running = Arc::new(running);

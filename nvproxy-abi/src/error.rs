@@ -22,6 +22,8 @@ pub enum AbiError {
         /// The newest known version on the same branch that is not newer than `version`:
         /// the most likely ABI match (named in the message; nothing uses it in its place).
         nearest: Option<DriverVersion>,
+        /// The known versions just below and above it, whatever their branch.
+        neighbours: Vec<DriverVersion>,
     },
 }
 
@@ -31,8 +33,17 @@ impl fmt::Display for AbiError {
             AbiError::BadVersion { input, why } => {
                 write!(f, "{input:?} is not an NVIDIA driver version: {why}")
             }
-            AbiError::UnknownVersion { version, nearest } => {
+            AbiError::UnknownVersion {
+                version,
+                nearest,
+                neighbours,
+            } => {
                 let major = version.major();
+                let near = neighbours
+                    .iter()
+                    .map(DriverVersion::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let tables = match nearest {
                     Some(n) => {
                         write!(
@@ -49,23 +60,23 @@ impl fmt::Display for AbiError {
                             f,
                             "nvproxy has no ABI tables for driver {version}, nor for any earlier \
                              version of branch {major} (`nvproxy abi versions` lists the versions \
-                             it has)."
+                             it has; the nearest are {near})."
                         )?;
                         "VERSION".to_owned()
                     }
                 };
                 write!(
                     f,
-                    " The choices: (1) make a node for {version} from its driver sources (a \
-                     checkout of its tag of NVIDIA/open-gpu-kernel-modules, or the \
-                     /usr/src/nvidia-{version} tree of a DKMS install): `nvproxy abi check \
-                     --from-source DIR` shows how it differs from the tree, `nvproxy abi import \
-                     --from-source DIR --out /etc/nvproxy/abi.d/{version}.json` writes the node, \
-                     and `[daemon] abi_dir = \"/etc/nvproxy/abi.d\"` lets `nvproxy serve` load \
-                     it; (2) serve {version} with the tables of a known version, at your own \
-                     risk: `[daemon] abi_version = \"{tables}\"` or `nvproxy serve \
-                     --abi-version {tables}`; (3) run a driver version nvproxy has tables for. \
-                     ADDING_A_DRIVER_VERSION.md adds a version to the tree for everyone"
+                    "\nThe choices: (1) make a node for {version} from its driver sources (its tag \
+                     of NVIDIA/open-gpu-kernel-modules, or /usr/src/nvidia-{version} of a DKMS \
+                     install):\n    `nvproxy abi check --from-source DIR` shows how it differs, \
+                     `nvproxy abi import --from-source DIR --out \
+                     /etc/nvproxy/abi.d/{version}.json` writes the node,\n    and `[daemon] \
+                     abi_dir = \"/etc/nvproxy/abi.d\"` lets `nvproxy serve` load it;\n(2) serve \
+                     {version} with the tables of a known version, at your own risk: `[daemon] \
+                     abi_version = \"{tables}\"` or `nvproxy serve --abi-version {tables}`;\n(3) \
+                     run a driver version nvproxy has tables for. ADDING_A_DRIVER_VERSION.md adds \
+                     a version to the tree for everyone"
                 )
             }
         }

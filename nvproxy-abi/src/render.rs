@@ -22,7 +22,7 @@ pub fn versions() -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<38} {:<11}  {:<64}  {:<10}  note",
+        "{:<38} {:<11}  {:<SHA_SHOWN$}  {:<10}  note",
         "version", "support", "sha256", "parent"
     );
     for root in nodes().iter().filter(|n| n.parent.is_none()) {
@@ -42,9 +42,34 @@ pub fn versions() -> String {
     let _ = writeln!(
         out,
         "sha256: of NVIDIA's x86_64 .run installer, as gVisor's version.go lists it for the \
-         versions it supports (copied, not computed by us); `-`: none listed"
+         versions it supports (copied, not computed by us), its first {SHA_SHOWN} digits \
+         (`nvproxy abi show VERSION` prints it whole); `-`: none listed"
     );
     out
+}
+
+/// Digits of the installer checksum `versions` shows.
+const SHA_SHOWN: usize = 16;
+/// Characters of a note per line in `versions`.
+const NOTE_WIDTH: usize = 64;
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 fn tree_lines(out: &mut String, node: &'static AbiNode, first: &str, rest: &str) {
@@ -61,12 +86,23 @@ fn tree_lines(out: &mut String, node: &'static AbiNode, first: &str, rest: &str)
     let reason = node
         .reason
         .map_or_else(String::new, |r| format!("unqualified: {r}; "));
+    let sum = sum.get(..SHA_SHOWN).unwrap_or(sum);
+    let note = format!("{reason}{}{alias}", node.note);
+    let mut lines = wrap(&note, NOTE_WIDTH).into_iter();
     let _ = writeln!(
         out,
-        "{label:<38} {:<11}  {sum:<64}  {parent:<10}  {reason}{}{alias}",
+        "{label:<38} {:<11}  {sum:<SHA_SHOWN$}  {parent:<10}  {}",
         support_name(node.support),
-        node.note
+        lines.next().unwrap_or_default()
     );
+    // A long note goes on below, under its column, after the tree's own continuation.
+    for more in lines {
+        let _ = writeln!(
+            out,
+            "{rest:<38} {:<11}  {:<SHA_SHOWN$}  {:<10}  {more}",
+            "", "", ""
+        );
+    }
     // The child with the most descendants continues at the node's own indentation (a release
     // line reads as a column, the main line runs down the left); the others fork, indented.
     let mut kids: Vec<_> = children(&node.version).collect();

@@ -163,7 +163,8 @@ fn test_unknown_version_error_names_nearest_ancestor_and_the_choices() {
         err,
         AbiError::UnknownVersion {
             version: ver("570.300.01"),
-            nearest: Some(ver("570.211.01"))
+            nearest: Some(ver("570.211.01")),
+            neighbours: vec![ver("570.211.01"), ver("575.51.02")],
         }
     );
     let msg = err.to_string();
@@ -173,7 +174,7 @@ fn test_unknown_version_error_names_nearest_ancestor_and_the_choices() {
         "The choices: (1)",
         "`nvproxy abi import --from-source DIR --out /etc/nvproxy/abi.d/570.300.01.json`",
         "`[daemon] abi_dir = \"/etc/nvproxy/abi.d\"`",
-        "(2) serve 570.300.01 with the tables of a known version, at your own risk: \
+        "\n(2) serve 570.300.01 with the tables of a known version, at your own risk: \
          `[daemon] abi_version = \"570.211.01\"` or `nvproxy serve --abi-version 570.211.01`",
         "(3) run a driver version nvproxy has tables for",
     ] {
@@ -187,7 +188,8 @@ fn test_unknown_version_without_ancestor_says_so_and_offers_the_same_choices() {
     assert!(
         msg.starts_with(
             "nvproxy has no ABI tables for driver 999.100.01, nor for any earlier version of \
-             branch 999 (`nvproxy abi versions` lists the versions it has). The choices: (1)"
+             branch 999 (`nvproxy abi versions` lists the versions it has; the nearest are \
+             595.71.05).\nThe choices: (1)"
         ) && msg.contains("`[daemon] abi_version = \"VERSION\"`"),
         "{msg}"
     );
@@ -234,13 +236,15 @@ fn test_ecc_controls_are_admin_only() {
 #[test]
 fn test_versions_rendering_lists_every_node_once() {
     let out = render::versions();
+    // The version column (a note's continuation lines leave it empty).
     let first_col: Vec<&str> = out
         .lines()
         .filter_map(|l| {
-            l.trim_start_matches(['│', '├', '└', '─', ' '])
-                .split_whitespace()
-                .next()
+            let col: String = l.chars().take(38).collect();
+            let v = col.trim_start_matches(['│', '├', '└', '─', ' ']).trim();
+            (!v.is_empty()).then(|| l.trim_start_matches(['│', '├', '└', '─', ' ']))
         })
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
     for n in nodes() {
         let v = n.version.to_string();
@@ -290,16 +294,42 @@ fn test_versions_rendering_says_what_the_sha256_dash_means() {
 #[test]
 fn test_versions_rendering_prints_the_reason_of_each_unqualified_node() {
     let out = render::versions();
+    let lines: Vec<&str> = out.lines().collect();
     for n in nodes().iter().filter(|n| n.support == Support::Unqualified) {
-        let line = out
-            .lines()
-            .find(|l| l.contains(&format!("{} ", n.version)))
+        // The node's line and the note's continuation lines below it (no version of their own).
+        let at = lines
+            .iter()
+            .position(|l| l.contains(&format!("{} ", n.version)))
             .unwrap();
+        let note_column = lines[at].find("unqualified: ").unwrap();
+        let mut note = lines[at][note_column..].to_owned();
+        for l in &lines[at + 1..] {
+            let more = l.get(note_column..).unwrap_or_default();
+            if l[..note_column.min(l.len())].contains(|c: char| c.is_ascii_digit())
+                || more.is_empty()
+            {
+                break;
+            }
+            note.push(' ');
+            note.push_str(more.trim());
+        }
         assert!(
-            line.contains(&format!("unqualified: {}", n.reason.unwrap())),
-            "{line}"
+            note.contains(&format!("unqualified: {}", n.reason.unwrap())),
+            "{note}"
         );
     }
     let line = out.lines().find(|l| l.contains("580.159.04 ")).unwrap();
-    assert!(line.contains("c1e66761b088d17b3adf6cb6979de9af38be2684d102b001a176dcfafabdca1e"));
+    assert!(line.contains("c1e66761b088d17b "), "{line}");
+}
+
+#[test]
+fn test_versions_rendering_fits_a_wide_terminal() {
+    let out = render::versions();
+    let longest = out
+        .lines()
+        .filter(|l| !l.starts_with("sha256:") && !l.contains(" versions, "))
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap();
+    assert!(longest <= 150, "{longest}\n{out}");
 }

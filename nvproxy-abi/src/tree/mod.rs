@@ -175,7 +175,23 @@ pub fn find(version: &DriverVersion) -> Result<&'static AbiNode, AbiError> {
     node(version).ok_or_else(|| AbiError::UnknownVersion {
         version: *version,
         nearest: nearest_ancestor(version).map(|n| n.version),
+        neighbours: neighbours(version),
     })
+}
+
+/// The known versions just below and just above `version` (whatever their branch).
+fn neighbours(version: &DriverVersion) -> Vec<DriverVersion> {
+    let below = nodes()
+        .iter()
+        .map(|n| n.version)
+        .filter(|v| v < version)
+        .max();
+    let above = nodes()
+        .iter()
+        .map(|n| n.version)
+        .filter(|v| v > version)
+        .min();
+    below.into_iter().chain(above).collect()
 }
 
 /// The newest known node of `version`'s branch (same major) that is not newer than `version`.
