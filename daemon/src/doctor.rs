@@ -417,7 +417,10 @@ mod tests {
 
     #[test]
     fn test_a_note_is_neither_ok_nor_a_failure() {
-        let n = note("/dev/cuse", "missing, so instances use the socket transport");
+        let n = note(
+            "/dev/cuse",
+            "missing, so instances use the socket transport",
+        );
         assert!(n.ok, "a note does not fail doctor");
         assert!(n.to_string().starts_with("[note] /dev/cuse "), "{n}");
         assert!(check("x", true, "").to_string().starts_with("[ok  ] x"));

@@ -8,7 +8,10 @@
 //!   run directory some earlier start left 0755), and that a host uid outside every tenant
 //!   reaches no instance's socket (issue 20, item 9); `instance rm` leaves no directory;
 //! - a tenant call parked on a `userfaultfd` page does not veto a live upgrade (issue 20,
-//!   item 7).
+//!   item 7);
+//! - socket-transport instances as first-class ones (issue 21): `transport = "auto"`,
+//!   `instance create --transport`, the TRANSPORT column, their CDI devices, their latencies
+//!   in the metrics, and one plain error line for a failed `instance create`.
 //!
 //! Needs root (namespaces, `process_vm_readv`, `pidfd_getfd`), `unshare`/`nsenter`/`setpriv`
 //! (util-linux) and the binaries (`cargo build -p daemon -p preload`).
@@ -82,7 +85,13 @@ impl Served {
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).expect("scratch dir");
         let cfg = scratch.join("config.toml");
-        std::fs::write(&cfg, format!("{config}\n[cdi]\nspec = \"\"\n")).expect("config");
+        // No CDI spec unless the test asks for one.
+        let cdi = if config.contains("[cdi]") {
+            ""
+        } else {
+            "\n[cdi]\nspec = \"\"\n"
+        };
+        std::fs::write(&cfg, format!("{config}{cdi}")).expect("config");
         let script = format!(
             "mount -t tmpfs -o mode=0755 nvproxy-test /run && {prepare} exec \"$0\" serve \
              --check-leaks --config \"$1\""
@@ -426,4 +435,136 @@ fn test_a_call_parked_on_tenant_memory_does_not_veto_a_live_upgrade() {
         "after the upgrade: {}\n{err}",
         text(&after)
     );
+}
+
+/// Whether this process could open `/dev/cuse`: what `transport = "auto"` decides by.
+fn cuse_usable() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/cuse")
+        .is_ok()
+}
+
+/// The TRANSPORT cell of `name`'s row in `instance list`.
+fn transport_of(list: &str, name: &str) -> Option<String> {
+    let header: Vec<&str> = list.lines().next()?.split_whitespace().collect();
+    let col = header.iter().position(|h| *h == "TRANSPORT")?;
+    list.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&name))
+        .and_then(|cells| cells.get(col).map(|c| (*c).to_owned()))
+}
+
+/// Issue 21, items 4, 6, 7 and 9: before, an `[[instance]]` without `transport` was CUSE (and
+/// failed on this host), `instance create` had no `--transport`, `instance list` did not say
+/// which, serve left its socket instances out of the CDI spec with a warning, their ioctls
+/// never reached `nvproxy_ioctl_duration_seconds`, and a failed create printed Rust debug text.
+#[test]
+fn test_socket_instances_are_first_class() {
+    if !runnable() {
+        return;
+    }
+    let auto = if cuse_usable() { "cuse" } else { "socket" };
+    let config = "driver = \"sim\"\n[sim]\ngpus = 2\n\
+         [[instance]]\nname = \"alpha\"\ngpus = [0]\ntransport = \"socket\"\n\
+         [[instance]]\nname = \"beta\"\ngpus = [1]\n\
+         [cdi]\nspec = \"/run/cdi-test/nvproxy.yaml\"\n";
+    let mut s = Served::start("firstclass", config, "");
+    assert_eq!(s.ready, "READY alpha beta");
+    let run = s.nvproxy(&[
+        "run",
+        "--instance",
+        "alpha",
+        "--",
+        NVFE,
+        "init",
+        "--expect-gpus",
+        "1",
+    ]);
+    let metrics = s.nvproxy(&["metrics"]);
+    let create = s.nvproxy(&[
+        "instance",
+        "create",
+        "gamma",
+        "--gpus",
+        "1",
+        "--transport",
+        "socket",
+    ]);
+    let create_auto = s.nvproxy(&["instance", "create", "delta", "--gpus", "0"]);
+    let bad = s.nvproxy(&[
+        "instance",
+        "create",
+        "omega",
+        "--gpus",
+        "0",
+        "--policy",
+        "/nonexistent-policy.toml",
+    ]);
+    let bad_gpu = s.nvproxy(&["instance", "create", "omega", "--gpus", "7"]);
+    let list = s.nvproxy(&["instance", "list"]);
+    let spec = std::fs::read_to_string(s.path("/run/cdi-test/nvproxy.yaml")).unwrap_or_default();
+    let err = s.stop();
+    assert!(run.status.success(), "nvproxy run: {}\n{err}", text(&run));
+    assert!(create.status.success(), "create: {}\n{err}", text(&create));
+    assert!(
+        create_auto.status.success(),
+        "create (auto): {}\n{err}",
+        text(&create_auto)
+    );
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    for (name, want) in [
+        ("alpha", "socket"),
+        ("beta", auto),
+        ("gamma", "socket"),
+        ("delta", auto),
+    ] {
+        assert_eq!(
+            transport_of(&list, name).as_deref(),
+            Some(want),
+            "{name}\n{list}"
+        );
+    }
+    // The socket instances' ioctls are timed.
+    let metrics = String::from_utf8_lossy(&metrics.stdout).into_owned();
+    let count = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("nvproxy_ioctl_duration_seconds_count{instance=\"alpha\"} ")
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    assert!(count > 0, "no ioctl of alpha timed:\n{metrics}");
+    // Every socket instance is in the CDI spec, with its socket and no nodes; serve said
+    // nothing about them.
+    if auto == "socket" {
+        for name in ["alpha", "beta", "gamma", "delta"] {
+            assert!(
+                spec.contains(&format!("name: {name}\n"))
+                    && spec.contains(&format!("/run/nvproxy/{name}/dev.sock")),
+                "{name} in the CDI spec:\n{spec}"
+            );
+        }
+        assert!(!spec.contains("deviceNodes"), "{spec}");
+        assert!(
+            spec.contains("NVPROXY_DEV_SOCKET=/run/nvproxy/dev.sock"),
+            "{spec}"
+        );
+    }
+    assert!(!err.contains("not in the CDI spec"), "{err}");
+    // A failed create: one line, the worker's own words, no debug formatting.
+    for (what, o, words) in [
+        ("policy", &bad, "/nonexistent-policy.toml"),
+        ("gpu", &bad_gpu, "GPU 7"),
+    ] {
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{what}: {}", text(o));
+        assert_eq!(e.trim().lines().count(), 1, "{what}: {e}");
+        assert!(e.contains(words), "{what}: {e}");
+        for debug in ["ExitStatus", "Some(", "its log is above"] {
+            assert!(!e.contains(debug), "{what}: {e}");
+        }
+    }
 }
