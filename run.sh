@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
 # The README's run command: builds nvproxy (debug build, target/debug) and serves the
 # instances of a config file (default: examples/config.toml, which uses the simulated driver: no
-# GPU needed). Run it as root.
-#
-#   ./run.sh [CONFIG]                 serve CONFIG until Ctrl-C (in a VM: a short demo)
-#   ./run.sh [CONFIG] -- COMMAND...   serve CONFIG, run COMMAND (as root, e.g.
-#                                     `target/debug/nvproxy run --instance job42 -- PROGRAM`),
-#                                     stop serving; exits with COMMAND's status
-#
-# Needs the kernel's CUSE (/dev/cuse; `modprobe cuse` where the kernel has the module). On a
-# kernel without it (our CI and dev machines) it says so and does the same inside a throwaway VM
-# (tests/vm/cuse-vm) whose kernel has CUSE: the daemon and COMMAND share that one VM run; without
-# COMMAND the demo runs nvfe-client (a CUDA frontend initialisation) through the first instance.
+# GPU needed). Run it as root. `./run.sh --help` prints the usage below.
+usage() {
+  cat <<USAGE
+usage: ./run.sh [--vm] [CONFIG] [-- COMMAND...]
+
+  ./run.sh [CONFIG]                serve CONFIG (default examples/config.toml) until Ctrl-C, and
+                               print what to try from another shell
+  ./run.sh [CONFIG] -- COMMAND...  serve CONFIG, run COMMAND (e.g. \`target/debug/nvproxy run
+                               --instance job42 -- PROGRAM\`), stop; exits with COMMAND's status
+  ./run.sh --vm [CONFIG] [-- ...]  the same inside a throwaway VM whose kernel has CUSE
+                               (tests/vm/cuse-vm; without COMMAND a short demo)
+  ./run.sh -h | --help             this text
+
+Natively, each instance uses CUSE where /dev/cuse works and the socket transport otherwise
+(transport = "auto"). Only a config that asks for transport = "cuse" on a kernel without
+CUSE goes to the VM by itself. Needs root.
+USAGE
+}
 set -euo pipefail
 cd "$(dirname "$0")"
 bin=target/debug
 
-in_vm=0
-if [[ ${1:-} == --in-vm ]]; then in_vm=1; shift; fi   # internal: the part that runs in the VM
+in_vm=0 vm=0
+case ${1:-} in
+  -h | --help) usage; exit 0 ;;
+  --in-vm) in_vm=1; shift ;;   # internal: the part that runs in the VM
+  --vm) vm=1; shift ;;
+esac
 config=examples/config.toml
-if [[ $# -gt 0 && $1 != -- ]]; then config=$1; shift; fi
+if [[ $# -gt 0 && $1 != -- ]]; then
+  [[ $1 != -* ]] || { echo "run.sh: unknown option $1" >&2; usage >&2; exit 2; }
+  config=$1; shift
+fi
 if [[ $# -gt 0 ]]; then
-  [[ $1 == -- ]] || { echo "usage: $0 [CONFIG] [-- COMMAND...]" >&2; exit 2; }
+  [[ $1 == -- ]] || { usage >&2; exit 2; }
   shift
 fi
+[[ -f $config ]] || { echo "run.sh: $config: no such config file" >&2; exit 2; }
 cmd=("$@")
 
 # The demo: a program through an instance, and the instance API around it.
@@ -89,18 +104,48 @@ cargo build -q -p daemon -p preload -p tests
 # What serve would refuse, said here before anything starts.
 "$bin/nvproxy" check-config "$config" >/dev/null
 
+# What to try from another shell while the daemon serves (NVIDIA's clients when their
+# userspace has been fetched: tests/nvidia-userspace/fetch.sh VERSION).
+next_steps() {
+  local first=$1 n=$bin/nvproxy version u
+  version=$("$n" check-config "$config" | sed -n 's/^driver: sim ([0-9]* GPU(s), version \(.*\))$/\1/p')
+  echo "run.sh: serving $config until Ctrl-C. From another shell, as root, in $PWD:"
+  echo "  $n instance list"
+  echo "  $n run --instance $first -- $bin/nvfe-client init"
+  if [[ -n $version ]]; then
+    u=target/nvidia-userspace/$version
+    if [[ -f $u/.complete ]]; then
+      echo "  $n run --instance $first -- env LD_LIBRARY_PATH=$u/lib $u/bin/nvidia-smi -L"
+      echo "  $n run --instance $first -- env LD_LIBRARY_PATH=$u/lib $bin/cuda-probe init"
+    else
+      echo "  (NVIDIA's nvidia-smi and libcuda $version: tests/nvidia-userspace/fetch.sh $version, then run.sh prints their commands)"
+    fi
+  fi
+  echo "  $n instance create demo --gpus 0 && $n instance list && $n instance rm demo"
+  echo "  $n metrics | grep ^nvproxy_ioctl"
+}
+
+# Natively unless asked for the VM, or a config that wants CUSE meets a kernel without it.
 [[ -c /dev/cuse ]] || modprobe cuse 2>/dev/null || true
-if [[ -c /dev/cuse ]]; then
+native=1
+if ((vm)); then
+  native=0
+elif [[ ! -c /dev/cuse ]] && "$bin/nvproxy" check-config "$config" | grep -q ', transport cuse'; then
+  echo "run.sh: $config asks for transport = \"cuse\" and this kernel has no CUSE" >&2
+  native=0
+fi
+if ((native)); then
   if ((${#cmd[@]})); then
     rc=0; serve_and_run || rc=$?
-    echo "run.sh: ran ${cmd[*]} against the instances of $config (exit status $rc). Next: $0 $config -- $bin/nvproxy run --instance NAME -- PROGRAM runs any program through an instance" >&2
+    echo "run.sh: ran ${cmd[*]} against the instances of $config (exit status $rc)" >&2
     exit "$rc"
   fi
-  echo "run.sh: serving $config until Ctrl-C. Next, in another shell as root: $bin/nvproxy run --instance job42 -- $bin/nvfe-client init (job42 is an instance of examples/config.toml)" >&2
+  first=$("$bin/nvproxy" check-config "$config" | sed -n 's/^instance \([^:]*\):.*/\1/p' | head -n1)
+  next_steps "${first:-NAME}" >&2
   exec "$bin/nvproxy" serve --config "$config"
 fi
 
-echo "run.sh: this kernel ($(uname -r)) has no CUSE (no /dev/cuse, and modprobe cuse found no module): running in a throwaway VM whose kernel has it (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
+echo "run.sh: running in a throwaway VM whose kernel has CUSE (tests/vm/cuse-vm; the guest is emulated: about 10 s)" >&2
 # The VM sees the checkout (cuse-vm shares the current directory, read-write at the same path)
 # and the host's other files read-only, except its own /tmp, /var/tmp, /run and /dev/shm.
 here=$(pwd -P)
@@ -114,7 +159,7 @@ tests/vm/cuse-vm --prepare >/dev/null
 rc=0
 tests/vm/cuse-vm -- "$PWD/run.sh" --in-vm "$config" ${cmd[@]+-- "${cmd[@]}"} || rc=$?
 if ((rc)); then
-  echo "run.sh: that failed in the VM (exit status $rc); the messages above say why. The demo alone: $0" >&2
+  echo "run.sh: that failed in the VM (exit status $rc); the messages above say why. The demo alone: $0 --vm" >&2
 elif ((${#cmd[@]})); then
   echo "run.sh: that ran ${cmd[*]} against the instances of $config, in a VM (exit status $rc). Next: docs/running.md \"NVIDIA's own clients without a GPU\" runs NVIDIA's nvidia-smi through nvproxy in the VM" >&2
 else

@@ -9,6 +9,9 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 step() { printf '\n=== %s\n' "$*" >&2; }
 
+step "prerequisites (tests/prerequisites.sh: installs what is missing as root, else names it)"
+tests/prerequisites.sh
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
@@ -29,6 +32,9 @@ cargo build -p daemon -p preload -p tests
 
 step "cargo test (unit, integration, ABI parity, the socket transport natively)"
 cargo test --workspace
+
+step "the README's walk, natively (tests/readme-walk.sh: ./run.sh serves, another shell uses it)"
+tests/readme-walk.sh
 
 step "real-kernel CUSE tests"
 tests/run-kernel-tests.sh

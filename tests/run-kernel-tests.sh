@@ -105,6 +105,25 @@ run_one() {
   esac
 }
 
+# Progress while the suites run (their logs are printed whole when each ends): every
+# KERNEL_TEST_PROGRESS seconds (default 60), each running suite's tests passed and failed so far.
+progress() {
+  local f n ok bad
+  while sleep "${KERNEL_TEST_PROGRESS:-60}"; do
+    for f in "$logs"/*.running; do
+      [[ -e $f ]] || continue
+      n=$(basename "$f" .running)
+      ok=$(grep -c ' \.\.\. ok' "$logs/$n.log" 2>/dev/null || true)
+      bad=$(grep -c ' \.\.\. FAILED' "$logs/$n.log" 2>/dev/null || true)
+      echo "run-kernel-tests: ... $n: ${ok:-0} passed, ${bad:-0} failed so far, $(($(date +%s) - $(cat "$f"))) s" >&2
+    done
+  done
+}
+rm -f "$logs"/*.running
+progress &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null || true; rm -f "$logs"/*.running' EXIT
+
 declare -A pid_bin=()
 status=0
 finish() {  # waits for one lane, prints its log
@@ -113,6 +132,7 @@ finish() {  # waits for one lane, prints its log
   bin=${pid_bin[$pid]}
   unset "pid_bin[$pid]"
   name=$(basename "$bin")
+  rm -f "$logs/${name%-*}.running"
   echo "run-kernel-tests: ===== ${name%-*} ($mode): exit $rc, $(($(date +%s) - ${started[$name]})) s" >&2
   cat "$logs/${name%-*}.log" >&2
   ((rc == 0)) || status=1
@@ -123,6 +143,7 @@ for bin in "${sorted[@]}"; do
   name=$(basename "$bin")
   echo "run-kernel-tests: starting ${name%-*} ($mode, $jobs lanes)" >&2
   started[$name]=$(date +%s)
+  echo "${started[$name]}" >"$logs/${name%-*}.running"
   run_one "$bin" >"$logs/${name%-*}.log" 2>&1 &
   pid_bin[$!]=$bin
 done
