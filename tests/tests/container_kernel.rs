@@ -188,7 +188,8 @@ impl Daemon {
                 "driver = \"sim\"\n[sim]\ngpus = 2\n\
                  [cdi]\nspec = \"{SPEC_PATH}\"\ndriver_root = \"{}\"\n\
                  [[instance]]\nname = \"ctr-a\"\ngpus = [0]\n\
-                 [[instance]]\nname = \"ctr-b\"\ngpus = [1]\n",
+                 [[instance]]\nname = \"ctr-b\"\ngpus = [1]\n\
+                 [[instance]]\nname = \"ctr-s\"\ngpus = [1]\ntransport = \"socket\"\n",
                 driver_root().display()
             ),
         )
@@ -421,6 +422,43 @@ fn nvidia_smi_and_cuinit_run_in_a_podman_container() {
     assert!(o.status.success(), "cuda-probe init in the container: {j}");
     assert_eq!(j["ok"], true, "{j}");
     assert_eq!(j["steps"][0]["devices"][0]["uuid"], uuid.as_str(), "{j}");
+    env.stop();
+}
+
+/// Issue 21, item 6: a socket-transport instance had no CDI device. Its device has no nodes:
+/// the shim, preloaded, reaches the worker over the instance's device socket, and NVIDIA's
+/// clients in the container see its GPU and nothing else (no `/dev/nvidia*` at all).
+#[test]
+#[ignore = "needs /dev/cuse, root, podman and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+fn a_socket_transport_instance_runs_nvidia_smi_in_a_container() {
+    let env = Env::new("socket");
+    let dev = env.spec["devices"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["name"] == "ctr-s"))
+        .unwrap_or_else(|| panic!("no device ctr-s in {}", env.spec));
+    assert!(
+        dev["containerEdits"]["deviceNodes"].is_null(),
+        "a socket instance's device has nodes: {dev}"
+    );
+    let o = env.run(
+        "ctr-s",
+        &[
+            "/bin/sh",
+            "-c",
+            "for f in /dev/nvidia*; do [ -e \"$f\" ] && echo \"node $f\"; done; \
+             /usr/bin/nvidia-smi -L",
+        ],
+    );
+    assert!(o.status.success(), "nvidia-smi -L in the container");
+    let out = stdout(&o);
+    assert!(
+        !out.contains("node "),
+        "/dev/nvidia* in the container: {out}"
+    );
+    assert!(
+        out.ends_with(&smi_line(&nvsim::SimGpu::h100(1))),
+        "nvidia-smi -L: {out}"
+    );
     env.stop();
 }
 
