@@ -5,9 +5,13 @@
 //! exit) while the driver keeps its state for everyone else, and a worker can be replaced
 //! without the driver going with it.
 //!
-//! **Wire.** Length-prefixed `bincode` frames on a `SOCK_STREAM` connection (a request, then
-//! its answer); an answer that carries an fd (`mmap_fd`'s memfd) sends it with `SCM_RIGHTS`
-//! on the frame's first byte. Every frame is bounded ([`MAX_FRAME`]).
+//! **Wire.** Length-prefixed, versioned frames on a `SOCK_STREAM` connection (a request, then
+//! its answer): a `u32` length, a `u16` [`FRAME_VERSION`], then the message in `postcard`'s
+//! encoding. An answer that carries an fd (`mmap_fd`'s memfd) sends it with `SCM_RIGHTS` on the
+//! frame's first byte. Every frame is bounded ([`MAX_FRAME`]). The driver process outlives
+//! workers, so an upgraded worker can meet a driver of an older build: a frame of another
+//! version is refused by name on either side, never decoded as something else (the
+//! unversioned frames of earlier builds read as version 0).
 //!
 //! **Sessions.** A client's first connection says `Hello` and gets a session; it is the
 //! session's *anchor* and stays idle. Further connections (one per concurrent call) attach to
@@ -210,14 +214,42 @@ fn stats_from_wire(w: [u64; 14]) -> SimStats {
 
 // ---------------------------------------------------------------- framing
 
-fn send_frame<T: Serialize>(s: &UnixStream, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
-    let body = bincode::serialize(msg).map_err(io::Error::other)?;
-    if body.len() > MAX_FRAME {
+/// The layout of the messages below; raised whenever `Req`, `Resp` or what they carry change.
+pub const FRAME_VERSION: u16 = 2;
+
+/// Why a frame of another version is refused.
+fn version_error(got: u16) -> io::Error {
+    let who = if got < FRAME_VERSION {
+        "an older nvproxy build"
+    } else {
+        "a newer nvproxy build"
+    };
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "sim-driver frame version {got} ({who}), this side speaks {FRAME_VERSION}: the \
+             sim-driver process and the worker come from different builds; restart `nvproxy \
+             serve` (it restarts the sim-driver) to bring them together"
+        ),
+    )
+}
+
+fn encode_frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    let mut frame = vec![0u8; 6];
+    frame[4..6].copy_from_slice(&FRAME_VERSION.to_le_bytes());
+    let frame = postcard::to_extend(msg, frame).map_err(io::Error::other)?;
+    let len = frame.len() - 4;
+    if len > MAX_FRAME {
         return Err(io::Error::other("frame too large"));
     }
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&body);
+    let len = u32::try_from(len).map_err(|_| io::Error::other("frame too large"))?;
+    let mut frame = frame;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(frame)
+}
+
+fn send_frame<T: Serialize>(s: &UnixStream, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
+    let frame = encode_frame(msg)?;
     let mut w = s;
     match fd {
         None => w.write_all(&frame),
@@ -251,12 +283,18 @@ fn recv_frame<T: for<'de> Deserialize<'de>>(
     let mut r = s;
     r.read_exact(&mut rest)?;
     let len = u32::from_le_bytes([first[0], rest[0], rest[1], rest[2]]) as usize;
-    if len > MAX_FRAME {
+    if !(2..=MAX_FRAME).contains(&len) {
         return Err(io::Error::other(format!("frame of {len} bytes")));
     }
-    let mut body = vec![0u8; len];
+    let mut version = [0u8; 2];
+    r.read_exact(&mut version)?;
+    let version = u16::from_le_bytes(version);
+    if version != FRAME_VERSION {
+        return Err(version_error(version));
+    }
+    let mut body = vec![0u8; len - 2];
     r.read_exact(&mut body)?;
-    let msg = bincode::deserialize(&body).map_err(io::Error::other)?;
+    let msg = postcard::from_bytes(&body).map_err(io::Error::other)?;
     Ok(Some((msg, fd)))
 }
 
@@ -281,6 +319,10 @@ impl Server {
     fn serve(self: &Arc<Self>, conn: UnixStream) {
         let session = match recv_frame::<Req>(&conn, false) {
             Ok(Some((Req::Hello { session }, _))) => session,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                tracing::error!(error = %e, "sim-driver: a client's frames refused");
+                return;
+            }
             _ => return,
         };
         let (id, anchor) = match session {
@@ -605,7 +647,16 @@ impl RemoteSim {
         send_frame(&anchor, &Req::Hello { session: None }, None)?;
         let session = match recv_frame::<Resp>(&anchor, false)? {
             Some((Resp::Session(s), _)) => s,
-            other => anyhow::bail!("sim-driver {}: no session ({other:?})", path.display()),
+            // A driver of a build before versioned frames cannot read ours and hangs up.
+            None => anyhow::bail!(
+                "sim-driver {}: it closed the connection at hello (a sim-driver of an older \
+                 nvproxy build, which refuses frame version {FRAME_VERSION}?); restart `nvproxy \
+                 serve` (it restarts the sim-driver)",
+                path.display()
+            ),
+            Some((other, _)) => {
+                anyhow::bail!("sim-driver {}: no session ({other:?})", path.display())
+            }
         };
         let mut inner = Inner {
             path: path.to_owned(),
@@ -824,6 +875,57 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         f()
+    }
+
+    /// Issue 24, item 3: frames were bincode without a version, so a worker of one build
+    /// and a driver process of another would decode each other's messages as something else.
+    #[test]
+    fn test_a_frame_of_another_version_is_refused_by_name() {
+        let (a, b) = UnixStream::pair().unwrap();
+        // The frame as this build writes it: read back whole.
+        send_frame(&a, &Req::Hello { session: Some(7) }, None).unwrap();
+        match recv_frame::<Req>(&b, false).unwrap() {
+            Some((Req::Hello { session: Some(7) }, None)) => {}
+            other => panic!("{other:?}"),
+        }
+        // Another version, and an unversioned frame of an earlier build (bincode: a u32
+        // variant index first, read as version 0).
+        for (version, who) in [(1u16, "an older"), (9, "a newer"), (0, "an older")] {
+            let mut frame = encode_frame(&Req::Stats).unwrap();
+            frame[4..6].copy_from_slice(&version.to_le_bytes());
+            (&a).write_all(&frame).unwrap();
+            let err = recv_frame::<Req>(&b, false).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("frame version {version} ({who} nvproxy build)"))
+                    && msg.contains(&format!("this side speaks {FRAME_VERSION}")),
+                "{msg}"
+            );
+            // The rest of the refused frame is not read as a message: drain it.
+            let mut rest = vec![0u8; frame.len() - 6];
+            (&b).read_exact(&mut rest).unwrap();
+        }
+    }
+
+    /// The driver hangs up on a client of another frame version, which says why.
+    #[test]
+    fn test_the_driver_refuses_a_client_of_another_frame_version() {
+        let (sim, path, _l) = served("version");
+        let c = UnixStream::connect(&path).unwrap();
+        let mut frame = encode_frame(&Req::Hello { session: None }).unwrap();
+        frame[4..6].copy_from_slice(&1u16.to_le_bytes());
+        (&c).write_all(&frame).unwrap();
+        // No answer: a hang-up (a reset, as the refused frame's body was never read).
+        match recv_frame::<Resp>(&c, false) {
+            Ok(None) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+            other => panic!("an answer to a refused client: {other:?}"),
+        }
+        assert_eq!(sim.stats().open_files, 0);
+        // A current client is served as before.
+        RemoteSim::connect(&path).unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
