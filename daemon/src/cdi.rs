@@ -369,8 +369,8 @@ pub fn find_userspace(
 /// `create-symlinks` / `update-ldcache` hooks. Its device nodes, its other hooks (ours replace
 /// `disable-device-node-modification`) and its env are not taken.
 pub fn userspace_from_nvidia_spec(text: &str) -> Result<Userspace> {
-    let v: serde_yaml::Value = serde_yaml::from_str(text).context("parsing the NVIDIA CDI spec")?;
-    let mut edits: Vec<&serde_yaml::Value> = Vec::new();
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).context("parsing the NVIDIA CDI spec")?;
+    let mut edits: Vec<&serde_yaml_ng::Value> = Vec::new();
     if let Some(e) = v.get("containerEdits") {
         edits.push(e);
     }
@@ -394,7 +394,7 @@ pub fn userspace_from_nvidia_spec(text: &str) -> Result<Userspace> {
             .flatten()
         {
             let m: Mount =
-                serde_yaml::from_value(m.clone()).context("a mount of the NVIDIA spec")?;
+                serde_yaml_ng::from_value(m.clone()).context("a mount of the NVIDIA spec")?;
             if seen.insert(m.container_path.clone()) {
                 out.files.push(HostFile {
                     host: m.host_path.into(),
@@ -409,7 +409,7 @@ pub fn userspace_from_nvidia_spec(text: &str) -> Result<Userspace> {
             .into_iter()
             .flatten()
         {
-            let h: Hook = serde_yaml::from_value(h.clone()).context("a hook of the NVIDIA spec")?;
+            let h: Hook = serde_yaml_ng::from_value(h.clone()).context("a hook of the NVIDIA spec")?;
             if h.args
                 .iter()
                 .any(|a| a == "create-symlinks" || a == "update-ldcache")
@@ -818,7 +818,7 @@ pub fn render(spec: &Spec, json: bool) -> Result<String> {
         t.push('\n');
         t
     } else {
-        serde_yaml::to_string(spec)?
+        serde_yaml_ng::to_string(spec)?
     })
 }
 
@@ -1563,7 +1563,7 @@ mod tests {
     fn test_json_and_yaml_parse_back_to_the_same_spec() {
         let (d, inputs) = fixture();
         let spec = build_spec(&inputs).unwrap();
-        let y: Spec = serde_yaml::from_str(&render(&spec, false).unwrap()).unwrap();
+        let y: Spec = serde_yaml_ng::from_str(&render(&spec, false).unwrap()).unwrap();
         let j: Spec = serde_json::from_str(&render(&spec, true).unwrap()).unwrap();
         assert_eq!(y, spec);
         assert_eq!(j, spec);
