@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-step() { printf '\n=== %s\n' "$*" >&2; }
+step() { printf '\n=== %s (%d s)\n' "$*" "$SECONDS" >&2; }
 
 step "prerequisites (tests/prerequisites.sh: installs what is missing as root, else names it)"
 tests/prerequisites.sh
