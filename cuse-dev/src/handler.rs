@@ -436,8 +436,9 @@ pub(crate) fn ioctl_reply_body(
             let hdr = fuse_ioctl_out {
                 result: 0,
                 flags: FUSE_IOCTL_RETRY,
-                in_iovs: in_iovs.len() as u32,
-                out_iovs: out_iovs.len() as u32,
+                // At most FUSE_IOCTL_MAX_IOV each (checked when they were built).
+                in_iovs: u32::try_from(in_iovs.len()).unwrap_or(u32::MAX),
+                out_iovs: u32::try_from(out_iovs.len()).unwrap_or(u32::MAX),
             };
             let iovs = in_iovs
                 .iter()

@@ -124,8 +124,12 @@ impl DeviceConfig {
     /// the biggest ioctl input, and at least the kernel's `FUSE_MIN_READ_BUFFER` (8192).
     fn read_buffer_size(&self) -> usize {
         let hdr = size_of::<fuse_in_header>();
-        let write = hdr + size_of::<wire::fuse_write_in>() + self.max_write.max(4096) as usize;
-        let ioctl = hdr + size_of::<fuse_ioctl_in>() + FUSE_IOCTL_MAX_BYTES as usize;
+        let write = hdr
+            + size_of::<wire::fuse_write_in>()
+            + usize::try_from(self.max_write.max(4096)).unwrap_or(usize::MAX);
+        let ioctl = hdr
+            + size_of::<fuse_ioctl_in>()
+            + usize::try_from(FUSE_IOCTL_MAX_BYTES).unwrap_or(usize::MAX);
         write.max(ioctl).max(8192)
     }
 }

@@ -726,8 +726,11 @@ pub fn encode_reply(unique: u64, reply: Result<&ReplyBody, Errno>) -> Result<Vec
 /// Encodes a `FUSE_NOTIFY_POLL` wake-up for the kernel poll handle `kh`.
 pub fn encode_poll_wakeup(kh: u64) -> Vec<u8> {
     let body = fuse_notify_poll_wakeup_out { kh };
+    #[expect(clippy::cast_possible_truncation, reason = "24 bytes")]
+    const LEN: u32 =
+        (size_of::<fuse_out_header>() + size_of::<fuse_notify_poll_wakeup_out>()) as u32;
     let hdr = fuse_out_header {
-        len: (size_of::<fuse_out_header>() + size_of::<fuse_notify_poll_wakeup_out>()) as u32,
+        len: LEN,
         error: FUSE_NOTIFY_POLL,
         unique: 0,
     };

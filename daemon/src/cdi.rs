@@ -369,7 +369,8 @@ pub fn find_userspace(
 /// `create-symlinks` / `update-ldcache` hooks. Its device nodes, its other hooks (ours replace
 /// `disable-device-node-modification`) and its env are not taken.
 pub fn userspace_from_nvidia_spec(text: &str) -> Result<Userspace> {
-    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).context("parsing the NVIDIA CDI spec")?;
+    let v: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).context("parsing the NVIDIA CDI spec")?;
     let mut edits: Vec<&serde_yaml_ng::Value> = Vec::new();
     if let Some(e) = v.get("containerEdits") {
         edits.push(e);
@@ -409,7 +410,8 @@ pub fn userspace_from_nvidia_spec(text: &str) -> Result<Userspace> {
             .into_iter()
             .flatten()
         {
-            let h: Hook = serde_yaml_ng::from_value(h.clone()).context("a hook of the NVIDIA spec")?;
+            let h: Hook =
+                serde_yaml_ng::from_value(h.clone()).context("a hook of the NVIDIA spec")?;
             if h.args
                 .iter()
                 .any(|a| a == "create-symlinks" || a == "update-ldcache")

@@ -12,7 +12,6 @@
 // Tenant and wire integers become lengths and indices here: a cast that can truncate or
 // lose a sign must say why it cannot (STYLE.md, section 11).
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

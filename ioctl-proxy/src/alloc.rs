@@ -16,6 +16,7 @@
 use std::mem::offset_of;
 
 use nvproxy_abi::Translation;
+use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
 use nvproxy_abi::structs::{
     NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, NV_CONTEXT_DMA_ALLOCATION_PARAMS,
@@ -277,9 +278,11 @@ impl Req<'_> {
                     let host = self.px.host_client(q.hParentClient);
                     plan.rewrite32(pb, offset_of!(P, hParentClient), host);
                 }
-                let (host, open) =
-                    self.translate_fd_status_open(q.data as i32, NV_ERR_INVALID_ARGUMENT)?;
-                plan.rewrite64(pb, offset_of!(P, data), host as u64);
+                let (host, open) = self.translate_fd_status_open(
+                    fd_field::from_u64(q.data),
+                    NV_ERR_INVALID_ARGUMENT,
+                )?;
+                plan.rewrite64(pb, offset_of!(P, data), fd_field::to_u64(host));
                 fds.push(FdUse {
                     offset: offset_of!(P, data),
                     open: open.0,
@@ -328,9 +331,11 @@ impl Req<'_> {
                 };
                 let fd = rd64(plan.buf(pb), off);
                 if fd != 0 {
-                    let (host, open) =
-                        self.translate_fd_status_open(fd as i32, NV_ERR_INVALID_ARGUMENT)?;
-                    plan.rewrite64(pb, off, host as u64);
+                    let (host, open) = self.translate_fd_status_open(
+                        fd_field::from_u64(fd),
+                        NV_ERR_INVALID_ARGUMENT,
+                    )?;
+                    plan.rewrite64(pb, off, fd_field::to_u64(host));
                     fds.push(FdUse {
                         offset: off,
                         open: open.0,

@@ -414,7 +414,8 @@ pub(crate) fn host_control(
     top.hObject = h_object;
     top.cmd = cmd;
     top.params = NESTED_PTR_PLACEHOLDER;
-    top.paramsSize = params.len() as u32;
+    // Saved params are bounded by the ABI tables (kilobytes).
+    top.paramsSize = u32::try_from(params.len()).unwrap_or(u32::MAX);
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
         params: top.as_bytes().to_vec(),

@@ -22,6 +22,7 @@
 //! driver refuses before its own params/size check, so a malformed privileged legacy control
 //! gets `NV_ERR_INSUFFICIENT_PERMISSIONS` there and `NV_ERR_INVALID_ARGUMENT` here.
 
+use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use std::mem::offset_of;
 
@@ -398,9 +399,11 @@ impl Req<'_> {
                 type P = NV00FD_CTRL_ATTACH_GPU_PARAMS;
                 let q = plan.get::<P>(pb);
                 self.need_object(h_client, q.hSubdevice, NV_ERR_OBJECT_NOT_FOUND)?;
-                let host =
-                    self.translate_fd_status(q.devDescriptor as i32, NV_ERR_INVALID_DEVICE)?;
-                plan.rewrite64(pb, offset_of!(P, devDescriptor), host as u64);
+                let host = self.translate_fd_status(
+                    fd_field::from_u64(q.devDescriptor),
+                    NV_ERR_INVALID_DEVICE,
+                )?;
+                plan.rewrite64(pb, offset_of!(P, devDescriptor), fd_field::to_u64(host));
             }
             UNIX_EXPORT_OBJECT => {
                 type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS;
@@ -452,9 +455,9 @@ impl Req<'_> {
 
     /// An OS_UNIX export fd field: an nvidiactl file of this instance.
     fn unix_fd(&mut self, plan: &mut Plan, p: usize, off: usize) -> Result<(), Stop> {
-        let fd = rd32(plan.buf(Some(p)), off) as i32;
+        let fd = fd_field::from_u32(rd32(plan.buf(Some(p)), off));
         let host = self.translate_fd_status(fd, NV_ERR_INVALID_PARAMETER)?;
-        plan.rewrite32(Some(p), off, host as u32);
+        plan.rewrite32(Some(p), off, fd_field::to_u32(host));
         Ok(())
     }
 

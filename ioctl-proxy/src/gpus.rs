@@ -72,7 +72,7 @@ impl Req<'_> {
             self.write_top(addr, &out)?;
             return Err(ProxyError::BadSize {
                 name: "NV_ESC_CARD_INFO",
-                size: size as u32,
+                size: u32::try_from(size).unwrap_or(u32::MAX),
             });
         }
         for (i, g) in self.px.gpus.iter().enumerate() {
@@ -80,7 +80,7 @@ impl Req<'_> {
                 continue; // gone from the host: the tenant sees it invalid
             };
             let mut card = *card;
-            card.minor_number = i as u32;
+            card.minor_number = u32::try_from(i).unwrap_or(u32::MAX);
             out[i * CARD..(i + 1) * CARD].copy_from_slice(card.as_bytes());
         }
         self.write_top(addr, &out)?;
@@ -217,7 +217,7 @@ impl Req<'_> {
             out.devices[kept] = *d;
             kept += 1;
         }
-        out.numDevices = kept as u32;
+        out.numDevices = u32::try_from(kept).unwrap_or(u32::MAX);
         plan.overwrite(Some(p), 0, out.as_bytes());
     }
 
@@ -293,10 +293,10 @@ impl Req<'_> {
             let mut g = *g;
             g.gpuIds = [0; 32];
             g.gpuIds[..ids.len()].copy_from_slice(&ids);
-            g.gpuCount = ids.len() as u32;
+            g.gpuCount = u32::try_from(ids.len()).unwrap_or(u32::MAX);
             kept.push(g);
         }
-        info.groupCount = kept.len() as u32;
+        info.groupCount = u32::try_from(kept.len()).unwrap_or(u32::MAX);
         info.pBoostGroups = FromZeros::new_zeroed();
         info.pBoostGroups[..kept.len()].copy_from_slice(&kept);
         plan.overwrite(Some(p), 0, info.as_bytes());

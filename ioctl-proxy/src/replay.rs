@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use host_driver::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
+use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{NV_ESC_RM_ALLOC_NVOS64, nv_iowr};
 use nvproxy_abi::structs::{
     NV0005_ALLOC_PARAMETERS, NV0080_ALLOC_PARAMETERS, NV83DE_ALLOC_PARAMETERS, NVOS55_PARAMETERS,
@@ -240,7 +241,8 @@ fn alloc_call(
     let mut nested = Vec::new();
     if let Some(p) = params {
         top.pAllocParms = NESTED_PTR_PLACEHOLDER;
-        top.paramsSize = p.len() as u32;
+        top.paramsSize =
+            u32::try_from(p.len()).map_err(|_| replay_err(what(), "params larger than 4 GiB"))?;
         nested.push(NestedBuf {
             parent: None,
             offset: offset_of!(NVOS64_PARAMETERS, pAllocParms),
@@ -327,7 +329,7 @@ impl Replay {
             if p.len() < f.offset + 8 {
                 return Err(replay_err(what(), "fd field outside the params"));
             }
-            wr64(&mut p, f.offset, id as u64);
+            wr64(&mut p, f.offset, fd_field::to_u64(id));
         }
         if class == NV01_DEVICE_0 {
             let off = offset_of!(NV0080_ALLOC_PARAMETERS, deviceId);

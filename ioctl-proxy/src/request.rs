@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::mem::offset_of;
 use std::sync::Arc;
 
+use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::{
     NVOS00_PARAMETERS, NVOS02_PARAMETERS, NVOS30_PARAMETERS, NVOS32_PARAMETERS, NVOS33_PARAMETERS,
@@ -468,7 +469,7 @@ impl<'a> Req<'a> {
         plan.rewrite32(
             None,
             offset_of!(nv_ioctl_register_fd_t, ctl_fd),
-            host as u32,
+            fd_field::to_u32(host),
         );
         let ret = self.exec(&mut plan)?;
         if ret == 0 {
@@ -487,7 +488,7 @@ impl<'a> Req<'a> {
             r.need_client(p.hClient)?;
             let (host, target) = r.translate_fd_status_open(p.fd, NV_ERR_INVALID_ARGUMENT)?;
             let mut plan = Plan::new(nv_iowr(nr, size_of::<P>()), p.as_bytes().to_vec());
-            plan.rewrite32(None, offset_of!(P, fd), host as u32);
+            plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(host));
             let ret = r.exec(&mut plan)?;
             if ret == 0 && plan.get::<P>(None).Status == NV_OK {
                 let mut rec = crate::proxy::lock_record(&r.file);
@@ -697,7 +698,7 @@ impl<'a> Req<'a> {
                 nv_iowr(NV_ESC_RM_MAP_MEMORY, size_of::<P>()),
                 p.as_bytes().to_vec(),
             );
-            plan.rewrite32(None, offset_of!(P, fd), target.id as u32);
+            plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(target.id));
             let ret = r.exec(&mut plan);
             target.commit(ret.is_ok() && rd32(plan.buf(None), STATUS) == NV_OK);
             Ok(r.finish(addr, plan, Some(STATUS), ret?)?)
@@ -855,7 +856,7 @@ impl<'a> Req<'a> {
                 nv_iowr(NV_ESC_RM_ALLOC_MEMORY, size_of::<P>()),
                 p.as_bytes().to_vec(),
             );
-            plan.rewrite32(None, offset_of!(P, fd), host_fd as u32);
+            plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(host_fd));
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan);
             let ok = rd32(plan.buf(None), STATUS) == NV_OK;

@@ -29,6 +29,10 @@ pub const IOC_READ: u32 = 2;
 
 /// `_IOC(dir, ty, nr, size)`. Panics (at compile time in a `const`) if `size` does not fit the
 /// 14-bit size field; such payloads go through `NV_ESC_IOCTL_XFER_CMD`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "size is asserted below 2^14 first"
+)]
 pub const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
     assert!(
         size < (1 << IOC_SIZEBITS),

@@ -149,7 +149,7 @@ impl DriverAbi {
             return None;
         }
         let class = cmd >> 16;
-        let byte = (cmd >> 8) as u8;
+        let [message, byte, ..] = cmd.to_le_bytes();
         let category = *self
             .legacy_categories
             .iter()
@@ -161,10 +161,7 @@ impl DriverAbi {
                 name: c.name,
                 category,
             },
-            None => LegacyControl::Message {
-                category,
-                message: cmd as u8,
-            },
+            None => LegacyControl::Message { category, message },
         })
     }
 
@@ -188,7 +185,7 @@ impl DriverAbi {
     pub fn legacy_command(&self, name: &str) -> Option<u32> {
         if let Some(base) = name.strip_suffix(LEGACY_SUFFIX) {
             let c = self.control_by_name(base)?;
-            let byte = (c.cmd >> 8) as u8;
+            let [_, byte, ..] = c.cmd.to_le_bytes();
             let class = c.cmd >> 16;
             let category = self
                 .legacy_categories

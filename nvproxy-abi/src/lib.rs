@@ -25,6 +25,7 @@ mod caps;
 pub mod class;
 pub mod embedded;
 mod error;
+pub mod fd_field;
 pub mod ioctl;
 pub mod legacy;
 pub mod render;

@@ -14,6 +14,7 @@ use ioctl_proxy::{
     AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostCall, HostFile, Kind,
     MemError, NodeKind, OpenId, Proxy, ProxyError, Verdict,
 };
+use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{
     UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE, UVM_MM_INITIALIZE,
 };
@@ -369,7 +370,8 @@ impl UvmProxy {
                 });
             }
             let elem = size_of::<nvproxy_abi::structs::UvmGpuMappingAttributes>();
-            for i in 0..count as usize {
+            // Bounded by pg.max above.
+            for i in 0..usize::try_from(count).unwrap_or(0) {
                 self.check_uuid(
                     &top,
                     pg.array + i * elem,
@@ -428,7 +430,7 @@ impl UvmProxy {
                         errno: libc::EINVAL,
                     }));
                 };
-                wr32(&mut params, off, host as u32);
+                wr32(&mut params, off, fd_field::to_u32(host));
             }
         }
         // The two commands with their own rules.
@@ -464,7 +466,7 @@ impl UvmProxy {
                     "uvmFd is not a UVM node of this instance",
                 );
             };
-            wr32(&mut params, UVM_FD, host as u32);
+            wr32(&mut params, UVM_FD, fd_field::to_u32(host));
         }
         let mut call = HostCall {
             cmd,

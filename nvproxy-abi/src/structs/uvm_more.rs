@@ -29,7 +29,8 @@ pub fn uvm_preferred_location_v550(abi: &DriverAbi) -> bool {
     abi.escapes
         .get(&crate::ioctl::NV_ESC_RM_UNMAP_MEMORY_DMA)
         .is_some_and(|e| {
-            e.size == crate::ParamSize::Fixed(size_of::<NVOS47_PARAMETERS_V550>() as u32)
+            u32::try_from(size_of::<NVOS47_PARAMETERS_V550>())
+                .is_ok_and(|size| e.size == crate::ParamSize::Fixed(size))
         })
 }
 
