@@ -535,7 +535,7 @@ pub struct SpecInputs {
     pub hook_bin: PathBuf,
     /// The mmap shim on the host; `None`: no shim (mmap of the nodes fails with ENODEV).
     pub shim: Option<PathBuf>,
-    /// `crate::paths::RUN_DIR`.
+    /// The host's run directory (`crate::paths::host_run_dir`).
     pub run_dir: PathBuf,
     pub userspace: Userspace,
 }
@@ -793,9 +793,11 @@ pub fn run(cmd: &CdiCommand) -> Result<()> {
 fn generate(args: &GenerateArgs) -> Result<()> {
     let nodes_dir = Path::new(NODES_DIR);
     let mut sim_version = None;
+    let mut run_dir = crate::paths::host_run_dir(None);
     let instances: Vec<InstanceInfo> = match &args.config {
         Some(path) => {
             let cfg = crate::config::Config::load(path)?;
+            run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
             if cfg.driver == crate::config::DriverKind::Sim {
                 sim_version = Some(cfg.sim.driver_version.clone());
             }
@@ -831,7 +833,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
                 .collect::<Result<_>>()?
         }
     };
-    let spec = spec_from(args, instances, sim_version)?;
+    let spec = spec_from(args, instances, sim_version, run_dir)?;
     match &args.out {
         None => {
             print!("{}", render(&spec, false)?);
@@ -853,6 +855,7 @@ fn spec_from(
     args: &GenerateArgs,
     instances: Vec<InstanceInfo>,
     sim_version: Option<String>,
+    run_dir: PathBuf,
 ) -> Result<Spec> {
     let userspace = match &args.nvidia_spec {
         Some(p) => userspace_from_nvidia_spec(
@@ -894,7 +897,7 @@ fn spec_from(
         instances,
         hook_bin,
         shim,
-        run_dir: PathBuf::from(crate::paths::RUN_DIR),
+        run_dir,
         userspace,
     })
 }
@@ -938,7 +941,8 @@ pub fn write_current(
     };
     let sim_version =
         (cfg.driver == crate::config::DriverKind::Sim).then(|| cfg.sim.driver_version.clone());
-    let spec = spec_from(&args, infos, sim_version)?;
+    let run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
+    let spec = spec_from(&args, infos, sim_version, run_dir)?;
     write_spec(out, &spec).with_context(|| format!("[cdi] spec = {}", out.display()))
 }
 

@@ -34,9 +34,6 @@ pub struct CheckpointArgs {
     pub name: String,
     /// Where to write its state (mode 0600).
     pub file: PathBuf,
-    /// The run directory of the workers.
-    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
-    pub run_dir: PathBuf,
 }
 
 /// `nvproxy instance restore`.
@@ -49,9 +46,6 @@ pub struct RestoreArgs {
     /// UUID); saved GPUs not named go to the host GPU with their UUID.
     #[arg(long, value_name = "OLD=NEW")]
     pub remap: Vec<String>,
-    /// The run directory of the workers.
-    #[arg(long, default_value = crate::paths::RUN_DIR, hide = true)]
-    pub run_dir: PathBuf,
 }
 
 /// A request on the worker socket (besides the plain `stats` line).
@@ -290,7 +284,11 @@ fn call(run_dir: &Path, instance: &str, req: &Request) -> Result<Answer> {
 
 /// `nvproxy instance checkpoint NAME FILE`.
 pub fn checkpoint(args: &CheckpointArgs) -> Result<()> {
-    let a = call(&args.run_dir, &args.name, &Request::Checkpoint)?;
+    let a = call(
+        &crate::paths::host_run_dir(None),
+        &args.name,
+        &Request::Checkpoint,
+    )?;
     if !a.ok {
         bail!("{}", a.message);
     }
@@ -321,7 +319,7 @@ pub fn restore(args: &RestoreArgs) -> Result<()> {
         checkpoint: text,
         remap: args.remap.clone(),
     };
-    let a = call(&args.run_dir, &ckpt.instance, &req)?;
+    let a = call(&crate::paths::host_run_dir(None), &ckpt.instance, &req)?;
     if !a.ok {
         bail!("{}", a.message);
     }

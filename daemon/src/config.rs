@@ -230,6 +230,10 @@ pub struct DaemonSection {
     /// every instance's numbers; tenants under `nvproxy run` share the host's network
     /// namespace and reach loopback (README "Metrics" says how to keep them off it).
     pub metrics_listen: Option<String>,
+    /// The host's run directory (instance directories, sockets, state files, the control
+    /// socket and `serve`'s lock), relative to the config file's directory; `--run-dir` and
+    /// `NVPROXY_RUN_DIR` come first. Unset: `/run/nvproxy`.
+    pub run_dir: Option<PathBuf>,
 }
 
 /// `[cdi]`: the CDI spec `serve` keeps current (written at start and after every `instance
@@ -425,6 +429,9 @@ impl Config {
             Config::parse(&text).with_context(|| format!("in config {}", path.display()))?;
         let dir = path.parent().unwrap_or(Path::new(""));
         if let Some(p) = cfg.daemon.abi_dir.as_mut().filter(|p| p.is_relative()) {
+            *p = dir.join(&*p);
+        }
+        if let Some(p) = cfg.daemon.run_dir.as_mut().filter(|p| p.is_relative()) {
             *p = dir.join(&*p);
         }
         for inst in &mut cfg.instances {

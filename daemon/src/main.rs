@@ -12,6 +12,7 @@ mod child;
 mod config;
 mod device;
 mod doctor;
+mod exec_scratch;
 mod fdid;
 mod fdpass;
 mod host;
@@ -32,6 +33,8 @@ mod simd;
 mod socket_transport;
 mod supervisor;
 mod sys;
+#[cfg(test)]
+mod test_dir;
 mod unix_server;
 mod upgrade;
 mod worker;
@@ -49,6 +52,10 @@ struct Cli {
     /// Log filter (tracing-subscriber EnvFilter syntax); RUST_LOG is used when absent.
     #[arg(long, global = true)]
     log: Option<String>,
+    /// The host's run directory (instance sockets, state files, the control socket); before
+    /// NVPROXY_RUN_DIR and `[daemon] run_dir` [default: /run/nvproxy].
+    #[arg(long, global = true, value_name = "DIR")]
+    run_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -131,6 +138,9 @@ fn init_logging(filter: EnvFilter) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.run_dir {
+        paths::set_run_dir_flag(dir.clone());
+    }
     if let Some(f) = &cli.log {
         // Workers log with the same filter (supervisor.rs passes it on).
         let _ = supervisor::LOG_FILTER.set(f.clone());

@@ -5,7 +5,7 @@
 //! live upgrades, checkpoints and the simulated-driver process build on it; it imports none of
 //! them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
@@ -124,6 +124,8 @@ pub struct RunningInstance {
     pub(crate) transport: MemoryTransport,
     /// The tenant's GPU count.
     pub(crate) gpus: u32,
+    /// The host's run directory its sockets are in (`paths.rs`).
+    root: PathBuf,
 }
 
 /// How an instance reaches its tenants (`[[instance]] transport`).
@@ -231,6 +233,7 @@ impl RunningInstance {
         transport: MemoryTransport,
         audit: Option<&Path>,
         channels: Vec<std::os::fd::OwnedFd>,
+        root: &Path,
     ) -> Result<RunningInstance> {
         let Parts {
             backend,
@@ -251,12 +254,8 @@ impl RunningInstance {
                 uvm: Some(uvm),
                 gpus,
             };
-            let dev = crate::socket_transport::DevSocket::start(
-                &inst.name,
-                nodes,
-                Path::new(crate::paths::RUN_DIR),
-            )
-            .with_context(|| format!("instance {}: device socket", inst.name))?;
+            let dev = crate::socket_transport::DevSocket::start(&inst.name, nodes, root)
+                .with_context(|| format!("instance {}: device socket", inst.name))?;
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
             return Ok(RunningInstance {
                 name: inst.name.clone(),
@@ -268,6 +267,7 @@ impl RunningInstance {
                 mmap,
                 transport,
                 gpus,
+                root: root.to_owned(),
             });
         }
         let nodes = InstanceNodes::start(
@@ -281,7 +281,7 @@ impl RunningInstance {
             channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
-        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(crate::paths::RUN_DIR))
+        let mmap_socket = MmapSocket::start(mmap.clone(), root)
             .with_context(|| format!("instance {}: mmap socket", inst.name))?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
@@ -301,6 +301,7 @@ impl RunningInstance {
             mmap,
             transport,
             gpus,
+            root: root.to_owned(),
         })
     }
 
@@ -314,6 +315,7 @@ impl RunningInstance {
         mmap: Arc<InstanceMmap>,
         transport: MemoryTransport,
         gpus: u32,
+        root: &Path,
     ) -> RunningInstance {
         RunningInstance {
             name: name.to_owned(),
@@ -325,6 +327,7 @@ impl RunningInstance {
             mmap,
             transport,
             gpus,
+            root: root.to_owned(),
         }
     }
 
@@ -336,6 +339,11 @@ impl RunningInstance {
     /// The instance's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The host's run directory its sockets are in.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The nodes' backends and the audit sink (`checkpoint.rs` restores behind them).

@@ -14,6 +14,13 @@
 //!   one; an adopted worker is watched through its pidfd like the others (it is not our child:
 //!   its exit status is unknown).
 //! - **Reload.** SIGHUP (`systemctl reload`) upgrades every worker live (`upgrade.rs`).
+//! - **One supervisor per run directory.** `serve` holds an exclusive `flock` on
+//!   `<run dir>/serve.lock` (its pid inside) for its whole life ([`ServeLock`]); a second
+//!   `serve` on the same run directory refuses to start, naming the first one's pid, instead of
+//!   adopting (and at its stop, stopping) the workers of a supervisor that still watches them.
+//!   The kernel drops the lock when its holder dies, however: a restarted supervisor (killed,
+//!   `systemctl restart`) takes it and adopts. The lock is not inherited by the workers
+//!   (close-on-exec), so workers left serving (`keep_workers`) never hold it.
 //! - **Stop.** SIGTERM/SIGINT stop every worker (SIGTERM, then SIGKILL after
 //!   [`STOP_TIMEOUT`]) and the supervisor; `[daemon] keep_workers = true` leaves them
 //!   serving instead, for a supervisor restart (`systemctl restart` with `KillMode=process`).
@@ -53,6 +60,53 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_RESTARTS: usize = 5;
 /// See [`MAX_RESTARTS`].
 pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// `serve`'s hold on its run directory (see the module doc): released when dropped or when the
+/// process dies.
+pub struct ServeLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl ServeLock {
+    /// Takes `<root>/serve.lock` and writes our pid into it; if another process holds it, an
+    /// error naming that process's pid (as it wrote it).
+    pub fn acquire(root: &Path) -> Result<ServeLock> {
+        let path = root.join(paths::SERVE_LOCK);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let mut file = match nix::fcntl::Flock::lock(
+            file,
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        ) {
+            Ok(f) => f,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+                    .map_or_else(|| "pid unknown".to_owned(), |p| format!("pid {p}"));
+                bail!(
+                    "another nvproxy serve ({holder}) owns the run directory {}: stop it                          first, or give this one a run directory of its own (--run-dir, {} or                          [daemon] run_dir)",
+                    root.display(),
+                    paths::RUN_DIR_ENV
+                );
+            }
+            Err((_, e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        };
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .with_context(|| format!("writing our pid into {}", path.display()))?;
+        Ok(ServeLock { _file: file })
+    }
+}
 
 /// An instance's state, as `nvproxy instance list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +270,8 @@ impl Supervisor {
         if self.has(&name) {
             bail!("instance {name} exists already");
         }
+        // The worker keeps its instance directory in this supervisor's run directory.
+        spec.run_dir = self.root.clone();
         if spec.run_as.is_none() {
             spec.run_as = self.choose_user(&spec)?;
         }
@@ -941,6 +997,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         run_as: None,
         sim_socket: None,
         take_over: false,
+        run_dir: crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref()),
     }
 }
 
