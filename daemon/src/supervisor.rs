@@ -81,26 +81,26 @@ impl ServeLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let mut file = match nix::fcntl::Flock::lock(
-            file,
-            nix::fcntl::FlockArg::LockExclusiveNonblock,
-        ) {
-            Ok(f) => f,
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                let holder = std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|t| t.trim().parse::<u32>().ok())
-                    .map_or_else(|| "pid unknown".to_owned(), |p| format!("pid {p}"));
-                bail!(
-                    "another nvproxy serve ({holder}) owns the run directory {}: stop it                          first, or give this one a run directory of its own (--run-dir, {} or                          [daemon] run_dir)",
-                    root.display(),
-                    paths::RUN_DIR_ENV
-                );
-            }
-            Err((_, e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
-            }
-        };
+        let mut file =
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(f) => f,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let holder = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u32>().ok())
+                        .map_or_else(|| "pid unknown".to_owned(), |p| format!("pid {p}"));
+                    bail!(
+                        "another nvproxy serve ({holder}) owns the run directory {}: stop it \
+                         first, or give this one a run directory of its own (--run-dir, {} or \
+                         [daemon] run_dir)",
+                        root.display(),
+                        paths::RUN_DIR_ENV
+                    );
+                }
+                Err((_, e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            };
         file.set_len(0)
             .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
             .with_context(|| format!("writing our pid into {}", path.display()))?;
@@ -1007,8 +1007,8 @@ mod tests {
 
     #[test]
     fn test_a_stale_state_file_is_not_adopted_and_is_removed() {
-        let root = std::env::temp_dir().join(format!("nvproxy-sup-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = crate::test_dir::TestDir::new("sup-stale");
+        let root = scratch.path().join("run");
         std::fs::create_dir_all(root.join("a")).unwrap();
         let cfg = crate::config::Config::parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
@@ -1027,7 +1027,32 @@ mod tests {
         let sup = Supervisor::new(&root, None).unwrap();
         assert!(sup.adopt().is_empty());
         assert!(!root.join("a").join(paths::STATE_FILE).exists());
-        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// One holder at a time; the refusal names the holder's pid and how to serve elsewhere;
+    /// the lock is free again once its holder let go (as when it dies).
+    #[test]
+    fn test_the_serve_lock_refuses_a_second_holder_naming_the_first() {
+        let dir = crate::test_dir::TestDir::new("serve-lock");
+        let first = ServeLock::acquire(dir.path()).unwrap();
+        let err = ServeLock::acquire(dir.path())
+            .err()
+            .expect("a second holder");
+        assert_eq!(
+            format!("{err:#}"),
+            format!(
+                "another nvproxy serve (pid {}) owns the run directory {}: stop it first, or \
+                 give this one a run directory of its own (--run-dir, NVPROXY_RUN_DIR or \
+                 [daemon] run_dir)",
+                std::process::id(),
+                dir.path().display()
+            )
+        );
+        drop(first);
+        let again = ServeLock::acquire(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(paths::SERVE_LOCK)).unwrap();
+        assert_eq!(text, format!("{}\n", std::process::id()));
+        drop(again);
     }
 
     #[test]
@@ -1043,7 +1068,8 @@ mod tests {
 
     #[test]
     fn test_removing_an_unknown_instance_is_an_error() {
-        let sup = Supervisor::new(Path::new("/nonexistent"), None).unwrap();
+        let dir = crate::test_dir::TestDir::new("sup-rm");
+        let sup = Supervisor::new(&dir.path().join("run"), None).unwrap();
         let err = sup.remove("nope", false).unwrap_err();
         assert_eq!(err.to_string(), "no instance nope");
     }

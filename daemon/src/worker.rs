@@ -336,7 +336,7 @@ mod tests {
             run_as: None,
             sim_socket: None,
             take_over: false,
-            run_dir: PathBuf::from(crate::paths::DEFAULT_RUN_DIR),
+            run_dir: std::path::PathBuf::from(crate::paths::DEFAULT_RUN_DIR),
         }
     }
 
