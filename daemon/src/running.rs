@@ -305,30 +305,27 @@ impl RunningInstance {
         })
     }
 
-    /// An instance whose nodes (or device socket) serve again in this process, taken over
-    /// from another worker (`upgrade.rs`).
+    /// The instance of `spec` whose nodes (or device socket) serve again in this process,
+    /// taken over from another worker (`upgrade.rs`).
     pub(crate) fn from_serving(
-        name: &str,
+        spec: &crate::worker_spec::WorkerSpec,
         parts: Parts,
         serving: Serving,
         fdid: Arc<FdIdentity>,
         mmap: Arc<InstanceMmap>,
-        transport: MemoryTransport,
-        gpus: u32,
-        root: &Path,
-    ) -> RunningInstance {
-        RunningInstance {
-            name: name.to_owned(),
+    ) -> Result<RunningInstance> {
+        Ok(RunningInstance {
+            name: spec.instance.name.clone(),
             serving: Mutex::new(Some(serving)),
             backend: parts.backend,
             uvm_backend: parts.uvm_backend,
             sink: parts.sink,
             fdid,
             mmap,
-            transport,
-            gpus,
-            root: root.to_owned(),
-        }
+            transport: spec.memory,
+            gpus: u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
+            root: spec.run_dir.clone(),
+        })
     }
 
     /// What serves the tenants (`upgrade.rs` suspends and resumes it).

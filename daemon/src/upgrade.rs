@@ -858,16 +858,8 @@ impl Prepared {
             }
         };
         tracing::info!(instance = %name, "live upgrade: serving the instance taken over");
-        let running = RunningInstance::from_serving(
-            name,
-            self.parts,
-            serving,
-            self.fdid,
-            self.mmap,
-            spec.memory,
-            u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
-            root,
-        );
+        let running =
+            RunningInstance::from_serving(spec, self.parts, serving, self.fdid, self.mmap)?;
         Ok((running, self.driver))
     }
 }

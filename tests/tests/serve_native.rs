@@ -466,7 +466,8 @@ fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
     if !runnable() {
         return;
     }
-    let config = "driver = \"sim\"\n[[instance]]\nname = \"job42\"\ngpus = [0]\ntransport = \"socket\"\n";
+    let config =
+        "driver = \"sim\"\n[[instance]]\nname = \"job42\"\ngpus = [0]\ntransport = \"socket\"\n";
     let mut a = Served::start("lock", config, "");
     assert_eq!(a.ready, "READY job42");
     let worker = worker_pid(&a, "job42");
@@ -560,10 +561,11 @@ fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
             _ => break,
         }
     }
-    let adopted = std::fs::read_to_string(format!("/proc/{worker}/root/run/nvproxy/job42/worker.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["pid"].as_u64());
+    let adopted =
+        std::fs::read_to_string(format!("/proc/{worker}/root/run/nvproxy/job42/worker.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["pid"].as_u64());
     // SAFETY: kill sends SIGINT to the nsenter this test started; it passes it on to serve,
     // which stops the worker it adopted.
     unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
@@ -586,7 +588,11 @@ fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
         "READY job42",
         "the restarted serve\n{err}"
     );
-    assert_eq!(adopted, Some(worker), "the restarted serve did not adopt\n{err}");
+    assert_eq!(
+        adopted,
+        Some(worker),
+        "the restarted serve did not adopt\n{err}"
+    );
     assert!(
         stopped.is_some_and(|s| s.success()) && worker_gone,
         "the restarted serve: {stopped:?}, its adopted worker gone: {worker_gone}\n{err}"

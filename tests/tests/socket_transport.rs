@@ -1304,6 +1304,14 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
             })
             .unwrap_or_default()
     };
-    assert_eq!(names(&tmp), Vec::<String>::new(), "left in the execs' TMPDIR");
-    assert_eq!(names(&dirs.run()), Vec::<String>::new(), "left in the run directory");
+    assert_eq!(
+        names(&tmp),
+        Vec::<String>::new(),
+        "left in the execs' TMPDIR"
+    );
+    assert_eq!(
+        names(&dirs.run()),
+        Vec::<String>::new(),
+        "left in the run directory"
+    );
 }
