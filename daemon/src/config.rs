@@ -966,6 +966,19 @@ mod tests {
     }
 
     #[test]
+    fn test_a_relative_run_dir_is_the_config_files_neighbour() {
+        let d = crate::test_dir::TestDir::new("config-run-dir");
+        let path = d.path().join("c.toml");
+        std::fs::write(&path, "[daemon]\nrun_dir = \"run\"\n").unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(cfg.daemon.run_dir, Some(d.path().join("run")));
+        std::fs::write(&path, "[daemon]\nrun_dir = \"/srv/nv\"\n").unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(cfg.daemon.run_dir, Some(PathBuf::from("/srv/nv")));
+        assert_eq!(Config::parse("").unwrap().daemon.run_dir, None);
+    }
+
+    #[test]
     fn test_policy_file_is_resolved_next_to_the_config_and_checked() {
         let d = scratch("policy");
         std::fs::write(

@@ -178,6 +178,11 @@ impl Supervisor {
     /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`);
     /// `worker_uids`: the range of `[daemon] worker_uids`.
     pub fn new(root: &Path, worker_uids: Option<(u32, u32)>) -> Result<Arc<Self>> {
+        // A run directory of a deployment's own (`[daemon] run_dir`) may lie deeper.
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
         crate::seqpacket::make_run_root(root)?;
         Ok(Arc::new(Self {
             entries: Mutex::new(BTreeMap::new()),
