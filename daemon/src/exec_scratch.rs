@@ -3,7 +3,8 @@
 //! namespace. The exec holds an exclusive `flock` on it while it lives and removes it when it
 //! ends; an exec killed with SIGKILL cannot, so every exec first removes the scratch
 //! directories of execs that are gone ([`sweep`]): their pid is dead and their lock free (a
-//! live exec in another pid namespace that shares the directory keeps its lock).
+//! live exec in another pid namespace that shares the directory keeps its lock), and the
+//! instance directories of execs whose worker was killed too ([`sweep_run_dir`]).
 
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -141,6 +142,57 @@ pub fn sweep(tmp: &Path) -> Vec<PathBuf> {
     removed
 }
 
+/// Removes the instance directories under the run directory `root` that execs left whose
+/// worker was killed too (its `worker.json` stays behind): `exec-<pid>` with the exec's pid
+/// gone, a state file that says `ephemeral` (an exec's worker, never a served instance's) and
+/// names a pid that is gone. Returns the directories removed.
+pub fn sweep_run_dir(root: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return removed;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("exec-"))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || alive(pid) {
+            continue;
+        }
+        let path = e.path();
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let state = std::fs::read(path.join(crate::paths::STATE_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let Some(state) = state else { continue };
+        let ephemeral = state["spec"]["ephemeral"] == true;
+        let worker_gone = state["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .is_some_and(|p| !alive(p));
+        if !(ephemeral && worker_gone) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::info!(dir = %path.display(), pid, "a dead exec's instance directory removed");
+                removed.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(dir = %path.display(), error = %e, "removing a dead exec's instance directory")
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +206,34 @@ mod tests {
         assert_eq!(exec_pid("nvproxy-exec-"), None);
         assert_eq!(exec_pid("nvproxy-exec-+1"), None);
         assert_eq!(exec_pid("nvproxy-audit-42"), None);
+    }
+
+    /// A dead exec's instance directory goes when its killed worker's state file says
+    /// `ephemeral`; a served instance's of the same name form, or a live exec's, stays.
+    #[test]
+    fn test_a_dead_execs_instance_directory_goes_when_its_worker_is_gone() {
+        let d = crate::test_dir::TestDir::new("sweep-run");
+        let root = d.path();
+        // Past PID_MAX_LIMIT: never a live pid.
+        let dead = 4_194_304 + 9;
+        let live = std::process::id();
+        let state = |dir: &str, pid: u32, ephemeral: bool| {
+            std::fs::create_dir(root.join(dir)).unwrap();
+            std::fs::write(
+                root.join(dir).join(crate::paths::STATE_FILE),
+                format!("{{\"pid\":{pid},\"spec\":{{\"ephemeral\":{ephemeral}}}}}"),
+            )
+            .unwrap();
+        };
+        state(&format!("exec-{dead}"), dead, true);
+        state(&format!("exec-{}", dead + 1), dead, false);
+        state(&format!("exec-{}", dead + 2), live, true);
+        state(&format!("exec-{live}"), dead, true);
+        std::fs::create_dir(root.join(format!("exec-{}", dead + 3))).unwrap();
+        assert_eq!(sweep_run_dir(root), vec![root.join(format!("exec-{dead}"))]);
+        for kept in [dead + 1, dead + 2, live, dead + 3] {
+            assert!(root.join(format!("exec-{kept}")).is_dir(), "exec-{kept}");
+        }
     }
 
     /// Only dead execs' directories go: a live pid's stays, and so does a dead pid's whose lock

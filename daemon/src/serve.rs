@@ -113,6 +113,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     crate::child::block_termination_signals()?;
     // What execs killed with SIGKILL left (they cannot remove their own).
     crate::exec_scratch::sweep(&std::env::temp_dir());
+    crate::exec_scratch::sweep_run_dir(&crate::paths::host_run_dir(None));
     let driver = make_driver(
         args.driver,
         args.sim_gpus,
