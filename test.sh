@@ -31,7 +31,21 @@ step "cargo build (the binaries the native socket-transport suite runs)"
 cargo build -p daemon -p preload -p tests
 
 step "cargo test (unit, integration, ABI parity, the socket transport natively)"
-cargo test --workspace
+cargo test --workspace --no-run --quiet
+# Tests keep to their own files: what a run leaves in its temp directory (a private one, so
+# that other runs on this host do not count) or in the host's /run/nvproxy fails it.
+test_tmp=$(mktemp -d)
+trap 'rm -rf "$test_tmp"' EXIT
+chmod 1777 "$test_tmp"
+run_before=$(ls -A /run/nvproxy 2>/dev/null || true)
+TMPDIR=$test_tmp cargo test --workspace
+left=$(cd "$test_tmp" && ls -d nvproxy-* 2>/dev/null || true)
+run_after=$(ls -A /run/nvproxy 2>/dev/null || true)
+if [[ -n $left || $run_before != "$run_after" ]]; then
+    printf 'the tests left files behind: in the temp directory: %s; /run/nvproxy before: %s; after: %s\n' \
+        "${left:-none}" "${run_before:-empty}" "${run_after:-empty}" >&2
+    exit 1
+fi
 
 step "the README's walk, natively (tests/readme-walk.sh: ./run.sh serves, another shell uses it)"
 tests/readme-walk.sh

@@ -405,9 +405,19 @@ pub enum InstanceCommand {
 /// `--socket PATH`.
 #[derive(Debug, clap::Args)]
 pub struct SocketArg {
-    /// The supervisor's control socket.
-    #[arg(long, default_value = "/run/nvproxy/nvproxy.sock")]
-    pub socket: PathBuf,
+    /// The supervisor's control socket [default: nvproxy.sock in the run directory,
+    /// /run/nvproxy unless --run-dir or NVPROXY_RUN_DIR say otherwise].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    /// `--socket`, or the run directory's control socket.
+    pub fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| crate::paths::host_run_dir(None).join(SOCKET_NAME))
+    }
 }
 
 /// Runs one `nvproxy instance` verb.
@@ -474,7 +484,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             },
         ),
     };
-    match call(&socket.socket, &req)? {
+    match call(&socket.path(), &req)? {
         Answer::Instances { instances } => {
             print!("{}", table(&instances));
             Ok(())
@@ -493,7 +503,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
 
 /// `nvproxy metrics`: prints the supervisor's metrics (the control socket's `metrics`).
 pub fn metrics(socket: &SocketArg) -> Result<()> {
-    match call(&socket.socket, &Request::Metrics)? {
+    match call(&socket.path(), &Request::Metrics)? {
         Answer::Metrics { text } => {
             print!("{text}");
             Ok(())

@@ -370,18 +370,18 @@ mod tests {
             .collect()
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("nvproxy-audit-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join("job.jsonl")
+    /// A log path in a test directory (removed when the directory is dropped).
+    fn scratch(name: &str) -> (crate::test_dir::TestDir, PathBuf) {
+        let dir = crate::test_dir::TestDir::new(&format!("audit-{name}"));
+        let path = dir.path().join("job.jsonl");
+        (dir, path)
     }
 
     /// A flood of denials: the burst is written, the rest summarised in one line, and the counts
     /// still say how many calls there were.
     #[test]
     fn test_a_flood_of_denials_is_rate_limited_with_a_summary() {
-        let path = scratch("flood");
+        let (_dir, path) = scratch("flood");
         let limits = AuditLimits {
             events_per_second: 0.001,
             burst: 10.0,
@@ -411,7 +411,7 @@ mod tests {
     /// Past the size limit the file is rotated once; the two files stay under twice the limit.
     #[test]
     fn test_the_file_is_rotated_at_the_size_limit() {
-        let path = scratch("rotate");
+        let (_dir, path) = scratch("rotate");
         let limits = AuditLimits {
             events_per_second: 1e9,
             burst: 1e9,
@@ -437,7 +437,7 @@ mod tests {
     /// dropped and counted as suppressed.
     #[test]
     fn test_record_never_waits_for_the_writer() {
-        let path = scratch("queue");
+        let (_dir, path) = scratch("queue");
         let limits = AuditLimits {
             events_per_second: 1e9,
             burst: 1e9,

@@ -588,7 +588,7 @@ pub struct SpecInputs {
     pub hook_bin: PathBuf,
     /// The mmap shim on the host; `None`: no shim (mmap of the nodes fails with ENODEV).
     pub shim: Option<PathBuf>,
-    /// `crate::paths::RUN_DIR`.
+    /// The host's run directory (`crate::paths::host_run_dir`).
     pub run_dir: PathBuf,
     pub userspace: Userspace,
     /// The host driver's `nvidia-uvm` major, for socket-transport instances (libcuda compares
@@ -884,17 +884,18 @@ pub fn run(cmd: &CdiCommand) -> Result<()> {
 
 fn generate(args: &GenerateArgs) -> Result<()> {
     let nodes_dir = Path::new(NODES_DIR);
-    let run_dir = Path::new(crate::paths::RUN_DIR);
     let mut sim_version = None;
+    let mut run_dir = crate::paths::host_run_dir(None);
     let instances: Vec<InstanceInfo> = match &args.config {
         Some(path) => {
             let cfg = crate::config::Config::load(path)?;
+            run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
             if cfg.driver == crate::config::DriverKind::Sim {
                 sim_version = Some(cfg.sim.driver_version.clone());
             }
             cfg.instances
                 .iter()
-                .map(|i| served_instance(nodes_dir, run_dir, &i.name, Some(i.caps.clone())))
+                .map(|i| served_instance(nodes_dir, &run_dir, &i.name, Some(i.caps.clone())))
                 .collect::<Result<_>>()?
         }
         None => {
@@ -910,7 +911,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
                     .collect()
             };
             let mut names: BTreeSet<String> = names_in(nodes_dir, |_| true).into_iter().collect();
-            names.extend(names_in(run_dir, |p| {
+            names.extend(names_in(&run_dir, |p| {
                 p.join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME)
                     .exists()
             }));
@@ -923,11 +924,11 @@ fn generate(args: &GenerateArgs) -> Result<()> {
             }
             names
                 .into_iter()
-                .map(|name| served_instance(nodes_dir, run_dir, &name, None))
+                .map(|name| served_instance(nodes_dir, &run_dir, &name, None))
                 .collect::<Result<_>>()?
         }
     };
-    let spec = spec_from(args, instances, sim_version)?;
+    let spec = spec_from(args, instances, sim_version, run_dir)?;
     match &args.out {
         None => {
             print!("{}", render(&spec, false)?);
@@ -949,6 +950,7 @@ fn spec_from(
     args: &GenerateArgs,
     instances: Vec<InstanceInfo>,
     sim_version: Option<String>,
+    run_dir: PathBuf,
 ) -> Result<Spec> {
     let userspace = match &args.nvidia_spec {
         Some(p) => userspace_from_nvidia_spec(
@@ -990,7 +992,7 @@ fn spec_from(
         instances,
         hook_bin,
         shim,
-        run_dir: PathBuf::from(crate::paths::RUN_DIR),
+        run_dir,
         userspace,
         uvm_major: crate::nsexec::uvm_major(),
     })
@@ -1007,10 +1009,10 @@ pub fn write_current(
         return Ok(());
     }
     let nodes_dir = Path::new(NODES_DIR);
-    let run_dir = Path::new(crate::paths::RUN_DIR);
+    let run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
     let mut infos = Vec::new();
     for (name, caps) in instances {
-        match served_instance(nodes_dir, run_dir, name, Some(caps.clone())) {
+        match served_instance(nodes_dir, &run_dir, name, Some(caps.clone())) {
             Ok(info) => infos.push(info),
             Err(e) => {
                 tracing::warn!(instance = %name, error = %format!("{e:#}"), "not in the CDI spec")
@@ -1032,7 +1034,7 @@ pub fn write_current(
     };
     let sim_version =
         (cfg.driver == crate::config::DriverKind::Sim).then(|| cfg.sim.driver_version.clone());
-    let spec = spec_from(&args, infos, sim_version)?;
+    let spec = spec_from(&args, infos, sim_version, run_dir)?;
     write_spec(out, &spec).with_context(|| format!("[cdi] spec = {}", out.display()))
 }
 

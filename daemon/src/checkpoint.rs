@@ -272,10 +272,12 @@ pub fn read_request(conn: &UnixStream) -> Option<String> {
 
 /// The run directory a control socket is in.
 fn run_dir_of(socket: &crate::api::SocketArg) -> PathBuf {
-    socket
-        .socket
-        .parent()
-        .map_or_else(|| PathBuf::from(crate::paths::RUN_DIR), Path::to_path_buf)
+    match &socket.socket {
+        Some(s) => s
+            .parent()
+            .map_or_else(|| crate::paths::host_run_dir(None), Path::to_path_buf),
+        None => crate::paths::host_run_dir(None),
+    }
 }
 
 fn call(run_dir: &Path, instance: &str, req: &Request) -> Result<Answer> {

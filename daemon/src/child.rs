@@ -24,7 +24,34 @@ pub fn block_termination_signals() -> Result<()> {
 /// [`block_termination_signals`]) are forwarded to the command instead of ending nvproxy. (A
 /// terminal's Ctrl-C also reaches the command directly, as it shares nvproxy's process group:
 /// the command may then see SIGINT twice.)
+///
+/// The command is killed (SIGKILL, `PR_SET_PDEATHSIG`) when nvproxy dies, even by SIGKILL.
+/// The kernel sends that signal when the *thread* that started the child exits, not the
+/// process: call this from the thread that waits for the command (here: the caller's, which
+/// then waits in this function).
 pub fn run_forwarding_signals(cmd: &mut Command) -> Result<ExitStatus> {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before execve and only makes the
+    // async-signal-safe syscalls prctl and getppid; it allocates nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // We died before the prctl took effect: no signal will come.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().context("starting the command")?;
     let pid = Pid::from_raw(i32::try_from(child.id()).context("child pid")?);
     let done = Arc::new(AtomicBool::new(false));

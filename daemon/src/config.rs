@@ -245,6 +245,10 @@ pub struct DaemonSection {
     /// every instance's numbers; tenants under `nvproxy run` share the host's network
     /// namespace and reach loopback (README "Metrics" says how to keep them off it).
     pub metrics_listen: Option<String>,
+    /// The host's run directory (instance directories, sockets, state files, the control
+    /// socket and `serve`'s lock), relative to the config file's directory; `--run-dir` and
+    /// `NVPROXY_RUN_DIR` come first. Unset: `/run/nvproxy`.
+    pub run_dir: Option<PathBuf>,
 }
 
 /// `[cdi]`: the CDI spec `serve` keeps current (written at start and after every `instance
@@ -441,6 +445,9 @@ impl Config {
             Config::parse(&text).with_context(|| format!("in config {}", path.display()))?;
         let dir = path.parent().unwrap_or(Path::new(""));
         if let Some(p) = cfg.daemon.abi_dir.as_mut().filter(|p| p.is_relative()) {
+            *p = dir.join(&*p);
+        }
+        if let Some(p) = cfg.daemon.run_dir.as_mut().filter(|p| p.is_relative()) {
             *p = dir.join(&*p);
         }
         for inst in &mut cfg.instances {
@@ -999,6 +1006,19 @@ mod tests {
         let d = std::env::temp_dir().join(format!("nvproxy-config-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn test_a_relative_run_dir_is_the_config_files_neighbour() {
+        let d = crate::test_dir::TestDir::new("config-run-dir");
+        let path = d.path().join("c.toml");
+        std::fs::write(&path, "[daemon]\nrun_dir = \"run\"\n").unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(cfg.daemon.run_dir, Some(d.path().join("run")));
+        std::fs::write(&path, "[daemon]\nrun_dir = \"/srv/nv\"\n").unwrap();
+        let cfg = Config::load(&path).unwrap();
+        assert_eq!(cfg.daemon.run_dir, Some(PathBuf::from("/srv/nv")));
+        assert_eq!(Config::parse("").unwrap().daemon.run_dir, None);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod child;
 mod config;
 mod device;
 mod doctor;
+mod exec_scratch;
 mod fdid;
 mod fdpass;
 mod host;
@@ -32,6 +33,8 @@ mod simd;
 mod socket_transport;
 mod supervisor;
 mod sys;
+#[cfg(test)]
+mod test_dir;
 mod unix_server;
 mod upgrade;
 mod worker;
@@ -53,6 +56,10 @@ struct Cli {
     /// `serve` logs at info already; --log or RUST_LOG choose finer.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// The host's run directory (instance sockets, state files, the control socket); before
+    /// NVPROXY_RUN_DIR and `[daemon] run_dir` [default: /run/nvproxy].
+    #[arg(long, global = true, value_name = "DIR")]
+    run_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -136,6 +143,9 @@ fn init_logging(filter: EnvFilter) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.run_dir {
+        paths::set_run_dir_flag(dir.clone());
+    }
     // --log, then -v, then RUST_LOG, then the command's default: `serve` (and the processes
     // it starts) log what they do; every other command, and the workers of `exec`, only
     // warnings, so that a command's terminal is its own.

@@ -40,6 +40,9 @@
 //!   (pid 1: mounts `/proc`, runs the command as its child, reaps orphans, forwards
 //!   SIGINT/SIGTERM/SIGHUP) and waits for it, forwarding the same signals; the exit status is
 //!   the command's (128 + signal when killed).
+//! - the chain dies with `nvproxy exec`, even when it is killed with SIGKILL: exec starts
+//!   ns-exec with `PR_SET_PDEATHSIG` = SIGKILL (`child.rs`), ns-exec gives its init the same,
+//!   and the kernel kills every process of a pid namespace when its init dies.
 //!
 //! Mount propagation is made private first, so nothing leaks to the host's namespace.
 
@@ -139,12 +142,28 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     termination
         .thread_block()
         .context("blocking signals for the namespace's init")?;
+    // The init dies with us (`PR_SET_PDEATHSIG`, and with it, as the kernel tears a pid
+    // namespace down with its init, the command): we hold this pipe's write end until we exit,
+    // so that the init sees whether we died before its prctl took effect (its parent is
+    // outside its pid namespace: `getppid` says 0 there).
+    let (alive_r, alive_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe for the init")?;
     if let Some(init) =
         crate::sys::fork_single_threaded().context("forking the namespace's init")?
     {
-        std::process::exit(supervise(init, &termination));
+        drop(alive_r);
+        let code = supervise(init, &termination);
+        drop(alive_w);
+        std::process::exit(code);
     }
     // pid 1 of the new namespace.
+    drop(alive_w);
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || parent_gone(&alive_r)
+    {
+        std::process::exit(126);
+    }
+    drop(alive_r);
     let code = (|| -> Result<i32> {
         mount(
             Some("proc"),
@@ -175,6 +194,20 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
             eprintln!("nvproxy: {e:#}");
             std::process::exit(126);
         }
+    }
+}
+
+/// Whether the write end of `r`'s pipe is closed everywhere (its holder died).
+fn parent_gone(r: &std::os::fd::OwnedFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(r.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => false,
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|e| e.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+        Err(_) => true,
     }
 }
 

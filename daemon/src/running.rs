@@ -5,7 +5,7 @@
 //! live upgrades, checkpoints and the simulated-driver process build on it; it imports none of
 //! them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
@@ -124,6 +124,8 @@ pub struct RunningInstance {
     pub(crate) transport: MemoryTransport,
     /// The tenant's GPU count.
     pub(crate) gpus: u32,
+    /// The host's run directory its sockets are in (`paths.rs`).
+    root: PathBuf,
 }
 
 /// How an instance reaches its tenants (`[[instance]] transport`).
@@ -229,6 +231,7 @@ impl RunningInstance {
         transport: MemoryTransport,
         audit: Option<&Path>,
         channels: Vec<std::os::fd::OwnedFd>,
+        root: &Path,
     ) -> Result<RunningInstance> {
         let Parts {
             backend,
@@ -251,12 +254,8 @@ impl RunningInstance {
                 uvm: Some(uvm),
                 gpus,
             };
-            let dev = crate::socket_transport::DevSocket::start(
-                &inst.name,
-                nodes,
-                Path::new(crate::paths::RUN_DIR),
-            )
-            .context("device socket")?;
+            let dev = crate::socket_transport::DevSocket::start(&inst.name, nodes, root)
+                .context("device socket")?;
             tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, transport = "socket", "instance serving");
             return Ok(RunningInstance {
                 name: inst.name.clone(),
@@ -268,6 +267,7 @@ impl RunningInstance {
                 mmap,
                 transport,
                 gpus,
+                root: root.to_owned(),
             });
         }
         let nodes = InstanceNodes::start(
@@ -281,8 +281,7 @@ impl RunningInstance {
             channels,
         )?;
         // After the nodes: their registration proved no live daemon serves this instance.
-        let mmap_socket = MmapSocket::start(mmap.clone(), Path::new(crate::paths::RUN_DIR))
-            .context("mmap socket")?;
+        let mmap_socket = MmapSocket::start(mmap.clone(), root).context("mmap socket")?;
         tracing::info!(instance = %inst.name, gpus = ?inst.gpus, caps = %caps, mode = %inst.mode, "instance serving");
         tracing::info!(
             instance = %inst.name,
@@ -301,31 +300,31 @@ impl RunningInstance {
             mmap,
             transport,
             gpus,
+            root: root.to_owned(),
         })
     }
 
-    /// An instance whose nodes (or device socket) serve again in this process, taken over
-    /// from another worker (`upgrade.rs`).
+    /// The instance of `spec` whose nodes (or device socket) serve again in this process,
+    /// taken over from another worker (`upgrade.rs`).
     pub(crate) fn from_serving(
-        name: &str,
+        spec: &crate::worker_spec::WorkerSpec,
         parts: Parts,
         serving: Serving,
         fdid: Arc<FdIdentity>,
         mmap: Arc<InstanceMmap>,
-        transport: MemoryTransport,
-        gpus: u32,
-    ) -> RunningInstance {
-        RunningInstance {
-            name: name.to_owned(),
+    ) -> Result<RunningInstance> {
+        Ok(RunningInstance {
+            name: spec.instance.name.clone(),
             serving: Mutex::new(Some(serving)),
             backend: parts.backend,
             uvm_backend: parts.uvm_backend,
             sink: parts.sink,
             fdid,
             mmap,
-            transport,
-            gpus,
-        }
+            transport: spec.memory,
+            gpus: u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
+            root: spec.run_dir.clone(),
+        })
     }
 
     /// What serves the tenants (`upgrade.rs` suspends and resumes it).
@@ -336,6 +335,11 @@ impl RunningInstance {
     /// The instance's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The host's run directory its sockets are in.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The nodes' backends and the audit sink (`checkpoint.rs` restores behind them).

@@ -125,6 +125,9 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     // Before any thread starts: signals to nvproxy go to the command, and the instance is
     // always stopped (its audit counts written) after the command.
     crate::child::block_termination_signals()?;
+    // What execs killed with SIGKILL left (they cannot remove their own).
+    crate::exec_scratch::sweep(&std::env::temp_dir());
+    crate::exec_scratch::sweep_run_dir(&crate::paths::host_run_dir(None));
     let driver = make_driver(
         args.driver,
         args.sim_gpus,
@@ -209,8 +212,9 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         run_as: None,
         sim_socket: None,
         take_over: false,
+        run_dir: crate::paths::host_run_dir(None),
     };
-    let root = Path::new(crate::paths::RUN_DIR);
+    let root = &spec.run_dir.clone();
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
     let socket_transport = transport == config::Transport::Socket;
@@ -227,20 +231,22 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     for (path, name) in &nodes {
         cmd.arg("--node").arg(format!("{}={name}", path.display()));
     }
-    let sim_proc = match &driver.sim {
-        Some(sim) => Some(write_sim_proc(sim, &inst.name, &inst.gpus)?),
+    // The simulated driver's /proc and /sys files, for ns-exec to copy; removed when the
+    // command ended (a dead exec's by the next exec: `exec_scratch::sweep` above).
+    let scratch = match &driver.sim {
+        Some(sim) => {
+            let s = crate::exec_scratch::Scratch::create(&std::env::temp_dir())?;
+            let (proc_dir, sys_dir) = (s.path().join("proc"), s.path().join("sys"));
+            write_sim_proc(sim, &proc_dir, &inst.gpus)?;
+            write_sim_sys(sim, &sys_dir, &inst.gpus)?;
+            cmd.arg("--sim-proc")
+                .arg(proc_dir)
+                .arg("--sim-sys")
+                .arg(sys_dir);
+            Some(s)
+        }
         None => None,
     };
-    if let Some(dir) = &sim_proc {
-        cmd.arg("--sim-proc").arg(dir);
-    }
-    let sim_sys = match &driver.sim {
-        Some(sim) => Some(write_sim_sys(sim, &inst.name, &inst.gpus)?),
-        None => None,
-    };
-    if let Some(dir) = &sim_sys {
-        cmd.arg("--sim-sys").arg(dir);
-    }
     if let (true, Some(shim)) = (socket_transport, &shim) {
         crate::socket_transport::ns_exec_args(&mut cmd, root, &inst.name, shim, inst.gpus.len());
     } else if let Some(shim) = &shim {
@@ -254,9 +260,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     }
     cmd.arg("--").args(&args.command);
     let status = crate::child::run_forwarding_signals(&mut cmd);
-    for dir in sim_proc.iter().chain(&sim_sys) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    drop(scratch);
     // The worker stops (its leak check: exit status LEAK_EXIT when its simulated driver still
     // held something).
     let worker_status = sup.remove(&inst.name, true)?;
@@ -281,12 +285,10 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Writes the simulated driver's `/proc/driver/nvidia` files (`nvsim::procfs`) into a fresh
-/// directory for `ns-exec --sim-proc`; the caller removes it once the command has ended
-/// (ns-exec copies the files into its namespace).
-fn write_sim_proc(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("nvproxy-{instance}-proc"));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Writes the simulated driver's `/proc/driver/nvidia` files (`nvsim::procfs`) into the new
+/// directory `dir` (in the exec's scratch directory) for `ns-exec --sim-proc` (ns-exec copies
+/// the files into its namespace).
+fn write_sim_proc(sim: &SimDriver, dir: &Path, gpus: &[u32]) -> Result<()> {
     for f in nvsim::procfs::proc_files(sim.config(), gpus) {
         let path = dir.join(&f.path);
         if let Some(parent) = path.parent() {
@@ -295,15 +297,13 @@ fn write_sim_proc(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathB
         }
         std::fs::write(&path, f.text).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(dir)
+    Ok(())
 }
 
-/// Writes the simulated GPUs' PCI tree (`nvsim::sysfs`, with the host's NUMA nodes) into a
-/// fresh directory for `ns-exec --sim-sys`; the caller removes it once the command has ended.
-fn write_sim_sys(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("nvproxy-{instance}-sys"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+/// Writes the simulated GPUs' PCI tree (`nvsim::sysfs`, with the host's NUMA nodes) into the
+/// new directory `dir` (in the exec's scratch directory) for `ns-exec --sim-sys`.
+fn write_sim_sys(sim: &SimDriver, dir: &Path, gpus: &[u32]) -> Result<()> {
+    std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     for e in nvsim::sysfs::pci_entries(sim.config(), gpus, &host_numa_nodes()) {
         let path = dir.join(&e.path);
         match e.node {
@@ -313,7 +313,7 @@ fn write_sim_sys(sim: &SimDriver, instance: &str, gpus: &[u32]) -> Result<PathBu
         }
         .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// The host's NUMA nodes with their CPUs (`/sys/devices/system/node/node<N>/{cpumap,cpulist}`),
@@ -386,8 +386,8 @@ pub struct ServeArgs {
     pub abi_version: Option<String>,
 }
 
-/// `nvproxy serve`: the supervisor (`supervisor.rs`). Adopts the workers a previous
-/// supervisor left serving, starts a worker for every other instance of the config, serves the
+/// `nvproxy serve`: the supervisor (`supervisor.rs`). Refuses to start while another serve
+/// owns the run directory (`ServeLock`); adopts the workers a previous supervisor left serving, starts a worker for every other instance of the config, serves the
 /// instance API, prints `READY <instances>` (and `READY=1` to systemd), watches the workers
 /// until SIGINT/SIGTERM/SIGHUP, then stops them (unless `[daemon] keep_workers`).
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
@@ -438,12 +438,14 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         let (_, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
         tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
     }
-    let root = Path::new(crate::paths::RUN_DIR);
+    let root = &crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
     let worker_uids = match &cfg.daemon.worker_uids {
         Some(r) => Some(config::parse_uid_range(r)?),
         None => None,
     };
     let sup = Supervisor::new(root, worker_uids)?;
+    // Held until we return: no other serve adopts (and then stops) our workers meanwhile.
+    let _lock = crate::supervisor::ServeLock::acquire(root)?;
     let adopted = sup.adopt();
     for inst in &cfg.instances {
         if adopted.contains(&inst.name) {
@@ -583,8 +585,9 @@ pub struct RunArgs {
 /// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     config::validate_instance_name(&args.instance)?;
+    let root = crate::paths::host_run_dir(None);
     if let Some(argv) = crate::socket_transport::run_argv(
-        Path::new(crate::paths::RUN_DIR),
+        &root,
         &args.instance,
         args.shim.resolve()?.as_deref(),
         &args.command,
@@ -596,7 +599,7 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| {
-            let socket = crate::paths::run_dir(Path::new(crate::paths::RUN_DIR), &args.instance)
+            let socket = crate::paths::run_dir(&root, &args.instance)
                 .join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME);
             anyhow::anyhow!(
                 "instance {name} is not being served (no {socket}, and {dir}: {e}): start \
@@ -624,9 +627,7 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
         argv.push(format!("{}={n}", dir.join(n).display()));
     }
     if let Some(shim) = args.shim.resolve()? {
-        let socket = Path::new(crate::paths::RUN_DIR)
-            .join(&args.instance)
-            .join(crate::paths::MMAP_SOCKET);
+        let socket = root.join(&args.instance).join(crate::paths::MMAP_SOCKET);
         if !socket.exists() {
             bail!(
                 "instance {} has no mmap socket ({}): is its daemon older than the shim? (--no-preload runs without it)",

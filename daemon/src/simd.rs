@@ -857,14 +857,19 @@ impl Drop for RemoteFile {
 mod tests {
     use super::*;
 
-    fn served(tag: &str) -> (Arc<SimDriver>, PathBuf, Listening) {
-        let dir = std::env::temp_dir().join(format!("nvproxy-simd-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    /// The sim-driver serving in a test directory (removed with the last of the tuple).
+    fn served(
+        tag: &str,
+    ) -> (
+        Arc<SimDriver>,
+        PathBuf,
+        (Listening, crate::test_dir::TestDir),
+    ) {
+        let dir = crate::test_dir::TestDir::new(&format!("simd-{tag}"));
         let sim = SimDriver::new(nvsim::SimConfig::default_gpus(2));
-        let path = dir.join("sim.sock");
+        let path = dir.path().join("sim.sock");
         let l = start(sim.clone(), &path, None).unwrap();
-        (sim, path, l)
+        (sim, path, (l, dir))
     }
 
     fn wait_for(mut f: impl FnMut() -> bool) -> bool {

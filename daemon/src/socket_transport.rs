@@ -265,8 +265,8 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
 }
 
 impl DevSocket {
-    /// Serves `nodes` of `instance` at `<root>/<instance>/dev.sock` (`root` is
-    /// `crate::paths::RUN_DIR` outside tests). Directories 0700, the socket 0666 (any uid in the
+    /// Serves `nodes` of `instance` at `<root>/<instance>/dev.sock` (`root`: the host run
+    /// directory, `paths::host_run_dir`). Directories 0700, the socket 0666 (any uid in the
     /// container may open the nodes, as the driver's 0666 nodes).
     pub fn start(instance: &str, nodes: Nodes, root: &Path) -> Result<DevSocket> {
         make_run_root(root)?;

@@ -14,6 +14,13 @@
 //!   one; an adopted worker is watched through its pidfd like the others (it is not our child:
 //!   its exit status is unknown).
 //! - **Reload.** SIGHUP (`systemctl reload`) upgrades every worker live (`upgrade.rs`).
+//! - **One supervisor per run directory.** `serve` holds an exclusive `flock` on
+//!   `<run dir>/serve.lock` (its pid inside) for its whole life ([`ServeLock`]); a second
+//!   `serve` on the same run directory refuses to start, naming the first one's pid, instead of
+//!   adopting (and at its stop, stopping) the workers of a supervisor that still watches them.
+//!   The kernel drops the lock when its holder dies, however: a restarted supervisor (killed,
+//!   `systemctl restart`) takes it and adopts. The lock is not inherited by the workers
+//!   (close-on-exec), so workers left serving (`keep_workers`) never hold it.
 //! - **Stop.** SIGTERM/SIGINT stop every worker (SIGTERM, then SIGKILL after
 //!   [`STOP_TIMEOUT`]) and the supervisor; `[daemon] keep_workers = true` leaves them
 //!   serving instead, for a supervisor restart (`systemctl restart` with `KillMode=process`).
@@ -53,6 +60,53 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_RESTARTS: usize = 5;
 /// See [`MAX_RESTARTS`].
 pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// `serve`'s hold on its run directory (see the module doc): released when dropped or when the
+/// process dies.
+pub struct ServeLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl ServeLock {
+    /// Takes `<root>/serve.lock` and writes our pid into it; if another process holds it, an
+    /// error naming that process's pid (as it wrote it).
+    pub fn acquire(root: &Path) -> Result<ServeLock> {
+        let path = root.join(paths::SERVE_LOCK);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let mut file =
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(f) => f,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let holder = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u32>().ok())
+                        .map_or_else(|| "pid unknown".to_owned(), |p| format!("pid {p}"));
+                    bail!(
+                        "another nvproxy serve ({holder}) owns the run directory {}: stop it \
+                         first, or give this one a run directory of its own (--run-dir, {} or \
+                         [daemon] run_dir)",
+                        root.display(),
+                        paths::RUN_DIR_ENV
+                    );
+                }
+                Err((_, e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            };
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .with_context(|| format!("writing our pid into {}", path.display()))?;
+        Ok(ServeLock { _file: file })
+    }
+}
 
 /// An instance's state, as `nvproxy instance list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +181,11 @@ impl Supervisor {
     /// A supervisor whose workers keep their state under `root` (`/run/nvproxy`);
     /// `worker_uids`: the range of `[daemon] worker_uids`.
     pub fn new(root: &Path, worker_uids: Option<(u32, u32)>) -> Result<Arc<Self>> {
+        // A run directory of a deployment's own (`[daemon] run_dir`) may lie deeper.
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
         crate::seqpacket::make_run_root(root)?;
         Ok(Arc::new(Self {
             entries: Mutex::new(BTreeMap::new()),
@@ -219,6 +278,8 @@ impl Supervisor {
         if self.has(&name) {
             bail!("instance {name} exists already");
         }
+        // The worker keeps its instance directory in this supervisor's run directory.
+        spec.run_dir = self.root.clone();
         if spec.run_as.is_none() {
             spec.run_as = self.choose_user(&spec)?;
         }
@@ -950,6 +1011,7 @@ pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpe
         run_as: None,
         sim_socket: None,
         take_over: false,
+        run_dir: crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref()),
     }
 }
 
@@ -975,8 +1037,8 @@ mod tests {
 
     #[test]
     fn test_a_stale_state_file_is_not_adopted_and_is_removed() {
-        let root = std::env::temp_dir().join(format!("nvproxy-sup-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = crate::test_dir::TestDir::new("sup-stale");
+        let root = scratch.path().join("run");
         std::fs::create_dir_all(root.join("a")).unwrap();
         let cfg = crate::config::Config::parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
@@ -995,7 +1057,32 @@ mod tests {
         let sup = Supervisor::new(&root, None).unwrap();
         assert!(sup.adopt().is_empty());
         assert!(!root.join("a").join(paths::STATE_FILE).exists());
-        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// One holder at a time; the refusal names the holder's pid and how to serve elsewhere;
+    /// the lock is free again once its holder let go (as when it dies).
+    #[test]
+    fn test_the_serve_lock_refuses_a_second_holder_naming_the_first() {
+        let dir = crate::test_dir::TestDir::new("serve-lock");
+        let first = ServeLock::acquire(dir.path()).unwrap();
+        let err = ServeLock::acquire(dir.path())
+            .err()
+            .expect("a second holder");
+        assert_eq!(
+            format!("{err:#}"),
+            format!(
+                "another nvproxy serve (pid {}) owns the run directory {}: stop it first, or \
+                 give this one a run directory of its own (--run-dir, NVPROXY_RUN_DIR or \
+                 [daemon] run_dir)",
+                std::process::id(),
+                dir.path().display()
+            )
+        );
+        drop(first);
+        let again = ServeLock::acquire(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(paths::SERVE_LOCK)).unwrap();
+        assert_eq!(text, format!("{}\n", std::process::id()));
+        drop(again);
     }
 
     #[test]
@@ -1011,7 +1098,8 @@ mod tests {
 
     #[test]
     fn test_removing_an_unknown_instance_is_an_error() {
-        let sup = Supervisor::new(Path::new("/nonexistent"), None).unwrap();
+        let dir = crate::test_dir::TestDir::new("sup-rm");
+        let sup = Supervisor::new(&dir.path().join("run"), None).unwrap();
         let err = sup.remove("nope", false).unwrap_err();
         assert_eq!(err.to_string(), "no instance nope");
     }

@@ -352,8 +352,7 @@ fn suspend(running: &RunningInstance) -> Result<Suspension> {
                     // nodes again, with a new socket.
                     drop(serving);
                     let nodes = resume_nodes(running, suspended)?;
-                    let mmap_socket =
-                        MmapSocket::start(running.mmap.clone(), Path::new(crate::paths::RUN_DIR))?;
+                    let mmap_socket = MmapSocket::start(running.mmap.clone(), running.root())?;
                     *running.serving() = Some(Serving::Cuse { nodes, mmap_socket });
                     Err(e)
                 }
@@ -379,7 +378,7 @@ fn resume_nodes(running: &RunningInstance, nodes: Vec<SuspendedNode>) -> Result<
 /// Serves the suspended sessions and sockets again in this process.
 fn resume_here(running: &RunningInstance, s: Suspension) -> Result<()> {
     let name = running.name().to_owned();
-    let root = Path::new(crate::paths::RUN_DIR);
+    let root = running.root();
     let serving = match s {
         Suspension::Socket(sock) => {
             Serving::Socket(DevSocket::adopt(&name, socket_nodes(running), root, sock)?)
@@ -831,7 +830,7 @@ impl Prepared {
         let name = &spec.instance.name;
         let frontend: Arc<dyn crate::node::Backend> = self.parts.backend.clone();
         let uvm: Arc<dyn crate::node::Backend> = self.parts.uvm_backend.clone();
-        let root = Path::new(crate::paths::RUN_DIR);
+        let root = spec.run_dir.as_path();
         let serving = match self.serving {
             Suspension::Cuse {
                 nodes,
@@ -859,15 +858,8 @@ impl Prepared {
             }
         };
         tracing::info!(instance = %name, "live upgrade: serving the instance taken over");
-        let running = RunningInstance::from_serving(
-            name,
-            self.parts,
-            serving,
-            self.fdid,
-            self.mmap,
-            spec.memory,
-            u32::try_from(spec.instance.gpus.len()).context("too many GPUs")?,
-        );
+        let running =
+            RunningInstance::from_serving(spec, self.parts, serving, self.fdid, self.mmap)?;
         Ok((running, self.driver))
     }
 }

@@ -83,8 +83,7 @@ pub fn run() -> Result<ExitCode> {
             .context("PR_SET_PDEATHSIG")?;
     }
     let name = spec.instance.name.clone();
-    let root = Path::new(crate::paths::RUN_DIR);
-    let dir = run_dir(root, &name);
+    let dir = run_dir(&spec.run_dir, &name);
     let started = if spec.take_over {
         crate::upgrade::take_over(&spec, &dir.join(WORKER_SOCKET))
             .context("taking over from the old worker")
@@ -181,6 +180,7 @@ fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, running::Driver
         spec.memory,
         spec.audit.as_deref(),
         channels,
+        &spec.run_dir,
     )?;
     Ok((running, driver))
 }
@@ -339,6 +339,7 @@ mod tests {
             run_as: None,
             sim_socket: None,
             take_over: false,
+            run_dir: std::path::PathBuf::from(crate::paths::DEFAULT_RUN_DIR),
         }
     }
 

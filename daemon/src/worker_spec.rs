@@ -1,7 +1,7 @@
 //! What the supervisor and a worker exchange: the [`WorkerSpec`] a worker is started with
 //! (JSON on its stdin), the [`WorkerState`] file a restarted supervisor re-adopts it from, and
 //! the [`WorkerStats`] its stats socket answers. Data only: imports nothing of the crate but
-//! the configuration's types.
+//! the configuration's types and `paths`.
 
 use std::path::PathBuf;
 
@@ -47,6 +47,14 @@ pub struct WorkerSpec {
     /// instead of registering its nodes.
     #[serde(default)]
     pub take_over: bool,
+    /// The host's run directory the worker keeps its instance directory in (`paths.rs`);
+    /// state files of workers older than the key are `/run/nvproxy`'s.
+    #[serde(default = "default_run_dir")]
+    pub run_dir: PathBuf,
+}
+
+fn default_run_dir() -> PathBuf {
+    PathBuf::from(crate::paths::DEFAULT_RUN_DIR)
 }
 
 /// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'

@@ -1,6 +1,6 @@
 //! The CLI's messages for what `check-config` and `abi` refuse (no root, no CUSE needed).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn nvproxy(args: &[&str]) -> (bool, String, String) {
@@ -16,12 +16,30 @@ fn nvproxy(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn config(tag: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nvproxy-cli-{}", std::process::id()));
+/// A config file in a directory of its own, removed when dropped.
+struct Config(PathBuf);
+
+impl std::ops::Deref for Config {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn config(tag: &str, text: &str) -> Config {
+    let dir = std::env::temp_dir().join(format!("nvproxy-cli-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{tag}.toml"));
     std::fs::write(&path, text).unwrap();
-    path
+    Config(path)
 }
 
 fn check_config_fails(tag: &str, text: &str, want: &str) {

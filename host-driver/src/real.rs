@@ -396,12 +396,27 @@ mod tests {
         assert_eq!(parse_version("580.142\n").unwrap().to_string(), "580.142");
     }
 
-    /// A directory with a regular file named `nvidiactl` standing for the node.
-    fn fake_dev_dir(tag: &str) -> PathBuf {
+    /// A directory with a regular file named `nvidiactl` standing for the node; removed when
+    /// dropped.
+    struct FakeDevDir(PathBuf);
+
+    impl AsRef<Path> for FakeDevDir {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for FakeDevDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fake_dev_dir(tag: &str) -> FakeDevDir {
         let dir = std::env::temp_dir().join(format!("nvproxy-real-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("nvidiactl"), [0u8; 4096]).unwrap();
-        dir
+        FakeDevDir(dir)
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!   item 7);
 //! - socket-transport instances as first-class ones (issue 21): `transport = "auto"`,
 //!   `instance create --transport`, the TRANSPORT column, their CDI devices, their latencies
-//!   in the metrics, and one plain error line for a failed `instance create`.
+//!   in the metrics, and one plain error line for a failed `instance create`;
+//! - one serve per run directory: a second one refuses to start and leaves the first one's
+//!   workers alone; a supervisor restarted after its predecessor died adopts them (issue 21,
+//!   item 1).
 //!
 //! Needs root (namespaces, `process_vm_readv`, `pidfd_getfd`), `unshare`/`nsenter`/`setpriv`
 //! (util-linux) and the binaries (`cargo build -p daemon -p preload`).
@@ -239,6 +242,7 @@ fn mode_violations(s: &Served) -> (Vec<String>, String) {
         let ok = match (depth, kind) {
             (0, 'd') => *mode == 0o700 && *uid == 0,
             (0, 's') => rel == "nvproxy.sock" && *mode == 0o660,
+            (0, 'f') => rel == "serve.lock" && *mode & 0o022 == 0,
             (1, 's') => {
                 matches!(
                     rel.rsplit('/').next(),
@@ -434,6 +438,173 @@ fn test_a_call_parked_on_tenant_memory_does_not_veto_a_live_upgrade() {
         after.status.success(),
         "after the upgrade: {}\n{err}",
         text(&after)
+    );
+}
+
+/// Waits up to `limit` for `child` to exit; `None` if it still runs.
+fn wait_until(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pid in an instance's `worker.json` of the daemon's namespace (0 when none).
+fn worker_pid(s: &Served, instance: &str) -> u64 {
+    std::fs::read_to_string(s.path(&format!("/run/nvproxy/{instance}/worker.json")))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Issue 21, item 1: a second `serve` on the run directory of a running one refused nothing:
+/// it adopted the first one's worker (`worker re-adopted`), printed READY, and at its stop
+/// stopped that worker, while the first one served on with nothing. Now it refuses to start,
+/// naming the first one's pid, and the first one's worker serves on. Once the first one is
+/// gone (SIGKILL: its workers keep serving), a restarted supervisor takes the run directory
+/// and adopts the worker.
+#[test]
+fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
+    if !runnable() {
+        return;
+    }
+    let config =
+        "driver = \"sim\"\n[[instance]]\nname = \"job42\"\ngpus = [0]\ntransport = \"socket\"\n";
+    let mut a = Served::start("lock", config, "");
+    assert_eq!(a.ready, "READY job42");
+    let worker = worker_pid(&a, "job42");
+    let b_config = a.scratch.join("b.toml");
+    std::fs::write(
+        &b_config,
+        "driver = \"sim\"\n[[instance]]\nname = \"other\"\ngpus = [0]\ntransport = \"socket\"\n\
+         [cdi]\nspec = \"\"\n",
+    )
+    .expect("config b");
+    let bin = nvproxy_bin();
+    let mut b = a
+        .command(&[
+            bin.to_str().expect("utf-8 path"),
+            "serve",
+            "--config",
+            b_config.to_str().expect("utf-8 path"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the second serve");
+    let b_exit = wait_until(&mut b, TIMEOUT);
+    if b_exit.is_none() {
+        // It serves: stopped as a user would (Ctrl-C), which shows what it does to `a`.
+        // SAFETY: kill sends SIGINT to the nsenter this test started (its pid); nsenter
+        // passes it on to the serve it waits for.
+        unsafe { libc::kill(b.id() as libc::pid_t, libc::SIGINT) };
+        let _ = wait_until(&mut b, Duration::from_secs(30));
+        let _ = b.kill();
+    }
+    let b_out = b.wait_with_output().expect("the second serve's output");
+    let worker_after = worker_pid(&a, "job42");
+    let run = a.nvproxy(&[
+        "run",
+        "--instance",
+        "job42",
+        "--",
+        NVFE,
+        "init",
+        "--expect-gpus",
+        "1",
+    ]);
+    let list = a.nvproxy(&["instance", "list"]);
+    let want = format!(
+        "nvproxy: another nvproxy serve (pid {}) owns the run directory /run/nvproxy: stop it \
+         first, or give this one a run directory of its own (--run-dir, NVPROXY_RUN_DIR or \
+         [daemon] run_dir)\n",
+        a.pid()
+    );
+    assert!(
+        b_exit.is_some_and(|s| !s.success()) && String::from_utf8_lossy(&b_out.stderr) == want,
+        "the second serve: {b_exit:?}, {}",
+        text(&b_out)
+    );
+    assert!(
+        worker != 0 && worker_after == worker && run.status.success(),
+        "the first serve's worker {worker} (now {worker_after}): {}",
+        text(&run)
+    );
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("job42") && !listed.contains("other"),
+        "{}",
+        text(&list)
+    );
+
+    // A restart: the first supervisor dies, its worker (and the namespace) stay.
+    let mut first = a.child.take().expect("serving");
+    first.kill().expect("SIGKILL to the first serve");
+    first.wait().expect("wait");
+    let ns = format!("--mount=/proc/{worker}/ns/mnt");
+    let mut c = Command::new("nsenter")
+        .args([ns.as_str(), "--"])
+        .arg(&bin)
+        .args(["serve", "--config"])
+        .arg(a.scratch.join("config.toml"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the restarted serve");
+    let mut out = c.stdout.take().expect("stdout");
+    let mut ready = Vec::new();
+    let mut byte = [0u8; 1];
+    let started = Instant::now();
+    while !ready.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => ready.push(byte[0]),
+            _ => break,
+        }
+    }
+    let adopted =
+        std::fs::read_to_string(format!("/proc/{worker}/root/run/nvproxy/job42/worker.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["pid"].as_u64());
+    // SAFETY: kill sends SIGINT to the nsenter this test started; it passes it on to serve,
+    // which stops the worker it adopted.
+    unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
+    let stopped = wait_until(&mut c, Duration::from_secs(30));
+    let _ = c.kill();
+    let mut err = String::new();
+    let _ = c.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    let _ = c.wait();
+    let worker_gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        !Path::new(&format!("/proc/{worker}")).exists()
+    });
+    if !worker_gone {
+        // SAFETY: SIGKILL to the worker this test's serve started, so that nothing outlives
+        // the test.
+        unsafe { libc::kill(worker as libc::pid_t, libc::SIGKILL) };
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&ready).trim(),
+        "READY job42",
+        "the restarted serve\n{err}"
+    );
+    assert_eq!(
+        adopted,
+        Some(worker),
+        "the restarted serve did not adopt\n{err}"
+    );
+    assert!(
+        stopped.is_some_and(|s| s.success()) && worker_gone,
+        "the restarted serve: {stopped:?}, its adopted worker gone: {worker_gone}\n{err}"
     );
 }
 

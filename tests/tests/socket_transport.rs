@@ -122,9 +122,44 @@ fn userspace_of(version: &str) -> Option<(PathBuf, PathBuf)> {
     Some((lib, smi))
 }
 
+/// A run directory of one test's own (`NVPROXY_RUN_DIR`), so that no test serves in the
+/// host's `/run/nvproxy`, and room for the test's other files; removed, with whatever is left
+/// in it, when dropped.
+struct TestDirs(PathBuf);
+
+impl TestDirs {
+    fn new(tag: &str) -> TestDirs {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("st-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test dir");
+        TestDirs(dir)
+    }
+
+    /// The run directory (the daemon creates it).
+    fn run(&self) -> PathBuf {
+        self.0.join("run")
+    }
+
+    /// `c` with the test's run directory.
+    fn on<'a>(&self, c: &'a mut Command) -> &'a mut Command {
+        c.env("NVPROXY_RUN_DIR", self.run())
+    }
+}
+
+impl Drop for TestDirs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// `nvproxy exec --driver sim --transport socket --check-leaks EXTRA -- CMD`, with a timeout.
 fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
+    let dirs = TestDirs::new("exec");
     let mut c = Command::new(nvproxy_bin());
+    dirs.on(&mut c);
     c.args([
         "exec",
         "--driver",
@@ -166,7 +201,8 @@ fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
 /// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD` with `RUST_LOG=log`,
 /// its output read while it runs (a probe's JSON with every ioctl is larger than a pipe holds).
 fn exec_logged(log: &str, cmd: &[&str]) -> Output {
-    Command::new(nvproxy_bin())
+    let dirs = TestDirs::new("exec");
+    dirs.on(&mut Command::new(nvproxy_bin()))
         .args([
             "exec",
             "--driver",
@@ -923,14 +959,15 @@ fn test_served_socket_instance_through_run() {
     }
     let bin = nvproxy_bin();
     let name = format!("sock{}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("nvproxy-socket-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dirs = TestDirs::new("serve");
+    let dir = dirs.0.clone();
     let config = dir.join("config.toml");
+    // No CDI spec: the default is the host's /run/cdi.
     std::fs::write(
         &config,
         format!(
             "driver = \"sim\"\n[sim]\ngpus = 2\nprocess = true\n[[instance]]\nname = \"{name}\"\n\
-             gpus = [1]\ntransport = \"socket\"\n"
+             gpus = [1]\ntransport = \"socket\"\n[cdi]\nspec = \"\"\n"
         ),
     )
     .expect("config");
@@ -944,7 +981,8 @@ fn test_served_socket_instance_through_run() {
         served_bin.with_file_name("libnvproxy_preload.so"),
     )
     .expect("copy of the shim");
-    let mut serve = Command::new(&served_bin)
+    let mut serve = dirs
+        .on(&mut Command::new(&served_bin))
         .args(["serve", "--check-leaks", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
@@ -964,7 +1002,8 @@ fn test_served_socket_instance_through_run() {
         }
     }
     let ready = String::from_utf8_lossy(&ready).into_owned();
-    let run = Command::new(&bin)
+    let run = dirs
+        .on(&mut Command::new(&bin))
         .args([
             "run",
             "--instance",
@@ -983,7 +1022,8 @@ fn test_served_socket_instance_through_run() {
     // controls, a UVM range, new mmaps and sessions while the worker is replaced three times;
     // each open's connection and the device socket move to the new worker.
     let stop_file = dir.join("stop-live");
-    let mut live = Command::new(&bin)
+    let mut live = dirs
+        .on(&mut Command::new(&bin))
         .args([
             "run",
             "--instance",
@@ -1009,7 +1049,7 @@ fn test_served_socket_instance_through_run() {
         }
     }
     let worker_pid = || {
-        std::fs::read_to_string(format!("/run/nvproxy/{name}/worker.json"))
+        std::fs::read_to_string(dirs.run().join(&name).join("worker.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .and_then(|v| v["pid"].as_u64())
@@ -1034,7 +1074,8 @@ fn test_served_socket_instance_through_run() {
     let mut exes = Vec::new();
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(300));
-        let o = Command::new(&bin)
+        let o = dirs
+            .on(&mut Command::new(&bin))
             .args(["instance", "upgrade", &name])
             .output()
             .expect("nvproxy instance upgrade");
@@ -1056,7 +1097,7 @@ fn test_served_socket_instance_through_run() {
     // OS-descriptor memory (a memfd) crosses the driver's socket, and it is made and destroyed
     // as with the in-process driver.
     let ctx = userspace().map(|(lib, _)| {
-        Command::new(&bin)
+        dirs.on(&mut Command::new(&bin))
             .args([
                 "run",
                 "--instance",
@@ -1080,11 +1121,9 @@ fn test_served_socket_instance_through_run() {
         .stderr
         .take()
         .map(|mut e| e.read_to_string(&mut serve_err));
-    let _ = std::fs::remove_dir_all(&dir);
     // serve keeps an instance's run directory after it stops (a restarted supervisor adopts
-    // from it); this test's instance is gone with it. (It serves in the host's run directory:
-    // a private one for tests is issue 21's `run_dir`.)
-    let _ = std::fs::remove_dir_all(format!("/run/nvproxy/{name}"));
+    // from it): it goes with the test's directory.
+    drop(dirs);
     assert_eq!(ready.trim(), format!("READY {name}"));
     let v = summary(&run);
     assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
@@ -1137,5 +1176,142 @@ fn test_served_socket_instance_through_run() {
     assert!(
         status.success(),
         "serve: {status} (3 = leak check failed)\n{serve_err}"
+    );
+}
+
+// ---- exec's lifetime ------------------------------------------------------------------------
+
+/// The processes below `pid` (pid, comm), from `/proc/*/stat`.
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut parent_of = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((p, ppid, comm));
+        }
+    }
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for (child, ppid, comm) in &parent_of {
+            if *ppid == p && !out.iter().any(|(c, _)| c == child) {
+                out.push((*child, comm.clone()));
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` runs (exists and is no zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let close = s.rfind(')')?;
+            s[close + 1..].split_whitespace().next().map(|st| st != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Issue 21 item 3: `nvproxy exec` killed with SIGKILL takes its command along (ns-exec and
+/// the namespace's init die with it, and the namespace with its init), and the scratch
+/// directory it could not remove is removed by the next exec.
+#[test]
+fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
+    if !runnable() {
+        return;
+    }
+    let dirs = TestDirs::new("killed");
+    // The execs' temp directory: only theirs in it.
+    let tmp = dirs.0.join("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let exec = |cmd: &[&str]| {
+        let mut c = Command::new(nvproxy_bin());
+        dirs.on(&mut c)
+            .args(["exec", "--driver", "sim", "--transport", "socket", "--"])
+            .args(cmd)
+            .env("RUST_LOG", "warn")
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null());
+        c
+    };
+    let mut killed = exec(&["sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nvproxy exec sleep");
+    let started = Instant::now();
+    let chain = loop {
+        let d = descendants(killed.id());
+        if d.iter().any(|(_, comm)| comm == "sleep") {
+            break d;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = killed.kill();
+            let _ = killed.wait();
+            panic!("the command did not start: {d:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    killed.kill().expect("SIGKILL to nvproxy exec");
+    killed.wait().expect("wait");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let left: Vec<&(u32, String)> = chain.iter().filter(|(p, _)| running(*p)).collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for (p, _) in &left {
+        // SAFETY: kill sends SIGKILL to a process this test's exec started (its pid, still
+        // running as checked just above).
+        unsafe { libc::kill(*p as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "still running after nvproxy exec was killed: {left:?} (of {chain:?})"
+    );
+    let scratch = tmp.join(format!("nvproxy-exec-{}", killed.id()));
+    assert!(
+        scratch.is_dir(),
+        "{} is not there: the test no longer sees what a killed exec leaves",
+        scratch.display()
+    );
+    let next = exec(&["true"]).output().expect("the next nvproxy exec");
+    assert!(next.status.success(), "{}", text(&next));
+    let names = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        names(&tmp),
+        Vec::<String>::new(),
+        "left in the execs' TMPDIR"
+    );
+    assert_eq!(
+        names(&dirs.run()),
+        Vec::<String>::new(),
+        "left in the run directory"
     );
 }

@@ -17,7 +17,8 @@ pub struct MmapSocket {
 }
 
 impl MmapSocket {
-    /// Serves `mmap` at `<root>/<instance>/mmap.sock` (`root` is [`crate::paths::RUN_DIR`] outside tests).
+    /// Serves `mmap` at `<root>/<instance>/mmap.sock` (`root`: the host run directory,
+    /// [`crate::paths::host_run_dir`]).
     /// The directories are 0700 (only root on the host reaches the socket by its path; clients
     /// reach it through the bind mount), the socket 0666 (any uid in the container may connect;
     /// tickets and `SO_PEERCRED` decide). A stale socket of an earlier run is replaced: the
