@@ -872,10 +872,10 @@ unsafe fn fstatat_any(
     buf: *mut libc::stat,
     flag: c_int,
 ) -> c_int {
+    // An empty path, or (Linux 6.11 on) none, with AT_EMPTY_PATH names `dirfd` itself.
     if flag & libc::AT_EMPTY_PATH != 0
-        && !path.is_null()
-        // SAFETY: non-NULL and NUL-terminated (contract): only its first byte is read.
-        && unsafe { *path } == 0
+        // SAFETY: NULL or NUL-terminated (contract): only its first byte is read.
+        && (path.is_null() || unsafe { *path } == 0)
         && node_of_fd(dirfd).is_some()
     {
         // SAFETY: the caller's arguments.
@@ -1037,8 +1037,9 @@ pub unsafe extern "C" fn statx(
     mask: libc::c_uint,
     buf: *mut libc::statx,
 ) -> c_int {
-    // SAFETY: non-NULL and NUL-terminated (contract): only its first byte is read.
-    let empty = !path.is_null() && unsafe { *path } == 0;
+    // An empty path, or (Linux 6.11 on) none, with AT_EMPTY_PATH names `dirfd` itself.
+    // SAFETY: NULL or NUL-terminated (contract): only its first byte is read.
+    let empty = path.is_null() || unsafe { *path } == 0;
     let node = if empty && flags & libc::AT_EMPTY_PATH != 0 {
         node_of_fd(dirfd)
     } else {

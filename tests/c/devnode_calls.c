@@ -192,6 +192,10 @@ static void stats(void) {
         memset(&sx, 0, sizeof sx);
         report("statx_empty_path_fd", node_statx(statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
                                                        &sx), &sx, 195, 255));
+        memset(&sx, 0, sizeof sx);
+        /* Linux 6.11 on: no path at all with AT_EMPTY_PATH. */
+        report("statx_null_path_fd", node_statx(statx(fd, NULL, AT_EMPTY_PATH, STATX_BASIC_STATS,
+                                                      &sx), &sx, 195, 255));
         report("fstatat_empty_path_fd", node_stat(fstatat(fd, "", &st, AT_EMPTY_PATH), &st, 195,
                                                   255));
         close(fd);

@@ -116,6 +116,7 @@ const C_CHECKS: &[&str] = &[
     "statx_dirfd",
     "statx_relative_uvm",
     "statx_empty_path_fd",
+    "statx_null_path_fd",
     "fstatat_empty_path_fd",
     "statx_missing_gpu",
     "stat_relative",
