@@ -30,7 +30,8 @@ pub struct SimGpu {
     pub pci_subsystem_id: u16,
     /// PCI revision id.
     pub pci_revision_id: u8,
-    /// Video memory in bytes; allocations of `NV01_MEMORY_LOCAL_USER` count against it.
+    /// Video memory in bytes: the books `NV01_MEMORY_LOCAL_USER` allocations are placed in
+    /// (`fb.rs`).
     pub memory_bytes: u64,
     /// BAR1 aperture in bytes (`CARD_INFO.fb_size`, `FB_INFO_INDEX_BAR1_SIZE`).
     pub bar1_bytes: u64,

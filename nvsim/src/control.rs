@@ -418,9 +418,9 @@ pub(crate) fn control(
         (cmd::FB_GET_INFO_V2, Target::Subdevice(g)) => {
             let max = ((c.size - 4) / 8) as u32;
             let n: u32 = c.get(0).expect("size checked");
-            let free = drv.config.gpus[g].memory_bytes - st.gpus[g].vidmem_used;
+            let books = FbView::of(drv, st, g);
             let gpu = &drv.config.gpus[g];
-            info_list(c.call, c.pl, 4, n, max, |i| fb_info(gpu, free, i))
+            info_list(c.call, c.pl, 4, n, max, |i| fb_info(gpu, books, i))
         }
         (cmd::FB_GET_INFO, Target::Subdevice(g)) => {
             let n: u32 = c.get(0).expect("size checked");
@@ -428,9 +428,9 @@ pub(crate) fn control(
             let Some(list) = child(c.call, c.pl, 8) else {
                 return NV_ERR_INVALID_ARGUMENT;
             };
-            let free = drv.config.gpus[g].memory_bytes - st.gpus[g].vidmem_used;
+            let books = FbView::of(drv, st, g);
             let gpu = &drv.config.gpus[g];
-            info_list(c.call, list, 0, n, max, |i| fb_info(gpu, free, i))
+            info_list(c.call, list, 0, n, max, |i| fb_info(gpu, books, i))
         }
         (cmd::MC_GET_ARCH_INFO, Target::Subdevice(g)) => {
             let gpu = &drv.config.gpus[g];
@@ -747,16 +747,43 @@ fn gr_info(gpu: &SimGpu, index: u32) -> u32 {
     }
 }
 
-/// `NV2080_CTRL_FB_INFO_INDEX_*` values; sizes are in KiB where the header says so.
-fn fb_info(gpu: &SimGpu, free_bytes: u64, index: u32) -> u32 {
+/// What the books say of one GPU's video memory, for the FB info controls.
+#[derive(Clone, Copy)]
+struct FbView {
+    /// `pmaGetFreeMemory`.
+    free: u64,
+    /// `pmaGetLargestFree`'s largest free run.
+    largest_free: u64,
+}
+
+impl FbView {
+    fn of(drv: &SimDriver, st: &State, g: usize) -> Self {
+        let total = drv.config.gpus[g].memory_bytes;
+        let fb = &st.gpus[g].fb;
+        FbView {
+            free: fb.free(total),
+            largest_free: fb.largest_free(total),
+        }
+    }
+}
+
+/// `NV2080_CTRL_FB_INFO_INDEX_*` values (`kmemsysGetFbInfos`, `kern_mem_sys_ctrl.c`, with PMA
+/// and without MIG); sizes are in KiB where the header says so. The heap is the whole memory
+/// (no RM reservation: `FB_TAX_SIZE_KB`, `HEAP_BASE_KB`, `HEAP_START` 0); free and largest free
+/// come from the books.
+fn fb_info(gpu: &SimGpu, books: FbView, index: u32) -> u32 {
     let kib = |b: u64| u32::try_from(b >> 10).unwrap_or(u32::MAX);
     match index {
         0x05 | 0x1d | 0x1f => kib(gpu.bar1_bytes), // BAR1_SIZE, BAR1_AVAIL_SIZE, BAR1_MAX_CONTIGUOUS
         0x07 | 0x08 | 0x09 | 0x0a | 0x20 => kib(gpu.memory_bytes), // RAM, TOTAL_RAM, HEAP, MAPPABLE_HEAP, USABLE_RAM
         0x0b => gpu.memory_bus_width,                              // BUS_WIDTH
         0x0d => 0x14,                                              // RAM_TYPE: HBM3
-        0x12 | 0x16 => kib(free_bytes), // LARGEST_FREE_REGION_SIZE_KB, HEAP_FREE
-        0x1b => gpu.l2_cache_bytes,     // L2CACHE_SIZE (bytes)
+        0x12 => kib(books.largest_free),                           // LARGEST_FREE_REGION_SIZE_KB
+        // LARGEST_FREE_REGION_BASE_KB: pmaGetLargestFree's offset is always ~0 ("not being
+        // used by any RM client"), shifted to KiB and truncated.
+        0x13 => u32::MAX,
+        0x16 => kib(books.free),    // HEAP_FREE
+        0x1b => gpu.l2_cache_bytes, // L2CACHE_SIZE (bytes)
         _ => 0,
     }
 }

@@ -42,10 +42,8 @@ pub(crate) struct FileState {
 pub(crate) struct GpuState {
     /// References taken by `NV_ESC_ATTACH_GPUS_TO_FD` (`nvidia_dev_get`).
     pub dev_refs: u32,
-    /// Bytes of video memory allocated.
-    pub vidmem_used: u64,
-    /// Next simulated FB offset handed out.
-    pub fb_cursor: u64,
+    /// The video memory's books (`fb.rs`).
+    pub fb: crate::fb::FbBooks,
     /// The client holding the compute-mode reservation (`hComputeModeReservation`).
     pub compute_reservation: Option<u32>,
 }
@@ -397,7 +395,7 @@ impl SimDriver {
 
     /// Bytes of video memory allocated on GPU `index` (config order).
     pub fn allocated_video_memory(&self, index: usize) -> u64 {
-        self.lock().gpus.get(index).map_or(0, |g| g.vidmem_used)
+        self.lock().gpus.get(index).map_or(0, |g| g.fb.used())
     }
 
     /// The handles of the RM clients alive, in order.

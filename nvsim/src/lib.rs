@@ -62,7 +62,7 @@
 //!   `/proc/*/maps`) are the managed ranges `VALIDATE_VA_RANGE` and the policy commands see.
 //! - Classes: `NV01_ROOT*` (client handles `0xc1d00000 | n`, or the caller's `hRoot`),
 //!   `NV01_DEVICE_0`, `NV20_SUBDEVICE_0`, `NV01_EVENT` / `NV01_EVENT_OS_EVENT`,
-//!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (counted against the GPU's memory),
+//!   `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER` (placed in the GPU's books of its memory, `fb.rs`),
 //!   `FERMI_VASPACE_A` (with its VA range) and `NV50_MEMORY_VIRTUAL` (reserved ranges in it,
 //!   see `vaspace.rs`); driver-chosen object handles from `0xcaf00000`.
 //! - Channels (`fifo.rs`): `KEPLER_CHANNEL_GROUP_A` (TSGs, with legacy mode's RM-allocated
@@ -117,6 +117,7 @@ mod control_init;
 mod control_smi;
 mod driver;
 mod escape;
+mod fb;
 mod fifo;
 mod gpfifo;
 pub mod gss_legacy;

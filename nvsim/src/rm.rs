@@ -420,20 +420,16 @@ impl State {
                     .map(|s| s & !0xfff)
                     .ok_or(NV_ERR_NO_MEMORY)?;
                 let video = a.class == NV01_MEMORY_LOCAL_USER;
-                let offset = if video {
-                    let g = &mut self.gpus[gpu];
-                    let total = drv.config.gpus[gpu].memory_bytes;
-                    if g.vidmem_used.checked_add(bytes).is_none_or(|u| u > total) {
-                        return Err(NV_ERR_NO_MEMORY);
-                    }
-                    g.vidmem_used += bytes;
-                    let off = g.fb_cursor;
-                    g.fb_cursor = g.fb_cursor.wrapping_add(bytes);
-                    off
-                } else {
-                    0
-                };
                 let id = self.next_block;
+                // vidmemConstruct: pages from the GPU's books, or the allocator's
+                // NV_ERR_NO_MEMORY (fb.rs).
+                let placed = if video {
+                    let total = drv.config.gpus[gpu].memory_bytes;
+                    let p = self.gpus[gpu].fb.alloc(total, bytes, id, mp.attr);
+                    Some(p.ok_or(NV_ERR_NO_MEMORY)?)
+                } else {
+                    None
+                };
                 self.next_block += 1;
                 self.blocks.insert(
                     id,
@@ -449,8 +445,13 @@ impl State {
                 if let Some(p) = a.params.as_deref_mut() {
                     let mut out = mp;
                     out.size = bytes;
-                    out.offset = offset;
                     out.limit = bytes - 1;
+                    if let Some(p) = placed {
+                        out.offset = p.offset;
+                        out.attr = p.attr;
+                    } else {
+                        out.offset = 0;
+                    }
                     crate::buf::write(p, 0, &out);
                 }
                 Ok(Kind::Memory { block: id })
@@ -604,8 +605,7 @@ impl State {
                     let b = self.blocks.remove(&block).expect("present");
                     self.mem.block_freed(block);
                     if b.video {
-                        let g = &mut self.gpus[b.gpu];
-                        g.vidmem_used = g.vidmem_used.saturating_sub(b.bytes);
+                        self.gpus[b.gpu].fb.release(block);
                     }
                 }
             }

@@ -1,16 +1,21 @@
 //! The socket transport's half of the shim: with `NVPROXY_DEV_SOCKET` set (the container has no
-//! NVIDIA device nodes), `open`, `stat`, `access`, `ioctl`, `poll` and `mmap` of
-//! `/dev/nvidiactl`, `/dev/nvidia<N>` and `/dev/nvidia-uvm` are served by the instance's worker
-//! (protocol: `preload-proto`'s `socket` module; the worker checks everything, the shim is a
-//! convenience, never a boundary).
+//! NVIDIA device nodes), `open`, `fopen`, `stat`, `statx`, `access`, `ioctl`, `poll` (with
+//! `select` and epoll, `devpoll.rs`) and `mmap` of `/dev/nvidiactl`, `/dev/nvidia<N>` and
+//! `/dev/nvidia-uvm` are served by the instance's worker (protocol: `preload-proto`'s `socket`
+//! module; the worker checks everything, the shim is a convenience, never a boundary).
 //!
-//! - `open`: a connection to the device socket and an open request; the fd returned is the
-//!   open's own socket (so `dup`, `fork`, `close` are the kernel's and need no interposing).
-//! - `stat`/`access` of a node path: a character device `0666` with the driver's numbers
-//!   (`195:255`, `195:N`), as the driver's nodes look; `fstat` of an open's fd the same.
-//! - `ioctl`/`mmap` on an open's fd: one request on it with a fresh reply socket; `poll`
-//!   answers our fds as CUSE does for a server without poll (`DEFAULT_POLLMASK`: readable and
-//!   writable at once).
+//! - Paths: `/dev/<node>` exactly, or any path (relative, through `dirfd`, with `.`, `..`,
+//!   repeated slashes, a symlinked directory) whose last component is a node's name and whose
+//!   directory the kernel resolves to `/dev` ([`node_at`]; only such names cost a syscall).
+//! - `open`/`openat` (and glibc's fortified `__open_2` family): a connection to the device
+//!   socket and an open request; the fd returned is the open's own socket (so `dup`, `fork`,
+//!   `close` are the kernel's and need no interposing). `fopen`/`fopen64` open the node so and
+//!   wrap the fd (`fdopen`), `freopen`/`freopen64` put it under the stream's fd: glibc's own
+//!   open theirs with internal calls the shim cannot see.
+//! - `stat` family, `statx` and `access` family of a node path: a character device `0666` with
+//!   the driver's numbers (`195:255`, `195:N`), as the driver's nodes look; `fstat`,
+//!   `fstatat`/`statx` with `AT_EMPTY_PATH` of an open's fd the same.
+//! - `ioctl`/`mmap` on an open's fd: one request on it with a fresh reply socket.
 //!
 //! Our fds are recognised by `fstat` (a socket) and the abstract name the worker bound its end to
 //! (`getpeername`), cached by socket inode (`cache.rs`). Everything else goes to the next
@@ -53,12 +58,12 @@ static DEV: DevConfig = DevConfig {
 /// Our sockets: `(st_dev, st_ino)` → node code.
 static SOCKETS: NodeCache = NodeCache::new();
 
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     unsafe { *libc::__errno_location() }
 }
 
-fn set_errno(e: c_int) {
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: as in `errno`.
     unsafe { *libc::__errno_location() = e };
 }
@@ -86,7 +91,7 @@ fn gettid() -> i32 {
 /// Whether the socket transport is on (loading the configuration on first use). While another
 /// thread loads it (a few getenv calls) this waits; a re-entry from the loading thread, or a
 /// wait that does not end (a fork while another thread loaded), answers "off" for that call.
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     if DEV.state.load(Ordering::Acquire) == 2 {
         return DEV.enabled.load(Ordering::Relaxed);
     }
@@ -162,16 +167,55 @@ fn exists(node: DevNode) -> bool {
     }
 }
 
-/// The node a path names, when the transport is on.
+/// The node `path` names relative to `dirfd`, when the transport is on: `/dev/<node>` at once
+/// (no syscall); any other path whose last component is a node's name when the kernel resolves
+/// its directory to `/dev` (relative paths, `dirfd`, `.`, `..`, repeated slashes, symlinked
+/// directories). Every other path costs nothing but a look at its last component.
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string.
-unsafe fn node_of_path(path: *const c_char) -> Option<DevNode> {
+pub(crate) unsafe fn node_at(dirfd: c_int, path: *const c_char) -> Option<DevNode> {
     if path.is_null() || !enabled() {
         return None;
     }
     // SAFETY: non-NULL and NUL-terminated (this function's contract).
-    DevNode::from_path(unsafe { CStr::from_ptr(path) }.to_bytes())
+    let path = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if let Some(node) = DevNode::from_path(path) {
+        return Some(node);
+    }
+    let (dir, name) = match path.iter().rposition(|&c| c == b'/') {
+        Some(0) => (&b"/"[..], &path[1..]),
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b"."[..], path),
+    };
+    let node = DevNode::from_name(name)?;
+    in_dev(dirfd, dir).then_some(node)
+}
+
+/// The longest path the kernel resolves, with its NUL (`PATH_MAX`).
+const PATH_MAX: usize = 4096;
+
+/// Whether directory `dir` (relative to `dirfd`) is `/dev`, as the kernel resolves both (same
+/// `st_dev` and `st_ino`; raw `newfstatat`, following symlinks).
+#[inline(never)]
+fn in_dev(dirfd: c_int, dir: &[u8]) -> bool {
+    if dir.len() >= PATH_MAX {
+        return false;
+    }
+    let mut buf = [0u8; PATH_MAX];
+    buf[..dir.len()].copy_from_slice(dir);
+    let identity = |at: c_int, p: *const c_char| {
+        // SAFETY: `struct stat` is plain data; all zeroes is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `p` is NUL-terminated (a local buffer with a NUL after `dir`, or a static C
+        // string); the kernel writes at most sizeof(struct stat) into `st`, a live local.
+        let r = unsafe { libc::syscall(libc::SYS_newfstatat, at, p, &mut st, 0) };
+        (r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR).then_some((st.st_dev, st.st_ino))
+    };
+    match identity(dirfd, buf.as_ptr().cast()) {
+        Some(d) => identity(libc::AT_FDCWD, c"/dev".as_ptr()) == Some(d),
+        None => false,
+    }
 }
 
 /// What `stat` shows for a node: a character device 0666 with the driver's numbers.
@@ -185,6 +229,23 @@ fn fake_stat(node: DevNode) -> libc::stat {
     st.st_dev = crate::proto::makedev(0, 6);
     st.st_blksize = 4096;
     st
+}
+
+/// What `statx` shows for a node: [`fake_stat`]'s fields.
+fn fake_statx(node: DevNode) -> libc::statx {
+    let st = fake_stat(node);
+    // SAFETY: `struct statx` is plain data; all zeroes is a valid value.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    sx.stx_mask = libc::STATX_BASIC_STATS;
+    sx.stx_blksize = st.st_blksize as u32;
+    sx.stx_nlink = st.st_nlink as u32;
+    sx.stx_mode = st.st_mode as u16;
+    sx.stx_ino = st.st_ino;
+    sx.stx_rdev_major = crate::proto::major(st.st_rdev);
+    sx.stx_rdev_minor = crate::proto::minor(st.st_rdev);
+    sx.stx_dev_major = crate::proto::major(st.st_dev);
+    sx.stx_dev_minor = crate::proto::minor(st.st_dev);
+    sx
 }
 
 /// Writes the node's stat into `buf` (the caller's `struct stat`): 0, or -1 with ENOENT when
@@ -208,7 +269,7 @@ unsafe fn stat_node(node: DevNode, buf: *mut libc::stat) -> c_int {
 
 /// The node of one of our open's sockets, or `None` (any other fd: the caller then does what it
 /// would have done).
-fn node_of_fd(fd: c_int) -> Option<DevNode> {
+pub(crate) fn node_of_fd(fd: c_int) -> Option<DevNode> {
     if fd < 0 || !enabled() {
         return None;
     }
@@ -251,7 +312,7 @@ fn node_of_fd(fd: c_int) -> Option<DevNode> {
     Some(node)
 }
 
-fn close(fd: c_int) {
+pub(crate) fn close(fd: c_int) {
     // SAFETY: `fd` is a descriptor the shim owns (a socket it made or an fd it received).
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
@@ -332,9 +393,16 @@ fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_int> {
 }
 
 /// Opens `node` through the device socket: the open's fd, or the errno.
-fn dev_open(node: DevNode, flags: c_int) -> Result<c_int, c_int> {
+pub(crate) fn dev_open(node: DevNode, flags: c_int) -> Result<c_int, c_int> {
     if !exists(node) {
         return Err(libc::ENOENT);
+    }
+    // The kernel's answers for an existing character device, before the driver is asked.
+    if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+        return Err(libc::EEXIST);
+    }
+    if flags & libc::O_DIRECTORY != 0 {
+        return Err(libc::ENOTDIR);
     }
     // SAFETY: socket takes plain integers and returns a new fd or -1.
     let s = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
@@ -475,7 +543,7 @@ pub(crate) fn mmap_target(
 // ---- next definitions -------------------------------------------------------------------
 
 #[derive(Clone, Copy)]
-enum Sym {
+pub(crate) enum Sym {
     Open,
     Open64,
     Openat,
@@ -484,9 +552,21 @@ enum Sym {
     Poll,
     Access,
     Faccessat,
+    Euidaccess,
+    Statx,
+    Fopen,
+    Fopen64,
+    Freopen,
+    Freopen64,
+    Ppoll,
+    PollChk,
+    PpollChk,
+    Select,
+    Pselect,
+    EpollCtl,
 }
 
-const NAMES: [&CStr; 8] = [
+const NAMES: [&CStr; 20] = [
     c"open",
     c"open64",
     c"openat",
@@ -495,11 +575,23 @@ const NAMES: [&CStr; 8] = [
     c"poll",
     c"access",
     c"faccessat",
+    c"euidaccess",
+    c"statx",
+    c"fopen",
+    c"fopen64",
+    c"freopen",
+    c"freopen64",
+    c"ppoll",
+    c"__poll_chk",
+    c"__ppoll_chk",
+    c"select",
+    c"pselect",
+    c"epoll_ctl",
 ];
-static NEXT: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+static NEXT: [AtomicUsize; NAMES.len()] = [const { AtomicUsize::new(0) }; NAMES.len()];
 
 /// The next definition of `sym` (as an address), or `None` when `dlsym` finds none.
-fn next(sym: Sym) -> Option<usize> {
+pub(crate) fn next(sym: Sym) -> Option<usize> {
     let slot = &NEXT[sym as usize];
     let addr = slot.load(Ordering::Acquire);
     if addr != 0 {
@@ -517,12 +609,16 @@ fn next(sym: Sym) -> Option<usize> {
 type OpenFn = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
 type OpenatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int;
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
-type PollFn = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
 type AccessFn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+type StatxFn =
+    unsafe extern "C" fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int;
+type FopenFn = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
+type FreopenFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
 type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
 
 /// A raw syscall's result as libc returns it (`syscall()` already sets errno).
-fn ret(r: libc::c_long) -> c_int {
+pub(crate) fn ret(r: libc::c_long) -> c_int {
     r as c_int
 }
 
@@ -532,9 +628,14 @@ fn ret(r: libc::c_long) -> c_int {
 ///
 /// # Safety
 /// `path` is NULL or NUL-terminated; `other` makes the caller's own call.
-unsafe fn open_or(path: *const c_char, flags: c_int, other: impl FnOnce() -> c_int) -> c_int {
+unsafe fn open_or(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    other: impl FnOnce() -> c_int,
+) -> c_int {
     // SAFETY: `path` as the caller passed it (contract).
-    match unsafe { node_of_path(path) } {
+    match unsafe { node_at(dirfd, path) } {
         None => other(),
         Some(node) => match dev_open(node, flags) {
             Ok(fd) => fd,
@@ -560,7 +661,7 @@ macro_rules! export_open {
         ) -> c_int {
             // SAFETY: the caller's arguments, passed on (contract of open(2)).
             unsafe {
-                open_or(path, flags, || match next($sym) {
+                open_or(libc::AT_FDCWD, path, flags, || match next($sym) {
                     // SAFETY: the address dlsym returned for this open variant, whose C
                     // signature is OpenFn (the mode is read only with O_CREAT/O_TMPFILE).
                     Some(f) => std::mem::transmute::<usize, OpenFn>(f)(path, flags, mode),
@@ -579,7 +680,8 @@ macro_rules! export_open {
 
 macro_rules! export_openat {
     ($name:ident, $sym:expr) => {
-        /// `openat(2)`, interposed: the nodes' absolute paths go to the socket transport.
+        /// `openat(2)`, interposed: the nodes' paths (relative to `dirfd` too) go to the
+        /// socket transport.
         ///
         /// # Safety
         /// As `openat(2)`.
@@ -592,7 +694,7 @@ macro_rules! export_openat {
         ) -> c_int {
             // SAFETY: the caller's arguments, passed on (contract of openat(2)).
             unsafe {
-                open_or(path, flags, || match next($sym) {
+                open_or(dirfd, path, flags, || match next($sym) {
                     // SAFETY: the address dlsym returned for this openat variant, whose C
                     // signature is OpenatFn.
                     Some(f) => std::mem::transmute::<usize, OpenatFn>(f)(dirfd, path, flags, mode),
@@ -657,7 +759,7 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
 /// As `fstatat(2)`.
 unsafe fn stat_path(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flag: c_int) -> c_int {
     // SAFETY: `path` as the caller passed it.
-    match unsafe { node_of_path(path) } {
+    match unsafe { node_at(dirfd, path) } {
         // SAFETY: `buf` as the caller passed it.
         Some(node) => unsafe { stat_node(node, buf) },
         // SAFETY: the caller's own call as the raw syscall; the kernel checks the pointers.
@@ -770,10 +872,10 @@ unsafe fn fstatat_any(
     buf: *mut libc::stat,
     flag: c_int,
 ) -> c_int {
+    // An empty path, or (Linux 6.11 on) none, with AT_EMPTY_PATH names `dirfd` itself.
     if flag & libc::AT_EMPTY_PATH != 0
-        && !path.is_null()
-        // SAFETY: non-NULL and NUL-terminated (contract): only its first byte is read.
-        && unsafe { *path } == 0
+        // SAFETY: NULL or NUL-terminated (contract): only its first byte is read.
+        && (path.is_null() || unsafe { *path } == 0)
         && node_of_fd(dirfd).is_some()
     {
         // SAFETY: the caller's arguments.
@@ -848,7 +950,7 @@ fn access_node(node: DevNode, mode: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: `path` as the caller passed it.
-    match unsafe { node_of_path(path) } {
+    match unsafe { node_at(libc::AT_FDCWD, path) } {
         Some(node) => access_node(node, mode),
         None => match next(Sym::Access) {
             // SAFETY: the address dlsym returned for "access" (AccessFn), the caller's call.
@@ -859,7 +961,7 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     }
 }
 
-/// `faccessat(2)`, interposed for the nodes' absolute paths.
+/// `faccessat(2)`, interposed for the nodes' paths.
 ///
 /// # Safety
 /// As `faccessat(2)`.
@@ -871,7 +973,7 @@ pub unsafe extern "C" fn faccessat(
     flags: c_int,
 ) -> c_int {
     // SAFETY: `path` as the caller passed it.
-    match unsafe { node_of_path(path) } {
+    match unsafe { node_at(dirfd, path) } {
         Some(node) => access_node(node, mode),
         None => match next(Sym::Faccessat) {
             // SAFETY: the address dlsym returned for "faccessat" (FaccessatFn).
@@ -884,7 +986,288 @@ pub unsafe extern "C" fn faccessat(
     }
 }
 
-// ---- ioctl and poll -----------------------------------------------------------------------
+/// `euidaccess` (and its alias `eaccess`), interposed for the nodes' paths: glibc's own
+/// definition checks the file with calls the shim cannot see.
+///
+/// # Safety
+/// As `euidaccess(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `path` as the caller passed it.
+    match unsafe { node_at(libc::AT_FDCWD, path) } {
+        Some(node) => access_node(node, mode),
+        None => match next(Sym::Euidaccess) {
+            // SAFETY: the address dlsym returned for "euidaccess" (AccessFn), the caller's call.
+            Some(f) => unsafe { std::mem::transmute::<usize, AccessFn>(f)(path, mode) },
+            // SAFETY: the caller's own call as the raw syscall (faccessat2 with AT_EACCESS).
+            None => ret(unsafe {
+                libc::syscall(
+                    libc::SYS_faccessat2,
+                    libc::AT_FDCWD,
+                    path,
+                    mode,
+                    libc::AT_EACCESS,
+                )
+            }),
+        },
+    }
+}
+
+/// `eaccess`, as [`euidaccess`].
+///
+/// # Safety
+/// As `euidaccess(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { euidaccess(path, mode) }
+}
+
+/// `statx(2)`, interposed: the nodes' paths (relative to `dirfd` too) and our opens
+/// (`AT_EMPTY_PATH`) show the driver's nodes, with every basic field (`STATX_BASIC_STATS`)
+/// whatever `mask` asks, as the kernel may.
+///
+/// # Safety
+/// As `statx(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: libc::c_uint,
+    buf: *mut libc::statx,
+) -> c_int {
+    // An empty path, or (Linux 6.11 on) none, with AT_EMPTY_PATH names `dirfd` itself.
+    // SAFETY: NULL or NUL-terminated (contract): only its first byte is read.
+    let empty = path.is_null() || unsafe { *path } == 0;
+    let node = if empty && flags & libc::AT_EMPTY_PATH != 0 {
+        node_of_fd(dirfd)
+    } else {
+        // SAFETY: `path` as the caller passed it.
+        unsafe { node_at(dirfd, path) }
+    };
+    let Some(node) = node else {
+        return match next(Sym::Statx) {
+            // SAFETY: the address dlsym returned for "statx" (StatxFn), the caller's call.
+            Some(f) => unsafe {
+                std::mem::transmute::<usize, StatxFn>(f)(dirfd, path, flags, mask, buf)
+            },
+            // SAFETY: the caller's own call as the raw syscall.
+            None => ret(unsafe { libc::syscall(libc::SYS_statx, dirfd, path, flags, mask, buf) }),
+        };
+    };
+    if !exists(node) {
+        set_errno(libc::ENOENT);
+        return -1;
+    }
+    if buf.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    // SAFETY: `buf` points to a writable struct statx (contract).
+    unsafe { buf.write(fake_statx(node)) };
+    0
+}
+
+// ---- fopen ---------------------------------------------------------------------------------
+
+/// The `open(2)` flags of an `fopen` mode, as glibc reads it (the first character, then up to
+/// six more until a NUL or `,`): `None` for a mode glibc refuses (`EINVAL`).
+fn fopen_flags(mode: &[u8]) -> Option<c_int> {
+    let (mut access, mut extra) = match mode.first()? {
+        b'r' => (libc::O_RDONLY, 0),
+        b'w' => (libc::O_WRONLY, libc::O_CREAT | libc::O_TRUNC),
+        b'a' => (libc::O_WRONLY, libc::O_CREAT | libc::O_APPEND),
+        _ => return None,
+    };
+    for &c in mode.iter().skip(1).take(6) {
+        match c {
+            b',' => break,
+            b'+' => access = libc::O_RDWR,
+            b'x' => extra |= libc::O_EXCL,
+            b'e' => extra |= libc::O_CLOEXEC,
+            _ => {}
+        }
+    }
+    Some(access | extra)
+}
+
+/// The shared body of `fopen`/`fopen64`: a node's path opens the node and wraps the fd in a
+/// stream (`fdopen`, libc's own: glibc's `fopen` opens its file with an internal call the shim
+/// cannot interpose); anything else is `other()`.
+///
+/// # Safety
+/// `path` and `mode` are NULL or NUL-terminated; `other` makes the caller's own call.
+unsafe fn fopen_or(
+    path: *const c_char,
+    mode: *const c_char,
+    other: impl FnOnce() -> *mut libc::FILE,
+) -> *mut libc::FILE {
+    // SAFETY: `path` as the caller passed it.
+    let Some(node) = (unsafe { node_at(libc::AT_FDCWD, path) }) else {
+        return other();
+    };
+    // SAFETY: a non-NULL mode is NUL-terminated (contract).
+    let flags = (!mode.is_null()).then(|| unsafe { CStr::from_ptr(mode) }.to_bytes());
+    let Some(flags) = flags.and_then(fopen_flags) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let fd = match dev_open(node, flags) {
+        Ok(fd) => fd,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: `fd` is the open just made, `mode` a valid mode string (checked above).
+    let f = unsafe { libc::fdopen(fd, mode) };
+    if f.is_null() {
+        let e = errno();
+        close(fd);
+        set_errno(e);
+    }
+    f
+}
+
+/// `fopen(3)`, interposed: a node's path opens the node.
+///
+/// # Safety
+/// As `fopen(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments.
+    unsafe {
+        fopen_or(path, mode, || match next(Sym::Fopen) {
+            // SAFETY: the address dlsym returned for "fopen" (FopenFn), the caller's call.
+            Some(f) => std::mem::transmute::<usize, FopenFn>(f)(path, mode),
+            None => {
+                set_errno(libc::ENOSYS);
+                std::ptr::null_mut()
+            }
+        })
+    }
+}
+
+/// `fopen64(3)`, as [`fopen`].
+///
+/// # Safety
+/// As `fopen(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's arguments.
+    unsafe {
+        fopen_or(path, mode, || match next(Sym::Fopen64) {
+            // SAFETY: the address dlsym returned for "fopen64" (FopenFn), the caller's call.
+            Some(f) => std::mem::transmute::<usize, FopenFn>(f)(path, mode),
+            None => {
+                set_errno(libc::ENOSYS);
+                std::ptr::null_mut()
+            }
+        })
+    }
+}
+
+/// The shared body of `freopen`/`freopen64` for a node's path: the node is opened first (its
+/// errors leave `stream` as it was, except that glibc would have closed it: so is it here);
+/// then the next `freopen` reopens `stream` on `/dev/null` with the same mode (less `x`),
+/// which keeps the stream's fd number, and that fd is replaced by the node's (`dup3`, keeping
+/// `e`'s close-on-exec).
+///
+/// # Safety
+/// As `freopen(3)`; `real` is the next `freopen` variant.
+unsafe fn freopen_node(
+    node: DevNode,
+    mode: *const c_char,
+    stream: *mut libc::FILE,
+    real: FreopenFn,
+) -> *mut libc::FILE {
+    let fail = |e: c_int| {
+        if !stream.is_null() {
+            // SAFETY: the caller's stream, which freopen closes on failure.
+            unsafe { libc::fclose(stream) };
+        }
+        set_errno(e);
+        std::ptr::null_mut()
+    };
+    // SAFETY: a non-NULL mode is NUL-terminated (contract).
+    let m = (!mode.is_null()).then(|| unsafe { CStr::from_ptr(mode) }.to_bytes());
+    let Some((m, flags)) = m.and_then(|m| Some((m, fopen_flags(m)?))) else {
+        return fail(libc::EINVAL);
+    };
+    // The mode for /dev/null: the same, without `x` (which /dev/null, existing, would refuse).
+    let mut m2 = [0u8; 64];
+    if m.len() >= m2.len() {
+        return fail(libc::EINVAL);
+    }
+    let mut n = 0;
+    for &c in m {
+        if c != b'x' {
+            m2[n] = c;
+            n += 1;
+        }
+    }
+    let fd = match dev_open(node, flags) {
+        Ok(fd) => fd,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: the caller's stream and a NUL-terminated mode (m2 has a NUL after `n`).
+    let f = unsafe { real(c"/dev/null".as_ptr(), m2.as_ptr().cast(), stream) };
+    if f.is_null() {
+        let e = errno();
+        close(fd);
+        set_errno(e);
+        return f;
+    }
+    // SAFETY: fileno on the stream freopen just returned.
+    let target = unsafe { libc::fileno(f) };
+    let cloexec = flags & libc::O_CLOEXEC;
+    // SAFETY: dup3 of the node's fd (ours) over the stream's fd, both open.
+    let r = unsafe { libc::syscall(libc::SYS_dup3, fd, target, cloexec) };
+    let e = errno();
+    close(fd);
+    if r < 0 {
+        // SAFETY: the stream freopen returned, which the failure closes.
+        unsafe { libc::fclose(f) };
+        set_errno(e);
+        return std::ptr::null_mut();
+    }
+    f
+}
+
+macro_rules! export_freopen {
+    ($name:ident, $sym:expr) => {
+        /// `freopen(3)`, interposed: a node's path reopens the stream on the node.
+        ///
+        /// # Safety
+        /// As `freopen(3)`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            mode: *const c_char,
+            stream: *mut libc::FILE,
+        ) -> *mut libc::FILE {
+            let Some(real) = next($sym) else {
+                set_errno(libc::ENOSYS);
+                return std::ptr::null_mut();
+            };
+            // SAFETY: the address dlsym returned for this freopen variant (FreopenFn).
+            let real = unsafe { std::mem::transmute::<usize, FreopenFn>(real) };
+            // SAFETY: `path` as the caller passed it.
+            match unsafe { node_at(libc::AT_FDCWD, path) } {
+                // SAFETY: the caller's arguments.
+                Some(node) => unsafe { freopen_node(node, mode, stream, real) },
+                // SAFETY: the caller's own call.
+                None => unsafe { real(path, mode, stream) },
+            }
+        }
+    };
+}
+
+export_freopen!(freopen, Sym::Freopen);
+export_freopen!(freopen64, Sym::Freopen64);
+
+// ---- ioctl ---------------------------------------------------------------------------------
 
 /// `ioctl(2)`, interposed: on one of our opens, the worker serves it (reading and writing the
 /// caller's memory itself); on anything else, the next `ioctl`.
@@ -1107,65 +1490,6 @@ fn share_range(addr: u64, size: u64) -> Option<c_int> {
     Some(fd)
 }
 
-/// What `poll` reports for our opens: CUSE's answer for a server without poll.
-const DEFAULT_POLLMASK: libc::c_short =
-    libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM;
-
-/// `poll(2)`, interposed: our opens are always ready (as on a CUSE node); the other fds are
-/// polled without waiting when one of ours is ready, else as asked.
-///
-/// # Safety
-/// As `poll(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
-    let real = |fds: *mut libc::pollfd, timeout: c_int| match next(Sym::Poll) {
-        // SAFETY: the address dlsym returned for "poll" (PollFn), on the caller's array.
-        Some(f) => unsafe { std::mem::transmute::<usize, PollFn>(f)(fds, nfds, timeout) },
-        // SAFETY: the caller's own call as the raw syscall.
-        None => ret(unsafe { libc::syscall(libc::SYS_poll, fds, nfds, timeout) }),
-    };
-    if fds.is_null() || nfds == 0 || !enabled() {
-        return real(fds, timeout);
-    }
-    let n = nfds as usize;
-    // SAFETY: the caller passes an array of `nfds` pollfds it owns for the call (poll(2)).
-    let entries = unsafe { std::slice::from_raw_parts_mut(fds, n) };
-    let ours = |p: &libc::pollfd| node_of_fd(p.fd).is_some();
-    // At most 64 of ours are tracked (their positions); beyond, the rest are polled as is.
-    let mut mine = [usize::MAX; 64];
-    let mut count = 0;
-    for (i, p) in entries.iter().enumerate() {
-        if count < mine.len() && ours(p) {
-            mine[count] = i;
-            count += 1;
-        }
-    }
-    if count == 0 {
-        return real(fds, timeout);
-    }
-    let mut saved = [0 as c_int; 64];
-    for (k, &i) in mine[..count].iter().enumerate() {
-        saved[k] = entries[i].fd;
-        // A negative fd is skipped by poll(2) (revents 0).
-        entries[i].fd = -1;
-    }
-    let r = real(fds, 0);
-    let e = errno();
-    let mut ready = r.max(0);
-    for (k, &i) in mine[..count].iter().enumerate() {
-        entries[i].fd = saved[k];
-        entries[i].revents = entries[i].events & DEFAULT_POLLMASK;
-        if entries[i].revents != 0 {
-            ready += 1;
-        }
-    }
-    if r < 0 {
-        set_errno(e);
-        return r;
-    }
-    ready
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1255,8 +1579,54 @@ mod tests {
         // The test binary has no NVPROXY_DEV_SOCKET: nothing is ours.
         assert!(!enabled());
         // SAFETY: a NUL-terminated path.
-        assert_eq!(unsafe { node_of_path(c"/dev/nvidiactl".as_ptr()) }, None);
+        let node = unsafe { node_at(libc::AT_FDCWD, c"/dev/nvidiactl".as_ptr()) };
+        assert_eq!(node, None);
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         assert_eq!(node_of_fd(std::os::fd::AsRawFd::as_raw_fd(&a)), None);
+    }
+
+    #[test]
+    fn test_in_dev_compares_what_the_kernel_resolves() {
+        assert!(in_dev(libc::AT_FDCWD, b"/dev"));
+        assert!(in_dev(libc::AT_FDCWD, b"//dev/../dev/."));
+        assert!(!in_dev(libc::AT_FDCWD, b"/"));
+        assert!(!in_dev(libc::AT_FDCWD, b"/nonexistent-dir"));
+        assert!(!in_dev(libc::AT_FDCWD, b"/dev/null")); // not a directory
+        assert!(!in_dev(libc::AT_FDCWD, &[b'/'; PATH_MAX]));
+        let dev = std::fs::File::open("/dev").unwrap();
+        let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dev);
+        assert!(in_dev(dirfd, b"."));
+        assert!(in_dev(dirfd, b"../dev"));
+        assert!(!in_dev(dirfd, b".."));
+    }
+
+    #[test]
+    fn test_fopen_modes_give_glibcs_open_flags() {
+        use libc::{O_APPEND, O_CLOEXEC, O_CREAT, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+        assert_eq!(fopen_flags(b"r"), Some(O_RDONLY));
+        assert_eq!(fopen_flags(b"rb+"), Some(O_RDWR));
+        assert_eq!(fopen_flags(b"r+e"), Some(O_RDWR | O_CLOEXEC));
+        assert_eq!(fopen_flags(b"w"), Some(O_WRONLY | O_CREAT | O_TRUNC));
+        assert_eq!(
+            fopen_flags(b"wx"),
+            Some(O_WRONLY | O_CREAT | O_TRUNC | O_EXCL)
+        );
+        assert_eq!(fopen_flags(b"a+"), Some(O_RDWR | O_CREAT | O_APPEND));
+        // Only the first seven characters count, and `,` ends the flags.
+        assert_eq!(fopen_flags(b"rbbbbbbe"), Some(O_RDONLY));
+        assert_eq!(fopen_flags(b"r,ccs=e"), Some(O_RDONLY));
+        for bad in [&b""[..], b"q", b"+r", b"x"] {
+            assert_eq!(fopen_flags(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn test_fake_statx_matches_fake_stat() {
+        assert_eq!(size_of::<libc::statx>(), 256);
+        let sx = fake_statx(DevNode::Gpu(2));
+        assert_eq!(u32::from(sx.stx_mode), libc::S_IFCHR | 0o666);
+        assert_eq!((sx.stx_rdev_major, sx.stx_rdev_minor), (195, 2));
+        assert_eq!(sx.stx_mask, libc::STATX_BASIC_STATS);
+        assert_eq!(sx.stx_ino, DevNode::Gpu(2).code());
     }
 }

@@ -26,6 +26,8 @@ pub use nvproxy_preload_proto as proto;
 mod cache;
 mod config;
 #[allow(unsafe_code)]
+mod devpoll;
+#[allow(unsafe_code)]
 mod devshim;
 mod route;
 #[allow(unsafe_code)]

@@ -72,7 +72,12 @@ impl DevNode {
     /// The node a path names: exactly `/dev/nvidiactl`, `/dev/nvidia-uvm` or `/dev/nvidia<N>`
     /// (decimal, no leading zero, below [`MAX_GPU_NODES`]).
     pub fn from_path(path: &[u8]) -> Option<DevNode> {
-        let name = path.strip_prefix(b"/dev/")?;
+        Self::from_name(path.strip_prefix(b"/dev/")?)
+    }
+
+    /// The node a file name in `/dev` names: exactly `nvidiactl`, `nvidia-uvm` or `nvidia<N>`
+    /// (as [`DevNode::from_path`] without the directory).
+    pub fn from_name(name: &[u8]) -> Option<DevNode> {
         match name {
             b"nvidiactl" => Some(DevNode::Ctl),
             b"nvidia-uvm" => Some(DevNode::Uvm),
@@ -400,6 +405,18 @@ mod tests {
             b"/dev/nvidia1x",
         ] {
             assert_eq!(DevNode::from_path(p), None, "{p:?}");
+        }
+        assert_eq!(DevNode::from_name(b"nvidiactl"), Some(DevNode::Ctl));
+        assert_eq!(DevNode::from_name(b"nvidia7"), Some(DevNode::Gpu(7)));
+        for n in [
+            &b"/nvidiactl"[..],
+            b"nvidiactl/",
+            b"",
+            b".",
+            b"..",
+            b"nvidia-uvm-tools",
+        ] {
+            assert_eq!(DevNode::from_name(n), None, "{n:?}");
         }
     }
 
