@@ -71,9 +71,13 @@ impl Drop for TempDir {
     }
 }
 
-/// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD`.
+/// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD`, in a run directory of
+/// its own (`NVPROXY_RUN_DIR`): never the host's `/run/nvproxy`.
 fn exec(cmd: &[&str]) -> Output {
-    Command::new(nvproxy_bin())
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let run = TempDir::new(&format!("run{n}"));
+    let o = Command::new(nvproxy_bin())
         .args([
             "exec",
             "--driver",
@@ -85,9 +89,12 @@ fn exec(cmd: &[&str]) -> Output {
         ])
         .args(cmd)
         .env("RUST_LOG", "warn")
+        .env("NVPROXY_RUN_DIR", run.0.join("run"))
         .stdin(Stdio::null())
         .output()
-        .expect("nvproxy exec")
+        .expect("nvproxy exec");
+    drop(run);
+    o
 }
 
 fn text(o: &Output) -> String {
