@@ -564,6 +564,15 @@ impl Session {
                 }
                 break;
             }
+            // Queued requests behind parked threads get threads of their own (bounded).
+            shared.run_queued_past_parked();
+            if hurried && running == 0 && parked > 0 && queued > 0 {
+                // Every thread left is parked on memory its tenant holds, and the pool is at
+                // its bound: what waits behind them is answered as the hurried deadline
+                // answers a wait on client memory, so that no tenant holds the handover.
+                let failed = shared.fail_queued(Errno::EFAULT);
+                warn!(devname = %self.cfg.devname, parked, failed, "suspension: the pool is full of threads parked on their client's memory; the requests queued behind them were answered EFAULT");
+            }
             if !hurried && started.elapsed() >= SUSPEND_GRACE {
                 hurried = true;
                 warn!(devname = %self.cfg.devname, running, queued, "suspension: handlers still running after {} ms; those waiting on their client's memory are answered EFAULT now", SUSPEND_GRACE.as_millis());
@@ -964,14 +973,16 @@ impl Shared {
             let mut st = self.pool();
             self.reserve_slot(&mut st)
         };
-        self.spawn_reserved(id)
+        self.spawn_reserved(id, None)
     }
 
-    fn spawn_reserved(self: &Arc<Self>, id: u64) -> io::Result<()> {
+    /// Spawns the thread of slot `id`; with `first`, a queued request the slot was made busy
+    /// for, which it runs before it reads ([`Shared::run_queued_past_parked`]).
+    fn spawn_reserved(self: &Arc<Self>, id: u64, first: Option<Job<'static>>) -> io::Result<()> {
         let shared = Arc::clone(self);
         let spawned = thread::Builder::new()
             .name("cuse-worker".into())
-            .spawn(move || shared.serve(id));
+            .spawn(move || shared.serve(id, first));
         if let Err(e) = spawned {
             let mut st = self.pool();
             self.remove_slot(&mut st, id);
@@ -982,7 +993,7 @@ impl Shared {
 
     /// A serving thread: reads a request, and runs its handler itself once it made sure that
     /// another thread is reading (leader/follower, as libfuse's multi-threaded loop).
-    fn serve(self: Arc<Self>, id: u64) {
+    fn serve(self: Arc<Self>, id: u64, first: Option<Job<'static>>) {
         if let Some(ThreadStart(hook)) = &self.thread_start {
             if catch_unwind(AssertUnwindSafe(|| hook())).is_err() {
                 error!("thread start hook panicked");
@@ -996,6 +1007,10 @@ impl Shared {
             if let Some(slot) = st.slot(id) {
                 slot.thread = Some(sys::ThreadHandle::current());
             }
+        }
+        if let Some(job) = first {
+            self.execute(job);
+            self.after_handler(id);
         }
         let mut buf = vec![0u8; self.buf_size];
         loop {
@@ -1265,7 +1280,7 @@ impl Shared {
     /// another thread is reading; queues it instead when `max` handlers run already.
     fn take(self: &Arc<Self>, id: u64, job: Job<'_>) {
         let mut st = self.pool();
-        if st.busy >= self.max {
+        if self.holding(&st) >= self.max {
             if !st.warned_full {
                 st.warned_full = true;
                 tenant_log!(
@@ -1293,7 +1308,7 @@ impl Shared {
         let spawn = (st.readers == 0).then(|| self.reserve_slot(&mut st));
         drop(st);
         if let Some(new) = spawn {
-            if let Err(e) = self.spawn_reserved(new) {
+            if let Err(e) = self.spawn_reserved(new, None) {
                 let mut st = self.pool();
                 tenant_log!(error, &self.log_key, error = %e, workers = st.slots.len(), "cannot start a serving thread");
                 // Keep reading ourselves: leave the job to a busy thread, or fail it.
@@ -1312,6 +1327,11 @@ impl Shared {
             }
         }
         self.execute(job);
+        self.after_handler(id);
+    }
+
+    /// After a handler of slot `id`: the queued requests, then back to reading.
+    fn after_handler(&self, id: u64) {
         loop {
             let mut st = self.pool();
             // After a handover (a thread the watchdog released comes back late) nothing is
@@ -1335,6 +1355,63 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Busy threads that hold a handler slot: a thread parked on its client's memory after the
+    /// watchdog answered its request holds none (up to `max` of them, so the pool stays
+    /// bounded: at most twice `max` handlers), or a tenant that parks `max` calls would
+    /// starve every later request of its instance, and hold a suspension past its deadline.
+    fn holding(&self, st: &PoolState) -> usize {
+        let settled = st
+            .slots
+            .values()
+            .filter(|s| !s.reading && s.current.as_ref().is_some_and(|f| f.is_settled()))
+            .count();
+        st.busy - settled.min(self.max)
+    }
+
+    /// Starts threads for queued requests while slots are free past the parked threads
+    /// ([`Shared::holding`]): the queue is otherwise only taken by threads that finish a
+    /// handler, which parked ones do not.
+    fn run_queued_past_parked(self: &Arc<Self>) {
+        loop {
+            let mut st = self.pool();
+            if self.handed_over.load(Ordering::SeqCst) || self.holding(&st) >= self.max {
+                return;
+            }
+            let Some(job) = st.queue.pop_front() else {
+                return;
+            };
+            let id = self.reserve_slot(&mut st);
+            st.readers -= 1;
+            st.busy += 1;
+            if let Some(slot) = st.slot(id) {
+                slot.reading = false;
+                slot.served += 1;
+                slot.current = Some(Arc::clone(&job.interrupt));
+            }
+            drop(st);
+            let unique = job.header.unique;
+            if let Err(e) = self.spawn_reserved(id, Some(job)) {
+                // The slot is gone again (spawn_reserved); the request is answered, not lost.
+                tenant_log!(error, &self.log_key, error = %e, "cannot start a serving thread for a queued request");
+                self.inflight().remove(&unique);
+                send_logged(&self.chan, &self.log_key, unique, Err(Errno::EAGAIN));
+                return;
+            }
+        }
+    }
+
+    /// Answers every queued request with `errno` (a suspension whose pool is held by parked
+    /// threads); returns how many.
+    fn fail_queued(&self, errno: Errno) -> usize {
+        let jobs: Vec<Job<'static>> = self.pool().queue.drain(..).collect();
+        for job in &jobs {
+            let unique = job.header.unique;
+            self.inflight().remove(&unique);
+            send_logged(&self.chan, &self.log_key, unique, Err(errno));
+        }
+        jobs.len()
     }
 
     /// What a suspension waits for: (threads still serving a request that was not answered,

@@ -230,3 +230,48 @@ fn a_suspension_past_its_grace_answers_waits_on_client_memory_at_once() {
     assert_eq!(wait(&rx, u).errno(), libc::EFAULT);
     parked_handler_returns_silently(&peer, &dev, b);
 }
+
+/// Issue 20, 7 (CUSE), the full pool: every handler slot held by a thread parked on its
+/// client's memory (each request already answered `EFAULT` by the watchdog) and more requests
+/// that will park queued behind them, when the suspension starts. The suspension completes in
+/// bounded time (the queued requests go to the next server, or are answered by the hurried
+/// watchdog), each request is answered once, and the pool stays bounded.
+#[test]
+fn a_full_pool_of_parked_threads_and_a_queue_do_not_hold_a_suspension() {
+    let dev = TestDevice::new();
+    let a_cfg = DeviceConfig {
+        client_wait_timeout: Duration::from_millis(200),
+        max_workers: 2,
+        ..cfg()
+    };
+    let (peer, a) = serve(a_cfg, &dev);
+    let fh = peer.open();
+    let parked: Vec<_> = (0..2)
+        .map(|_| peer.start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 6500, &[], 0))
+        .collect();
+    for (u, rx) in &parked {
+        assert_eq!(wait(rx, *u).errno(), libc::EFAULT);
+    }
+    // Three more that park as soon as they run, read while both slots are held.
+    let queued: Vec<_> = (0..3)
+        .map(|_| peer.start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 6500, &[], 0))
+        .collect();
+    thread::sleep(Duration::from_millis(100));
+    let (took, b) = hand_over(&peer, a, &dev, fh);
+    assert!(
+        took < Duration::from_secs(4),
+        "the suspension took {took:?}"
+    );
+    for (u, rx) in &queued {
+        assert_eq!(wait(rx, *u).errno(), libc::EFAULT);
+    }
+    b.control.stop();
+    assert!(b.thread.join().unwrap().unwrap().is_none());
+    let v = &peer.violations.lock().unwrap().0;
+    assert!(v.is_empty(), "{v:?}");
+    assert!(
+        peer.answered().values().all(|&n| n == 1),
+        "a request answered twice: {:?}",
+        peer.answered()
+    );
+}
