@@ -9,5 +9,5 @@ mod plugin;
 pub mod topology;
 mod unix;
 
-pub use plugin::{Backend, Config, Error, Gpu, Instance, Node, run};
+pub use plugin::{Backend, Config, Error, Gpu, Instance, Node, run, run_until_signal};
 pub use unix::{connect, serve_on};

@@ -661,3 +661,34 @@ async fn register(cfg: &Config, kubelet: &Path) -> Result<(), String> {
         .map_err(|s| format!("the kubelet refused: {}", s.message()))?;
     Ok(())
 }
+
+/// [`run`] on a runtime of its own until SIGTERM or SIGINT.
+pub fn run_until_signal(cfg: Config, backend: Arc<dyn Backend>) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    rt.block_on(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(|source| Error::Io {
+            what: "SIGTERM handler".into(),
+            source,
+        })?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|source| Error::Io {
+            what: "SIGINT handler".into(),
+            source,
+        })?;
+        run(cfg, backend, async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("stopping: the instances stay for their pods");
+        })
+        .await
+    })
+}
