@@ -21,7 +21,13 @@ fn main() {
     let registration = Service::builder()
         .name("Registration")
         .package("v1beta1")
-        .method(method("register", "Register", "RegisterRequest", "Empty", false))
+        .method(method(
+            "register",
+            "Register",
+            "RegisterRequest",
+            "Empty",
+            false,
+        ))
         .build();
     // ... and the service a device plugin serves.
     let device_plugin = Service::builder()

@@ -177,6 +177,7 @@ impl device_plugin::Backend for ApiBackend {
                 .into_iter()
                 .map(|i| device_plugin::Instance {
                     up: i.state == "running" && i.pid != 0 && i.stats.is_some(),
+                    pid: i.pid,
                     name: i.name,
                     gpus: i.gpus,
                 })
@@ -233,7 +234,9 @@ pub fn run(args: &DevicePluginArgs) -> Result<()> {
     match device_plugin::Backend::node(&backend) {
         Ok(n) if n.gpus.is_empty() => tracing::warn!("the daemon reports no GPUs"),
         Ok(n) => tracing::info!(gpus = n.gpus.len(), cdi_kind = %n.cdi_kind, "the daemon answers"),
-        Err(e) => tracing::warn!(error = %e, "the daemon does not answer yet: devices unhealthy until it does"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the daemon does not answer yet: devices unhealthy until it does")
+        }
     }
     if !args.device_plugin_dir.is_dir() {
         bail!(

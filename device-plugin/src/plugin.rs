@@ -17,9 +17,9 @@ use crate::api::podresources::ListPodResourcesRequest;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use crate::api::v1beta1::{
     self, AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse,
-    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty,
-    ListAndWatchResponse, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
-    PreferredAllocationRequest, PreferredAllocationResponse, RegisterRequest, TopologyInfo,
+    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, Empty, ListAndWatchResponse,
+    NumaNode, PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
+    PreferredAllocationResponse, RegisterRequest, TopologyInfo,
     device_plugin_server::{DevicePlugin, DevicePluginServer},
     registration_client::RegistrationClient,
 };
@@ -66,6 +66,8 @@ pub struct Instance {
     pub name: String,
     /// Its GPUs' host minors.
     pub gpus: Vec<u32>,
+    /// Its worker's pid (0: none).
+    pub pid: u32,
     /// Its worker is running and answers.
     pub up: bool,
 }
@@ -159,12 +161,52 @@ struct State {
     owned: BTreeMap<String, Owned>,
 }
 
-#[derive(Debug, Clone)]
 struct Owned {
     ids: BTreeSet<String>,
     /// When this plugin first saw it (created it, or found it at start).
     since: Instant,
     up: bool,
+    /// The worker pid being watched, and the watch (a task that marks the instance down the
+    /// moment that process exits, without waiting for a poll).
+    watched: Option<(u32, tokio::task::JoinHandle<()>)>,
+    /// A worker pid seen to exit: down whatever an older answer of the daemon says.
+    exited: Option<u32>,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some((_, w)) = self.watched.take() {
+            w.abort();
+        }
+    }
+}
+
+/// Resolves when process `pid` exits; `false` at once when it cannot be watched (no pidfd:
+/// another pid namespace, an old kernel, gone already).
+async fn exit_of(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: pidfd_open takes a pid and flags, reads no memory of ours and returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let Ok(fd) = std::os::fd::RawFd::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `fd` is the descriptor pidfd_open just made; nothing else owns it.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the AsyncFd owns `fd` (an OwnedFd, whose as_raw_fd is always that open
+    // descriptor) until it is dropped.
+    let Ok(afd) = (unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }) else {
+        return false;
+    };
+    // A pidfd is readable once its process has exited.
+    afd.readable().await.is_ok()
 }
 
 struct Shared {
@@ -192,10 +234,8 @@ impl Shared {
     }
 
     /// Asks the daemon for its GPUs and instances and publishes the devices' health.
-    async fn poll(&self) {
-        let answer = self
-            .blocking(|b| Ok((b.node()?, b.instances()?)))
-            .await;
+    async fn poll(self: &Arc<Self>) {
+        let answer = self.blocking(|b| Ok((b.node()?, b.instances()?))).await;
         let devices = {
             let mut st = lock(&self.state);
             match answer {
@@ -232,12 +272,21 @@ impl Shared {
                             ids: BTreeSet::new(),
                             since: Instant::now(),
                             up: i.up,
+                            watched: None,
+                            exited: None,
                         });
-                        if o.up != i.up {
-                            tracing::warn!(instance = %i.name, up = i.up, "instance worker");
+                        let up = i.up && o.exited != Some(i.pid);
+                        if o.up != up {
+                            tracing::warn!(instance = %i.name, up, pid = i.pid, "instance worker");
                         }
                         o.ids = ids;
-                        o.up = i.up;
+                        o.up = up;
+                        if up && o.watched.as_ref().is_none_or(|(p, _)| *p != i.pid) {
+                            if let Some((_, w)) = o.watched.take() {
+                                w.abort();
+                            }
+                            o.watched = Some((i.pid, self.watch_worker(&i.name, i.pid)));
+                        }
                         seen.insert(i.name);
                     }
                     st.owned.retain(|n, _| seen.contains(n));
@@ -251,6 +300,33 @@ impl Shared {
             }
             device_list(&st)
         };
+        self.publish(devices);
+    }
+
+    /// Marks instance `name` down when its worker `pid` exits.
+    fn watch_worker(self: &Arc<Self>, name: &str, pid: u32) -> tokio::task::JoinHandle<()> {
+        let (me, name) = (Arc::downgrade(self), name.to_owned());
+        tokio::spawn(async move {
+            if !exit_of(pid).await {
+                return;
+            }
+            let Some(me) = me.upgrade() else { return };
+            let devices = {
+                let mut st = lock(&me.state);
+                let Some(o) = st.owned.get_mut(&name) else {
+                    return;
+                };
+                tracing::warn!(instance = %name, pid, "instance worker exited");
+                o.up = false;
+                o.exited = Some(pid);
+                device_list(&st)
+            };
+            me.publish(devices);
+        })
+    }
+
+    /// Sends `devices` to every `ListAndWatch` if they changed.
+    fn publish(&self, devices: Vec<Device>) {
         self.devices.send_if_modified(|old| {
             if *old == devices {
                 false
@@ -305,6 +381,14 @@ impl Shared {
     }
 
     async fn remove(&self, name: &str, why: &str) {
+        // Its worker's exit is ours, not a failure to report.
+        if let Some((_, w)) = lock(&self.state)
+            .owned
+            .get_mut(name)
+            .and_then(|o| o.watched.take())
+        {
+            w.abort();
+        }
         let n = name.to_owned();
         match self.blocking(move |b| b.remove(&n)).await {
             Ok(()) => {
@@ -397,6 +481,8 @@ impl Shared {
                     ids,
                     since: Instant::now(),
                     up: true,
+                    watched: None,
+                    exited: None,
                 },
             );
             let cdi = format!("{kind}={name}");
@@ -457,24 +543,18 @@ impl DevicePlugin for Service {
 
     type ListAndWatchStream = DeviceStream;
 
-    async fn list_and_watch(
-        &self,
-        _: Request<Empty>,
-    ) -> Result<Response<DeviceStream>, Status> {
+    async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
         use tokio_stream::StreamExt;
         use tokio_stream::wrappers::WatchStream;
         let updates = WatchStream::new(self.0.devices.subscribe()).map(Some);
         let stop = WatchStream::new(self.1.clone())
             .filter(|s| *s)
             .map(|_| None);
-        let stream = updates
-            .merge(stop)
-            .take_while(Option::is_some)
-            .map(|d| {
-                Ok(ListAndWatchResponse {
-                    devices: d.unwrap_or_default(),
-                })
-            });
+        let stream = updates.merge(stop).take_while(Option::is_some).map(|d| {
+            Ok(ListAndWatchResponse {
+                devices: d.unwrap_or_default(),
+            })
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -126,9 +126,19 @@ mod tests {
     fn test_gpus_behind_one_switch_are_preferred_over_near_bus_numbers() {
         // gpu0 and gpu2 share a switch port chain; gpu1 has the nearer bus number to gpu0.
         let gpus: BTreeMap<_, _> = [
-            gpu(0, 0x18, &["pci0000:00", "0000:00:01.0", "0000:17:00.0"], Some(0)),
+            gpu(
+                0,
+                0x18,
+                &["pci0000:00", "0000:00:01.0", "0000:17:00.0"],
+                Some(0),
+            ),
             gpu(1, 0x19, &["pci0000:00", "0000:00:02.0"], Some(0)),
-            gpu(2, 0x30, &["pci0000:00", "0000:00:01.0", "0000:17:00.0"], Some(0)),
+            gpu(
+                2,
+                0x30,
+                &["pci0000:00", "0000:00:01.0", "0000:17:00.0"],
+                Some(0),
+            ),
         ]
         .into();
         let all = ids(&["gpu0", "gpu1", "gpu2"]);

@@ -25,9 +25,7 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, tonic::t
 
 /// The incoming connections of a listener bound at `path` (an old file there is removed
 /// first).
-pub fn serve_on(
-    path: &Path,
-) -> std::io::Result<tokio_stream::wrappers::UnixListenerStream> {
+pub fn serve_on(path: &Path) -> std::io::Result<tokio_stream::wrappers::UnixListenerStream> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
