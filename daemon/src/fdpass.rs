@@ -171,10 +171,7 @@ mod tests {
     /// when the last reference to its partner's socket is gone. (Checking fd numbers would race
     /// with the other tests of this binary, which reuse them.)
     fn partner_is_gone(peer: &OwnedFd) -> bool {
-        let mut poll = [nix::poll::PollFd::new(
-            peer.as_fd(),
-            nix::poll::PollFlags::empty(),
-        )];
+        let mut poll = [nix::poll::PollFd::new(peer.as_fd(), nix::poll::PollFlags::empty())];
         nix::poll::poll(&mut poll, nix::poll::PollTimeout::ZERO).unwrap();
         poll[0]
             .revents()
