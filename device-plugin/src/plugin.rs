@@ -251,10 +251,11 @@ impl Shared {
                     for g in node.gpus {
                         st.gpus.insert(g.device_id(), (g, true));
                     }
+                    // Every GPU ever seen: an instance of a GPU the driver lost keeps its
+                    // devices (and its pod).
                     let by_minor: BTreeMap<u32, String> = st
                         .gpus
                         .iter()
-                        .filter(|(_, (_, present))| *present)
                         .map(|(id, (g, _))| (g.minor, id.clone()))
                         .collect();
                     let prefix = self.cfg.instance_prefix.clone();
@@ -418,6 +419,15 @@ impl Shared {
         let (wanted, kind) = {
             let st = lock(&self.state);
             let mut wanted = Vec::new();
+            // No device goes to two containers.
+            let mut all = BTreeSet::new();
+            if req.container_requests.len() > st.gpus.len() {
+                return Err(Status::invalid_argument(format!(
+                    "{} containers asked for; this node has {} GPU(s)",
+                    req.container_requests.len(),
+                    st.gpus.len()
+                )));
+            }
             for c in &req.container_requests {
                 let mut minors = Vec::new();
                 let mut ids = BTreeSet::new();
@@ -438,9 +448,10 @@ impl Shared {
                     if !present || !st.daemon_up {
                         return Err(Status::unavailable(format!("device {id} is unhealthy")));
                     }
-                    if !ids.insert(id.clone()) {
+                    if !all.insert(id.clone()) {
                         return Err(Status::invalid_argument(format!("device {id} twice")));
                     }
+                    ids.insert(id.clone());
                     minors.push(g.minor);
                 }
                 minors.sort_unstable();
@@ -567,8 +578,15 @@ impl DevicePlugin for Service {
             .iter()
             .map(|(id, (g, _))| (id.clone(), g.clone()))
             .collect();
+        let req = req.into_inner();
+        if req.container_requests.len() > gpus.len().max(1) {
+            return Err(Status::invalid_argument(format!(
+                "{} containers asked for; this node has {} GPU(s)",
+                req.container_requests.len(),
+                gpus.len()
+            )));
+        }
         let container_responses = req
-            .into_inner()
             .container_requests
             .iter()
             .map(|c| ContainerPreferredAllocationResponse {
@@ -771,4 +789,159 @@ pub fn run_until_signal(cfg: Config, backend: Arc<dyn Backend>) -> Result<(), Er
         })
         .await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::v1beta1::ContainerAllocateRequest;
+
+    /// A daemon in memory: its GPUs, instances, and whether it answers.
+    #[derive(Default)]
+    struct Fake {
+        gpus: std::sync::Mutex<Vec<Gpu>>,
+        instances: std::sync::Mutex<Vec<Instance>>,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl Backend for Fake {
+        fn node(&self) -> Result<Node, String> {
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err("connection refused".into());
+            }
+            Ok(Node {
+                gpus: self.gpus.lock().unwrap().clone(),
+                cdi_kind: "nvproxy.dev/gpu".into(),
+            })
+        }
+        fn instances(&self) -> Result<Vec<Instance>, String> {
+            self.node()?;
+            Ok(self.instances.lock().unwrap().clone())
+        }
+        fn create(&self, name: &str, gpus: &[u32]) -> Result<(), String> {
+            self.instances.lock().unwrap().push(Instance {
+                name: name.into(),
+                gpus: gpus.to_vec(),
+                pid: 0,
+                up: true,
+            });
+            Ok(())
+        }
+        fn remove(&self, name: &str) -> Result<(), String> {
+            self.instances.lock().unwrap().retain(|i| i.name != name);
+            Ok(())
+        }
+    }
+
+    fn gpu(minor: u32) -> Gpu {
+        Gpu {
+            minor,
+            uuid: format!("GPU-{minor}"),
+            bus_id: format!("0000:{:02x}:00.0", 0x18 + minor),
+            pci_path: Vec::new(),
+            numa_node: None,
+        }
+    }
+
+    fn shared(fake: Arc<Fake>) -> Arc<Shared> {
+        Arc::new(Shared {
+            cfg: Config::new(Path::new("/nonexistent/device-plugins")),
+            backend: fake,
+            state: Mutex::new(State {
+                gpus: BTreeMap::new(),
+                daemon_up: false,
+                cdi_kind: String::new(),
+                owned: BTreeMap::new(),
+            }),
+            devices: watch::channel(Vec::new()).0,
+            ops: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn health(s: &Shared) -> Vec<(String, String)> {
+        s.devices
+            .borrow()
+            .iter()
+            .map(|d| (d.id.clone(), d.health.clone()))
+            .collect()
+    }
+
+    fn alloc(ids: &[&[&str]]) -> AllocateRequest {
+        AllocateRequest {
+            container_requests: ids
+                .iter()
+                .map(|c| ContainerAllocateRequest {
+                    devices_ids: c.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn test_a_lost_gpu_or_daemon_is_unhealthy_and_refused() {
+        let fake = Arc::new(Fake::default());
+        *fake.gpus.lock().unwrap() = vec![gpu(0), gpu(1)];
+        let s = shared(fake.clone());
+        s.poll().await;
+        let ok = |id: &str, h: &str| (id.to_owned(), h.to_owned());
+        assert_eq!(health(&s), [ok("GPU-0", "Healthy"), ok("GPU-1", "Healthy")]);
+        // The driver loses GPU 1: still listed, unhealthy, not allocated.
+        fake.gpus.lock().unwrap().pop();
+        s.poll().await;
+        assert_eq!(
+            health(&s),
+            [ok("GPU-0", "Healthy"), ok("GPU-1", "Unhealthy")]
+        );
+        let e = s.allocate(alloc(&[&["GPU-1"]])).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        // The daemon goes away: everything unhealthy; back: healthy again.
+        fake.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        s.poll().await;
+        assert!(health(&s).iter().all(|(_, h)| h == "Unhealthy"));
+        fake.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        s.poll().await;
+        assert_eq!(health(&s)[0], ok("GPU-0", "Healthy"));
+    }
+
+    #[tokio::test]
+    async fn test_allocations_are_checked_and_each_container_gets_its_instance() {
+        let fake = Arc::new(Fake::default());
+        *fake.gpus.lock().unwrap() = vec![gpu(0), gpu(1), gpu(2)];
+        let s = shared(fake.clone());
+        s.poll().await;
+        for bad in [
+            alloc(&[&[]]),
+            alloc(&[&["GPU-9"]]),
+            alloc(&[&["GPU-0"], &["GPU-0"]]),
+            alloc(&[&["GPU-0"], &["GPU-1"], &["GPU-2"], &["GPU-0"]]),
+        ] {
+            let e = s.allocate(bad.clone()).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
+        assert!(fake.instances.lock().unwrap().is_empty());
+        let r = s
+            .allocate(alloc(&[&["GPU-2", "GPU-0"], &["GPU-1"]]))
+            .await
+            .unwrap();
+        let names: Vec<String> = r
+            .container_responses
+            .iter()
+            .map(|c| c.cdi_devices[0].name.clone())
+            .collect();
+        let inst = fake.instances.lock().unwrap().clone();
+        assert_eq!(inst.len(), 2);
+        assert_eq!(names[0], format!("nvproxy.dev/gpu={}", inst[0].name));
+        assert_eq!(
+            (inst[0].gpus.clone(), inst[1].gpus.clone()),
+            (vec![0, 2], vec![1])
+        );
+        // GPU 1 allocated again: the earlier instance of it goes.
+        s.allocate(alloc(&[&["GPU-1"]])).await.unwrap();
+        let inst = fake.instances.lock().unwrap().clone();
+        assert_eq!(inst.len(), 2);
+        assert!(
+            inst.iter()
+                .all(|i| i.name != names[1]["nvproxy.dev/gpu=".len()..])
+        );
+    }
 }
