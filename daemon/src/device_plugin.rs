@@ -177,7 +177,13 @@ impl device_plugin::Backend for ApiBackend {
                 .into_iter()
                 .map(|i| device_plugin::Instance {
                     up: i.state == "running" && i.pid != 0 && i.stats.is_some(),
-                    pid: i.pid,
+                    // Watched by pidfd only where it is a worker in our pid namespace
+                    // (the DaemonSet's hostPID).
+                    pid: if crate::supervisor::is_worker_of(i.pid) {
+                        i.pid
+                    } else {
+                        0
+                    },
                     name: i.name,
                     gpus: i.gpus,
                 })

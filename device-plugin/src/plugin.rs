@@ -66,7 +66,7 @@ pub struct Instance {
     pub name: String,
     /// Its GPUs' host minors.
     pub gpus: Vec<u32>,
-    /// Its worker's pid (0: none).
+    /// Its worker's pid, to watch for its exit (0: none, or not one this process can see).
     pub pid: u32,
     /// Its worker is running and answers.
     pub up: bool,
@@ -282,7 +282,7 @@ impl Shared {
                         }
                         o.ids = ids;
                         o.up = up;
-                        if up && o.watched.as_ref().is_none_or(|(p, _)| *p != i.pid) {
+                        if up && i.pid != 0 && o.watched.as_ref().is_none_or(|(p, _)| *p != i.pid) {
                             if let Some((_, w)) = o.watched.take() {
                                 w.abort();
                             }
