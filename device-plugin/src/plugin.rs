@@ -705,11 +705,13 @@ async fn serve_and_register(shared: &Arc<Shared>, sock: &Path) -> Result<(), Err
         let (stop, stopped) = watch::channel(false);
         let mut on_stop = stopped.clone();
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(Service(shared.clone(), stopped)))
-                .serve_with_incoming_shutdown(incoming, async move {
+            tonic::transport::Server::builder().serve_with_incoming_shutdown(
+                DevicePluginServer::new(Service(shared.clone(), stopped)),
+                incoming,
+                async move {
                     let _ = on_stop.wait_for(|s| *s).await;
-                }),
+                },
+            ),
         );
         // Register until the kubelet takes it, or our socket is gone (a restarting kubelet
         // cleans the directory: serve a new one).

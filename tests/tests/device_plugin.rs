@@ -234,11 +234,13 @@ fn start_kubelet(
     let incoming = device_plugin::serve_on(sock).expect("binding kubelet.sock");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RegistrationServer::new(Kubelet(tx)))
-            .serve_with_incoming_shutdown(incoming, async {
+        tonic::transport::Server::builder().serve_with_incoming_shutdown(
+            RegistrationServer::new(Kubelet(tx)),
+            incoming,
+            async {
                 let _ = stopped.await;
-            }),
+            },
+        ),
     );
     stop
 }
@@ -423,8 +425,7 @@ async fn test_the_device_plugin_against_a_kubelet_harness() {
     let pr_incoming = device_plugin::serve_on(&pr_sock).unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(PodResourcesListerServer::new(pods.clone()))
-            .serve_with_incoming(pr_incoming),
+            .serve_with_incoming(PodResourcesListerServer::new(pods.clone()), pr_incoming),
     );
     let mut plugin = start_plugin(&served, &dp, &pr_sock);
     tokio::time::timeout(Duration::from_secs(300), async {
