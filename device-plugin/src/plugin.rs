@@ -171,6 +171,8 @@ struct Owned {
     watched: Option<(u32, tokio::task::JoinHandle<()>)>,
     /// A worker pid seen to exit: down whatever an older answer of the daemon says.
     exited: Option<u32>,
+    /// Being removed by us: its worker's end is no failure.
+    removing: bool,
 }
 
 impl Drop for Owned {
@@ -275,6 +277,7 @@ impl Shared {
                             up: i.up,
                             watched: None,
                             exited: None,
+                            removing: false,
                         });
                         let up = i.up && o.exited != Some(i.pid);
                         if o.up != up {
@@ -282,7 +285,8 @@ impl Shared {
                         }
                         o.ids = ids;
                         o.up = up;
-                        if up && i.pid != 0 && o.watched.as_ref().is_none_or(|(p, _)| *p != i.pid) {
+                        let rewatch = o.watched.as_ref().is_none_or(|(p, _)| *p != i.pid);
+                        if up && !o.removing && i.pid != 0 && rewatch {
                             if let Some((_, w)) = o.watched.take() {
                                 w.abort();
                             }
@@ -314,7 +318,7 @@ impl Shared {
             let Some(me) = me.upgrade() else { return };
             let devices = {
                 let mut st = lock(&me.state);
-                let Some(o) = st.owned.get_mut(&name) else {
+                let Some(o) = st.owned.get_mut(&name).filter(|o| !o.removing) else {
                     return;
                 };
                 tracing::warn!(instance = %name, pid, "instance worker exited");
@@ -383,12 +387,11 @@ impl Shared {
 
     async fn remove(&self, name: &str, why: &str) {
         // Its worker's exit is ours, not a failure to report.
-        if let Some((_, w)) = lock(&self.state)
-            .owned
-            .get_mut(name)
-            .and_then(|o| o.watched.take())
-        {
-            w.abort();
+        if let Some(o) = lock(&self.state).owned.get_mut(name) {
+            o.removing = true;
+            if let Some((_, w)) = o.watched.take() {
+                w.abort();
+            }
         }
         let n = name.to_owned();
         match self.blocking(move |b| b.remove(&n)).await {
@@ -396,7 +399,12 @@ impl Shared {
                 tracing::info!(instance = %name, why, "instance removed");
                 lock(&self.state).owned.remove(name);
             }
-            Err(e) => tracing::warn!(instance = %name, error = %e, "removing the instance"),
+            Err(e) => {
+                tracing::warn!(instance = %name, error = %e, "removing the instance");
+                if let Some(o) = lock(&self.state).owned.get_mut(name) {
+                    o.removing = false;
+                }
+            }
         }
     }
 
@@ -494,6 +502,7 @@ impl Shared {
                     up: true,
                     watched: None,
                     exited: None,
+                    removing: false,
                 },
             );
             let cdi = format!("{kind}={name}");
@@ -519,7 +528,10 @@ fn device_list(st: &State) -> Vec<Device> {
     st.gpus
         .iter()
         .map(|(id, (g, present))| {
-            let worker_down = st.owned.values().any(|o| !o.up && o.ids.contains(id));
+            let worker_down = st
+                .owned
+                .values()
+                .any(|o| !o.up && !o.removing && o.ids.contains(id));
             let healthy = st.daemon_up && *present && !worker_down;
             Device {
                 id: id.clone(),
