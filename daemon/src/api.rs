@@ -50,6 +50,8 @@ pub enum Request {
     },
     /// The Prometheus text exposition.
     Metrics,
+    /// The node's GPUs and the CDI kind (`nvproxy device-plugin`).
+    Gpus,
     /// Replace instance workers with fresh processes of the binary on disk, live
     /// (`upgrade.rs`): one instance, or every one (`name` absent).
     Upgrade {
@@ -77,6 +79,13 @@ pub enum Answer {
     Metrics {
         /// The exposition.
         text: String,
+    },
+    /// The node's GPUs.
+    Gpus {
+        /// Them, by minor.
+        gpus: Vec<crate::device_plugin::NodeGpu>,
+        /// The CDI kind of the instances' devices (`[cdi] vendor/class`).
+        cdi_kind: String,
     },
     /// Refused or failed.
     Error {
@@ -260,6 +269,10 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
                 message: format!("instance {name} removed"),
             })
         }
+        Request::Gpus => Ok(Answer::Gpus {
+            gpus: crate::device_plugin::node_gpus(cfg),
+            cdi_kind: format!("{}/{}", cfg.cdi.vendor, cfg.cdi.class),
+        }),
         Request::Metrics => Ok(Answer::Metrics {
             text: crate::metrics::render(sup.metrics_samples())?,
         }),
@@ -497,6 +510,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             print!("{text}");
             Ok(())
         }
+        Answer::Gpus { .. } => bail!("unexpected answer"),
         Answer::Error { message } => bail!("{message}"),
     }
 }
@@ -622,6 +636,14 @@ pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
                     }
                 })
         })
+        .collect()
+}
+
+/// The host driver's GPUs: (minor, UUID, PCI bus id).
+pub fn host_gpus() -> Vec<(u32, String, String)> {
+    host_gpu_table()
+        .into_iter()
+        .map(|g| (g.minor, g.uuid, g.bus_id))
         .collect()
 }
 

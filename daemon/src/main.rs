@@ -11,6 +11,7 @@ mod checkpoint;
 mod child;
 mod config;
 mod device;
+mod device_plugin;
 mod doctor;
 mod exec_scratch;
 mod fdid;
@@ -103,6 +104,9 @@ enum Command {
     /// Print the metrics of a running `nvproxy serve` (Prometheus text format, from its control
     /// socket; `[daemon] metrics_listen` serves the same over HTTP).
     Metrics(api::SocketArg),
+    /// Kubelet device plugin: serve nvproxy.dev/gpu, a fresh instance of the running
+    /// `nvproxy serve` per allocation, handed to pods as a CDI device.
+    DevicePlugin(device_plugin::DevicePluginArgs),
     /// (internal) The simulated driver of one instance as a process of its own.
     #[command(hide = true)]
     SimDriver(simd::SimDriverArgs),
@@ -220,6 +224,7 @@ fn main() -> ExitCode {
         }),
         Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Metrics(socket) => api::metrics(socket).map(|()| ExitCode::SUCCESS),
+        Command::DevicePlugin(args) => device_plugin::run(args).map(|()| ExitCode::SUCCESS),
         Command::Worker => worker::run(),
         Command::SimDriver(args) => simd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cdi(cmd) => cdi::run(cmd).map(|()| ExitCode::SUCCESS),

@@ -972,7 +972,7 @@ fn runs_nvproxy_command(cmdline: &[u8], sub: &[u8]) -> bool {
 
 /// Whether `pid` is a live `nvproxy worker` (its command line is an `nvproxy` binary's
 /// `worker` subcommand); the state file that names it lies in its instance's directory.
-fn is_worker_of(pid: u32) -> bool {
+pub fn is_worker_of(pid: u32) -> bool {
     is_nvproxy_command(pid, b"worker")
 }
 

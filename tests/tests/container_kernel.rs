@@ -10,6 +10,9 @@
 //!   `/dev/char/195:*` lead to our nodes;
 //! - two containers on two instances with different GPUs, at the same time, each see only their
 //!   own; killing one instance's worker leaves the other's container working;
+//! - `nvproxy device-plugin`'s `Allocate` answers (a kubelet `Registration` server and a
+//!   `DevicePlugin` client of the test's): podman with those CDI names sees exactly the
+//!   allocated GPUs, 1 and then 2;
 //! - `systemd/nvproxy.service` under a real systemd (the host's, as PID 1 of a privileged podman
 //!   container): `Type=notify` reaches `active`, serve writes the spec, logs to journald and
 //!   pings the watchdog, stop removes the spec;
@@ -967,4 +970,150 @@ fn a_device_acl_blocks_the_daemons_own_nodes() {
         "{journal}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The device plugin's CDI names run containers: `nvproxy device-plugin` against this serve,
+/// with a kubelet `Registration` server and a `DevicePlugin` client of the test's own;
+/// `Allocate` of one GPU, then of two, and podman `--device` with exactly the name each answer
+/// gave: `nvidia-smi -L` lists the allocated GPUs and no other.
+mod device_plugin_cdi {
+    use super::*;
+    use device_plugin::api::v1beta1::{
+        AllocateRequest, ContainerAllocateRequest, Empty, RegisterRequest,
+        device_plugin_client::DevicePluginClient,
+        registration_server::{Registration, RegistrationServer},
+    };
+
+    struct Kubelet(tokio::sync::mpsc::UnboundedSender<RegisterRequest>);
+
+    #[tonic::async_trait]
+    impl Registration for Kubelet {
+        async fn register(
+            &self,
+            req: tonic::Request<RegisterRequest>,
+        ) -> Result<tonic::Response<Empty>, tonic::Status> {
+            let _ = self.0.send(req.into_inner());
+            Ok(tonic::Response::new(Empty {}))
+        }
+    }
+
+    /// The plugin process, registered with our kubelet, and a client of it.
+    struct Plugin {
+        rt: tokio::runtime::Runtime,
+        child: Child,
+        log: PathBuf,
+        client: DevicePluginClient<tonic::transport::Channel>,
+    }
+
+    impl Plugin {
+        fn start(dir: &Path) -> Plugin {
+            let dp = dir.join("device-plugins");
+            std::fs::create_dir_all(&dp).unwrap();
+            let log = dir.join("plugin.log");
+            let child = Command::new(nvproxy_bin())
+                .arg("device-plugin")
+                .arg("--device-plugin-dir")
+                .arg(&dp)
+                .args(["--poll", "200ms"])
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("nvproxy device-plugin");
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let client = rt.block_on(async {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let incoming = device_plugin::serve_on(&dp.join("kubelet.sock")).unwrap();
+                tokio::spawn(
+                    tonic::transport::Server::builder()
+                        .serve_with_incoming(RegistrationServer::new(Kubelet(tx)), incoming),
+                );
+                let reg = tokio::time::timeout(TIMEOUT, rx.recv())
+                    .await
+                    .expect("the plugin registers")
+                    .unwrap();
+                let ch = device_plugin::connect(&dp.join(&reg.endpoint), TIMEOUT)
+                    .await
+                    .unwrap();
+                DevicePluginClient::new(ch)
+            });
+            Plugin {
+                rt,
+                child,
+                log,
+                client,
+            }
+        }
+
+        /// The instance name of the CDI device the plugin answers `Allocate` of GPUs `gpus` with.
+        fn allocate(&mut self, gpus: &[u32]) -> String {
+            let ids = gpus
+                .iter()
+                .map(|&i| nvsim::SimGpu::h100(i).uuid_string())
+                .collect();
+            let r = self
+                .rt
+                .block_on(self.client.allocate(AllocateRequest {
+                    container_requests: vec![ContainerAllocateRequest { devices_ids: ids }],
+                }))
+                .unwrap_or_else(|e| panic!("Allocate {gpus:?}: {e}\n{}", self.log_text()))
+                .into_inner();
+            let c = &r.container_responses[0];
+            assert!(c.devices.is_empty() && c.mounts.is_empty(), "{c:?}");
+            assert_eq!(c.cdi_devices.len(), 1, "{c:?}");
+            c.cdi_devices[0]
+                .name
+                .strip_prefix("nvproxy.dev/gpu=")
+                .unwrap_or_else(|| panic!("CDI name {:?}", c.cdi_devices[0].name))
+                .to_owned()
+        }
+
+        fn log_text(&self) -> String {
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        }
+    }
+
+    impl Drop for Plugin {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let status = self.child.wait();
+            eprintln!("--- plugin ({status:?}):\n{}", self.log_text());
+        }
+    }
+
+    fn smi_lines(gpus: &[u32]) -> String {
+        gpus.iter()
+            .enumerate()
+            .map(|(i, &g)| {
+                let g = nvsim::SimGpu::h100(g);
+                format!("GPU {i}: {} (UUID: {})\n", g.name, g.uuid_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    #[ignore = "needs /dev/cuse, root, podman and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
+    fn the_device_plugins_cdi_names_run_containers_that_see_their_gpus() {
+        let env = Env::new("device-plugin");
+        let mut plugin = Plugin::start(&env.dir);
+        let one = plugin.allocate(&[1]);
+        let o = env.run(&one, &["/usr/bin/nvidia-smi", "-L"]);
+        assert!(o.status.success(), "nvidia-smi -L with GPU 1");
+        assert_eq!(stdout(&o), smi_lines(&[1]));
+        // GPU 1 allocated again (the first pod is gone): a fresh instance, the first removed.
+        let two = plugin.allocate(&[0, 1]);
+        let o = env.run(&two, &["/usr/bin/nvidia-smi", "-L"]);
+        assert!(o.status.success(), "nvidia-smi -L with GPUs 0 and 1");
+        assert_eq!(stdout(&o), smi_lines(&[0, 1]));
+        let spec = std::fs::read_to_string(SPEC_PATH).unwrap();
+        assert!(
+            !spec.contains(&format!("name: {one}")),
+            "the first allocation's instance left the spec:\n{spec}"
+        );
+        drop(plugin);
+        env.stop();
+    }
 }

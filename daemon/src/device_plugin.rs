@@ -1,0 +1,301 @@
+//! `nvproxy device-plugin`: the kubelet device plugin (the `device-plugin` crate) as a client
+//! of a running `nvproxy serve`'s instance API, and the API's `gpus` answer it reads (the
+//! node's GPUs with what places them: bus id, sysfs PCI path, NUMA node).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{Answer, Request, call};
+use crate::config::{Config, DriverKind, InstanceConfig, Mode, RestartPolicy, Transport};
+
+/// One GPU of the node, as the instance API's `gpus` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeGpu {
+    /// Host minor.
+    pub minor: u32,
+    /// `GPU-…` (empty when unknown).
+    pub uuid: String,
+    /// `dddd:bb:dd.f`.
+    pub bus_id: String,
+    /// Components of its sysfs device path below `/sys/devices` (PCI root, bridges, the GPU);
+    /// empty when there is none (the simulated driver).
+    #[serde(default)]
+    pub pci_path: Vec<String>,
+    /// Its NUMA node, when the platform says.
+    #[serde(default)]
+    pub numa_node: Option<i64>,
+}
+
+/// The GPUs of this daemon's driver: the simulated driver's, or the host driver's from
+/// `/proc/driver/nvidia/gpus` (a GPU the driver lost is missing).
+pub fn node_gpus(cfg: &Config) -> Vec<NodeGpu> {
+    if cfg.driver == DriverKind::Sim {
+        return nvsim::SimConfig::default_gpus(cfg.sim.gpus as usize)
+            .gpus
+            .iter()
+            .map(|g| NodeGpu {
+                minor: g.minor,
+                uuid: g.uuid_string(),
+                bus_id: format!(
+                    "{:04x}:{:02x}:{:02x}.{}",
+                    g.pci_domain, g.pci_bus, g.pci_device, g.pci_function
+                ),
+                pci_path: Vec::new(),
+                numa_node: None,
+            })
+            .collect();
+    }
+    let mut gpus: Vec<NodeGpu> = crate::api::host_gpus()
+        .into_iter()
+        .map(|(minor, uuid, bus_id)| {
+            let dev = Path::new("/sys/bus/pci/devices").join(&bus_id);
+            NodeGpu {
+                minor,
+                uuid,
+                pci_path: std::fs::canonicalize(&dev)
+                    .map(|p| sysfs_components(&p))
+                    .unwrap_or_default(),
+                numa_node: std::fs::read_to_string(dev.join("numa_node"))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i64>().ok())
+                    .filter(|n| *n >= 0),
+                bus_id,
+            }
+        })
+        .collect();
+    gpus.sort_by_key(|g| g.minor);
+    gpus
+}
+
+/// `/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0` → its components after `devices`.
+fn sysfs_components(p: &Path) -> Vec<String> {
+    let s: Vec<String> = p
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match s.iter().position(|c| c == "devices") {
+        Some(i) => s[i + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}
+
+/// `nvproxy device-plugin`.
+#[derive(Debug, clap::Args)]
+pub struct DevicePluginArgs {
+    /// The supervisor's control socket.
+    #[arg(long, default_value = "/run/nvproxy/nvproxy.sock")]
+    pub socket: PathBuf,
+    /// The kubelet's device plugin directory (its kubelet.sock; ours goes there too).
+    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    pub device_plugin_dir: PathBuf,
+    /// The kubelet's PodResources socket [default: DIR/../pod-resources/kubelet.sock].
+    #[arg(long, value_name = "PATH")]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Driver capabilities of the pods' instances, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "compute,utility")]
+    pub caps: Vec<String>,
+    /// The pods' instances' transport. CDI devices exist for `cuse` instances only; `socket`
+    /// is for hosts without CUSE (tests).
+    #[arg(long, value_enum, default_value_t = Transport::Cuse)]
+    pub transport: Transport,
+    /// How often the daemon is asked for the devices' health (e.g. 500ms, 2s).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub poll: Duration,
+    /// How often the instances are compared with the kubelet's pods.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub reconcile: Duration,
+    /// How long an instance may go without a pod the kubelet lists before it is removed.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub grace: Duration,
+}
+
+/// `250ms`, `2s`, `1m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 2s, 1m)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("{s:?}: the unit must be ms, s or m")),
+    };
+    if d.is_zero() {
+        return Err(format!("{s:?} must not be zero"));
+    }
+    Ok(d)
+}
+
+/// The instance API as the plugin's backend.
+struct ApiBackend {
+    socket: PathBuf,
+    caps: Vec<String>,
+    transport: Transport,
+}
+
+impl ApiBackend {
+    fn call(&self, req: &Request) -> Result<Answer, String> {
+        match call(&self.socket, req) {
+            Ok(Answer::Error { message }) => Err(message),
+            Ok(a) => Ok(a),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    }
+}
+
+impl device_plugin::Backend for ApiBackend {
+    fn node(&self) -> Result<device_plugin::Node, String> {
+        match self.call(&Request::Gpus)? {
+            Answer::Gpus { gpus, cdi_kind } => Ok(device_plugin::Node {
+                gpus: gpus
+                    .into_iter()
+                    .map(|g| device_plugin::Gpu {
+                        minor: g.minor,
+                        uuid: g.uuid,
+                        bus_id: g.bus_id,
+                        pci_path: g.pci_path,
+                        numa_node: g.numa_node,
+                    })
+                    .collect(),
+                cdi_kind,
+            }),
+            _ => Err("the daemon answered `gpus` with something else (an older nvproxy?)".into()),
+        }
+    }
+
+    fn instances(&self) -> Result<Vec<device_plugin::Instance>, String> {
+        match self.call(&Request::List)? {
+            Answer::Instances { instances } => Ok(instances
+                .into_iter()
+                .map(|i| device_plugin::Instance {
+                    up: i.state == "running" && i.pid != 0 && i.stats.is_some(),
+                    // Watched by pidfd only where it is a worker in our pid namespace
+                    // (the DaemonSet's hostPID).
+                    pid: if crate::supervisor::is_worker_of(i.pid) {
+                        i.pid
+                    } else {
+                        0
+                    },
+                    name: i.name,
+                    gpus: i.gpus,
+                })
+                .collect()),
+            _ => Err("the daemon answered `list` with something else".into()),
+        }
+    }
+
+    fn create(&self, name: &str, gpus: &[u32]) -> Result<(), String> {
+        let instance = InstanceConfig {
+            name: name.to_owned(),
+            gpus: gpus.to_vec(),
+            caps: self.caps.clone(),
+            mode: Mode::Enforce,
+            allow: Vec::new(),
+            audit_log: None,
+            policy: None,
+            uvm_mmap: true,
+            max_open_files: None,
+            max_objects: None,
+            max_in_flight: None,
+            max_os_descriptor_bytes: None,
+            restart: RestartPolicy::OnFailure,
+            user: None,
+            transport: self.transport,
+        };
+        self.call(&Request::Create {
+            instance: Box::new(instance),
+        })
+        .map(|_| ())
+    }
+
+    fn remove(&self, name: &str) -> Result<(), String> {
+        match self.call(&Request::Rm {
+            name: name.to_owned(),
+            force: true,
+        }) {
+            Ok(_) => Ok(()),
+            // Gone already (removed by hand, or the daemon started afresh).
+            Err(m) if m == format!("no instance {name}") => Ok(()),
+            Err(m) => Err(m),
+        }
+    }
+}
+
+/// Runs the plugin until SIGTERM/SIGINT.
+pub fn run(args: &DevicePluginArgs) -> Result<()> {
+    crate::config::parse_caps(&args.caps)?;
+    let backend = ApiBackend {
+        socket: args.socket.clone(),
+        caps: args.caps.clone(),
+        transport: args.transport,
+    };
+    match device_plugin::Backend::node(&backend) {
+        Ok(n) if n.gpus.is_empty() => tracing::warn!("the daemon reports no GPUs"),
+        Ok(n) => tracing::info!(gpus = n.gpus.len(), cdi_kind = %n.cdi_kind, "the daemon answers"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the daemon does not answer yet: devices unhealthy until it does")
+        }
+    }
+    if !args.device_plugin_dir.is_dir() {
+        bail!(
+            "the device plugin directory {} does not exist (is the kubelet's \
+             /var/lib/kubelet/device-plugins mounted there?)",
+            args.device_plugin_dir.display()
+        );
+    }
+    let mut cfg = device_plugin::Config::new(&args.device_plugin_dir);
+    if let Some(p) = &args.pod_resources_socket {
+        cfg.pod_resources_socket = p.clone();
+    }
+    cfg.poll = args.poll;
+    cfg.reconcile = args.reconcile;
+    cfg.grace = args.grace;
+    device_plugin::run_until_signal(cfg, Arc::new(backend))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_durations_parse_and_bad_ones_say_why() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("0s").unwrap_err().contains("zero"));
+        assert!(parse_duration("1h").unwrap_err().contains("unit"));
+        assert!(parse_duration("x").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn test_sysfs_paths_are_cut_below_devices() {
+        assert_eq!(
+            sysfs_components(Path::new(
+                "/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0"
+            )),
+            ["pci0000:17", "0000:17:00.0", "0000:18:00.0"]
+        );
+        assert!(sysfs_components(Path::new("/elsewhere")).is_empty());
+    }
+
+    #[test]
+    fn test_sim_gpus_have_uuids_and_hgx_buses() {
+        let mut cfg = Config::parse("driver = \"sim\"\n[sim]\ngpus = 2\n").unwrap();
+        cfg.cdi.spec = PathBuf::new();
+        let g = node_gpus(&cfg);
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].minor, g[0].bus_id.as_str()), (0, "0000:18:00.0"));
+        assert_eq!(g[1].bus_id, "0000:2a:00.0");
+        assert!(g[0].uuid.starts_with("GPU-") && g[0].uuid != g[1].uuid);
+    }
+}
