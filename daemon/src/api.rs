@@ -20,7 +20,7 @@ use crate::config::{self, Config, InstanceConfig, Mode, RestartPolicy};
 use crate::supervisor::{InstanceInfo, Supervisor, spec_for};
 
 /// The control socket's file name under the run directory.
-pub const SOCKET_NAME: &str = "nvproxy.sock";
+pub const SOCKET_NAME: &str = crate::paths::CONTROL_SOCKET;
 /// Its name in systemd's fd store.
 pub const FDSTORE_NAME: &str = "nvproxy-api";
 
@@ -83,7 +83,7 @@ pub enum Answer {
     /// The node's GPUs.
     Gpus {
         /// Them, by minor.
-        gpus: Vec<crate::device_plugin::NodeGpu>,
+        gpus: Vec<crate::node_gpus::NodeGpu>,
         /// The CDI kind of the instances' devices (`[cdi] vendor/class`).
         cdi_kind: String,
     },
@@ -270,7 +270,7 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
             })
         }
         Request::Gpus => Ok(Answer::Gpus {
-            gpus: crate::device_plugin::node_gpus(cfg),
+            gpus: crate::node_gpus::node_gpus(cfg),
             cdi_kind: format!("{}/{}", cfg.cdi.vendor, cfg.cdi.class),
         }),
         Request::Metrics => Ok(Answer::Metrics {
@@ -415,23 +415,7 @@ pub enum InstanceCommand {
     },
 }
 
-/// `--socket PATH`.
-#[derive(Debug, clap::Args)]
-pub struct SocketArg {
-    /// The supervisor's control socket [default: nvproxy.sock in the run directory,
-    /// /run/nvproxy unless --run-dir or NVPROXY_RUN_DIR say otherwise].
-    #[arg(long)]
-    pub socket: Option<PathBuf>,
-}
-
-impl SocketArg {
-    /// `--socket`, or the run directory's control socket.
-    pub fn path(&self) -> PathBuf {
-        self.socket
-            .clone()
-            .unwrap_or_else(|| crate::paths::host_run_dir(None).join(SOCKET_NAME))
-    }
-}
+pub use crate::paths::SocketArg;
 
 /// Runs one `nvproxy instance` verb.
 pub fn run(cmd: &InstanceCommand) -> Result<()> {
@@ -601,7 +585,7 @@ pub fn table(instances: &[InstanceInfo]) -> String {
 /// id, looked up in `/proc/driver/nvidia/gpus/<bus id>/information` (the driver's; the
 /// simulated driver's equivalent is not on the host, so there only minors are taken).
 pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
-    let table = host_gpu_table();
+    let table = crate::host::host_gpu_table();
     names
         .iter()
         .map(|n| {
@@ -637,46 +621,6 @@ pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
                 })
         })
         .collect()
-}
-
-/// The host driver's GPUs: (minor, UUID, PCI bus id).
-pub fn host_gpus() -> Vec<(u32, String, String)> {
-    host_gpu_table()
-        .into_iter()
-        .map(|g| (g.minor, g.uuid, g.bus_id))
-        .collect()
-}
-
-struct HostGpu {
-    minor: u32,
-    uuid: String,
-    bus_id: String,
-}
-
-fn host_gpu_table() -> Vec<HostGpu> {
-    let Ok(dir) = std::fs::read_dir("/proc/driver/nvidia/gpus") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let bus_id = e.file_name().to_string_lossy().to_ascii_lowercase();
-            let text = std::fs::read_to_string(e.path().join("information")).ok()?;
-            parse_information(&bus_id, &text)
-        })
-        .collect()
-}
-
-fn parse_information(bus_id: &str, text: &str) -> Option<HostGpu> {
-    let field = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .map(|v| v.trim().to_owned())
-    };
-    Some(HostGpu {
-        minor: field("Device Minor:")?.parse().ok()?,
-        uuid: field("GPU UUID:")?,
-        bus_id: bus_id.to_owned(),
-    })
 }
 
 impl Config {
@@ -716,17 +660,6 @@ mod tests {
             Answer::Error {
                 message: "no instance x".into()
             }
-        );
-    }
-
-    #[test]
-    fn test_gpu_information_is_parsed() {
-        let text =
-            "Model: \t\t NVIDIA H100\nIRQ:   \t\t 42\nGPU UUID: \t GPU-1234\nDevice Minor: \t 3\n";
-        let g = parse_information("0000:18:00.0", text).unwrap();
-        assert_eq!(
-            (g.minor, g.uuid.as_str(), g.bus_id.as_str()),
-            (3, "GPU-1234", "0000:18:00.0")
         );
     }
 

@@ -994,7 +994,7 @@ fn spec_from(
         shim,
         run_dir,
         userspace,
-        uvm_major: crate::nsexec::uvm_major(),
+        uvm_major: crate::host::uvm_major(),
     })
 }
 

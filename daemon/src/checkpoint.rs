@@ -37,7 +37,7 @@ pub struct CheckpointArgs {
     /// The supervisor's control socket: the instance's worker socket is beside it
     /// (`<run dir>/<instance>/worker.sock`).
     #[command(flatten)]
-    pub socket: crate::api::SocketArg,
+    pub socket: crate::paths::SocketArg,
 }
 
 /// `nvproxy instance restore`.
@@ -53,7 +53,7 @@ pub struct RestoreArgs {
     /// The supervisor's control socket: the instance's worker socket is beside it
     /// (`<run dir>/<instance>/worker.sock`).
     #[command(flatten)]
-    pub socket: crate::api::SocketArg,
+    pub socket: crate::paths::SocketArg,
 }
 
 /// A request on the worker socket (besides the plain `stats` line).
@@ -271,7 +271,7 @@ pub fn read_request(conn: &UnixStream) -> Option<String> {
 }
 
 /// The run directory a control socket is in.
-fn run_dir_of(socket: &crate::api::SocketArg) -> PathBuf {
+fn run_dir_of(socket: &crate::paths::SocketArg) -> PathBuf {
     match &socket.socket {
         Some(s) => s
             .parent()

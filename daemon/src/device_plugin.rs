@@ -2,93 +2,20 @@
 //! of a running `nvproxy serve`'s instance API, and the API's `gpus` answer it reads (the
 //! node's GPUs with what places them: bus id, sysfs PCI path, NUMA node).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use serde::{Deserialize, Serialize};
 
 use crate::api::{Answer, Request, call};
-use crate::config::{Config, DriverKind, InstanceConfig, Mode, RestartPolicy, Transport};
-
-/// One GPU of the node, as the instance API's `gpus` reports it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct NodeGpu {
-    /// Host minor.
-    pub minor: u32,
-    /// `GPU-…` (empty when unknown).
-    pub uuid: String,
-    /// `dddd:bb:dd.f`.
-    pub bus_id: String,
-    /// Components of its sysfs device path below `/sys/devices` (PCI root, bridges, the GPU);
-    /// empty when there is none (the simulated driver).
-    #[serde(default)]
-    pub pci_path: Vec<String>,
-    /// Its NUMA node, when the platform says.
-    #[serde(default)]
-    pub numa_node: Option<i64>,
-}
-
-/// The GPUs of this daemon's driver: the simulated driver's, or the host driver's from
-/// `/proc/driver/nvidia/gpus` (a GPU the driver lost is missing).
-pub fn node_gpus(cfg: &Config) -> Vec<NodeGpu> {
-    if cfg.driver == DriverKind::Sim {
-        return nvsim::SimConfig::default_gpus(cfg.sim.gpus as usize)
-            .gpus
-            .iter()
-            .map(|g| NodeGpu {
-                minor: g.minor,
-                uuid: g.uuid_string(),
-                bus_id: format!(
-                    "{:04x}:{:02x}:{:02x}.{}",
-                    g.pci_domain, g.pci_bus, g.pci_device, g.pci_function
-                ),
-                pci_path: Vec::new(),
-                numa_node: None,
-            })
-            .collect();
-    }
-    let mut gpus: Vec<NodeGpu> = crate::api::host_gpus()
-        .into_iter()
-        .map(|(minor, uuid, bus_id)| {
-            let dev = Path::new("/sys/bus/pci/devices").join(&bus_id);
-            NodeGpu {
-                minor,
-                uuid,
-                pci_path: std::fs::canonicalize(&dev)
-                    .map(|p| sysfs_components(&p))
-                    .unwrap_or_default(),
-                numa_node: std::fs::read_to_string(dev.join("numa_node"))
-                    .ok()
-                    .and_then(|s| s.trim().parse::<i64>().ok())
-                    .filter(|n| *n >= 0),
-                bus_id,
-            }
-        })
-        .collect();
-    gpus.sort_by_key(|g| g.minor);
-    gpus
-}
-
-/// `/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0` → its components after `devices`.
-fn sysfs_components(p: &Path) -> Vec<String> {
-    let s: Vec<String> = p
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    match s.iter().position(|c| c == "devices") {
-        Some(i) => s[i + 1..].to_vec(),
-        None => Vec::new(),
-    }
-}
+use crate::config::{InstanceConfig, Mode, RestartPolicy, Transport};
 
 /// `nvproxy device-plugin`.
 #[derive(Debug, clap::Args)]
 pub struct DevicePluginArgs {
-    /// The supervisor's control socket.
-    #[arg(long, default_value = "/run/nvproxy/nvproxy.sock")]
-    pub socket: PathBuf,
+    #[command(flatten)]
+    pub socket: crate::paths::SocketArg,
     /// The kubelet's device plugin directory (its kubelet.sock; ours goes there too).
     #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
     pub device_plugin_dir: PathBuf,
@@ -233,7 +160,7 @@ impl device_plugin::Backend for ApiBackend {
 pub fn run(args: &DevicePluginArgs) -> Result<()> {
     crate::config::parse_caps(&args.caps)?;
     let backend = ApiBackend {
-        socket: args.socket.clone(),
+        socket: args.socket.path(),
         caps: args.caps.clone(),
         transport: args.transport,
     };
@@ -275,27 +202,5 @@ mod tests {
         assert!(parse_duration("0s").unwrap_err().contains("zero"));
         assert!(parse_duration("1h").unwrap_err().contains("unit"));
         assert!(parse_duration("x").unwrap_err().contains("not a duration"));
-    }
-
-    #[test]
-    fn test_sysfs_paths_are_cut_below_devices() {
-        assert_eq!(
-            sysfs_components(Path::new(
-                "/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0"
-            )),
-            ["pci0000:17", "0000:17:00.0", "0000:18:00.0"]
-        );
-        assert!(sysfs_components(Path::new("/elsewhere")).is_empty());
-    }
-
-    #[test]
-    fn test_sim_gpus_have_uuids_and_hgx_buses() {
-        let mut cfg = Config::parse("driver = \"sim\"\n[sim]\ngpus = 2\n").unwrap();
-        cfg.cdi.spec = PathBuf::new();
-        let g = node_gpus(&cfg);
-        assert_eq!(g.len(), 2);
-        assert_eq!((g[0].minor, g[0].bus_id.as_str()), (0, "0000:18:00.0"));
-        assert_eq!(g[1].bus_id, "0000:2a:00.0");
-        assert!(g[0].uuid.starts_with("GPU-") && g[0].uuid != g[1].uuid);
     }
 }

@@ -46,3 +46,67 @@ pub fn cuse_usable() -> bool {
         .open("/dev/cuse")
         .is_ok()
 }
+
+/// A GPU of the host driver, from `/proc/driver/nvidia/gpus/<bus id>/information`.
+pub struct HostGpu {
+    /// Its minor (`/dev/nvidia<minor>`).
+    pub minor: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// `dddd:bb:dd.f`, lowercase.
+    pub bus_id: String,
+}
+
+/// The host driver's GPUs (none without a driver).
+pub fn host_gpu_table() -> Vec<HostGpu> {
+    let Ok(dir) = std::fs::read_dir("/proc/driver/nvidia/gpus") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let bus_id = e.file_name().to_string_lossy().to_ascii_lowercase();
+            let text = std::fs::read_to_string(e.path().join("information")).ok()?;
+            parse_information(&bus_id, &text)
+        })
+        .collect()
+}
+
+fn parse_information(bus_id: &str, text: &str) -> Option<HostGpu> {
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().to_owned())
+    };
+    Some(HostGpu {
+        minor: field("Device Minor:")?.parse().ok()?,
+        uuid: field("GPU UUID:")?,
+        bus_id: bus_id.to_owned(),
+    })
+}
+
+/// The host driver's `nvidia-uvm` major (`/proc/devices`), if it has one.
+pub fn uvm_major() -> Option<u32> {
+    fs::read_to_string("/proc/devices")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let (major, name) = l.trim().split_once(' ')?;
+            (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_gpu_information_is_parsed() {
+        let text =
+            "Model: \t\t NVIDIA H100\nIRQ:   \t\t 42\nGPU UUID: \t GPU-1234\nDevice Minor: \t 3\n";
+        let g = parse_information("0000:18:00.0", text).unwrap();
+        assert_eq!(
+            (g.minor, g.uuid.as_str(), g.bus_id.as_str()),
+            (3, "GPU-1234", "0000:18:00.0")
+        );
+    }
+}

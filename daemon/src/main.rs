@@ -22,6 +22,7 @@ mod memory;
 mod metrics;
 mod mmap;
 mod node;
+mod node_gpus;
 mod nsexec;
 mod paths;
 mod policy;

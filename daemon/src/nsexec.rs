@@ -279,7 +279,7 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         env.push((ENV_DEV_SOCKET.into(), DEFAULT_DEV_SOCKET_PATH.into()));
         env.push((ENV_DEV_GPUS.into(), spec.dev_gpus.to_string().into()));
         // libcuda compares /dev/nvidia-uvm's major with the driver's in /proc/devices.
-        if let Some(major) = uvm_major() {
+        if let Some(major) = crate::host::uvm_major() {
             env.push((
                 nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR.into(),
                 major.to_string().into(),
@@ -287,17 +287,6 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         }
     }
     env
-}
-
-/// The host driver's `nvidia-uvm` major (`/proc/devices`), if it has one.
-pub fn uvm_major() -> Option<u32> {
-    fs::read_to_string("/proc/devices")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            let (major, name) = l.trim().split_once(' ')?;
-            (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
-        })
 }
 
 /// Shows the instance's socket, alone, at `at` (`/run/nvproxy/mmap.sock`, or `dev.sock` for the

@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 pub const DEFAULT_RUN_DIR: &str = "/run/nvproxy";
 /// The environment variable that names the host's run directory.
 pub const RUN_DIR_ENV: &str = "NVPROXY_RUN_DIR";
+/// The supervisor's control socket (the instance API) in the run directory.
+pub const CONTROL_SOCKET: &str = "nvproxy.sock";
 /// The mmap socket's file name in the instance directory.
 pub const MMAP_SOCKET: &str = "mmap.sock";
 /// The worker's state file in the instance's run directory.
@@ -57,6 +59,24 @@ fn resolve(flag: Option<&Path>, env: Option<&Path>, config: Option<&Path>) -> Pa
 /// The run directory of an instance: `<root>/<instance>`.
 pub fn run_dir(root: &Path, instance: &str) -> PathBuf {
     root.join(instance)
+}
+
+/// `--socket PATH`.
+#[derive(Debug, clap::Args)]
+pub struct SocketArg {
+    /// The supervisor's control socket [default: nvproxy.sock in the run directory,
+    /// /run/nvproxy unless --run-dir or NVPROXY_RUN_DIR say otherwise].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    /// `--socket`, or the run directory's control socket.
+    pub fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| host_run_dir(None).join(CONTROL_SOCKET))
+    }
 }
 
 #[cfg(test)]
