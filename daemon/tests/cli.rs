@@ -128,3 +128,66 @@ fn test_abi_versions_lists_every_tag_and_the_reasons() {
     let line = out.lines().find(|l| l.contains("595.71.05 ")).unwrap();
     assert!(line.contains("unqualified: no facts of its own"), "{line}");
 }
+
+/// Issue 21, item 11: the help agreed neither with itself nor with the README: the `instance`
+/// summary named four of its seven verbs, `instance upgrade` hid `--all` from its usage,
+/// `checkpoint`/`restore` had no `--socket`, and `serve --help` named SIGTERM only.
+#[test]
+fn test_the_help_agrees_with_itself() {
+    let (ok, top, _) = nvproxy(&["--help"]);
+    assert!(ok);
+    let line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("instance "))
+        .unwrap_or_else(|| panic!("{top}"));
+    let (_, verbs, _) = nvproxy(&["instance", "--help"]);
+    let listed: Vec<&str> = verbs
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|v| *v != "help")
+        .collect();
+    assert!(listed.len() >= 7, "{verbs}");
+    for v in &listed {
+        assert!(line.contains(v), "the summary misses {v}: {line}");
+    }
+    let (_, upgrade, _) = nvproxy(&["instance", "upgrade", "--help"]);
+    assert!(upgrade.contains("<NAME|--all>"), "{upgrade}");
+    for verb in ["checkpoint", "restore", "list", "create"] {
+        let (_, h, _) = nvproxy(&["instance", verb, "--help"]);
+        assert!(h.contains("--socket <SOCKET>"), "instance {verb}: {h}");
+    }
+    let (_, serve, _) = nvproxy(&["serve", "--help"]);
+    assert!(
+        serve.contains("SIGINT") && serve.contains("SIGTERM"),
+        "{serve}"
+    );
+}
+
+/// Issue 21, item 6: `run --instance` of an instance nobody serves printed a 700-character
+/// hint about CUSE only; now one short line that names both transports' paths and what to do.
+#[test]
+fn test_run_of_an_instance_nobody_serves_says_what_to_do_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("nvproxy-cli-{}-norun", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_nvproxy"))
+        .args(["--run-dir"])
+        .arg(&dir)
+        .args(["run", "--instance", "job42", "--", "true"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running nvproxy");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("instance job42 is not being served")
+            && err.contains("dev.sock")
+            && err.contains("nvproxy serve")
+            && err.contains("nvproxy instance create job42"),
+        "{err}"
+    );
+    assert!(err.len() < 400, "{} characters: {err}", err.len());
+}
