@@ -261,12 +261,13 @@ fn a_slow_request_does_not_block_a_fast_one() {
 
 #[test]
 fn interrupt_wakes_a_waiting_handler() {
-    let h = Harness::started(cfg(), TestDevice::new());
+    let dev = TestDevice::new();
+    let h = Harness::started(cfg(), dev.clone());
     let fh = h.peer.open();
     let (u, rx) = h
         .peer
         .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, SLOW, 30_000, &[], 0);
-    thread::sleep(Duration::from_millis(50));
+    common::eventually("the handler runs", || dev.calls(SLOW) == 1);
     let t = Instant::now();
     h.peer.interrupt(u);
     let r = common::wait(&rx, u);
@@ -295,7 +296,7 @@ fn a_request_interrupted_in_the_queue_gets_eintr_without_its_handler() {
     let fh = h.peer.open();
     let flags = FUSE_IOCTL_UNRESTRICTED;
     let (slow, slow_rx) = h.peer.start_ioctl(fh, flags, SLOW, 500, &[], 0);
-    thread::sleep(Duration::from_millis(50));
+    common::eventually("the slow handler runs", || dev.calls(SLOW) == 1);
     let (fast, fast_rx) = h.peer.start_ioctl(fh, flags, FAST, 0, &[], 0);
     h.peer.interrupt(fast);
     assert_eq!(common::wait(&slow_rx, slow).errno(), 0);
@@ -320,17 +321,13 @@ fn the_pool_grows_to_its_bound_and_shrinks_when_idle() {
                 .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, SLOW, 400, &[], 0)
         })
         .collect();
-    thread::sleep(Duration::from_millis(150));
-    assert_eq!(h.control.worker_count(), 4);
+    common::eventually("four workers", || h.control.worker_count() == 4);
     for (u, rx) in pending {
         assert_eq!(common::wait(&rx, u).errno(), 0);
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while h.control.worker_count() > 1 {
-        assert!(Instant::now() < deadline, "workers did not shrink");
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(h.control.worker_count(), 1);
+    common::eventually("the workers shrink to one", || {
+        h.control.worker_count() == 1
+    });
     h.finish();
 }
 
@@ -517,12 +514,13 @@ fn stop_ends_run_while_idle() {
 
 #[test]
 fn stop_lets_a_running_handler_answer_and_then_closes() {
-    let mut h = Harness::started(cfg(), TestDevice::new());
+    let dev = TestDevice::new();
+    let mut h = Harness::started(cfg(), dev.clone());
     let fh = h.peer.open();
     let (u, rx) = h
         .peer
         .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, SLOW, 300, &[], 0);
-    thread::sleep(Duration::from_millis(50));
+    common::eventually("the handler runs", || dev.calls(SLOW) == 1);
     h.control.stop();
     h.join().unwrap();
     assert_eq!(common::wait(&rx, u).errno(), 0);
@@ -644,9 +642,9 @@ fn a_handler_stuck_on_client_memory_is_answered_at_the_deadline() {
         "{took:?}"
     );
     // The handler finishes later; its reply is not sent a second time.
-    while dev.client_waits_fired.lock().unwrap().is_empty() {
-        thread::sleep(Duration::from_millis(20));
-    }
+    common::eventually("the parked handler comes back", || {
+        !dev.client_waits_fired.lock().unwrap().is_empty()
+    });
     assert_eq!(*dev.client_waits_fired.lock().unwrap(), [true]);
     thread::sleep(Duration::from_millis(100));
     assert_eq!(h.peer.answered().get(&u), Some(&1));
@@ -670,7 +668,7 @@ fn an_interrupt_releases_a_client_whose_handler_is_stuck_on_its_memory() {
     let (u, rx) = h
         .peer
         .start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 1500, &[], 0);
-    thread::sleep(Duration::from_millis(100));
+    common::eventually("the handler runs", || dev.calls(CLIENT_WAIT) == 1);
     let t = Instant::now();
     h.peer.interrupt(u);
     let r = common::wait(&rx, u);
@@ -680,9 +678,9 @@ fn an_interrupt_releases_a_client_whose_handler_is_stuck_on_its_memory() {
         "{:?}",
         t.elapsed()
     );
-    while dev.client_waits_fired.lock().unwrap().is_empty() {
-        thread::sleep(Duration::from_millis(20));
-    }
+    common::eventually("the parked handler comes back", || {
+        !dev.client_waits_fired.lock().unwrap().is_empty()
+    });
     thread::sleep(Duration::from_millis(100));
     assert_eq!(h.peer.answered().get(&u), Some(&1));
     h.finish();
