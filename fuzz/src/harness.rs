@@ -335,6 +335,7 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             objects: 10,
             in_flight: 256,
             os_descriptor_bytes: 8 << 20,
+            gpu_memory: Some(64 << 20),
         };
     }
     pa.uvm_mmap = !cfg.uvm_mmap_off();

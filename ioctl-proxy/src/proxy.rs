@@ -480,6 +480,16 @@ impl Proxy {
         freed
     }
 
+    /// Per GPU of the instance (host minor, in the instance's order): the bytes of video memory
+    /// its objects hold (`vidmem.rs`). The quota is `policy().quotas.gpu_memory`.
+    pub fn gpu_memory_used(&self) -> Vec<(u32, u64)> {
+        let t = lock(&self.objects);
+        self.gpus
+            .iter()
+            .map(|g| (g.minor, t.vid_used(g.gpu_id)))
+            .collect()
+    }
+
     /// Releases every open still held (revocation: the instance stops while clients hold its
     /// files; their calls fail with `ENOTCONN` from the gone node, so nothing they hold can be
     /// used again). Returns how many.
