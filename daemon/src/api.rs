@@ -365,6 +365,10 @@ pub enum InstanceCommand {
         /// /dev/cuse can be opened, else socket).
         #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
         transport: config::Transport,
+        /// Video memory the instance may hold on each of its GPUs (e.g. 10GiB, 512MiB);
+        /// default: no quota.
+        #[arg(long, value_name = "SIZE")]
+        gpu_memory: Option<config::ByteSize>,
         #[command(flatten)]
         socket: SocketArg,
     },
@@ -444,6 +448,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             policy,
             user,
             transport,
+            gpu_memory,
             socket,
         } => {
             let policy = match policy {
@@ -466,6 +471,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_objects: None,
                 max_in_flight: None,
                 max_os_descriptor_bytes: None,
+                gpu_memory: *gpu_memory,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: *transport,
