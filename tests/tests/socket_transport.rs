@@ -1315,3 +1315,95 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
         "left in the run directory"
     );
 }
+
+// ---- GPU memory quotas (issue 22) -------------------------------------------------------------
+
+const GIB: u64 = 1 << 30;
+
+/// libcuda under `--gpu-memory 10GiB`: `cuMemGetInfo` shows the quota as total and the
+/// instance's own use; 8 GiB allocate, 4 GiB more fail with `CUDA_ERROR_OUT_OF_MEMORY`, and
+/// allocate once the 8 GiB are freed; nvidia-smi shows the quota and the use.
+#[test]
+fn test_a_gpu_memory_quota_through_libcuda_and_nvidia_smi() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let (big, more) = ((8 * GIB).to_string(), (4 * GIB).to_string());
+    let o = probe(
+        &["--gpu-memory", "10GiB"],
+        &lib,
+        &["--bytes", &big, "--more-bytes", &more, "mem-quota"],
+    );
+    let v = summary(&o);
+    let s = step(&v, "mem-quota");
+    assert_eq!(s["total"], 10 * GIB, "{v}");
+    let (before, held) = (
+        s["free_before"].as_u64().unwrap(),
+        s["free_held"].as_u64().unwrap(),
+    );
+    assert!(
+        before < 10 * GIB && before > 9 * GIB,
+        "libcuda's own use only: {v}"
+    );
+    assert_eq!(before - held, 8 * GIB, "{v}");
+    assert_eq!(s["more_result"], 2, "CUDA_ERROR_OUT_OF_MEMORY: {v}");
+    assert_eq!(s["more_after_free_result"], 0, "{v}");
+    // cuDeviceTotalMem shows the quota too.
+    assert_eq!(step(&v, "init")["devices"][0]["total_mem"], 10 * GIB, "{v}");
+
+    // nvidia-smi: the quota as total, nothing used by a fresh instance.
+    let smi = smi.to_str().expect("utf-8 path");
+    let o = exec_env(
+        &["--gpu-memory", "10GiB"],
+        &[("LD_LIBRARY_PATH", lib.as_path())],
+        &[
+            smi,
+            "--query-gpu=memory.total,memory.used,memory.free",
+            "--format=csv,noheader",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "10240 MiB, 0 MiB, 10240 MiB\n",
+        "{}",
+        text(&o)
+    );
+}
+
+/// A killed process's memory goes back to its instance: a first probe holds 8 GiB of a
+/// 10 GiB quota and is killed; a second then allocates 8 GiB.
+#[test]
+fn test_a_killed_process_gives_its_gpu_memory_back() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    let dirs = TestDirs::new("quota-kill");
+    let ready = dirs.0.join("ready");
+    let script = format!(
+        "export LD_LIBRARY_PATH={lib}; {probe} --bytes {big} --ready-file {ready} hold >/dev/null & \
+         pid=$!; for i in $(seq 600); do [ -e {ready} ] && break; sleep 0.05; done; \
+         [ -e {ready} ] || exit 9; \
+         {probe} --bytes {big} --more-bytes {big} mem-quota > {ready}.held; \
+         kill -9 $pid; wait $pid; \
+         exec {probe} --bytes {big} --more-bytes 4096 mem-quota",
+        lib = lib.display(),
+        probe = PROBE,
+        big = 8 * GIB,
+        ready = ready.display(),
+    );
+    let o = exec(&["--gpu-memory", "10GiB"], &["sh", "-c", &script]);
+    let v = summary(&o);
+    assert_eq!(step(&v, "mem-quota")["more_result"], 0, "{v}");
+    // While the first held its 8 GiB, the second could not get 8 GiB more.
+    let held = std::fs::read_to_string(format!("{}.held", ready.display())).unwrap();
+    let h: Value = serde_json::from_str(held.lines().last().unwrap()).unwrap();
+    assert_eq!(h["failed"]["call"], "cuMemAlloc_v2", "{h}");
+    assert_eq!(h["failed"]["result"], 2, "{h}");
+}
