@@ -419,8 +419,7 @@ impl Req<'_> {
                     charge = self.px.objects().vid_of(h_client, q.object.data[2]);
                 }
                 let open = self.unix_fd(plan, p, offset_of!(P, fd))?;
-                if charge.is_some() && self.px.objects().holds_of(open).len() >= MAX_HOLDS_PER_OPEN
-                {
+                if charge.is_some() && self.px.objects().hold_count(open) >= MAX_HOLDS_PER_OPEN {
                     return deny(
                         NV_ERR_INSUFFICIENT_RESOURCES,
                         "export holds of the fd's file",

@@ -205,8 +205,9 @@ struct VidBooks {
     used: BTreeMap<u32, u64>,
     /// The next block number.
     next: u64,
-    /// Export holds: the open whose file holds the export → blocks (with repeats).
-    holds: HashMap<OwnerId, Vec<u64>>,
+    /// Holds: the open whose file holds the memory → (key, block), with repeats. Key 0: an
+    /// export; else the UVM mapping's base address.
+    holds: HashMap<OwnerId, Vec<(u64, u64)>>,
 }
 
 impl VidBooks {
@@ -618,10 +619,36 @@ impl ObjectTable {
         }
         // The open's file held exports: its release drops them (the driver's export client
         // goes with the file).
-        for b in self.vid.holds.remove(&owner).unwrap_or_default() {
+        self.drop_holds(owner);
+        gone
+    }
+
+    /// Drops every hold of `owner`'s file (the file was released).
+    pub fn drop_holds(&mut self, owner: OwnerId) {
+        for (_, b) in self.vid.holds.remove(&owner).unwrap_or_default() {
             self.vid.drop_ref(b);
         }
-        gone
+    }
+
+    /// Drops the holds of `owner` whose key lies in `[lo, hi)` (a UVM range freed).
+    pub fn drop_holds_in(&mut self, owner: OwnerId, lo: u64, hi: u64) {
+        let Some(list) = self.vid.holds.get_mut(&owner) else {
+            return;
+        };
+        let mut gone = Vec::new();
+        list.retain(|&(k, b)| {
+            let keep = !(lo..hi).contains(&k);
+            if !keep {
+                gone.push(b);
+            }
+            keep
+        });
+        if list.is_empty() {
+            self.vid.holds.remove(&owner);
+        }
+        for b in gone {
+            self.vid.drop_ref(b);
+        }
     }
 
     fn drop_vid<'a>(&mut self, objects: impl IntoIterator<Item = &'a Object>) {
@@ -658,13 +685,27 @@ impl ObjectTable {
     /// driver keeps the memory until the file is closed). `false`: the open holds
     /// [`MAX_HOLDS_PER_OPEN`] already.
     pub fn hold(&mut self, owner: OwnerId, charge: VidCharge) -> bool {
+        self.hold_at(owner, 0, charge)
+    }
+
+    /// [`ObjectTable::hold`] under `key` (a UVM mapping's base, [`ObjectTable::drop_holds_in`]).
+    pub fn hold_at(&mut self, owner: OwnerId, key: u64, charge: VidCharge) -> bool {
         let n = self.vid.holds.get(&owner).map_or(0, Vec::len);
         if n >= MAX_HOLDS_PER_OPEN {
             return false;
         }
         self.vid.add_ref(charge);
-        self.vid.holds.entry(owner).or_default().push(charge.block);
+        self.vid
+            .holds
+            .entry(owner)
+            .or_default()
+            .push((key, charge.block));
         true
+    }
+
+    /// How many holds `owner`'s file keeps.
+    pub fn hold_count(&self, owner: OwnerId) -> usize {
+        self.vid.holds.get(&owner).map_or(0, Vec::len)
     }
 
     /// The charges `owner`'s file holds for exports, in export order.
@@ -674,7 +715,8 @@ impl ObjectTable {
             .get(&owner)
             .into_iter()
             .flatten()
-            .filter_map(|b| self.vid.blocks.get(b).map(|e| e.0))
+            .filter(|(k, _)| *k == 0)
+            .filter_map(|(_, b)| self.vid.blocks.get(b).map(|e| e.0))
             .collect()
     }
 
