@@ -120,12 +120,13 @@ impl Req<'_> {
                 }
             }
         }
+        let only = match self.px.gpus.as_slice() {
+            [only] => Some(only.gpu_id),
+            _ => None,
+        };
         device_instance
             .and_then(|d| self.px.device_gpu(d))
-            .or_else(|| match self.px.gpus.as_slice() {
-                [only] => Some(only.gpu_id),
-                _ => None,
-            })
+            .or(only)
     }
 
     /// Whether `bytes` more on `gpu` fit the instance's quota; call under the RM lock.
