@@ -124,9 +124,7 @@ impl Req<'_> {
             [only] => Some(only.gpu_id),
             _ => None,
         };
-        device_instance
-            .and_then(|d| self.px.device_gpu(d))
-            .or(only)
+        device_instance.and_then(|d| self.px.device_gpu(d)).or(only)
     }
 
     /// Whether `bytes` more on `gpu` fit the instance's quota; call under the RM lock.

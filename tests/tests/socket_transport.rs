@@ -1407,3 +1407,150 @@ fn test_a_killed_process_gives_its_gpu_memory_back() {
     assert_eq!(h["failed"]["call"], "cuMemAlloc_v2", "{h}");
     assert_eq!(h["failed"]["result"], 2, "{h}");
 }
+
+/// Two served instances on one simulated GPU (`[sim] process = true`: one driver), 10 GiB each:
+/// while B holds 8 GiB, A still allocates 8 GiB, 4 GiB more fail with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, and A's `cuMemGetInfo` and nvidia-smi show A's quota and A's
+/// own use only; `instance list` shows B's use.
+#[test]
+fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let bin = nvproxy_bin();
+    let tag = std::process::id();
+    let (a, b) = (format!("qa{tag}"), format!("qb{tag}"));
+    let dirs = TestDirs::new("quota-serve");
+    let config = dirs.0.join("config.toml");
+    let inst = |n: &str| {
+        format!(
+            "[[instance]]\nname = \"{n}\"\ngpus = [0]\ntransport = \"socket\"\n\
+             gpu_memory = \"10GiB\"\n"
+        )
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "driver = \"sim\"\n[sim]\ngpus = 1\nprocess = true\n[daemon]\n\
+             overcommit_gpu_memory = false\n{}{}[cdi]\nspec = \"\"\n",
+            inst(&a),
+            inst(&b)
+        ),
+    )
+    .expect("config");
+    let mut serve = dirs
+        .on(&mut Command::new(&bin))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning nvproxy serve");
+    let mut out = serve.stdout.take().expect("stdout");
+    // serve prints a line once its instances serve.
+    let (mut ready_line, mut byte) = (Vec::new(), [0u8; 1]);
+    let started = Instant::now();
+    while !ready_line.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => ready_line.push(byte[0]),
+            _ => break,
+        }
+    }
+    let ld = format!("LD_LIBRARY_PATH={}", lib.display());
+    let run = |name: &str, cmd: &[&str]| {
+        let mut c = Command::new(&bin);
+        dirs.on(&mut c)
+            .args(["run", "--instance", name, "--", "env", &ld])
+            .args(cmd)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    // B holds 8 GiB.
+    let ready = dirs.0.join("b-ready");
+    let big = (8 * GIB).to_string();
+    let hold = run(
+        &b,
+        &[
+            PROBE,
+            "--bytes",
+            &big,
+            "--ready-file",
+            ready.to_str().unwrap(),
+            "hold",
+        ],
+    )
+    .spawn()
+    .expect("B's holder");
+    while !ready.exists() && started.elapsed() < TIMEOUT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let list = dirs
+        .on(&mut Command::new(&bin))
+        .args(["instance", "list"])
+        .output()
+        .expect("instance list");
+    // A: 8 GiB allocate, 4 GiB more do not; its view is its own.
+    let more = (4 * GIB).to_string();
+    let o_a = run(
+        &a,
+        &[PROBE, "--bytes", &big, "--more-bytes", &more, "mem-quota"],
+    )
+    .output()
+    .expect("A's probe");
+    let smi_a = run(
+        &a,
+        &[
+            smi.to_str().unwrap(),
+            "--query-gpu=memory.total,memory.used",
+            "--format=csv,noheader",
+        ],
+    )
+    .output()
+    .expect("A's nvidia-smi");
+    std::fs::write(format!("{}.release", ready.display()), b"").expect("release");
+    let o_b = hold.wait_with_output().expect("B's holder");
+    // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
+    unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
+    let _ = serve.wait();
+
+    assert!(o_b.status.success(), "{}", text(&o_b));
+    let v = summary(&o_a);
+    let s = step(&v, "mem-quota");
+    assert_eq!(s["total"], 10 * GIB, "{v}");
+    assert!(
+        s["free_before"].as_u64().unwrap() > 9 * GIB,
+        "B's use is not A's: {v}"
+    );
+    assert_eq!(s["more_result"], 2, "CUDA_ERROR_OUT_OF_MEMORY: {v}");
+    assert_eq!(s["more_after_free_result"], 0, "{v}");
+    assert_eq!(
+        String::from_utf8_lossy(&smi_a.stdout),
+        "10240 MiB, 0 MiB\n",
+        "{}",
+        text(&smi_a)
+    );
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let row = |n: &str| {
+        list.lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(row(&b).contains("/10.0GiB"), "{list}");
+    assert!(row(&a).contains("0.0GiB/10.0GiB"), "{list}");
+    let b_used: f64 = row(&b)
+        .split_whitespace()
+        .find(|c| c.ends_with("/10.0GiB"))
+        .and_then(|c| c.strip_suffix("GiB/10.0GiB"))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0.0);
+    assert!(b_used >= 8.0, "{list}");
+}

@@ -35,7 +35,8 @@
 //!   (must succeed; `free_held`), `cuMemAlloc_v2` of `--more-bytes` (its `CUresult` in
 //!   `more_result`, freed if it succeeded), `cuMemFree_v2` of the first, `--more-bytes` again
 //!   (`more_after_free_result`), freed;
-//! - `hold`: `cuMemAlloc_v2` of `--bytes`, then creates `--ready-file` and sleeps until killed.
+//! - `hold`: `cuMemAlloc_v2` of `--bytes`, then creates `--ready-file` and waits until killed
+//!   or until `<ready-file>.release` exists, then frees it.
 //!
 //! Every ioctl the process makes on an NVIDIA node is counted, the last few are kept with their
 //! decoded escape, control/class and NV status, and the GPU ids of the last successful
@@ -798,8 +799,17 @@ impl Probe {
                 });
             }
         }
+        // Until killed, or until `<ready-file>.release` exists (then the memory is freed).
+        let release = ready.map(|f| format!("{f}.release"));
         loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
+            if release
+                .as_deref()
+                .is_some_and(|r| std::path::Path::new(r).exists())
+            {
+                // SAFETY: the allocation above.
+                return check("cuMemFree_v2", unsafe { (self.cuda.mem_free)(a) });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
