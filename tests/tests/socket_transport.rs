@@ -1372,6 +1372,26 @@ fn test_a_gpu_memory_quota_through_libcuda_and_nvidia_smi() {
         "{}",
         text(&o)
     );
+    // The table and -q.
+    let env = [("LD_LIBRARY_PATH", lib.as_path())];
+    let o = exec_env(&["--gpu-memory", "10GiB"], &env, &[smi]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("0MiB / 10240MiB"),
+        "{}",
+        text(&o)
+    );
+    let o = exec_env(&["--gpu-memory", "10GiB"], &env, &[smi, "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let q = String::from_utf8_lossy(&o.stdout).into_owned();
+    let fb: Vec<&str> = q
+        .lines()
+        .skip_while(|l| !l.contains("FB Memory Usage"))
+        .skip(1)
+        .take(4)
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim())
+        .collect();
+    assert_eq!(fb, ["10240 MiB", "0 MiB", "0 MiB", "10240 MiB"], "{q}");
 }
 
 /// A killed process's memory goes back to its instance: a first probe holds 8 GiB of a
@@ -1515,6 +1535,16 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
     )
     .output()
     .expect("A's nvidia-smi");
+    let smi_b = run(
+        &b,
+        &[
+            smi.to_str().unwrap(),
+            "--query-gpu=memory.total,memory.used",
+            "--format=csv,noheader",
+        ],
+    )
+    .output()
+    .expect("B's nvidia-smi");
     std::fs::write(format!("{}.release", ready.display()), b"").expect("release");
     let o_b = hold.wait_with_output().expect("B's holder");
     // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
@@ -1537,6 +1567,15 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
         "{}",
         text(&smi_a)
     );
+    // B sees its own 8 GiB (and what libcuda took for its context).
+    let b_smi = String::from_utf8_lossy(&smi_b.stdout).into_owned();
+    let b_mib: u64 = b_smi
+        .trim()
+        .strip_prefix("10240 MiB, ")
+        .and_then(|u| u.strip_suffix(" MiB"))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&smi_b)));
+    assert!((8192..9216).contains(&b_mib), "{b_smi}");
     let list = String::from_utf8_lossy(&list.stdout).into_owned();
     let row = |n: &str| {
         list.lines()
