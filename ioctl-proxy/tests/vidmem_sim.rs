@@ -192,6 +192,10 @@ fn test_a_closed_file_gives_the_memory_back() {
     assert_eq!(a.used(), 0);
     let mut a2 = instance(&_sim, "a2", Some(QUOTA));
     assert_eq!(a2.vid(0x100, 10 * GIB), NV_OK);
+    // A removed instance (every open released) gives its memory back too.
+    assert_eq!(a2.used(), 10 * GIB);
+    a2.t.proxy.release_all();
+    assert_eq!(a2.used(), 0);
 }
 
 #[test]
