@@ -26,7 +26,9 @@
 //! `OS_UNIX_EXPORT_OBJECTS_TO_FD` of counted memory (`NV_ERR_NOT_SUPPORTED`).
 //!
 //! Past the quota an allocation gets `NV_ERR_NO_MEMORY` without reaching the driver, the
-//! driver's answer for a full GPU (so `cuMemAlloc` returns `CUDA_ERROR_OUT_OF_MEMORY`). The
+//! driver's answer for a full GPU (`pmaAllocatePages` failing in `vidmemPmaAlloc`,
+//! `video_mem.c`; nvsim's books answer the same), so `cuMemAlloc` returns
+//! `CUDA_ERROR_OUT_OF_MEMORY`. The
 //! check is made under the RM mutation lock, so two threads cannot both take the last room. A
 //! request is admitted by its size rounded up to 4 KiB and counted by the larger of that and
 //! the size the driver reports back.
