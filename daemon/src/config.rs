@@ -435,6 +435,10 @@ impl std::str::FromStr for ByteSize {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
+        let not_a_size = || format!("{s:?} is not a size (e.g. \"10GiB\", \"512MiB\")");
+        if num.is_empty() {
+            return Err(not_a_size());
+        }
         let mult: u64 = match unit.trim() {
             "" | "B" => 1,
             "KiB" => 1 << 10,
@@ -451,9 +455,7 @@ impl std::str::FromStr for ByteSize {
                 ));
             }
         };
-        let v: f64 = num
-            .parse()
-            .map_err(|_| format!("{s:?} is not a size (e.g. \"10GiB\", \"512MiB\")"))?;
+        let v: f64 = num.parse().map_err(|_| not_a_size())?;
         let bytes = v * mult as f64;
         if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
             return Err(format!("{s:?}: a size must be at least 1 byte"));
@@ -938,12 +940,20 @@ mod tests {
         assert_eq!(q("4096").unwrap(), Some(4096));
         let none = Config::parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n");
         assert_eq!(none.unwrap().instances[0].quotas().gpu_memory, None);
-        for bad in ["\"10 parsecs\"", "\"GiB\"", "0", "\"0GiB\"", "\"-1GiB\""] {
+        for bad in [
+            "\"10 parsecs\"",
+            "\"GiB\"",
+            "\"ten GiB\"",
+            "0",
+            "\"0GiB\"",
+            "\"-1GiB\"",
+        ] {
             let err = format!("{:#}", q(bad).unwrap_err());
             assert!(err.contains("size") || err.contains("unit"), "{bad}: {err}");
             assert!(!err.contains("ByteSize"), "no debug formatting: {err}");
         }
         assert!(format!("{:#}", q("\"10 parsecs\"").unwrap_err()).contains("unknown unit"));
+        assert!(format!("{:#}", q("\"ten GiB\"").unwrap_err()).contains("is not a size"));
     }
 
     #[test]
