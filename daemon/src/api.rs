@@ -365,6 +365,10 @@ pub enum InstanceCommand {
         /// /dev/cuse can be opened, else socket).
         #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
         transport: config::Transport,
+        /// Video memory the instance may hold on each of its GPUs (e.g. 10GiB, 512MiB);
+        /// default: no quota.
+        #[arg(long, value_name = "SIZE")]
+        gpu_memory: Option<config::ByteSize>,
         #[command(flatten)]
         socket: SocketArg,
     },
@@ -428,6 +432,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             policy,
             user,
             transport,
+            gpu_memory,
             socket,
         } => {
             let policy = match policy {
@@ -450,6 +455,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_objects: None,
                 max_in_flight: None,
                 max_os_descriptor_bytes: None,
+                gpu_memory: *gpu_memory,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: *transport,
@@ -513,12 +519,26 @@ pub fn metrics(socket: &SocketArg) -> Result<()> {
 
 /// `nvproxy instance list` as a table.
 pub fn table(instances: &[InstanceInfo]) -> String {
-    let rows: Vec<[String; 9]> = instances
+    let rows: Vec<[String; 10]> = instances
         .iter()
         .map(|i| {
             let (files, objects) = i.stats.as_ref().map_or(("-".into(), "-".into()), |s| {
                 (s.open_files.to_string(), s.objects.to_string())
             });
+            let memory = i
+                .stats
+                .as_ref()
+                .filter(|s| !s.gpu_memory.is_empty())
+                .map_or("-".into(), |s| {
+                    s.gpu_memory
+                        .iter()
+                        .map(|g| {
+                            let quota = g.quota.map_or("-".into(), gib);
+                            format!("{}/{quota}", gib(g.used))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                });
             [
                 i.name.clone(),
                 if i.pid == 0 {
@@ -540,11 +560,12 @@ pub fn table(instances: &[InstanceInfo]) -> String {
                 },
                 files,
                 objects,
+                memory,
                 i.state.clone(),
             ]
         })
         .collect();
-    let mut widths = [4, 3, 4, 4, 4, 9, 5, 7, 5];
+    let mut widths = [4, 3, 4, 4, 4, 9, 5, 7, 10, 5];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.len());
@@ -571,6 +592,7 @@ pub fn table(instances: &[InstanceInfo]) -> String {
             "TRANSPORT",
             "FILES",
             "OBJECTS",
+            "GPU MEMORY",
             "STATE",
         ]
         .map(String::from),
@@ -579,6 +601,11 @@ pub fn table(instances: &[InstanceInfo]) -> String {
         out.push_str(&fmt_row(r));
     }
     out
+}
+
+/// Bytes as GiB with one decimal (`8.0GiB`).
+fn gib(bytes: u64) -> String {
+    format!("{:.1}GiB", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// GPU names to host minors: a number is a minor; `GPU-…` a UUID and `dddd:bb:dd.f` a PCI bus
@@ -683,13 +710,25 @@ mod tests {
                 pid: 77,
                 open_files: 3,
                 objects: 12,
+                gpu_memory: vec![
+                    crate::worker_spec::GpuMemoryStat {
+                        gpu: 0,
+                        used: 8 << 30,
+                        quota: Some(10 << 30),
+                    },
+                    crate::worker_spec::GpuMemoryStat {
+                        gpu: 1,
+                        used: 0,
+                        quota: Some(10 << 30),
+                    },
+                ],
                 ..Default::default()
             }),
         }]);
         assert_eq!(
             t,
-            "NAME   PID  GPUS  CAPS     MODE     TRANSPORT  FILES  OBJECTS  STATE\n\
-             job42  77   0,1   compute  enforce  socket     3      12       running\n"
+            "NAME   PID  GPUS  CAPS     MODE     TRANSPORT  FILES  OBJECTS  GPU MEMORY                     STATE\n\
+             job42  77   0,1   compute  enforce  socket     3      12       8.0GiB/10.0GiB,0.0GiB/10.0GiB  running\n"
         );
     }
 

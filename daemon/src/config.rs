@@ -13,6 +13,8 @@
 //! allow_unrestricted_mmap_fds = false  # true: without Landlock ABI 5, hand tenants host fds
 //!                                      # for RM mmaps that they can also ioctl (no isolation)
 //! abi_dir = "/etc/nvproxy/abi.d" # node files (`nvproxy abi import`) serve verifies and loads
+//! overcommit_gpu_memory = true   # false: check-config refuses gpu_memory quotas that add
+//!                                # up past a GPU's memory (checked for simulated GPUs)
 //! abi_version = "580.173.02"     # serve a host driver with no node with this version's
 //!                                # tables (at your own risk; warned about at start)
 //!
@@ -31,6 +33,8 @@
 //! max_os_descriptor_bytes = 4294967296  # OS-descriptor memory (host memory the GPU maps from
 //!                                # the tenant's files) pinned at once (past it:
 //!                                # NV_ERR_INVALID_ADDRESS, the driver's "cannot pin")
+//! gpu_memory = "10GiB"          # video memory per GPU of the instance (absent: no quota);
+//!                                # past it allocations fail as on a full GPU (NV_ERR_NO_MEMORY)
 //! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
 //!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
@@ -225,6 +229,10 @@ pub struct DaemonSection {
     /// On SIGTERM, leave the workers serving (a later supervisor re-adopts them) instead of
     /// stopping them: for supervisor restarts under systemd with `KillMode=process`.
     pub keep_workers: bool,
+    /// Whether `[[instance]] gpu_memory` quotas may add up past a GPU's memory (default true:
+    /// like the driver, the first to allocate gets the memory). False: `check-config` refuses
+    /// such a configuration (for GPUs whose memory it knows: the simulated ones).
+    pub overcommit_gpu_memory: Option<bool>,
     /// A group whose members may use the instance API (the control socket) besides root.
     pub api_group: Option<String>,
     /// Directory of node files (`nvproxy abi import --from-source`) for driver versions the
@@ -362,6 +370,11 @@ pub struct InstanceConfig {
     /// `NV_ERR_INVALID_ADDRESS` (default 4 GiB, `ioctl_proxy::Quotas`).
     #[serde(default)]
     pub max_os_descriptor_bytes: Option<u64>,
+    /// Video memory the instance may hold on each of its GPUs (`"10GiB"`, `"512MiB"` or a
+    /// number of bytes); past it allocations get `NV_ERR_NO_MEMORY`, the driver's answer for a
+    /// full GPU. Absent: no quota.
+    #[serde(default)]
+    pub gpu_memory: Option<ByteSize>,
     /// What the supervisor does when the instance's worker exits unasked: `on-failure`
     /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
     #[serde(default)]
@@ -402,6 +415,67 @@ impl InstanceConfig {
             os_descriptor_bytes: self
                 .max_os_descriptor_bytes
                 .unwrap_or(d.os_descriptor_bytes),
+            gpu_memory: self.gpu_memory.map(|b| b.0),
+        }
+    }
+}
+
+/// A size in bytes, written as a number of bytes or a string with a binary or decimal unit
+/// (`"10GiB"`, `"512MiB"`, `"1.5GiB"`, `"8GB"`, `"4096"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let not_a_size = || format!("{s:?} is not a size (e.g. \"10GiB\", \"512MiB\")");
+        if num.is_empty() {
+            return Err(not_a_size());
+        }
+        let mult: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "TiB" => 1 << 40,
+            "KB" | "kB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            "TB" => 1_000_000_000_000,
+            u => {
+                return Err(format!(
+                    "{s:?}: unknown unit {u:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+                ));
+            }
+        };
+        let v: f64 = num.parse().map_err(|_| not_a_size())?;
+        let bytes = v * mult as f64;
+        if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+            return Err(format!("{s:?}: a size must be at least 1 byte"));
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(0) => Err(serde::de::Error::custom("a size must be at least 1 byte")),
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
         }
     }
 }
@@ -623,6 +697,28 @@ impl Config {
                 bail!("instance name {:?} is used twice", inst.name);
             }
         }
+        if self.driver == DriverKind::Sim && self.daemon.overcommit_gpu_memory == Some(false) {
+            // The simulated GPUs' memory (nvsim's default GPU).
+            let total = nvsim::SimConfig::default_gpus(1).gpus[0].memory_bytes;
+            let mut sums = std::collections::BTreeMap::<u32, u64>::new();
+            for inst in &self.instances {
+                if let Some(q) = inst.gpu_memory {
+                    for &g in &inst.gpus {
+                        let e = sums.entry(g).or_default();
+                        *e = e.saturating_add(q.0);
+                    }
+                }
+            }
+            if let Some((g, sum)) = sums.iter().find(|(_, s)| **s > total) {
+                let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+                bail!(
+                    "gpu_memory quotas on GPU {g} add up to {:.1} GiB, more than its {:.1} GiB, \
+                     and [daemon] overcommit_gpu_memory = false",
+                    gib(*sum),
+                    gib(total)
+                );
+            }
+        }
         if self.driver == DriverKind::Sim {
             for inst in &self.instances {
                 check_sim_gpus(
@@ -827,6 +923,56 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("max_objects = 0"), "{err:#}");
+    }
+
+    #[test]
+    fn test_gpu_memory_sizes_and_bad_sizes() {
+        let q = |v: &str| {
+            Config::parse(&format!(
+                "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\ngpu_memory = {v}\n"
+            ))
+            .map(|c| c.instances[0].quotas().gpu_memory)
+        };
+        assert_eq!(q("\"10GiB\"").unwrap(), Some(10 << 30));
+        assert_eq!(q("\"512MiB\"").unwrap(), Some(512 << 20));
+        assert_eq!(q("\"1.5GiB\"").unwrap(), Some(3 << 29));
+        assert_eq!(q("\"8GB\"").unwrap(), Some(8_000_000_000));
+        assert_eq!(q("4096").unwrap(), Some(4096));
+        let none = Config::parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n");
+        assert_eq!(none.unwrap().instances[0].quotas().gpu_memory, None);
+        for bad in [
+            "\"10 parsecs\"",
+            "\"GiB\"",
+            "\"ten GiB\"",
+            "0",
+            "\"0GiB\"",
+            "\"-1GiB\"",
+        ] {
+            let err = format!("{:#}", q(bad).unwrap_err());
+            assert!(err.contains("size") || err.contains("unit"), "{bad}: {err}");
+            assert!(!err.contains("ByteSize"), "no debug formatting: {err}");
+        }
+        assert!(format!("{:#}", q("\"10 parsecs\"").unwrap_err()).contains("unknown unit"));
+        assert!(format!("{:#}", q("\"ten GiB\"").unwrap_err()).contains("is not a size"));
+    }
+
+    #[test]
+    fn test_overcommit_off_refuses_quotas_past_a_gpus_memory() {
+        let cfg = |over: &str, a: &str, b: &str| {
+            Config::parse(&format!(
+                "driver = \"sim\"\n[daemon]\n{over}\n\
+                 [[instance]]\nname = \"a\"\ngpus = [0]\ngpu_memory = \"{a}\"\n\
+                 [[instance]]\nname = \"b\"\ngpus = [0]\ngpu_memory = \"{b}\"\n"
+            ))
+        };
+        // The simulated GPU has 80 GiB.
+        assert!(cfg("", "60GiB", "60GiB").is_ok(), "overcommit by default");
+        assert!(cfg("overcommit_gpu_memory = false", "40GiB", "40GiB").is_ok());
+        let err = cfg("overcommit_gpu_memory = false", "60GiB", "30GiB").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("add up to 90.0 GiB, more than its 80.0 GiB"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -133,6 +133,7 @@ impl device_plugin::Backend for ApiBackend {
             max_objects: None,
             max_in_flight: None,
             max_os_descriptor_bytes: None,
+            gpu_memory: None,
             restart: RestartPolicy::OnFailure,
             user: None,
             transport: self.transport,

@@ -157,6 +157,30 @@ impl Collector for Sampled {
                     .encode(e.encode_family(&instance_label(&i.name))?)?;
             }
         }
+        for (name, help, quota) in [
+            (
+                "nvproxy_gpu_memory_used_bytes",
+                "Video memory the instance's objects hold, per GPU (host minor)",
+                false,
+            ),
+            (
+                "nvproxy_gpu_memory_quota_bytes",
+                "The instance's video memory quota per GPU (only instances with one)",
+                true,
+            ),
+        ] {
+            let mut e = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (i, s) in &with_stats {
+                for g in &s.gpu_memory {
+                    let v = if quota { g.quota } else { Some(g.used) };
+                    let Some(v) = v else { continue };
+                    let labels: Labels =
+                        vec![("instance", i.name.clone()), ("gpu", g.gpu.to_string())];
+                    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+                        .encode(e.encode_family(&labels)?)?;
+                }
+            }
+        }
         {
             let mut e = encoder.encode_descriptor(
                 "nvproxy_ioctls",
@@ -526,6 +550,11 @@ mod tests {
                         count: 12,
                     }],
                     latency: l.snapshot(),
+                    gpu_memory: vec![crate::worker_spec::GpuMemoryStat {
+                        gpu: 1,
+                        used: 8 << 30,
+                        quota: Some(10 << 30),
+                    }],
                 }),
             },
             InstanceSample {
@@ -547,6 +576,8 @@ mod tests {
             "nvproxy_worker_restarts_total{instance=\"dead\"} 5",
             "nvproxy_open_files{instance=\"job42\"} 3",
             "nvproxy_objects{instance=\"job42\"} 9",
+            "nvproxy_gpu_memory_used_bytes{instance=\"job42\",gpu=\"1\"} 8589934592",
+            "nvproxy_gpu_memory_quota_bytes{instance=\"job42\",gpu=\"1\"} 10737418240",
             "nvproxy_ioctls_total{instance=\"job42\",kind=\"control\",name=\"NV2080_CTRL_CMD_GPU_GET_INFO_V2\",decision=\"allowed\"} 12",
             "nvproxy_ioctl_duration_seconds_count{instance=\"job42\"} 3",
             "nvproxy_ioctl_duration_seconds_bucket{le=\"0.00001\",instance=\"job42\"} 1",

@@ -34,6 +34,10 @@ pub struct ExecArgs {
     /// Driver capabilities, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "compute,utility")]
     pub caps: Vec<String>,
+    /// Video memory the instance may hold on each of its GPUs (e.g. 10GiB, 512MiB); past it
+    /// allocations fail as on a full GPU. Default: no quota.
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_memory: Option<config::ByteSize>,
     /// enforce, or audit (allow what the ABI knows, record what enforce would deny).
     #[arg(long, value_enum, default_value_t = Mode::Enforce)]
     pub mode: Mode,
@@ -168,6 +172,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_objects: None,
         max_in_flight: None,
         max_os_descriptor_bytes: None,
+        gpu_memory: args.gpu_memory,
         restart: config::RestartPolicy::No,
         user: None,
         transport,

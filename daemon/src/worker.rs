@@ -298,6 +298,15 @@ fn answer_stats(
         pid: std::process::id(),
         open_files: proxy.open_files(),
         objects: proxy.object_count(),
+        gpu_memory: proxy
+            .gpu_memory_used()
+            .into_iter()
+            .map(|(gpu, used)| crate::worker_spec::GpuMemoryStat {
+                gpu,
+                used,
+                quota: proxy.policy().quotas.gpu_memory,
+            })
+            .collect(),
         ioctls: proxy
             .counts()
             .snapshot()

@@ -95,6 +95,20 @@ pub struct WorkerStats {
     /// The worker's request latencies.
     #[serde(default)]
     pub latency: LatencySnapshot,
+    /// Video memory the instance holds, per GPU (`ioctl_proxy` `vidmem.rs`).
+    #[serde(default)]
+    pub gpu_memory: Vec<GpuMemoryStat>,
+}
+
+/// One GPU's video memory of an instance, as the stats socket carries it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GpuMemoryStat {
+    /// The GPU's host minor.
+    pub gpu: u32,
+    /// Bytes the instance's objects hold.
+    pub used: u64,
+    /// The instance's quota on it (`None`: no quota).
+    pub quota: Option<u64>,
 }
 
 /// A histogram as the stats socket carries it.

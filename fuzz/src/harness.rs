@@ -335,6 +335,7 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             objects: 10,
             in_flight: 256,
             os_descriptor_bytes: 8 << 20,
+            gpu_memory: Some(64 << 20),
         };
     }
     pa.uvm_mmap = !cfg.uvm_mmap_off();
@@ -412,6 +413,10 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             "instance {name}: open-file slots left"
         );
         assert_eq!(t.uvm.open_count(), 0);
+        assert!(
+            t.proxy.gpu_memory_used().iter().all(|&(_, u)| u == 0),
+            "instance {name}: video memory counted after every open was closed"
+        );
     }
     let st = sim.stats();
     assert_eq!(
@@ -700,6 +705,14 @@ impl World {
     fn check_live(&self, a: &Tenant, b: &Tenant, b_client: Option<u32>, b_objects: usize) {
         let n = a.proxy.counts().len();
         assert!(n <= COUNT_BOUND, "{n} audit count rows");
+        if let Some(q) = a.proxy.policy().quotas.gpu_memory {
+            for (gpu, used) in a.proxy.gpu_memory_used() {
+                assert!(
+                    used <= q,
+                    "A holds {used} bytes on GPU {gpu}, past its quota {q}"
+                );
+            }
+        }
         let driver_clients: HashSet<u32> = self.sim.client_handles().into_iter().collect();
         for &h in &a.clients {
             if a.proxy.has_client(h) {

@@ -182,7 +182,21 @@ impl Req<'_> {
             self.alloc_prepare(eff, spec.name, h_root, &mut plan, pbuf)?
         };
 
+        if eff == NV_MEMORY_FABRIC && self.px.policy.quotas.gpu_memory.is_some() {
+            return deny(
+                NV_ERR_INVALID_CLASS,
+                "fabric memory cannot be counted against a GPU memory quota",
+            );
+        }
+        // Video memory (vidmem.rs): the GPU and size, admitted under the RM lock below.
+        let vid = (eff == NV01_MEMORY_LOCAL_USER).then(|| {
+            let size = pbuf.map_or(0, |p| rd64(plan.buf(Some(p)), crate::vidmem::MEM_SIZE));
+            (self.vid_gpu(h_root, h_parent), size)
+        });
         let guard = self.px.rm_lock();
+        if let Some((gpu, size)) = vid {
+            self.vid_admit(gpu, size)?;
+        }
         if eff == NV01_DEVICE_0 {
             let device = pbuf.map_or(0, |p| plan.get::<NV0080_ALLOC_PARAMETERS>(Some(p)).deviceId);
             if !self.device_in_set(h_root, device) {
@@ -236,7 +250,15 @@ impl Req<'_> {
                         .into_iter()
                         .filter(|&d| t.contains(h_root, d))
                         .collect();
-                    t.add_object_with(h_root, h_parent, h, eff, &deps, Origin::alloc(rec))
+                    let charge = vid.and_then(|(gpu, size)| {
+                        let back = rec
+                            .out
+                            .as_deref()
+                            .map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
+                        let bytes = crate::vidmem::pages(size.max(back));
+                        gpu.map(|g| t.new_vid_charge(g, bytes))
+                    });
+                    t.add_vid_object(h_root, h_parent, h, eff, &deps, Origin::alloc(rec), charge)
                 }
             };
             debug!(?r, h, class = eff, "alloc recorded");

@@ -247,6 +247,9 @@ pub struct SavedObject {
     /// Bytes of the tenant's memory it pins (OS-descriptor memory; a live upgrade carries it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pinned: u64,
+    /// The video memory it holds (a live upgrade and a restore carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vid: Option<crate::objects::VidCharge>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -656,6 +659,7 @@ impl Proxy {
                     deps: o.deps.clone(),
                     origin: o.origin.clone(),
                     pinned: o.pinned,
+                    vid: o.vid,
                 })
                 .collect();
             objects.sort_by_key(|o| o.handle);

@@ -54,9 +54,11 @@ use crate::embedded::{Count, embedded};
 use crate::error::ProxyError;
 use crate::kit::{Stop, answer_ok, deny, fail};
 use crate::nv::*;
+use crate::objects::{MAX_HOLDS_PER_OPEN, Origin, OwnerId};
 use crate::plan::{Plan, rd32, rd64};
 use crate::policy::pass_through_family;
 use crate::request::{Dir, Req};
+use crate::vidmem::{FB_GET_INFO, FB_GET_INFO_V2, VidOp};
 
 /// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
 const BUILD_VERSION: u32 = 0x101;
@@ -408,13 +410,23 @@ impl Req<'_> {
             UNIX_EXPORT_OBJECT => {
                 type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS;
                 let q = plan.get::<P>(pb);
+                let mut charge = None;
                 if q.object.r#type == EXPORT_OBJECT_TYPE_RM {
                     // data: hDevice, hParent, hObject.
                     for h in q.object.data.into_iter().filter(|&h| h != 0) {
                         self.need_object(h_client, h, NV_ERR_OBJECT_NOT_FOUND)?;
                     }
+                    charge = self.px.objects().vid_of(h_client, q.object.data[2]);
                 }
-                self.unix_fd(plan, p, offset_of!(P, fd))?;
+                let open = self.unix_fd(plan, p, offset_of!(P, fd))?;
+                if charge.is_some() && self.px.objects().hold_count(open) >= MAX_HOLDS_PER_OPEN {
+                    return deny(
+                        NV_ERR_INSUFFICIENT_RESOURCES,
+                        "export holds of the fd's file",
+                    );
+                }
+                // The driver keeps exported memory until the fd's file goes (vidmem.rs).
+                self.vid_op = charge.map(|charge| VidOp::Export { open, charge });
             }
             UNIX_GET_EXPORT_INFO => {
                 self.unix_fd(
@@ -427,6 +439,20 @@ impl Req<'_> {
                 type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS;
                 let h_device = rd32(plan.buf(pb), offset_of!(P, hDevice));
                 self.need_object(h_client, h_device, NV_ERR_OBJECT_NOT_FOUND)?;
+                if self.px.policy.quotas.gpu_memory.is_some() {
+                    let q = plan.get::<P>(pb);
+                    let n = usize::from(q.numObjects).min(q.objects.len());
+                    let t = self.px.objects();
+                    if q.objects[..n]
+                        .iter()
+                        .any(|&h| t.vid_of(h_client, h).is_some())
+                    {
+                        return deny(
+                            NV_ERR_NOT_SUPPORTED,
+                            "exporting several objects of counted video memory under a quota",
+                        );
+                    }
+                }
                 self.unix_fd(plan, p, offset_of!(P, fd))?;
             }
             UNIX_IMPORT_OBJECT => {
@@ -437,7 +463,8 @@ impl Req<'_> {
                     self.need_object(h_client, q.object.data[1], NV_ERR_INVALID_OBJECT_PARENT)?;
                 }
                 self.need_room()?;
-                self.unix_fd(plan, p, offset_of!(P, fd))?;
+                let open = self.unix_fd(plan, p, offset_of!(P, fd))?;
+                self.vid_op = Some(VidOp::Import { open });
                 return Ok(true);
             }
             UNIX_IMPORT_OBJECTS => {
@@ -454,11 +481,11 @@ impl Req<'_> {
     }
 
     /// An OS_UNIX export fd field: an nvidiactl file of this instance.
-    fn unix_fd(&mut self, plan: &mut Plan, p: usize, off: usize) -> Result<(), Stop> {
+    fn unix_fd(&mut self, plan: &mut Plan, p: usize, off: usize) -> Result<OwnerId, Stop> {
         let fd = fd_field::from_u32(rd32(plan.buf(Some(p)), off));
-        let host = self.translate_fd_status(fd, NV_ERR_INVALID_PARAMETER)?;
+        let (host, open) = self.translate_fd_status_open(fd, NV_ERR_INVALID_PARAMETER)?;
         plan.rewrite32(Some(p), off, fd_field::to_u32(host));
-        Ok(())
+        Ok(open)
     }
 
     /// `SYSTEM_GET_BUILD_VERSION` (the deprecated converter in
@@ -569,11 +596,31 @@ impl Req<'_> {
                 let q = plan.get::<NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS>(pb);
                 if q.object.r#type == EXPORT_OBJECT_TYPE_RM {
                     let (parent, h) = (q.object.data[1], q.object.data[2]);
-                    let r = self
-                        .px
-                        .objects()
-                        .add_object(h_client, parent, h, IMPORTED_CLASS, &[]);
+                    let mut t = self.px.objects();
+                    // The import names the memory its fd's file holds (vidmem.rs).
+                    let charge = match self.vid_op {
+                        Some(VidOp::Import { open }) => t.holds_of(open).last().copied(),
+                        _ => None,
+                    };
+                    let origin = Origin::Unreplayable("not recorded".into());
+                    let r =
+                        t.add_vid_object(h_client, parent, h, IMPORTED_CLASS, &[], origin, charge);
                     debug!(?r, h, "imported object");
+                }
+            }
+            FB_GET_INFO_V2 => {
+                let n = rd32(plan.buf(pb), 0);
+                self.fb_info_view(h_client, h_object, plan, pb, 4, n);
+            }
+            FB_GET_INFO => {
+                let n = rd32(plan.buf(pb), 0);
+                let list = plan
+                    .call
+                    .nested
+                    .iter()
+                    .position(|b| b.parent == pb && b.offset == 8);
+                if let Some(l) = list {
+                    self.fb_info_view(h_client, h_object, plan, Some(l), 0, n);
                 }
             }
             UNIX_IMPORT_OBJECTS => {
@@ -588,6 +635,10 @@ impl Req<'_> {
                 }
             }
             _ => {}
+        }
+        if let Some(VidOp::Export { open, charge }) = self.vid_op {
+            let held = self.px.objects().hold(open, charge);
+            debug!(held, "exported video memory held by the export fd's file");
         }
     }
 }

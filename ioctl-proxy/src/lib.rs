@@ -39,6 +39,7 @@ pub mod policy;
 mod proxy;
 mod replay;
 mod request;
+mod vidmem;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
 pub use checkpoint::{Checkpoint, CheckpointError, DeviceIdentity};
@@ -48,7 +49,7 @@ pub use host_driver::{
     HandedFile, HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
 };
 pub use memory::{ClientMemory, MemError};
-pub use objects::{ObjectError, ObjectTable, OwnerId};
+pub use objects::{ObjectError, ObjectTable, OwnerId, VidCharge};
 pub use osdesc::{MAX_OS_DESCRIPTOR_BYTES, MAX_OS_DESCRIPTORS};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
 pub use proxy::{

@@ -108,6 +108,9 @@ pub struct LivePolicy {
     /// `Quotas::os_descriptor_bytes` (absent in an older worker's state: the default).
     #[serde(default)]
     pub os_descriptor_bytes: Option<u64>,
+    /// `Quotas::gpu_memory` (absent: no quota).
+    #[serde(default)]
+    pub gpu_memory: Option<u64>,
 }
 
 impl LivePolicy {
@@ -127,6 +130,7 @@ impl LivePolicy {
             uvm_mmap: p.uvm_mmap,
             quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
             os_descriptor_bytes: Some(p.quotas.os_descriptor_bytes),
+            gpu_memory: p.quotas.gpu_memory,
         }
     }
 
@@ -156,6 +160,7 @@ impl LivePolicy {
             os_descriptor_bytes: self
                 .os_descriptor_bytes
                 .unwrap_or(crate::policy::Quotas::default().os_descriptor_bytes),
+            gpu_memory: self.gpu_memory,
         };
         Ok(p)
     }
@@ -246,6 +251,7 @@ impl Proxy {
                         deps: o.deps.clone(),
                         origin: o.origin.clone(),
                         pinned: o.pinned,
+                        vid: o.vid,
                     })
                     .collect();
                 objects.sort_by_key(|o| o.handle);
@@ -334,6 +340,7 @@ impl Proxy {
                             deps: o.deps,
                             origin: o.origin,
                             pinned: o.pinned,
+                            vid: o.vid,
                         },
                     )
                     .is_some()

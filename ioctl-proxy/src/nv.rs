@@ -27,11 +27,16 @@ pub const NVOS32_ALLOC_SIZE_HMEMORY: usize = NVOS32_DATA + 4;
 pub const NVOS32_ALLOC_SIZE_FLAGS: usize = NVOS32_DATA + 12;
 /// `NVOS32_PARAMETERS.data.AllocSize.attr` (56).
 pub const NVOS32_ALLOC_SIZE_ATTR: usize = NVOS32_DATA + 16;
+/// `NVOS32_PARAMETERS.data.AllocSize.size` (88).
+pub const NVOS32_ALLOC_SIZE_SIZE: usize = NVOS32_DATA + 48;
 /// `NVOS32_PARAMETERS.data.AllocSize.address` (120): a client pointer to an `NvU64`.
 pub const NVOS32_ALLOC_SIZE_ADDRESS: usize =
     NVOS32_DATA + NVOS32_PARAMETERS::ALLOC_SIZE_ADDRESS_OFFSET;
 /// `NVOS32_PARAMETERS.data.AllocSize.attr2` (144).
 pub const NVOS32_ALLOC_SIZE_ATTR2: usize = NVOS32_DATA + 104;
+
+/// `NV_MEMORY_FABRIC` (`class/cl00f8.h`).
+pub const NV_MEMORY_FABRIC: u32 = 0x00f8;
 
 /// `RS_SHARE_TYPE_CLIENT` (`rs_access.h`): the share policy's target is a client handle.
 pub const RS_SHARE_TYPE_CLIENT: u16 = 3;
@@ -39,3 +44,4 @@ pub const RS_SHARE_TYPE_CLIENT: u16 = 3;
 const _: () = assert!(NVOS32_ALLOC_SIZE_HMEMORY == 44);
 const _: () = assert!(NVOS32_ALLOC_SIZE_ADDRESS == 120);
 const _: () = assert!(NVOS32_ALLOC_SIZE_ATTR2 == 144);
+const _: () = assert!(NVOS32_ALLOC_SIZE_SIZE == 88);

@@ -173,6 +173,80 @@ pub(crate) struct Object {
     pub(crate) origin: Origin,
     /// Bytes of the tenant's memory the object pins (OS-descriptor memory), else 0.
     pub(crate) pinned: u64,
+    /// The video memory the object holds ([`VidCharge`]), shared with its dups and imports.
+    pub(crate) vid: Option<VidCharge>,
+}
+
+/// Video memory an object holds on the tenant's behalf: one driver memory block on one GPU.
+/// A dup or an import of the object names the same block; the block's bytes count once, for as
+/// long as any object or export hold names it (the driver frees the memory with its last
+/// reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VidCharge {
+    /// The block: a number unique in the table.
+    pub block: u64,
+    /// The driver's GPU id (`nv_ioctl_card_info_t.gpu_id`).
+    pub gpu: u32,
+    /// Bytes counted.
+    pub bytes: u64,
+}
+
+/// The most export holds ([`ObjectTable::hold`]) one open keeps: an export fd names at most a
+/// few objects (`NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD` takes up to 512 per call).
+pub const MAX_HOLDS_PER_OPEN: usize = 4096;
+
+/// The video memory books of a table: the blocks its objects and export holds name and what
+/// they add up to per GPU.
+#[derive(Debug, Default, Clone)]
+struct VidBooks {
+    /// block → (charge, references).
+    blocks: HashMap<u64, (VidCharge, u32)>,
+    /// GPU id → bytes held.
+    used: BTreeMap<u32, u64>,
+    /// The next block number.
+    next: u64,
+    /// Holds: the open whose file holds the memory → (key, block), with repeats. Key 0: an
+    /// export; else the UVM mapping's base address.
+    holds: HashMap<OwnerId, Vec<(u64, u64)>>,
+}
+
+impl VidBooks {
+    fn add_ref(&mut self, c: VidCharge) {
+        self.next = self.next.max(c.block.saturating_add(1));
+        let e = self.blocks.entry(c.block).or_insert((c, 0));
+        if e.1 == 0 {
+            let u = self.used.entry(c.gpu).or_default();
+            *u = u.saturating_add(c.bytes);
+        }
+        e.1 += 1;
+    }
+
+    fn drop_ref(&mut self, block: u64) {
+        let Some(e) = self.blocks.get_mut(&block) else {
+            return;
+        };
+        e.1 = e.1.saturating_sub(1);
+        if e.1 == 0 {
+            let c = e.0;
+            self.blocks.remove(&block);
+            if let Some(u) = self.used.get_mut(&c.gpu) {
+                *u = u.saturating_sub(c.bytes);
+                if *u == 0 {
+                    self.used.remove(&c.gpu);
+                }
+            }
+        }
+    }
+
+    fn of<'a>(objects: impl IntoIterator<Item = &'a Object>) -> VidBooks {
+        let mut b = VidBooks::default();
+        for o in objects {
+            if let Some(c) = o.vid {
+                b.add_ref(c);
+            }
+        }
+        b
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -191,6 +265,8 @@ pub struct ObjectTable {
     recorded: usize,
     /// Bytes and number of the objects that pin memory ([`Object::pinned`]).
     pinned: Pinned,
+    /// The video memory the objects hold ([`Object::vid`]).
+    vid: VidBooks,
 }
 
 /// What the pinning objects of a table add up to.
@@ -307,6 +383,9 @@ impl ObjectTable {
         let pinned = Pinned::of(client.objects.values());
         self.pinned.bytes = self.pinned.bytes.saturating_add(pinned.bytes);
         self.pinned.objects += pinned.objects;
+        for c in client.objects.values().filter_map(|o| o.vid) {
+            self.vid.add_ref(c);
+        }
         self.clients.insert(h_client, client);
         Ok(())
     }
@@ -351,6 +430,38 @@ impl ObjectTable {
         origin: Origin,
         pinned: u64,
     ) -> Result<(), ObjectError> {
+        self.add_full(h_client, h_parent, h_new, class, deps, origin, pinned, None)
+    }
+
+    /// [`ObjectTable::add_object_with`] of an object that holds video memory `vid` (a new
+    /// block from [`ObjectTable::new_vid_charge`], or the charge of the object it duplicates
+    /// or imports).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_vid_object(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_new: u32,
+        class: u32,
+        deps: &[u32],
+        origin: Origin,
+        vid: Option<VidCharge>,
+    ) -> Result<(), ObjectError> {
+        self.add_full(h_client, h_parent, h_new, class, deps, origin, 0, vid)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_full(
+        &mut self,
+        h_client: u32,
+        h_parent: u32,
+        h_new: u32,
+        class: u32,
+        deps: &[u32],
+        origin: Origin,
+        pinned: u64,
+        vid: Option<VidCharge>,
+    ) -> Result<(), ObjectError> {
         let client = self
             .clients
             .get_mut(&h_client)
@@ -372,6 +483,9 @@ impl ObjectTable {
         }
         self.recorded += origin.bytes();
         self.pinned.add(pinned);
+        if let Some(c) = vid {
+            self.vid.add_ref(c);
+        }
         client.objects.insert(
             h_new,
             Object {
@@ -380,6 +494,7 @@ impl ObjectTable {
                 deps: deps.to_vec(),
                 origin,
                 pinned,
+                vid,
             },
         );
         Ok(())
@@ -452,6 +567,7 @@ impl ObjectTable {
             let c = self.clients.remove(&h_client).expect("looked up above");
             self.recorded = self.recorded.saturating_sub(client_bytes(&c));
             self.pinned.sub(Pinned::of(c.objects.values()));
+            self.drop_vid(c.objects.values());
             let mut freed: Vec<u32> = c.objects.keys().copied().collect();
             freed.sort_unstable();
             freed.push(h_client);
@@ -477,6 +593,9 @@ impl ObjectTable {
             if let Some(o) = client.objects.remove(h) {
                 self.recorded = self.recorded.saturating_sub(o.origin.bytes());
                 self.pinned.sub(Pinned::of([&o]));
+                if let Some(c) = o.vid {
+                    self.vid.drop_ref(c.block);
+                }
             }
         }
         Ok(doomed.into_iter().collect())
@@ -495,9 +614,133 @@ impl ObjectTable {
             if let Some(c) = self.clients.remove(h) {
                 self.recorded = self.recorded.saturating_sub(client_bytes(&c));
                 self.pinned.sub(Pinned::of(c.objects.values()));
+                self.drop_vid(c.objects.values());
             }
         }
+        // The open's file held exports: its release drops them (the driver's export client
+        // goes with the file).
+        self.drop_holds(owner);
         gone
+    }
+
+    /// Drops every hold of `owner`'s file (the file was released).
+    pub fn drop_holds(&mut self, owner: OwnerId) {
+        for (_, b) in self.vid.holds.remove(&owner).unwrap_or_default() {
+            self.vid.drop_ref(b);
+        }
+    }
+
+    /// Drops the holds of `owner` whose key lies in `[lo, hi)` (a UVM range freed).
+    pub fn drop_holds_in(&mut self, owner: OwnerId, lo: u64, hi: u64) {
+        let Some(list) = self.vid.holds.get_mut(&owner) else {
+            return;
+        };
+        let mut gone = Vec::new();
+        list.retain(|&(k, b)| {
+            let keep = !(lo..hi).contains(&k);
+            if !keep {
+                gone.push(b);
+            }
+            keep
+        });
+        if list.is_empty() {
+            self.vid.holds.remove(&owner);
+        }
+        for b in gone {
+            self.vid.drop_ref(b);
+        }
+    }
+
+    fn drop_vid<'a>(&mut self, objects: impl IntoIterator<Item = &'a Object>) {
+        for c in objects.into_iter().filter_map(|o| o.vid) {
+            self.vid.drop_ref(c.block);
+        }
+    }
+
+    /// Bytes of video memory the table's objects and export holds hold on GPU `gpu_id`.
+    pub fn vid_used(&self, gpu_id: u32) -> u64 {
+        self.vid.used.get(&gpu_id).copied().unwrap_or(0)
+    }
+
+    /// A charge of `bytes` on `gpu_id` in a new block (recorded once an object takes it).
+    pub fn new_vid_charge(&mut self, gpu_id: u32, bytes: u64) -> VidCharge {
+        let block = self.vid.next;
+        self.vid.next = self.vid.next.saturating_add(1);
+        VidCharge {
+            block,
+            gpu: gpu_id,
+            bytes,
+        }
+    }
+
+    /// The video memory `h_object` of `h_client` holds, if any.
+    pub fn vid_of(&self, h_client: u32, h_object: u32) -> Option<VidCharge> {
+        self.clients
+            .get(&h_client)
+            .and_then(|c| c.objects.get(&h_object))
+            .and_then(|o| o.vid)
+    }
+
+    /// Keeps `charge` counted while `owner`'s file lives (an object exported to that file: the
+    /// driver keeps the memory until the file is closed). `false`: the open holds
+    /// [`MAX_HOLDS_PER_OPEN`] already.
+    pub fn hold(&mut self, owner: OwnerId, charge: VidCharge) -> bool {
+        self.hold_at(owner, 0, charge)
+    }
+
+    /// [`ObjectTable::hold`] under `key` (a UVM mapping's base, [`ObjectTable::drop_holds_in`]).
+    pub fn hold_at(&mut self, owner: OwnerId, key: u64, charge: VidCharge) -> bool {
+        let n = self.vid.holds.get(&owner).map_or(0, Vec::len);
+        if n >= MAX_HOLDS_PER_OPEN {
+            return false;
+        }
+        self.vid.add_ref(charge);
+        self.vid
+            .holds
+            .entry(owner)
+            .or_default()
+            .push((key, charge.block));
+        true
+    }
+
+    /// How many holds `owner`'s file keeps.
+    pub fn hold_count(&self, owner: OwnerId) -> usize {
+        self.vid.holds.get(&owner).map_or(0, Vec::len)
+    }
+
+    /// The charges `owner`'s file holds for exports, in export order.
+    pub fn holds_of(&self, owner: OwnerId) -> Vec<VidCharge> {
+        self.vid
+            .holds
+            .get(&owner)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| *k == 0)
+            .filter_map(|(_, b)| self.vid.blocks.get(b).map(|e| e.0))
+            .collect()
+    }
+
+    /// The `NV01_DEVICE_0` object `h_object` of `h_client` lies under (itself if it is one).
+    pub fn device_above(&self, h_client: u32, h_object: u32, device_class: u32) -> Option<u32> {
+        let c = self.clients.get(&h_client)?;
+        let mut h = h_object;
+        // The tree is at most a few levels deep (device, subdevice, memory); bound the walk.
+        for _ in 0..16 {
+            let o = c.objects.get(&h)?;
+            if o.class == device_class {
+                return Some(h);
+            }
+            h = o.parent;
+        }
+        None
+    }
+
+    /// The origin of `h_object` of `h_client`.
+    pub fn origin_of(&self, h_client: u32, h_object: u32) -> Option<&Origin> {
+        self.clients
+            .get(&h_client)
+            .and_then(|c| c.objects.get(&h_object))
+            .map(|o| &o.origin)
     }
 
     /// Bytes of alloc-params records held (bounded by [`RECORD_BYTES_PER_OBJECT`] times the
@@ -521,10 +764,12 @@ impl ObjectTable {
     pub(crate) fn from_clients(clients: BTreeMap<u32, Client>) -> Self {
         let recorded = clients.values().map(client_bytes).sum();
         let pinned = Pinned::of(clients.values().flat_map(|c| c.objects.values()));
+        let vid = VidBooks::of(clients.values().flat_map(|c| c.objects.values()));
         Self {
             clients,
             recorded,
             pinned,
+            vid,
         }
     }
 

@@ -287,7 +287,9 @@ pub struct InstancePolicy {
 ///   (its memory cgroup) everything; past it the allocation gets `NV_ERR_INVALID_ADDRESS`,
 ///   what the driver answers when it cannot pin the pages (`os_lock_user_pages`,
 ///   `kernel-open/nvidia/os-mlock.c`, then `os_lookup_user_io_memory` for memory that is no
-///   I/O mapping), without reaching it.
+///   I/O mapping), without reaching it;
+/// - `gpu_memory`: video memory per GPU (`vidmem.rs`); past it the allocation gets
+///   `NV_ERR_NO_MEMORY`, the driver's answer for a full GPU, without reaching it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     /// Open files of the instance's nodes.
@@ -298,6 +300,9 @@ pub struct Quotas {
     pub in_flight: usize,
     /// Bytes of OS-descriptor memory pinned at once.
     pub os_descriptor_bytes: u64,
+    /// Bytes of video memory the instance's objects hold at once on each of its GPUs
+    /// (`vidmem.rs`); `None`: no quota.
+    pub gpu_memory: Option<u64>,
 }
 
 impl Default for Quotas {
@@ -307,6 +312,7 @@ impl Default for Quotas {
             objects: 131_072,
             in_flight: 256,
             os_descriptor_bytes: 4 << 30,
+            gpu_memory: None,
         }
     }
 }

@@ -480,6 +480,43 @@ impl Proxy {
         freed
     }
 
+    /// Per GPU of the instance (host minor, in the instance's order): the bytes of video memory
+    /// its objects hold (`vidmem.rs`). The quota is `policy().quotas.gpu_memory`.
+    pub fn gpu_memory_used(&self) -> Vec<(u32, u64)> {
+        let t = lock(&self.objects);
+        self.gpus
+            .iter()
+            .map(|g| (g.minor, t.vid_used(g.gpu_id)))
+            .collect()
+    }
+
+    /// Before a UVM mapping of `h_memory` of `h_client` by the UVM open `open`: whether the
+    /// open may hold one more block ([`crate::objects::MAX_HOLDS_PER_OPEN`]).
+    pub fn vid_hold_room(&self, open: OpenId) -> bool {
+        lock(&self.objects).hold_count(open) < crate::objects::MAX_HOLDS_PER_OPEN
+    }
+
+    /// After a UVM mapping at `base` of `h_memory` of `h_client` by the UVM open `open`: UVM
+    /// keeps its own reference to the memory (`nvUvmInterfaceDupMemory`), so the memory stays
+    /// counted until the range is freed or the UVM file released (`vidmem.rs`).
+    pub fn vid_hold_mapping(&self, open: OpenId, base: u64, h_client: u32, h_memory: u32) {
+        let mut t = lock(&self.objects);
+        if let Some(c) = t.vid_of(h_client, h_memory) {
+            let held = t.hold_at(open, base, c);
+            debug!(held, base, "UVM mapping holds video memory");
+        }
+    }
+
+    /// A UVM range `[lo, hi)` of `open` was freed: its mappings' holds go.
+    pub fn vid_unhold_range(&self, open: OpenId, lo: u64, hi: u64) {
+        lock(&self.objects).drop_holds_in(open, lo, hi);
+    }
+
+    /// The UVM open `open` was released: every hold of its file goes.
+    pub fn vid_release_holds(&self, open: OpenId) {
+        lock(&self.objects).drop_holds(open);
+    }
+
     /// Releases every open still held (revocation: the instance stops while clients hold its
     /// files; their calls fail with `ENOTCONN` from the gone node, so nothing they hold can be
     /// used again). Returns how many.

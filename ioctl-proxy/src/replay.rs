@@ -709,6 +709,7 @@ impl Proxy {
                             deps: o.deps.clone(),
                             origin: rebase(o.class, &o.origin),
                             pinned: o.pinned,
+                            vid: o.vid,
                         },
                     )
                 })

@@ -24,6 +24,7 @@ use crate::error::ProxyError;
 use crate::kit::{Note, Stop, answer_ok, deny, fail, nested_err, top_err};
 use crate::memory::{ClientMemory, MemError};
 use crate::nv::*;
+use crate::objects::Origin;
 use crate::plan::{Buf, Params, Plan, rd32, rd64, wr32};
 use crate::policy::Verdict;
 use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy};
@@ -63,6 +64,8 @@ pub(crate) struct Req<'a> {
     pub(crate) mem: &'a mut dyn ClientMemory,
     pub(crate) fds: &'a dyn FdResolver,
     pub(crate) note: Note,
+    /// The video memory books' update a control makes on success (`vidmem.rs`).
+    pub(crate) vid_op: Option<crate::vidmem::VidOp>,
 }
 
 impl<'a> Req<'a> {
@@ -80,6 +83,7 @@ impl<'a> Req<'a> {
             mem,
             fds,
             note: Note::new(Kind::Escape, 0),
+            vid_op: None,
         }
     }
 
@@ -573,13 +577,18 @@ impl<'a> Req<'a> {
                     src_object: p.hObjectSrc,
                     flags: p.flags,
                 };
-                let added = r.px.objects().add_object_with(
+                // A dup names the source's memory block (vidmem.rs): it stays counted while
+                // either lives.
+                let mut t = r.px.objects();
+                let charge = t.vid_of(p.hClientSrc, p.hObjectSrc);
+                let added = t.add_vid_object(
                     p.hClient,
                     p.hParent,
                     out.hObject,
                     class,
                     &[],
                     origin,
+                    charge,
                 );
                 debug!(?added, h_new = out.hObject, "dup recorded");
             }
@@ -658,7 +667,21 @@ impl<'a> Req<'a> {
             let at = NVOS32_ALLOC_SIZE_ADDRESS;
             let ptr = rd64(plan.buf(None), at);
             r.nested(&mut plan, None, at, ptr, 8, Dir::InOut)?;
+            // Video memory (vidmem.rs): ALLOC_SIZE of location VIDMEM, not virtual.
+            let (flags, attr, attr2) = (
+                rd32(plan.buf(None), NVOS32_ALLOC_SIZE_FLAGS),
+                rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR),
+                rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR2),
+            );
+            let vid =
+                (vid_heap_class(flags, attr, attr2, 0).0 == NV01_MEMORY_LOCAL_USER).then(|| {
+                    let size = rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE);
+                    (r.vid_gpu(h_root, h_parent), size)
+                });
             let _g = r.px.rm_lock();
+            if let Some((gpu, size)) = vid {
+                r.vid_admit(gpu, size)?;
+            }
             let ret = r.exec(&mut plan)?;
             let out = plan.buf(None);
             if rd32(out, STATUS) == NV_OK {
@@ -672,7 +695,16 @@ impl<'a> Req<'a> {
                     .into_iter()
                     .filter(|&d| t.contains(h_root, d))
                     .collect();
-                let added = t.add_object(h_root, h_parent, h_memory, class, &deps);
+                let charge =
+                    vid.filter(|_| class == NV01_MEMORY_LOCAL_USER)
+                        .and_then(|(gpu, size)| {
+                            let back = rd64(out, NVOS32_ALLOC_SIZE_SIZE);
+                            let bytes = crate::vidmem::pages(size.max(back));
+                            gpu.map(|g| t.new_vid_charge(g, bytes))
+                        });
+                let origin = Origin::Unreplayable("not recorded".into());
+                let added =
+                    t.add_vid_object(h_root, h_parent, h_memory, class, &deps, origin, charge);
                 debug!(?added, h_memory, class, "vid heap alloc recorded");
             }
             Ok(r.finish(addr, plan, Some(STATUS), ret)?)
@@ -864,6 +896,12 @@ impl<'a> Req<'a> {
                 t.commit(ret.is_ok() && ok);
             }
             let ret = ret?;
+            if ok && class == NV01_MEMORY_LOCAL_USER {
+                r.local_user_limit(
+                    &mut plan,
+                    offset_of!(P, params) + offset_of!(NVOS02_PARAMETERS, limit),
+                );
+            }
             if ok {
                 let added =
                     r.px.objects()

@@ -1315,3 +1315,281 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
         "left in the run directory"
     );
 }
+
+// ---- GPU memory quotas (issue 22) -------------------------------------------------------------
+
+const GIB: u64 = 1 << 30;
+
+/// libcuda under `--gpu-memory 10GiB`: `cuMemGetInfo` shows the quota as total and the
+/// instance's own use; 8 GiB allocate, 4 GiB more fail with `CUDA_ERROR_OUT_OF_MEMORY`, and
+/// allocate once the 8 GiB are freed; nvidia-smi shows the quota and the use.
+#[test]
+fn test_a_gpu_memory_quota_through_libcuda_and_nvidia_smi() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let (big, more) = ((8 * GIB).to_string(), (4 * GIB).to_string());
+    let o = probe(
+        &["--gpu-memory", "10GiB"],
+        &lib,
+        &["--bytes", &big, "--more-bytes", &more, "mem-quota"],
+    );
+    let v = summary(&o);
+    let s = step(&v, "mem-quota");
+    assert_eq!(s["total"], 10 * GIB, "{v}");
+    let (before, held) = (
+        s["free_before"].as_u64().unwrap(),
+        s["free_held"].as_u64().unwrap(),
+    );
+    assert!(
+        before < 10 * GIB && before > 9 * GIB,
+        "libcuda's own use only: {v}"
+    );
+    assert_eq!(before - held, 8 * GIB, "{v}");
+    assert_eq!(s["more_result"], 2, "CUDA_ERROR_OUT_OF_MEMORY: {v}");
+    assert_eq!(s["more_after_free_result"], 0, "{v}");
+    // cuDeviceTotalMem shows the quota too.
+    assert_eq!(step(&v, "init")["devices"][0]["total_mem"], 10 * GIB, "{v}");
+
+    // nvidia-smi: the quota as total, nothing used by a fresh instance.
+    let smi = smi.to_str().expect("utf-8 path");
+    let o = exec_env(
+        &["--gpu-memory", "10GiB"],
+        &[("LD_LIBRARY_PATH", lib.as_path())],
+        &[
+            smi,
+            "--query-gpu=memory.total,memory.used,memory.free",
+            "--format=csv,noheader",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "10240 MiB, 0 MiB, 10240 MiB\n",
+        "{}",
+        text(&o)
+    );
+    // The table and -q.
+    let env = [("LD_LIBRARY_PATH", lib.as_path())];
+    let o = exec_env(&["--gpu-memory", "10GiB"], &env, &[smi]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("0MiB / 10240MiB"),
+        "{}",
+        text(&o)
+    );
+    let o = exec_env(&["--gpu-memory", "10GiB"], &env, &[smi, "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let q = String::from_utf8_lossy(&o.stdout).into_owned();
+    let fb: Vec<&str> = q
+        .lines()
+        .skip_while(|l| !l.contains("FB Memory Usage"))
+        .skip(1)
+        .take(4)
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim())
+        .collect();
+    assert_eq!(fb, ["10240 MiB", "0 MiB", "0 MiB", "10240 MiB"], "{q}");
+}
+
+/// A killed process's memory goes back to its instance: a first probe holds 8 GiB of a
+/// 10 GiB quota and is killed; a second then allocates 8 GiB.
+#[test]
+fn test_a_killed_process_gives_its_gpu_memory_back() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    let dirs = TestDirs::new("quota-kill");
+    let ready = dirs.0.join("ready");
+    let script = format!(
+        "export LD_LIBRARY_PATH={lib}; {probe} --bytes {big} --ready-file {ready} hold >/dev/null & \
+         pid=$!; for i in $(seq 600); do [ -e {ready} ] && break; sleep 0.05; done; \
+         [ -e {ready} ] || exit 9; \
+         {probe} --bytes {big} --more-bytes {big} mem-quota > {ready}.held; \
+         kill -9 $pid; wait $pid; \
+         exec {probe} --bytes {big} --more-bytes 4096 mem-quota",
+        lib = lib.display(),
+        probe = PROBE,
+        big = 8 * GIB,
+        ready = ready.display(),
+    );
+    let o = exec(&["--gpu-memory", "10GiB"], &["sh", "-c", &script]);
+    let v = summary(&o);
+    assert_eq!(step(&v, "mem-quota")["more_result"], 0, "{v}");
+    // While the first held its 8 GiB, the second could not get 8 GiB more.
+    let held = std::fs::read_to_string(format!("{}.held", ready.display())).unwrap();
+    let h: Value = serde_json::from_str(held.lines().last().unwrap()).unwrap();
+    assert_eq!(h["failed"]["call"], "cuMemAlloc_v2", "{h}");
+    assert_eq!(h["failed"]["result"], 2, "{h}");
+}
+
+/// Two served instances on one simulated GPU (`[sim] process = true`: one driver), 10 GiB each:
+/// while B holds 8 GiB, A still allocates 8 GiB, 4 GiB more fail with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, and A's `cuMemGetInfo` and nvidia-smi show A's quota and A's
+/// own use only; `instance list` shows B's use.
+#[test]
+fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, smi)) = userspace() else {
+        return;
+    };
+    let bin = nvproxy_bin();
+    let tag = std::process::id();
+    let (a, b) = (format!("qa{tag}"), format!("qb{tag}"));
+    let dirs = TestDirs::new("quota-serve");
+    let config = dirs.0.join("config.toml");
+    let inst = |n: &str| {
+        format!(
+            "[[instance]]\nname = \"{n}\"\ngpus = [0]\ntransport = \"socket\"\n\
+             gpu_memory = \"10GiB\"\n"
+        )
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "driver = \"sim\"\n[sim]\ngpus = 1\nprocess = true\n[daemon]\n\
+             overcommit_gpu_memory = false\n{}{}[cdi]\nspec = \"\"\n",
+            inst(&a),
+            inst(&b)
+        ),
+    )
+    .expect("config");
+    let mut serve = dirs
+        .on(&mut Command::new(&bin))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning nvproxy serve");
+    let mut out = serve.stdout.take().expect("stdout");
+    // serve prints a line once its instances serve.
+    let (mut ready_line, mut byte) = (Vec::new(), [0u8; 1]);
+    let started = Instant::now();
+    while !ready_line.ends_with(b"\n") && started.elapsed() < TIMEOUT {
+        match out.read(&mut byte) {
+            Ok(1) => ready_line.push(byte[0]),
+            _ => break,
+        }
+    }
+    let ld = format!("LD_LIBRARY_PATH={}", lib.display());
+    let run = |name: &str, cmd: &[&str]| {
+        let mut c = Command::new(&bin);
+        dirs.on(&mut c)
+            .args(["run", "--instance", name, "--", "env", &ld])
+            .args(cmd)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    // B holds 8 GiB.
+    let ready = dirs.0.join("b-ready");
+    let big = (8 * GIB).to_string();
+    let hold = run(
+        &b,
+        &[
+            PROBE,
+            "--bytes",
+            &big,
+            "--ready-file",
+            ready.to_str().unwrap(),
+            "hold",
+        ],
+    )
+    .spawn()
+    .expect("B's holder");
+    while !ready.exists() && started.elapsed() < TIMEOUT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let list = dirs
+        .on(&mut Command::new(&bin))
+        .args(["instance", "list"])
+        .output()
+        .expect("instance list");
+    // A: 8 GiB allocate, 4 GiB more do not; its view is its own.
+    let more = (4 * GIB).to_string();
+    let o_a = run(
+        &a,
+        &[PROBE, "--bytes", &big, "--more-bytes", &more, "mem-quota"],
+    )
+    .output()
+    .expect("A's probe");
+    let smi_a = run(
+        &a,
+        &[
+            smi.to_str().unwrap(),
+            "--query-gpu=memory.total,memory.used",
+            "--format=csv,noheader",
+        ],
+    )
+    .output()
+    .expect("A's nvidia-smi");
+    let smi_b = run(
+        &b,
+        &[
+            smi.to_str().unwrap(),
+            "--query-gpu=memory.total,memory.used",
+            "--format=csv,noheader",
+        ],
+    )
+    .output()
+    .expect("B's nvidia-smi");
+    std::fs::write(format!("{}.release", ready.display()), b"").expect("release");
+    let o_b = hold.wait_with_output().expect("B's holder");
+    // SAFETY: kill sends SIGINT to the serve process this test started (its pid).
+    unsafe { libc::kill(serve.id() as libc::pid_t, libc::SIGINT) };
+    let _ = serve.wait();
+
+    assert!(o_b.status.success(), "{}", text(&o_b));
+    let v = summary(&o_a);
+    let s = step(&v, "mem-quota");
+    assert_eq!(s["total"], 10 * GIB, "{v}");
+    assert!(
+        s["free_before"].as_u64().unwrap() > 9 * GIB,
+        "B's use is not A's: {v}"
+    );
+    assert_eq!(s["more_result"], 2, "CUDA_ERROR_OUT_OF_MEMORY: {v}");
+    assert_eq!(s["more_after_free_result"], 0, "{v}");
+    assert_eq!(
+        String::from_utf8_lossy(&smi_a.stdout),
+        "10240 MiB, 0 MiB\n",
+        "{}",
+        text(&smi_a)
+    );
+    // B sees its own 8 GiB (and what libcuda took for its context).
+    let b_smi = String::from_utf8_lossy(&smi_b.stdout).into_owned();
+    let b_mib: u64 = b_smi
+        .trim()
+        .strip_prefix("10240 MiB, ")
+        .and_then(|u| u.strip_suffix(" MiB"))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&smi_b)));
+    assert!((8192..9216).contains(&b_mib), "{b_smi}");
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let row = |n: &str| {
+        list.lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(row(&b).contains("/10.0GiB"), "{list}");
+    assert!(row(&a).contains("0.0GiB/10.0GiB"), "{list}");
+    let b_used: f64 = row(&b)
+        .split_whitespace()
+        .find(|c| c.ends_with("/10.0GiB"))
+        .and_then(|c| c.strip_suffix("GiB/10.0GiB"))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0.0);
+    assert!(b_used >= 8.0, "{list}");
+}

@@ -16,7 +16,8 @@ use ioctl_proxy::{
 };
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{
-    UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE, UVM_MM_INITIALIZE,
+    UVM_FREE, UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE,
+    UVM_MAP_EXTERNAL_ALLOCATION, UVM_MM_INITIALIZE,
 };
 use nvproxy_abi::structs::{UVM_INITIALIZE_PARAMS, UVM_MM_INITIALIZE_PARAMS};
 use tracing::debug;
@@ -165,6 +166,8 @@ impl UvmProxy {
         if file.is_some() {
             self.proxy.release_open_slot();
         }
+        // The va_space goes with the file, and with it UVM's references to RM memory.
+        self.proxy.vid_release_holds(open);
         debug!(instance = %self.proxy.policy().name, open = open.0, "uvm release");
         drop(file);
     }
@@ -252,15 +255,17 @@ impl UvmProxy {
             .ok_or(ProxyError::UnknownOpen(open.0))?;
         let _in_flight = self.proxy.enter_request()?;
         let mut note = Note::new(Kind::Uvm, cmd);
-        let res = self.dispatch(&file, cmd, arg, mem, fds, &mut note);
+        let res = self.dispatch(open, &file, cmd, arg, mem, fds, &mut note);
         if !matches!(res, Err(ProxyError::Pending)) {
             self.proxy.account(caller, &NODE, note, &res, start);
         }
         res
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
+        open: OpenId,
         file: &UvmOpen,
         cmd: u32,
         arg: u64,
@@ -318,11 +323,23 @@ impl UvmProxy {
         mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
         let mut answer = top.clone();
         let client_top = answer.clone();
+        if cmd == UVM_MAP_EXTERNAL_ALLOCATION && !self.proxy.vid_hold_room(open) {
+            // The mapping would hold video memory the books could not follow (vidmem.rs).
+            note.stopped(
+                NV_ERR_INSUFFICIENT_RESOURCES,
+                Decision::Denied,
+                "external mappings of this UVM file",
+            );
+            wr32(&mut answer, fields.status, NV_ERR_INSUFFICIENT_RESOURCES);
+            mem.write(arg, &answer).map_err(mem_err)?;
+            return Ok(0);
+        }
         match self.forward(file, cmd, top, &fields, fds, note) {
             Ok((ret, out, resolved)) => {
                 note.nv_status = Some(rd32(&out, fields.status));
                 if ret == 0 && rd32(&out, fields.status) == NV_OK {
                     lock(&file.record).note(spec.name, cmd, &client_top, resolved);
+                    self.vid_books(open, cmd, &client_top, &fields);
                 }
                 mem.write(arg, &out).map_err(mem_err)?;
                 Ok(ret)
@@ -338,6 +355,33 @@ impl UvmProxy {
                 mem.write(arg, &answer).map_err(mem_err)?;
                 Ok(0)
             }
+        }
+    }
+
+    /// After a successful call: UVM's references to RM video memory (`ioctl_proxy` `vidmem.rs`).
+    /// `UVM_MAP_EXTERNAL_ALLOCATION` dups the memory into UVM's own RM client
+    /// (`uvm_map_external.c`, `nvUvmInterfaceDupMemory`): the memory stays counted, keyed by
+    /// the mapping's base, until `UVM_FREE` of a range holding that base (the whole range with
+    /// the length of the older layout; from 590, which has none, a mapping at the range's
+    /// base) or the UVM file's release. `UVM_UNMAP_EXTERNAL` of one GPU leaves it counted (the
+    /// mappings of other GPUs may keep it).
+    fn vid_books(&self, open: OpenId, cmd: u32, top: &[u8], fields: &crate::layout::Fields) {
+        match cmd {
+            UVM_MAP_EXTERNAL_ALLOCATION => {
+                let Some(h) = &fields.handles else { return };
+                let Some(mem_at) = h.objects[0] else { return };
+                let base = rd64(top, 0);
+                self.proxy
+                    .vid_hold_mapping(open, base, rd32(top, h.client), rd32(top, mem_at));
+            }
+            UVM_FREE => {
+                let base = rd64(top, 0);
+                // UVM_FREE_PARAMS {base, length, rmStatus} before 590, {base, rmStatus} since.
+                let len = if top.len() >= 24 { rd64(top, 8) } else { 1 };
+                self.proxy
+                    .vid_unhold_range(open, base, base.saturating_add(len.max(1)));
+            }
+            _ => {}
         }
     }
 

@@ -30,7 +30,13 @@
 //!   (inputs written by the CPU, the output written by the GPU and read by the CPU, checked):
 //!   for real GPUs (`tests/gpu/validate.sh`); on the simulated GPU it fails at the launch;
 //! - `alloc-loop`: `--loops N` (default 1000) times `cuMemAlloc_v2` + `cuMemFree_v2` of 1 MiB,
-//!   timed (`per_iteration_us`).
+//!   timed (`per_iteration_us`);
+//! - `mem-quota`: `cuMemGetInfo_v2` (`total`, `free_before`), `cuMemAlloc_v2` of `--bytes`
+//!   (must succeed; `free_held`), `cuMemAlloc_v2` of `--more-bytes` (its `CUresult` in
+//!   `more_result`, freed if it succeeded), `cuMemFree_v2` of the first, `--more-bytes` again
+//!   (`more_after_free_result`), freed;
+//! - `hold`: `cuMemAlloc_v2` of `--bytes`, then creates `--ready-file` and waits until killed
+//!   or until `<ready-file>.release` exists, then frees it.
 //!
 //! Every ioctl the process makes on an NVIDIA node is counted, the last few are kept with their
 //! decoded escape, control/class and NV status, and the GPU ids of the last successful
@@ -82,8 +88,14 @@ struct Cli {
     /// than 4 KiB with a compute kernel: on the simulated GPU, without SMs, that fails).
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(usize))]
     memset_bytes: usize,
+    /// The second allocation of the `mem-quota` step.
+    #[arg(long, default_value_t = PROBE_BYTES, value_parser = clap::value_parser!(usize))]
+    more_bytes: usize,
+    /// The file the `hold` step creates once it holds its memory.
+    #[arg(long)]
+    ready_file: Option<String>,
     /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch, vector-add,
-    /// alloc-loop.
+    /// alloc-loop, mem-quota, hold.
     #[arg(required = true, value_parser = ORDER)]
     steps: Vec<String>,
 }
@@ -738,6 +750,67 @@ impl Probe {
             (self.cuda.mem_get_info)(&mut free, &mut total)
         })?;
         Ok(free)
+    }
+
+    /// The `mem-quota` step (module docs).
+    fn mem_quota(&mut self, bytes: usize, more: usize, out: &mut Value) -> Result<(), Failure> {
+        let c = &self.cuda;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
+        check("cuMemGetInfo_v2", unsafe {
+            (c.mem_get_info)(&mut free, &mut total)
+        })?;
+        out["total"] = total.into();
+        out["free_before"] = free.into();
+        let mut a: CuPtr = 0;
+        // SAFETY: a pointer to a live local.
+        check("cuMemAlloc_v2", unsafe { (c.mem_alloc)(&mut a, bytes) })?;
+        out["free_held"] = self.mem_free()?.into();
+        let try_more = |key: &str, out: &mut Value| -> Result<(), Failure> {
+            let mut b: CuPtr = 0;
+            // SAFETY: a pointer to a live local.
+            let r = unsafe { (c.mem_alloc)(&mut b, more) };
+            out[key] = r.into();
+            if r == CUDA_SUCCESS {
+                // SAFETY: the allocation just made.
+                check("cuMemFree_v2", unsafe { (c.mem_free)(b) })?;
+            }
+            Ok(())
+        };
+        try_more("more_result", out)?;
+        // SAFETY: the allocation above.
+        check("cuMemFree_v2", unsafe { (c.mem_free)(a) })?;
+        try_more("more_after_free_result", out)
+    }
+
+    /// The `hold` step: holds `bytes` of device memory until the process is killed.
+    fn hold(&mut self, bytes: usize, ready: Option<&str>, out: &mut Value) -> Result<(), Failure> {
+        let mut a: CuPtr = 0;
+        // SAFETY: a pointer to a live local.
+        check("cuMemAlloc_v2", unsafe {
+            (self.cuda.mem_alloc)(&mut a, bytes)
+        })?;
+        out["dptr"] = format!("{a:#x}").into();
+        if let Some(f) = ready {
+            if std::fs::write(f, b"held\n").is_err() {
+                return Err(Failure {
+                    call: "writing --ready-file",
+                    result: CUDA_SUCCESS,
+                });
+            }
+        }
+        // Until killed, or until `<ready-file>.release` exists (then the memory is freed).
+        let release = ready.map(|f| format!("{f}.release"));
+        loop {
+            if release
+                .as_deref()
+                .is_some_and(|r| std::path::Path::new(r).exists())
+            {
+                // SAFETY: the allocation above.
+                return check("cuMemFree_v2", unsafe { (self.cuda.mem_free)(a) });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// `cuMemcpyHtoD` into two buffers and `cuMemcpyDtoH` back, every byte checked.
@@ -1398,7 +1471,7 @@ fn cpu_round_trip(p: *mut u8, bytes: usize) -> bool {
 }
 
 /// Every step, in the order they run.
-const ORDER: [&str; 15] = [
+const ORDER: [&str; 17] = [
     "init",
     "ctx",
     "primary-ctx",
@@ -1416,6 +1489,8 @@ const ORDER: [&str; 15] = [
     "fault-recovery",
     "launch",
     "vector-add",
+    "mem-quota",
+    "hold",
 ];
 
 fn main() -> ExitCode {
@@ -1459,6 +1534,8 @@ fn main() -> ExitCode {
             "launch" => probe.launch(&mut out),
             "vector-add" => probe.vector_add(&mut out),
             "alloc-loop" => probe.alloc_loop(cli.loops, &mut out),
+            "mem-quota" => probe.mem_quota(cli.bytes, cli.more_bytes, &mut out),
+            "hold" => probe.hold(cli.bytes, cli.ready_file.as_deref(), &mut out),
             _ => probe.module_ptx(&mut out),
         };
         out["ms"] = (t.elapsed().as_secs_f64() * 1000.0).into();

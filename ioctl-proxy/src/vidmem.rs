@@ -1,0 +1,202 @@
+//! Per-instance GPU memory quotas (`Quotas::gpu_memory`, per GPU of the instance).
+//!
+//! # What is counted
+//!
+//! The allocations that take video memory on the tenant's behalf, from the driver source
+//! (`docs/architecture/nvsim.md` lists the same set for the simulated driver's books):
+//! - `NV_ESC_RM_ALLOC` of `NV01_MEMORY_LOCAL_USER` (`vidmemConstruct`, `video_mem.c`): the size
+//!   in `NV_MEMORY_ALLOCATION_PARAMS`;
+//! - `NV_ESC_RM_VID_HEAP_CONTROL` `ALLOC_SIZE` with location `VIDMEM` and not virtual
+//!   (`rmapi_deprecated_vidheapctrl.c` turns it into the same `RM_ALLOC`).
+//!
+//! Each counted allocation is one *block* ([`crate::objects::VidCharge`]); a dup of it
+//! (`NV_ESC_RM_DUP_OBJECT`), an object exported to an fd (`OS_UNIX_EXPORT_OBJECT_TO_FD`: the
+//! driver keeps the memory in its export client until the fd's file is released) and an object
+//! imported from that fd name the same block, which stays counted until the last of them goes.
+//! Every teardown path of the object table (free, a freed client or parent, a released file,
+//! a removed instance) drops the references, so the memory is given back with the object.
+//!
+//! Not counted: system memory and OS descriptors, virtual memory, `RM_ALLOC_MEMORY` of
+//! `NV01_MEMORY_LOCAL_USER` (a system-memory placeholder for a non-root client,
+//! `_rmAllocMemoryLocalUser`; its `limit`, the heap size, is answered as the quota), UVM managed
+//! memory (evictable; UVM's own allocations are system memory), and what RM allocates for
+//! itself (channel instance blocks, GR context buffers, page tables: their sizes are not in the
+//! request). Refused in an instance with a quota because their backing cannot be counted from
+//! the request: `NV_MEMORY_FABRIC` (`NV_ERR_INVALID_CLASS`, as a class the driver lacks) and
+//! `OS_UNIX_EXPORT_OBJECTS_TO_FD` of counted memory (`NV_ERR_NOT_SUPPORTED`).
+//!
+//! Past the quota an allocation gets `NV_ERR_NO_MEMORY` without reaching the driver, the
+//! driver's answer for a full GPU (`pmaAllocatePages` failing in `vidmemPmaAlloc`,
+//! `video_mem.c`; nvsim's books answer the same), so `cuMemAlloc` returns
+//! `CUDA_ERROR_OUT_OF_MEMORY`. The
+//! check is made under the RM mutation lock, so two threads cannot both take the last room. A
+//! request is admitted by its size rounded up to 4 KiB and counted by the larger of that and
+//! the size the driver reports back.
+//!
+//! # What the tenant sees
+//!
+//! With a quota the FB info controls (`NV2080_CTRL_CMD_FB_GET_INFO` and `_V2`) answer the
+//! quota as the memory's size (`RAM_SIZE`, `TOTAL_RAM_SIZE`, `HEAP_SIZE`, `MAPPABLE_HEAP_SIZE`,
+//! `USABLE_RAM_SIZE`, never more than the driver's own answer) and the quota less the
+//! instance's own use as free (`HEAP_FREE`, `LARGEST_FREE_REGION_SIZE_KB`), whatever other
+//! tenants hold.
+
+use std::mem::offset_of;
+
+use nvproxy_abi::structs::{NV_MEMORY_ALLOCATION_PARAMS, NV0080_ALLOC_PARAMETERS};
+use zerocopy::FromBytes;
+
+use crate::kit::{Stop, deny};
+use crate::nv::*;
+use crate::objects::{Origin, OwnerId, VidCharge};
+use crate::plan::{Plan, rd32, rd64, wr32};
+use crate::request::Req;
+
+/// The granule a request is admitted by.
+const PAGE: u64 = 4096;
+/// `NV_MEMORY_ALLOCATION_PARAMS.size`.
+pub(crate) const MEM_SIZE: usize = offset_of!(NV_MEMORY_ALLOCATION_PARAMS, size);
+
+/// `NV2080_CTRL_CMD_FB_GET_INFO` (the list behind `fbInfoList`) and `_V2` (the list inline).
+pub(crate) const FB_GET_INFO: u32 = 0x2080_1301;
+/// `NV2080_CTRL_CMD_FB_GET_INFO_V2`.
+pub(crate) const FB_GET_INFO_V2: u32 = 0x2080_1303;
+
+/// `NV2080_CTRL_FB_INFO_INDEX_*` of the memory's size (KiB).
+const SIZE_INDICES: [u32; 5] = [0x07, 0x08, 0x09, 0x0a, 0x20];
+/// `NV2080_CTRL_FB_INFO_INDEX_*` of free memory (KiB): `LARGEST_FREE_REGION_SIZE_KB`,
+/// `HEAP_FREE`.
+const FREE_INDICES: [u32; 2] = [0x12, 0x16];
+
+/// A size rounded up to [`PAGE`].
+pub(crate) fn pages(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// What a control does to the video memory books once the driver said `NV_OK`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum VidOp {
+    /// An object exported to the file of `open` holds `charge` while that file lives.
+    Export {
+        /// The open the export fd named.
+        open: OwnerId,
+        /// The exported object's memory.
+        charge: VidCharge,
+    },
+    /// An object imported from the file of `open` names what that file holds.
+    Import {
+        /// The open the import fd named.
+        open: OwnerId,
+    },
+}
+
+impl Req<'_> {
+    /// The driver GPU id of the device `h_object` of `h_client` lies under (the device's
+    /// `deviceId`, learned as the allocation of the device checked it), or for an instance of
+    /// one GPU that GPU.
+    pub(crate) fn vid_gpu(&self, h_client: u32, h_object: u32) -> Option<u32> {
+        let mut at = (h_client, h_object);
+        let mut device_instance = None;
+        {
+            let t = self.px.objects();
+            // A dup of a device names its source; follow a few such links.
+            for _ in 0..4 {
+                let Some(dev) = t.device_above(at.0, at.1, NV01_DEVICE_0) else {
+                    break;
+                };
+                match t.origin_of(at.0, dev) {
+                    Some(Origin::Alloc(rec)) => {
+                        device_instance = rec.params.as_deref().and_then(|p| {
+                            NV0080_ALLOC_PARAMETERS::read_from_prefix(p)
+                                .ok()
+                                .map(|(q, _)| q.deviceId)
+                        });
+                        break;
+                    }
+                    Some(Origin::Dup {
+                        src_client,
+                        src_object,
+                        ..
+                    }) => at = (*src_client, *src_object),
+                    _ => break,
+                }
+            }
+        }
+        let only = match self.px.gpus.as_slice() {
+            [only] => Some(only.gpu_id),
+            _ => None,
+        };
+        device_instance.and_then(|d| self.px.device_gpu(d)).or(only)
+    }
+
+    /// Whether `bytes` more on `gpu` fit the instance's quota; call under the RM lock.
+    pub(crate) fn vid_admit(&self, gpu: Option<u32>, bytes: u64) -> Result<(), Stop> {
+        let Some(quota) = self.px.policy.quotas.gpu_memory else {
+            return Ok(());
+        };
+        let Some(gpu) = gpu else {
+            return deny(NV_ERR_NO_MEMORY, "the allocation's GPU is unknown");
+        };
+        if self.px.objects().vid_used(gpu).saturating_add(pages(bytes)) > quota {
+            return deny(
+                NV_ERR_NO_MEMORY,
+                "the instance's GPU memory quota is reached",
+            );
+        }
+        Ok(())
+    }
+
+    /// After a successful FB info control on `h_object`: the quota as the size, the quota less
+    /// the instance's use as free (module docs). `list`: the buffer of `{index, data}` pairs
+    /// and their offset.
+    pub(crate) fn fb_info_view(
+        &self,
+        h_client: u32,
+        h_object: u32,
+        plan: &mut Plan,
+        list: Option<usize>,
+        off: usize,
+        n: u32,
+    ) {
+        let Some(quota) = self.px.policy.quotas.gpu_memory else {
+            return;
+        };
+        let Some(gpu) = self.vid_gpu(h_client, h_object) else {
+            return;
+        };
+        let used = self.px.objects().vid_used(gpu);
+        let kib = |b: u64| u32::try_from(b >> 10).unwrap_or(u32::MAX);
+        let (size_kib, free_kib) = (kib(quota), kib(quota.saturating_sub(used)));
+        let mut bytes = plan.buf(list).to_vec();
+        let n = n as usize;
+        for i in 0..n {
+            let at = off + 8 * i;
+            if bytes.len() < at + 8 {
+                break;
+            }
+            let (index, data) = (rd32(&bytes, at), rd32(&bytes, at + 4));
+            let v = if SIZE_INDICES.contains(&index) {
+                data.min(size_kib)
+            } else if FREE_INDICES.contains(&index) {
+                free_kib
+            } else {
+                continue;
+            };
+            wr32(&mut bytes, at + 4, v);
+        }
+        plan.overwrite(list, 0, &bytes);
+    }
+
+    /// `RM_ALLOC_MEMORY` of `NV01_MEMORY_LOCAL_USER` for a non-root client reports the heap
+    /// size in `limit` (`_rmAllocMemoryLocalUser`): with a quota, the quota.
+    pub(crate) fn local_user_limit(&self, plan: &mut Plan, limit_off: usize) {
+        let Some(quota) = self.px.policy.quotas.gpu_memory else {
+            return;
+        };
+        let limit = rd64(plan.buf(None), limit_off);
+        let q = quota.saturating_sub(1);
+        if limit > q {
+            plan.overwrite(None, limit_off, &q.to_ne_bytes());
+        }
+    }
+}
