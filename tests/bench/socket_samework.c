@@ -10,9 +10,10 @@
  *     the client end of a socketpair (SCM_RIGHTS) whose server end is bound to an abstract
  *     name with the worker's prefix (so the shim recognises it) and has SO_PASSCRED set (every
  *     call then carries the sender's credentials, as the worker's do);
- *   - a call: the message as the shim sends it (protocol version 1: the CallRequest with a
- *     fresh reply socket attached, answered on it; version 2: the CallRequest on the calling
- *     thread's channel, answered on it), served on the thread that read it;
+ *   - a call: the message as the shim sends it (protocol version 2: an attach on the open with
+ *     the thread's channel attached, once, then the CallRequest on the channel, answered on
+ *     it; version 1: the CallRequest with a fresh reply socket attached, answered on that),
+ *     served on the thread that read it (one thread per open and per channel);
  *   - the worker's process_vm_* calls for the kind (same iovec counts, sizes, order):
  *
  *     kind            process_vm_readv (one call each)               process_vm_writev (one call)
@@ -51,6 +52,7 @@
 #define OPEN_REPLY_MAGIC MAGIC('N', 'V', 'O', 'P')
 #define CALL_REQUEST_MAGIC MAGIC('N', 'V', 'C', 'Q')
 #define CALL_REPLY_MAGIC MAGIC('N', 'V', 'C', 'P')
+#define ATTACH_REQUEST_MAGIC MAGIC('N', 'V', 'A', 'Q')
 
 /* nv-ioctl-numbers.h */
 #define NV_ESC_RM_FREE 0x29
@@ -75,6 +77,7 @@ struct call_request {
     uint32_t magic, version, op; int32_t fd; uint32_t cmd, zero;
     uint64_t arg; int32_t prot, flags; int64_t offset;
 };
+struct attach_request { uint32_t magic, version; int32_t fd; uint32_t zero; };
 struct call_reply { uint32_t magic; int32_t err; int32_t result; uint32_t zero; uint64_t adjust; };
 
 static __thread pid_t cur_pid;
@@ -203,17 +206,35 @@ static int send_fd(int s, const void *buf, size_t len, int fd, int flags) {
     return sendmsg(s, &m, flags | MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
 
-/* Serves the calls of one open (or of one channel) until EOF. */
+static int spawn(int s);
+
+/* Serves the frames of one open, or the calls of one channel, until EOF. On an open (protocol
+ * 2) a frame is an attach with the channel attached: answered on it, then a thread serves the
+ * channel. A call on a channel is answered on it; a call with a reply socket attached
+ * (protocol 1) is answered on that socket. */
 static void *serve_calls(void *arg) {
     int s = (int)(intptr_t)arg;
     for (;;) {
+        union { struct call_request q; struct attach_request a; } u;
         struct call_request q;
         pid_t pid;
         int reply_fd;
-        ssize_t n = receive(s, &q, sizeof q, &pid, &reply_fd);
+        ssize_t n = receive(s, &u, sizeof u, &pid, &reply_fd);
         if (n <= 0 && reply_fd < 0)
             break;
         struct call_reply r = {CALL_REPLY_MAGIC, 0, 0, 0, 0};
+        if (n == sizeof u.a && u.a.magic == ATTACH_REQUEST_MAGIC && reply_fd >= 0) {
+            int one = 1;
+            if (setsockopt(reply_fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0 || spawn(reply_fd) != 0) {
+                r.err = EAGAIN;
+                send_fd(reply_fd, &r, sizeof r, -1, MSG_DONTWAIT);
+                close(reply_fd);
+            } else {
+                send_fd(reply_fd, &r, sizeof r, -1, MSG_DONTWAIT);
+            }
+            continue;
+        }
+        memcpy(&q, &u.q, sizeof q);
         if (n != sizeof q || q.magic != CALL_REQUEST_MAGIC || q.op != 1) {
             r.err = EINVAL;
         } else {
