@@ -14,23 +14,34 @@
 //! holds a unix socket: a raw `ioctl` on it is the socket layer's `ENOTTY`, and nothing reaches
 //! the driver.
 //!
+//! **Channels.** A client thread's calls on an open go on its own channel (protocol 2): it
+//! attaches one once, sending a socketpair end on the open's connection, and from then on
+//! each call is one message on the channel and one answer back, served by the channel's
+//! thread itself: one round trip, no socket made, no fd passed, no hand-off between threads.
+//!
 //! **Nothing from the client is trusted.** The caller of a call is the message's
 //! `SCM_CREDENTIALS` pid (the kernel fills it in; a sender can only name another pid with
-//! `CAP_SYS_ADMIN` over its pid namespace), and it holds this connection (it sent on it). The
-//! fd number the request names must be this connection in that process's fd table:
-//! `pidfd_getfd` of it, compared with the client end's socket cookie (`SO_COOKIE`, unique for
-//! the boot), else `EBADF`. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
+//! `CAP_SYS_ADMIN` over its pid namespace). At attach, the fd number the request names must be
+//! this open's connection in that process's fd table: `pidfd_getfd` of it, compared with the
+//! client end's socket cookie (`SO_COOKIE`, unique for the boot), else `EBADF`; a call on the
+//! channel from that process (alive: its pidfd) naming that fd needs no new check, any other
+//! is checked the same way. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
 //! same way against every open of the instance. Each message is read once into a fixed
-//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a
-//! message without exactly one reply socket is dropped; replies never block the server
-//! (`MSG_DONTWAIT`). Client memory is read with deadlines (cuse-dev's client waits).
+//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a frame
+//! on an open without exactly one channel is dropped, an open or call of another protocol
+//! version answered `EPROTONOSUPPORT`; replies never block the server (`MSG_DONTWAIT`);
+//! channels are bounded per instance ([`MAX_CHANNELS`], then `EAGAIN`). Client memory is read
+//! with deadlines (cuse-dev's client waits).
 //!
 //! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
-//! reads its calls and queues them for the instance's call threads (started on demand, up to
-//! 128; idle ones exit), so calls of one open run concurrently as on a CUSE node, and a call
-//! waiting on the client's memory or the driver holds up no other. The open is released when
-//! its connection reads EOF and its calls in flight are done. Every thread that calls the
-//! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
+//! reads its attaches, and each channel one thread that reads and serves its calls, so calls
+//! of one open from several threads run concurrently as on a CUSE node, and a call waiting on
+//! the client's memory or the driver holds up no other channel. The open is released when its
+//! connection reads EOF and its calls in flight are done; its channels end with it. A
+//! suspension (live upgrade) drains the running calls and retires the channels, answering
+//! what was sent meanwhile "retry": clients attach anew on their opens, which move to the next
+//! worker. Every thread that calls the driver gives up `CAP_SYS_ADMIN` first
+//! (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
 use std::io::{self, Read};
