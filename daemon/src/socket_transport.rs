@@ -322,6 +322,11 @@ impl DevSocket {
         for t in threads {
             let _ = t.join();
         }
+        // The channel threads wake from their reads (a call they run finishes and is answered).
+        for c in self.shared.runs.lock().channels.values_mut() {
+            c.shut = true;
+            let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Read);
+        }
         // Every call read before is answered before the state moves (the channel threads
         // read nothing more). A call waiting on its
         // client's memory (a page the tenant holds with userfaultfd) cannot veto it: past
@@ -391,7 +396,7 @@ impl DevSocket {
             return self;
         }
         // Channels whose thread stopped are retired (their clients attach anew); those whose
-        // thread still runs a call serve on.
+        // thread still runs a call answer it and end (their reading side is shut).
         let stopped: Vec<u64> = {
             let mut st = self.shared.runs.lock();
             st.suspended = false;
@@ -855,6 +860,7 @@ fn attach(
                 open: open.clone(),
                 fd: chan.clone(),
                 exited: false,
+                shut: false,
             },
         );
         id
@@ -955,8 +961,10 @@ impl Calls {
 struct Channel {
     open: Arc<Open>,
     fd: Arc<OwnedFd>,
-    /// Its thread stopped for a suspension (a failed one restarts it).
+    /// Its thread stopped for a suspension.
     exited: bool,
+    /// A suspension shut its reading side (it serves at most the call it runs).
+    shut: bool,
 }
 
 #[derive(Default)]
@@ -1099,29 +1107,43 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
     let mut waits = answering_waits(shared, &slot, CLIENT_WAIT);
     let mut epoch = 0;
     loop {
-        if !wait_readable(shared, chan.as_fd()) || !shared.runs.begin() {
-            let mut st = shared.runs.lock();
-            if st.suspended {
-                if let Some(c) = st.channels.get_mut(&id) {
-                    c.exited = true;
-                }
-                return;
-            }
-            drop(st);
-            continue; // a suspension ended just now: serve on
-        }
+        // A blocking read: a suspension wakes it by shutting the channel's reading side.
         let mut buf = [0u8; CallRequest::SIZE + 1];
         let got = receive(chan.as_fd(), &mut buf);
-        let (len, truncated, pid, fds) = match got {
+        let message = match got {
             Ok(Received::Message {
                 len,
                 truncated,
                 pid,
                 fds,
-            }) => (len, truncated, pid, fds),
-            Ok(Received::Closed) | Err(_) => {
-                shared.runs.end();
-                break;
+            }) if len > 0 || truncated || !fds.is_empty() => Some((len, truncated, pid, fds)),
+            // An empty message, or the reading side shut by a suspension.
+            Ok(Received::Message { .. }) => None,
+            Ok(Received::Closed) | Err(_) => break,
+        };
+        // Counted running unless a suspension began (checked under the same lock).
+        let (len, truncated, pid, fds) = match message {
+            Some(m) if shared.runs.begin() => m,
+            message => {
+                let mut st = shared.runs.lock();
+                let shut = st.channels.get(&id).is_none_or(|c| c.shut);
+                if st.suspended {
+                    if message.is_some() {
+                        // Read after the suspension began: not served; the client sends it
+                        // again on a new channel.
+                        send_reply(chan.as_fd(), &CallReply::retry(), None);
+                    }
+                    if let Some(c) = st.channels.get_mut(&id) {
+                        c.exited = true;
+                    }
+                    return;
+                }
+                drop(st);
+                if shut {
+                    break; // a suspension that failed shut it: the client attaches anew
+                }
+                send_reply(chan.as_fd(), &CallReply::error(libc::EINVAL), None);
+                continue;
             }
         };
         if shared.stopping.load(Ordering::Relaxed) {
@@ -1966,7 +1988,7 @@ mod tests {
     }
 
     #[test]
-    fn test_calls_sent_during_a_suspension_are_answered_retry_and_served_after() {
+    fn test_a_suspension_closes_channels_to_new_calls_and_the_next_worker_serves_them() {
         let mut f = fixture("retry");
         let ctl = Arc::new(f.open(DevNode::Ctl).unwrap());
         let chan = attach_raw(&ctl, ctl.as_raw_fd()).unwrap();
@@ -1990,7 +2012,9 @@ mod tests {
         let dev = f.dev.take().unwrap();
         let suspending = std::thread::spawn(move || dev.suspend(Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(300));
-        // Sent while the suspension drains: not read, answered "retry" when it completes.
+        // While the suspension drains, the channels take nothing more: a send fails at once
+        // (nothing reached the worker), and the shim attaches anew on the open, which waits
+        // for the next worker.
         let mut v = version_check();
         let req = CallRequest {
             fd: ctl.as_raw_fd(),
@@ -2000,19 +2024,27 @@ mod tests {
             },
         }
         .encode();
-        let (r, _) = call_on(&chan, &req).expect("an answer");
-        assert!(r.retry, "{r:?}");
-        assert_eq!(v, version_check(), "not served");
+        assert_eq!(
+            socket::send(chan.as_raw_fd(), &req, MsgFlags::MSG_NOSIGNAL),
+            Err(nix::errno::Errno::EPIPE)
+        );
+        let c = ctl.clone();
+        let attaching = std::thread::spawn(move || attach_raw(&c, c.as_raw_fd()));
         let suspended = suspending.join().unwrap().map_err(|(_, e)| e).unwrap();
         let (w, _) = waiting
             .join()
             .unwrap()
             .expect("the waiting call is answered");
         assert_eq!(w.errno, libc::EFAULT);
-        // The channel is gone; the open's own connection waits for the next worker.
-        assert!(call_on(&chan, &req).is_none());
+        assert!(
+            !attaching.is_finished(),
+            "the attach waits for the next worker"
+        );
         f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
-        let chan = attach_raw(&ctl, ctl.as_raw_fd()).unwrap();
+        let chan = attaching
+            .join()
+            .unwrap()
+            .expect("attached by the next worker");
         let (r, _) = call_on(&chan, &req).unwrap();
         assert_eq!((r.errno, r.retry), (0, false));
         assert!(v[8..].starts_with(b"535.261.03"));
