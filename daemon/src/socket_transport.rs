@@ -14,23 +14,34 @@
 //! holds a unix socket: a raw `ioctl` on it is the socket layer's `ENOTTY`, and nothing reaches
 //! the driver.
 //!
+//! **Channels.** A client thread's calls on an open go on its own channel (protocol 2): it
+//! attaches one once, sending a socketpair end on the open's connection, and from then on
+//! each call is one message on the channel and one answer back, served by the channel's
+//! thread itself: one round trip, no socket made, no fd passed, no hand-off between threads.
+//!
 //! **Nothing from the client is trusted.** The caller of a call is the message's
 //! `SCM_CREDENTIALS` pid (the kernel fills it in; a sender can only name another pid with
-//! `CAP_SYS_ADMIN` over its pid namespace), and it holds this connection (it sent on it). The
-//! fd number the request names must be this connection in that process's fd table:
-//! `pidfd_getfd` of it, compared with the client end's socket cookie (`SO_COOKIE`, unique for
-//! the boot), else `EBADF`. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
+//! `CAP_SYS_ADMIN` over its pid namespace). At attach, the fd number the request names must be
+//! this open's connection in that process's fd table: `pidfd_getfd` of it, compared with the
+//! client end's socket cookie (`SO_COOKIE`, unique for the boot), else `EBADF`; a call on the
+//! channel from that process (alive: its pidfd) naming that fd needs no new check, any other
+//! is checked the same way. Fds inside params (`REGISTER_FD`'s `ctl_fd`, ...) are resolved the
 //! same way against every open of the instance. Each message is read once into a fixed
-//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a
-//! message without exactly one reply socket is dropped; replies never block the server
-//! (`MSG_DONTWAIT`). Client memory is read with deadlines (cuse-dev's client waits).
+//! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a frame
+//! on an open without exactly one channel is dropped, an open or call of another protocol
+//! version answered `EPROTONOSUPPORT`; replies never block the server (`MSG_DONTWAIT`);
+//! channels are bounded per instance ([`MAX_CHANNELS`], then `EAGAIN`). Client memory is read
+//! with deadlines (cuse-dev's client waits).
 //!
 //! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
-//! reads its calls and queues them for the instance's call threads (started on demand, up to
-//! 128; idle ones exit), so calls of one open run concurrently as on a CUSE node, and a call
-//! waiting on the client's memory or the driver holds up no other. The open is released when
-//! its connection reads EOF and its calls in flight are done. Every thread that calls the
-//! driver gives up `CAP_SYS_ADMIN` first (`device::drop_admin_on_this_thread`).
+//! reads its attaches, and each channel one thread that reads and serves its calls, so calls
+//! of one open from several threads run concurrently as on a CUSE node, and a call waiting on
+//! the client's memory or the driver holds up no other channel. The open is released when its
+//! connection reads EOF and its calls in flight are done; its channels end with it. A
+//! suspension (live upgrade) drains the running calls and retires the channels, answering
+//! what was sent meanwhile "retry": clients attach anew on their opens, which move to the next
+//! worker. Every thread that calls the driver gives up `CAP_SYS_ADMIN` first
+//! (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -46,8 +57,8 @@ use cuse_dev::{ClientWaits, Errno};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, sockopt};
 use nvproxy_preload_proto::socket::{
-    CallOp, CallReply, CallRequest, DEV_SOCKET_NAME, DevNode, OPEN_PEER_PREFIX, OpenReply,
-    OpenRequest,
+    AttachRequest, CallOp, CallReply, CallRequest, DEV_PROTOCOL_VERSION, DEV_SOCKET_NAME, DevNode,
+    OPEN_PEER_PREFIX, OPEN_REQUEST_MAGIC, OpenReply, OpenRequest, version_of,
 };
 
 use crate::device::drop_admin_on_this_thread;
@@ -203,12 +214,15 @@ struct Shared {
     nodes: Nodes,
     table: Mutex<Table>,
     stopping: AtomicBool,
-    pool: Pool,
+    runs: Runs,
+    /// Channels the instance may have at once ([`MAX_CHANNELS`]).
+    max_channels: usize,
     /// Written by [`DevSocket::suspend`]: the opens' threads stop reading (what a client sends
     /// meanwhile stays in its connection for whoever serves it next).
     suspend_r: OwnedFd,
     suspend_w: OwnedFd,
-    /// Call frames refused for their fds (not exactly one reply socket); the fds were closed.
+    /// Frames refused for their fds (an attach without exactly one channel, a call with any);
+    /// the fds were closed.
     refused_frames: AtomicU64,
     /// The random bytes of the opens' peer names ([`peer_name`]).
     urandom: std::fs::File,
@@ -256,7 +270,8 @@ fn new_shared(instance: &str, nodes: Nodes) -> Result<Arc<Shared>> {
         nodes,
         table: Mutex::new(Table::default()),
         stopping: AtomicBool::new(false),
-        pool: Pool::default(),
+        runs: Runs::default(),
+        max_channels: MAX_CHANNELS,
         suspend_r,
         suspend_w,
         refused_frames: AtomicU64::new(0),
@@ -298,29 +313,37 @@ impl DevSocket {
         mut self,
         drain: Duration,
     ) -> Result<SuspendedSocket, (DevSocket, anyhow::Error)> {
+        self.shared.runs.lock().suspended = true;
         if let Err(e) = nix::unistd::write(&self.shared.suspend_w, b"s") {
+            self.shared.runs.lock().suspended = false;
             return Err((self, anyhow::anyhow!("signalling the open threads: {e}")));
         }
         let threads = std::mem::take(&mut self.shared.lock_table().threads);
         for t in threads {
             let _ = t.join();
         }
-        // Every call read before is answered before the state moves. A call waiting on its
+        // The channel threads wake from their reads (a call they run finishes and is answered).
+        for c in self.shared.runs.lock().channels.values_mut() {
+            c.shut = true;
+            let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Read);
+        }
+        // Every call read before is answered before the state moves (the channel threads
+        // read nothing more). A call waiting on its
         // client's memory (a page the tenant holds with userfaultfd) cannot veto it: past
         // the grace its wait is answered EFAULT at once, as its deadline would, and calls
         // started meanwhile wait at most SUSPEND_CLIENT_WAIT; their threads stay parked, and
         // go with this process.
         let started = std::time::Instant::now();
         let mut hurried = false;
-        while !self.shared.pool.drained() {
+        while !self.shared.runs.drained() {
             if !hurried && started.elapsed() >= SUSPEND_GRACE {
                 hurried = true;
-                let (running, _) = self.shared.pool.counts();
+                let (running, _) = self.shared.runs.counts();
                 tracing::warn!(instance = %self.shared.instance, running, "suspension: calls still running after {} ms; those waiting on their client's memory are answered EFAULT now", SUSPEND_GRACE.as_millis());
-                self.shared.pool.hurry();
+                self.shared.runs.hurry();
             }
             if started.elapsed() > drain {
-                let (running, abandoned) = self.shared.pool.counts();
+                let (running, abandoned) = self.shared.runs.counts();
                 let e = anyhow::anyhow!(
                     "{} call(s) still in the driver after {} s ({abandoned} more were \
                      answered EFAULT while waiting on their client's memory)",
@@ -331,7 +354,8 @@ impl DevSocket {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        self.shared.pool.relax();
+        self.shared.runs.relax();
+        retire_channels(&self.shared);
         let Some(server) = self.server.take() else {
             let e = anyhow::anyhow!("the device socket is not served");
             return Err((self.resume_in_place(), e));
@@ -356,21 +380,43 @@ impl DevSocket {
                 }
             }
         }
-        // The call threads go; the opens stay the clients' (nothing is shut down or released).
+        // The opens stay the clients' (nothing is shut down or released).
         self.shared.stopping.store(true, Ordering::SeqCst);
-        self.shared.pool.cv.notify_all();
         self.handed_over = true;
         Ok(SuspendedSocket { listener, opens })
     }
 
-    /// A suspension that could not complete: the open threads serve again (the listener was
-    /// not taken: its thread accepts on).
+    /// A suspension that could not complete: the open threads and the channels' serve again
+    /// (the listener was not taken: its thread accepts on).
     fn resume_in_place(self) -> DevSocket {
-        self.shared.pool.relax();
+        self.shared.runs.relax();
         let mut byte = [0u8; 1];
         if let Err(e) = nix::unistd::read(self.shared.suspend_r.as_raw_fd(), &mut byte) {
             tracing::error!(error = %e, "the suspension pipe: the device socket's opens are not served again");
             return self;
+        }
+        // Channels whose thread stopped are retired (their clients attach anew); those whose
+        // thread still runs a call answer it and end (their reading side is shut).
+        let stopped: Vec<u64> = {
+            let mut st = self.shared.runs.lock();
+            st.suspended = false;
+            st.channels
+                .iter()
+                .filter(|(_, c)| c.exited)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        if !stopped.is_empty() {
+            let rest: HashMap<u64, Channel> = {
+                let mut st = self.shared.runs.lock();
+                let all = std::mem::take(&mut st.channels);
+                let (gone, rest): (HashMap<_, _>, HashMap<_, _>) =
+                    all.into_iter().partition(|(id, _)| stopped.contains(id));
+                st.channels = gone;
+                rest
+            };
+            retire_channels(&self.shared);
+            self.shared.runs.lock().channels.extend(rest);
         }
         let opens: Vec<Arc<Open>> = self
             .shared
@@ -448,7 +494,6 @@ impl Drop for DevSocket {
             return;
         }
         self.shared.stopping.store(true, Ordering::SeqCst);
-        self.shared.pool.cv.notify_all();
         // The accepting thread ends and the socket goes.
         drop(self.server.take());
         let (opens, threads) = {
@@ -458,6 +503,9 @@ impl Drop for DevSocket {
         };
         for o in &opens {
             let _ = socket::shutdown(o.conn.as_raw_fd(), socket::Shutdown::Both);
+        }
+        for c in self.shared.runs.lock().channels.values() {
+            let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Both);
         }
         drop(opens);
         // A thread stuck on a client's memory is not waited for (its deadline only marks the
@@ -505,6 +553,19 @@ fn serve_open(shared: &Arc<Shared>, conn: OwnedFd) {
         Err(_) => return,
     };
     let (errno, client) = match OpenRequest::decode(&buf[..n]) {
+        None if n == OpenRequest::SIZE
+            && buf[..4] == OPEN_REQUEST_MAGIC.to_ne_bytes()
+            && version_of(&buf[..n]) != Some(DEV_PROTOCOL_VERSION) =>
+        {
+            let theirs = version_of(&buf[..n]).unwrap_or(0);
+            ratelimit::tenant_log!(
+                warn,
+                &shared.instance,
+                pid,
+                "an open of socket protocol version {theirs}; this worker speaks version {DEV_PROTOCOL_VERSION} (the shim and nvproxy are of different builds): EPROTONOSUPPORT"
+            );
+            (libc::EPROTONOSUPPORT, None)
+        }
         None => (libc::EINVAL, None),
         Some(req) => match open(shared, &req, pid) {
             Ok(client) => (0, Some(client)),
@@ -694,8 +755,9 @@ fn receive(conn: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
     })
 }
 
-/// The thread of one open: reads its calls and queues them for the instance's call threads;
-/// at EOF the open is released once its calls in flight are done.
+/// The thread of one open: reads its frames (each an [`AttachRequest`] with the new channel
+/// attached) and starts a channel thread for each; at EOF the open is released once its calls
+/// in flight are done.
 fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
     loop {
         if !wait_readable(shared, open.conn.as_fd()) {
@@ -722,29 +784,130 @@ fn serve_calls(shared: &Arc<Shared>, open: &Arc<Open>) {
         if shared.stopping.load(Ordering::Relaxed) {
             break;
         }
-        // Exactly one reply socket, or nobody to answer; every fd that came is closed here.
+        // Exactly one channel, or nobody to answer; every fd that came is closed here.
         if fds.len() != 1 {
             shared.refused_frames.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "call without exactly one reply socket dropped");
+            tracing::debug!(instance = %shared.instance, open = open.id, fds = fds.len(), "frame without exactly one channel dropped");
             continue;
         }
-        let job = Job {
-            open: open.clone(),
-            pid,
-            truncated,
-            len,
-            buf,
-            reply: fds.remove(0),
+        let chan = Arc::new(fds.remove(0));
+        let frame = &buf[..len];
+        let answer = match (truncated, AttachRequest::decode(frame)) {
+            (false, Some(req)) => attach(shared, open, pid, req, &chan),
+            _ if !truncated && is_old_call(frame) => {
+                ratelimit::tenant_log!(
+                    warn,
+                    &shared.instance,
+                    open = open.id,
+                    "a call of socket protocol version 1 (the shim is older than this worker, which speaks version {DEV_PROTOCOL_VERSION}): EPROTONOSUPPORT; restart the program with the installed shim"
+                );
+                Err(Errno::from_i32(libc::EPROTONOSUPPORT))
+            }
+            _ => Err(Errno::EINVAL),
         };
-        if let Err(job) = shared.pool.push(shared, job) {
-            tracing::debug!(instance = %shared.instance, open = open.id, "call queue full: EAGAIN");
-            send_reply(job.reply.as_fd(), &CallReply::error(libc::EAGAIN), None);
-            finish(shared, &job.open);
+        if let Err(e) = answer {
+            send_reply(chan.as_fd(), &CallReply::error(e.raw()), None);
         }
     }
     if open.calls().close() {
         release(shared, open);
     }
+}
+
+/// Whether `frame` is a call of protocol version 1 (sent with a reply socket on the open's
+/// own connection).
+fn is_old_call(frame: &[u8]) -> bool {
+    frame.len() == CallRequest::SIZE
+        && frame[..4] == nvproxy_preload_proto::socket::CALL_REQUEST_MAGIC.to_ne_bytes()
+        && version_of(frame) == Some(1)
+}
+
+/// An attach: the caller holds this open by `req.fd` (`pidfd_getfd`, socket cookie) and the
+/// instance has room for one more channel; the channel's thread started and answered `Ok`.
+fn attach(
+    shared: &Arc<Shared>,
+    open: &Arc<Open>,
+    pid: Option<u32>,
+    req: AttachRequest,
+    chan: &Arc<OwnedFd>,
+) -> Result<(), Errno> {
+    let pid = match pid {
+        None | Some(0) => return Err(Errno::from_i32(libc::ESRCH)),
+        Some(p) => p,
+    };
+    let pidfd =
+        sys::pidfd_open_process(pid).map_err(|e| Errno::from_i32(errno_of(&e, libc::ESRCH)))?;
+    match resolve(shared, &pidfd, req.fd) {
+        Ok(o) if o.cookie == open.cookie => {}
+        _ => {
+            tracing::debug!(instance = %shared.instance, open = open.id, pid, fd = req.fd, "attach naming an fd that is not this open: EBADF");
+            return Err(Errno::EBADF);
+        }
+    }
+    // Every call on the channel then carries its sender's credentials.
+    socket::setsockopt(chan, sockopt::PassCred, &true).map_err(|e| Errno::from_i32(e as i32))?;
+    let id = {
+        let mut st = shared.runs.lock();
+        if st.channels.len() >= shared.max_channels {
+            tracing::debug!(instance = %shared.instance, open = open.id, "channel limit reached: EAGAIN");
+            return Err(Errno::from_i32(libc::EAGAIN));
+        }
+        st.serial += 1;
+        let id = st.serial;
+        st.channels.insert(
+            id,
+            Channel {
+                open: open.clone(),
+                fd: chan.clone(),
+                exited: false,
+                shut: false,
+            },
+        );
+        id
+    };
+    let owner = Owner {
+        pid,
+        pidfd,
+        fd: req.fd,
+    };
+    if !spawn_channel_thread(shared, id, owner) {
+        shared.runs.lock().channels.remove(&id);
+        return Err(Errno::from_i32(libc::EAGAIN));
+    }
+    send_reply(chan.as_fd(), &CallReply::error(0), None);
+    Ok(())
+}
+
+/// The process that attached a channel and the fd it named: its calls need no new fd check.
+struct Owner {
+    pid: u32,
+    pidfd: OwnedFd,
+    fd: i32,
+}
+
+impl Owner {
+    /// Whether a call of `pid` naming `fd` is the owner's (still alive: its pid not reused).
+    fn covers(&self, pid: u32, fd: i32) -> bool {
+        if pid != self.pid || fd != self.fd {
+            return false;
+        }
+        // A pidfd polls readable once its process has exited.
+        let mut p = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut p, PollTimeout::ZERO), Ok(0))
+    }
+}
+
+/// Starts the thread of channel `id` (in the table already); false when none could start.
+fn spawn_channel_thread(shared: &Arc<Shared>, id: u64, owner: Owner) -> bool {
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name(format!("dev-chan-{}", shared.instance))
+        .stack_size(1 << 20)
+        .spawn(move || serve_channel(&s, id, owner))
+        .map_err(|e| {
+            ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start a channel's thread");
+        })
+        .is_ok()
 }
 
 /// A call's end: releases its open when that was the last call of a closed open.
@@ -758,6 +921,12 @@ fn release(shared: &Shared, open: &Open) {
     shared.lock_table().by_cookie.remove(&open.cookie);
     tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
     open.backend.release(open.id);
+    // Its channels end (their threads read EOF and go).
+    for c in shared.runs.lock().channels.values() {
+        if c.open.cookie == open.cookie {
+            let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Both);
+        }
+    }
 }
 
 /// Calls in flight on one open, and whether its last client reference is gone.
@@ -768,8 +937,13 @@ struct Calls {
 }
 
 impl Calls {
-    fn begin(&mut self) {
+    /// A call starts: false when the open is released already (nothing may reach it).
+    fn begin(&mut self) -> bool {
+        if self.closed && self.in_flight == 0 {
+            return false;
+        }
         self.in_flight += 1;
+        true
     }
     /// A call ended: whether the open is to be released now.
     fn end(&mut self) -> bool {
@@ -783,28 +957,25 @@ impl Calls {
     }
 }
 
-/// One call read from an open's connection, waiting for a call thread.
-struct Job {
+/// One channel: a client thread's connection for the calls on one open.
+struct Channel {
     open: Arc<Open>,
-    pid: Option<u32>,
-    truncated: bool,
-    len: usize,
-    buf: [u8; CallRequest::SIZE + 1],
-    reply: OwnedFd,
+    fd: Arc<OwnedFd>,
+    /// Its thread stopped for a suspension.
+    exited: bool,
+    /// A suspension shut its reading side (it serves at most the call it runs).
+    shut: bool,
 }
 
 #[derive(Default)]
-struct PoolState {
-    jobs: std::collections::VecDeque<Job>,
-    idle: usize,
-    threads: usize,
-    /// Jobs taken by a call thread and not finished.
+struct RunState {
+    /// Calls read from a channel and not finished.
     running: usize,
-    /// Of the running jobs, those the client-wait watchdog answered (`EFAULT`): their thread
+    /// Of the running calls, those the client-wait watchdog answered (`EFAULT`): their thread
     /// stays in `process_vm_readv` until the client's page fault resolves, but the call is
     /// over for its client and for a suspension.
     abandoned: usize,
-    /// The client waits of the running calls, by call thread: a suspension past its grace
+    /// The client waits of the running calls, by channel: a suspension past its grace
     /// interrupts them.
     waits: HashMap<u64, ClientWaits>,
     /// A suspension is past its grace: calls started now wait at most
@@ -813,74 +984,64 @@ struct PoolState {
     /// Changes when `hurry` does: a thread whose waits are of another epoch makes new ones
     /// (interrupted waits stay interrupted).
     epoch: u64,
-    /// Call threads started (their ids in `waits`).
+    /// Channel ids handed out.
     serial: u64,
+    /// A suspension runs: channel threads read nothing more.
+    suspended: bool,
+    /// The instance's channels, by id (at most `Shared::max_channels`).
+    channels: HashMap<u64, Channel>,
 }
 
-/// The instance's call threads: as many as calls run at once, up to [`MAX_CALL_THREADS`] (so
-/// that calls of one open run concurrently, as on a CUSE node, and a call that waits does not
-/// hold up the others); idle ones exit after [`IDLE_EXIT`] (two stay).
+/// The instance's channels and the calls running on them. Each channel has a thread that
+/// reads its calls and serves each itself (no hand-off); so calls of one open from several
+/// client threads run concurrently, as on a CUSE node, and a call waiting on its client's
+/// memory holds up no other channel.
 #[derive(Default)]
-struct Pool {
-    state: Mutex<PoolState>,
-    cv: std::sync::Condvar,
+struct Runs {
+    state: Mutex<RunState>,
 }
 
-/// Call threads per instance.
-const MAX_CALL_THREADS: usize = 128;
-/// Calls queued per instance beyond the running ones; past it a call is answered `EAGAIN`.
-const MAX_QUEUED: usize = 4096;
-/// How long an idle call thread waits for work before it exits.
-const IDLE_EXIT: Duration = Duration::from_secs(30);
+/// Channels per instance; past it an attach (so the call that needed it) fails with `EAGAIN`.
+#[cfg(not(test))]
+const MAX_CHANNELS: usize = 1024;
+#[cfg(test)]
+const MAX_CHANNELS: usize = 16;
 
-impl Pool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+impl Runs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `job` (counting it in flight on its open), starting a thread when none is idle.
-    /// The job back when the queue is full (not counted).
-    fn push(&self, shared: &Arc<Shared>, job: Job) -> std::result::Result<(), Job> {
+    /// A channel thread is about to read a call: counted running, or false while suspended.
+    fn begin(&self) -> bool {
         let mut st = self.lock();
-        if st.jobs.len() >= MAX_QUEUED {
-            job.open.calls().begin();
-            return Err(job);
+        if st.suspended {
+            return false;
         }
-        job.open.calls().begin();
-        st.jobs.push_back(job);
-        if st.idle == 0 && st.threads < MAX_CALL_THREADS {
-            let s = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("dev-call-{}", shared.instance))
-                .stack_size(1 << 20)
-                .spawn(move || call_thread(&s));
-            match spawned {
-                Ok(_) => st.threads += 1,
-                Err(e) => {
-                    ratelimit::tenant_log!(warn, &shared.instance, error = %e, "cannot start a call thread");
-                }
-            }
-        }
-        drop(st);
-        self.cv.notify_one();
-        Ok(())
+        st.running += 1;
+        true
     }
 
-    /// Whether no call is queued or running (calls the watchdog answered are not).
+    fn end(&self) {
+        let mut st = self.lock();
+        st.running = st.running.saturating_sub(1);
+    }
+
+    /// Whether no call is running (calls the watchdog answered are not).
     fn drained(&self) -> bool {
         let st = self.lock();
-        st.jobs.is_empty() && st.running == st.abandoned
+        st.running == st.abandoned
     }
 
     /// Calls running, and of them those answered by the watchdog and still parked.
     fn counts(&self) -> (usize, usize) {
         let st = self.lock();
-        (st.running + st.jobs.len(), st.abandoned)
+        (st.running, st.abandoned)
     }
 
     /// A suspension's grace is over: every running call waiting on its client's memory is
     /// answered now (its deadline brought forward), and calls started from now on get
-    /// [`SUSPEND_CLIENT_WAIT`]. Undone by [`Pool::relax`].
+    /// [`SUSPEND_CLIENT_WAIT`]. Undone by [`Runs::relax`].
     fn hurry(&self) {
         let mut st = self.lock();
         st.hurry = true;
@@ -898,42 +1059,17 @@ impl Pool {
             st.epoch += 1;
         }
     }
-
-    /// The next job for a call thread, or `None` when it is to exit. The caller reports the
-    /// job's end by decrementing `PoolState::running`.
-    fn next(&self, shared: &Shared) -> Option<Job> {
-        let mut st = self.lock();
-        loop {
-            if let Some(j) = st.jobs.pop_front() {
-                st.running += 1;
-                return Some(j);
-            }
-            if shared.stopping.load(Ordering::Relaxed) {
-                st.threads -= 1;
-                return None;
-            }
-            st.idle += 1;
-            let (g, wait) = self
-                .cv
-                .wait_timeout(st, IDLE_EXIT)
-                .unwrap_or_else(|e| e.into_inner());
-            st = g;
-            st.idle -= 1;
-            if wait.timed_out() && st.jobs.is_empty() && st.threads > 2 {
-                st.threads -= 1;
-                return None;
-            }
-        }
-    }
 }
 
-/// The reply socket of the call a thread runs, shared with its client-wait watchdog: whoever
-/// takes it out answers the call (the thread with the call's outcome, or the watchdog with
-/// `EFAULT` when the call's wait on its client's memory passed its deadline).
-type ReplySlot = Arc<Mutex<Option<OwnedFd>>>;
+/// The channel of the call a thread runs, shared with its client-wait watchdog: whoever takes
+/// it out answers the call (the thread with the call's outcome, or the watchdog with `EFAULT`
+/// when the call's wait on its client's memory passed its deadline).
+type ReplySlot = Arc<Mutex<Option<Arc<OwnedFd>>>>;
 
 /// Client waits that answer the call in `slot` with `EFAULT` when they fire (the deadline's
-/// answer, also when a suspension brings it forward), counting it abandoned.
+/// answer, also when a suspension brings it forward), counting it abandoned. The channel is
+/// then shut down: its thread stays parked until the page resolves, so the client's next call
+/// fails to send and attaches a new channel.
 fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) -> ClientWaits {
     let slot = slot.clone();
     let weak = Arc::downgrade(shared);
@@ -944,37 +1080,97 @@ fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) ->
             let mut reply = slot.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(fd) = reply.take() {
                 send_reply(fd.as_fd(), &CallReply::error(libc::EFAULT), None);
+                let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Both);
                 if let Some(s) = weak.upgrade() {
-                    s.pool.lock().abandoned += 1;
+                    s.runs.lock().abandoned += 1;
                 }
             }
         }),
     )
 }
 
-/// A call thread: serves queued calls until idle or stopped.
-fn call_thread(shared: &Arc<Shared>) {
+/// The thread of channel `id`: reads its calls and serves each on this thread until the
+/// channel ends, the device socket stops, or a suspension (which leaves the channel in the
+/// table for [`retire_channels`] or a restart).
+fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
     let admin = drop_admin_on_this_thread();
+    let Some((open, chan)) = shared
+        .runs
+        .lock()
+        .channels
+        .get(&id)
+        .map(|c| (c.open.clone(), c.fd.clone()))
+    else {
+        return;
+    };
     let slot: ReplySlot = Arc::default();
     let mut waits = answering_waits(shared, &slot, CLIENT_WAIT);
     let mut epoch = 0;
-    let me = {
-        let mut st = shared.pool.lock();
-        st.serial += 1;
-        st.serial
-    };
-    while let Some(job) = shared.pool.next(shared) {
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.reply);
-        let (reply, host_fd) = match (&admin, job.pid, job.truncated) {
+    loop {
+        // A blocking read: a suspension wakes it by shutting the channel's reading side.
+        let mut buf = [0u8; CallRequest::SIZE + 1];
+        let got = receive(chan.as_fd(), &mut buf);
+        let message = match got {
+            Ok(Received::Message {
+                len,
+                truncated,
+                pid,
+                fds,
+            }) if len > 0 || truncated || !fds.is_empty() => Some((len, truncated, pid, fds)),
+            // An empty message, or the reading side shut by a suspension.
+            Ok(Received::Message { .. }) => None,
+            Ok(Received::Closed) | Err(_) => break,
+        };
+        // Counted running unless a suspension began (checked under the same lock).
+        let (len, truncated, pid, fds) = match message {
+            Some(m) if shared.runs.begin() => m,
+            message => {
+                let mut st = shared.runs.lock();
+                let shut = st.channels.get(&id).is_none_or(|c| c.shut);
+                if st.suspended {
+                    if message.is_some() {
+                        // Read after the suspension began: not served; the client sends it
+                        // again on a new channel.
+                        send_reply(chan.as_fd(), &CallReply::retry(), None);
+                    }
+                    if let Some(c) = st.channels.get_mut(&id) {
+                        c.exited = true;
+                    }
+                    return;
+                }
+                drop(st);
+                if shut {
+                    break; // a suspension that failed shut it: the client attaches anew
+                }
+                send_reply(chan.as_fd(), &CallReply::error(libc::EINVAL), None);
+                continue;
+            }
+        };
+        if shared.stopping.load(Ordering::Relaxed) {
+            shared.runs.end();
+            break;
+        }
+        if !fds.is_empty() {
+            // A call carries no fd; what came is closed here.
+            shared.refused_frames.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(fds);
+        if !open.calls().begin() {
+            send_reply(chan.as_fd(), &CallReply::error(libc::EBADF), None);
+            shared.runs.end();
+            continue;
+        }
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(chan.clone());
+        let (reply, host_fd) = match (&admin, pid, truncated) {
             (Err(e), _, _) => (CallReply::error(e.raw()), None),
             (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
             (_, _, true) => (CallReply::error(libc::EINVAL), None),
-            (Ok(()), Some(pid), false) => match CallRequest::decode(&job.buf[..job.len]) {
+            (Ok(()), Some(pid), false) => match CallRequest::decode(&buf[..len]) {
                 None => (CallReply::error(libc::EINVAL), None),
                 Some(req) => {
                     let (hurry, now) = {
-                        let mut st = shared.pool.lock();
-                        st.waits.insert(me, waits.clone());
+                        let mut st = shared.runs.lock();
+                        st.waits.insert(id, waits.clone());
                         (st.hurry, st.epoch)
                     };
                     if waits.fired() || now != epoch {
@@ -985,10 +1181,10 @@ fn call_thread(shared: &Arc<Shared>) {
                             CLIENT_WAIT
                         };
                         waits = answering_waits(shared, &slot, timeout);
-                        shared.pool.lock().waits.insert(me, waits.clone());
+                        shared.runs.lock().waits.insert(id, waits.clone());
                     }
-                    let r = call(shared, &job.open, pid, &req, &waits);
-                    shared.pool.lock().waits.remove(&me);
+                    let r = call(shared, &open, &owner, pid, &req, &waits);
+                    shared.runs.lock().waits.remove(&id);
                     r
                 }
             },
@@ -997,15 +1193,45 @@ fn call_thread(shared: &Arc<Shared>) {
         match answer {
             Some(to) => send_reply(to.as_fd(), &reply, host_fd.as_ref()),
             // The watchdog answered it (EFAULT) and counted it abandoned: it ends here.
-            None => shared.pool.lock().abandoned -= 1,
+            None => shared.runs.lock().abandoned -= 1,
         }
-        finish(shared, &job.open);
-        shared.pool.lock().running -= 1;
+        finish(shared, &open);
+        shared.runs.end();
+    }
+    shared.runs.lock().channels.remove(&id);
+}
+
+/// Ends every channel after a suspension drained the calls: what a client sent meanwhile was
+/// not read, and is answered [`CallReply::retry`] (the client attaches a new channel on its
+/// open, which the next worker serves); then the channel is shut down.
+fn retire_channels(shared: &Shared) {
+    let channels: Vec<Arc<OwnedFd>> = {
+        let mut st = shared.runs.lock();
+        st.channels.drain().map(|(_, c)| c.fd).collect()
+    };
+    for fd in channels {
+        // The client can send no more; what it sent before stays readable.
+        let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Read);
+        let mut buf = [0u8; CallRequest::SIZE + 1];
+        // At most the socket's backlog of frames (bounded by its receive buffer).
+        loop {
+            match fdpass::recv(
+                fd.as_fd(),
+                &mut buf,
+                libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+            ) {
+                Ok(m) if m.bytes > 0 || !m.fds.is_empty() || m.truncated => {
+                    send_reply(fd.as_fd(), &CallReply::retry(), None);
+                }
+                _ => break,
+            }
+        }
+        let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Write);
     }
 }
 
 fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
-    // Never blocks: a reply socket whose buffer the client filled loses the reply.
+    // Never blocks: a channel whose buffer the client filled loses the reply.
     let _ = send_with_fd(to, &reply.encode(), fd, MsgFlags::MSG_DONTWAIT);
 }
 
@@ -1023,26 +1249,34 @@ fn resolve(shared: &Shared, pidfd: &OwnedFd, fd: i32) -> io::Result<Arc<Open>> {
     shared.by_cookie(cookie).ok_or_else(ebadf)
 }
 
-/// One call of `pid` on `open`.
+/// One call of `pid` on `open` through a channel `owner` attached.
 fn call(
     shared: &Shared,
     open: &Open,
+    owner: &Owner,
     pid: u32,
     req: &CallRequest,
     waits: &ClientWaits,
 ) -> (CallReply, Option<OwnedFd>) {
-    let pidfd = match sys::pidfd_open_process(pid) {
-        Ok(p) => p,
-        Err(e) => return (CallReply::error(errno_of(&e, libc::ESRCH)), None),
-    };
-    // The fd the caller used must be this open in its own fd table.
-    match resolve(shared, &pidfd, req.fd) {
-        Ok(o) if o.cookie == open.cookie => {}
-        Ok(_) | Err(_) => {
-            tracing::debug!(instance = %shared.instance, open = open.id, pid, fd = req.fd, "call naming an fd that is not this open: EBADF");
-            return (CallReply::error(libc::EBADF), None);
+    // The owner proved at attach that it holds this open by `req.fd`; anyone else (a process
+    // the channel was passed to, another fd number) proves it now.
+    let fresh;
+    let pidfd = if owner.covers(pid, req.fd) {
+        &owner.pidfd
+    } else {
+        fresh = match sys::pidfd_open_process(pid) {
+            Ok(p) => p,
+            Err(e) => return (CallReply::error(errno_of(&e, libc::ESRCH)), None),
+        };
+        match resolve(shared, &fresh, req.fd) {
+            Ok(o) if o.cookie == open.cookie => {}
+            Ok(_) | Err(_) => {
+                tracing::debug!(instance = %shared.instance, open = open.id, pid, fd = req.fd, "call naming an fd that is not this open: EBADF");
+                return (CallReply::error(libc::EBADF), None);
+            }
         }
-    }
+        &fresh
+    };
     match req.op {
         CallOp::Ioctl { cmd, arg } => {
             let span = tracing::debug_span!("ioctl", node = ?open.node, pid, cmd = format_args!("{cmd:#010x}"));
@@ -1051,16 +1285,15 @@ fn call(
             // memory, not the transport's round trip.
             let start = std::time::Instant::now();
             let mut mem = VmMemory::new(pid).with_waits(waits.clone());
-            let lookup = |fd: i32| resolve(shared, &pidfd, fd).map(|o| o.id);
+            let lookup = |fd: i32| resolve(shared, pidfd, fd).map(|o| o.id);
             let result = open
                 .backend
                 .ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
             let reply = match result {
                 Ok(result) => match mem.finish() {
                     Ok(()) => CallReply {
-                        errno: 0,
                         result,
-                        offset_adjust: 0,
+                        ..CallReply::error(0)
                     },
                     Err(_) => CallReply::error(libc::EFAULT),
                 },
@@ -1082,9 +1315,8 @@ fn call(
         {
             Ok((fd, adjust)) => (
                 CallReply {
-                    errno: 0,
-                    result: 0,
                     offset_adjust: adjust,
+                    ..CallReply::error(0)
                 },
                 Some(fd),
             ),
@@ -1131,6 +1363,7 @@ mod tests {
         root: PathBuf,
         dev: Option<DevSocket>,
         proxy: Arc<ioctl_proxy::Proxy>,
+        nodes: Nodes,
     }
 
     impl Drop for Fixture {
@@ -1158,11 +1391,12 @@ mod tests {
             uvm: Some(Arc::new(UvmBackend::new(uvm, frontend))),
             gpus: 1,
         };
-        let dev = DevSocket::start("t", nodes, &root).unwrap();
+        let dev = DevSocket::start("t", nodes.clone(), &root).unwrap();
         Fixture {
             root,
             dev: Some(dev),
             proxy,
+            nodes,
         }
     }
 
@@ -1220,27 +1454,20 @@ mod tests {
         }
     }
 
-    /// Sends `msg` on `conn` with a fresh reply socket; the reply and its fd.
-    fn call_raw(conn: &OwnedFd, msg: &[u8]) -> Option<(CallReply, Option<OwnedFd>)> {
-        let (mine, theirs) = socket::socketpair(
+    fn pair() -> (OwnedFd, OwnedFd) {
+        socket::socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
             None,
             SockFlag::SOCK_CLOEXEC,
         )
-        .unwrap();
-        let raw = [theirs.as_raw_fd()];
-        socket::sendmsg::<()>(
-            conn.as_raw_fd(),
-            &[IoSlice::new(msg)],
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
-        drop(theirs);
+        .unwrap()
+    }
+
+    /// The answer on `mine` (5 s at most): the reply and its fd, `None` at EOF or timeout.
+    fn answer(mine: &OwnedFd) -> Option<(CallReply, Option<OwnedFd>)> {
         socket::setsockopt(
-            &mine,
+            mine,
             sockopt::ReceiveTimeout,
             &timeval(Duration::from_secs(5)),
         )
@@ -1252,6 +1479,30 @@ mod tests {
             }
             _ => None,
         }
+    }
+
+    /// Attaches a channel to the open `conn`, naming `fd`: the channel, or the errno answered.
+    fn attach_raw(conn: &OwnedFd, fd: i32) -> Result<OwnedFd, i32> {
+        let (mine, theirs) = pair();
+        send_fds(conn, &AttachRequest { fd }.encode(), &[theirs.as_raw_fd()]);
+        drop(theirs);
+        match answer(&mine) {
+            Some((r, None)) if r.errno == 0 => Ok(mine),
+            Some((r, _)) => Err(r.errno),
+            None => Err(-1),
+        }
+    }
+
+    /// Sends `msg` on the channel `chan`; the reply and its fd.
+    fn call_on(chan: &OwnedFd, msg: &[u8]) -> Option<(CallReply, Option<OwnedFd>)> {
+        socket::send(chan.as_raw_fd(), msg, MsgFlags::MSG_NOSIGNAL).ok()?;
+        answer(chan)
+    }
+
+    /// Sends `msg` on a new channel of `conn`; the reply and its fd.
+    fn call_raw(conn: &OwnedFd, msg: &[u8]) -> Option<(CallReply, Option<OwnedFd>)> {
+        let chan = attach_raw(conn, conn.as_raw_fd()).expect("an attached channel");
+        call_on(&chan, msg)
     }
 
     fn ioctl(conn: &OwnedFd, fd: i32, cmd: u32, arg: &mut [u8]) -> CallReply {
@@ -1617,5 +1868,185 @@ mod tests {
         };
         let sent = socket::send(ctl.as_raw_fd(), &req.encode(), MsgFlags::MSG_NOSIGNAL);
         assert!(sent.is_err(), "the connection is gone");
+    }
+
+    #[test]
+    fn test_calls_on_one_channel_are_answered_on_it_without_fds() {
+        let f = fixture("channel");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let chan = attach_raw(&ctl, ctl.as_raw_fd()).unwrap();
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        for _ in 0..200 {
+            let (r, fd) = call_on(&chan, &req).unwrap();
+            assert_eq!(
+                (r.errno, r.result, r.retry, fd.is_none()),
+                (0, 0, false, true)
+            );
+        }
+        assert!(v[8..].starts_with(b"535.261.03"));
+        // The same process naming another open's fd on this channel: checked, EBADF.
+        let other = f.open(DevNode::Ctl).unwrap();
+        let forged = CallRequest {
+            fd: other.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        };
+        assert_eq!(
+            call_on(&chan, &forged.encode()).unwrap().0.errno,
+            libc::EBADF
+        );
+        // A call carrying fds is served, its fds closed and counted.
+        send_fds(&chan, &req, &[ctl.as_raw_fd()]);
+        assert_eq!(answer(&chan).unwrap().0.errno, 0);
+        // The open's release ends its channels.
+        drop((ctl, other));
+        f.wait_opens(0);
+        assert!(
+            call_on(&chan, &req).is_none(),
+            "the channel ended with its open"
+        );
+    }
+
+    #[test]
+    fn test_attaching_needs_the_open_and_a_free_channel() {
+        let f = fixture("attach");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let other = f.open(DevNode::Ctl).unwrap();
+        let unrelated = UnixStream::pair().unwrap().0;
+        for fd in [other.as_raw_fd(), unrelated.as_raw_fd(), 1000, -1] {
+            assert_eq!(attach_raw(&ctl, fd).err(), Some(libc::EBADF), "fd {fd}");
+        }
+        // A malformed attach: EINVAL on the channel it carried.
+        let mut bad = AttachRequest {
+            fd: ctl.as_raw_fd(),
+        }
+        .encode();
+        bad[12] = 1;
+        let (mine, theirs) = pair();
+        send_fds(&ctl, &bad, &[theirs.as_raw_fd()]);
+        drop(theirs);
+        assert_eq!(answer(&mine).unwrap().0.errno, libc::EINVAL);
+        // The instance's channels are bounded: past the bound, EAGAIN; a channel that ends
+        // makes room.
+        let mut chans: Vec<OwnedFd> = (0..MAX_CHANNELS)
+            .map(|_| attach_raw(&ctl, ctl.as_raw_fd()).unwrap())
+            .collect();
+        assert_eq!(attach_raw(&ctl, ctl.as_raw_fd()).err(), Some(libc::EAGAIN));
+        chans.pop();
+        let mut again = Err(0);
+        for _ in 0..200 {
+            again = attach_raw(&ctl, ctl.as_raw_fd());
+            if again.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(again.is_ok(), "{again:?}");
+    }
+
+    #[test]
+    fn test_other_protocol_versions_are_refused_clearly() {
+        let f = fixture("version");
+        let mut old = OpenRequest {
+            node: DevNode::Ctl,
+            flags: libc::O_RDWR,
+        }
+        .encode();
+        old[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        let (reply, fd) = f.open_raw(&old);
+        assert_eq!(
+            (reply, fd.is_none()),
+            (
+                Some(OpenReply {
+                    errno: libc::EPROTONOSUPPORT
+                }),
+                true
+            )
+        );
+        // A version-1 call (its reply socket attached) on an open: EPROTONOSUPPORT on it.
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let mut call = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl { cmd: 1, arg: 0 },
+        }
+        .encode();
+        call[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        let (mine, theirs) = pair();
+        send_fds(&ctl, &call, &[theirs.as_raw_fd()]);
+        drop(theirs);
+        assert_eq!(answer(&mine).unwrap().0.errno, libc::EPROTONOSUPPORT);
+    }
+
+    #[test]
+    fn test_a_suspension_closes_channels_to_new_calls_and_the_next_worker_serves_them() {
+        let mut f = fixture("retry");
+        let ctl = Arc::new(f.open(DevNode::Ctl).unwrap());
+        let chan = attach_raw(&ctl, ctl.as_raw_fd()).unwrap();
+        // A call waiting on a page nobody resolves holds the suspension until its grace ends.
+        let map = sys::AnonMap::new(4096).unwrap();
+        let _uffd = sys::uffd_register_missing(map.addr(), 4096)
+            .expect("userfaultfd (root; CONFIG_USERFAULTFD)");
+        let addr = map.addr();
+        let c = ctl.clone();
+        let waiting = std::thread::spawn(move || {
+            let req = CallRequest {
+                fd: c.as_raw_fd(),
+                op: CallOp::Ioctl {
+                    cmd: CHECK_VERSION,
+                    arg: addr,
+                },
+            };
+            call_raw(&c, &req.encode())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let dev = f.dev.take().unwrap();
+        let suspending = std::thread::spawn(move || dev.suspend(Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(300));
+        // While the suspension drains, the channels take nothing more: a send fails at once
+        // (nothing reached the worker), and the shim attaches anew on the open, which waits
+        // for the next worker.
+        let mut v = version_check();
+        let req = CallRequest {
+            fd: ctl.as_raw_fd(),
+            op: CallOp::Ioctl {
+                cmd: CHECK_VERSION,
+                arg: v.as_mut_ptr() as u64,
+            },
+        }
+        .encode();
+        assert_eq!(
+            socket::send(chan.as_raw_fd(), &req, MsgFlags::MSG_NOSIGNAL),
+            Err(nix::errno::Errno::EPIPE)
+        );
+        let c = ctl.clone();
+        let attaching = std::thread::spawn(move || attach_raw(&c, c.as_raw_fd()));
+        let suspended = suspending.join().unwrap().map_err(|(_, e)| e).unwrap();
+        let (w, _) = waiting
+            .join()
+            .unwrap()
+            .expect("the waiting call is answered");
+        assert_eq!(w.errno, libc::EFAULT);
+        assert!(
+            !attaching.is_finished(),
+            "the attach waits for the next worker"
+        );
+        f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
+        let chan = attaching
+            .join()
+            .unwrap()
+            .expect("attached by the next worker");
+        let (r, _) = call_on(&chan, &req).unwrap();
+        assert_eq!((r.errno, r.retry), (0, false));
+        assert!(v[8..].starts_with(b"535.261.03"));
     }
 }

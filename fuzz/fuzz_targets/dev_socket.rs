@@ -6,13 +6,24 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nvproxy_preload_proto::socket::{CallReply, CallRequest, OpenReply, OpenRequest};
+use nvproxy_preload_proto::socket::{
+    AttachRequest, CallReply, CallRequest, OpenReply, OpenRequest,
+};
 
 fuzz_target!(|data: &[u8]| {
     nvproxy_fuzz::fd_frames::run(data);
     if let Some(m) = OpenRequest::decode(data) {
         let e = m.encode();
         assert_eq!(OpenRequest::decode(&e), Some(m));
+    }
+    if let Some(m) = AttachRequest::decode(data) {
+        let e = m.encode();
+        assert_eq!(AttachRequest::decode(&e), Some(m));
+        assert_eq!(
+            e.as_slice(),
+            data,
+            "an attach decodes from its own bytes only"
+        );
     }
     if let Some(m) = CallRequest::decode(data) {
         let e = m.encode();

@@ -15,7 +15,8 @@
 //! - `stat` family, `statx` and `access` family of a node path: a character device `0666` with
 //!   the driver's numbers (`195:255`, `195:N`), as the driver's nodes look; `fstat`,
 //!   `fstatat`/`statx` with `AT_EMPTY_PATH` of an open's fd the same.
-//! - `ioctl`/`mmap` on an open's fd: one request on it with a fresh reply socket.
+//! - `ioctl`/`mmap` on an open's fd: one request on the calling thread's channel for that open
+//!   and one answer back (`channel.rs`).
 //!
 //! Our fds are recognised by `fstat` (a socket) and the abstract name the worker bound its end to
 //! (`getpeername`), cached by socket inode (`cache.rs`). Everything else goes to the next
@@ -32,8 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use crate::cache::{FileKey, NodeCache};
 use crate::config::SUN_PATH_LEN;
 use crate::proto::socket::{
-    CallOp, CallReply, CallRequest, DEFAULT_UVM_MAJOR, DevNode, ENV_DEV_GPUS, ENV_DEV_SOCKET,
-    ENV_DEV_UVM_MAJOR, OPEN_PEER_PREFIX, OpenReply, OpenRequest, node_of_peer_name,
+    CallOp, DEFAULT_UVM_MAJOR, DevNode, ENV_DEV_GPUS, ENV_DEV_SOCKET, ENV_DEV_UVM_MAJOR,
+    OPEN_PEER_PREFIX, OpenReply, OpenRequest, node_of_peer_name,
 };
 
 struct DevConfig {
@@ -270,6 +271,11 @@ unsafe fn stat_node(node: DevNode, buf: *mut libc::stat) -> c_int {
 /// The node of one of our open's sockets, or `None` (any other fd: the caller then does what it
 /// would have done).
 pub(crate) fn node_of_fd(fd: c_int) -> Option<DevNode> {
+    open_of_fd(fd).map(|(node, _)| node)
+}
+
+/// The node of one of our open's sockets and the socket's `(st_dev, st_ino)`, or `None`.
+pub(crate) fn open_of_fd(fd: c_int) -> Option<(DevNode, (u64, u64))> {
     if fd < 0 || !enabled() {
         return None;
     }
@@ -280,8 +286,9 @@ pub(crate) fn node_of_fd(fd: c_int) -> Option<DevNode> {
     if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return None;
     }
+    let key = (st.st_dev, st.st_ino);
     if let Some(code) = SOCKETS.find(st.st_dev, st.st_ino) {
-        return DevNode::from_code(code);
+        return DevNode::from_code(code).map(|n| (n, key));
     }
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -309,7 +316,7 @@ pub(crate) fn node_of_fd(fd: c_int) -> Option<DevNode> {
         ino: st.st_ino,
         rdev: node.code(),
     });
-    Some(node)
+    Some((node, key))
 }
 
 pub(crate) fn close(fd: c_int) {
@@ -319,7 +326,11 @@ pub(crate) fn close(fd: c_int) {
 
 /// Receives one message on `s` into `buf`: its length and the fds attached (at most one kept;
 /// surplus fds are closed). `Err(errno)` on failure; length 0 with no fd is the peer's close.
-fn receive(s: c_int, buf: &mut [u8], flags: c_int) -> Result<(usize, Option<c_int>, bool), c_int> {
+pub(crate) fn receive(
+    s: c_int,
+    buf: &mut [u8],
+    flags: c_int,
+) -> Result<(usize, Option<c_int>, bool), c_int> {
     let mut cbuf = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -352,7 +363,7 @@ fn receive(s: c_int, buf: &mut [u8], flags: c_int) -> Result<(usize, Option<c_in
 }
 
 /// Sends `bytes` on `s` with `fd` attached (if any).
-fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_int> {
+pub(crate) fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_int> {
     let mut cbuf = [0u64; 4];
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut c_void,
@@ -461,52 +472,6 @@ fn open_over(s: c_int, node: DevNode, flags: c_int) -> Result<c_int, c_int> {
     }
 }
 
-/// One call on open `fd`: the reply and, for an mmap, the host fd.
-fn dev_call(fd: c_int, op: CallOp) -> Result<(CallReply, Option<c_int>), c_int> {
-    let mut sv = [-1 as c_int; 2];
-    // SAFETY: socketpair writes two fds into `sv`, a live local array of two ints.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(errno());
-    }
-    let sent = send(fd, &CallRequest { fd, op }.encode(), Some(sv[1]));
-    close(sv[1]);
-    if let Err(e) = sent {
-        close(sv[0]);
-        // The worker is gone: as CUSE's later calls on the file of a stopped server.
-        return Err(match e {
-            libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED => libc::ENOTCONN,
-            e => e,
-        });
-    }
-    let mut buf = [0u8; CallReply::SIZE + 1];
-    let got = receive(sv[0], &mut buf, libc::MSG_CMSG_CLOEXEC);
-    close(sv[0]);
-    let (n, hostfd, truncated) = got?;
-    let reply = if truncated {
-        None
-    } else {
-        CallReply::decode(&buf[..n])
-    };
-    match reply {
-        Some(r) => Ok((r, hostfd)),
-        None => {
-            if let Some(h) = hostfd {
-                close(h);
-            }
-            // No answer (the worker dropped the call or stopped).
-            Err(if n == 0 { libc::ENOTCONN } else { libc::EIO })
-        }
-    }
-}
-
 /// For `shim.rs`'s mmap: `None` when `fd` is not one of our opens; else the host fd and offset
 /// to map, or the errno.
 pub(crate) fn mmap_target(
@@ -516,14 +481,14 @@ pub(crate) fn mmap_target(
     flags: c_int,
     offset: i64,
 ) -> Option<Result<(c_int, i64), c_int>> {
-    node_of_fd(fd)?;
+    let (_, key) = open_of_fd(fd)?;
     let op = CallOp::Mmap {
         len: len as u64,
         prot,
         flags,
         offset,
     };
-    Some(match dev_call(fd, op) {
+    Some(match crate::channel::call(fd, key, op) {
         Ok((r, _)) if r.errno != 0 => Err(r.errno),
         Ok((r, Some(host))) => match i64::try_from(r.offset_adjust)
             .ok()
@@ -1281,20 +1246,20 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     {
         return r;
     }
-    if node_of_fd(fd).is_none() {
+    let Some((_, key)) = open_of_fd(fd) else {
         return match next(Sym::Ioctl) {
             // SAFETY: the address dlsym returned for "ioctl" (IoctlFn), the caller's call.
             Some(f) => unsafe { std::mem::transmute::<usize, IoctlFn>(f)(fd, request, arg) },
             // SAFETY: the caller's own call as the raw syscall.
             None => ret(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) }),
         };
-    }
+    };
     let op = CallOp::Ioctl {
         // The driver's command numbers are 32 bits (the kernel truncates too).
         cmd: request as u32,
         arg: arg as u64,
     };
-    match dev_call(fd, op) {
+    match crate::channel::call(fd, key, op) {
         Ok((r, host)) => {
             if let Some(h) = host {
                 close(h);
@@ -1344,14 +1309,14 @@ fn os_descriptor(fd: c_int, arg: *mut c_void) -> Option<c_int> {
     if fd < 0 || arg.is_null() {
         return None;
     }
-    let socket = match node_of_fd(fd) {
-        Some(DevNode::Gpu(_)) => true,
+    let socket = match open_of_fd(fd) {
+        Some((DevNode::Gpu(_), key)) => Some(key),
         Some(_) => return None,
         None => {
             if !crate::shim::is_cuse_node(fd) {
                 return None;
             }
-            false
+            None
         }
     };
     let mut p = [0u8; NVOS02_SIZE];
@@ -1389,12 +1354,12 @@ fn os_descriptor(fd: c_int, arg: *mut c_void) -> Option<c_int> {
         reserved: 0,
     };
     let cmd = crate::proto::NVPROXY_IOC_ALLOC_OS_DESCRIPTOR;
-    let r = if socket {
+    let r = if let Some(key) = socket {
         let op = CallOp::Ioctl {
             cmd,
             arg: &args as *const crate::proto::OsDescriptorArgs as u64,
         };
-        match dev_call(fd, op) {
+        match crate::channel::call(fd, key, op) {
             Ok((r, host)) => {
                 if let Some(h) = host {
                     close(h);

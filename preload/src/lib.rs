@@ -24,6 +24,8 @@
 pub use nvproxy_preload_proto as proto;
 
 mod cache;
+#[allow(unsafe_code)]
+mod channel;
 mod config;
 #[allow(unsafe_code)]
 mod devpoll;

@@ -11,7 +11,7 @@ use nvproxy_abi::ioctl::{NV_ESC_RM_MAP_MEMORY, NV_ESC_RM_UNMAP_MEMORY};
 use nvproxy_abi::structs::{
     NV_MEMORY_ALLOCATION_PARAMS, NVOS34_PARAMETERS, nv_ioctl_nvos33_parameters_with_fd,
 };
-use nvproxy_preload_proto::socket::{CallOp, CallReply, CallRequest};
+use nvproxy_preload_proto::socket::{AttachRequest, CallOp, CallReply, CallRequest};
 use nvproxy_preload_proto::{
     MmapReply, MmapRequest, MmapTicketArgs, NVPROXY_IOC_HELLO, NVPROXY_IOC_MMAP_TICKET,
 };
@@ -232,8 +232,8 @@ pub fn redeem(path: &Path, ticket: u64) -> io::Result<Answer> {
 }
 
 /// With the socket transport: asks the worker for the host fd of an mmap of open `fd` by hand
-/// (a `CallRequest` on the open's own socket with a reply socket, as the shim sends): the
-/// reply and the fd.
+/// (a channel attached on the open's own socket, then a `CallRequest` on it, as the shim
+/// sends): the reply and the fd.
 pub fn socket_host_fd(fd: &impl AsRawFd) -> io::Result<(CallReply, Option<OwnedFd>)> {
     let (mine, theirs) = socket::socketpair(
         socket::AddressFamily::Unix,
@@ -241,6 +241,21 @@ pub fn socket_host_fd(fd: &impl AsRawFd) -> io::Result<(CallReply, Option<OwnedF
         None,
         socket::SockFlag::SOCK_CLOEXEC,
     )?;
+    // A channel of our own for the open (as the shim attaches one per thread).
+    let attach = AttachRequest { fd: fd.as_raw_fd() }.encode();
+    let raw = [theirs.as_raw_fd()];
+    socket::sendmsg::<()>(
+        fd.as_raw_fd(),
+        &[io::IoSlice::new(&attach)],
+        &[socket::ControlMessage::ScmRights(&raw)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    drop(theirs);
+    let (attached, _) = channel_reply(&mine)?;
+    if attached.errno != 0 {
+        return Ok((attached, None));
+    }
     let req = CallRequest {
         fd: fd.as_raw_fd(),
         op: CallOp::Mmap {
@@ -251,20 +266,17 @@ pub fn socket_host_fd(fd: &impl AsRawFd) -> io::Result<(CallReply, Option<OwnedF
         },
     }
     .encode();
-    let raw = [theirs.as_raw_fd()];
-    socket::sendmsg::<()>(
-        fd.as_raw_fd(),
-        &[io::IoSlice::new(&req)],
-        &[socket::ControlMessage::ScmRights(&raw)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    drop(theirs);
+    socket::send(mine.as_raw_fd(), &req, MsgFlags::MSG_NOSIGNAL)?;
+    channel_reply(&mine)
+}
+
+/// One [`CallReply`] read from a channel, with the fd it carries.
+fn channel_reply(chan: &OwnedFd) -> io::Result<(CallReply, Option<OwnedFd>)> {
     let mut buf = [0u8; 64];
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let mut iov = [io::IoSliceMut::new(&mut buf)];
     let msg = socket::recvmsg::<()>(
-        mine.as_raw_fd(),
+        chan.as_raw_fd(),
         &mut iov,
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,

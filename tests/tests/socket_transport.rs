@@ -327,16 +327,26 @@ try:
     out["bad_pointer"] = "ok"
 except OSError as e:
     out["bad_pointer"] = errno.errorcode[e.errno]
-# A forged request by hand on the open's socket, naming another fd (/dev/null) as this open.
-def call(sock, fd_named, cmd, arg):
-    magic = int.from_bytes(b"NVCQ", "big")
-    req = struct.pack("<IIIiIIQiiq", magic, 1, 1, fd_named, cmd, 0, arg, 0, 0, 0)
+# Forged requests by hand on the open's socket (protocol 2): a channel attached naming another
+# fd (/dev/null) as this open, and a call on an honest channel naming another fd.
+def reply_errno(chan):
+    chan.settimeout(10)
+    data = chan.recv(64)
+    return struct.unpack("<IiiIQ", data)[1] if len(data) == 24 else -1
+def attach(sock, fd_named):
+    magic = int.from_bytes(b"NVAQ", "big")
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    req = struct.pack("<IIiI", magic, 2, fd_named, 0)
     sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", theirs.fileno()))])
     theirs.close()
-    mine.settimeout(10)
-    data = mine.recv(64)
-    return struct.unpack("<IiiIQ", data)[1] if len(data) == 24 else -1
+    return mine, reply_errno(mine)
+def call(sock, fd_named, cmd, arg):
+    chan, err = attach(sock, fd)
+    if err != 0:
+        return -2
+    magic = int.from_bytes(b"NVCQ", "big")
+    chan.send(struct.pack("<IIIiIIQiiq", magic, 2, 1, fd_named, cmd, 0, arg, 0, 0, 0))
+    return reply_errno(chan)
 s = socket.socket(fileno=os.dup(fd))
 null = os.open("/dev/null", os.O_RDWR)
 b = ctypes.create_string_buffer(bytes(version), 72)
@@ -344,6 +354,7 @@ addr = ctypes.addressof(b)
 out["forged_fd"] = errno.errorcode.get(call(s, null, CHECK_VERSION, addr), "?")
 out["forged_fd_untouched"] = b.raw == bytes(version)
 out["forged_closed_fd"] = errno.errorcode.get(call(s, 999, CHECK_VERSION, addr), "?")
+out["forged_attach"] = errno.errorcode.get(attach(s, null)[1], "?")
 # A fork keeps the open (the child's ioctl is its own, on its own memory).
 pid = os.fork()
 if pid == 0:
@@ -360,6 +371,60 @@ if pid == 0:
 print(json.dumps(out), flush=True)
 os.waitpid(pid, 0)
 "#;
+
+/// Threads that each make a call and exit, a forked child's call, a program that closes the
+/// shim's channel fd behind its back: every call is answered, and no fd is left over.
+const CHANNELS: &str = r#"
+import fcntl, json, os, struct, threading
+fd = os.open("/dev/nvidiactl", os.O_RDWR)
+version = bytearray(72); version[0] = ord("2")
+CHECK_VERSION = 0xc04846d2
+def one():
+    b = bytearray(version)
+    fcntl.ioctl(fd, CHECK_VERSION, b)
+    return struct.unpack_from("<I", b, 4)[0] == 1
+def fds():
+    return set(os.listdir("/proc/self/fd"))
+ok = one()
+base = fds()
+results = []
+for _ in range(5):
+    ts = [threading.Thread(target=lambda: results.append(one())) for _ in range(20)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+out = {"first": ok, "threads": len(results) == 100 and all(results), "left_over": len(fds() - base)}
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if one() else 1)
+out["child"] = os.waitpid(pid, 0)[1] == 0
+# Close every fd but the open's and stdio (as a daemonising program does); calls go on.
+for n in fds():
+    if int(n) > 2 and int(n) != fd:
+        try: os.close(int(n))
+        except OSError: pass
+other = os.open("/dev/null", os.O_RDWR)
+out["after_close"] = one() and one()
+print(json.dumps(out), flush=True)
+"#;
+
+#[test]
+fn test_channels_follow_threads_forks_and_closed_fds() {
+    if !runnable() {
+        return;
+    }
+    let o = exec(&[], &["python3", "-c", CHANNELS]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    assert_eq!(
+        v,
+        serde_json::json!({"first": true, "threads": true, "left_over": 0, "child": true,
+                           "after_close": true}),
+        "{}",
+        text(&o)
+    );
+}
 
 #[test]
 fn test_a_process_bypassing_the_shim_reaches_nothing_and_forged_requests_are_refused() {
@@ -382,6 +447,7 @@ fn test_a_process_bypassing_the_shim_reaches_nothing_and_forged_requests_are_ref
     assert_eq!(v["forged_fd"], "EBADF", "{v}");
     assert_eq!(v["forged_fd_untouched"], true, "{v}");
     assert_eq!(v["forged_closed_fd"], "EBADF", "{v}");
+    assert_eq!(v["forged_attach"], "EBADF", "{v}");
     assert_eq!(v["child_ioctl"], true, "{v}");
     assert_eq!(
         no_shim,

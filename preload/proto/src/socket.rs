@@ -7,14 +7,26 @@
 //!   `socketpair` and answers an [`OpenReply`] with the client end attached (`SCM_RIGHTS`) when
 //!   `errno` is 0. That socket **is** the open file: `dup`, `fork`, `close` and fd passing are
 //!   the kernel's; the worker releases the open when its end sees the last client reference go.
-//! - **Calls.** An `ioctl` or `mmap` on that fd is one [`CallRequest`] sent on it, with a fresh
-//!   reply socket attached (`SCM_RIGHTS`; so that concurrent calls of several threads on one
-//!   open each get their own answer) on which the worker sends one [`CallReply`] (for `mmap`,
-//!   with the host fd to map attached). The worker takes the caller from the message's
-//!   `SCM_CREDENTIALS` (filled in by the kernel), checks that the fd the request names is this
-//!   connection in the caller's fd table (`pidfd_getfd`, compared by socket cookie), and reads
-//!   and writes the caller's memory itself (`process_vm_readv`/`writev`): nothing in a message
-//!   is trusted beyond what the caller could pass to the real driver.
+//! - **Channels.** Calls do not go on the open's socket itself (several threads, and after
+//!   `fork` several processes, share it, and one socket cannot tell their answers apart).
+//!   The first call of a thread on an open makes a `socketpair` and sends an
+//!   [`AttachRequest`] on the open's socket with one end attached (`SCM_RIGHTS`); the worker
+//!   checks the caller holds the open (below) and answers a [`CallReply`] on that channel.
+//!   From then on each `ioctl` or `mmap` of that thread on that open is one [`CallRequest`]
+//!   sent on its channel and one [`CallReply`] back on it (for `mmap`, with the host fd to map
+//!   attached): one round trip, no fd passed, no socket made. A reply with
+//!   [`CallReply::retry`] (the worker was suspended for a live upgrade before it read the
+//!   call) means "not served": attach a new channel and send again. A channel is the thread's
+//!   own; a forked child attaches its own.
+//! - **Trust.** The worker takes the caller from each message's `SCM_CREDENTIALS` (filled in
+//!   by the kernel), checks at attach that the fd the request names is this open in the
+//!   caller's fd table (`pidfd_getfd`, compared by socket cookie), and again for any call
+//!   whose sender is not the process that attached; it reads and writes the caller's memory
+//!   itself (`process_vm_readv`/`writev`): nothing in a message is trusted beyond what the
+//!   caller could pass to the real driver.
+//! - **Versions.** Every request carries [`DEV_PROTOCOL_VERSION`]; a worker refuses an open of
+//!   another version with `EPROTONOSUPPORT` (and logs both versions), so an old shim against
+//!   a new worker fails its `open` clearly instead of misreading answers.
 //! - **Recognition.** The worker's end of each open's connection is bound to an abstract name
 //!   starting with [`OPEN_PEER_PREFIX`] and naming the node, so the shim recognises its sockets
 //!   (`getpeername`) after `exec` or fd passing too. The rest of the name is 128 random bits
@@ -39,8 +51,9 @@ pub const ENV_DEV_UVM_MAJOR: &str = "NVPROXY_DEV_UVM_MAJOR";
 pub const DEFAULT_UVM_MAJOR: u32 = 510;
 /// The device socket's file name in an instance's run directory.
 pub const DEV_SOCKET_NAME: &str = "dev.sock";
-/// The socket protocol's version.
-pub const DEV_PROTOCOL_VERSION: u32 = 1;
+/// The socket protocol's version: 2 calls on per-thread channels ([`AttachRequest`]); 1 sent a
+/// reply socket with every call.
+pub const DEV_PROTOCOL_VERSION: u32 = 2;
 /// The most GPUs a node name may number (`/dev/nvidia0` .. `/dev/nvidia255`).
 pub const MAX_GPU_NODES: u32 = 256;
 
@@ -50,6 +63,8 @@ pub const OPEN_REQUEST_MAGIC: u32 = u32::from_be_bytes(*b"NVOQ");
 pub const OPEN_REPLY_MAGIC: u32 = u32::from_be_bytes(*b"NVOP");
 /// `"NVCQ"`: first word of a [`CallRequest`].
 pub const CALL_REQUEST_MAGIC: u32 = u32::from_be_bytes(*b"NVCQ");
+/// `"NVAQ"`: first word of an [`AttachRequest`].
+pub const ATTACH_REQUEST_MAGIC: u32 = u32::from_be_bytes(*b"NVAQ");
 /// `"NVCP"`: first word of a [`CallReply`].
 pub const CALL_REPLY_MAGIC: u32 = u32::from_be_bytes(*b"NVCP");
 
@@ -235,6 +250,49 @@ impl OpenReply {
     }
 }
 
+/// The version word of a request (the second word, after the magic): what a worker names when
+/// it refuses a request of another version.
+pub fn version_of(b: &[u8]) -> Option<u32> {
+    u32_at(b, 4)
+}
+
+/// Shim → worker on an open's socket, with the new channel's worker end attached:
+/// `{ magic, version, fd, 0 }`, 16 bytes. `fd` is the number the caller holds the open by (the
+/// worker checks it is this open). Answered with one [`CallReply`] on the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttachRequest {
+    /// The caller's fd number for this open.
+    pub fd: i32,
+}
+
+impl AttachRequest {
+    /// Size of the message.
+    pub const SIZE: usize = 16;
+
+    /// The message bytes.
+    pub fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&ATTACH_REQUEST_MAGIC.to_ne_bytes());
+        b[4..8].copy_from_slice(&DEV_PROTOCOL_VERSION.to_ne_bytes());
+        b[8..12].copy_from_slice(&self.fd.to_ne_bytes());
+        b
+    }
+
+    /// Decodes a whole message: exactly [`Self::SIZE`] bytes, magic, version, reserved word 0.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != Self::SIZE
+            || u32_at(b, 0)? != ATTACH_REQUEST_MAGIC
+            || u32_at(b, 4)? != DEV_PROTOCOL_VERSION
+            || u32_at(b, 12)? != 0
+        {
+            return None;
+        }
+        Some(AttachRequest {
+            fd: u32_at(b, 8)? as i32,
+        })
+    }
+}
+
 /// What a [`CallRequest`] asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallOp {
@@ -258,7 +316,7 @@ pub enum CallOp {
     },
 }
 
-/// Shim → worker on an open's socket, with one reply socket attached:
+/// Shim → worker on a channel (no fd attached):
 /// `{ magic, version, op (1 ioctl, 2 mmap), fd, cmd, 0, arg | len, prot, flags, offset }`,
 /// 48 bytes (u32 x6, u64, i32 x2, i64): an ioctl has `cmd` and `arg` and zeroes after; an mmap
 /// has `len` where `arg` is and a zero `cmd`. `fd` is the number the caller used (the worker
@@ -331,8 +389,8 @@ impl CallRequest {
     }
 }
 
-/// Worker → shim on the reply socket: `{ magic, errno, result, 0, offset_adjust }`, 24 bytes;
-/// for a successful `mmap`, the host fd attached.
+/// Worker → shim on a channel: `{ magic, errno, result, flags, offset_adjust }`, 24 bytes;
+/// for a successful `mmap`, the host fd attached. `flags` bit 0: [`CallReply::retry`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallReply {
     /// 0, or the errno the call fails with.
@@ -341,6 +399,9 @@ pub struct CallReply {
     pub result: i32,
     /// For `mmap`: added to the caller's offset when mapping the attached fd.
     pub offset_adjust: u64,
+    /// Not served (the worker was suspended before reading it): attach a new channel and send
+    /// the call again.
+    pub retry: bool,
 }
 
 impl CallReply {
@@ -353,6 +414,18 @@ impl CallReply {
             errno,
             result: 0,
             offset_adjust: 0,
+            retry: false,
+        }
+    }
+
+    /// "Not served: attach a new channel and send again" (errno `EAGAIN` for a shim that
+    /// ignored the flag).
+    pub const fn retry() -> Self {
+        CallReply {
+            errno: libc_eagain(),
+            result: 0,
+            offset_adjust: 0,
+            retry: true,
         }
     }
 
@@ -362,23 +435,31 @@ impl CallReply {
         b[0..4].copy_from_slice(&CALL_REPLY_MAGIC.to_ne_bytes());
         b[4..8].copy_from_slice(&self.errno.to_ne_bytes());
         b[8..12].copy_from_slice(&self.result.to_ne_bytes());
+        b[12..16].copy_from_slice(&u32::from(self.retry).to_ne_bytes());
         b[16..24].copy_from_slice(&self.offset_adjust.to_ne_bytes());
         b
     }
 
-    /// Decodes a whole message (errno and result non-negative).
+    /// Decodes a whole message (errno and result non-negative, no unknown flag).
     pub fn decode(b: &[u8]) -> Option<Self> {
         if b.len() != Self::SIZE || u32_at(b, 0)? != CALL_REPLY_MAGIC {
             return None;
         }
         let errno = u32_at(b, 4)? as i32;
         let result = u32_at(b, 8)? as i32;
-        (errno >= 0 && result >= 0).then_some(CallReply {
+        let flags = u32_at(b, 12)?;
+        (errno >= 0 && result >= 0 && flags <= 1).then_some(CallReply {
             errno,
             result,
             offset_adjust: u64_at(b, 16)?,
+            retry: flags == 1,
         })
     }
+}
+
+/// `EAGAIN` on Linux (this crate has no libc).
+const fn libc_eagain() -> i32 {
+    11
 }
 
 #[cfg(test)]
@@ -468,8 +549,14 @@ mod tests {
             errno: 0,
             result: 3,
             offset_adjust: 1 << 40,
+            retry: false,
         };
         assert_eq!(CallReply::decode(&p.encode()), Some(p));
+        let r = CallReply::retry();
+        assert_eq!(CallReply::decode(&r.encode()), Some(r));
+        assert!(r.retry && r.errno == libc::EAGAIN);
+        let a = AttachRequest { fd: 9 };
+        assert_eq!(AttachRequest::decode(&a.encode()), Some(a));
     }
 
     #[test]
@@ -487,8 +574,9 @@ mod tests {
         bad[8] = 9; // unknown kind
         assert_eq!(OpenRequest::decode(&bad), None);
         let mut bad = r;
-        bad[4] = 2; // version
+        bad[4] = 1; // version 1 (the reply-socket protocol)
         assert_eq!(OpenRequest::decode(&bad), None);
+        assert_eq!(version_of(&bad), Some(1));
         let mut gpu = OpenRequest {
             node: DevNode::Gpu(0),
             flags: 0,
@@ -509,6 +597,18 @@ mod tests {
         bad[8] = 3; // unknown op
         assert_eq!(CallRequest::decode(&bad), None);
         assert_eq!(CallRequest::decode(&[c.as_slice(), &[0]].concat()), None);
+        let a = AttachRequest { fd: 3 }.encode();
+        let mut bad = a;
+        bad[12] = 1; // reserved
+        assert_eq!(AttachRequest::decode(&bad), None);
+        let mut bad = a;
+        bad[4] = 1; // version 1
+        assert_eq!(AttachRequest::decode(&bad), None);
+        assert_eq!(AttachRequest::decode(&a[..15]), None);
+        assert_eq!(CallRequest::decode(&a), None, "an attach is no call");
+        let mut flags = CallReply::error(0).encode();
+        flags[12] = 2; // an unknown flag
+        assert_eq!(CallReply::decode(&flags), None);
         let mut neg = CallReply::error(0).encode();
         neg[8..12].copy_from_slice(&(-1i32).to_ne_bytes());
         assert_eq!(CallReply::decode(&neg), None);
