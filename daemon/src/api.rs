@@ -86,6 +86,9 @@ pub enum Answer {
         gpus: Vec<crate::node_gpus::NodeGpu>,
         /// The CDI kind of the instances' devices (`[cdi] vendor/class`).
         cdi_kind: String,
+        /// `[daemon] overcommit_gpu_memory` (absent from older daemons).
+        #[serde(default)]
+        overcommit_gpu_memory: Option<bool>,
     },
     /// Refused or failed.
     Error {
@@ -272,6 +275,7 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
         Request::Gpus => Ok(Answer::Gpus {
             gpus: crate::node_gpus::node_gpus(cfg),
             cdi_kind: format!("{}/{}", cfg.cdi.vendor, cfg.cdi.class),
+            overcommit_gpu_memory: Some(cfg.daemon.overcommit_gpu_memory.unwrap_or(true)),
         }),
         Request::Metrics => Ok(Answer::Metrics {
             text: crate::metrics::render(sup.metrics_samples())?,

@@ -38,6 +38,13 @@ pub struct DevicePluginArgs {
     /// How long an instance may go without a pod the kubelet lists before it is removed.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Also serve `nvproxy.dev/gpu-share`: this many shares of each GPU, each an instance of
+    /// that GPU with --share-gpu-memory as its quota (needs --share-gpu-memory).
+    #[arg(long, value_name = "N", requires = "share_gpu_memory")]
+    pub shares_per_gpu: Option<u32>,
+    /// The video memory quota of each share's instance (e.g. 10GiB; needs --shares-per-gpu).
+    #[arg(long, value_name = "SIZE", requires = "shares_per_gpu")]
+    pub share_gpu_memory: Option<crate::config::ByteSize>,
 }
 
 /// `250ms`, `2s`, `1m`.
@@ -81,7 +88,11 @@ impl ApiBackend {
 impl device_plugin::Backend for ApiBackend {
     fn node(&self) -> Result<device_plugin::Node, String> {
         match self.call(&Request::Gpus)? {
-            Answer::Gpus { gpus, cdi_kind } => Ok(device_plugin::Node {
+            Answer::Gpus {
+                gpus,
+                cdi_kind,
+                overcommit_gpu_memory,
+            } => Ok(device_plugin::Node {
                 gpus: gpus
                     .into_iter()
                     .map(|g| device_plugin::Gpu {
@@ -90,9 +101,12 @@ impl device_plugin::Backend for ApiBackend {
                         bus_id: g.bus_id,
                         pci_path: g.pci_path,
                         numa_node: g.numa_node,
+                        memory: g.memory_bytes,
                     })
                     .collect(),
                 cdi_kind,
+                // An older daemon does not say: it allowed overcommit (its only behaviour).
+                overcommit: overcommit_gpu_memory.unwrap_or(true),
             }),
             _ => Err("the daemon answered `gpus` with something else (an older nvproxy?)".into()),
         }
@@ -119,7 +133,7 @@ impl device_plugin::Backend for ApiBackend {
         }
     }
 
-    fn create(&self, name: &str, gpus: &[u32]) -> Result<(), String> {
+    fn create(&self, name: &str, gpus: &[u32], gpu_memory: Option<u64>) -> Result<(), String> {
         let instance = InstanceConfig {
             name: name.to_owned(),
             gpus: gpus.to_vec(),
@@ -133,7 +147,7 @@ impl device_plugin::Backend for ApiBackend {
             max_objects: None,
             max_in_flight: None,
             max_os_descriptor_bytes: None,
-            gpu_memory: None,
+            gpu_memory: gpu_memory.map(crate::config::ByteSize),
             restart: RestartPolicy::OnFailure,
             user: None,
             transport: self.transport,
@@ -160,6 +174,19 @@ impl device_plugin::Backend for ApiBackend {
 /// Runs the plugin until SIGTERM/SIGINT.
 pub fn run(args: &DevicePluginArgs) -> Result<()> {
     crate::config::parse_caps(&args.caps)?;
+    let shares = match (args.shares_per_gpu, args.share_gpu_memory) {
+        (Some(per_gpu), Some(m)) => {
+            let s = device_plugin::Shares {
+                per_gpu,
+                gpu_memory: m.0,
+            };
+            s.validate()
+                .map_err(|e| anyhow::anyhow!("--shares-per-gpu: {e}"))?;
+            Some(s)
+        }
+        (None, None) => None,
+        _ => bail!("--shares-per-gpu and --share-gpu-memory go together"),
+    };
     let backend = ApiBackend {
         socket: args.socket.path(),
         caps: args.caps.clone(),
@@ -167,6 +194,16 @@ pub fn run(args: &DevicePluginArgs) -> Result<()> {
     };
     match device_plugin::Backend::node(&backend) {
         Ok(n) if n.gpus.is_empty() => tracing::warn!("the daemon reports no GPUs"),
+        // Shares that cannot fit: refused now (a GPU met later is listed Unhealthy instead).
+        Ok(n) if shares.is_some_and(|s| n.gpus.iter().any(|g| s.fit(g, n.overcommit).is_err())) => {
+            let s = shares.expect("checked");
+            let e = n
+                .gpus
+                .iter()
+                .find_map(|g| s.fit(g, n.overcommit).err())
+                .unwrap_or_default();
+            bail!("--shares-per-gpu/--share-gpu-memory: {e}")
+        }
         Ok(n) => tracing::info!(gpus = n.gpus.len(), cdi_kind = %n.cdi_kind, "the daemon answers"),
         Err(e) => {
             tracing::warn!(error = %e, "the daemon does not answer yet: devices unhealthy until it does")
@@ -186,7 +223,18 @@ pub fn run(args: &DevicePluginArgs) -> Result<()> {
     cfg.poll = args.poll;
     cfg.reconcile = args.reconcile;
     cfg.grace = args.grace;
-    device_plugin::run_until_signal(cfg, Arc::new(backend))?;
+    let mut cfgs = vec![cfg.clone()];
+    if let Some(s) = shares {
+        let share = device_plugin::Config::for_shares(&args.device_plugin_dir, s);
+        cfgs.push(device_plugin::Config {
+            endpoint: share.endpoint,
+            resource_name: share.resource_name,
+            instance_prefix: share.instance_prefix,
+            shares: share.shares,
+            ..cfg.clone()
+        });
+    }
+    device_plugin::run_until_signal(cfgs, Arc::new(backend))?;
     Ok(())
 }
 

@@ -23,6 +23,10 @@ pub struct NodeGpu {
     /// Its NUMA node, when the platform says.
     #[serde(default)]
     pub numa_node: Option<i64>,
+    /// Its video memory in bytes, where the daemon knows it (the simulated GPUs; not read
+    /// from a host driver).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
 }
 
 /// The GPUs of this daemon's driver: the simulated driver's, or the host driver's from
@@ -41,6 +45,7 @@ pub fn node_gpus(cfg: &Config) -> Vec<NodeGpu> {
                 ),
                 pci_path: Vec::new(),
                 numa_node: None,
+                memory_bytes: Some(g.memory_bytes),
             })
             .collect();
     }
@@ -56,6 +61,7 @@ pub fn node_gpus(cfg: &Config) -> Vec<NodeGpu> {
                 NodeGpu {
                     minor,
                     uuid,
+                    memory_bytes: None,
                     pci_path: std::fs::canonicalize(&dev)
                         .map(|p| sysfs_components(&p))
                         .unwrap_or_default(),

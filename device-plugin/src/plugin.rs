@@ -37,6 +37,8 @@ pub struct Gpu {
     pub pci_path: Vec<String>,
     /// Its NUMA node, when known.
     pub numa_node: Option<i64>,
+    /// Its video memory in bytes, when the daemon knows it.
+    pub memory: Option<u64>,
 }
 
 impl Gpu {
@@ -57,6 +59,8 @@ pub struct Node {
     pub gpus: Vec<Gpu>,
     /// The CDI kind of its instances' devices (`nvproxy.dev/gpu`).
     pub cdi_kind: String,
+    /// Whether the daemon lets quotas add up past a GPU's memory.
+    pub overcommit: bool,
 }
 
 /// One instance of the daemon.
@@ -79,8 +83,9 @@ pub trait Backend: Send + Sync + 'static {
     fn node(&self) -> Result<Node, String>;
     /// Every instance.
     fn instances(&self) -> Result<Vec<Instance>, String>;
-    /// A new instance `name` of the GPUs `gpus` (host minors, in this order).
-    fn create(&self, name: &str, gpus: &[u32]) -> Result<(), String>;
+    /// A new instance `name` of the GPUs `gpus` (host minors, in this order), with the video
+    /// memory quota `gpu_memory` (bytes per GPU) if any.
+    fn create(&self, name: &str, gpus: &[u32], gpu_memory: Option<u64>) -> Result<(), String>;
     /// Removes instance `name`, revoking its open files.
     fn remove(&self, name: &str) -> Result<(), String>;
 }
@@ -107,6 +112,64 @@ pub struct Config {
     pub grace: Duration,
     /// Timeout of each call to the kubelet.
     pub call_timeout: Duration,
+    /// `Some`: the resource is shares of GPUs (`nvproxy.dev/gpu-share`), not whole GPUs.
+    pub shares: Option<Shares>,
+}
+
+/// The most shares of one GPU (bounds the device list the kubelet is sent).
+pub const MAX_SHARES_PER_GPU: u32 = 64;
+
+/// Shares of GPUs: `per_gpu` devices per GPU, each an instance of that GPU with the video
+/// memory quota `gpu_memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    /// Devices per GPU (1 to [`MAX_SHARES_PER_GPU`]).
+    pub per_gpu: u32,
+    /// Each share's instance's quota, in bytes.
+    pub gpu_memory: u64,
+}
+
+impl Shares {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.per_gpu == 0 || self.per_gpu > MAX_SHARES_PER_GPU {
+            return Err(format!(
+                "the shares per GPU must be 1 to {MAX_SHARES_PER_GPU}, not {}",
+                self.per_gpu
+            ));
+        }
+        if self.gpu_memory == 0 {
+            return Err("a share's GPU memory must not be zero".into());
+        }
+        Ok(())
+    }
+
+    /// Whether the shares fit GPU `g`: they add up to no more than its memory, or the daemon
+    /// allows overcommit, or its memory is unknown. Err: why not.
+    pub fn fit(&self, g: &Gpu, overcommit: bool) -> Result<(), String> {
+        let sum = self.gpu_memory.saturating_mul(u64::from(self.per_gpu));
+        match g.memory {
+            Some(m) if !overcommit && sum > m => {
+                let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+                Err(format!(
+                    "{} shares of {:.1} GiB add up to {:.1} GiB, more than the {:.1} GiB of \
+                     GPU {}, and the daemon does not allow overcommit \
+                     ([daemon] overcommit_gpu_memory = false)",
+                    self.per_gpu,
+                    gib(self.gpu_memory),
+                    gib(sum),
+                    gib(m),
+                    g.device_id()
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The device id of share `k` of the GPU whose device id is `gpu`.
+pub fn share_id(gpu: &str, k: u32) -> String {
+    format!("{gpu}::{k}")
 }
 
 impl Config {
@@ -127,6 +190,19 @@ impl Config {
             reconcile: Duration::from_secs(10),
             grace: Duration::from_secs(60),
             call_timeout: Duration::from_secs(10),
+            shares: None,
+        }
+    }
+
+    /// The settings of the share resource: `nvproxy.dev/gpu-share` on its own socket, its
+    /// instances named `k8sshare-<share>-…` (a prefix the whole-GPU resource's is not one of).
+    pub fn for_shares(dir: &Path, shares: Shares) -> Config {
+        Config {
+            endpoint: "nvproxy-gpu-share.sock".to_owned(),
+            resource_name: "nvproxy.dev/gpu-share".to_owned(),
+            instance_prefix: "k8sshare-".to_owned(),
+            shares: Some(shares),
+            ..Config::new(dir)
         }
     }
 }
@@ -157,6 +233,8 @@ struct State {
     /// Whether the daemon answered last time.
     daemon_up: bool,
     cdi_kind: String,
+    /// The daemon allows quotas past a GPU's memory.
+    overcommit: bool,
     /// Our instances (by the prefix), from the daemon's last list and our creates.
     owned: BTreeMap<String, Owned>,
 }
@@ -247,6 +325,7 @@ impl Shared {
                     }
                     st.daemon_up = true;
                     st.cdi_kind = node.cdi_kind;
+                    st.overcommit = node.overcommit;
                     for (_, present) in st.gpus.values_mut() {
                         *present = false;
                     }
@@ -266,11 +345,7 @@ impl Shared {
                         .into_iter()
                         .filter(|i| i.name.starts_with(&prefix))
                     {
-                        let ids = i
-                            .gpus
-                            .iter()
-                            .filter_map(|m| by_minor.get(m).cloned())
-                            .collect();
+                        let ids = self.ids_of(&i, &by_minor);
                         let o = st.owned.entry(i.name.clone()).or_insert_with(|| Owned {
                             ids: BTreeSet::new(),
                             since: Instant::now(),
@@ -303,9 +378,28 @@ impl Shared {
                     st.daemon_up = false;
                 }
             }
-            device_list(&st)
+            device_list(&st, self.cfg.shares.as_ref())
         };
         self.publish(devices);
+    }
+
+    /// The device ids instance `i` of ours holds: its GPUs', or for a share instance
+    /// (`<prefix><share>-…`, one GPU) that share's.
+    fn ids_of(&self, i: &Instance, by_minor: &BTreeMap<u32, String>) -> BTreeSet<String> {
+        let gpus = i.gpus.iter().filter_map(|m| by_minor.get(m).cloned());
+        let Some(shares) = &self.cfg.shares else {
+            return gpus.collect();
+        };
+        let k = i.name[self.cfg.instance_prefix.len()..]
+            .split_once('-')
+            .and_then(|(k, _)| k.parse::<u32>().ok())
+            .filter(|k| *k < shares.per_gpu);
+        match (k, i.gpus.len()) {
+            (Some(k), 1) => gpus.map(|g| share_id(&g, k)).collect(),
+            // Not one of ours as configured now (another share count): no device, so
+            // reconciliation removes it once no pod holds it.
+            _ => BTreeSet::new(),
+        }
     }
 
     /// Marks instance `name` down when its worker `pid` exits.
@@ -324,7 +418,7 @@ impl Shared {
                 tracing::warn!(instance = %name, pid, "instance worker exited");
                 o.up = false;
                 o.exited = Some(pid);
-                device_list(&st)
+                device_list(&st, me.cfg.shares.as_ref())
             };
             me.publish(devices);
         })
@@ -408,14 +502,16 @@ impl Shared {
         }
     }
 
-    /// A name of the prefix that no instance of ours has.
-    fn fresh_name(&self) -> String {
+    /// A name of the prefix that no instance of ours has (with the share's number after it,
+    /// for a share).
+    fn fresh_name(&self, share: Option<u32>) -> String {
         let st = lock(&self.state);
+        let share = share.map_or(String::new(), |k| format!("{k}-"));
         loop {
             let r = std::collections::hash_map::RandomState::new()
                 .build_hasher()
                 .finish();
-            let name = format!("{}{:08x}", self.cfg.instance_prefix, r as u32);
+            let name = format!("{}{share}{:08x}", self.cfg.instance_prefix, r as u32);
             if !st.owned.contains_key(&name) {
                 return name;
             }
@@ -424,52 +520,82 @@ impl Shared {
 
     async fn allocate(&self, req: AllocateRequest) -> Result<AllocateResponse, Status> {
         let _ops = self.ops.lock().await;
+        let shares = self.cfg.shares;
         let (wanted, kind) = {
             let st = lock(&self.state);
             let mut wanted = Vec::new();
             // No device goes to two containers.
             let mut all = BTreeSet::new();
-            if req.container_requests.len() > st.gpus.len() {
+            let per_gpu = shares.map_or(1, |s| s.per_gpu as usize);
+            let devices = st.gpus.len().saturating_mul(per_gpu);
+            if req.container_requests.len() > devices {
                 return Err(Status::invalid_argument(format!(
-                    "{} containers asked for; this node has {} GPU(s)",
+                    "{} containers asked for; this node has {devices} device(s)",
                     req.container_requests.len(),
-                    st.gpus.len()
                 )));
             }
             for c in &req.container_requests {
                 let mut minors = Vec::new();
                 let mut ids = BTreeSet::new();
-                if c.devices_ids.is_empty() || c.devices_ids.len() > st.gpus.len() {
-                    return Err(Status::invalid_argument(format!(
-                        "{} device ids asked for; this node has {} GPU(s)",
-                        c.devices_ids.len(),
-                        st.gpus.len()
-                    )));
+                let most = if shares.is_some() { 1 } else { st.gpus.len() };
+                if c.devices_ids.is_empty() || c.devices_ids.len() > most {
+                    return Err(Status::invalid_argument(if shares.is_some() {
+                        format!(
+                            "{} shares asked for by one container; a container gets one share \
+                             ({}: 1)",
+                            c.devices_ids.len(),
+                            self.cfg.resource_name
+                        )
+                    } else {
+                        format!(
+                            "{} device ids asked for; this node has {} GPU(s)",
+                            c.devices_ids.len(),
+                            st.gpus.len()
+                        )
+                    }));
                 }
+                let mut share = None;
                 for id in &c.devices_ids {
-                    let Some((g, present)) = st.gpus.get(id) else {
+                    let (gpu_id, k) = match shares {
+                        None => (id.as_str(), None),
+                        Some(s) => match id.rsplit_once("::").and_then(|(g, k)| {
+                            k.parse::<u32>()
+                                .ok()
+                                .filter(|k| *k < s.per_gpu && share_id(g, *k) == *id)
+                                .map(|k| (g, Some(k)))
+                        }) {
+                            Some(v) => v,
+                            None => ("", None),
+                        },
+                    };
+                    let Some((g, present)) = st.gpus.get(gpu_id) else {
                         return Err(Status::invalid_argument(format!(
                             "no device {:?} on this node",
-                            id.chars().take(64).collect::<String>()
+                            id.chars().take(80).collect::<String>()
                         )));
                     };
                     if !present || !st.daemon_up {
                         return Err(Status::unavailable(format!("device {id} is unhealthy")));
+                    }
+                    if let Some(s) = shares {
+                        s.fit(g, st.overcommit)
+                            .map_err(Status::failed_precondition)?;
                     }
                     if !all.insert(id.clone()) {
                         return Err(Status::invalid_argument(format!("device {id} twice")));
                     }
                     ids.insert(id.clone());
                     minors.push(g.minor);
+                    share = k;
                 }
                 minors.sort_unstable();
-                wanted.push((ids, minors));
+                wanted.push((ids, minors, share));
             }
             (wanted, st.cdi_kind.clone())
         };
         // The kubelet gives a device to one container at a time: an instance of ours that
         // holds one of these devices belongs to a container that is gone.
-        let all: BTreeSet<&String> = wanted.iter().flat_map(|(ids, _)| ids).collect();
+        let all: BTreeSet<&String> = wanted.iter().flat_map(|(ids, _, _)| ids).collect();
         let stale: Vec<String> = lock(&self.state)
             .owned
             .iter()
@@ -481,10 +607,11 @@ impl Shared {
         }
         let mut created: Vec<String> = Vec::new();
         let mut responses = Vec::new();
-        for (ids, minors) in wanted {
-            let name = self.fresh_name();
+        let quota = shares.map(|s| s.gpu_memory);
+        for (ids, minors, share) in wanted {
+            let name = self.fresh_name(share);
             let (n, m) = (name.clone(), minors.clone());
-            if let Err(e) = self.blocking(move |b| b.create(&n, &m)).await {
+            if let Err(e) = self.blocking(move |b| b.create(&n, &m, quota)).await {
                 for done in &created {
                     self.remove(done, "the allocation failed").await;
                 }
@@ -493,7 +620,7 @@ impl Shared {
                     "creating an nvproxy instance of GPU(s) {minors:?}: {e}"
                 )));
             }
-            tracing::info!(instance = %name, ?minors, "instance created for an allocation");
+            tracing::info!(instance = %name, ?minors, ?share, "instance created for an allocation");
             lock(&self.state).owned.insert(
                 name.clone(),
                 Owned {
@@ -523,18 +650,26 @@ impl Shared {
     }
 }
 
-/// The devices' list for `ListAndWatch`, sorted by id.
-fn device_list(st: &State) -> Vec<Device> {
+/// The devices' list for `ListAndWatch`, sorted by id: the GPUs, or `shares` of each.
+fn device_list(st: &State, shares: Option<&Shares>) -> Vec<Device> {
     st.gpus
         .iter()
-        .map(|(id, (g, present))| {
+        .flat_map(|(gpu_id, (g, present))| {
+            let ids: Vec<String> = match shares {
+                None => vec![gpu_id.clone()],
+                Some(s) => (0..s.per_gpu).map(|k| share_id(gpu_id, k)).collect(),
+            };
+            let fits = shares.is_none_or(|s| s.fit(g, st.overcommit).is_ok());
+            ids.into_iter().map(move |id| (id, g, *present && fits))
+        })
+        .map(|(id, g, usable)| {
             let worker_down = st
                 .owned
                 .values()
-                .any(|o| !o.up && !o.removing && o.ids.contains(id));
-            let healthy = st.daemon_up && *present && !worker_down;
+                .any(|o| !o.up && !o.removing && o.ids.contains(&id));
+            let healthy = st.daemon_up && usable && !worker_down;
             Device {
-                id: id.clone(),
+                id,
                 health: if healthy {
                     v1beta1::HEALTHY
                 } else {
@@ -561,7 +696,7 @@ impl DevicePlugin for Service {
         &self,
         _: Request<Empty>,
     ) -> Result<Response<DevicePluginOptions>, Status> {
-        Ok(Response::new(options()))
+        Ok(Response::new(options(&self.0.cfg)))
     }
 
     type ListAndWatchStream = DeviceStream;
@@ -585,6 +720,11 @@ impl DevicePlugin for Service {
         &self,
         req: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        if self.0.cfg.shares.is_some() {
+            return Err(Status::unimplemented(
+                "no preferred allocation of shares (the options say so)",
+            ));
+        }
         let gpus: BTreeMap<String, Gpu> = lock(&self.0.state)
             .gpus
             .iter()
@@ -635,10 +775,11 @@ impl DevicePlugin for Service {
     }
 }
 
-fn options() -> DevicePluginOptions {
+/// Shares have no preferred allocation: a container gets one, any of them.
+fn options(cfg: &Config) -> DevicePluginOptions {
     DevicePluginOptions {
         pre_start_required: false,
-        get_preferred_allocation_available: true,
+        get_preferred_allocation_available: cfg.shares.is_none(),
     }
 }
 
@@ -647,61 +788,83 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Runs the plugin until `shutdown` completes: serves the `DevicePlugin` API on our socket,
-/// registers with the kubelet, and does both again whenever the kubelet re-creates its socket
-/// or removes ours (a kubelet restart). Instances outlive the plugin: a restarted plugin finds
-/// them again by their prefix.
+/// Runs the plugin until `shutdown` completes: for each of `cfgs` (one per resource: the
+/// kubelet takes one resource per registration and socket), serves the `DevicePlugin` API on
+/// its socket, registers with the kubelet, and does both again whenever the kubelet
+/// re-creates its socket or removes ours (a kubelet restart). Instances outlive the plugin: a
+/// restarted plugin finds them again by their prefix.
 pub async fn run(
-    cfg: Config,
+    cfgs: Vec<Config>,
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    if cfg.endpoint.contains('/') || cfg.endpoint.is_empty() {
-        return Err(Error::Config(format!(
-            "the endpoint {:?} must be a file name",
-            cfg.endpoint
-        )));
+    let mut seen = BTreeSet::new();
+    for cfg in &cfgs {
+        if cfg.endpoint.contains('/') || cfg.endpoint.is_empty() {
+            return Err(Error::Config(format!(
+                "the endpoint {:?} must be a file name",
+                cfg.endpoint
+            )));
+        }
+        if let Some(s) = &cfg.shares {
+            s.validate().map_err(Error::Config)?;
+        }
+        if !seen.insert(cfg.endpoint.clone()) || !seen.insert(cfg.resource_name.clone()) {
+            return Err(Error::Config(format!(
+                "{} or {} is used twice",
+                cfg.endpoint, cfg.resource_name
+            )));
+        }
     }
-    let (devices, _) = watch::channel(Vec::new());
-    let shared = Arc::new(Shared {
-        cfg,
-        backend,
-        state: Mutex::new(State {
-            gpus: BTreeMap::new(),
-            daemon_up: false,
-            cdi_kind: String::new(),
-            owned: BTreeMap::new(),
-        }),
-        devices,
-        ops: tokio::sync::Mutex::new(()),
-    });
-    shared.poll().await;
-    let poller = {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut socks = Vec::new();
+    for cfg in cfgs {
+        let (devices, _) = watch::channel(Vec::new());
+        let shared = Arc::new(Shared {
+            cfg,
+            backend: backend.clone(),
+            state: Mutex::new(State {
+                gpus: BTreeMap::new(),
+                daemon_up: false,
+                cdi_kind: String::new(),
+                overcommit: true,
+                owned: BTreeMap::new(),
+            }),
+            devices,
+            ops: tokio::sync::Mutex::new(()),
+        });
+        shared.poll().await;
         let s = shared.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 tokio::time::sleep(s.cfg.poll).await;
                 s.poll().await;
             }
-        })
-    };
-    let reconciler = {
+        });
         let s = shared.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 tokio::time::sleep(s.cfg.reconcile).await;
                 s.reconcile().await;
             }
-        })
-    };
-    let sock = shared.cfg.device_plugin_dir.join(&shared.cfg.endpoint);
+        });
+        let sock = shared.cfg.device_plugin_dir.join(&shared.cfg.endpoint);
+        socks.push(sock.clone());
+        tasks.spawn(async move { serve_and_register(&shared, &sock).await });
+    }
     let r = tokio::select! {
-        r = serve_and_register(&shared, &sock) => r,
+        r = tasks.join_next() => match r {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => Err(Error::Config(format!("a plugin task failed: {e}"))),
+            None => Ok(()),
+        },
         () = shutdown => Ok(()),
     };
-    poller.abort();
-    reconciler.abort();
-    let _ = std::fs::remove_file(&sock);
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    for sock in socks {
+        let _ = std::fs::remove_file(&sock);
+    }
     r
 }
 
@@ -767,7 +930,7 @@ async fn register(cfg: &Config, kubelet: &Path) -> Result<(), String> {
             version: v1beta1::VERSION.to_owned(),
             endpoint: cfg.endpoint.clone(),
             resource_name: cfg.resource_name.clone(),
-            options: Some(options()),
+            options: Some(options(cfg)),
         })
         .await
         .map_err(|s| format!("the kubelet refused: {}", s.message()))?;
@@ -775,7 +938,7 @@ async fn register(cfg: &Config, kubelet: &Path) -> Result<(), String> {
 }
 
 /// [`run`] on a runtime of its own until SIGTERM or SIGINT.
-pub fn run_until_signal(cfg: Config, backend: Arc<dyn Backend>) -> Result<(), Error> {
+pub fn run_until_signal(cfgs: Vec<Config>, backend: Arc<dyn Backend>) -> Result<(), Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -794,7 +957,7 @@ pub fn run_until_signal(cfg: Config, backend: Arc<dyn Backend>) -> Result<(), Er
             what: "SIGINT handler".into(),
             source,
         })?;
-        run(cfg, backend, async move {
+        run(cfgs, backend, async move {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
@@ -816,6 +979,9 @@ mod tests {
         gpus: std::sync::Mutex<Vec<Gpu>>,
         instances: std::sync::Mutex<Vec<Instance>>,
         down: std::sync::atomic::AtomicBool,
+        no_overcommit: std::sync::atomic::AtomicBool,
+        /// The quota of each instance created, by name.
+        quotas: std::sync::Mutex<BTreeMap<String, Option<u64>>>,
     }
 
     impl Backend for Fake {
@@ -826,13 +992,15 @@ mod tests {
             Ok(Node {
                 gpus: self.gpus.lock().unwrap().clone(),
                 cdi_kind: "nvproxy.dev/gpu".into(),
+                overcommit: !self.no_overcommit.load(std::sync::atomic::Ordering::SeqCst),
             })
         }
         fn instances(&self) -> Result<Vec<Instance>, String> {
             self.node()?;
             Ok(self.instances.lock().unwrap().clone())
         }
-        fn create(&self, name: &str, gpus: &[u32]) -> Result<(), String> {
+        fn create(&self, name: &str, gpus: &[u32], quota: Option<u64>) -> Result<(), String> {
+            self.quotas.lock().unwrap().insert(name.into(), quota);
             self.instances.lock().unwrap().push(Instance {
                 name: name.into(),
                 gpus: gpus.to_vec(),
@@ -854,17 +1022,23 @@ mod tests {
             bus_id: format!("0000:{:02x}:00.0", 0x18 + minor),
             pci_path: Vec::new(),
             numa_node: None,
+            memory: Some(80 << 30),
         }
     }
 
     fn shared(fake: Arc<Fake>) -> Arc<Shared> {
+        shared_with(fake, Config::new(Path::new("/nonexistent/device-plugins")))
+    }
+
+    fn shared_with(fake: Arc<Fake>, cfg: Config) -> Arc<Shared> {
         Arc::new(Shared {
-            cfg: Config::new(Path::new("/nonexistent/device-plugins")),
+            cfg,
             backend: fake,
             state: Mutex::new(State {
                 gpus: BTreeMap::new(),
                 daemon_up: false,
                 cdi_kind: String::new(),
+                overcommit: true,
                 owned: BTreeMap::new(),
             }),
             devices: watch::channel(Vec::new()).0,
@@ -957,5 +1131,116 @@ mod tests {
             inst.iter()
                 .all(|i| i.name != names[1]["nvproxy.dev/gpu=".len()..])
         );
+    }
+
+    fn share_cfg(per_gpu: u32, gib: u64) -> Config {
+        Config::for_shares(
+            Path::new("/nonexistent/device-plugins"),
+            Shares {
+                per_gpu,
+                gpu_memory: gib << 30,
+            },
+        )
+    }
+
+    #[test]
+    fn test_share_settings_are_checked() {
+        let s = |per_gpu, gpu_memory| Shares {
+            per_gpu,
+            gpu_memory,
+        };
+        assert!(s(0, 1).validate().unwrap_err().contains("1 to 64"));
+        assert!(s(65, 1).validate().is_err());
+        assert!(s(4, 0).validate().is_err());
+        assert!(s(4, 1).validate().is_ok());
+        let g = gpu(0);
+        // 8 x 10 GiB = 80 GiB fits the 80 GiB GPU; 9 x 10 GiB fits only with overcommit.
+        assert!(s(8, 10 << 30).fit(&g, false).is_ok());
+        let e = s(9, 10 << 30).fit(&g, false).unwrap_err();
+        assert!(e.contains("90.0 GiB") && e.contains("80.0 GiB"), "{e}");
+        assert!(s(9, 10 << 30).fit(&g, true).is_ok());
+        let unknown = Gpu { memory: None, ..g };
+        assert!(s(9, 10 << 30).fit(&unknown, false).is_ok());
+    }
+
+    #[tokio::test]
+    async fn test_shares_are_listed_and_each_gets_an_instance_with_the_quota() {
+        let fake = Arc::new(Fake::default());
+        *fake.gpus.lock().unwrap() = vec![gpu(0), gpu(1)];
+        let s = shared_with(fake.clone(), share_cfg(3, 10));
+        s.poll().await;
+        let ids: Vec<String> = health(&s).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(
+            ids,
+            [
+                "GPU-0::0", "GPU-0::1", "GPU-0::2", "GPU-1::0", "GPU-1::1", "GPU-1::2"
+            ]
+        );
+        for bad in [
+            alloc(&[&["GPU-0::0", "GPU-0::1"]]),
+            alloc(&[&["GPU-0::3"]]),
+            alloc(&[&["GPU-0"]]),
+            alloc(&[&["GPU-0::01"]]),
+            alloc(&[&["GPU-0::0"], &["GPU-0::0"]]),
+        ] {
+            let e = s.allocate(bad.clone()).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
+        assert!(fake.instances.lock().unwrap().is_empty());
+        let r = s
+            .allocate(alloc(&[&["GPU-1::0"], &["GPU-1::2"]]))
+            .await
+            .unwrap();
+        let inst = fake.instances.lock().unwrap().clone();
+        assert_eq!(inst.len(), 2);
+        for (i, c) in inst.iter().zip(&r.container_responses) {
+            assert_eq!(c.cdi_devices[0].name, format!("nvproxy.dev/gpu={}", i.name));
+            assert_eq!(i.gpus, [1]);
+            assert_eq!(fake.quotas.lock().unwrap()[&i.name], Some(10 << 30));
+        }
+        assert!(inst[0].name.starts_with("k8sshare-0-"), "{}", inst[0].name);
+        assert!(inst[1].name.starts_with("k8sshare-2-"), "{}", inst[1].name);
+        // A plugin started afresh finds which share each instance is.
+        let again = shared_with(fake.clone(), share_cfg(3, 10));
+        again.poll().await;
+        let owned: Vec<BTreeSet<String>> = lock(&again.state)
+            .owned
+            .values()
+            .map(|o| o.ids.clone())
+            .collect();
+        let set = |id: &str| BTreeSet::from([id.to_owned()]);
+        assert!(owned.contains(&set("GPU-1::0")) && owned.contains(&set("GPU-1::2")));
+        // The whole-GPU resource's plugin does not take share instances for its own.
+        let whole = shared(fake.clone());
+        whole.poll().await;
+        assert!(lock(&whole.state).owned.is_empty());
+        // A down worker makes its share unhealthy, not its GPU's other shares.
+        fake.instances.lock().unwrap()[0].up = false;
+        again.poll().await;
+        let h = health(&again);
+        assert_eq!(h[3], ("GPU-1::0".to_owned(), "Unhealthy".to_owned()));
+        assert!(
+            h.iter().filter(|(_, h)| h == "Unhealthy").count() == 1,
+            "{h:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn test_shares_past_the_gpus_memory_are_unhealthy_without_overcommit() {
+        let fake = Arc::new(Fake::default());
+        *fake.gpus.lock().unwrap() = vec![gpu(0)];
+        fake.no_overcommit
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let s = shared_with(fake.clone(), share_cfg(3, 30));
+        s.poll().await;
+        assert!(health(&s).iter().all(|(_, h)| h == "Unhealthy"));
+        let e = s.allocate(alloc(&[&["GPU-0::0"]])).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("overcommit"), "{e:?}");
+        fake.no_overcommit
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        s.poll().await;
+        assert!(health(&s).iter().all(|(_, h)| h == "Healthy"));
+        s.allocate(alloc(&[&["GPU-0::0"]])).await.unwrap();
     }
 }

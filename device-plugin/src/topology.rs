@@ -114,6 +114,7 @@ mod tests {
                 bus_id: format!("0000:{bus:02x}:00.0"),
                 pci_path: path.iter().map(|s| s.to_string()).collect(),
                 numa_node: numa,
+                memory: None,
             },
         )
     }
