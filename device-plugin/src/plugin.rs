@@ -558,15 +558,16 @@ impl Shared {
                 for id in &c.devices_ids {
                     let (gpu_id, k) = match shares {
                         None => (id.as_str(), None),
-                        Some(s) => match id.rsplit_once("::").and_then(|(g, k)| {
-                            k.parse::<u32>()
-                                .ok()
-                                .filter(|k| *k < s.per_gpu && share_id(g, *k) == *id)
-                                .map(|k| (g, Some(k)))
-                        }) {
-                            Some(v) => v,
-                            None => ("", None),
-                        },
+                        // An id of no share ("" is no GPU's): refused below.
+                        Some(s) => id
+                            .rsplit_once("::")
+                            .and_then(|(g, k)| {
+                                k.parse::<u32>()
+                                    .ok()
+                                    .filter(|k| *k < s.per_gpu && share_id(g, *k) == *id)
+                                    .map(|k| (g, Some(k)))
+                            })
+                            .unwrap_or_default(),
                     };
                     let Some((g, present)) = st.gpus.get(gpu_id) else {
                         return Err(Status::invalid_argument(format!(
@@ -1223,6 +1224,14 @@ mod tests {
             h.iter().filter(|(_, h)| h == "Unhealthy").count() == 1,
             "{h:?}"
         );
+        // The driver loses GPU 1: all its shares are unhealthy, GPU 0's are not.
+        fake.gpus.lock().unwrap().pop();
+        again.poll().await;
+        let h = health(&again);
+        assert!(h[..3].iter().all(|(_, h)| h == "Healthy"), "{h:?}");
+        assert!(h[3..].iter().all(|(_, h)| h == "Unhealthy"), "{h:?}");
+        let e = again.allocate(alloc(&[&["GPU-1::1"]])).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
     }
 
     #[tokio::test]

@@ -110,10 +110,15 @@ struct Served {
 
 impl Served {
     fn start(scratch: &Path) -> Served {
+        Served::start_with(scratch, "")
+    }
+
+    /// With `daemon` as the config's `[daemon]` table.
+    fn start_with(scratch: &Path, daemon: &str) -> Served {
         let cfg = scratch.join("config.toml");
         std::fs::write(
             &cfg,
-            "driver = \"sim\"\n[sim]\ngpus = 4\n[cdi]\nspec = \"\"\n",
+            format!("driver = \"sim\"\n[daemon]\n{daemon}\n[sim]\ngpus = 4\n[cdi]\nspec = \"\"\n"),
         )
         .expect("config");
         let mut child = Command::new("unshare")
@@ -182,6 +187,21 @@ impl Served {
                 )
             })
             .collect()
+    }
+
+    /// The quota on each GPU of instance `name`, once its worker reports (`None`: no quota).
+    async fn quotas(&self, name: &str) -> Vec<Option<u64>> {
+        until(&format!("{name}'s stats"), || {
+            let a = self.api(r#"{"op":"list"}"#);
+            let i = a["instances"]
+                .as_array()?
+                .iter()
+                .find(|i| i["name"] == name)?
+                .clone();
+            let m = i["stats"]["gpu_memory"].as_array()?.clone();
+            Some(m.iter().map(|g| g["quota"].as_u64()).collect())
+        })
+        .await
     }
 
     fn instance(&self, name: &str) -> Option<(Vec<u64>, u64)> {
@@ -254,6 +274,11 @@ struct Pods {
 
 impl Pods {
     fn set(&self, pods: &[(&str, &[&str])]) {
+        self.set_of(RESOURCE, pods);
+    }
+
+    /// Pods holding devices of `resource`.
+    fn set_of(&self, resource: &str, pods: &[(&str, &[&str])]) {
         *self.pods.lock().unwrap() = pods
             .iter()
             .map(|(name, ids)| PodResources {
@@ -262,7 +287,7 @@ impl Pods {
                 containers: vec![ContainerResources {
                     name: "main".into(),
                     devices: vec![ContainerDevices {
-                        resource_name: RESOURCE.into(),
+                        resource_name: resource.into(),
                         device_ids: ids.iter().map(|s| s.to_string()).collect(),
                     }],
                 }],
@@ -314,6 +339,11 @@ impl Drop for Plugin {
 
 /// The plugin process.
 fn start_plugin(served: &Served, dp: &Path, pod_resources: &Path) -> Plugin {
+    start_plugin_with(served, dp, pod_resources, &[])
+}
+
+/// The plugin process with `extra` arguments.
+fn start_plugin_with(served: &Served, dp: &Path, pod_resources: &Path, extra: &[&str]) -> Plugin {
     static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = served.scratch.join(format!("plugin-{n}.log"));
@@ -328,6 +358,7 @@ fn start_plugin(served: &Served, dp: &Path, pod_resources: &Path) -> Plugin {
         .arg(pod_resources)
         .args(["--transport", "socket", "--poll", "50ms"])
         .args(["--reconcile", "100ms", "--grace", "500ms"])
+        .args(extra)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -377,6 +408,11 @@ async fn client(dp: &Path, endpoint: &str) -> DevicePluginClient<tonic::transpor
 
 /// The CDI name's instance of a one-container answer; checks that nothing else is in it.
 fn allocated_instance(r: &v1beta1::AllocateResponse) -> String {
+    allocated_instance_of(r, "k8s-")
+}
+
+/// [`allocated_instance`] whose name starts with `prefix`.
+fn allocated_instance_of(r: &v1beta1::AllocateResponse, prefix: &str) -> String {
     assert_eq!(r.container_responses.len(), 1, "{r:?}");
     let c = &r.container_responses[0];
     assert!(
@@ -389,7 +425,7 @@ fn allocated_instance(r: &v1beta1::AllocateResponse) -> String {
         .strip_prefix("nvproxy.dev/gpu=")
         .unwrap_or_else(|| panic!("CDI name {:?}", c.cdi_devices[0].name))
         .to_owned();
-    assert!(name.starts_with("k8s-"), "{name}");
+    assert!(name.starts_with(prefix), "{name}");
     name
 }
 
@@ -627,4 +663,200 @@ async fn test_the_device_plugin_against_a_kubelet_harness() {
     let left: Vec<String> = served.instances().into_iter().map(|(n, _, _)| n).collect();
     assert!(left.is_empty(), "instances left: {left:?}");
     drop(plugin);
+}
+
+const SHARE: &str = "nvproxy.dev/gpu-share";
+
+/// The next two registrations, the whole-GPU resource's and the shares'.
+async fn both_registrations(
+    regs: &mut mpsc::UnboundedReceiver<RegisterRequest>,
+) -> (RegisterRequest, RegisterRequest) {
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            tokio::time::timeout(TIMEOUT, regs.recv())
+                .await
+                .expect("the plugin registers both resources")
+                .unwrap(),
+        );
+    }
+    got.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+    let share = got.pop().unwrap();
+    let whole = got.pop().unwrap();
+    assert_eq!(
+        (whole.resource_name.as_str(), share.resource_name.as_str()),
+        (RESOURCE, SHARE)
+    );
+    (whole, share)
+}
+
+/// `nvproxy.dev/gpu-share`: 3 shares of 10 GiB per GPU next to `nvproxy.dev/gpu`; two shares
+/// of one GPU are two instances of it with the quota; a gone pod's share instance is removed
+/// and the share can be allocated again; a plugin restart finds the share instances. Shares
+/// past the GPU's memory (80 GiB simulated) are refused when the daemon allows no overcommit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_gpu_shares_against_a_kubelet_harness() {
+    if !runnable() {
+        return;
+    }
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("device-plugin-share-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let dp = scratch.join("device-plugins");
+    std::fs::create_dir_all(&dp).unwrap();
+    std::fs::create_dir_all(scratch.join("pod-resources")).unwrap();
+    let served = Served::start_with(&scratch, "overcommit_gpu_memory = false");
+    let gpus = served.api(r#"{"op":"gpus"}"#);
+    let ids: Vec<String> = gpus["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .map(|g| g["uuid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 4, "{gpus}");
+    let share = |g: usize, k: u32| device_plugin::share_id(&ids[g], k);
+
+    let (reg_tx, mut registrations) = mpsc::unbounded_channel();
+    let _kubelet = start_kubelet(&dp.join("kubelet.sock"), reg_tx);
+    let pods = Pods::default();
+    let pr_sock = scratch.join("pod-resources/kubelet.sock");
+    let pr_incoming = device_plugin::serve_on(&pr_sock).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .serve_with_incoming(PodResourcesListerServer::new(pods.clone()), pr_incoming),
+    );
+    const SHARES: [&str; 4] = ["--shares-per-gpu", "3", "--share-gpu-memory", "10GiB"];
+    tokio::time::timeout(Duration::from_secs(300), async {
+        // 3 x 30 GiB on an 80 GiB GPU without overcommit: refused, saying why.
+        let mut bad = start_plugin_with(
+            &served,
+            &dp,
+            &pr_sock,
+            &["--shares-per-gpu", "3", "--share-gpu-memory", "30GiB"],
+        );
+        let status = until("the overcommitting plugin to exit", || {
+            bad.child.as_mut().unwrap().try_wait().unwrap()
+        })
+        .await;
+        let log = bad.stop();
+        assert!(!status.success(), "{log}");
+        assert!(
+            log.contains("90.0 GiB") && log.contains("overcommit"),
+            "the reason: {log}"
+        );
+        let half = std::process::Command::new(nvproxy_bin())
+            .args(["device-plugin", "--shares-per-gpu", "3"])
+            .output()
+            .unwrap();
+        let why = String::from_utf8_lossy(&half.stderr);
+        assert!(
+            !half.status.success() && why.contains("--share-gpu-memory"),
+            "--shares-per-gpu alone is refused: {why}"
+        );
+
+        let mut plugin = start_plugin_with(&served, &dp, &pr_sock, &SHARES);
+        let (whole, reg) = both_registrations(&mut registrations).await;
+        assert_ne!(whole.endpoint, reg.endpoint);
+        assert!(!reg.endpoint.contains('/'), "{reg:?}");
+        assert!(!reg.options.unwrap().get_preferred_allocation_available);
+        // The whole GPUs are still served.
+        let mut gpc = client(&dp, &whole.endpoint).await;
+        let mut watch = gpc.list_and_watch(Empty {}).await.unwrap().into_inner();
+        next_matching(&mut watch, "4 GPUs", |m| m.devices.len() == 4).await;
+
+        // 3 healthy shares per GPU.
+        let mut dpc = client(&dp, &reg.endpoint).await;
+        let mut watch = dpc.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let first = next_matching(&mut watch, "12 shares", |m| m.devices.len() == 12).await;
+        let listed: BTreeSet<String> = first.devices.iter().map(|d| d.id.clone()).collect();
+        let want: BTreeSet<String> = (0..4)
+            .flat_map(|g| (0..3).map(move |k| (g, k)))
+            .map(|(g, k)| share(g, k))
+            .collect();
+        assert_eq!(listed, want);
+        assert!(
+            first.devices.iter().all(|d| d.health == "Healthy"),
+            "{first:?}"
+        );
+
+        // Two shares of GPU 2: two instances of it, each with the 10 GiB quota.
+        let alloc = |devs: Vec<String>| AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: devs }],
+        };
+        let a = allocated_instance_of(
+            &dpc.allocate(alloc(vec![share(2, 0)]))
+                .await
+                .unwrap()
+                .into_inner(),
+            "k8sshare-0-",
+        );
+        pods.set_of(SHARE, &[("a", &[&share(2, 0)])]);
+        let b = allocated_instance_of(
+            &dpc.allocate(alloc(vec![share(2, 1)]))
+                .await
+                .unwrap()
+                .into_inner(),
+            "k8sshare-1-",
+        );
+        pods.set_of(SHARE, &[("a", &[&share(2, 0)]), ("b", &[&share(2, 1)])]);
+        assert_ne!(a, b);
+        for n in [&a, &b] {
+            assert_eq!(served.instance(n).map(|(g, _)| g), Some(vec![2]));
+            assert_eq!(served.quotas(n).await, [Some(10 << 30)], "{n}");
+        }
+        let out = served.run(&b, &[NVFE, "init", "--expect-gpus", "1"]);
+        assert!(out.status.success(), "the share's instance serves: {out:?}");
+        let two = dpc
+            .allocate(alloc(vec![share(1, 0), share(1, 1)]))
+            .await
+            .unwrap_err();
+        assert!(two.message().contains("one share"), "{two:?}");
+
+        // Both pods listed: kept past the grace period. Pod a gone: its share's instance is
+        // removed, b's stays, and the freed share is allocated again as a fresh instance.
+        let start = Instant::now();
+        let calls = pods.calls();
+        until("reconciliations after the grace period", || {
+            (start.elapsed() > Duration::from_secs(1) && pods.calls() >= calls + 5).then_some(())
+        })
+        .await;
+        assert!(served.instance(&a).is_some() && served.instance(&b).is_some());
+        pods.set_of(SHARE, &[("b", &[&share(2, 1)])]);
+        until("pod a's share instance removed", || {
+            served.instance(&a).is_none().then_some(())
+        })
+        .await;
+        assert!(served.instance(&b).is_some());
+        let c = allocated_instance_of(
+            &dpc.allocate(alloc(vec![share(2, 0)]))
+                .await
+                .unwrap()
+                .into_inner(),
+            "k8sshare-0-",
+        );
+        pods.set_of(SHARE, &[("b", &[&share(2, 1)]), ("c", &[&share(2, 0)])]);
+        assert_eq!(served.quotas(&c).await, [Some(10 << 30)]);
+
+        // A plugin restart finds both share instances: kept while their pods are listed,
+        // removed once they are gone.
+        plugin.stop();
+        plugin = start_plugin_with(&served, &dp, &pr_sock, &SHARES);
+        both_registrations(&mut registrations).await;
+        let calls = pods.calls();
+        until("the restarted plugin reconciles", || {
+            (pods.calls() >= calls + 6).then_some(())
+        })
+        .await;
+        assert!(served.instance(&b).is_some() && served.instance(&c).is_some());
+        pods.set_of(SHARE, &[]);
+        until("the gone pods' share instances removed", || {
+            (served.instance(&b).is_none() && served.instance(&c).is_none()).then_some(())
+        })
+        .await;
+        drop(plugin);
+    })
+    .await
+    .expect("the test timed out");
+    let left: Vec<String> = served.instances().into_iter().map(|(n, _, _)| n).collect();
+    assert!(left.is_empty(), "instances left: {left:?}");
 }
