@@ -4,7 +4,8 @@
 # from another shell; each printed command is run from here, as another shell would, and must
 # succeed (instance list, a client, nvidia-smi -L and cuda-probe when NVIDIA's userspace is
 # fetched, create/list/rm, metrics); then Ctrl-C (SIGINT) stops the daemon cleanly.
-# Runs in a private mount namespace with a tmpfs on /run: the host's /run/nvproxy is untouched.
+# Runs in a private mount namespace with tmpfs on /run and /tmp: the host's /run/nvproxy and
+# /tmp are untouched.
 # Needs root; `./test.sh` runs it after building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ if [[ -z ${NVPROXY_README_WALK_NS:-} ]]; then
   exec unshare --mount --propagation private env NVPROXY_README_WALK_NS=1 "$0" "$@"
 fi
 mount -t tmpfs -o mode=0755 readme-walk /run
+# examples/config.toml writes its audit logs under /tmp: the walk's own /tmp keeps them.
+mount -t tmpfs -o mode=1777 readme-walk-tmp /tmp
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 fail() { echo "readme-walk: FAILED: $*" >&2; echo "--- run.sh stderr:" >&2; cat "$scratch/err" >&2; exit 1; }
