@@ -71,12 +71,16 @@ struct WireCall {
     cmd: u32,
     params: Vec<u8>,
     nested: Vec<(Option<usize>, usize, Vec<u8>)>,
+    /// Whether the calling thread holds `RS_ACCESS_NICE`, for the calls whose answer depends
+    /// on it (`nvsim::caller`); the driver process cannot see the caller's thread.
+    nice: Option<bool>,
 }
 
 impl WireCall {
     fn from_call(c: &HostCall) -> Self {
         WireCall {
             cmd: c.cmd,
+            nice: None,
             params: c.params.clone(),
             nested: c
                 .nested
@@ -84,6 +88,29 @@ impl WireCall {
                 .map(|n| (n.parent, n.offset, n.data.clone()))
                 .collect(),
         }
+    }
+
+    /// A call of this thread, with what the driver asks of its caller.
+    fn from_caller(c: &HostCall) -> Self {
+        WireCall {
+            nice: nvsim::caller::call_needs_nice(c).then(nvsim::caller::caller_has_nice),
+            ..Self::from_call(c)
+        }
+    }
+
+    /// Performs the call on `f` as its caller would (the driver's answer can depend on the
+    /// caller's capabilities, `nvsim::caller`).
+    fn perform(
+        self,
+        f: impl FnOnce(&mut HostCall) -> io::Result<i32>,
+    ) -> (HostCall, io::Result<i32>) {
+        let nice = self.nice;
+        let mut call = self.into_call();
+        let ret = match nice {
+            Some(n) => nvsim::caller::with_caller_nice(n, || f(&mut call)),
+            None => f(&mut call),
+        };
+        (call, ret)
     }
 
     /// Writes the driver's answer back into `c`: params and buffers keep their sizes (the
@@ -215,7 +242,7 @@ fn stats_from_wire(w: [u64; 14]) -> SimStats {
 // ---------------------------------------------------------------- framing
 
 /// The layout of the messages below; raised whenever `Req`, `Resp` or what they carry change.
-pub const FRAME_VERSION: u16 = 2;
+pub const FRAME_VERSION: u16 = 3;
 
 /// Why a frame of another version is refused.
 fn version_error(got: u16) -> io::Error {
@@ -402,8 +429,8 @@ impl Server {
             len,
             ptr_offset,
         };
-        let mut call = call.into_call();
-        match f.ioctl_with_pages(&mut call, &pages) {
+        let (call, ret) = call.perform(|c| f.ioctl_with_pages(c, &pages));
+        match ret {
             Ok(ret) => Resp::Ioctl {
                 ret,
                 call: WireCall::from_call(&call),
@@ -448,8 +475,8 @@ impl Server {
             Req::Ioctl { file: h, call } => match file(h) {
                 None => (Resp::Errno(libc::EBADF), None),
                 Some(f) => {
-                    let mut call = call.into_call();
-                    match f.ioctl(&mut call) {
+                    let (call, ret) = call.perform(|c| f.ioctl(c));
+                    match ret {
                         Ok(ret) => (
                             Resp::Ioctl {
                                 ret,
@@ -788,7 +815,7 @@ impl HostFile for RemoteFile {
     fn ioctl(&self, call: &mut HostCall) -> io::Result<i32> {
         let req = Req::Ioctl {
             file: self.file,
-            call: WireCall::from_call(call),
+            call: WireCall::from_caller(call),
         };
         match self.inner.call(&req, false)?.0 {
             Resp::Ioctl { ret, call: out } => {
@@ -808,7 +835,7 @@ impl HostFile for RemoteFile {
     ) -> io::Result<i32> {
         let req = Req::IoctlPages {
             file: self.file,
-            call: WireCall::from_call(call),
+            call: WireCall::from_caller(call),
             len: pages.len,
             ptr_offset: pages.ptr_offset as u64,
         };
@@ -880,6 +907,30 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         f()
+    }
+
+    /// The driver grants RS_ACCESS_NICE from the calling thread's capabilities; a served call
+    /// carries its caller's answer, which the driver process makes its own while it serves.
+    #[test]
+    fn test_a_served_call_carries_its_callers_nice_right() {
+        let mut top = vec![0u8; size_of::<nvproxy_abi::structs::NVOS54_PARAMETERS>()];
+        let set_level = 0xa06c_0107u32;
+        top[8..12].copy_from_slice(&set_level.to_ne_bytes());
+        let call = HostCall {
+            cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
+            params: top,
+            nested: Vec::new(),
+        };
+        for nice in [false, true] {
+            let w = nvsim::caller::with_caller_nice(nice, || WireCall::from_caller(&call));
+            assert_eq!(w.nice, Some(nice));
+            let (_, seen) = w.perform(|_| Ok(i32::from(nvsim::caller::caller_has_nice())));
+            assert_eq!(seen.unwrap(), i32::from(nice));
+        }
+        // Other calls do not ask.
+        let mut other = call.clone();
+        other.params[8..12].copy_from_slice(&0xa06c_0103u32.to_ne_bytes());
+        assert_eq!(WireCall::from_caller(&other).nice, None);
     }
 
     /// Issue 24, item 3: frames were bincode without a version, so a worker of one build

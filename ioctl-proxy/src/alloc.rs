@@ -208,7 +208,22 @@ impl Req<'_> {
         }
         self.px.translate_clients(&mut plan, root);
         let ret = self.exec_raw(&mut plan)?;
-        let out = plan.get::<NVOS64_PARAMETERS>(None);
+        let mut out = plan.get::<NVOS64_PARAMETERS>(None);
+        if out.status == NV_OK && eff == KEPLER_CHANNEL_GROUP_A {
+            // The instance's interleave level, before anyone can use the TSG (schedule.rs).
+            let prio = self.px.policy.priority;
+            if let Err(status) = crate::schedule::apply(
+                &*self.file.host,
+                out.hRoot,
+                out.hObjectParent,
+                out.hObjectNew,
+                prio,
+            ) {
+                plan.set32(None, offset_of!(NVOS64_PARAMETERS, status), status);
+                out.status = status;
+                self.note.reason = Some("the instance's interleave level was refused");
+            }
+        }
         if out.status == NV_OK {
             let mut h = out.hObjectNew;
             if root {

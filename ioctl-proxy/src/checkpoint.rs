@@ -412,6 +412,25 @@ pub(crate) fn host_control(
     cmd: u32,
     params: Vec<u8>,
 ) -> Result<(u32, Vec<u8>), ProxyError> {
+    host_control_via(
+        &crate::schedule::InlineNice,
+        file,
+        h_client,
+        h_object,
+        cmd,
+        params,
+    )
+}
+
+/// [`host_control`] made by `via` (the scheduling controls need CAP_SYS_NICE, `schedule.rs`).
+pub(crate) fn host_control_via(
+    via: &dyn crate::schedule::NiceCaller,
+    file: &dyn HostFile,
+    h_client: u32,
+    h_object: u32,
+    cmd: u32,
+    params: Vec<u8>,
+) -> Result<(u32, Vec<u8>), ProxyError> {
     let mut top = NVOS54_PARAMETERS::new_zeroed();
     top.hClient = h_client;
     top.hObject = h_object;
@@ -428,7 +447,7 @@ pub(crate) fn host_control(
             data: params,
         }],
     };
-    file.ioctl(&mut call).map_err(ProxyError::Host)?;
+    via.ioctl_nice(file, &mut call).map_err(ProxyError::Host)?;
     let status = NVOS54_PARAMETERS::read_from_bytes(&call.params)
         .map(|t| t.status)
         .unwrap_or(NV_ERR_INVALID_ARGUMENT);

@@ -227,6 +227,32 @@ impl Req<'_> {
         if (size != 0) != (params != 0) {
             return fail(NV_ERR_INVALID_ARGUMENT, "params and paramsSize disagree");
         }
+        if let Some((name, class)) = crate::schedule::nice_control(cmd) {
+            // The driver looks the object up, then the control in its class's method table
+            // (`NV_ERR_NOT_SUPPORTED` where it has none), then checks RS_ACCESS_NICE, which a
+            // caller without CAP_SYS_NICE or CAP_SYS_ADMIN lacks whatever the value. The
+            // instance's level is the daemon's to set (`schedule.rs`): never forwarded.
+            self.note.name = name.into();
+            self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+            let of = self.px.objects().class_of(h_client, h_object).ok();
+            let of_class = match (class, of) {
+                (Some(want), Some(got)) => want == got,
+                (None, Some(got)) => self
+                    .px
+                    .abi
+                    .classes
+                    .get(&got)
+                    .is_some_and(|c| c.name.contains("CHANNEL_GPFIFO")),
+                (_, None) => false,
+            };
+            if !of_class {
+                return deny(NV_ERR_NOT_SUPPORTED, "not a control of the object's class");
+            }
+            return deny(
+                NV_ERR_INSUFFICIENT_PERMISSIONS,
+                "needs RS_ACCESS_NICE (CAP_SYS_NICE): the instance's priority is the daemon's",
+            );
+        }
         if cmd & RM_GSS_LEGACY_MASK_PRIVILEGED == RM_GSS_LEGACY_MASK_PRIVILEGED {
             // `RmGssLegacyRpcCmd` refuses these to a caller below RS_PRIV_LEVEL_USER_ROOT before
             // it copies the params; the daemon's request threads run without CAP_SYS_ADMIN, so
@@ -326,6 +352,15 @@ impl Req<'_> {
             }
         };
         match cmd {
+            crate::schedule::NVA06C_CTRL_CMD_SET_TIMESLICE => {
+                // Any client may set any timeslice: the tenant's above the bound reaches the
+                // driver as the bound (`schedule.rs`); its own memory keeps what it wrote.
+                let max = crate::schedule::MAX_TIMESLICE_US;
+                if rd64(plan.buf(pb), 0) > max {
+                    plan.rewrite64(pb, 0, max);
+                    self.note.reason = Some("timeslice above 2048 us: set to 2048 us");
+                }
+            }
             BUILD_VERSION => self.build_version(plan, p)?,
             // gpumgrGetGpuIdInfoV2 (gpu_mgr.c): a gpuId with no GPU is NV_ERR_INVALID_ARGUMENT.
             GET_ID_INFO => {

@@ -9,6 +9,8 @@
 //! - the driver boundary ([`HostDriver`], [`HostFile`]) is the `host-driver` crate, which also
 //!   holds the real driver.
 //! - [`memory`]: the caller's memory and the retry-transport contract.
+//! - [`schedule`]: an instance's scheduling priority and the scheduling controls tenants may
+//!   not use.
 //!
 //! The daemon implements three traits: [`ClientMemory`] (per request), [`FdResolver`] (per
 //! request) and [`AuditSink`] (per instance).
@@ -39,6 +41,7 @@ pub mod policy;
 mod proxy;
 mod replay;
 mod request;
+pub mod schedule;
 mod vidmem;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
@@ -56,3 +59,4 @@ pub use proxy::{
     Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,
 };
 pub use replay::{GpuRef, RemapRule, Restored, make_remapping};
+pub use schedule::{InlineNice, NiceCaller, Priority, install_nice_caller};

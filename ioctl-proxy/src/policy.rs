@@ -266,6 +266,8 @@ pub struct InstancePolicy {
     pub uvm_mmap: bool,
     /// What the instance may hold of the daemon's resources.
     pub quotas: Quotas,
+    /// The interleave level of the instance's channel groups (`schedule.rs`).
+    pub priority: crate::schedule::Priority,
 }
 
 /// Per-instance bounds on what a tenant can make the daemon hold (issue 9, finding 2). Each is
@@ -330,6 +332,7 @@ impl InstancePolicy {
             only: None,
             uvm_mmap: true,
             quotas: Quotas::default(),
+            priority: crate::schedule::Priority::default(),
         }
     }
 

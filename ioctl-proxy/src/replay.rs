@@ -628,6 +628,7 @@ impl Proxy {
                     if h != ho {
                         return Err(replay_err(what(), format!("the driver gave handle {h:#x}")));
                     }
+
                     let seen = out.map(|b| r.client_view(o.class, rec, b));
                     if let (Some(was), Some(now)) = (&rec.out, &seen) {
                         if was != now {

@@ -398,6 +398,18 @@ impl SimDriver {
         self.lock().gpus.get(index).map_or(0, |g| g.fb.used())
     }
 
+    /// The live channel groups' (interleave level, timeslice in µs), in TSG id order: what
+    /// `NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL` and `_SET_TIMESLICE` left (the driver exports no
+    /// control that reads the level back).
+    pub fn channel_group_schedules(&self) -> Vec<(u32, u64)> {
+        self.lock()
+            .fifo
+            .tsgs
+            .values()
+            .map(|t| (t.interleave, t.timeslice_us))
+            .collect()
+    }
+
     /// The handles of the RM clients alive, in order.
     pub fn client_handles(&self) -> Vec<u32> {
         self.lock().clients.keys().copied().collect()

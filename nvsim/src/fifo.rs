@@ -233,8 +233,10 @@ impl State {
                 subctx: BTreeSet::new(),
                 channels: 0,
                 scheduled: false,
-                timeslice_us: 1000,
-                interleave: 1, // NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM
+                // kfifoChannelGroupGetDefaultTimeslice_GV100: TIMEOUT_128 << SCALE_3.
+                timeslice_us: 1024,
+                // kchangrpapiConstruct_IMPL: NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM.
+                interleave: 1,
                 legacy: None,
             },
         );
@@ -614,8 +616,8 @@ pub mod cmd {
     pub const TSG_GET_INFO: u32 = 0xa06c_0106;
     /// `NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL`.
     pub const TSG_SET_INTERLEAVE_LEVEL: u32 = 0xa06c_0107;
-    /// `NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL`.
-    pub const TSG_GET_INTERLEAVE_LEVEL: u32 = 0xa06c_0108;
+    /// `NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL`.
+    pub const CHANNEL_SET_INTERLEAVE_LEVEL: u32 = 0xa06f_0109;
     /// `NVA06F_CTRL_CMD_GPFIFO_SCHEDULE`.
     pub const CHANNEL_GPFIFO_SCHEDULE: u32 = 0xa06f_0103;
     /// `NV906F_CTRL_GET_CLASS_ENGINEID` in the Volta channel's range (until 555).
@@ -684,20 +686,27 @@ pub(crate) fn control(
             c.put(0, &(id as u32));
             NV_OK
         }
-        (cmd::TSG_SET_INTERLEAVE_LEVEL, Kind::ChannelGroup { id, .. }) => {
+        // RS_ACCESS_NICE (accessRight 0x2 in the method tables), checked before the control
+        // runs; the GET forms are in no exported method table (NV_ERR_NOT_SUPPORTED, as any
+        // control the simulator lacks). kchangrpSetInterleaveLevel_IMPL: LOW/MEDIUM/HIGH or
+        // NV_ERR_INVALID_ARGUMENT; the channel's form sets its whole TSG's level.
+        (cmd::TSG_SET_INTERLEAVE_LEVEL, Kind::ChannelGroup { id: tsg, .. })
+        | (cmd::CHANNEL_SET_INTERLEAVE_LEVEL, Kind::Channel { id: tsg, .. }) => {
+            if !crate::caller::caller_has_nice() {
+                return Some(NV_ERR_INSUFFICIENT_PERMISSIONS);
+            }
             let level: u32 = c.get(0).unwrap_or(u32::MAX);
-            // NVA06C_CTRL_INTERLEAVE_LEVEL_LOW/MEDIUM/HIGH.
             if level > 2 {
                 return Some(NV_ERR_INVALID_ARGUMENT);
             }
-            if let Some(t) = st.fifo.tsgs.get_mut(&id) {
+            let tsg = if command == cmd::CHANNEL_SET_INTERLEAVE_LEVEL {
+                st.fifo.channels.get(&tsg).map_or(u64::MAX, |ch| ch.tsg)
+            } else {
+                tsg
+            };
+            if let Some(t) = st.fifo.tsgs.get_mut(&tsg) {
                 t.interleave = level;
             }
-            NV_OK
-        }
-        (cmd::TSG_GET_INTERLEAVE_LEVEL, Kind::ChannelGroup { id, .. }) => {
-            let level = st.fifo.tsgs.get(&id).map_or(1, |t| t.interleave);
-            c.put(0, &level);
             NV_OK
         }
         (cmd::CHANNEL_GPFIFO_SCHEDULE, Kind::Channel { id, .. }) => {

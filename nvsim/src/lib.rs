@@ -111,6 +111,7 @@
 #![deny(missing_docs)]
 
 mod buf;
+pub mod caller;
 mod config;
 pub mod control;
 mod control_init;
