@@ -373,6 +373,10 @@ pub enum InstanceCommand {
         /// default: no quota.
         #[arg(long, value_name = "SIZE")]
         gpu_memory: Option<config::ByteSize>,
+        /// Scheduling priority of its channel groups: low, medium (the driver's default) or
+        /// high.
+        #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
+        priority: ioctl_proxy::Priority,
         #[command(flatten)]
         socket: SocketArg,
     },
@@ -437,6 +441,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             user,
             transport,
             gpu_memory,
+            priority,
             socket,
         } => {
             let policy = match policy {
@@ -460,6 +465,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_in_flight: None,
                 max_os_descriptor_bytes: None,
                 gpu_memory: *gpu_memory,
+                priority: *priority,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: *transport,
@@ -523,7 +529,7 @@ pub fn metrics(socket: &SocketArg) -> Result<()> {
 
 /// `nvproxy instance list` as a table.
 pub fn table(instances: &[InstanceInfo]) -> String {
-    let rows: Vec<[String; 10]> = instances
+    let rows: Vec<[String; 11]> = instances
         .iter()
         .map(|i| {
             let (files, objects) = i.stats.as_ref().map_or(("-".into(), "-".into()), |s| {
@@ -557,6 +563,11 @@ pub fn table(instances: &[InstanceInfo]) -> String {
                     .join(","),
                 i.caps.join(","),
                 i.mode.clone(),
+                if i.priority.is_empty() {
+                    "-".into()
+                } else {
+                    i.priority.clone()
+                },
                 if i.transport.is_empty() {
                     "-".into()
                 } else {
@@ -569,7 +580,7 @@ pub fn table(instances: &[InstanceInfo]) -> String {
             ]
         })
         .collect();
-    let mut widths = [4, 3, 4, 4, 4, 9, 5, 7, 10, 5];
+    let mut widths = [4, 3, 4, 4, 4, 8, 9, 5, 7, 10, 5];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.len());
@@ -593,6 +604,7 @@ pub fn table(instances: &[InstanceInfo]) -> String {
             "GPUS",
             "CAPS",
             "MODE",
+            "PRIORITY",
             "TRANSPORT",
             "FILES",
             "OBJECTS",
@@ -707,6 +719,7 @@ mod tests {
             gpus: vec![0, 1],
             caps: vec!["compute".into()],
             mode: "enforce".into(),
+            priority: "low".into(),
             transport: "socket".into(),
             state: "running".into(),
             restarts: 0,
@@ -731,8 +744,8 @@ mod tests {
         }]);
         assert_eq!(
             t,
-            "NAME   PID  GPUS  CAPS     MODE     TRANSPORT  FILES  OBJECTS  GPU MEMORY                     STATE\n\
-             job42  77   0,1   compute  enforce  socket     3      12       8.0GiB/10.0GiB,0.0GiB/10.0GiB  running\n"
+            "NAME   PID  GPUS  CAPS     MODE     PRIORITY  TRANSPORT  FILES  OBJECTS  GPU MEMORY                     STATE\n\
+             job42  77   0,1   compute  enforce  low       socket     3      12       8.0GiB/10.0GiB,0.0GiB/10.0GiB  running\n"
         );
     }
 

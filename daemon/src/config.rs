@@ -35,6 +35,7 @@
 //!                                # NV_ERR_INVALID_ADDRESS, the driver's "cannot pin")
 //! gpu_memory = "10GiB"          # video memory per GPU of the instance (absent: no quota);
 //!                                # past it allocations fail as on a full GPU (NV_ERR_NO_MEMORY)
+//! priority = "medium"           # interleave level of its channel groups: low, medium, high
 //! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
 //!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
@@ -375,6 +376,10 @@ pub struct InstanceConfig {
     /// full GPU. Absent: no quota.
     #[serde(default)]
     pub gpu_memory: Option<ByteSize>,
+    /// The interleave level of the instance's channel groups: `low`, `medium` (default, the
+    /// driver's own) or `high`; the tenant cannot change it (`ioctl_proxy::schedule`).
+    #[serde(default)]
+    pub priority: ioctl_proxy::Priority,
     /// What the supervisor does when the instance's worker exits unasked: `on-failure`
     /// (default: start a new one, at most 5 times in 60 s) or `no` (mark the instance failed).
     #[serde(default)]
@@ -923,6 +928,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("max_objects = 0"), "{err:#}");
+    }
+
+    #[test]
+    fn test_priority_is_a_level_and_medium_by_default() {
+        let p = |line: &str| {
+            Config::parse(&format!(
+                "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n{line}\n"
+            ))
+            .map(|c| c.instances[0].priority)
+        };
+        assert_eq!(p("").unwrap(), ioctl_proxy::Priority::Medium);
+        assert_eq!(p("priority = \"low\"").unwrap(), ioctl_proxy::Priority::Low);
+        assert_eq!(
+            p("priority = \"high\"").unwrap(),
+            ioctl_proxy::Priority::High
+        );
+        let err = format!("{:#}", p("priority = \"urgent\"").unwrap_err());
+        assert!(err.contains("low") && err.contains("high"), "{err}");
     }
 
     #[test]

@@ -174,6 +174,7 @@ impl Parts {
         policy.allow = inst.allow.iter().cloned().collect();
         policy.uvm_mmap = inst.uvm_mmap;
         policy.quotas = inst.quotas();
+        policy.priority = inst.priority;
         let policy_file = match &inst.policy {
             Some(p) => Some(crate::policy::PolicyFile::load(p)?),
             None => None,

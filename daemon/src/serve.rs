@@ -38,6 +38,10 @@ pub struct ExecArgs {
     /// allocations fail as on a full GPU. Default: no quota.
     #[arg(long, value_name = "SIZE")]
     pub gpu_memory: Option<config::ByteSize>,
+    /// Scheduling priority of the instance's channel groups: low, medium (the driver's
+    /// default) or high.
+    #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
+    pub priority: ioctl_proxy::Priority,
     /// enforce, or audit (allow what the ABI knows, record what enforce would deny).
     #[arg(long, value_enum, default_value_t = Mode::Enforce)]
     pub mode: Mode,
@@ -173,6 +177,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_in_flight: None,
         max_os_descriptor_bytes: None,
         gpu_memory: args.gpu_memory,
+        priority: args.priority,
         restart: config::RestartPolicy::No,
         user: None,
         transport,

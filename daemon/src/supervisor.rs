@@ -146,6 +146,9 @@ pub struct InstanceInfo {
     pub caps: Vec<String>,
     /// enforce or audit.
     pub mode: String,
+    /// low, medium or high (empty from a supervisor older than the field).
+    #[serde(default)]
+    pub priority: String,
     /// `cuse` or `socket` (empty from a supervisor older than the field).
     #[serde(default)]
     pub transport: String,
@@ -798,6 +801,7 @@ impl Supervisor {
                     gpus: spec.instance.gpus.clone(),
                     caps: spec.instance.caps.clone(),
                     mode: spec.instance.mode.to_string(),
+                    priority: spec.instance.priority.to_string(),
                     transport: spec.instance.transport.to_string(),
                     state: match state {
                         State::Running => "running".to_owned(),
