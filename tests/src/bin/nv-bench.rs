@@ -25,6 +25,9 @@
 //!   `/dev/nvidia0`, as libcuda does before allocating a device).
 //! - `rm-alloc`: `NV_ESC_RM_ALLOC` (`NVOS64_PARAMETERS`) + `NV_ESC_RM_FREE` of a
 //!   [`RM_ALLOC_OBJECT`] under a root client; each of the two ioctls counts as one.
+//! - `vidmem-alloc`: `NV_ESC_RM_ALLOC` + `NV_ESC_RM_FREE` of 2 MiB of video memory
+//!   (`NV01_MEMORY_LOCAL_USER`) under a device allocated first: the path a GPU memory quota
+//!   guards (`tests/bench/quota-bench.sh` runs it with and without one).
 //! - `samework-simple-control`, `samework-nested-control`, `samework-rm-alloc`: the same client
 //!   calls (same ioctls, same bytes, same buffers) on the same-work floor
 //!   (`tests/bench/cuse_samework.c`, default `/dev/nvbench-samework`), which does the kernel
@@ -142,6 +145,8 @@ enum Kind {
     SimpleControl,
     NestedControl,
     RmAlloc,
+    /// Video memory allocated and freed (the GPU memory quota's path).
+    VidAlloc,
     /// The same client work as the NVIDIA kind, on the same-work floor
     /// (`tests/bench/cuse_samework.c`).
     SameWork(NvKind),
@@ -173,6 +178,7 @@ impl Kind {
             "simple-control" => Kind::SimpleControl,
             "nested-control" => Kind::NestedControl,
             "rm-alloc" => Kind::RmAlloc,
+            "vidmem-alloc" => Kind::VidAlloc,
             "samework-simple-control" => Kind::SameWork(NvKind::SimpleControl),
             "samework-nested-control" => Kind::SameWork(NvKind::NestedControl),
             "samework-rm-alloc" => Kind::SameWork(NvKind::RmAlloc),
@@ -748,6 +754,47 @@ impl Bench for ControlBench {
 }
 
 /// RM_ALLOC + RM_FREE of a device under the root client.
+/// `NV01_MEMORY_LOCAL_USER`.
+const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
+/// `sizeof(NV_MEMORY_ALLOCATION_PARAMS)` and its `size` field (535 to 580: abi-facts).
+const MEMORY_ALLOCATION_PARAMS: usize = 120;
+const MEMORY_ALLOCATION_SIZE_AT: usize = 64;
+/// Bytes `vidmem-alloc` allocates each time.
+const VID_ALLOC_BYTES: u64 = 2 << 20;
+
+/// `vidmem-alloc`: video memory under a device, allocated and freed.
+struct VidAllocBench {
+    rm: Rm,
+    params: Box<[u8; MEMORY_ALLOCATION_PARAMS]>,
+}
+
+impl Bench for VidAllocBench {
+    fn call(&mut self) -> io::Result<()> {
+        self.params.fill(0);
+        self.params[MEMORY_ALLOCATION_SIZE_AT..MEMORY_ALLOCATION_SIZE_AT + 8]
+            .copy_from_slice(&VID_ALLOC_BYTES.to_ne_bytes());
+        let mut p = alloc_params(
+            self.rm.client,
+            H_DEVICE,
+            H_BENCH_OBJECT,
+            NV01_MEMORY_LOCAL_USER,
+            self.params.as_ptr() as u64,
+            MEMORY_ALLOCATION_PARAMS as u32,
+        );
+        self.rm.alloc(&mut p)?;
+        self.rm.free(H_DEVICE, H_BENCH_OBJECT)
+    }
+    fn ops_per_call(&self) -> usize {
+        2
+    }
+    fn detail(&self) -> String {
+        format!(
+            "RM_ALLOC(NVOS64,NV01_MEMORY_LOCAL_USER,{VID_ALLOC_BYTES}B)+RM_FREE,driver={}",
+            self.rm.version
+        )
+    }
+}
+
 struct AllocBench {
     rm: Rm,
     dparams: Box<NV0080_ALLOC_PARAMETERS>,
@@ -845,6 +892,13 @@ fn setup(args: &Args) -> io::Result<Box<dyn Bench>> {
         Kind::Floor(n) => Box::new(FloorBench::new(open_rw(dev)?, n)),
         Kind::CuseDev(n) => Box::new(CuseDevBench::new(open_rw(dev)?, n)),
         Kind::SameWork(k) => samework_setup(k, dev)?,
+        Kind::VidAlloc => {
+            let mut rm = Rm::open(dev, Some(&args.gpu))?;
+            rm.find_device()?;
+            rm.alloc_device(H_DEVICE)?;
+            let params = Box::new([0; MEMORY_ALLOCATION_PARAMS]);
+            Box::new(VidAllocBench { rm, params })
+        }
         kind => nv_setup(NvKind::of(kind).expect("an NVIDIA kind"), dev, &args.gpu)?,
     })
 }
