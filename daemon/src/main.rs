@@ -1,5 +1,7 @@
 //! `nvproxy`: the daemon and its command line.
 
+#![deny(unsafe_code)]
+
 mod abi_cmd;
 mod abi_tables;
 mod api;
@@ -15,6 +17,8 @@ mod device_plugin;
 mod doctor;
 mod exec_scratch;
 mod fdid;
+// `recvmsg` with a control buffer walked by hand (see the module docs).
+#[allow(unsafe_code)]
 mod fdpass;
 mod host;
 mod instance;
@@ -34,6 +38,8 @@ mod serve;
 mod simd;
 mod socket_transport;
 mod supervisor;
+// The system calls no safe wrapper covers (see the module docs).
+#[allow(unsafe_code)]
 mod sys;
 #[cfg(test)]
 mod test_dir;

@@ -136,29 +136,6 @@ fn accept_loop(name: &str, listener: &OwnedFd, stop: &OwnedFd, serve: impl Fn(Ow
     }
 }
 
-/// Sends one message `bytes` on `conn` with `fd` attached (`SCM_RIGHTS`) when given;
-/// `MSG_NOSIGNAL` always, plus `flags`.
-pub fn send_with_fd(
-    conn: std::os::fd::BorrowedFd<'_>,
-    bytes: &[u8],
-    fd: Option<&OwnedFd>,
-    flags: socket::MsgFlags,
-) -> nix::Result<usize> {
-    let iov = [io::IoSlice::new(bytes)];
-    let raw = fd.map(|f| [f.as_raw_fd()]);
-    let cmsgs: Vec<socket::ControlMessage<'_>> = raw
-        .as_ref()
-        .map(|r| vec![socket::ControlMessage::ScmRights(r)])
-        .unwrap_or_default();
-    socket::sendmsg::<()>(
-        conn.as_raw_fd(),
-        &iov,
-        &cmsgs,
-        flags | socket::MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-}
-
 /// Removes a stale socket of an earlier run at `path`; anything else there is an error.
 pub fn remove_stale_socket(path: &Path) -> Result<()> {
     match std::fs::symlink_metadata(path) {

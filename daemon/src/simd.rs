@@ -254,7 +254,7 @@ fn send_frame<T: Serialize>(s: &UnixStream, msg: &T, fd: Option<RawFd>) -> io::R
     match fd {
         None => w.write_all(&frame),
         Some(fd) => {
-            crate::sys::send_with_fd(s.as_raw_fd(), &frame[..1], fd)?;
+            crate::fdpass::send_all(s.as_fd(), &frame[..1], &[fd])?;
             w.write_all(&frame[1..])
         }
     }
@@ -267,7 +267,7 @@ fn recv_frame<T: for<'de> Deserialize<'de>>(
 ) -> io::Result<Option<(T, Option<OwnedFd>)>> {
     let mut first = [0u8; 1];
     let fd = if want_fd {
-        let (n, fd) = crate::sys::recv_with_fd(s.as_fd(), &mut first)?;
+        let (n, fd) = crate::fdpass::recv_with_fd(s.as_fd(), &mut first)?;
         if n == 0 {
             return Ok(None);
         }
