@@ -22,6 +22,7 @@ mod fdid;
 mod fdpass;
 mod host;
 mod instance;
+mod listener;
 mod memory;
 mod metrics;
 mod mmap;

@@ -504,12 +504,6 @@ pub fn watchdog_interval(
     Some(std::time::Duration::from_micros(usec / 2))
 }
 
-/// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
-pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
-    use rustix::net::{SocketFlags, accept_with};
-    Ok(accept_with(listener, SocketFlags::CLOEXEC)?)
-}
-
 /// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
 /// of this boot (`ENOTSOCK` for a file that is not a socket).
 pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
