@@ -40,7 +40,7 @@ pub fn pidfd_thread_supported() -> io::Result<()> {
 const PIDFD_THREAD: rustix::process::PidfdFlags =
     rustix::process::PidfdFlags::from_bits_retain(libc::O_EXCL as u32);
 
-/// `pid` as the kernel's pid type; `None` for 0 (and values beyond `pid_t`) become `err`.
+/// `pid` as rustix's `Pid`: `ESRCH` beyond `pid_t`, `err` for 0 (which rustix cannot name).
 fn to_pid(pid: u32, err: i32) -> io::Result<rustix::process::Pid> {
     let raw = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
     rustix::process::Pid::from_raw(raw).ok_or_else(|| io::Error::from_raw_os_error(err))
@@ -698,7 +698,7 @@ pub fn pidfd_open_process(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
 
 /// Sends `sig` to the process of `pidfd` (`pidfd_send_signal`: no pid-reuse race).
 pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
-    // The kernel refuses a signal it does not know with EINVAL, as this does.
+    // Callers send named signals (SIGTERM, SIGKILL); another (a real-time one) is EINVAL.
     let sig = rustix::process::Signal::from_named_raw(sig)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     Ok(rustix::process::pidfd_send_signal(pidfd, sig)?)
