@@ -4,6 +4,8 @@
 //! self-service (`host`: check a driver tree against the tree, write and verify node files for
 //! an unknown version), used by the `abi-import` tool and by `nvproxy abi` / `nvproxy serve`.
 
+#![forbid(unsafe_code)]
+
 pub mod add;
 pub mod extract;
 pub mod from_source;

@@ -11,6 +11,8 @@
 //! ```
 //! See `ADDING_A_DRIVER_VERSION.md` at the repository root.
 
+#![forbid(unsafe_code)]
+
 use abi_import::{add, extract, from_source, suggest, tree_gen};
 
 use std::path::PathBuf;

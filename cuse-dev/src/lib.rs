@@ -123,11 +123,14 @@
 // lose a sign must say why it cannot (STYLE.md, section 11).
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 mod errno;
 mod error;
 mod handler;
 mod session;
+// The system calls on `/dev/cuse` (see the module docs).
+#[allow(unsafe_code)]
 mod sys;
 mod watchdog;
 pub mod wire;

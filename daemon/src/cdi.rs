@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -1152,19 +1152,16 @@ fn cstr(p: &Path) -> Result<std::ffi::CString> {
 
 /// `open(path, O_PATH|O_CLOEXEC|flags)` on the host.
 fn open_path(path: &Path, flags: i32) -> Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
     let c = cstr(path)?;
-    // SAFETY: `c` is a valid NUL-terminated string; the returned fd is owned below.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | flags) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: `fd` is a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::from_bits_retain(flags as u32);
+    Ok(rustix::fs::open(c.as_c_str(), flags, Mode::empty()).map_err(std::io::Error::from)?)
 }
 
 /// `openat2(root, rel, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`: `rel` resolved as if
 /// `root` were `/`.
 fn open_in_root(root: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
     let rel = rel.strip_prefix("/").unwrap_or(rel);
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")
@@ -1172,26 +1169,13 @@ fn open_in_root(root: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> std::io::R
         rel
     };
     let c = cstr(rel).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: open_how is plain integers; all-zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = u64::from(mode);
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: valid dirfd, NUL-terminated path, and a properly sized open_how.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(rustix::fs::openat2(
+        root,
+        c.as_c_str(),
+        OFlags::from_bits_retain((flags | libc::O_CLOEXEC) as u32),
+        Mode::from_bits_retain(mode),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )?)
 }
 
 /// Opens directory `rel` in the rootfs, creating missing components (0755).
@@ -1207,11 +1191,12 @@ fn dir_in_root(root: &OwnedFd, rel: &Path) -> Result<OwnedFd> {
             Ok(d) => dir = d,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 let c = cstr(Path::new(name))?;
-                // SAFETY: valid dirfd (an O_PATH directory fd works for mkdirat) and name.
-                if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EEXIST) {
-                        return Err(e).with_context(|| format!("mkdir {}", sofar.display()));
+                // An O_PATH directory fd works for mkdirat.
+                let mode = rustix::fs::Mode::from_bits_retain(0o755);
+                if let Err(e) = rustix::fs::mkdirat(&dir, c.as_c_str(), mode) {
+                    if e != rustix::io::Errno::EXIST {
+                        return Err(std::io::Error::from(e))
+                            .with_context(|| format!("mkdir {}", sofar.display()));
                     }
                 }
                 dir = open_in_root(root, &sofar, libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -1225,53 +1210,35 @@ fn dir_in_root(root: &OwnedFd, rel: &Path) -> Result<OwnedFd> {
 /// Creates symlink `link` (a path in the container) -> `target`, replacing an existing link
 /// (not a file or directory).
 fn create_symlink(root: &OwnedFd, target: &str, link: &str) -> Result<()> {
+    use rustix::fs::{AtFlags, FileType};
     let link = Path::new(link);
     let name = link.file_name().context("link names no file")?;
     let dir = dir_in_root(root, link.parent().unwrap_or(Path::new("/")))?;
     let cname = cstr(Path::new(name))?;
     let ctarget = cstr(Path::new(target))?;
-    // SAFETY: valid dirfd and NUL-terminated strings.
-    if unsafe { libc::symlinkat(ctarget.as_ptr(), dir.as_raw_fd(), cname.as_ptr()) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EEXIST) {
-        return Err(e.into());
-    }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: valid dirfd, name, and a stat buffer to fill.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            cname.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
+    let e = match rustix::fs::symlinkat(ctarget.as_c_str(), &dir, cname.as_c_str()) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
     };
-    // SAFETY: fstatat succeeded, so st is initialised.
-    if r != 0 || unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFLNK {
+    if e != rustix::io::Errno::EXIST {
+        return Err(std::io::Error::from(e).into());
+    }
+    let is_link = rustix::fs::statat(&dir, cname.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+    if !is_link {
         bail!("{} exists and is not a symlink", link.display());
     }
-    // SAFETY: as above.
-    unsafe {
-        libc::unlinkat(dir.as_raw_fd(), cname.as_ptr(), 0);
-        if libc::symlinkat(ctarget.as_ptr(), dir.as_raw_fd(), cname.as_ptr()) != 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-    }
+    let _ = rustix::fs::unlinkat(&dir, cname.as_c_str(), AtFlags::empty());
+    rustix::fs::symlinkat(ctarget.as_c_str(), &dir, cname.as_c_str())
+        .map_err(std::io::Error::from)?;
     Ok(())
 }
 
 /// Bind-mounts the device node `path` of the rootfs onto itself.
 fn pin_node(root: &OwnedFd, path: &Path) -> Result<()> {
     let fd = open_in_root(root, path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: valid fd and buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: fstat succeeded.
-    if unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFCHR {
+    let st = rustix::fs::fstat(&fd).map_err(std::io::Error::from)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::CharacterDevice {
         bail!("not a character device");
     }
     let p = fd_path(&fd);
@@ -1287,13 +1254,9 @@ fn pin_node(root: &OwnedFd, path: &Path) -> Result<()> {
 }
 
 fn fs_magic(fd: &OwnedFd) -> Result<i64> {
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: valid fd and buffer.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: fstatfs succeeded.
-    Ok(unsafe { st.assume_init() }.f_type)
+    Ok(rustix::fs::fstatfs(fd)
+        .map_err(std::io::Error::from)?
+        .f_type)
 }
 
 fn fd_path(fd: &OwnedFd) -> PathBuf {

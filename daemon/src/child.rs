@@ -30,28 +30,7 @@ pub fn block_termination_signals() -> Result<()> {
 /// process: call this from the thread that waits for the command (here: the caller's, which
 /// then waits in this function).
 pub fn run_forwarding_signals(cmd: &mut Command) -> Result<ExitStatus> {
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before execve and only makes the
-    // async-signal-safe syscalls prctl and getppid; it allocates nothing.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // We died before the prctl took effect: no signal will come.
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+    sys::killed_with_parent(cmd);
     let mut child = cmd.spawn().context("starting the command")?;
     let pid = Pid::from_raw(i32::try_from(child.id()).context("child pid")?);
     let done = Arc::new(AtomicBool::new(false));

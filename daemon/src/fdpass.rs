@@ -1,6 +1,9 @@
-//! Receiving fds (`SCM_RIGHTS`): the one receive path of the daemon's unix sockets.
+//! Passing fds (`SCM_RIGHTS`): the one send and the one receive path of the daemon's unix
+//! sockets, and the framings built on them ([`send_with_fd`], [`send_all`], [`recv_with_fd`],
+//! [`send_fds`]/[`recv_fds`]).
 //!
-//! The kernel installs every fd a peer attaches into our table before `recvmsg` returns, as
+//! Sending goes through nix's `sendmsg` ([`send_to`]). Receiving is hand-written: the
+//! kernel installs every fd a peer attaches into our table before `recvmsg` returns, as
 //! many as fit in the control buffer; whatever does not fit it closes itself and flags the
 //! message `MSG_CTRUNC`. So each fd that arrived is ours to close, whether or not the message
 //! is one we want, and nothing here may skip a control message because the buffer was short
@@ -14,6 +17,8 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
 
 /// The most fds one `SCM_RIGHTS` message carries (`SCM_MAX_FD`, include/net/scm.h).
 pub const SCM_MAX_FD: usize = 253;
@@ -92,6 +97,103 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Res
         pid,
         fds,
     })
+}
+
+/// `sendmsg(sock, bytes, flags, addr)` with `fds` attached in one `SCM_RIGHTS` control
+/// message (none when `fds` is empty): the one send path. `addr`: the destination of an
+/// unconnected datagram socket, else `None`. Returns the bytes sent.
+pub fn send_to(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[RawFd],
+    flags: MsgFlags,
+    addr: Option<&UnixAddr>,
+) -> nix::Result<usize> {
+    let iov = [io::IoSlice::new(bytes)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
+    sendmsg(sock.as_raw_fd(), &iov, cmsgs, flags, addr)
+}
+
+/// Sends one message `bytes` on `conn` with `fd` attached (`SCM_RIGHTS`) when given;
+/// `MSG_NOSIGNAL` always, plus `flags`.
+pub fn send_with_fd(
+    conn: BorrowedFd<'_>,
+    bytes: &[u8],
+    fd: Option<&OwnedFd>,
+    flags: MsgFlags,
+) -> nix::Result<usize> {
+    let raw = fd.map(|f| [f.as_raw_fd()]);
+    send_to(
+        conn,
+        bytes,
+        raw.as_ref().map_or(&[], |r| &r[..]),
+        flags | MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+}
+
+/// Sends all of `bytes` on the stream socket `sock` with `fds` attached (`MSG_NOSIGNAL`); a
+/// short send is an error.
+pub fn send_all(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let n = send_to(sock, bytes, fds, MsgFlags::MSG_NOSIGNAL, None)?;
+    if n != bytes.len() {
+        return Err(io::Error::other("short sendmsg"));
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from the stream socket `sock` and the fd attached to them,
+/// if any (close-on-exec). Returns the byte count (0: the peer closed). A message with more
+/// than one fd, or whose fds were cut short, is refused (every fd that came with it closed).
+pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut msg = recv(sock, buf, libc::MSG_CMSG_CLOEXEC)?;
+    if msg.fds.len() > 1 {
+        return Err(io::Error::other(format!(
+            "{} fds attached, at most one expected (closed)",
+            msg.fds.len()
+        )));
+    }
+    Ok((msg.bytes, msg.fds.pop()))
+}
+
+/// Most fds one [`send_fds`] message carries (the kernel's `SCM_MAX_FD` is 253).
+pub const FDS_PER_MESSAGE: usize = 250;
+
+/// Sends one byte on the stream socket `sock` with `fds` attached (at most
+/// [`FDS_PER_MESSAGE`]).
+pub fn send_fds(sock: BorrowedFd<'_>, fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > FDS_PER_MESSAGE {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    send_all(sock, b"F", fds)
+}
+
+/// Receives the one byte of a [`send_fds`] message and its fds (close-on-exec); fails when
+/// the peer closed, the byte is not ours, the kernel truncated the fds or more than
+/// [`FDS_PER_MESSAGE`] came (whatever arrived is closed then).
+pub fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<Vec<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let msg = recv(sock, &mut byte, libc::MSG_CMSG_CLOEXEC)?;
+    if msg.bytes != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the peer closed",
+        ));
+    }
+    if msg.truncated {
+        return Err(io::Error::other("fds truncated (fd limit?)"));
+    }
+    if byte != *b"F" {
+        return Err(io::Error::other("not an fd message"));
+    }
+    if msg.fds.len() > FDS_PER_MESSAGE {
+        return Err(io::Error::other(format!(
+            "{} fds in one message, at most {FDS_PER_MESSAGE} expected",
+            msg.fds.len()
+        )));
+    }
+    Ok(msg.fds)
 }
 
 /// The sender's pid and the fds in the control data the kernel wrote (`bytes`: exactly

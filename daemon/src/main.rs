@@ -1,5 +1,7 @@
 //! `nvproxy`: the daemon and its command line.
 
+#![deny(unsafe_code)]
+
 mod abi_cmd;
 mod abi_tables;
 mod api;
@@ -15,9 +17,12 @@ mod device_plugin;
 mod doctor;
 mod exec_scratch;
 mod fdid;
+// `recvmsg` with a control buffer walked by hand (see the module docs).
+#[allow(unsafe_code)]
 mod fdpass;
 mod host;
 mod instance;
+mod listener;
 mod memory;
 mod metrics;
 mod mmap;
@@ -34,6 +39,8 @@ mod serve;
 mod simd;
 mod socket_transport;
 mod supervisor;
+// The system calls no safe wrapper covers (see the module docs).
+#[allow(unsafe_code)]
 mod sys;
 #[cfg(test)]
 mod test_dir;

@@ -362,45 +362,41 @@ fn accept_loop(
     queue: &std::sync::mpsc::SyncSender<(std::net::TcpStream, Instant)>,
     stop: &AtomicBool,
 ) {
+    use crate::listener::{self, Failure, Stop};
+    use std::ops::ControlFlow;
     use std::os::fd::AsFd;
     let mut last_warning: Option<Instant> = None;
     let mut refused = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        let mut fds = [nix::poll::PollFd::new(
-            listener.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u16)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                tracing::error!(error = %e, "metrics listener: poll failed; retrying in 1 s");
-                std::thread::sleep(Duration::from_secs(1));
-                continue;
-            }
-        }
-        match listener.accept() {
-            Ok((conn, _)) => match queue.try_send((conn, Instant::now())) {
-                Ok(()) => {}
-                // Full: closed at once (the client sees a reset), counted and said now and
-                // then; nothing waits for it.
-                Err(std::sync::mpsc::TrySendError::Full(_)) => {
-                    refused += 1;
-                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                        last_warning = Some(Instant::now());
-                        tracing::warn!(
-                            refused,
-                            "metrics listener: {HTTP_THREADS} connections served and {HTTP_QUEUE} waiting; more are closed at once"
-                        );
+    let stop = Stop::Flag(stop, Duration::from_millis(200));
+    listener::accept_loop(listener.as_fd(), stop, |turn| {
+        match turn {
+            Ok(conn) => {
+                let conn = std::net::TcpStream::from(conn);
+                match queue.try_send((conn, Instant::now())) {
+                    Ok(()) => {}
+                    // Full: closed at once (the client sees a reset), counted and said now and
+                    // then; nothing waits for it.
+                    Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                        refused += 1;
+                        if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                            last_warning = Some(Instant::now());
+                            tracing::warn!(
+                                refused,
+                                "metrics listener: {HTTP_THREADS} connections served and {HTTP_QUEUE} waiting; more are closed at once"
+                            );
+                        }
+                    }
+                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                        return ControlFlow::Break(());
                     }
                 }
-                Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return,
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            }
+            Err(Failure::Poll(e)) => {
+                tracing::error!(error = %e, "metrics listener: poll failed; retrying in 1 s");
+                std::thread::sleep(Duration::from_secs(1));
+            }
             // EMFILE, ENFILE, ENOBUFS, ...: the listener stays; try again after a pause.
-            Err(e) => {
+            Err(Failure::Accept(e)) => {
                 if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                     last_warning = Some(Instant::now());
                     tracing::error!(error = %e, "metrics listener: accept failed; retrying");
@@ -408,7 +404,8 @@ fn accept_loop(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-    }
+        ControlFlow::Continue(())
+    });
 }
 
 /// A serving thread: answers queued connections until the queue's sender is gone.

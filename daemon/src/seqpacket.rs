@@ -4,6 +4,7 @@
 //! stops the thread and removes the socket. Also the run directories' helpers.
 
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -11,10 +12,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket;
 
-use crate::sys;
+use crate::listener::{self, Failure, Stop};
 
 /// A served socket; dropping it stops its thread and removes the socket file.
 pub struct SeqpacketServer {
@@ -105,58 +105,21 @@ impl Drop for SeqpacketServer {
 }
 
 fn accept_loop(name: &str, listener: &OwnedFd, stop: &OwnedFd, serve: impl Fn(OwnedFd)) {
-    loop {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                tracing::error!(socket = name, error = %e, "poll failed; the socket is no longer served");
-                return;
-            }
-        }
-        if fds[1].any().unwrap_or(true) {
-            return;
-        }
-        match sys::accept_cloexec(listener.as_fd()) {
+    listener::accept_loop(listener.as_fd(), Stop::Pipe(stop.as_fd()), |turn| {
+        match turn {
             Ok(conn) => serve(conn),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED)
-                ) => {}
-            Err(e) => {
+            Err(Failure::Poll(e)) => {
+                tracing::error!(socket = name, error = %e, "poll failed; the socket is no longer served");
+                return ControlFlow::Break(());
+            }
+            Err(Failure::Accept(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+            Err(Failure::Accept(e)) => {
                 tracing::warn!(socket = name, error = %e, "accept failed");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-    }
-}
-
-/// Sends one message `bytes` on `conn` with `fd` attached (`SCM_RIGHTS`) when given;
-/// `MSG_NOSIGNAL` always, plus `flags`.
-pub fn send_with_fd(
-    conn: std::os::fd::BorrowedFd<'_>,
-    bytes: &[u8],
-    fd: Option<&OwnedFd>,
-    flags: socket::MsgFlags,
-) -> nix::Result<usize> {
-    let iov = [io::IoSlice::new(bytes)];
-    let raw = fd.map(|f| [f.as_raw_fd()]);
-    let cmsgs: Vec<socket::ControlMessage<'_>> = raw
-        .as_ref()
-        .map(|r| vec![socket::ControlMessage::ScmRights(r)])
-        .unwrap_or_default();
-    socket::sendmsg::<()>(
-        conn.as_raw_fd(),
-        &iov,
-        &cmsgs,
-        flags | socket::MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
+        ControlFlow::Continue(())
+    });
 }
 
 /// Removes a stale socket of an earlier run at `path`; anything else there is an error.

@@ -31,6 +31,8 @@ use host_driver::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
 use nvsim::{SimDriver, SimStats};
 use serde::{Deserialize, Serialize};
 
+use crate::listener::Stop;
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -281,7 +283,7 @@ fn send_frame<T: Serialize>(s: &UnixStream, msg: &T, fd: Option<RawFd>) -> io::R
     match fd {
         None => w.write_all(&frame),
         Some(fd) => {
-            crate::sys::send_with_fd(s.as_raw_fd(), &frame[..1], fd)?;
+            crate::fdpass::send_all(s.as_fd(), &frame[..1], &[fd])?;
             w.write_all(&frame[1..])
         }
     }
@@ -294,7 +296,7 @@ fn recv_frame<T: for<'de> Deserialize<'de>>(
 ) -> io::Result<Option<(T, Option<OwnedFd>)>> {
     let mut first = [0u8; 1];
     let fd = if want_fd {
-        let (n, fd) = crate::sys::recv_with_fd(s.as_fd(), &mut first)?;
+        let (n, fd) = crate::fdpass::recv_with_fd(s.as_fd(), &mut first)?;
         if n == 0 {
             return Ok(None);
         }
@@ -586,8 +588,12 @@ pub fn start(sim: Arc<SimDriver>, socket: &Path, allow_uid: Option<u32>) -> Resu
     std::thread::Builder::new()
         .name("sim-accept".into())
         .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
+            use std::ops::ControlFlow;
+            crate::listener::accept_loop(listener.as_fd(), Stop::Never, |turn| {
+                let Ok(conn) = turn else {
+                    return ControlFlow::Continue(());
+                };
+                let conn = UnixStream::from(conn);
                 // Only root, our own user, or the worker's (the socket is 0600 as well).
                 let me = nix::unistd::geteuid().as_raw();
                 match nix::sys::socket::getsockopt(
@@ -595,13 +601,14 @@ pub fn start(sim: Arc<SimDriver>, socket: &Path, allow_uid: Option<u32>) -> Resu
                     nix::sys::socket::sockopt::PeerCredentials,
                 ) {
                     Ok(c) if c.uid() == 0 || c.uid() == me || Some(c.uid()) == allow_uid => {}
-                    _ => continue,
+                    _ => return ControlFlow::Continue(()),
                 }
                 let s = s2.clone();
                 let _ = std::thread::Builder::new()
                     .name("sim-conn".into())
                     .spawn(move || s.serve(conn));
-            }
+                ControlFlow::Continue(())
+            });
         })?;
     Ok(Listening { _server: server })
 }

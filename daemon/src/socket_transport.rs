@@ -62,9 +62,10 @@ use nvproxy_preload_proto::socket::{
 };
 
 use crate::device::drop_admin_on_this_thread;
+use crate::fdpass::send_with_fd;
 use crate::memory::VmMemory;
 use crate::node::{Backend, Node};
-use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root, send_with_fd};
+use crate::seqpacket::{SeqpacketServer, make_private_dir, make_run_root};
 use crate::{fdpass, ratelimit, sys};
 
 /// How long the accepting thread waits for a connected peer's open request.

@@ -1,4 +1,7 @@
-//! The daemon's only `unsafe` code: thin wrappers over syscalls that `libc` exposes only raw.
+//! The daemon's system calls: safe wrappers from `rustix` and `nix` where a crate offers one,
+//! and the daemon's `unsafe` code where none does (each block with its `// SAFETY:` comment):
+//! the Landlock ABI probe, `tgkill`, a value-argument ioctl, `sigtimedwait`, taking ownership
+//! of inherited fds, `pre_exec` hooks, `fork` and the userfaultfd/mmap helpers of the tests.
 
 use std::io;
 
@@ -27,44 +30,25 @@ pub fn landlock_abi_version() -> io::Result<u32> {
 /// Whether `pidfd_open(tid, PIDFD_THREAD)` works on this kernel (Linux 6.9+), tried on our own
 /// thread. fd identity resolution needs it (DESIGN.md section 3, step 5).
 pub fn pidfd_thread_supported() -> io::Result<()> {
-    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
-    // SAFETY: gettid takes no arguments and cannot fail.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1; no memory is
-    // passed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, PIDFD_THREAD) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: `fd` was just returned to us by pidfd_open and is owned by nobody else.
-    unsafe { libc::close(fd) };
+    let fd = rustix::process::pidfd_open(rustix::thread::gettid(), PIDFD_THREAD)?;
+    drop(fd);
     Ok(())
+}
+
+/// `PIDFD_THREAD` (linux/pidfd.h, Linux 6.9+): `O_EXCL`. rustix names no such flag, but
+/// `PidfdFlags` passes unnamed bits through.
+const PIDFD_THREAD: rustix::process::PidfdFlags =
+    rustix::process::PidfdFlags::from_bits_retain(libc::O_EXCL as u32);
+
+/// `pid` as rustix's `Pid`: `ESRCH` beyond `pid_t`, `err` for 0 (which rustix cannot name).
+fn to_pid(pid: u32, err: i32) -> io::Result<rustix::process::Pid> {
+    let raw = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    rustix::process::Pid::from_raw(raw).ok_or_else(|| io::Error::from_raw_os_error(err))
 }
 
 /// `CAP_SYS_ADMIN` (linux/capability.h): what the NVIDIA driver's `os_is_administrator()`
 /// (`NV_IS_SUSER`, `capable(CAP_SYS_ADMIN)`) asks of the calling thread.
 pub const CAP_SYS_ADMIN: u32 = 21;
-
-/// `_LINUX_CAPABILITY_VERSION_3` (linux/capability.h): 64-bit sets, as two 32-bit words.
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-/// `struct __user_cap_header_struct` (linux/capability.h).
-#[repr(C)]
-struct CapUserHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `struct __user_cap_data_struct` (linux/capability.h); version 3 takes two of them
-/// (capabilities 0-31, then 32-63).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapUserData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
 
 /// One thread's capability sets, as 64-bit masks (bit N is capability N).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,30 +73,18 @@ impl ThreadCaps {
     }
 }
 
-fn capget_thread() -> io::Result<[CapUserData; 2]> {
-    let mut hdr = CapUserHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0, // the calling thread
-    };
-    let mut data = [CapUserData::default(); 2];
-    // SAFETY: `hdr` is a live, exclusive `__user_cap_header_struct`; with version 3 the kernel
-    // writes exactly two `__user_cap_data_struct`s at `data`, which holds two. Both outlive the
-    // call; the kernel keeps no pointer to them.
-    let ret = unsafe { libc::syscall(libc::SYS_capget, &raw mut hdr, data.as_mut_ptr()) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(data)
+/// The calling thread's capability sets (`capget`, version 3, on this thread).
+fn capget_thread() -> io::Result<rustix::thread::CapabilitySets> {
+    Ok(rustix::thread::capabilities(None)?)
 }
 
 /// The calling thread's capabilities (`capget` on this thread; capabilities are per thread).
 pub fn thread_caps() -> io::Result<ThreadCaps> {
-    let [lo, hi] = capget_thread()?;
-    let join = |l: u32, h: u32| u64::from(l) | (u64::from(h) << 32);
+    let sets = capget_thread()?;
     Ok(ThreadCaps {
-        effective: join(lo.effective, hi.effective),
-        permitted: join(lo.permitted, hi.permitted),
-        inheritable: join(lo.inheritable, hi.inheritable),
+        effective: sets.effective.bits(),
+        permitted: sets.permitted.bits(),
+        inheritable: sets.inheritable.bits(),
     })
 }
 
@@ -122,26 +94,17 @@ pub fn thread_caps() -> io::Result<ThreadCaps> {
 /// not in its permitted set short of an `execve` of a privileged file. Read back afterwards:
 /// an error unless `cap` is gone from both sets.
 pub fn drop_thread_capability(cap: u32) -> io::Result<()> {
+    use rustix::thread::CapabilitySet;
     if cap >= 64 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut data = capget_thread()?;
-    let word = &mut data[(cap / 32) as usize];
-    let bit = !(1u32 << (cap % 32));
-    word.effective &= bit;
-    word.permitted &= bit;
-    word.inheritable &= bit;
-    let mut hdr = CapUserHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0, // the calling thread; capset cannot change another
-    };
-    // SAFETY: `hdr` is a live `__user_cap_header_struct` (the kernel may write the version it
-    // prefers back into it, hence exclusive); with version 3 the kernel reads exactly the two
-    // `__user_cap_data_struct`s at `data`. Both outlive the call.
-    let ret = unsafe { libc::syscall(libc::SYS_capset, &raw mut hdr, data.as_ptr()) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut sets = capget_thread()?;
+    let bit = CapabilitySet::from_bits_retain(1u64 << cap);
+    sets.effective.remove(bit);
+    sets.permitted.remove(bit);
+    sets.inheritable.remove(bit);
+    // The calling thread; capset cannot change another.
+    rustix::thread::set_capabilities(None, sets)?;
     let now = thread_caps()?;
     if now.has_effective(cap) || now.has_permitted(cap) {
         return Err(io::Error::other(format!(
@@ -161,66 +124,31 @@ pub const CAP_SYS_PTRACE: u32 = 19;
 /// ambient sets; every other capability is gone. Only raw system calls, no allocation: safe
 /// between `fork` and `execve` of a multi-threaded parent.
 fn become_user_keeping(uid: u32, gid: u32, keep: u32) -> io::Result<()> {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
     if keep >= 32 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let check = |ret: libc::c_long| {
-        if ret < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    let groups = [gid];
-    // SAFETY: raw system calls with plain integer arguments, except setgroups, which reads
-    // exactly one gid_t at `groups` (live for the call) and capset, which reads `hdr` and the two
-    // data structs of version 3 (live for the call; the kernel may write its version into `hdr`,
-    // hence exclusive). None of them touches other memory of this process.
-    unsafe {
-        check(libc::syscall(libc::SYS_setgroups, 1, groups.as_ptr()))?;
-        check(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
-        // Keep the permitted set through the uid change (it is cleared otherwise).
-        check(libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_KEEPCAPS,
-            1,
-            0,
-            0,
-            0,
-        ))?;
-        check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
-        let bit = 1u32 << keep;
-        let data = [
-            CapUserData {
-                effective: bit,
-                permitted: bit,
-                inheritable: bit,
-            },
-            CapUserData::default(),
-        ];
-        let mut hdr = CapUserHeader {
-            version: LINUX_CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        check(libc::syscall(libc::SYS_capset, &raw mut hdr, data.as_ptr()))?;
-        check(libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_KEEPCAPS,
-            0,
-            0,
-            0,
-            0,
-        ))?;
-        // Ambient: what survives the execve of our (capability-less) binary.
-        check(libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_RAISE,
-            keep,
-            0,
-            0,
-        ))?;
-    }
+    // rustix's linux_raw backend makes each of these one raw system call on this thread (no
+    // libc wrapper that would signal the other threads, no allocation).
+    let gid = rustix::process::Gid::from_raw(gid);
+    let uid = rustix::process::Uid::from_raw(uid);
+    rustix::thread::set_thread_groups(&[gid])?;
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    // Keep the permitted set through the uid change (it is cleared otherwise).
+    rustix::thread::set_keep_capabilities(true)?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    let bit = CapabilitySet::from_bits_retain(1u64 << keep);
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: bit,
+            permitted: bit,
+            inheritable: bit,
+        },
+    )?;
+    rustix::thread::set_keep_capabilities(false)?;
+    // Ambient: what survives the execve of our (capability-less) binary.
+    rustix::thread::configure_capability_in_ambient_set(bit, true)?;
     Ok(())
 }
 
@@ -233,8 +161,7 @@ pub fn take_inherited_fds(fds: &[i32]) -> io::Result<Vec<std::os::fd::OwnedFd>> 
         return Err(io::Error::other("inherited fds taken twice"));
     }
     for (i, &fd) in fds.iter().enumerate() {
-        // SAFETY: F_GETFD reads no memory; it only tells whether `fd` is open.
-        if fd < 0 || fds[..i].contains(&fd) || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        if fd < 0 || fds[..i].contains(&fd) || nix::fcntl::fcntl(fd, nix::fcntl::F_GETFD).is_err() {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
     }
@@ -257,8 +184,8 @@ pub fn exec_as_user_keeping(
 ) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs between fork and execve; it makes raw system calls only
-    // (fcntl, setgroups, setresgid/setresuid, prctl, capset) and allocates nothing; `fds` was
-    // moved in and is only read.
+    // (fcntl, setgroups, setresgid/setresuid, prctl, capset: nix and rustix wrappers that
+    // allocate nothing) and allocates nothing; `fds` was moved in and is only read.
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {
@@ -269,86 +196,93 @@ pub fn exec_as_user_keeping(
     }
 }
 
+/// Makes `cmd`'s child get SIGKILL when the thread that starts it exits
+/// (`PR_SET_PDEATHSIG`, set in the child between `fork` and `execve`); a child whose parent
+/// died before the prctl took effect fails to start (`ESRCH`): no signal would come.
+pub fn killed_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before execve and only makes the
+    // async-signal-safe syscalls prctl (rustix, a raw system call) and getppid; it allocates
+    // nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // We died before the prctl took effect: no signal will come.
+            if nix::unistd::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// In a forked child before `execve`: clears `FD_CLOEXEC` on `fd`, so the new program
 /// inherits it. A raw system call only.
 fn keep_across_exec(fd: i32) -> io::Result<()> {
-    // SAFETY: F_SETFD with an integer argument reads and writes no memory.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
     Ok(())
 }
 
 /// The calling thread's id.
 pub fn gettid() -> u32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-    u32::try_from(tid).unwrap_or(0)
+    u32::try_from(rustix::thread::gettid().as_raw_nonzero().get()).unwrap_or(0)
 }
 
 /// Reads `buf.len()` bytes at `addr` in thread `tid`'s address space. A short read (the range
 /// crosses an unmapped page) is reported as `EFAULT`, like the driver's `copy_from_user`.
 pub fn process_vm_read(tid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
     if buf.is_empty() {
         return Ok(());
     }
     let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as usize as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` describes `buf`, an exclusive live buffer of exactly iov_len bytes, so the
-    // kernel writes only inside it. `remote` is an address in the other process and is never
-    // dereferenced here; the kernel checks it and fails with EFAULT.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    match n {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        n if n as usize == buf.len() => Ok(()),
-        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    let remote = [RemoteIoVec {
+        base: addr as usize,
+        len: buf.len(),
+    }];
+    let len = buf.len();
+    let n = process_vm_readv(
+        nix::unistd::Pid::from_raw(pid),
+        &mut [io::IoSliceMut::new(buf)],
+        &remote,
+    )?;
+    if n == len {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
     }
 }
 
 /// Writes `data` at `addr` in thread `tid`'s address space; a short write is `EFAULT`.
 pub fn process_vm_write(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_writev};
     if data.is_empty() {
         return Ok(());
     }
     let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    let local = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as usize as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: `local` describes `data`, a live buffer of iov_len bytes that the kernel only reads
-    // (process_vm_writev copies local → remote). `remote` is checked by the kernel.
-    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-    match n {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        n if n as usize == data.len() => Ok(()),
-        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    let remote = [RemoteIoVec {
+        base: addr as usize,
+        len: data.len(),
+    }];
+    let n = process_vm_writev(
+        nix::unistd::Pid::from_raw(pid),
+        &[io::IoSlice::new(data)],
+        &remote,
+    )?;
+    if n == data.len() {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
     }
 }
 
 /// `pidfd_open(tid, PIDFD_THREAD)`: a pidfd for one thread (Linux 6.9+).
 pub fn pidfd_open_thread(tid: u32) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
-    let tid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, PIDFD_THREAD) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    // The kernel refuses pid 0 with EINVAL; rustix cannot name it.
+    let tid = to_pid(tid, libc::EINVAL)?;
+    Ok(rustix::process::pidfd_open(tid, PIDFD_THREAD)?)
 }
 
 /// `pidfd_getfd(pidfd, targetfd, 0)`: a duplicate of another process's file descriptor.
@@ -356,16 +290,12 @@ pub fn pidfd_getfd(
     pidfd: std::os::fd::BorrowedFd<'_>,
     target: i32,
 ) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: pidfd_getfd takes two fds and flags by value; `pidfd` is borrowed, so it stays open
-    // for the call. It returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0u32) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    use rustix::process::PidfdGetfdFlags;
+    Ok(rustix::process::pidfd_getfd(
+        pidfd,
+        target,
+        PidfdGetfdFlags::empty(),
+    )?)
 }
 
 /// Whether `tid` is a thread of this process (`tgkill(getpid(), tid, 0)` succeeds).
@@ -373,8 +303,7 @@ pub fn is_own_thread(tid: u32) -> bool {
     let Ok(tid) = libc::pid_t::try_from(tid) else {
         return false;
     };
-    // SAFETY: getpid takes no arguments and cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = nix::unistd::getpid().as_raw();
     // SAFETY: tgkill with signal 0 sends nothing; it only checks that `tid` is in thread group
     // `pid`. All arguments are plain integers.
     unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) == 0 }
@@ -417,17 +346,16 @@ pub fn wait_for_termination() -> io::Result<nix::sys::signal::Signal> {
 pub fn poll_termination(
     timeout: std::time::Duration,
 ) -> io::Result<Option<nix::sys::signal::Signal>> {
-    let mut set = libc_sigset();
-    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: `set` is an initialised sigset_t of ours; sigaddset writes into it.
-        unsafe { libc::sigaddset(&mut set, s) };
-    }
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGHUP);
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
     // SAFETY: sigtimedwait reads `set` and `ts` (ours) and writes no siginfo (NULL).
-    let r = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+    let r = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
@@ -440,20 +368,11 @@ pub fn poll_termination(
         .map_err(io::Error::from)
 }
 
-fn libc_sigset() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set it is given; zeroed memory is a valid start.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        set
-    }
-}
-
 /// `sd_notify` with one fd attached (`FDSTORE=1`: systemd keeps it for the next start of the
 /// unit). Without `NOTIFY_SOCKET`, nothing.
 pub fn sd_notify_with_fd(state: &str, fd: &std::os::fd::OwnedFd) -> io::Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
-    use std::os::fd::AsRawFd;
+    use nix::sys::socket::{MsgFlags, UnixAddr};
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::net::UnixDatagram;
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return Ok(());
@@ -464,12 +383,10 @@ pub fn sd_notify_with_fd(state: &str, fd: &std::os::fd::OwnedFd) -> io::Result<(
         None => UnixAddr::new(path.as_str())?,
     };
     let sock = UnixDatagram::unbound()?;
-    let iov = [io::IoSlice::new(state.as_bytes())];
-    let fds = [fd.as_raw_fd()];
-    sendmsg(
-        sock.as_raw_fd(),
-        &iov,
-        &[ControlMessage::ScmRights(&fds)],
+    crate::fdpass::send_to(
+        sock.as_fd(),
+        state.as_bytes(),
+        &[fd.as_raw_fd()],
         MsgFlags::empty(),
         Some(&addr),
     )?;
@@ -490,10 +407,8 @@ pub fn stored_fd(name: &str) -> Option<std::os::fd::OwnedFd> {
     let index = i32::try_from(index).ok().filter(|&i| i < n)?;
     const SD_LISTEN_FDS_START: i32 = 3;
     let fd = SD_LISTEN_FDS_START + index;
-    // SAFETY: F_SETFD with an integer argument reads and writes no memory.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-        return None;
-    }
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).ok()?;
     take_inherited_fds(&[fd]).ok()?.pop()
 }
 
@@ -589,141 +504,10 @@ pub fn watchdog_interval(
     Some(std::time::Duration::from_micros(usec / 2))
 }
 
-/// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
-pub fn accept_cloexec(listener: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: accept4 with NULL address pointers writes no memory; `listener` is borrowed, so it
-    // stays open for the call. It returns a new fd or -1.
-    let fd = unsafe {
-        libc::accept4(
-            listener.as_raw_fd(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-/// Sends `bytes` on the stream socket `sock` with `fd` attached (`SCM_RIGHTS`).
-pub fn send_with_fd(
-    sock: std::os::fd::RawFd,
-    bytes: &[u8],
-    fd: std::os::fd::RawFd,
-) -> io::Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    let iov = [io::IoSlice::new(bytes)];
-    let fds = [fd];
-    let n = sendmsg::<()>(
-        sock,
-        &iov,
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    if n != bytes.len() {
-        return Err(io::Error::other("short sendmsg"));
-    }
-    Ok(())
-}
-
-/// Receives up to `buf.len()` bytes from the stream socket `sock` and the fd attached to them,
-/// if any (close-on-exec). Returns the byte count (0: the peer closed). A message with more
-/// than one fd, or whose fds were cut short, is refused (every fd that came with it closed).
-pub fn recv_with_fd(
-    sock: std::os::fd::BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
-    let mut msg = crate::fdpass::recv(sock, buf, libc::MSG_CMSG_CLOEXEC)?;
-    if msg.fds.len() > 1 {
-        return Err(io::Error::other(format!(
-            "{} fds attached, at most one expected (closed)",
-            msg.fds.len()
-        )));
-    }
-    Ok((msg.bytes, msg.fds.pop()))
-}
-
-/// Most fds one [`send_fds`] message carries (the kernel's `SCM_MAX_FD` is 253).
-pub const FDS_PER_MESSAGE: usize = 250;
-
-/// Sends one byte on the stream socket `sock` with `fds` attached (at most
-/// [`FDS_PER_MESSAGE`]).
-pub fn send_fds(sock: std::os::fd::RawFd, fds: &[std::os::fd::RawFd]) -> io::Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    if fds.len() > FDS_PER_MESSAGE {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let iov = [io::IoSlice::new(b"F")];
-    let n = sendmsg::<()>(
-        sock,
-        &iov,
-        &[ControlMessage::ScmRights(fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    if n != 1 {
-        return Err(io::Error::other("short sendmsg"));
-    }
-    Ok(())
-}
-
-/// Receives the one byte of a [`send_fds`] message and its fds (close-on-exec); fails when
-/// the peer closed, the byte is not ours, the kernel truncated the fds or more than
-/// [`FDS_PER_MESSAGE`] came (whatever arrived is closed then).
-pub fn recv_fds(sock: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<std::os::fd::OwnedFd>> {
-    let mut byte = [0u8; 1];
-    let msg = crate::fdpass::recv(sock, &mut byte, libc::MSG_CMSG_CLOEXEC)?;
-    if msg.bytes != 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the peer closed",
-        ));
-    }
-    if msg.truncated {
-        return Err(io::Error::other("fds truncated (fd limit?)"));
-    }
-    if byte != *b"F" {
-        return Err(io::Error::other("not an fd message"));
-    }
-    if msg.fds.len() > FDS_PER_MESSAGE {
-        return Err(io::Error::other(format!(
-            "{} fds in one message, at most {FDS_PER_MESSAGE} expected",
-            msg.fds.len()
-        )));
-    }
-    Ok(msg.fds)
-}
-
 /// `getsockopt(fd, SOL_SOCKET, SO_COOKIE)`: the socket's cookie, unique among the sockets
 /// of this boot (`ENOTSOCK` for a file that is not a socket).
 pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
-    use std::os::fd::AsRawFd;
-    const SO_COOKIE: libc::c_int = 57;
-    let mut cookie = 0u64;
-    let mut len = size_of::<u64>() as libc::socklen_t;
-    // SAFETY: `cookie` and `len` are live locals the kernel writes at most `len` (8) bytes into;
-    // `fd` is borrowed, so it stays open for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_COOKIE,
-            (&mut cookie as *mut u64).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if len as usize != size_of::<u64>() {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    Ok(cookie)
+    Ok(rustix::net::sockopt::socket_cookie(fd)?)
 }
 
 #[cfg(test)]
@@ -904,73 +688,40 @@ impl Drop for AnonMap {
 /// `pidfd_open(pid, 0)`: a pidfd for a whole process (readable once it has exited), for
 /// workers the supervisor started and for those it re-adopts after a restart.
 pub fn pidfd_open_process(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: `fd` is a new descriptor returned by the kernel; nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    // The kernel refuses pid 0 with EINVAL; rustix cannot name it.
+    let pid = to_pid(pid, libc::EINVAL)?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// Sends `sig` to the process of `pidfd` (`pidfd_send_signal`: no pid-reuse race).
 pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: pidfd_send_signal takes an fd, a signal number, a NULL siginfo and flags 0; no
-    // memory is passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // Callers send named signals (SIGTERM, SIGKILL); another (a real-time one) is EINVAL.
+    let sig = rustix::process::Signal::from_named_raw(sig)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_send_signal(pidfd, sig)?)
 }
 
 /// Reaps our exited child behind `pidfd` (`waitid(P_PIDFD, WEXITED | WNOHANG)`): its exit
 /// code (128 + signal when killed), `None` while it runs, `ECHILD` for a process that is not
 /// our child (a re-adopted worker: its parent is init).
 pub fn waitid_pidfd(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
-    use std::os::fd::AsRawFd;
-    const P_PIDFD: libc::idtype_t = 3;
-    let mut info: libc::siginfo_t = unsafe_zeroed_siginfo();
-    // SAFETY: waitid writes one siginfo_t into `info`, which is ours and large enough.
-    let r = unsafe {
-        libc::waitid(
-            P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG,
-        )
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let Some(info) = waitid(
+        WaitId::PidFd(pidfd),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    )?
+    else {
+        return Ok(None); // nothing has exited yet (a zero pid)
     };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: after a successful waitid the pid/status fields of `info` are initialised (0 pid
-    // when nothing has exited yet, with WNOHANG).
-    let (pid, status, code) = unsafe { (info.si_pid(), info.si_status(), info.si_code) };
-    if pid == 0 {
-        return Ok(None);
-    }
-    Ok(Some(if code == libc::CLD_EXITED {
-        status
-    } else {
-        128 + status
-    }))
-}
-
-fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
-    // SAFETY: siginfo_t is a plain C struct for which all-zero bytes are a valid value.
-    unsafe { std::mem::zeroed() }
+    // si_status: the exit code when it exited, else the signal that ended it.
+    let status = info
+        .exit_status()
+        .or_else(|| info.terminating_signal())
+        .unwrap_or(0);
+    Ok(Some(if info.exited() { status } else { 128 + status }))
 }
 
 /// `fork()` for a process that is single-threaded (ns-exec, before it starts any thread): the

@@ -1,7 +1,9 @@
 //! A unix-socket server thread: the supervisor's control socket (`api.rs`) and each worker's
-//! stats socket (`worker.rs`). The listener is non-blocking and polled, so dropping the server
-//! stops its thread within 50 ms; connections are answered one at a time by the handler.
+//! stats socket (`worker.rs`). The listener is polled ([`crate::listener`]), so dropping the
+//! server stops its thread within 50 ms; connections are answered one at a time by the handler.
 
+use std::ops::ControlFlow;
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,6 +12,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+
+use crate::listener::{self, Stop};
 
 /// A socket served by a thread; dropping it stops the thread and removes the socket.
 pub struct UnixServer {
@@ -53,21 +57,21 @@ impl UnixServer {
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((conn, _)) => {
+                let stop = Stop::Flag(&flag, Duration::from_millis(50));
+                listener::accept_loop(listener.as_fd(), stop, |turn| {
+                    match turn {
+                        Ok(conn) => {
+                            let conn = UnixStream::from(conn);
                             let _ = conn.set_nonblocking(false);
                             handle(conn);
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(50));
                         }
                         Err(e) => {
                             tracing::warn!(socket = %tag, error = %e, "accept failed");
                             std::thread::sleep(Duration::from_millis(50));
                         }
                     }
-                }
+                    ControlFlow::Continue(())
+                });
             })
             .with_context(|| format!("starting the {name} thread"))?;
         Ok(Self {

@@ -9,7 +9,7 @@
 //!    requests that arrive meanwhile wait in the kernel's queue) and its mmap socket (the
 //!    listener stays bound; connections wait in its backlog);
 //! 2. exports its state ([`WorkerState`], versioned JSON) and sends it with every fd it
-//!    names over the socket (`SCM_RIGHTS`, [`sys::FDS_PER_MESSAGE`] a message): the
+//!    names over the socket (`SCM_RIGHTS`, [`fdpass::FDS_PER_MESSAGE`] a message): the
 //!    `/dev/cuse` channels, the mmap listener (with the socket transport instead: the device
 //!    socket's listener and every open's connection), every host file (real driver: the fds;
 //!    a simulated driver process: its session's anchor, the files by handle);
@@ -47,12 +47,12 @@ use ioctl_proxy::live::LiveProxy;
 use uvm::live::LiveUvmOpen;
 
 use crate::fdid::FdIdentity;
+use crate::fdpass;
 use crate::instance::{InstanceNodes, SuspendedNode};
 use crate::mmap::{InstanceMmap, LiveTicket, MmapSocket};
 use crate::node::Node;
 use crate::running::{Parts, RunningInstance, Serving};
 use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
-use crate::sys;
 use crate::worker_spec::WorkerSpec;
 
 /// The `format` field of a worker's state.
@@ -282,8 +282,8 @@ fn send_state(conn: &UnixStream, json: &[u8], fds: &[RawFd]) -> std::io::Result<
     let mut w = conn;
     w.write_all(&(json.len() as u64).to_le_bytes())?;
     w.write_all(json)?;
-    for chunk in fds.chunks(sys::FDS_PER_MESSAGE) {
-        sys::send_fds(conn.as_raw_fd(), chunk)?;
+    for chunk in fds.chunks(fdpass::FDS_PER_MESSAGE) {
+        fdpass::send_fds(conn.as_fd(), chunk)?;
     }
     Ok(())
 }
@@ -608,7 +608,7 @@ pub fn take_over(
     }
     let mut fds: Vec<Option<OwnedFd>> = Vec::with_capacity(state.fds);
     while fds.len() < state.fds {
-        let got = sys::recv_fds(conn.as_fd()).context("receiving the fds")?;
+        let got = fdpass::recv_fds(conn.as_fd()).context("receiving the fds")?;
         if got.is_empty() || fds.len() + got.len() > state.fds {
             bail!(
                 "the old worker sent {} fds, not {}",
@@ -919,7 +919,7 @@ mod tests {
         assert_eq!(json, b"{}");
         let mut got = Vec::new();
         while got.len() < 600 {
-            got.extend(sys::recv_fds(b.as_fd()).unwrap());
+            got.extend(fdpass::recv_fds(b.as_fd()).unwrap());
         }
         sender.join().unwrap().unwrap();
         use std::os::unix::fs::MetadataExt;

@@ -6,6 +6,8 @@
 //! of that GPU with a video memory quota. See
 //! docs/architecture/device-plugin.md.
 
+#![deny(unsafe_code)]
+
 pub mod api;
 mod plugin;
 pub mod topology;

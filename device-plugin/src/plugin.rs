@@ -263,21 +263,17 @@ impl Drop for Owned {
 
 /// Resolves when process `pid` exits; `false` at once when it cannot be watched (no pidfd:
 /// another pid namespace, an old kernel, gone already).
+#[allow(unsafe_code)] // tokio's AsyncFd registration
 async fn exit_of(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Some(pid) = libc::pid_t::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
         return false;
     };
-    // SAFETY: pidfd_open takes a pid and flags, reads no memory of ours and returns a new
-    // descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let Ok(fd) = std::os::fd::RawFd::try_from(fd) else {
+    let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
         return false;
     };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: `fd` is the descriptor pidfd_open just made; nothing else owns it.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     // SAFETY: the AsyncFd owns `fd` (an OwnedFd, whose as_raw_fd is always that open
     // descriptor) until it is dropped.
     let Ok(afd) = (unsafe {

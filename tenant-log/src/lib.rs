@@ -13,6 +13,8 @@
 //! tenant_log::flush("alpha");
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;

@@ -1,5 +1,9 @@
 //! Helpers shared by the integration and VM test suites.
 
+#![deny(unsafe_code)]
+
+// mmap and the shim's raw calls on the nodes.
+#[allow(unsafe_code)]
 pub mod mmapc;
 pub mod nvfe;
 
@@ -94,6 +98,7 @@ pub mod cuse_example {
 
 /// `dlopen` and `dlsym` for the probes that drive NVIDIA's libraries (`cuda-probe`,
 /// `cudart-probe`).
+#[allow(unsafe_code)]
 pub mod dl {
     use std::ffi::{CStr, CString, c_void};
 

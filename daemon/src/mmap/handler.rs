@@ -304,7 +304,7 @@ impl InstanceMmap {
             ),
         };
         tracing::debug!(instance = %self.instance, node = ?ticket.target.node, fh = ticket.fh, peer, errno = reply.errno, addr = format_args!("{:#x}", ticket.args.addr), len = ticket.args.len, offset = ticket.args.offset, "mmap ticket redeemed");
-        let sent = crate::seqpacket::send_with_fd(
+        let sent = crate::fdpass::send_with_fd(
             conn.as_fd(),
             &reply.encode(),
             fd.as_ref(),

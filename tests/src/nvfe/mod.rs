@@ -7,6 +7,8 @@
 //! [`Error`] naming the call. The only `unsafe` code is in `sys`.
 
 pub mod status;
+// The ioctls and mmaps on the nodes.
+#[allow(unsafe_code)]
 mod sys;
 
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,135 @@
+//! The one accept loop of the daemon's listening sockets: the control and stats sockets
+//! (`unix_server.rs`), the `SOCK_SEQPACKET` sockets (`seqpacket.rs`), the metrics listener
+//! (`metrics.rs`) and the sim-driver (`simd.rs`). It waits for a connection with `poll`,
+//! accepts it close-on-exec ([`accept`]) and hands it to its caller, until told to stop
+//! ([`Stop`]). What a failure means (log, pause, give up) is the caller's to say.
+
+use std::io;
+use std::ops::ControlFlow;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+/// When an accept loop ends (besides its caller's `ControlFlow::Break`).
+pub enum Stop<'a> {
+    /// When this fd is readable or hangs up (the read end of a pipe whose write end the owner
+    /// drops): at once, even while no connection comes.
+    Pipe(BorrowedFd<'a>),
+    /// When the flag is set; seen within the period.
+    Flag(&'a AtomicBool, Duration),
+    /// Never: the loop lasts as long as the process.
+    Never,
+}
+
+/// A turn of the loop that failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// `poll` failed (`EINTR` is retried, not reported).
+    Poll(Errno),
+    /// `accept` failed (`EAGAIN` and `EINTR` are retried, not reported).
+    Accept(io::Error),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Poll(e) => write!(f, "poll: {e}"),
+            Failure::Accept(e) => e.fmt(f),
+        }
+    }
+}
+
+/// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
+pub fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use rustix::net::{SocketFlags, accept_with};
+    Ok(accept_with(listener, SocketFlags::CLOEXEC)?)
+}
+
+/// Accepts connections on `listener` until `stop` says so or `handle` breaks; `handle` gets
+/// each connection, or the failure of a turn (after which the loop goes on unless it breaks).
+pub fn accept_loop(
+    listener: BorrowedFd<'_>,
+    stop: Stop<'_>,
+    mut handle: impl FnMut(Result<OwnedFd, Failure>) -> ControlFlow<()>,
+) {
+    loop {
+        let polled = match stop {
+            Stop::Pipe(pipe) => {
+                let mut fds = [
+                    PollFd::new(listener, PollFlags::POLLIN),
+                    PollFd::new(pipe, PollFlags::POLLIN),
+                ];
+                let polled = poll(&mut fds, PollTimeout::NONE);
+                if polled.is_ok() && fds[1].any().unwrap_or(true) {
+                    return;
+                }
+                polled
+            }
+            Stop::Flag(flag, period) => {
+                if flag.load(Ordering::SeqCst) {
+                    return;
+                }
+                let timeout = PollTimeout::try_from(period).unwrap_or(PollTimeout::MAX);
+                poll(&mut [PollFd::new(listener, PollFlags::POLLIN)], timeout)
+            }
+            Stop::Never => poll(
+                &mut [PollFd::new(listener, PollFlags::POLLIN)],
+                PollTimeout::NONE,
+            ),
+        };
+        let turn = match polled {
+            Ok(0) | Err(Errno::EINTR) => continue,
+            Ok(_) => match accept(listener) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {
+                    continue;
+                }
+                accepted => accepted.map_err(Failure::Accept),
+            },
+            Err(e) => Err(Failure::Poll(e)),
+        };
+        if handle(turn).is_break() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    #[test]
+    fn test_accepts_until_the_handler_breaks_and_stops_on_the_pipe() {
+        let dir = crate::test_dir::TestDir::new("listener");
+        let path = dir.path().join("s");
+        let listener = UnixListener::bind(&path).unwrap();
+        let _a = UnixStream::connect(&path).unwrap();
+        let _b = UnixStream::connect(&path).unwrap();
+        let mut n = 0;
+        accept_loop(listener.as_fd(), Stop::Never, |turn| {
+            turn.unwrap();
+            n += 1;
+            if n == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        assert_eq!(n, 2);
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        drop(w);
+        accept_loop(listener.as_fd(), Stop::Pipe(r.as_fd()), |_| {
+            panic!("nothing to accept")
+        });
+        let stop = AtomicBool::new(true);
+        accept_loop(
+            listener.as_fd(),
+            Stop::Flag(&stop, Duration::from_millis(10)),
+            |_| panic!("stopped before"),
+        );
+    }
+}
