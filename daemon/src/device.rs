@@ -51,12 +51,17 @@ pub fn drop_admin_on_this_thread() -> Result<(), Errno> {
     if WITHOUT_ADMIN.get() {
         return Ok(());
     }
-    match sys::drop_thread_capability(sys::CAP_SYS_ADMIN) {
+    // CAP_SYS_NICE leaves the effective set too (the driver grants RS_ACCESS_NICE for it,
+    // `ioctl_proxy::schedule`) but stays permitted: the proxy raises it for its own calls
+    // ([`RaiseNice`]).
+    let dropped = sys::drop_thread_capability(sys::CAP_SYS_ADMIN)
+        .and_then(|()| sys::set_thread_effective(sys::CAP_SYS_NICE, false));
+    match dropped {
         Ok(()) => {
             WITHOUT_ADMIN.set(true);
             tracing::debug!(
                 tid = sys::gettid(),
-                "request thread runs without CAP_SYS_ADMIN"
+                "request thread runs without CAP_SYS_ADMIN and CAP_SYS_NICE"
             );
             Ok(())
         }
@@ -64,10 +69,44 @@ pub fn drop_admin_on_this_thread() -> Result<(), Errno> {
             tracing::error!(
                 tid = sys::gettid(),
                 error = %e,
-                "cannot drop CAP_SYS_ADMIN on a request thread: refusing its requests (EPERM)"
+                "cannot drop CAP_SYS_ADMIN and CAP_SYS_NICE on a request thread: refusing its \
+                 requests (EPERM)"
             );
             Err(Errno::EPERM)
         }
+    }
+}
+
+/// Makes the proxy's own scheduling calls (`ioctl_proxy::NiceCaller`) on a request thread:
+/// `CAP_SYS_NICE` goes into the thread's effective set for that one ioctl and out again. A
+/// worker whose permitted set lacks it makes the call without it (the driver then refuses, and
+/// the proxy fails the allocation). Should it fail to leave the effective set, the thread
+/// gives it up for good, or the process aborts: no tenant call may run with it.
+#[derive(Debug, Default)]
+pub struct RaiseNice;
+
+impl ioctl_proxy::NiceCaller for RaiseNice {
+    fn ioctl_nice(
+        &self,
+        file: &dyn ioctl_proxy::HostFile,
+        call: &mut ioctl_proxy::HostCall,
+    ) -> std::io::Result<i32> {
+        let had = sys::thread_caps()?.has_effective(sys::CAP_SYS_NICE);
+        if had {
+            return file.ioctl(call);
+        }
+        if let Err(e) = sys::set_thread_effective(sys::CAP_SYS_NICE, true) {
+            tracing::warn!(error = %e, "cannot raise CAP_SYS_NICE for the instance's interleave level");
+            return file.ioctl(call);
+        }
+        let ret = file.ioctl(call);
+        if let Err(e) = sys::set_thread_effective(sys::CAP_SYS_NICE, false) {
+            tracing::error!(error = %e, "CAP_SYS_NICE stays raised: giving it up on this thread");
+            if sys::drop_thread_capability(sys::CAP_SYS_NICE).is_err() {
+                std::process::abort();
+            }
+        }
+        ret
     }
 }
 
@@ -269,8 +308,62 @@ mod tests {
         assert_eq!((first, second), (Ok(()), Ok(())));
         assert!(!caps.has_effective(sys::CAP_SYS_ADMIN));
         assert!(!caps.has_permitted(sys::CAP_SYS_ADMIN));
+        assert!(!caps.has_effective(sys::CAP_SYS_NICE));
         let admin = 1u64 << sys::CAP_SYS_ADMIN;
-        assert_eq!(caps.permitted, before.permitted & !admin);
+        assert_eq!(
+            caps.permitted,
+            before.permitted & !admin,
+            "NICE stays permitted"
+        );
         assert_eq!(sys::thread_caps().unwrap(), before);
+    }
+
+    /// Records whether the driver would grant RS_ACCESS_NICE to each call (nvsim's check).
+    #[derive(Debug, Default)]
+    struct NiceProbe(std::sync::Mutex<Vec<bool>>);
+
+    impl ioctl_proxy::HostFile for NiceProbe {
+        fn node(&self) -> ioctl_proxy::NodeKind {
+            ioctl_proxy::NodeKind::Ctl
+        }
+        fn id(&self) -> i32 {
+            -1
+        }
+        fn ioctl(&self, _call: &mut ioctl_proxy::HostCall) -> std::io::Result<i32> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(nvsim::caller::caller_has_nice());
+            Ok(0)
+        }
+    }
+
+    /// A request thread is an unprivileged caller, but for the proxy's own scheduling call.
+    #[test]
+    fn test_raise_nice_grants_the_right_for_one_call_on_a_request_thread() {
+        use ioctl_proxy::NiceCaller;
+        if !sys::thread_caps().unwrap().has_permitted(sys::CAP_SYS_NICE) {
+            eprintln!("SKIPPED: this test process lacks CAP_SYS_NICE (run as root)");
+            return;
+        }
+        let seen = std::thread::spawn(|| {
+            drop_admin_on_this_thread().unwrap();
+            let probe = NiceProbe::default();
+            let mut call = ioctl_proxy::HostCall {
+                cmd: 0,
+                params: Vec::new(),
+                nested: Vec::new(),
+            };
+            ioctl_proxy::HostFile::ioctl(&probe, &mut call).unwrap();
+            RaiseNice.ioctl_nice(&probe, &mut call).unwrap();
+            ioctl_proxy::HostFile::ioctl(&probe, &mut call).unwrap();
+            let caps = sys::thread_caps().unwrap();
+            assert!(!caps.has_effective(sys::CAP_SYS_NICE));
+            assert!(caps.has_permitted(sys::CAP_SYS_NICE));
+            probe.0.into_inner().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, [false, true, false]);
     }
 }

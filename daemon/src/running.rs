@@ -175,6 +175,9 @@ impl Parts {
         policy.uvm_mmap = inst.uvm_mmap;
         policy.quotas = inst.quotas();
         policy.priority = inst.priority;
+        // The interleave level is set with CAP_SYS_NICE raised for that call alone (the
+        // request threads run without it); one way per process.
+        ioctl_proxy::install_nice_caller(std::sync::Arc::new(crate::device::RaiseNice));
         let policy_file = match &inst.policy {
             Some(p) => Some(crate::policy::PolicyFile::load(p)?),
             None => None,

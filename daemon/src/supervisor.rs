@@ -505,7 +505,8 @@ impl Supervisor {
 
     /// For a worker under `run_as`: its run directory (and audit log) made its own, one
     /// `/dev/cuse` channel per node opened for it (inherited, [`worker_spec::CHANNELS_ENV`]), and
-    /// the uid change with `CAP_SYS_PTRACE` kept (`sys::become_user_keeping`) done in the child
+    /// the uid change with `CAP_SYS_PTRACE` and `CAP_SYS_NICE` kept (`sys::become_user_keeping`; NICE for
+    /// the instance's interleave level, off in the request threads' effective set) done in the child
     /// before `execve`. Returns the channels (the parent's copies).
     fn prepare_for_user(
         &self,
@@ -607,7 +608,13 @@ impl Supervisor {
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        sys::exec_as_user_keeping(cmd, raw, run_as.uid, run_as.gid, sys::CAP_SYS_PTRACE);
+        sys::exec_as_user_keeping(
+            cmd,
+            raw,
+            run_as.uid,
+            run_as.gid,
+            &[sys::CAP_SYS_PTRACE, sys::CAP_SYS_NICE],
+        );
         Ok(channels)
     }
 

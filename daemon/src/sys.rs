@@ -114,18 +114,42 @@ pub fn drop_thread_capability(cap: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts `cap` into or out of the calling thread's effective set only (it must be in the
+/// permitted set to go in); read back afterwards: an error unless the effective set says so.
+pub fn set_thread_effective(cap: u32, on: bool) -> io::Result<()> {
+    use rustix::thread::CapabilitySet;
+    if cap >= 64 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut sets = capget_thread()?;
+    let bit = CapabilitySet::from_bits_retain(1u64 << cap);
+    sets.effective.set(bit, on);
+    // The calling thread; capset cannot change another.
+    rustix::thread::set_capabilities(None, sets)?;
+    if thread_caps()?.has_effective(cap) != on {
+        return Err(io::Error::other(format!(
+            "capability {cap} not {} the effective set after capset",
+            if on { "in" } else { "out of" }
+        )));
+    }
+    Ok(())
+}
+
 /// `CAP_SYS_PTRACE` (linux/capability.h): what `pidfd_getfd`, `process_vm_readv/writev` and
 /// `/proc/<pid>/maps` of tenant processes of another uid need.
 pub const CAP_SYS_PTRACE: u32 = 19;
+/// `CAP_SYS_NICE`: what the driver grants `RS_ACCESS_NICE` for (the interleave level of a
+/// channel group, `ioctl_proxy::schedule`).
+pub const CAP_SYS_NICE: u32 = 23;
 
 /// In a freshly forked child, before `execve` (`CommandExt::pre_exec`): becomes `uid`/`gid`
-/// (real, effective and saved; the supplementary groups become `[gid]`) while keeping `keep`
-/// (one capability) through the `execve`, in the permitted, effective, inheritable and
-/// ambient sets; every other capability is gone. Only raw system calls, no allocation: safe
-/// between `fork` and `execve` of a multi-threaded parent.
-fn become_user_keeping(uid: u32, gid: u32, keep: u32) -> io::Result<()> {
+/// (real, effective and saved; the supplementary groups become `[gid]`) while keeping the
+/// capabilities of the mask `keep` through the `execve`, in the permitted, effective,
+/// inheritable and ambient sets; every other capability is gone. Only raw system calls, no
+/// allocation: safe between `fork` and `execve` of a multi-threaded parent.
+fn become_user_keeping(uid: u32, gid: u32, keep: u64) -> io::Result<()> {
     use rustix::thread::{CapabilitySet, CapabilitySets};
-    if keep >= 32 {
+    if keep >> 32 != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // rustix's linux_raw backend makes each of these one raw system call on this thread (no
@@ -137,18 +161,23 @@ fn become_user_keeping(uid: u32, gid: u32, keep: u32) -> io::Result<()> {
     // Keep the permitted set through the uid change (it is cleared otherwise).
     rustix::thread::set_keep_capabilities(true)?;
     rustix::thread::set_thread_res_uid(uid, uid, uid)?;
-    let bit = CapabilitySet::from_bits_retain(1u64 << keep);
+    let bits = CapabilitySet::from_bits_retain(keep);
     rustix::thread::set_capabilities(
         None,
         CapabilitySets {
-            effective: bit,
-            permitted: bit,
-            inheritable: bit,
+            effective: bits,
+            permitted: bits,
+            inheritable: bits,
         },
     )?;
     rustix::thread::set_keep_capabilities(false)?;
-    // Ambient: what survives the execve of our (capability-less) binary.
-    rustix::thread::configure_capability_in_ambient_set(bit, true)?;
+    // Ambient: what survives the execve of our (capability-less) binary, one at a time.
+    for cap in 0..32 {
+        if keep & (1 << cap) != 0 {
+            let bit = CapabilitySet::from_bits_retain(1 << cap);
+            rustix::thread::configure_capability_in_ambient_set(bit, true)?;
+        }
+    }
     Ok(())
 }
 
@@ -174,15 +203,21 @@ pub fn take_inherited_fds(fds: &[i32]) -> io::Result<Vec<std::os::fd::OwnedFd>> 
 }
 
 /// Makes `cmd`'s child keep `fds` open across its `execve` and run as `uid`/`gid` with only
-/// `keep` ([`become_user_keeping`]); both happen in the child between `fork` and `execve`.
+/// the capabilities `keep` ([`become_user_keeping`]); both happen in the child between `fork`
+/// and `execve`.
 pub fn exec_as_user_keeping(
     cmd: &mut std::process::Command,
     fds: Vec<i32>,
     uid: u32,
     gid: u32,
-    keep: u32,
+    keep: &[u32],
 ) {
     use std::os::unix::process::CommandExt;
+    // The mask is made here: the child must not allocate. A number past 31 makes the child
+    // fail to start (EINVAL) rather than be dropped.
+    let keep = keep
+        .iter()
+        .fold(0u64, |m, &c| m | 1u64.checked_shl(c).unwrap_or(1 << 63));
     // SAFETY: the closure runs between fork and execve; it makes raw system calls only
     // (fcntl, setgroups, setresgid/setresuid, prctl, capset: nix and rustix wrappers that
     // allocate nothing) and allocates nothing; `fds` was moved in and is only read.

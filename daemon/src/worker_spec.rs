@@ -57,8 +57,9 @@ fn default_run_dir() -> PathBuf {
     PathBuf::from(crate::paths::DEFAULT_RUN_DIR)
 }
 
-/// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` only (for tenants'
-/// memory and fds), its `/dev/cuse` channels opened by the supervisor.
+/// A worker's own user: it is started under it, with `CAP_SYS_PTRACE` (for tenants' memory and
+/// fds) and `CAP_SYS_NICE` (the instance's interleave level, `ioctl_proxy::schedule`) only,
+/// its `/dev/cuse` channels opened by the supervisor.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RunAs {
     /// Real, effective and saved uid.

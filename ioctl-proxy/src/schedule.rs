@@ -193,7 +193,10 @@ pub(crate) fn apply(
         NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
         level,
     ) {
-        Ok((NV_OK, _)) => return Ok(()),
+        Ok((NV_OK, _)) => {
+            tracing::debug!(h_tsg, %priority, "interleave level set on a channel group");
+            return Ok(());
+        }
         Ok((s, _)) => s,
         Err(e) => {
             tracing::warn!(error = %e, "setting a channel group's interleave level failed");

@@ -529,20 +529,46 @@ fn check_driver_api(j: &Value, what: &str) {
 /// memory touched by the CPU, a stream with async copies and timed events, a PTX module; for
 /// one version also a second process's context beside the first (two contexts: minutes under
 /// emulation). The primary context, the launch fault and what follows it run natively
-/// (`socket_transport`), where a context costs a second. Every run `--check-leaks`.
+/// (`socket_transport`), where a context costs a second. Every run `--check-leaks`. The first
+/// version's instance has a 10 GiB GPU memory quota and priority `low` (issue 22, the CUSE
+/// transport): `cuMemGetInfo` shows the quota, 12 GiB more fail with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, and libcuda's channel groups get the level.
 #[test]
 #[ignore = "needs /dev/cuse and NVIDIA userspace; run by tests/run-kernel-tests.sh"]
 fn the_cuda_driver_api_runs_through_cuse() {
     require_cuse();
-    for v in VERSIONS {
+    for (i, v) in VERSIONS.into_iter().enumerate() {
         let (lib, _) = userspace(v);
         let mut cmd = vec!["CUDA_PROBE_ALL_IOCTLS=1", PROBE, "--loops", "10"];
         cmd.extend_from_slice(&ONE_CONTEXT_STEPS);
-        let o = exec_log(v, &[], &lib, &cmd, "warn,nvsim::gpfifo=debug");
+        let shared: &[&str] = if i == 0 {
+            cmd.extend_from_slice(&["--more-bytes", "12884901888", "mem-quota"]);
+            &["--gpu-memory", "10GiB", "--priority", "low"]
+        } else {
+            &[]
+        };
+        let log = "warn,nvsim::gpfifo=debug,ioctl_proxy::schedule=debug";
+        let o = exec_log(v, shared, &lib, &cmd, log);
         assert_ok(&o, &format!("cuda-probe with {v}"));
         let j = probe_json(&o);
-        check_ctx(&j, &String::from_utf8_lossy(&o.stderr), v);
+        let err = String::from_utf8_lossy(&o.stderr);
+        check_ctx(&j, &err, v);
         check_driver_api(&j, v);
+        if i == 0 {
+            let q = j["steps"]
+                .as_array()
+                .and_then(|s| s.iter().find(|s| s["step"] == "mem-quota"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            assert_eq!(q["total"], 10u64 << 30, "the quota as total: {q}");
+            assert_eq!(q["more_result"], 2, "CUDA_ERROR_OUT_OF_MEMORY: {q}");
+            let set = err
+                .lines()
+                .filter(|l| l.contains("interleave level set on a channel group"))
+                .collect::<Vec<_>>();
+            assert!(!set.is_empty(), "libcuda's channel groups at low: {err}");
+            assert!(set.iter().all(|l| l.contains("priority=low")), "{set:?}");
+        }
     }
     let v = VERSIONS[1];
     let (lib, _) = userspace(v);

@@ -1382,6 +1382,52 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
     );
 }
 
+// ---- scheduling priority (issue 22) ----------------------------------------------------------
+
+/// libcuda's contexts under `--priority low` and `high`: every channel group it creates gets
+/// the instance's level from the proxy, whose request threads run without CAP_SYS_NICE (the
+/// simulated driver refuses the level to such a caller, so the proxy raises it for that call;
+/// without it the context creation would fail), and `medium` sets nothing.
+#[test]
+fn test_an_instance_priority_reaches_libcudas_channel_groups() {
+    if !runnable() {
+        return;
+    }
+    let Some((lib, _)) = userspace() else {
+        return;
+    };
+    for level in ["low", "high", "medium"] {
+        let o = exec_env(
+            &["--priority", level],
+            &[
+                ("LD_LIBRARY_PATH", lib.as_path()),
+                ("RUST_LOG", Path::new("warn,ioctl_proxy::schedule=debug")),
+            ],
+            &[PROBE, "ctx", "stream"],
+        );
+        let v = summary(&o);
+        assert_eq!(step(&v, "ctx")["ok"], true, "{v}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let set = err
+            .lines()
+            .filter(|l| l.contains("interleave level set on a channel group"))
+            .collect::<Vec<_>>();
+        if level == "medium" {
+            assert!(set.is_empty(), "medium is the driver's default: {err}");
+        } else {
+            assert!(!set.is_empty(), "{level}: {err}");
+            assert!(
+                set.iter().all(|l| l.contains(&format!("priority={level}"))),
+                "{set:?}"
+            );
+        }
+        assert!(
+            !err.contains("refused the instance's interleave level"),
+            "{err}"
+        );
+    }
+}
+
 // ---- GPU memory quotas (issue 22) -------------------------------------------------------------
 
 const GIB: u64 = 1 << 30;
