@@ -8,7 +8,7 @@ cargo build --release -p daemon -p preload -p tests >&2
 out=target/gpu-bundle
 rm -rf "$out"
 mkdir -p "$out"
-for f in nvproxy libnvproxy_preload.so cuda-probe nvfe-client; do
+for f in nvproxy libnvproxy_preload.so cuda-probe nvfe-client nv-bench; do
   objcopy --strip-debug "target/release/$f" "$out/$f"
 done
 # The shim is found next to nvproxy; validate.sh itself stays in the checkout.
