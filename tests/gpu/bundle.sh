@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what tests/gpu/validate.sh needs (release, x86_64) and copies it, stripped of debug
-# info, into target/gpu-bundle (about 25 MiB: small enough to carry to a lent GPU machine).
+# info, into target/gpu-bundle (about 18 MiB: small enough to carry to a lent GPU machine).
 # Usage: tests/gpu/bundle.sh   (prints the bundle directory)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
