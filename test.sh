@@ -50,6 +50,9 @@ fi
 step "the README's walk, natively (tests/readme-walk.sh: ./run.sh serves, another shell uses it)"
 tests/readme-walk.sh
 
+step "the GPU check's dry run (tests/gpu/dry-run.sh: validate.sh --driver sim, strict, < 60 s)"
+tests/gpu/dry-run.sh
+
 step "real-kernel CUSE tests"
 tests/run-kernel-tests.sh
 

@@ -253,6 +253,13 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
             Ok(Answer::Instances { instances: found })
         }
         Request::Create { mut instance } => {
+            // A path the root worker appends to: the admin's config names it, not a caller of
+            // the API (which may be any member of `api_group`).
+            if instance.record.is_some() {
+                bail!(
+                    "record: a config-file key (`[[instance]] record`), not taken through the API"
+                );
+            }
             instance.transport = instance.transport.resolve(crate::host::cuse_usable());
             instance.validate()?;
             cfg.check_gpus(&instance)?;
@@ -469,6 +476,8 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),
                 transport: *transport,
+                record: None,
+                record_limit: None,
             };
             instance.validate()?;
             (

@@ -395,6 +395,13 @@ pub struct InstanceConfig {
     /// [`Config::resolve_transports`] settles `auto` before an instance starts.
     #[serde(default)]
     pub transport: Transport,
+    /// Record every call the instance makes to the driver to this file (JSON lines,
+    /// `record.rs`), appending, up to `record_limit` bytes.
+    #[serde(default)]
+    pub record: Option<PathBuf>,
+    /// The record file's bound (default 16 MiB); recording stops past it and says so once.
+    #[serde(default)]
+    pub record_limit: Option<ByteSize>,
 }
 
 /// `[[instance]] restart`.

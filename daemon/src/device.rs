@@ -156,7 +156,9 @@ impl NodeDevice {
     }
 
     fn resolve_fd(&self, tid: u32, fd: i32) -> io::Result<u64> {
-        self.fdid.resolve(tid, fd).map(|r| r.fh)
+        self.fdid.resolve(tid, fd).map(|r| r.fh).inspect_err(|e| {
+            tracing::debug!(tid, fd, error = %e, "fd field not resolved");
+        })
     }
 
     fn ioctl_vm(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {

@@ -152,6 +152,8 @@ impl device_plugin::Backend for ApiBackend {
             restart: RestartPolicy::OnFailure,
             user: None,
             transport: self.transport,
+            record: None,
+            record_limit: None,
         };
         self.call(&Request::Create {
             instance: Box::new(instance),

@@ -33,6 +33,7 @@ mod paths;
 mod policy;
 mod policy_cmd;
 mod ratelimit;
+mod record;
 mod running;
 mod seqpacket;
 mod serve;

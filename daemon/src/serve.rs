@@ -76,6 +76,13 @@ pub struct ExecArgs {
     /// else socket).
     #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
     pub transport: config::Transport,
+    /// Record every call the instance makes to the driver to FILE (JSON lines: node, names,
+    /// request and reply bytes, NV status, errno; appended).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// The record file's bound (default 16MiB); recording stops past it and says so once.
+    #[arg(long, value_name = "SIZE", requires = "record")]
+    pub record_limit: Option<config::ByteSize>,
     #[command(flatten)]
     pub shim: ShimArgs,
     /// The command and its arguments.
@@ -181,6 +188,11 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         restart: config::RestartPolicy::No,
         user: None,
         transport,
+        record: match &args.record {
+            Some(p) => Some(std::path::absolute(p).context("--record")?),
+            None => None,
+        },
+        record_limit: args.record_limit,
     };
     inst.validate()?;
     crate::policy::check_allow(

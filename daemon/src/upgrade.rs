@@ -713,6 +713,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
     let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
+    crate::record::wrap(&mut driver, &spec.instance)?;
     // Never dropped before the commit: its proxies adopt the old worker's files, and a file
     // dropped here would be closed in the driver under the old worker (it serves on when we
     // fail). On an error it is leaked and the process exits (`abandon`).

@@ -173,6 +173,7 @@ fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, running::Driver
     let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
+    crate::record::wrap(&mut driver, &spec.instance)?;
     let channels = inherited_channels()?;
     let running = RunningInstance::start(
         &spec.instance,

@@ -263,6 +263,85 @@ fn test_nvfe_init_over_the_socket_transport() {
     assert_eq!(v["gpu_list"][0]["uuid"], gpu(1).uuid_string());
 }
 
+/// The record file's lines (`--record`).
+fn record_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// `--record` writes every call the worker made to the driver: the opens, each ioctl with its
+/// name, request and reply bytes and status, and the closes of every file.
+#[test]
+fn test_record_of_nvfe_init_has_every_driver_call_with_bytes_and_status() {
+    if !runnable() {
+        return;
+    }
+    let dirs = TestDirs::new("record");
+    let file = dirs.0.join("calls.jsonl");
+    let file_arg = file.to_str().unwrap();
+    summary(&exec(
+        &["--record", file_arg],
+        &[NVFE, "init", "--expect-gpus", "1"],
+    ));
+
+    let l = record_lines(&file);
+    let ops = |op: &str| l.iter().filter(|v| v["op"] == op).count();
+    assert!(ops("open") >= 2, "{l:?}");
+    assert_eq!(ops("open"), ops("close"), "every file closed");
+    assert_eq!(ops("truncated"), 0);
+    let ioctls: Vec<&Value> = l.iter().filter(|v| v["op"] == "ioctl").collect();
+    for v in &ioctls {
+        assert!(v["name"].is_string(), "{v}");
+        let (req, rep) = (v["request"].as_str().unwrap(), v["reply"].as_str().unwrap());
+        assert_eq!(req.len(), rep.len(), "{v}");
+        assert_eq!(v["errno"], Value::Null, "{v}");
+    }
+    let names: Vec<&str> = ioctls.iter().map(|v| v["name"].as_str().unwrap()).collect();
+    for want in [
+        "NV_ESC_CHECK_VERSION_STR",
+        "NV_ESC_CARD_INFO",
+        "NV_ESC_RM_ALLOC",
+        "NV_ESC_RM_CONTROL",
+        "NV_ESC_RM_FREE",
+    ] {
+        assert!(names.contains(&want), "no {want} in {names:?}");
+    }
+    let root = ioctls
+        .iter()
+        .find(|v| v["class_name"] == "NV01_ROOT_CLIENT")
+        .expect("a root client allocated");
+    assert_eq!(root["status_name"], "NV_OK");
+    assert!(
+        ioctls
+            .iter()
+            .filter(|v| v["name"] == "NV_ESC_RM_CONTROL")
+            .all(|v| v["control"].is_string() && v["nv_status"].is_u64()),
+        "controls named, with a status"
+    );
+}
+
+/// Past `--record-limit` the record stops with one `truncated` line; the client runs on.
+#[test]
+fn test_record_stops_at_its_limit_and_says_so_once() {
+    if !runnable() {
+        return;
+    }
+    let dirs = TestDirs::new("record-limit");
+    let file = dirs.0.join("calls.jsonl");
+    summary(&exec(
+        &["--record", file.to_str().unwrap(), "--record-limit", "4KiB"],
+        &[NVFE, "init", "--expect-gpus", "1"],
+    ));
+
+    let l = record_lines(&file);
+    assert_eq!(l.last().unwrap()["op"], "truncated", "{l:?}");
+    assert_eq!(l.iter().filter(|v| v["op"] == "truncated").count(), 1);
+    assert!(std::fs::metadata(&file).unwrap().len() < 4096 + 200);
+}
+
 #[test]
 fn test_nvfe_concurrent_clients_over_the_socket_transport() {
     if !runnable() {

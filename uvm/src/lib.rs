@@ -41,3 +41,11 @@ mod replay;
 
 pub use proxy::UvmProxy;
 pub use replay::restore_instance;
+
+/// Where command `cmd`'s params of `size` bytes carry the driver's `rmStatus`, for the
+/// layouts this crate forwards (`None` for any other command or size: the proxy refuses
+/// those, so they never reach the driver). For readers of the driver boundary, such as the
+/// daemon's recording mode.
+pub fn status_offset(abi: &nvproxy_abi::DriverAbi, cmd: u32, size: usize) -> Option<usize> {
+    layout::fields(abi, cmd, size).map(|f| f.status)
+}

@@ -30,7 +30,7 @@
 //!   (inputs written by the CPU, the output written by the GPU and read by the CPU, checked):
 //!   for real GPUs (`tests/gpu/validate.sh`); on the simulated GPU it fails at the launch;
 //! - `alloc-loop`: `--loops N` (default 1000) times `cuMemAlloc_v2` + `cuMemFree_v2` of 1 MiB,
-//!   timed (`per_iteration_us`);
+//!   timed (`per_iteration_us`), or fewer when `--stop-file` appears (`loops`: how many);
 //! - `mem-quota`: `cuMemGetInfo_v2` (`total`, `free_before`), `cuMemAlloc_v2` of `--bytes`
 //!   (must succeed; `free_held`), `cuMemAlloc_v2` of `--more-bytes` (its `CUresult` in
 //!   `more_result`, freed if it succeeded), `cuMemFree_v2` of the first, `--more-bytes` again
@@ -94,6 +94,11 @@ struct Cli {
     /// The file the `hold` step creates once it holds its memory.
     #[arg(long)]
     ready_file: Option<String>,
+    /// `alloc-loop` stops early once this file exists (checked every 16 iterations): a client
+    /// that loops while something is done to its instance (`tests/gpu/validate.sh`'s live
+    /// upgrade).
+    #[arg(long)]
+    stop_file: Option<String>,
     /// Steps: init, ctx, mem, stream, managed, host-alloc, module-ptx, launch, vector-add,
     /// alloc-loop, mem-quota, hold.
     #[arg(required = true, value_parser = ORDER)]
@@ -1389,10 +1394,20 @@ impl Probe {
     }
 
     /// `loops` times cuMemAlloc + cuMemFree of 1 MiB, timed.
-    fn alloc_loop(&mut self, loops: u32, out: &mut Value) -> Result<(), Failure> {
+    fn alloc_loop(
+        &mut self,
+        loops: u32,
+        stop_file: Option<&str>,
+        out: &mut Value,
+    ) -> Result<(), Failure> {
         let c = &self.cuda;
         let t = Instant::now();
-        for _ in 0..loops {
+        let mut done = 0u32;
+        for i in 0..loops {
+            if i % 16 == 0 && stop_file.is_some_and(|f| std::path::Path::new(f).exists()) {
+                break;
+            }
+            done += 1;
             let mut p: CuPtr = 0;
             // SAFETY: a pointer to a live local.
             check("cuMemAlloc_v2", unsafe {
@@ -1402,8 +1417,8 @@ impl Probe {
             check("cuMemFree_v2", unsafe { (c.mem_free)(p) })?;
         }
         let us = t.elapsed().as_secs_f64() * 1e6;
-        out["loops"] = loops.into();
-        out["per_iteration_us"] = (us / f64::from(loops.max(1))).into();
+        out["loops"] = done.into();
+        out["per_iteration_us"] = (us / f64::from(done.max(1))).into();
         Ok(())
     }
 
@@ -1533,7 +1548,7 @@ fn main() -> ExitCode {
             "fault-recovery" => probe.fault_recovery(&cli.lib, &mut out),
             "launch" => probe.launch(&mut out),
             "vector-add" => probe.vector_add(&mut out),
-            "alloc-loop" => probe.alloc_loop(cli.loops, &mut out),
+            "alloc-loop" => probe.alloc_loop(cli.loops, cli.stop_file.as_deref(), &mut out),
             "mem-quota" => probe.mem_quota(cli.bytes, cli.more_bytes, &mut out),
             "hold" => probe.hold(cli.bytes, cli.ready_file.as_deref(), &mut out),
             _ => probe.module_ptx(&mut out),

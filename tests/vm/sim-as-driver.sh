@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The simulated driver in the place of the real one, to run RealHostDriver's ioctl path (buffers
+# assembled in the worker, nested pointers patched, ioctl(2) on a real fd, fds handed back)
+# without a GPU (issue 26, item 0). Runs as root where /dev/cuse exists (the project's VM:
+#   tests/vm/cuse-vm -- tests/vm/sim-as-driver.sh [CMD...]).
+# An inner `nvproxy serve --driver sim` serves the simulated driver on CUSE nodes; in a mount
+# namespace of its own, this script makes them the host's driver: /dev/nvidiactl, /dev/nvidia0,
+# /dev/nvidia-uvm (mknod of the inner nodes' numbers) and /proc/driver/nvidia (a tmpfs with the
+# simulated driver's files, copied out of a `--driver sim` exec). Then an outer
+# `nvproxy exec --driver host` (RealHostDriver) serves CMD (default: nvfe-client init) over it.
+# No production code knows about this: the inner proxy reads the outer worker's patched buffers
+# with process_vm_readv as it reads any client's, and resolves the fds it is handed
+# (REGISTER_FD) by pidfd_getfd like any client's.
+# What cannot work: RealHostDriver hands the tenant a dup of its host fd to mmap (RM memory
+# mappings, the UVM file), and CUSE has no mmap: those mmaps fail with ENODEV.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-$PWD/target/debug}
+N=$BIN/nvproxy
+if [[ -z ${NVPROXY_SIM_AS_DRIVER_NS:-} ]]; then
+  exec unshare --mount --propagation private env NVPROXY_SIM_AS_DRIVER_NS=1 "$0" "$@"
+fi
+(($#)) || set -- "$BIN/nvfe-client" init --expect-gpus 1
+scratch=$(mktemp -d)
+inner_pid=
+cleanup() {
+  [[ -n $inner_pid ]] && kill -TERM "$inner_pid" 2>/dev/null && wait "$inner_pid" 2>/dev/null
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+# The simulated driver's /proc/driver/nvidia, as a --driver sim exec shows it.
+NVPROXY_RUN_DIR=$scratch/copy "$N" exec --driver sim --transport cuse --no-preload -- \
+  sh -c "cp -r /proc/driver/nvidia '$scratch/procfs'" >/dev/null
+# The inner daemon: the simulated driver on CUSE nodes, transparent (audit mode).
+cat >"$scratch/inner.toml" <<TOML
+driver = "sim"
+[sim]
+gpus = 1
+[cdi]
+spec = ""
+[[instance]]
+name = "simdrv"
+gpus = [0]
+mode = "audit"
+transport = "cuse"
+TOML
+RUST_LOG=${INNER_LOG:-info} NVPROXY_RUN_DIR=$scratch/inner "$N" serve --config "$scratch/inner.toml" --check-leaks \
+  >"$scratch/inner.out" 2>"$scratch/inner.err" &
+inner_pid=$!
+for _ in $(seq 600); do grep -q READY "$scratch/inner.out" && break; sleep 0.1; done
+grep -q READY "$scratch/inner.out" || { cat "$scratch/inner.err" >&2; exit 1; }
+# Its nodes as the host's driver's.
+for n in nvidiactl nvidia0 nvidia-uvm; do
+  read -r maj min < <(stat -c '%t %T' "/dev/nvproxy/simdrv/$n")
+  rm -f "/dev/$n"
+  mknod -m 0666 "/dev/$n" c $((16#$maj)) $((16#$min))
+done
+mount -t tmpfs -o mode=0755 sim-as-driver /proc/driver
+cp -r "$scratch/procfs" /proc/driver/nvidia
+echo "sim-as-driver: /dev/nvidiactl $(stat -c '%t:%T' /dev/nvidiactl), driver $(cat /proc/driver/nvidia/version | head -1)" >&2
+rc=0
+RUST_LOG=${OUTER_LOG:-warn} NVPROXY_RUN_DIR=$scratch/outer "$N" exec --driver host --gpus 0 --transport cuse -- "$@" || rc=$?
+kill -TERM "$inner_pid"
+wait "$inner_pid" || { echo "sim-as-driver: the inner daemon exited $? (3: the simulated driver leaked)" >&2; rc=1; }
+inner_pid=
+cat "$scratch/inner.err" >&2
+exit $rc
