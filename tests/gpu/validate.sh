@@ -351,10 +351,15 @@ else
   touch "$S/qb.ready.release"
   wait $HPID
   # A live upgrade, twice, under a looping CUDA client (cuMemAlloc + cuMemFree).
-  rm -f "$S/live.stop"
-  inrun live "$PROBE" --loops 100000000 --stop-file "$S/live.stop" alloc-loop >"$S/live-loop.json" 2>"$S/live-loop.err" &
+  rm -f "$S/live.stop" "$S/live.ready"
+  inrun live "$PROBE" --loops 100000000 --stop-file "$S/live.stop" --ready-file "$S/live.ready" \
+    alloc-loop >"$S/live-loop.json" 2>"$S/live-loop.err" &
   LPID=$!
-  sleep 2
+  # Upgrade once the client loops (its cuInit and context take seconds on a busy host).
+  for _ in $(seq $((LIMIT * 10))); do
+    [[ -e $S/live.ready ]] || ! kill -0 $LPID 2>/dev/null && break
+    sleep 0.1
+  done
   ups=0
   for i in 1 2; do
     nv instance upgrade live >>"$S/upgrade.txt" 2>&1 && ups=$((ups + 1))

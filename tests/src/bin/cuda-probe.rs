@@ -30,7 +30,8 @@
 //!   (inputs written by the CPU, the output written by the GPU and read by the CPU, checked):
 //!   for real GPUs (`tests/gpu/validate.sh`); on the simulated GPU it fails at the launch;
 //! - `alloc-loop`: `--loops N` (default 1000) times `cuMemAlloc_v2` + `cuMemFree_v2` of 1 MiB,
-//!   timed (`per_iteration_us`), or fewer when `--stop-file` appears (`loops`: how many);
+//!   timed (`per_iteration_us`), or fewer when `--stop-file` appears (`loops`: how many;
+//!   `--ready-file` is created once the first iteration is done);
 //! - `mem-quota`: `cuMemGetInfo_v2` (`total`, `free_before`), `cuMemAlloc_v2` of `--bytes`
 //!   (must succeed; `free_held`), `cuMemAlloc_v2` of `--more-bytes` (its `CUresult` in
 //!   `more_result`, freed if it succeeded), `cuMemFree_v2` of the first, `--more-bytes` again
@@ -1398,6 +1399,7 @@ impl Probe {
         &mut self,
         loops: u32,
         stop_file: Option<&str>,
+        ready_file: Option<&str>,
         out: &mut Value,
     ) -> Result<(), Failure> {
         let c = &self.cuda;
@@ -1415,6 +1417,14 @@ impl Probe {
             })?;
             // SAFETY: the allocation just made.
             check("cuMemFree_v2", unsafe { (c.mem_free)(p) })?;
+            if i == 0 {
+                if let Some(f) = ready_file {
+                    std::fs::write(f, b"looping\n").map_err(|_| Failure {
+                        call: "writing --ready-file",
+                        result: CUDA_SUCCESS,
+                    })?;
+                }
+            }
         }
         let us = t.elapsed().as_secs_f64() * 1e6;
         out["loops"] = done.into();
@@ -1548,7 +1558,12 @@ fn main() -> ExitCode {
             "fault-recovery" => probe.fault_recovery(&cli.lib, &mut out),
             "launch" => probe.launch(&mut out),
             "vector-add" => probe.vector_add(&mut out),
-            "alloc-loop" => probe.alloc_loop(cli.loops, cli.stop_file.as_deref(), &mut out),
+            "alloc-loop" => probe.alloc_loop(
+                cli.loops,
+                cli.stop_file.as_deref(),
+                cli.ready_file.as_deref(),
+                &mut out,
+            ),
             "mem-quota" => probe.mem_quota(cli.bytes, cli.more_bytes, &mut out),
             "hold" => probe.hold(cli.bytes, cli.ready_file.as_deref(), &mut out),
             _ => probe.module_ptx(&mut out),
