@@ -608,13 +608,16 @@ impl Supervisor {
                 .collect::<Vec<_>>()
                 .join(","),
         );
-        sys::exec_as_user_keeping(
-            cmd,
-            raw,
-            run_as.uid,
-            run_as.gid,
-            &[sys::CAP_SYS_PTRACE, sys::CAP_SYS_NICE],
-        );
+        // CAP_SYS_NICE only where the supervisor has it (a unit's bounding set may lack it):
+        // without it the instance's level is refused by the driver and logged, and instances
+        // of priority medium (the default) need nothing.
+        let nice = sys::thread_caps().is_ok_and(|c| c.has_permitted(sys::CAP_SYS_NICE));
+        let keep: &[u32] = if nice {
+            &[sys::CAP_SYS_PTRACE, sys::CAP_SYS_NICE]
+        } else {
+            &[sys::CAP_SYS_PTRACE]
+        };
+        sys::exec_as_user_keeping(cmd, raw, run_as.uid, run_as.gid, keep);
         Ok(channels)
     }
 
