@@ -78,6 +78,10 @@ pub struct LiveProxy {
     /// The instance's audit counts.
     #[serde(default)]
     pub counts: Vec<CountRow>,
+    /// Video memory the instance's files keep counted besides its objects (exports, UVM
+    /// external mappings): (owner open, key, charge) (absent in an older worker's state).
+    #[serde(default)]
+    pub vid_holds: Vec<(u64, u64, crate::objects::VidCharge)>,
 }
 
 /// An instance's policy as it was served (a live upgrade keeps it: the new worker serves what
@@ -111,6 +115,10 @@ pub struct LivePolicy {
     /// `Quotas::gpu_memory` (absent: no quota).
     #[serde(default)]
     pub gpu_memory: Option<u64>,
+    /// The interleave level of the instance's channel groups (absent in an older worker's
+    /// state: medium, all there was).
+    #[serde(default)]
+    pub priority: crate::schedule::Priority,
 }
 
 impl LivePolicy {
@@ -131,6 +139,7 @@ impl LivePolicy {
             quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
             os_descriptor_bytes: Some(p.quotas.os_descriptor_bytes),
             gpu_memory: p.quotas.gpu_memory,
+            priority: p.priority,
         }
     }
 
@@ -162,6 +171,7 @@ impl LivePolicy {
                 .unwrap_or(crate::policy::Quotas::default().os_descriptor_bytes),
             gpu_memory: self.gpu_memory,
         };
+        p.priority = self.priority;
         Ok(p)
     }
 }
@@ -284,6 +294,12 @@ impl Proxy {
                 .map(|(&t, &h)| (t, h))
                 .collect(),
             counts: self.counts.snapshot(),
+            vid_holds: self
+                .objects()
+                .vid_holds()
+                .into_iter()
+                .map(|(o, k, c)| (o.0, k, c))
+                .collect(),
         };
         Ok((live, files))
     }
@@ -419,6 +435,16 @@ impl Proxy {
             if let Err(e) = self.take_open_slot() {
                 std::mem::forget(opens);
                 return Err(e);
+            }
+        }
+        // What the files keep counted besides the objects (exports, UVM external mappings):
+        // without it a live upgrade would hand the tenant back the memory its exports hold.
+        for &(owner, key, charge) in &live.vid_holds {
+            if !table.hold_at(OwnerId(owner), key, charge) {
+                std::mem::forget(opens);
+                return Err(bad(format!(
+                    "more than the holds an open may keep ({owner})"
+                )));
             }
         }
         *self.opens() = opens;

@@ -703,6 +703,18 @@ impl ObjectTable {
         true
     }
 
+    /// Every hold: (owner, key, charge), in no particular order (a live upgrade carries them).
+    pub fn vid_holds(&self) -> Vec<(OwnerId, u64, VidCharge)> {
+        self.vid
+            .holds
+            .iter()
+            .flat_map(|(&o, hs)| {
+                hs.iter()
+                    .filter_map(move |&(k, b)| self.vid.blocks.get(&b).map(|e| (o, k, e.0)))
+            })
+            .collect()
+    }
+
     /// How many holds `owner`'s file keeps.
     pub fn hold_count(&self, owner: OwnerId) -> usize {
         self.vid.holds.get(&owner).map_or(0, Vec::len)

@@ -494,6 +494,30 @@ impl Proxy {
                 ),
             ));
         }
+        // And its GPU memory quota: what the objects held when saved (each block once) must fit
+        // the quota it is restored under.
+        if let Some(quota) = q.gpu_memory {
+            let mut blocks = BTreeMap::new();
+            for o in ckpt.clients.iter().flat_map(|c| &c.objects) {
+                if let Some(v) = o.vid {
+                    blocks.insert(v.block, (v.gpu, v.bytes));
+                }
+            }
+            let mut per_gpu: BTreeMap<u32, u64> = BTreeMap::new();
+            for (gpu, bytes) in blocks.into_values() {
+                let e = per_gpu.entry(gpu).or_default();
+                *e = e.saturating_add(bytes);
+            }
+            if let Some((gpu, bytes)) = per_gpu.into_iter().find(|&(_, b)| b > quota) {
+                return Err(replay_err(
+                    "the checkpoint",
+                    format!(
+                        "its objects hold {bytes} bytes of video memory on GPU id {gpu:#x}, more \
+                         than the instance's quota of {quota}"
+                    ),
+                ));
+            }
+        }
         let proxy = Proxy::for_host(policy, host)?;
         let mut r = Replay {
             files: BTreeMap::new(),

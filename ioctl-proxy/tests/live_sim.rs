@@ -331,6 +331,45 @@ fn test_a_driver_in_this_process_cannot_hand_over() {
     assert!(e.contains("[sim] process = true"), "{e}");
 }
 
+/// The video memory an export or a UVM external mapping keeps counted (a hold of an open, not
+/// an object) comes along: before, the new worker forgot it and the tenant got it back.
+#[test]
+fn test_the_files_holds_of_video_memory_come_along() {
+    let (_sim, driver, t, tree) = setup();
+    let (mut live, files) = t.proxy.export_live().unwrap();
+    let (gpu, minor) = (t.proxy.gpus()[0].gpu_id, t.proxy.gpus()[0].minor);
+    let used = |p: &Proxy| {
+        p.gpu_memory_used()
+            .iter()
+            .find(|g| g.0 == minor)
+            .map_or(0, |g| g.1)
+    };
+    let before = used(&t.proxy);
+    assert!(
+        before >= 2 << 20,
+        "the tree's video memory is counted: {before}"
+    );
+    // As an export to the control open would have left it (a block no object names).
+    let charge = VidCharge {
+        block: 1 << 40,
+        gpu,
+        bytes: 4 << 20,
+    };
+    live.vid_holds.push((tree.ctl.0, 0, charge));
+    let live: LiveProxy = serde_json::from_str(&serde_json::to_string(&live).unwrap()).unwrap();
+    let new = proxy(&driver);
+    let mut files: Vec<Option<HandedFile>> = files.into_iter().map(Some).collect();
+    new.adopt_live(live, &mut files).unwrap();
+    drop(t.proxy);
+    assert_eq!(used(&new), before + (4 << 20));
+    // And it goes with the file that held it.
+    let (again, _) = new.export_live().unwrap();
+    assert_eq!(again.vid_holds, [(tree.ctl.0, 0, charge)]);
+    new.release(tree.ctl);
+    assert!(used(&new) <= before, "{}", used(&new));
+    new.release(tree.gpu);
+}
+
 #[test]
 fn test_the_served_policy_travels_whole() {
     let mut p = InstancePolicy::new("job", Caps::COMPUTE_UTILITY, vec![3, 1]);
@@ -340,6 +379,8 @@ fn test_the_served_policy_travels_whole() {
     p.only = Some(["NV_ESC_CARD_INFO".to_owned()].into());
     p.uvm_mmap = false;
     p.quotas.objects = 77;
+    p.quotas.gpu_memory = Some(10 << 30);
+    p.priority = Priority::Low;
     let live = ioctl_proxy::live::LivePolicy::of(&p);
     let text = serde_json::to_string(&live).unwrap();
     let back: ioctl_proxy::live::LivePolicy = serde_json::from_str(&text).unwrap();

@@ -588,3 +588,29 @@ fn test_a_restore_never_creates_objects_outside_the_instances_gpu_set() {
     restored.proxy.release_all();
     assert_eq!(sim.stats(), SimStats::default());
 }
+
+/// A restore holds to the instance's GPU memory quota as allocations do: a checkpoint whose
+/// objects hold more video memory than the quota it is restored under is refused, before the
+/// driver is asked anything.
+#[test]
+fn test_restore_past_the_gpu_memory_quota_is_refused() {
+    let (old, t, _tree) = tenant_with_tree(1);
+    let ckpt = t.proxy.checkpoint().unwrap();
+    t.proxy.release_all();
+    drop(t.proxy);
+    assert_eq!(old.stats(), SimStats::default());
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let mut small = all_of(&new);
+    small.quotas.gpu_memory = Some(1 << 20); // the tree holds 2 MiB
+    let err = Proxy::restore(&ckpt, small, new.clone(), &[]).unwrap_err();
+    assert!(err.to_string().contains("quota"), "{err}");
+    assert_eq!(
+        new.stats(),
+        SimStats::default(),
+        "nothing reached the driver"
+    );
+    let mut enough = all_of(&new);
+    enough.quotas.gpu_memory = Some(10 << 30);
+    let restored = Proxy::restore(&ckpt, enough, new.clone(), &[]).unwrap();
+    assert_eq!(restored.proxy.gpu_memory_used()[0].1, 2 << 20);
+}
