@@ -92,8 +92,14 @@ impl FdIdentity {
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        let pidfd = sys::pidfd_open_thread(tid)?;
-        let dup = sys::pidfd_getfd(pidfd.as_fd(), fd)?;
+        let step = |what: &'static str| {
+            move |e: io::Error| {
+                tracing::debug!(tid, fd, error = %e, "fd identity: {what} failed");
+                e
+            }
+        };
+        let pidfd = sys::pidfd_open_thread(tid).map_err(step("pidfd_open"))?;
+        let dup = sys::pidfd_getfd(pidfd.as_fd(), fd).map_err(step("pidfd_getfd"))?;
         drop(pidfd);
         let file = std::fs::File::from(dup);
         let meta = file.metadata()?;
@@ -112,7 +118,7 @@ impl FdIdentity {
             );
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         };
-        let fh = self.identify(&file)?;
+        let fh = self.identify(&file).map_err(step("identify"))?;
         drop(file);
         Ok(Resolved { device, fh })
     }
