@@ -20,38 +20,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use tests::harness::nvproxy_bin_with_shim;
 
 use serde_json::Value;
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file() && path.with_file_name("libnvproxy_preload.so").is_file(),
-        "{} or its shim is missing: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
-
-/// Root (the namespaces, `pidfd_getfd`); says why not.
-fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the socket transport's shim suite needs root (namespaces)");
-        return false;
-    }
-    true
-}
 
 /// A directory of this test's own, removed when dropped.
 struct TempDir(PathBuf);
@@ -71,13 +42,18 @@ impl Drop for TempDir {
     }
 }
 
+/// Whether the suite can run here (root, util-linux's tools); says why not.
+fn runnable() -> bool {
+    tests::harness::runnable("namespaces", &[])
+}
+
 /// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD`, in a run directory of
 /// its own (`NVPROXY_RUN_DIR`): never the host's `/run/nvproxy`.
 fn exec(cmd: &[&str]) -> Output {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let run = TempDir::new(&format!("run{n}"));
-    let o = Command::new(nvproxy_bin())
+    let o = Command::new(nvproxy_bin_with_shim())
         .args([
             "exec",
             "--driver",

@@ -26,6 +26,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tests::harness::{nvproxy_bin_with_shim, profile_dir};
 
 use serde_json::Value;
 
@@ -41,41 +42,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The userspace version the native suite runs (the simulated driver's default).
 const VERSION: &str = "535.261.03";
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: build it (cargo build -p daemon -p preload; test.sh does) \
-         or set NVPROXY_BIN",
-        path.display()
-    );
-    let shim = path.with_file_name("libnvproxy_preload.so");
-    assert!(
-        shim.is_file(),
-        "the shim {} is missing: cargo build -p preload",
-        shim.display()
-    );
-    path
-}
-
-/// Whether the suite can run here: root (the namespaces, `pidfd_getfd`). Says why not.
+/// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the socket transport suite needs root (namespaces, pidfd_getfd)");
-        return false;
-    }
-    true
+    tests::harness::runnable("namespaces, pidfd_getfd", &[])
 }
 
 /// NVIDIA's userspace of [`VERSION`] (lib dir, nvidia-smi), or `None` with a message.
@@ -158,7 +127,7 @@ impl Drop for TestDirs {
 /// `nvproxy exec --driver sim --transport socket --check-leaks EXTRA -- CMD`, with a timeout.
 fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
     let dirs = TestDirs::new("exec");
-    let mut c = Command::new(nvproxy_bin());
+    let mut c = Command::new(nvproxy_bin_with_shim());
     dirs.on(&mut c);
     c.args([
         "exec",
@@ -202,7 +171,7 @@ fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
 /// its output read while it runs (a probe's JSON with every ioctl is larger than a pipe holds).
 fn exec_logged(log: &str, cmd: &[&str]) -> Output {
     let dirs = TestDirs::new("exec");
-    dirs.on(&mut Command::new(nvproxy_bin()))
+    dirs.on(&mut Command::new(nvproxy_bin_with_shim()))
         .args([
             "exec",
             "--driver",
@@ -975,7 +944,7 @@ fn test_a_policy_suggested_from_a_whole_cuda_run_enforces_it() {
         &lib,
         &args,
     ));
-    let o = Command::new(nvproxy_bin())
+    let o = Command::new(nvproxy_bin_with_shim())
         .args([
             "policy",
             "suggest",
@@ -1102,7 +1071,7 @@ fn test_served_socket_instance_through_run() {
     if !runnable() {
         return;
     }
-    let bin = nvproxy_bin();
+    let bin = nvproxy_bin_with_shim();
     let name = format!("sock{}", std::process::id());
     let dirs = TestDirs::new("serve");
     let dir = dirs.0.clone();
@@ -1386,7 +1355,7 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
     let tmp = dirs.0.join("tmp");
     std::fs::create_dir(&tmp).expect("tmp");
     let exec = |cmd: &[&str]| {
-        let mut c = Command::new(nvproxy_bin());
+        let mut c = Command::new(nvproxy_bin_with_shim());
         dirs.on(&mut c)
             .args(["exec", "--driver", "sim", "--transport", "socket", "--"])
             .args(cmd)
@@ -1631,7 +1600,7 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
     let Some((lib, smi)) = userspace() else {
         return;
     };
-    let bin = nvproxy_bin();
+    let bin = nvproxy_bin_with_shim();
     let tag = std::process::id();
     let (a, b) = (format!("qa{tag}"), format!("qb{tag}"));
     let dirs = TestDirs::new("quota-serve");
