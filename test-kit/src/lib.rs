@@ -4,6 +4,7 @@
 //!
 //! - [`eventually`]: wait, bounded, for a condition instead of sleeping a fixed time and
 //!   asserting afterwards.
+//! - [`TestDir`]: a scratch directory removed when dropped, also when the test fails.
 //! - with the default feature `fakes`, the request path's fakes for `ioctl-proxy` and `uvm`:
 //!   a recording host driver ([`FakeHost`], [`Driver`]), sparse client memory that fails any
 //!   test reading a client byte twice in one request ([`FakeMem`]), the caller's fd table
@@ -16,7 +17,9 @@
 //! cannot use the fakes: there the kit's `ioctl-proxy` is another copy of the crate.
 #![forbid(unsafe_code)]
 
+mod dir;
 mod wait;
+pub use dir::TestDir;
 pub use wait::eventually;
 
 #[cfg(feature = "fakes")]

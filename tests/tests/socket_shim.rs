@@ -20,27 +20,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use test_kit::TestDir;
 use tests::harness::nvproxy_bin_with_shim;
 
 use serde_json::Value;
-
-/// A directory of this test's own, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("nvproxy-shim-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
@@ -52,7 +35,7 @@ fn runnable() -> bool {
 fn exec(cmd: &[&str]) -> Output {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let run = TempDir::new(&format!("run{n}"));
+    let run = TestDir::new(&format!("run{n}"));
     let o = Command::new(nvproxy_bin_with_shim())
         .args([
             "exec",
@@ -65,7 +48,7 @@ fn exec(cmd: &[&str]) -> Output {
         ])
         .args(cmd)
         .env("RUST_LOG", "warn")
-        .env("NVPROXY_RUN_DIR", run.0.join("run"))
+        .env("NVPROXY_RUN_DIR", run.path().join("run"))
         .stdin(Stdio::null())
         .output()
         .expect("nvproxy exec");
@@ -203,17 +186,17 @@ fn test_a_c_program_statx_relative_paths_fopen_and_polls_through_libc() {
     if !runnable() {
         return;
     }
-    let dir = TempDir::new("c");
-    let data = dir.0.join("data");
+    let dir = TestDir::new("c");
+    let data = dir.path().join("data");
     std::fs::create_dir_all(&data).expect("data dir");
     std::fs::write(data.join("nvidia0"), "hi").expect("a file named nvidia0");
-    let Some(plain) = compile(&dir.0, "devnode_calls", &["-O0"]) else {
+    let Some(plain) = compile(dir.path(), "devnode_calls", &["-O0"]) else {
         return;
     };
     run_c_checks(&plain, &data);
     // Fortified: glibc's checking wrappers, whose definitions call libc's internal functions.
     let fortified = compile(
-        &dir.0,
+        dir.path(),
         "devnode_calls_fortified",
         &["-O2", "-D_FORTIFY_SOURCE=2"],
     )

@@ -26,6 +26,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use test_kit::TestDir;
 use tests::harness::{nvproxy_bin_with_shim, profile_dir};
 
 use serde_json::Value;
@@ -94,33 +95,24 @@ fn userspace_of(version: &str) -> Option<(PathBuf, PathBuf)> {
 /// A run directory of one test's own (`NVPROXY_RUN_DIR`), so that no test serves in the
 /// host's `/run/nvproxy`, and room for the test's other files; removed, with whatever is left
 /// in it, when dropped.
-struct TestDirs(PathBuf);
+struct TestDirs(TestDir);
 
 impl TestDirs {
     fn new(tag: &str) -> TestDirs {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("st-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test dir");
-        TestDirs(dir)
+        TestDirs(TestDir::new_in(
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            &format!("st-{tag}"),
+        ))
     }
 
     /// The run directory (the daemon creates it).
     fn run(&self) -> PathBuf {
-        self.0.join("run")
+        self.0.path().join("run")
     }
 
     /// `c` with the test's run directory.
     fn on<'a>(&self, c: &'a mut Command) -> &'a mut Command {
         c.env("NVPROXY_RUN_DIR", self.run())
-    }
-}
-
-impl Drop for TestDirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -249,7 +241,7 @@ fn test_record_of_nvfe_init_has_every_driver_call_with_bytes_and_status() {
         return;
     }
     let dirs = TestDirs::new("record");
-    let file = dirs.0.join("calls.jsonl");
+    let file = dirs.0.path().join("calls.jsonl");
     let file_arg = file.to_str().unwrap();
     summary(&exec(
         &["--record", file_arg],
@@ -299,7 +291,7 @@ fn test_record_stops_at_its_limit_and_says_so_once() {
         return;
     }
     let dirs = TestDirs::new("record-limit");
-    let file = dirs.0.join("calls.jsonl");
+    let file = dirs.0.path().join("calls.jsonl");
     summary(&exec(
         &["--record", file.to_str().unwrap(), "--record-limit", "4KiB"],
         &[NVFE, "init", "--expect-gpus", "1"],
@@ -1074,7 +1066,7 @@ fn test_served_socket_instance_through_run() {
     let bin = nvproxy_bin_with_shim();
     let name = format!("sock{}", std::process::id());
     let dirs = TestDirs::new("serve");
-    let dir = dirs.0.clone();
+    let dir = dirs.0.path().to_path_buf();
     let config = dir.join("config.toml");
     // No CDI spec: the default is the host's /run/cdi.
     std::fs::write(
@@ -1352,7 +1344,7 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
     }
     let dirs = TestDirs::new("killed");
     // The execs' temp directory: only theirs in it.
-    let tmp = dirs.0.join("tmp");
+    let tmp = dirs.0.path().join("tmp");
     std::fs::create_dir(&tmp).expect("tmp");
     let exec = |cmd: &[&str]| {
         let mut c = Command::new(nvproxy_bin_with_shim());
@@ -1565,7 +1557,7 @@ fn test_a_killed_process_gives_its_gpu_memory_back() {
         return;
     };
     let dirs = TestDirs::new("quota-kill");
-    let ready = dirs.0.join("ready");
+    let ready = dirs.0.path().join("ready");
     let script = format!(
         "export LD_LIBRARY_PATH={lib}; {probe} --bytes {big} --ready-file {ready} hold >/dev/null & \
          pid=$!; for i in $(seq 600); do [ -e {ready} ] && break; sleep 0.05; done; \
@@ -1604,7 +1596,7 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
     let tag = std::process::id();
     let (a, b) = (format!("qa{tag}"), format!("qb{tag}"));
     let dirs = TestDirs::new("quota-serve");
-    let config = dirs.0.join("config.toml");
+    let config = dirs.0.path().join("config.toml");
     let inst = |n: &str| {
         format!(
             "[[instance]]\nname = \"{n}\"\ngpus = [0]\ntransport = \"socket\"\n\
@@ -1654,7 +1646,7 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
         c
     };
     // B holds 8 GiB.
-    let ready = dirs.0.join("b-ready");
+    let ready = dirs.0.path().join("b-ready");
     let big = (8 * GIB).to_string();
     let hold = run(
         &b,
