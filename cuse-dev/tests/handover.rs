@@ -167,9 +167,9 @@ fn hand_over(peer: &Peer, a: Served, dev: &Arc<TestDevice>, fh: u64) -> (Duratio
 
 /// Waits for the parked handler to come back, then checks it wrote nothing more.
 fn parked_handler_returns_silently(peer: &Peer, dev: &TestDevice, b: Served) {
-    while dev.client_waits_fired.lock().unwrap().is_empty() {
-        thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually("the parked handler comes back", || {
+        !dev.client_waits_fired.lock().unwrap().is_empty()
+    });
     assert_eq!(*dev.client_waits_fired.lock().unwrap(), [true]);
     thread::sleep(Duration::from_millis(200));
     assert_eq!(
@@ -221,7 +221,7 @@ fn a_suspension_past_its_grace_answers_waits_on_client_memory_at_once() {
     let (peer, a) = serve(cfg(), &dev);
     let fh = peer.open();
     let (u, rx) = peer.start_ioctl(fh, FUSE_IOCTL_UNRESTRICTED, CLIENT_WAIT, 7000, &[], 0);
-    thread::sleep(Duration::from_millis(100));
+    common::eventually("the handler runs", || dev.calls(CLIENT_WAIT) == 1);
     let (took, b) = hand_over(&peer, a, &dev, fh);
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),

@@ -1359,6 +1359,16 @@ mod tests {
     use std::io::IoSlice;
     use std::os::fd::RawFd;
     use std::os::unix::net::UnixStream;
+    use test_kit::eventually;
+
+    /// Waits (bounded) until a thread faults on a page registered with `uffd` and nobody
+    /// resolves it: the fault stays queued, so `uffd` is readable.
+    fn wait_for_fault(uffd: std::os::fd::BorrowedFd<'_>) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(uffd, PollFlags::POLLIN)];
+        let n = poll(&mut fds, PollTimeout::from(10_000u16)).unwrap();
+        assert_eq!(n, 1, "no thread faulted on the page");
+    }
 
     struct Fixture {
         root: PathBuf,
@@ -1441,15 +1451,13 @@ mod tests {
         }
 
         fn wait_opens(&self, n: usize) {
-            for _ in 0..200 {
-                if self.dev.as_ref().unwrap().opens() == n && self.proxy.open_files() == n {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            panic!(
+            let dev = self.dev.as_ref().unwrap();
+            assert!(
+                eventually(Duration::from_secs(5), || {
+                    dev.opens() == n && self.proxy.open_files() == n
+                }),
                 "opens {} / proxy files {}, wanted {n}",
-                self.dev.as_ref().unwrap().opens(),
+                dev.opens(),
                 self.proxy.open_files()
             );
         }
@@ -1567,14 +1575,14 @@ mod tests {
             };
             call_raw(&c, &req.encode())
         });
-        std::thread::sleep(Duration::from_millis(300));
+        use std::os::fd::AsFd;
+        wait_for_fault(uffd.as_fd());
         assert!(!waiting.is_finished(), "the call did not wait on the page");
         // Another call on the same open is served meanwhile.
         let mut v = version_check();
         let r = ioctl(&ctl, ctl.as_raw_fd(), CHECK_VERSION, &mut v);
         assert_eq!((r.errno, r.result), (0, 0));
         assert!(!waiting.is_finished());
-        use std::os::fd::AsFd;
         sys::uffd_zeropage(uffd.as_fd(), addr, 4096).unwrap();
         let (reply, _) = waiting
             .join()
@@ -1954,14 +1962,11 @@ mod tests {
         assert_eq!(attach_raw(&ctl, ctl.as_raw_fd()).err(), Some(libc::EAGAIN));
         chans.pop();
         let mut again = Err(0);
-        for _ in 0..200 {
+        let attached = eventually(Duration::from_secs(5), || {
             again = attach_raw(&ctl, ctl.as_raw_fd());
-            if again.is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(again.is_ok(), "{again:?}");
+            again.is_ok()
+        });
+        assert!(attached, "{again:?}");
     }
 
     #[test]
@@ -2004,7 +2009,7 @@ mod tests {
         let chan = attach_raw(&ctl, ctl.as_raw_fd()).unwrap();
         // A call waiting on a page nobody resolves holds the suspension until its grace ends.
         let map = sys::AnonMap::new(4096).unwrap();
-        let _uffd = sys::uffd_register_missing(map.addr(), 4096)
+        let uffd = sys::uffd_register_missing(map.addr(), 4096)
             .expect("userfaultfd (root; CONFIG_USERFAULTFD)");
         let addr = map.addr();
         let c = ctl.clone();
@@ -2018,7 +2023,8 @@ mod tests {
             };
             call_raw(&c, &req.encode())
         });
-        std::thread::sleep(Duration::from_millis(200));
+        use std::os::fd::AsFd;
+        wait_for_fault(uffd.as_fd());
         let dev = f.dev.take().unwrap();
         let suspending = std::thread::spawn(move || dev.suspend(Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(300));

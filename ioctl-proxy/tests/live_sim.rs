@@ -139,7 +139,7 @@ struct Tree {
 /// a live hand-over does not care).
 fn build(t: &mut SimTenant) -> Tree {
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
-    t.fds.0.insert(CTL_FD, ctl);
+    t.fds.add(CTL_FD, ctl);
     let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
     let (r, _) = t.ioctl(gpu, nv_iowr(0xc9, 4), &CTL_FD.to_ne_bytes());
     assert_eq!(r, 0, "REGISTER_FD");

@@ -863,7 +863,7 @@ fn test_build_version_strings_are_bounded_and_copied_back() {
 fn test_register_fd_carries_the_host_file_of_the_named_open() {
     let mut env = Env::new();
     let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
-    env.fds.0.insert(7, env.ctl);
+    env.fds.add(7, env.ctl);
     env.mem.map(A, &7i32.to_ne_bytes());
     assert_eq!(env.ioctl(gpu, nv_iowr(0xc9, 4), A).unwrap(), 0);
     let seen = env.host.calls_nr(0xc9).pop().unwrap();
@@ -921,7 +921,7 @@ fn test_map_memory_substitutes_the_targets_mapping_file() {
     let c = env.alloc_client(env.ctl);
     let (dev, sub) = env.device(c, 1);
     let target = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
-    env.fds.0.insert(11, target);
+    env.fds.add(11, target);
     env.mem.map(A, &map_memory_params(c, dev, sub, 11));
     let ctl = env.ctl;
     assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
@@ -937,7 +937,7 @@ fn test_map_memory_substitutes_the_targets_mapping_file() {
 
 /// Maps memory `mem` of `c` with the target open as fd 11; returns the status.
 fn map_into(env: &mut Env, c: u32, dev: u32, mem: u32, target: OpenId) -> u32 {
-    env.fds.0.insert(11, target);
+    env.fds.add(11, target);
     env.mem.map(A, &map_memory_params(c, dev, mem, 11));
     let ctl = env.ctl;
     assert_eq!(env.ioctl(ctl, nv_iowr(0x4e, 56), A).unwrap(), 0);
@@ -965,7 +965,7 @@ fn test_map_memory_failed_on_the_host_leaves_the_open_without_context() {
     let (dev, sub) = env.device(c, 1);
     let target = env.proxy.open(FrontendNode::Ctl).unwrap();
     env.host.set_escape_errno(0x4e, libc::EINVAL);
-    env.fds.0.insert(11, target);
+    env.fds.add(11, target);
     env.mem.map(A, &map_memory_params(c, dev, sub, 11));
     let ctl = env.ctl;
     assert_eq!(
@@ -1129,7 +1129,7 @@ fn test_os_event_fd_is_translated_consistently_for_alloc_and_nv0005() {
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(20, evfile);
+    env.fds.add(20, evfile);
     let host_id = env.proxy.host_file_id(evfile).unwrap() as u32;
     let mut p = vec![0u8; 16];
     wr32(&mut p, 0, c);
@@ -1169,7 +1169,7 @@ fn test_alloc_memory_map_now_substitutes_the_mapping_file_and_records_the_object
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let mapfile = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(30, mapfile);
+    env.fds.add(30, mapfile);
     env.mem
         .map(A, &alloc_memory_params(c, dev, 0xbee0_0001, 30));
     let ctl = env.ctl;
@@ -1192,7 +1192,7 @@ fn test_alloc_memory_map_now_into_a_target_with_context_is_einval_before_allocat
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let mapfile = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(30, mapfile);
+    env.fds.add(30, mapfile);
     env.mem
         .map(A, &alloc_memory_params(c, dev, 0xbee0_0001, 30));
     let ctl = env.ctl;
@@ -1576,7 +1576,7 @@ fn test_os_unix_export_fd_is_translated_and_foreign_is_invalid_parameter() {
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let export = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(40, export);
+    env.fds.add(40, export);
     let mut p = vec![0u8; 24]; // NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS
     wr32(&mut p, 0, 1); // type RM
     wr32(&mut p, 4, dev);
@@ -1601,7 +1601,7 @@ fn test_os_unix_import_records_the_new_object() {
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let export = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(40, export);
+    env.fds.add(40, export);
     let mut p = vec![0u8; 20]; // NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS
     wr32(&mut p, 0, 40);
     wr32(&mut p, 4, 1);
@@ -1619,7 +1619,7 @@ fn test_multicast_attach_gpu_device_fd_is_translated() {
     let c = env.alloc_client(env.ctl);
     let (_, sub) = env.device(c, 1);
     let gpu = env.proxy.open(FrontendNode::Gpu(0)).unwrap();
-    env.fds.0.insert(50, gpu);
+    env.fds.add(50, gpu);
     let mut p = vec![0u8; 16]; // NV00FD_CTRL_ATTACH_GPU_PARAMS
     wr32(&mut p, 0, sub);
     wr64(&mut p, 8, 50);
@@ -1882,7 +1882,7 @@ fn test_nv01_event_class_flipped_after_the_read_never_reaches_the_host() {
     let c = env.alloc_client(env.ctl);
     let (dev, _) = env.device(c, 1);
     let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(20, evfile);
+    env.fds.add(20, evfile);
     let mut ev = vec![0u8; 24];
     wr32(&mut ev, 0, c);
     wr32(&mut ev, 4, dev);

@@ -49,7 +49,7 @@ fn test_cuda_like_init_through_the_proxy_sees_only_its_gpu() {
 
     // The GPU node (opening it attaches the GPU), registered with the control fd.
     let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
-    t.fds.0.insert(3, ctl);
+    t.fds.add(3, ctl);
     let (r, _) = t.ioctl(gpu, nv_iowr(0xc9, 4), &3i32.to_ne_bytes());
     assert_eq!(r, 0);
 
@@ -207,7 +207,7 @@ fn test_rm_memory_mapped_through_the_proxy_is_shared_with_the_driver() {
 
     // libcuda's protocol: a new control fd is the mmap target of RM_MAP_MEMORY.
     let target = t.proxy.open(FrontendNode::Ctl).unwrap();
-    t.fds.0.insert(9, target);
+    t.fds.add(9, target);
     let mut p = vec![0u8; 56];
     wr32(&mut p, 0, client);
     wr32(&mut p, 4, device);

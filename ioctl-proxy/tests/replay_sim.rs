@@ -63,7 +63,7 @@ fn device_instance(t: &mut SimTenant, ctl: OpenId, client: u32, gpu_id: u32) -> 
 /// subdevice.
 fn build(t: &mut SimTenant, sim: &SimDriver, minors: &[u32]) -> Tree {
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
-    t.fds.0.insert(CTL_FD, ctl);
+    t.fds.add(CTL_FD, ctl);
     let mut gpus = Vec::new();
     for i in 0..minors.len() as u32 {
         let gpu = t.proxy.open(FrontendNode::Gpu(i)).unwrap();

@@ -33,7 +33,7 @@ fn setup() -> Q {
     let ctl = env.ctl;
     let client = env.alloc_client(ctl);
     let export_ctl = env.proxy.open(FrontendNode::Ctl).unwrap();
-    env.fds.0.insert(FD_EXPORT, export_ctl);
+    env.fds.add(FD_EXPORT, export_ctl);
     Q {
         env,
         client,

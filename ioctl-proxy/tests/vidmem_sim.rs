@@ -42,7 +42,7 @@ fn instance(sim: &Arc<SimDriver>, name: &str, quota: Option<u64>) -> Inst {
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
     let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
     // libcuda registers the GPU file with its control file (NV_ESC_REGISTER_FD).
-    t.fds.0.insert(3, ctl);
+    t.fds.add(3, ctl);
     let (r, _) = t.ioctl(gpu, nv_iowr(0xc9, 4), &3i32.to_ne_bytes());
     assert_eq!(r, 0);
     let (s, client) = t.alloc(ctl, 0, 0, 0x41, &[]);

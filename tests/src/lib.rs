@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 // mmap and the shim's raw calls on the nodes.
+pub mod harness;
 #[allow(unsafe_code)]
 pub mod mmapc;
 pub mod nvfe;

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use tests::harness::{nvproxy_bin, require_cuse};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -37,33 +38,6 @@ const REMOVED: &str = "NV2080_CTRL_CMD_GPU_GET_NAME_STRING";
 const REMOVED_CMD: &str = "0x20800110";
 /// `NV_ERR_NOT_SUPPORTED`: a denied control's status (ioctl-proxy `policy` module docs).
 const NV_ERR_NOT_SUPPORTED: u64 = 0x56;
-
-fn require_cuse() {
-    assert!(
-        Path::new("/dev/cuse").exists(),
-        "/dev/cuse is missing: these tests need a kernel with CUSE (modprobe cuse) and root; \
-         run them with tests/run-kernel-tests.sh"
-    );
-}
-
-/// `$NVPROXY_BIN`, else `target/<profile>/nvproxy` next to this test binary.
-fn nvproxy_bin() -> PathBuf {
-    let path = match std::env::var_os("NVPROXY_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => std::env::current_exe()
-            .expect("current_exe")
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary in target/<profile>/deps")
-            .join("nvproxy"),
-    };
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
 
 fn scratch_dir(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);

@@ -36,6 +36,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use tests::harness::{nvproxy_bin, profile_dir};
 
 use serde_json::Value;
 
@@ -44,26 +45,6 @@ const VERSION: &str = "535.261.03";
 /// One podman run in the VM (TCG: podman, conmon and crun are all emulated).
 const TIMEOUT: Duration = Duration::from_secs(300);
 const SPEC_PATH: &str = "/var/run/cdi/nvproxy-container-kernel.yaml";
-
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: cargo build -p daemon -p preload (run-kernel-tests.sh does)",
-        path.display()
-    );
-    path
-}
 
 /// The fetched driver root (`tests/nvidia-userspace/fetch.sh` unpacks Debian's packages there).
 fn driver_root() -> PathBuf {

@@ -14,20 +14,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
+use tests::harness::require_cuse;
 
 use tests::cuse_example::*;
 
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_cuse-example");
 /// Generous: the VM guest runs 10-50x slower than the host.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn require_cuse() {
-    assert!(
-        Path::new("/dev/cuse").exists(),
-        "/dev/cuse is missing: these tests need a kernel with CUSE (modprobe cuse) and root; \
-         run them with tests/run-kernel-tests.sh"
-    );
-}
 
 /// A running `cuse-example` and the lines it printed (stdout and stderr).
 struct Device {

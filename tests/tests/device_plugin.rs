@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tests::harness::nvproxy_bin_with_shim;
 
 use device_plugin::api::podresources::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
@@ -42,40 +43,6 @@ const NVFE: &str = env!("CARGO_BIN_EXE_nvfe-client");
 const TIMEOUT: Duration = Duration::from_secs(60);
 const RESOURCE: &str = "nvproxy.dev/gpu";
 
-fn nvproxy_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf();
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile.join("nvproxy"));
-    assert!(
-        path.is_file() && path.with_file_name("libnvproxy_preload.so").is_file(),
-        "{} or its shim not found: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
-
-/// Whether the suite can run here: root and util-linux's tools. Says why not.
-fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root (namespaces, pidfd_getfd)");
-        return false;
-    }
-    for tool in ["unshare", "nsenter"] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("SKIPPED: {tool} (util-linux) is missing");
-            return false;
-        }
-    }
-    true
-}
-
 /// Polls `f` until it gives something, or panics with `what` after [`TIMEOUT`].
 async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
@@ -86,6 +53,11 @@ async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether the suite can run here (root, util-linux's tools); says why not.
+fn runnable() -> bool {
+    tests::harness::runnable("namespaces, pidfd_getfd", &["unshare", "nsenter"])
 }
 
 fn sigterm_and_wait(child: &mut Child) -> String {
@@ -124,7 +96,7 @@ impl Served {
         let mut child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg("mount -t tmpfs -o mode=0755 nvproxy-test /run && exec \"$0\" serve --config \"$1\"")
-            .arg(nvproxy_bin())
+            .arg(nvproxy_bin_with_shim())
             .arg(&cfg)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -216,7 +188,7 @@ impl Served {
         Command::new("nsenter")
             .arg(format!("--mount=/proc/{}/ns/mnt", self.pid()))
             .arg("--")
-            .arg(nvproxy_bin())
+            .arg(nvproxy_bin_with_shim())
             .args(["run", "--instance", instance, "--"])
             .args(args)
             .env("RUST_LOG", "warn")
@@ -348,7 +320,7 @@ fn start_plugin_with(served: &Served, dp: &Path, pod_resources: &Path, extra: &[
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log = served.scratch.join(format!("plugin-{n}.log"));
     let file = std::fs::File::create(&log).expect("plugin log");
-    let child = Command::new(nvproxy_bin())
+    let child = Command::new(nvproxy_bin_with_shim())
         .arg("device-plugin")
         .arg("--socket")
         .arg(served.socket())
@@ -744,7 +716,7 @@ async fn test_gpu_shares_against_a_kubelet_harness() {
             log.contains("90.0 GiB") && log.contains("overcommit"),
             "the reason: {log}"
         );
-        let half = std::process::Command::new(nvproxy_bin())
+        let half = std::process::Command::new(nvproxy_bin_with_shim())
             .args(["device-plugin", "--shares-per-gpu", "3"])
             .output()
             .unwrap();

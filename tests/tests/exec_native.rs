@@ -6,40 +6,12 @@
 //! Needs root (namespaces) and util-linux's `unshare`/`setpriv`, and the binaries
 //! (`cargo build -p daemon -p preload`).
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tests::harness::nvproxy_bin_with_shim;
 
-fn nvproxy_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf();
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile.join("nvproxy"));
-    assert!(
-        path.is_file() && path.with_file_name("libnvproxy_preload.so").is_file(),
-        "{} or its shim not found: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
-
+/// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root (namespaces)");
-        return false;
-    }
-    for tool in ["unshare", "setpriv"] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("SKIPPED: {tool} (util-linux) is missing");
-            return false;
-        }
-    }
-    true
+    tests::harness::runnable("namespaces", &["unshare", "setpriv"])
 }
 
 /// `prefix... nvproxy ARGS` in a private mount namespace with a tmpfs on `/run`, RUST_LOG unset.
@@ -49,7 +21,7 @@ fn nvproxy(prefix: &[&str], args: &[&str]) -> Output {
         .arg("mount -t tmpfs -o mode=0755 nvproxy-test /run && exec \"$@\"")
         .arg("sh")
         .args(prefix)
-        .arg(nvproxy_bin())
+        .arg(nvproxy_bin_with_shim())
         .args(args)
         .env_remove("RUST_LOG");
     c.output().expect("unshare ... nvproxy")

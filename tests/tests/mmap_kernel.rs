@@ -9,12 +9,12 @@
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use tests::harness::{nvproxy_bin_with_shim, require_cuse};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -23,38 +23,6 @@ use serde_json::Value;
 const CLIENT: &str = env!("CARGO_BIN_EXE_mmap-client");
 const TIMEOUT: Duration = Duration::from_secs(180);
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn require_cuse() {
-    assert!(
-        Path::new("/dev/cuse").exists(),
-        "/dev/cuse is missing: run these tests with tests/run-kernel-tests.sh"
-    );
-}
-
-/// `$NVPROXY_BIN`, else `target/<profile>/nvproxy`; the shim must sit next to it.
-fn nvproxy_bin() -> PathBuf {
-    let path = match std::env::var_os("NVPROXY_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => std::env::current_exe()
-            .expect("current_exe")
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary in target/<profile>/deps")
-            .join("nvproxy"),
-    };
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    let shim = path.with_file_name("libnvproxy_preload.so");
-    assert!(
-        shim.is_file(),
-        "the shim {} is missing: cargo build -p preload",
-        shim.display()
-    );
-    path
-}
 
 /// A child in its own process group with its output collected; killed (group) on drop.
 struct Proc {
@@ -208,7 +176,7 @@ impl Drop for Proc {
 /// client's summary says ok.
 fn exec_client(log: &str, extra: &[&str], args: &[&str]) -> Proc {
     require_cuse();
-    let mut c = Command::new(nvproxy_bin());
+    let mut c = Command::new(nvproxy_bin_with_shim());
     c.args(["--log", log, "exec", "--driver", "sim"])
         .args(extra)
         .arg("--")
@@ -245,7 +213,7 @@ fn serve_two() -> Proc {
         ),
     )
     .expect("config");
-    let mut c = Command::new(nvproxy_bin());
+    let mut c = Command::new(nvproxy_bin_with_shim());
     c.args(["serve", "--config"]).arg(&config);
     let mut p = Proc::spawn("serve", &mut c);
     p.wait_line(READY_TIMEOUT, |l| l.starts_with("READY"));
@@ -402,7 +370,7 @@ fn test_socket_path_is_per_instance() {
     let (a, b) = (host("a"), host("b"));
     let mut seen = Vec::new();
     for inst in ["a", "b"] {
-        let mut c = Command::new(nvproxy_bin());
+        let mut c = Command::new(nvproxy_bin_with_shim());
         c.args(["run", "--instance", inst, "--", CLIENT, "socket-info"]);
         let mut p = Proc::spawn(&format!("run {inst}"), &mut c);
         let status = p.wait(TIMEOUT);
@@ -427,7 +395,7 @@ fn test_socket_path_is_per_instance() {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_served_instance_through_run_maps_through_the_shim() {
     let daemon = serve_two();
-    let mut c = Command::new(nvproxy_bin());
+    let mut c = Command::new(nvproxy_bin_with_shim());
     c.args(["run", "--instance", "b", "--", CLIENT]).args([
         "map",
         "--node",

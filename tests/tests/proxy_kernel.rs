@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use test_kit::eventually;
+use tests::harness::{nvproxy_bin, require_cuse};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -31,36 +33,6 @@ const EXEC_TIMEOUT: Duration = Duration::from_secs(180);
 const LONG_TIMEOUT: Duration = Duration::from_secs(480);
 /// Until `nvproxy serve` prints READY.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn require_cuse() {
-    assert!(
-        Path::new("/dev/cuse").exists(),
-        "/dev/cuse is missing: these tests need a kernel with CUSE (modprobe cuse) and root; \
-         run them with tests/run-kernel-tests.sh"
-    );
-}
-
-/// The `nvproxy` binary: `$NVPROXY_BIN`, else `target/<profile>/nvproxy` next to this test.
-fn nvproxy_bin() -> PathBuf {
-    let path = match std::env::var_os("NVPROXY_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let exe = std::env::current_exe().expect("current_exe");
-            // target/<profile>/deps/proxy_kernel-HASH -> target/<profile>/nvproxy
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("test binary in target/<profile>/deps")
-                .join("nvproxy")
-        }
-    };
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: build it (cargo build -p daemon) or set NVPROXY_BIN; \
-         tests/run-kernel-tests.sh does both",
-        path.display()
-    );
-    path
-}
 
 /// A fresh directory under the temporary directory.
 fn scratch_dir(tag: &str) -> PathBuf {
@@ -847,18 +819,6 @@ fn instance_cmd(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Polls `f` until it is true or `timeout` passes.
-fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
-    f()
 }
 
 /// Stops the daemon with SIGTERM; checks it exits 0 (with `--check-leaks`: the simulated

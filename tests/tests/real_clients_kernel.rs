@@ -41,6 +41,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tests::harness::{nvproxy_bin, profile_dir, require_cuse};
 
 use serde_json::Value;
 
@@ -64,36 +65,6 @@ fn host_node0() -> (String, String) {
             "N/A".to_owned(),
         ),
     }
-}
-
-fn require_cuse() {
-    assert!(
-        Path::new("/dev/cuse").exists(),
-        "/dev/cuse is missing: these tests need a kernel with CUSE (modprobe cuse) and root; \
-         run them with tests/run-kernel-tests.sh"
-    );
-}
-
-/// `target/<profile>` of this test binary.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: build it (cargo build -p daemon -p preload) or set \
-         NVPROXY_BIN; tests/run-kernel-tests.sh does both",
-        path.display()
-    );
-    path
 }
 
 /// NVIDIA's userspace of `version`: (the directory with libcuda.so.1 and libnvidia-ml.so.1,

@@ -24,42 +24,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tests::harness::nvproxy_bin_with_shim;
 
 const NVFE: &str = env!("CARGO_BIN_EXE_nvfe-client");
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-fn nvproxy_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf();
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile.join("nvproxy"));
-    assert!(
-        path.is_file() && path.with_file_name("libnvproxy_preload.so").is_file(),
-        "{} or its shim not found: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
-
-/// Whether the suite can run here: root and util-linux's tools. Says why not.
+/// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root (namespaces, pidfd_getfd)");
-        return false;
-    }
-    for tool in ["unshare", "nsenter", "setpriv"] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("SKIPPED: {tool} (util-linux) is missing");
-            return false;
-        }
-    }
-    true
+    tests::harness::runnable(
+        "namespaces, pidfd_getfd",
+        &["unshare", "nsenter", "setpriv"],
+    )
 }
 
 fn text(o: &Output) -> String {
@@ -102,7 +77,7 @@ impl Served {
         let mut child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg(script)
-            .arg(nvproxy_bin())
+            .arg(nvproxy_bin_with_shim())
             .arg(&cfg)
             // umask 022, as a shell's: what the daemon creates must not depend on it.
             .env("RUST_LOG", "warn")
@@ -154,7 +129,7 @@ impl Served {
     }
 
     fn nvproxy(&self, args: &[&str]) -> Output {
-        let bin = nvproxy_bin();
+        let bin = nvproxy_bin_with_shim();
         let mut all = vec![bin.to_str().expect("utf-8 path")];
         all.extend_from_slice(args);
         self.command(&all)
@@ -370,7 +345,7 @@ fn test_a_call_parked_on_tenant_memory_does_not_veto_a_live_upgrade() {
     let s = Served::start("parked", &two_socket_instances(true), "");
     let mut parked = s
         .command(&[
-            nvproxy_bin().to_str().unwrap(),
+            nvproxy_bin_with_shim().to_str().unwrap(),
             "run",
             "--instance",
             "beta",
@@ -487,7 +462,7 @@ fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
          [cdi]\nspec = \"\"\n",
     )
     .expect("config b");
-    let bin = nvproxy_bin();
+    let bin = nvproxy_bin_with_shim();
     let mut b = a
         .command(&[
             bin.to_str().expect("utf-8 path"),

@@ -20,55 +20,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use test_kit::TestDir;
+use tests::harness::nvproxy_bin_with_shim;
 
 use serde_json::Value;
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file() && path.with_file_name("libnvproxy_preload.so").is_file(),
-        "{} or its shim is missing: cargo build -p daemon -p preload, or set NVPROXY_BIN",
-        path.display()
-    );
-    path
-}
-
-/// Root (the namespaces, `pidfd_getfd`); says why not.
+/// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the socket transport's shim suite needs root (namespaces)");
-        return false;
-    }
-    true
-}
-
-/// A directory of this test's own, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("nvproxy-shim-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    tests::harness::runnable("namespaces", &[])
 }
 
 /// `nvproxy exec --driver sim --transport socket --check-leaks -- CMD`, in a run directory of
@@ -76,8 +35,8 @@ impl Drop for TempDir {
 fn exec(cmd: &[&str]) -> Output {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let run = TempDir::new(&format!("run{n}"));
-    let o = Command::new(nvproxy_bin())
+    let run = TestDir::new(&format!("run{n}"));
+    let o = Command::new(nvproxy_bin_with_shim())
         .args([
             "exec",
             "--driver",
@@ -89,7 +48,7 @@ fn exec(cmd: &[&str]) -> Output {
         ])
         .args(cmd)
         .env("RUST_LOG", "warn")
-        .env("NVPROXY_RUN_DIR", run.0.join("run"))
+        .env("NVPROXY_RUN_DIR", run.path().join("run"))
         .stdin(Stdio::null())
         .output()
         .expect("nvproxy exec");
@@ -227,17 +186,17 @@ fn test_a_c_program_statx_relative_paths_fopen_and_polls_through_libc() {
     if !runnable() {
         return;
     }
-    let dir = TempDir::new("c");
-    let data = dir.0.join("data");
+    let dir = TestDir::new("c");
+    let data = dir.path().join("data");
     std::fs::create_dir_all(&data).expect("data dir");
     std::fs::write(data.join("nvidia0"), "hi").expect("a file named nvidia0");
-    let Some(plain) = compile(&dir.0, "devnode_calls", &["-O0"]) else {
+    let Some(plain) = compile(dir.path(), "devnode_calls", &["-O0"]) else {
         return;
     };
     run_c_checks(&plain, &data);
     // Fortified: glibc's checking wrappers, whose definitions call libc's internal functions.
     let fortified = compile(
-        &dir.0,
+        dir.path(),
         "devnode_calls_fortified",
         &["-O2", "-D_FORTIFY_SOURCE=2"],
     )

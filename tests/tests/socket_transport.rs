@@ -26,6 +26,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use test_kit::TestDir;
+use tests::harness::{nvproxy_bin_with_shim, profile_dir};
 
 use serde_json::Value;
 
@@ -41,41 +43,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The userspace version the native suite runs (the simulated driver's default).
 const VERSION: &str = "535.261.03";
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn nvproxy_bin() -> PathBuf {
-    let path = std::env::var_os("NVPROXY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| profile_dir().join("nvproxy"));
-    assert!(
-        path.is_file(),
-        "nvproxy binary {} not found: build it (cargo build -p daemon -p preload; test.sh does) \
-         or set NVPROXY_BIN",
-        path.display()
-    );
-    let shim = path.with_file_name("libnvproxy_preload.so");
-    assert!(
-        shim.is_file(),
-        "the shim {} is missing: cargo build -p preload",
-        shim.display()
-    );
-    path
-}
-
-/// Whether the suite can run here: root (the namespaces, `pidfd_getfd`). Says why not.
+/// Whether the suite can run here (root, util-linux's tools); says why not.
 fn runnable() -> bool {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the socket transport suite needs root (namespaces, pidfd_getfd)");
-        return false;
-    }
-    true
+    tests::harness::runnable("namespaces, pidfd_getfd", &[])
 }
 
 /// NVIDIA's userspace of [`VERSION`] (lib dir, nvidia-smi), or `None` with a message.
@@ -125,22 +95,19 @@ fn userspace_of(version: &str) -> Option<(PathBuf, PathBuf)> {
 /// A run directory of one test's own (`NVPROXY_RUN_DIR`), so that no test serves in the
 /// host's `/run/nvproxy`, and room for the test's other files; removed, with whatever is left
 /// in it, when dropped.
-struct TestDirs(PathBuf);
+struct TestDirs(TestDir);
 
 impl TestDirs {
     fn new(tag: &str) -> TestDirs {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("st-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test dir");
-        TestDirs(dir)
+        TestDirs(TestDir::new_in(
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            &format!("st-{tag}"),
+        ))
     }
 
     /// The run directory (the daemon creates it).
     fn run(&self) -> PathBuf {
-        self.0.join("run")
+        self.0.path().join("run")
     }
 
     /// `c` with the test's run directory.
@@ -149,16 +116,10 @@ impl TestDirs {
     }
 }
 
-impl Drop for TestDirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// `nvproxy exec --driver sim --transport socket --check-leaks EXTRA -- CMD`, with a timeout.
 fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
     let dirs = TestDirs::new("exec");
-    let mut c = Command::new(nvproxy_bin());
+    let mut c = Command::new(nvproxy_bin_with_shim());
     dirs.on(&mut c);
     c.args([
         "exec",
@@ -202,7 +163,7 @@ fn exec_env(extra: &[&str], env: &[(&str, &Path)], cmd: &[&str]) -> Output {
 /// its output read while it runs (a probe's JSON with every ioctl is larger than a pipe holds).
 fn exec_logged(log: &str, cmd: &[&str]) -> Output {
     let dirs = TestDirs::new("exec");
-    dirs.on(&mut Command::new(nvproxy_bin()))
+    dirs.on(&mut Command::new(nvproxy_bin_with_shim()))
         .args([
             "exec",
             "--driver",
@@ -280,7 +241,7 @@ fn test_record_of_nvfe_init_has_every_driver_call_with_bytes_and_status() {
         return;
     }
     let dirs = TestDirs::new("record");
-    let file = dirs.0.join("calls.jsonl");
+    let file = dirs.0.path().join("calls.jsonl");
     let file_arg = file.to_str().unwrap();
     summary(&exec(
         &["--record", file_arg],
@@ -330,7 +291,7 @@ fn test_record_stops_at_its_limit_and_says_so_once() {
         return;
     }
     let dirs = TestDirs::new("record-limit");
-    let file = dirs.0.join("calls.jsonl");
+    let file = dirs.0.path().join("calls.jsonl");
     summary(&exec(
         &["--record", file.to_str().unwrap(), "--record-limit", "4KiB"],
         &[NVFE, "init", "--expect-gpus", "1"],
@@ -975,7 +936,7 @@ fn test_a_policy_suggested_from_a_whole_cuda_run_enforces_it() {
         &lib,
         &args,
     ));
-    let o = Command::new(nvproxy_bin())
+    let o = Command::new(nvproxy_bin_with_shim())
         .args([
             "policy",
             "suggest",
@@ -1102,10 +1063,10 @@ fn test_served_socket_instance_through_run() {
     if !runnable() {
         return;
     }
-    let bin = nvproxy_bin();
+    let bin = nvproxy_bin_with_shim();
     let name = format!("sock{}", std::process::id());
     let dirs = TestDirs::new("serve");
-    let dir = dirs.0.clone();
+    let dir = dirs.0.path().to_path_buf();
     let config = dir.join("config.toml");
     // No CDI spec: the default is the host's /run/cdi.
     std::fs::write(
@@ -1383,10 +1344,10 @@ fn test_a_killed_exec_takes_its_command_along_and_the_next_exec_cleans_up() {
     }
     let dirs = TestDirs::new("killed");
     // The execs' temp directory: only theirs in it.
-    let tmp = dirs.0.join("tmp");
+    let tmp = dirs.0.path().join("tmp");
     std::fs::create_dir(&tmp).expect("tmp");
     let exec = |cmd: &[&str]| {
-        let mut c = Command::new(nvproxy_bin());
+        let mut c = Command::new(nvproxy_bin_with_shim());
         dirs.on(&mut c)
             .args(["exec", "--driver", "sim", "--transport", "socket", "--"])
             .args(cmd)
@@ -1596,7 +1557,7 @@ fn test_a_killed_process_gives_its_gpu_memory_back() {
         return;
     };
     let dirs = TestDirs::new("quota-kill");
-    let ready = dirs.0.join("ready");
+    let ready = dirs.0.path().join("ready");
     let script = format!(
         "export LD_LIBRARY_PATH={lib}; {probe} --bytes {big} --ready-file {ready} hold >/dev/null & \
          pid=$!; for i in $(seq 600); do [ -e {ready} ] && break; sleep 0.05; done; \
@@ -1631,11 +1592,11 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
     let Some((lib, smi)) = userspace() else {
         return;
     };
-    let bin = nvproxy_bin();
+    let bin = nvproxy_bin_with_shim();
     let tag = std::process::id();
     let (a, b) = (format!("qa{tag}"), format!("qb{tag}"));
     let dirs = TestDirs::new("quota-serve");
-    let config = dirs.0.join("config.toml");
+    let config = dirs.0.path().join("config.toml");
     let inst = |n: &str| {
         format!(
             "[[instance]]\nname = \"{n}\"\ngpus = [0]\ntransport = \"socket\"\n\
@@ -1685,7 +1646,7 @@ fn test_two_served_instances_on_one_gpu_each_get_their_quota() {
         c
     };
     // B holds 8 GiB.
-    let ready = dirs.0.join("b-ready");
+    let ready = dirs.0.path().join("b-ready");
     let big = (8 * GIB).to_string();
     let hold = run(
         &b,

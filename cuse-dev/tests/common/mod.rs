@@ -556,13 +556,9 @@ impl Harness {
 /// Waits until `cond` holds, polling every 5 ms, for at most `REPLY_TIMEOUT`; panics naming
 /// `what` if it never does. Replaces sleep-then-assert: the test goes on as soon as the
 /// state is there, and a slow machine only makes it wait longer, not fail.
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+pub fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    assert!(
+        test_kit::eventually(REPLY_TIMEOUT, cond),
+        "never happened: {what}"
+    );
 }
