@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::mem::offset_of;
 
-use ioctl_proxy::bytes::{rd32, rd64, uuid_at, wr32};
+use ioctl_proxy::bytes::{rd32, rd64, read_prefix, uuid_at, wr32, wr64};
 use ioctl_proxy::kit::{Note, Stop, deny};
 use ioctl_proxy::service::{NodeService, settle};
 use ioctl_proxy::{
@@ -25,6 +25,10 @@ use tracing::debug;
 
 use crate::layout::{Fields, UuidRule, fields};
 use crate::nv::*;
+
+/// Where `UVM_INITIALIZE` has its flags and `UVM_MM_INITIALIZE` its fd.
+const INIT_FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
+const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
 
 /// The node name in audit events.
 const NODE: Node = Node::Uvm;
@@ -435,15 +439,15 @@ impl UvmProxy {
             // Multi-process sharing mode: the worker issues the UVM ioctls, the tenant maps
             // (DESIGN.md section 5); without it the va_space binds to the worker's mm and
             // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs).
-            const FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
-            let flags = rd64(&top, FLAGS);
+            let flags = read_prefix::<UVM_INITIALIZE_PARAMS>(&top).flags;
             client_flags = Some(flags);
-            params[FLAGS..FLAGS + 8].copy_from_slice(
-                &(flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE).to_ne_bytes(),
+            wr64(
+                &mut params,
+                INIT_FLAGS,
+                flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE,
             );
         } else if cmd == UVM_MM_INITIALIZE {
-            const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
-            let fd = rd32(&top, UVM_FD) as i32;
+            let fd = read_prefix::<UVM_MM_INITIALIZE_PARAMS>(&top).uvmFd;
             let host = match fds.resolve(fd) {
                 Ok(open) => {
                     resolved.uvm_fd = Some(open);
@@ -484,13 +488,13 @@ impl UvmProxy {
             out[off..off + 4].copy_from_slice(&top[off..off + 4]);
         }
         if cmd == UVM_MM_INITIALIZE {
-            out[..4].copy_from_slice(&top[..4]);
+            out[UVM_FD..UVM_FD + 4].copy_from_slice(&top[UVM_FD..UVM_FD + 4]);
         }
         if let Some(flags) = client_flags {
             // Hide the forced flag unless the client set it itself.
-            let host_flags = rd64(&out, 0);
+            let host_flags = rd64(&out, INIT_FLAGS);
             let shown = host_flags & !(UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE & !flags);
-            out[..8].copy_from_slice(&shown.to_ne_bytes());
+            wr64(&mut out, INIT_FLAGS, shown);
         }
         Ok((ret, out, resolved))
     }
