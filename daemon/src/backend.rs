@@ -1,40 +1,82 @@
-//! The `ioctl-proxy` request path as a [`Backend`] of the CUSE nodes.
+//! The request path as the [`Backend`] of an instance's nodes: one generic [`NodeBackend`]
+//! over `ioctl_proxy`'s [`NodeService`], served by the frontend ([`ProxyBackend`]: `Proxy`,
+//! `/dev/nvidiactl` and `/dev/nvidia<N>`) and UVM ([`UvmBackend`]: `uvm::UvmProxy`,
+//! `/dev/nvidia-uvm`) alike.
 
 use std::io;
 use std::sync::{Arc, RwLock};
 
 use cuse_dev::Errno;
-use ioctl_proxy::{Caller, ClientMemory, FdError, FdResolver, OpenId, OwnerId, Proxy, ProxyError};
+use ioctl_proxy::{
+    Caller, ClientMemory, FdError, FdResolver, NodeService, OpenId, OwnerId, Proxy, ProxyError,
+};
 
 use uvm::UvmProxy;
 
 use crate::device::{Backend, FdLookup, Node};
 use crate::ratelimit::tenant_log;
 
-/// One instance's proxy behind its nodes.
-pub struct ProxyBackend {
-    proxy: RwLock<Arc<Proxy>>,
+/// One instance's request path of one node type behind its nodes. A restore or upgrade
+/// replaces the service it serves ([`NodeBackend::replace`]).
+pub struct NodeBackend<S> {
+    service: RwLock<Arc<S>>,
+    /// The frontend's backend, for the UVM node (it shares its instance).
+    _frontend: Option<Arc<ProxyBackend>>,
+}
+
+/// The frontend nodes' backend.
+pub type ProxyBackend = NodeBackend<Proxy>;
+
+/// One instance's `/dev/nvidia-uvm` request path (`uvm::UvmProxy`) as the node's backend.
+/// Its opens take ids from the frontend proxy's id space, so the fd resolution the nodes share
+/// names exactly one open of one node.
+pub type UvmBackend = NodeBackend<UvmProxy>;
+
+impl<S> NodeBackend<S> {
+    /// The service serving now (a restore replaces it, `checkpoint.rs`).
+    fn serving(&self) -> Arc<S> {
+        self.service
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Serves `service` from now on; returns the one it replaces.
+    pub fn replace(&self, service: Arc<S>) -> Arc<S> {
+        std::mem::replace(
+            &mut *self.service.write().unwrap_or_else(|e| e.into_inner()),
+            service,
+        )
+    }
 }
 
 impl ProxyBackend {
     /// Serves `proxy`.
     pub fn new(proxy: Arc<Proxy>) -> Self {
-        ProxyBackend {
-            proxy: RwLock::new(proxy),
+        NodeBackend {
+            service: RwLock::new(proxy),
+            _frontend: None,
         }
     }
 
     /// The proxy serving now (a restore replaces it, `checkpoint.rs`).
     pub fn proxy(&self) -> Arc<Proxy> {
-        self.proxy.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.serving()
+    }
+}
+
+impl UvmBackend {
+    /// Serves `uvm`, next to the instance's frontend backend.
+    pub fn new(uvm: Arc<UvmProxy>, frontend: Arc<ProxyBackend>) -> Self {
+        NodeBackend {
+            service: RwLock::new(uvm),
+            _frontend: Some(frontend),
+        }
     }
 
-    /// Serves `proxy` from now on; returns the one it replaces.
-    pub fn replace(&self, proxy: Arc<Proxy>) -> Arc<Proxy> {
-        std::mem::replace(
-            &mut *self.proxy.write().unwrap_or_else(|e| e.into_inner()),
-            proxy,
-        )
+    /// The UVM proxy serving now (a restore replaces it, `checkpoint.rs`).
+    pub fn uvm(&self) -> Arc<UvmProxy> {
+        self.serving()
     }
 }
 
@@ -55,114 +97,36 @@ impl FdResolver for Lookup<'_> {
     }
 }
 
-impl Backend for ProxyBackend {
+impl<S: NodeService + 'static> Backend for NodeBackend<S> {
     fn open(&self, node: Node, _pid: u32) -> Result<u64, Errno> {
-        if node == Node::Uvm {
-            return Err(Errno::ENODEV); // served by UvmBackend
+        let service = self.serving();
+        if !service.serves(node) {
+            return Err(Errno::ENODEV); // served by the instance's other backend
         }
-        let proxy = self.proxy();
-        let id = proxy.open(node).map_err(|e| {
-            tenant_log!(warn, &proxy.policy().name, %node, error = %e, "open failed");
+        let id = service.open_node(node).map_err(|e| {
+            let instance = &service.instance().policy().name;
+            tenant_log!(warn, instance, %node, error = %e, "open failed");
             errno_of(&e)
         })?;
         if id.0 > i32::MAX as u64 {
             // The identify ioctl returns the fh as an int.
-            proxy.release(id);
+            service.release_open(id);
             return Err(Errno::from_i32(libc::EMFILE));
         }
         Ok(id.0)
     }
 
     fn release(&self, open: u64) {
-        self.proxy().release(OwnerId(open));
+        self.serving().release_open(OwnerId(open));
     }
 
+    /// The open's mapping fd (frontend: the RM mapping file; UVM: the host UVM file's mmap fd,
+    /// offset == VA, adjust 0, unless the instance's `uvm_mmap` is off: `ENODEV`).
     fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
-        self.proxy().mapping_fd(OwnerId(open)).map_err(|e| {
-            tracing::debug!(open, error = %e, "no mapping fd");
-            errno_of(&e)
-        })
-    }
-
-    fn ioctl(
-        &self,
-        open: u64,
-        tid: u32,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: FdLookup<'_>,
-    ) -> Result<i32, Errno> {
-        let caller = Caller {
-            pid: 0, // looked up only for an audit event (Caller::process)
-            tid,
-        };
-        self.proxy()
-            .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
-            .map_err(|e| errno_of(&e))
-    }
-}
-
-/// One instance's `/dev/nvidia-uvm` request path (`uvm::UvmProxy`) as the node's backend.
-/// Its opens take ids from the frontend proxy's id space, so the fd resolution the nodes share
-/// names exactly one open of one node.
-pub struct UvmBackend {
-    uvm: RwLock<Arc<UvmProxy>>,
-    /// The frontend's backend (the UVM node shares its instance).
-    _frontend: Arc<ProxyBackend>,
-}
-
-impl UvmBackend {
-    /// Serves `uvm`.
-    pub fn new(uvm: Arc<UvmProxy>, frontend: Arc<ProxyBackend>) -> Self {
-        UvmBackend {
-            uvm: RwLock::new(uvm),
-            _frontend: frontend,
-        }
-    }
-
-    /// The UVM proxy serving now (a restore replaces it, `checkpoint.rs`).
-    pub fn uvm(&self) -> Arc<UvmProxy> {
-        self.uvm.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Serves `uvm` from now on; returns the one it replaces.
-    pub fn replace(&self, uvm: Arc<UvmProxy>) -> Arc<UvmProxy> {
-        std::mem::replace(
-            &mut *self.uvm.write().unwrap_or_else(|e| e.into_inner()),
-            uvm,
-        )
-    }
-}
-
-impl Backend for UvmBackend {
-    fn open(&self, node: Node, _pid: u32) -> Result<u64, Errno> {
-        if node != Node::Uvm {
-            return Err(Errno::ENODEV);
-        }
-        let uvm = self.uvm();
-        let id = uvm.open().map_err(|e| {
-            tenant_log!(warn, &uvm.frontend().policy().name, error = %e, "uvm open failed");
-            errno_of(&e)
-        })?;
-        if id.0 > i32::MAX as u64 {
-            uvm.release(id);
-            return Err(Errno::from_i32(libc::EMFILE));
-        }
-        Ok(id.0)
-    }
-
-    fn release(&self, open: u64) {
-        self.uvm().release(OwnerId(open));
-    }
-
-    /// The host UVM file's mmap fd (offset == VA, adjust 0), unless the instance's
-    /// `uvm_mmap` is off: `ENODEV`.
-    fn mapping_fd(&self, open: u64) -> Result<(std::os::fd::OwnedFd, u64), Errno> {
-        self.uvm()
+        self.serving()
             .mmap_fd(&Caller::default(), OwnerId(open))
             .map_err(|e| {
-                tracing::debug!(open, error = %e, "no uvm mapping fd");
+                tracing::debug!(open, error = %e, "no mapping fd");
                 Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
             })
     }
@@ -180,8 +144,16 @@ impl Backend for UvmBackend {
             pid: 0, // looked up only for an audit event (Caller::process)
             tid,
         };
-        self.uvm()
-            .ioctl(OwnerId(open), &caller, cmd, arg, mem, &Lookup(fds))
-            .map_err(|e| errno_of(&e))
+        let service = self.serving();
+        ioctl_proxy::service::ioctl(
+            &*service,
+            OwnerId(open),
+            &caller,
+            cmd,
+            arg,
+            mem,
+            &Lookup(fds),
+        )
+        .map_err(|e| errno_of(&e))
     }
 }

@@ -8,6 +8,9 @@
 //!   fd and pointer translation, GPU-set isolation, audit ([`AuditSink`], [`AuditCounts`]).
 //! - the driver boundary ([`HostDriver`], [`HostFile`]) is the `host-driver` crate, which also
 //!   holds the real driver.
+//! - [`service`]: [`NodeService`], the one entry of every node's request path (the frontend
+//!   here, `/dev/nvidia-uvm` in the `uvm` crate): span, in-flight quota, accounting, the
+//!   answer of a handler's stop; [`bytes`]: field access on params bytes for both.
 //! - [`memory`]: the caller's memory and the retry-transport contract.
 //! - [`schedule`]: an instance's scheduling priority and the scheduling controls tenants may
 //!   not use.
@@ -23,6 +26,7 @@
 
 mod alloc;
 pub mod audit;
+pub mod bytes;
 pub mod checkpoint;
 mod control;
 mod embedded;
@@ -42,6 +46,7 @@ mod proxy;
 mod replay;
 mod request;
 pub mod schedule;
+pub mod service;
 mod vidmem;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
@@ -60,3 +65,4 @@ pub use proxy::{
 };
 pub use replay::{GpuRef, RemapRule, Restored, make_remapping};
 pub use schedule::{InlineNice, NiceCaller, Priority, install_nice_caller};
+pub use service::NodeService;

@@ -14,34 +14,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 pub(crate) trait Params: FromBytes + IntoBytes + Immutable + KnownLayout + Copy {}
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy> Params for T {}
 
-/// Reads a native-endian `u32` at `off`; 0 when out of range (callers size buffers first).
-pub(crate) fn rd32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-/// Reads a native-endian `u64` at `off`; 0 when out of range.
-pub(crate) fn rd64(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8).map_or(0, |s| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        u64::from_ne_bytes(a)
-    })
-}
-
-/// Writes a native-endian `u32` at `off` (ignored when out of range).
-pub(crate) fn wr32(b: &mut [u8], off: usize, v: u32) {
-    if let Some(s) = b.get_mut(off..off + 4) {
-        s.copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-/// Writes a native-endian `u64` at `off` (ignored when out of range).
-pub(crate) fn wr64(b: &mut [u8], off: usize, v: u64) {
-    if let Some(s) = b.get_mut(off..off + 8) {
-        s.copy_from_slice(&v.to_ne_bytes());
-    }
-}
+pub(crate) use crate::bytes::{rd32, rd64, wr32, wr64};
 
 /// A buffer of a plan: the top-level params or a nested buffer.
 pub(crate) type Buf = Option<usize>;
@@ -79,16 +52,7 @@ impl Plan {
     /// A buffer's leading bytes as `T` (zeros where the buffer is shorter: callers size
     /// buffers by `T` first).
     pub(crate) fn get<T: Params>(&self, b: Buf) -> T {
-        let bytes = self.buf(b);
-        match T::read_from_prefix(bytes) {
-            Ok((t, _)) => t,
-            Err(_) => {
-                let mut t = T::new_zeroed();
-                let n = bytes.len().min(size_of::<T>());
-                t.as_mut_bytes()[..n].copy_from_slice(&bytes[..n]);
-                t
-            }
-        }
+        crate::bytes::read_prefix(self.buf(b))
     }
 
     /// The bytes of a buffer.
@@ -207,10 +171,5 @@ mod tests {
         plan.rewrite32(None, 0, 1);
         plan.rewrite32(None, 0, 2);
         assert_eq!(plan.into_outputs().0, vec![7, 0, 0, 0]);
-    }
-
-    #[test]
-    fn test_out_of_range_reads_are_zero() {
-        assert_eq!((rd32(&[1, 2], 0), rd64(&[0; 4], 0)), (0, 0));
     }
 }

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -44,6 +45,7 @@ use crate::memory::ClientMemory;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
 use crate::request::Req;
+use crate::service::NodeService;
 use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
@@ -169,8 +171,9 @@ pub struct GpuInfo {
     pub pci: (u32, u8, u8),
 }
 
+/// One client open of a frontend node (the frontend's [`NodeService::File`]).
 #[derive(Debug)]
-pub(crate) struct OpenFile {
+pub struct OpenFile {
     pub(crate) node: FrontendNode,
     pub(crate) host: Arc<dyn HostFile>,
     /// The open's mapping host file and its mmap context (`mapping.rs`).
@@ -679,10 +682,11 @@ impl Proxy {
         self.gpus.iter().any(|g| g.gpu_id == gpu_id)
     }
 
-    /// Proxies one ioctl of the client open `open`. `Ok(ret)` is the ioctl's return value
-    /// (driver-level failures are NV statuses written into the client's params, with `Ok`);
-    /// `Err(e)` fails the ioctl with `e.errno()`, except [`ProxyError::Pending`], which asks
-    /// the transport to fetch more client memory and call again.
+    /// Proxies one ioctl of the client open `open` through the nodes' one entry,
+    /// [`crate::service::ioctl`]. `Ok(ret)` is the ioctl's return value (driver-level failures
+    /// are NV statuses written into the client's params, with `Ok`); `Err(e)` fails the ioctl
+    /// with `e.errno()`, except [`ProxyError::Pending`], which asks the transport to fetch
+    /// more client memory and call again.
     pub fn ioctl(
         &self,
         open: OpenId,
@@ -692,23 +696,7 @@ impl Proxy {
         mem: &mut dyn ClientMemory,
         fds: &dyn FdResolver,
     ) -> Result<i32, ProxyError> {
-        let span = tracing::debug_span!(
-            "ioctl",
-            instance = %self.policy.name,
-            tid = caller.tid,
-            cmd = format_args!("{cmd:#010x}")
-        );
-        let _enter = span.enter();
-        let start = Instant::now();
-        let file = self.file(open).ok_or(ProxyError::UnknownOpen(open.0))?;
-        let _in_flight = self.enter_request()?;
-        let node = file.node;
-        let mut req = Req::new(self, open, file, mem, fds);
-        let res = req.dispatch(cmd, arg);
-        if !matches!(res, Err(ProxyError::Pending)) {
-            self.account(caller, &node, req.note, &res, start);
-        }
-        res
+        crate::service::ioctl(self, open, caller, cmd, arg, mem, fds)
     }
 
     /// Accounts one finished request of any of the instance's nodes (the UVM path calls it
@@ -766,5 +754,54 @@ impl Proxy {
             errno,
             latency_us,
         });
+    }
+}
+
+/// The frontend nodes (`Ctl`, `Gpu`) as a [`NodeService`].
+impl NodeService for Proxy {
+    type File = Arc<OpenFile>;
+
+    fn instance(&self) -> &Proxy {
+        self
+    }
+
+    fn serves(&self, node: Node) -> bool {
+        node != Node::Uvm
+    }
+
+    fn open_node(&self, node: Node) -> Result<OpenId, ProxyError> {
+        self.open(node)
+    }
+
+    fn release_open(&self, open: OpenId) {
+        self.release(open);
+    }
+
+    /// [`Proxy::mapping_fd`] (the caller is not needed: no audit event).
+    fn mmap_fd(&self, _caller: &Caller, open: OpenId) -> std::io::Result<(OwnedFd, u64)> {
+        self.mapping_fd(open)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
+    }
+
+    fn file(&self, open: OpenId) -> Option<Arc<OpenFile>> {
+        Proxy::file(self, open)
+    }
+
+    fn node(&self, file: &Arc<OpenFile>) -> Node {
+        file.node
+    }
+
+    fn dispatch(
+        &self,
+        open: OpenId,
+        file: Arc<OpenFile>,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: &dyn FdResolver,
+    ) -> (Result<i32, ProxyError>, Note) {
+        let mut req = Req::new(self, open, file, mem, fds);
+        let res = req.dispatch(cmd, arg);
+        (res, req.note)
     }
 }

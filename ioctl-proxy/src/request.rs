@@ -302,21 +302,15 @@ impl<'a> Req<'a> {
         f: impl FnOnce(&mut Self, T) -> Result<i32, Stop>,
     ) -> Result<i32, ProxyError> {
         let p = self.read_params::<T>(addr)?;
-        match f(self, p) {
-            Ok(r) => Ok(r),
-            Err(Stop::Err(e)) => Err(e),
-            Err(Stop::Status {
-                status,
-                decision,
-                reason,
-            }) => {
-                self.note.stopped(status, decision, reason);
-                let mut answer = p;
-                wr32(answer.as_mut_bytes(), status_off, status);
-                self.write_top(addr, answer.as_bytes())?;
-                Ok(0)
-            }
-        }
+        let res = f(self, p);
+        let mut note = std::mem::replace(&mut self.note, Note::new(Kind::Escape, 0));
+        let answered = crate::service::settle(&mut note, res, |status| {
+            let mut answer = p;
+            wr32(answer.as_mut_bytes(), status_off, status);
+            self.write_top(addr, answer.as_bytes())
+        });
+        self.note = note;
+        answered
     }
 
     /// Room for one more RM client or object in the instance's quota, or

@@ -5,14 +5,15 @@ use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use std::mem::offset_of;
 
+use ioctl_proxy::bytes::{rd32, rd64, read_prefix, uuid_at, wr32, wr64};
 use ioctl_proxy::kit::{Note, Stop, deny};
+use ioctl_proxy::service::{NodeService, settle};
 use ioctl_proxy::{
     AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostCall, HostFile, Kind,
-    MemError, NodeKind, OpenId, Proxy, ProxyError, Verdict,
+    MemError, Node, NodeKind, OpenId, Proxy, ProxyError, Verdict,
 };
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{
@@ -25,13 +26,17 @@ use tracing::debug;
 use crate::layout::{Fields, UuidRule, fields};
 use crate::nv::*;
 
+/// Where `UVM_INITIALIZE` has its flags and `UVM_MM_INITIALIZE` its fd.
+const INIT_FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
+const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
+
 /// The node name in audit events.
-const NODE: &str = "uvm";
+const NODE: Node = Node::Uvm;
 
 /// One client open of `/dev/nvidia-uvm`: its own host UVM file (the driver's va_space is the
 /// open file).
 #[derive(Debug)]
-pub(crate) struct UvmOpen {
+pub struct UvmOpen {
     pub(crate) host: Arc<dyn HostFile>,
     /// What a replay re-creates, and what it cannot (`replay.rs`).
     pub(crate) record: Mutex<crate::replay::UvmRecord>,
@@ -69,33 +74,6 @@ impl fmt::Debug for UvmProxy {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn rd32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn rd64(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8).map_or(0, |s| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        u64::from_ne_bytes(a)
-    })
-}
-
-fn wr32(b: &mut [u8], off: usize, v: u32) {
-    if let Some(s) = b.get_mut(off..off + 4) {
-        s.copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-fn uuid_at(b: &[u8], off: usize) -> [u8; 16] {
-    let mut u = [0u8; 16];
-    if let Some(s) = b.get(off..off + 16) {
-        u.copy_from_slice(s);
-    }
-    u
 }
 
 fn mem_err(e: MemError) -> ProxyError {
@@ -208,7 +186,7 @@ impl UvmProxy {
                 instance: self.proxy.policy().name.clone(),
                 pid: caller.process(),
                 tid: caller.tid,
-                node: NODE.into(),
+                node: NODE.to_string(),
                 kind: Kind::Uvm,
                 name: "mmap".into(),
                 number: 0,
@@ -227,7 +205,8 @@ impl UvmProxy {
         file.host.mmap_fd()
     }
 
-    /// Proxies one ioctl of the client open `open`, with the contract of [`Proxy::ioctl`]:
+    /// Proxies one ioctl of the client open `open` through the nodes' one entry
+    /// ([`ioctl_proxy::service::ioctl`]), with the contract of [`Proxy::ioctl`]:
     /// `Ok(ret)` is the ioctl's return (driver-level failures are NV statuses in `rmStatus`),
     /// `Err(e)` fails it with `e.errno()`, [`ProxyError::Pending`] asks the transport for
     /// more client memory and a re-run (every read and write reservation happens before the
@@ -241,29 +220,12 @@ impl UvmProxy {
         mem: &mut dyn ClientMemory,
         fds: &dyn FdResolver,
     ) -> Result<i32, ProxyError> {
-        let span = tracing::debug_span!(
-            "uvm_ioctl",
-            instance = %self.proxy.policy().name,
-            tid = caller.tid,
-            cmd = format_args!("{cmd:#x}")
-        );
-        let _enter = span.enter();
-        let start = Instant::now();
-        let file = lock(&self.opens)
-            .get(&open)
-            .cloned()
-            .ok_or(ProxyError::UnknownOpen(open.0))?;
-        let _in_flight = self.proxy.enter_request()?;
-        let mut note = Note::new(Kind::Uvm, cmd);
-        let res = self.dispatch(open, &file, cmd, arg, mem, fds, &mut note);
-        if !matches!(res, Err(ProxyError::Pending)) {
-            self.proxy.account(caller, &NODE, note, &res, start);
-        }
-        res
+        ioctl_proxy::service::ioctl(self, open, caller, cmd, arg, mem, fds)
     }
 
+    /// One ioctl inside the nodes' entry wrapper ([`NodeService::dispatch`]).
     #[allow(clippy::too_many_arguments)]
-    fn dispatch(
+    fn handle(
         &self,
         open: OpenId,
         file: &UvmOpen,
@@ -325,37 +287,31 @@ impl UvmProxy {
         let client_top = answer.clone();
         if cmd == UVM_MAP_EXTERNAL_ALLOCATION && !self.proxy.vid_hold_room(open) {
             // The mapping would hold video memory the books could not follow (vidmem.rs).
-            note.stopped(
+            let stop = deny(
                 NV_ERR_INSUFFICIENT_RESOURCES,
-                Decision::Denied,
                 "external mappings of this UVM file",
             );
-            wr32(&mut answer, fields.status, NV_ERR_INSUFFICIENT_RESOURCES);
-            mem.write(arg, &answer).map_err(mem_err)?;
-            return Ok(0);
-        }
-        match self.forward(file, cmd, top, &fields, fds, note) {
-            Ok((ret, out, resolved)) => {
-                note.nv_status = Some(rd32(&out, fields.status));
-                if ret == 0 && rd32(&out, fields.status) == NV_OK {
-                    lock(&file.record).note(spec.name, cmd, &client_top, resolved);
-                    self.vid_books(open, cmd, &client_top, &fields);
-                }
-                mem.write(arg, &out).map_err(mem_err)?;
-                Ok(ret)
-            }
-            Err(Stop::Err(e)) => Err(e),
-            Err(Stop::Status {
-                status,
-                decision,
-                reason,
-            }) => {
-                note.stopped(status, decision, reason);
+            return settle(note, stop, |status| {
                 wr32(&mut answer, fields.status, status);
-                mem.write(arg, &answer).map_err(mem_err)?;
-                Ok(0)
-            }
+                mem.write(arg, &answer).map_err(mem_err)
+            });
         }
+        let (ret, out, resolved) = match self.forward(file, cmd, top, &fields, fds, note) {
+            Ok(forwarded) => forwarded,
+            Err(stop) => {
+                return settle(note, Err(stop), |status| {
+                    wr32(&mut answer, fields.status, status);
+                    mem.write(arg, &answer).map_err(mem_err)
+                });
+            }
+        };
+        note.nv_status = Some(rd32(&out, fields.status));
+        if ret == 0 && rd32(&out, fields.status) == NV_OK {
+            lock(&file.record).note(spec.name, cmd, &client_top, resolved);
+            self.vid_books(open, cmd, &client_top, &fields);
+        }
+        mem.write(arg, &out).map_err(mem_err)?;
+        Ok(ret)
     }
 
     /// After a successful call: UVM's references to RM video memory (`ioctl_proxy` `vidmem.rs`).
@@ -483,15 +439,15 @@ impl UvmProxy {
             // Multi-process sharing mode: the worker issues the UVM ioctls, the tenant maps
             // (DESIGN.md section 5); without it the va_space binds to the worker's mm and
             // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs).
-            const FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
-            let flags = rd64(&top, FLAGS);
+            let flags = read_prefix::<UVM_INITIALIZE_PARAMS>(&top).flags;
             client_flags = Some(flags);
-            params[FLAGS..FLAGS + 8].copy_from_slice(
-                &(flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE).to_ne_bytes(),
+            wr64(
+                &mut params,
+                INIT_FLAGS,
+                flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE,
             );
         } else if cmd == UVM_MM_INITIALIZE {
-            const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
-            let fd = rd32(&top, UVM_FD) as i32;
+            let fd = read_prefix::<UVM_MM_INITIALIZE_PARAMS>(&top).uvmFd;
             let host = match fds.resolve(fd) {
                 Ok(open) => {
                     resolved.uvm_fd = Some(open);
@@ -532,13 +488,13 @@ impl UvmProxy {
             out[off..off + 4].copy_from_slice(&top[off..off + 4]);
         }
         if cmd == UVM_MM_INITIALIZE {
-            out[..4].copy_from_slice(&top[..4]);
+            out[UVM_FD..UVM_FD + 4].copy_from_slice(&top[UVM_FD..UVM_FD + 4]);
         }
         if let Some(flags) = client_flags {
             // Hide the forced flag unless the client set it itself.
-            let host_flags = rd64(&out, 0);
+            let host_flags = rd64(&out, INIT_FLAGS);
             let shown = host_flags & !(UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE & !flags);
-            out[..8].copy_from_slice(&shown.to_ne_bytes());
+            wr64(&mut out, INIT_FLAGS, shown);
         }
         Ok((ret, out, resolved))
     }
@@ -552,5 +508,52 @@ impl UvmProxy {
             return Ok(());
         }
         deny(foreign, "GPU UUID outside the instance's set")
+    }
+}
+
+/// `/dev/nvidia-uvm` as a [`NodeService`] of the instance.
+impl NodeService for UvmProxy {
+    type File = Arc<UvmOpen>;
+
+    fn instance(&self) -> &Proxy {
+        &self.proxy
+    }
+
+    fn serves(&self, node: Node) -> bool {
+        node == NODE
+    }
+
+    fn open_node(&self, _node: Node) -> Result<OpenId, ProxyError> {
+        self.open()
+    }
+
+    fn release_open(&self, open: OpenId) {
+        self.release(open);
+    }
+
+    fn mmap_fd(&self, caller: &Caller, open: OpenId) -> io::Result<(OwnedFd, u64)> {
+        UvmProxy::mmap_fd(self, caller, open)
+    }
+
+    fn file(&self, open: OpenId) -> Option<Arc<UvmOpen>> {
+        lock(&self.opens).get(&open).cloned()
+    }
+
+    fn node(&self, _file: &Arc<UvmOpen>) -> Node {
+        NODE
+    }
+
+    fn dispatch(
+        &self,
+        open: OpenId,
+        file: Arc<UvmOpen>,
+        cmd: u32,
+        arg: u64,
+        mem: &mut dyn ClientMemory,
+        fds: &dyn FdResolver,
+    ) -> (Result<i32, ProxyError>, Note) {
+        let mut note = Note::new(Kind::Uvm, cmd);
+        let res = self.handle(open, &file, cmd, arg, mem, fds, &mut note);
+        (res, note)
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::mem::offset_of;
 use std::sync::{Arc, Mutex};
 
+use ioctl_proxy::bytes::{rd32, rd64, uuid_at};
 use ioctl_proxy::checkpoint::{
     Checkpoint, CheckpointError, SavedUvmGpu, SavedUvmGpuVaSpace, SavedUvmOpen, parse_uuid,
     uuid_string,
@@ -50,17 +51,9 @@ pub(crate) struct UvmRecord {
     pub(crate) mapped: bool,
 }
 
-fn rd32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn uuid_at(b: &[u8], off: usize) -> String {
-    let mut u = [0u8; 16];
-    if let Some(s) = b.get(off..off + 16) {
-        u.copy_from_slice(s);
-    }
-    uuid_string(&u)
+/// The UUID at `off`, as text.
+fn uuid_text(b: &[u8], off: usize) -> String {
+    uuid_string(&uuid_at(b, off))
 }
 
 impl UvmRecord {
@@ -69,17 +62,14 @@ impl UvmRecord {
         let full = self.gpus.len() + self.va_spaces.len() >= MAX_REGISTRATIONS;
         match cmd {
             UVM_INITIALIZE => {
-                let mut f = [0u8; 8];
-                if let Some(b) = top.get(..8) {
-                    f.copy_from_slice(b);
-                }
-                self.init_flags = Some(u64::from_ne_bytes(f));
+                let flags = offset_of!(UVM_INITIALIZE_PARAMS, flags);
+                self.init_flags = Some(rd64(top, flags));
             }
             UVM_MM_INITIALIZE => self.mm_of = r.uvm_fd,
             UVM_REGISTER_GPU if !full => {
                 type P = UVM_REGISTER_GPU_PARAMS;
                 self.gpus.push(SavedUvmGpu {
-                    uuid: uuid_at(top, offset_of!(P, gpu_uuid)),
+                    uuid: uuid_text(top, offset_of!(P, gpu_uuid)),
                     rm_ctrl_open: r.rm_ctrl.map(|o| o.0),
                     h_client: rd32(top, offset_of!(P, hClient)),
                     h_smc_part_ref: rd32(top, offset_of!(P, hSmcPartRef)),
@@ -87,21 +77,21 @@ impl UvmRecord {
             }
             UVM_UNREGISTER_GPU => {
                 // Unregistering a GPU unregisters its GPU VA space too (uvm_va_space.c).
-                let u = uuid_at(top, 0);
+                let u = uuid_text(top, 0);
                 self.gpus.retain(|g| g.uuid != u);
                 self.va_spaces.retain(|g| g.uuid != u);
             }
             UVM_REGISTER_GPU_VASPACE if !full => {
                 type P = UVM_REGISTER_GPU_VASPACE_PARAMS;
                 self.va_spaces.push(SavedUvmGpuVaSpace {
-                    uuid: uuid_at(top, offset_of!(P, gpuUuid)),
+                    uuid: uuid_text(top, offset_of!(P, gpuUuid)),
                     rm_ctrl_open: r.rm_ctrl.map(|o| o.0),
                     h_client: rd32(top, offset_of!(P, hClient)),
                     h_va_space: rd32(top, offset_of!(P, hVaSpace)),
                 });
             }
             UVM_UNREGISTER_GPU_VASPACE => {
-                let u = uuid_at(top, 0);
+                let u = uuid_text(top, 0);
                 self.va_spaces.retain(|g| g.uuid != u);
             }
             UVM_DEINITIALIZE => {}
