@@ -8,7 +8,7 @@
 //! nvproxy abi import --from-source DIR --out F  a node file for a version the tree lacks
 //! ```
 //!
-//! The choice of tables for `nvproxy serve` is `abi_tables.rs`.
+//! The choice of tables for `nvproxy serve` is `nvproxy_config::abi_tables`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow};
 use nvproxy_abi::{AbiNode, DriverVersion, Support, render};
 
 #[cfg(test)]
-use crate::abi_tables::{AbiChoice, host_tables};
+use nvproxy_config::abi_tables::{AbiChoice, host_tables};
 
 /// Subcommands of `nvproxy abi`.
 #[derive(Debug, Clone, clap::Subcommand)]

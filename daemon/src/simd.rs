@@ -524,7 +524,7 @@ pub struct SimDriverArgs {
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
     /// The driver version it reports.
-    #[arg(long, default_value = crate::config::DEFAULT_SIM_VERSION)]
+    #[arg(long, default_value = nvproxy_config::DEFAULT_SIM_VERSION)]
     pub driver_version: String,
     /// Where its client-handle counter starts (the instance name).
     #[arg(long)]
@@ -538,7 +538,7 @@ pub struct SimDriverArgs {
 pub fn run(args: &SimDriverArgs) -> Result<()> {
     crate::sys::block_termination_signals().context("blocking signals")?;
     let d = crate::running::make_driver(
-        crate::config::DriverKind::Sim,
+        nvproxy_config::DriverKind::Sim,
         args.gpus,
         &args.driver_version,
         false,

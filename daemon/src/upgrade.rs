@@ -668,7 +668,7 @@ struct Prepared {
 fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -> Result<Prepared> {
     let name = &spec.instance.name;
     let mut driver = match (&spec.sim_socket, spec.driver) {
-        (Some(path), crate::config::DriverKind::Sim) => {
+        (Some(path), nvproxy_config::DriverKind::Sim) => {
             let d = state
                 .driver
                 .as_ref()
@@ -686,7 +686,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
                 abi: None,
             }
         }
-        (None, crate::config::DriverKind::Sim) => {
+        (None, nvproxy_config::DriverKind::Sim) => {
             bail!(
                 "instance {name}: its simulated driver lives in the worker; a live upgrade needs [sim] process = true"
             )
@@ -706,11 +706,11 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             state.driver_version
         );
     }
-    let choice = crate::abi_tables::AbiChoice {
+    let choice = nvproxy_config::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = nvproxy_config::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     crate::record::wrap(&mut driver, &spec.instance)?;
@@ -807,9 +807,9 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
         _ => bail!("the state names neither CUSE nodes with an mmap socket nor a device socket"),
     };
     let transport = if matches!(serving, Suspension::Socket(_)) {
-        crate::config::Transport::Socket
+        nvproxy_config::Transport::Socket
     } else {
-        crate::config::Transport::Cuse
+        nvproxy_config::Transport::Cuse
     };
     if transport != spec.instance.transport {
         bail!(

@@ -38,6 +38,8 @@ use ioctl_proxy::policy::{PASS_THROUGH_FAMILIES, pass_through_name};
 use nvproxy_abi::{DriverAbi, DriverVersion};
 use serde::Deserialize;
 
+use crate::HostProbe;
+
 /// The escape every control goes through.
 pub const CONTROL_ESCAPE: &str = "NV_ESC_RM_CONTROL";
 /// The escape every class allocation goes through.
@@ -53,7 +55,8 @@ pub const PASS_THROUGH_CONTROLS: [&str; 2] = PASS_THROUGH_FAMILIES;
 pub struct AbiNames {
     /// What the names come from, for messages: "driver 535.261.03".
     pub label: String,
-    pub(crate) names: BTreeMap<Kind, BTreeSet<&'static str>>,
+    /// The table's names by kind (escapes, controls, classes, UVM ioctls).
+    pub names: BTreeMap<Kind, BTreeSet<&'static str>>,
     /// The legacy GSS control names of the tables (`nvproxy_abi::legacy`): controls, built
     /// from the headers' categories rather than held as table entries.
     legacy: BTreeMap<String, u32>,
@@ -119,8 +122,8 @@ impl AbiNames {
 
     /// The host driver's table when this host has a driver of a known version, else every
     /// known version's names.
-    pub fn for_host() -> AbiNames {
-        crate::host::host_driver_version()
+    pub fn for_host(host: &dyn HostProbe) -> AbiNames {
+        host.driver_version()
             .and_then(|v| AbiNames::for_version(&v).ok())
             .unwrap_or_else(AbiNames::all_versions)
     }
