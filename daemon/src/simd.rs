@@ -32,6 +32,7 @@ use nvsim::{SimDriver, SimStats};
 use serde::{Deserialize, Serialize};
 
 use crate::listener::Stop;
+use crate::node::WireNode;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -40,33 +41,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The largest frame either side accepts: a call's params and nested buffers (each bounded by
 /// the ABI tables well below this) with room to spare.
 pub const MAX_FRAME: usize = 64 << 20;
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-enum WireNode {
-    Ctl,
-    Gpu(u32),
-    Uvm,
-}
-
-impl From<NodeKind> for WireNode {
-    fn from(n: NodeKind) -> Self {
-        match n {
-            NodeKind::Ctl => WireNode::Ctl,
-            NodeKind::Gpu(m) => WireNode::Gpu(m),
-            NodeKind::Uvm => WireNode::Uvm,
-        }
-    }
-}
-
-impl From<WireNode> for NodeKind {
-    fn from(n: WireNode) -> Self {
-        match n {
-            WireNode::Ctl => NodeKind::Ctl,
-            WireNode::Gpu(m) => NodeKind::Gpu(m),
-            WireNode::Uvm => NodeKind::Uvm,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct WireCall {
