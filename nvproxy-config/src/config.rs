@@ -26,7 +26,7 @@
 //! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
 //! allow = ["NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION"]  # admin overrides, by driver name
 //!                                # (pass-through controls: "RM_GSS_LEGACY" or one command,
-//!                                # "RM_GSS_LEGACY 0x20808159"; see `policy_cmd.rs`)
+//!                                # "RM_GSS_LEGACY 0x20808159"; see `policy.rs`)
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
 //! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
 //! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
@@ -40,7 +40,7 @@
 //! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
 //!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
-//! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
+//! policy = "job42-policy.toml"   # a policy file (`policy.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
 
@@ -201,8 +201,8 @@ pub struct SimSection {
     /// Driver version the simulated driver reports.
     pub driver_version: String,
     /// Run each instance's simulated driver as a process of its own (`nvproxy sim-driver`,
-    /// `simd.rs`), which outlives the instance's workers as the kernel driver does, instead of
-    /// inside the worker.
+    /// the daemon's `simd.rs`), which outlives the instance's workers as the kernel driver
+    /// does, instead of inside the worker.
     pub process: bool,
 }
 
@@ -349,7 +349,7 @@ pub struct InstanceConfig {
     pub allow: Vec<String>,
     /// Audit log path (JSON lines).
     pub audit_log: Option<PathBuf>,
-    /// A policy file (`policy_cmd.rs`): an allowlist-only policy replaces the caps, or more
+    /// A policy file ([`crate::policy`]): an allowlist-only policy replaces the caps, or more
     /// names beyond them. `Config::load` resolves a relative path against the config's
     /// directory and checks the file.
     #[serde(default)]
@@ -395,12 +395,13 @@ pub struct InstanceConfig {
     pub user: Option<String>,
     /// How tenants reach the instance: `auto` (default: `cuse` where `/dev/cuse` can be
     /// opened, else `socket`), `cuse` (CUSE nodes) or `socket` (no device nodes; the shim
-    /// forwards `/dev/nvidia*` to the worker over a unix socket; `socket_transport.rs`).
+    /// forwards `/dev/nvidia*` to the worker over a unix socket; the daemon's
+    /// `socket_transport.rs`).
     /// [`Config::resolve_transports`] settles `auto` before an instance starts.
     #[serde(default)]
     pub transport: Transport,
     /// Record every call the instance makes to the driver to this file (JSON lines,
-    /// `record.rs`), appending, up to `record_limit` bytes.
+    /// the daemon's `record.rs`), appending, up to `record_limit` bytes.
     #[serde(default)]
     pub record: Option<PathBuf>,
     /// The record file's bound (default 16 MiB); recording stops past it and says so once.
