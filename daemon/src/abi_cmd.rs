@@ -8,16 +8,13 @@
 //! nvproxy abi import --from-source DIR --out F  a node file for a version the tree lacks
 //! ```
 //!
-//! The choice of tables for `nvproxy serve` is `abi_tables.rs`.
+//! The choice of tables for `nvproxy serve` is `nvproxy_config::abi_tables`.
 
 use std::path::{Path, PathBuf};
 
 use abi_import::host;
 use anyhow::{Context, Result, anyhow};
 use nvproxy_abi::{AbiNode, DriverVersion, Support, render};
-
-#[cfg(test)]
-use crate::abi_tables::{AbiChoice, host_tables};
 
 /// Subcommands of `nvproxy abi`.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -155,122 +152,6 @@ mod tests {
                 && msg.contains("`[daemon] abi_version = \"535.309.01\"`"),
             "{msg}"
         );
-    }
-
-    fn node_dir(name: &str, files: &[(&str, String)]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("nvproxy-abi-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (f, text) in files {
-            std::fs::write(dir.join(f), text).unwrap();
-        }
-        dir
-    }
-
-    /// A node file for 580.300.01 (580.142's facts renamed, one control resized).
-    fn node_file() -> String {
-        let p = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../nvproxy-abi/facts/580.142.json"
-        );
-        let mut f: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-        f["driver_version"] = serde_json::json!("580.300.01");
-        f["struct_sizes"]["NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS"] = serde_json::json!(68);
-        host::node_file_text(&host::import(&f, "test").unwrap()).unwrap()
-    }
-
-    #[test]
-    fn test_host_tables_of_a_known_version_are_its_node() {
-        let (t, label) = host_tables("580.142\n", &AbiChoice::default()).unwrap();
-        assert_eq!(label, "node 580.142");
-        assert_eq!(
-            t,
-            nvproxy_abi::find(&"580.142".parse().unwrap())
-                .unwrap()
-                .tables()
-        );
-    }
-
-    #[test]
-    fn test_host_tables_of_an_unknown_version_is_the_error_with_the_choices() {
-        let err = host_tables("580.300.01", &AbiChoice::default()).unwrap_err();
-        let msg = format!("{err:#}");
-        assert!(
-            msg.contains("nvproxy has no ABI tables for driver 580.300.01")
-                && msg.contains("The choices: (1)")
-                && msg.contains("nvproxy serve --abi-version 580.173.02"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn test_host_tables_override_serves_an_unknown_version_with_a_named_node() {
-        let choice = AbiChoice {
-            abi_version: Some("580.142".into()),
-            abi_dir: None,
-        };
-        let (t, label) = host_tables("580.300.01", &choice).unwrap();
-        assert_eq!(
-            label,
-            "node 580.142, overriding driver 580.300.01 (abi_version)"
-        );
-        assert_eq!(
-            t,
-            nvproxy_abi::find(&"580.142".parse().unwrap())
-                .unwrap()
-                .tables()
-        );
-        let bad = AbiChoice {
-            abi_version: Some("580.299.01".into()),
-            abi_dir: None,
-        };
-        let msg = format!("{:#}", host_tables("580.300.01", &bad).unwrap_err());
-        assert!(msg.contains("no node or node file for 580.299.01"), "{msg}");
-    }
-
-    #[test]
-    fn test_host_tables_loads_a_verified_node_file_for_the_host_version() {
-        let dir = node_dir("load", &[("580.300.01.json", node_file())]);
-        let choice = AbiChoice {
-            abi_version: None,
-            abi_dir: Some(dir.clone()),
-        };
-        let (t, label) = host_tables("580.300.01", &choice).unwrap();
-        assert!(
-            label.starts_with("node file ") && label.ends_with("(parent 580.173.02)"),
-            "{label}"
-        );
-        assert_eq!(t.controls[&0x2080_0110].param_size, 68);
-        // A node file can also be what the override names.
-        let (_, label) = host_tables(
-            "580.301.01",
-            &AbiChoice {
-                abi_version: Some("580.300.01".into()),
-                abi_dir: Some(dir.clone()),
-            },
-        )
-        .unwrap();
-        assert!(label.contains("overriding driver 580.301.01"), "{label}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn test_host_tables_refuses_to_start_on_a_node_file_that_does_not_verify() {
-        let tampered = node_file().replace("\"supported\"", "\"unqualified\"");
-        let dir = node_dir("bad", &[("580.300.01.json", tampered)]);
-        let choice = AbiChoice {
-            abi_version: None,
-            abi_dir: Some(dir.clone()),
-        };
-        let msg = format!("{:#}", host_tables("580.142", &choice).unwrap_err());
-        assert!(
-            msg.contains("[daemon] abi_dir")
-                && msg.contains("580.300.01.json")
-                && msg.contains("without a reason"),
-            "{msg}"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

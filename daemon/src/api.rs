@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self, Config, InstanceConfig, Mode, RestartPolicy};
 use crate::supervisor::{InstanceInfo, Supervisor, spec_for};
+use nvproxy_config::{Config, InstanceConfig, Mode, RestartPolicy};
 
 /// The control socket's file name under the run directory.
 pub const SOCKET_NAME: &str = crate::paths::CONTROL_SOCKET;
@@ -374,12 +374,12 @@ pub enum InstanceCommand {
         user: Option<String>,
         /// How tenants reach it: cuse, socket, or auto (the daemon picks cuse where its
         /// /dev/cuse can be opened, else socket).
-        #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
-        transport: config::Transport,
+        #[arg(long, value_enum, default_value_t = nvproxy_config::Transport::Auto)]
+        transport: nvproxy_config::Transport,
         /// Video memory the instance may hold on each of its GPUs (e.g. 10GiB, 512MiB);
         /// default: no quota.
         #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<config::ByteSize>,
+        gpu_memory: Option<nvproxy_config::ByteSize>,
         /// Scheduling priority of its channel groups: low, medium (the driver's default) or
         /// high.
         #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
@@ -673,23 +673,6 @@ pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
                 })
         })
         .collect()
-}
-
-impl Config {
-    /// Checks an instance created at run time against this daemon's driver, as
-    /// `check-config` checks the file's.
-    pub fn check_gpus(&self, inst: &InstanceConfig) -> Result<()> {
-        if self.driver == config::DriverKind::Sim {
-            if let Some(&g) = inst.gpus.iter().find(|&&g| g >= self.sim.gpus) {
-                bail!(
-                    "GPU {g}: the simulated driver has {} GPU(s) (0-{})",
-                    self.sim.gpus,
-                    self.sim.gpus.saturating_sub(1)
-                );
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

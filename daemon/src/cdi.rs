@@ -888,9 +888,9 @@ fn generate(args: &GenerateArgs) -> Result<()> {
     let mut run_dir = crate::paths::host_run_dir(None);
     let instances: Vec<InstanceInfo> = match &args.config {
         Some(path) => {
-            let cfg = crate::config::Config::load(path)?;
+            let cfg = nvproxy_config::Config::load(path, &crate::host::ThisHost)?;
             run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
-            if cfg.driver == crate::config::DriverKind::Sim {
+            if cfg.driver == nvproxy_config::DriverKind::Sim {
                 sim_version = Some(cfg.sim.driver_version.clone());
             }
             cfg.instances
@@ -907,7 +907,7 @@ fn generate(args: &GenerateArgs) -> Result<()> {
                     .flatten()
                     .filter(|e| what(&e.path()))
                     .filter_map(|e| e.file_name().into_string().ok())
-                    .filter(|n| crate::config::validate_instance_name(n).is_ok())
+                    .filter(|n| nvproxy_config::validate_instance_name(n).is_ok())
                     .collect()
             };
             let mut names: BTreeSet<String> = names_in(nodes_dir, |_| true).into_iter().collect();
@@ -1001,7 +1001,7 @@ fn spec_from(
 /// `serve`'s `[cdi]`: writes the spec of the instances `instances` names (name, caps) whose
 /// nodes are live to `[cdi] spec`, atomically; nothing when `spec = ""`.
 pub fn write_current(
-    cfg: &crate::config::Config,
+    cfg: &nvproxy_config::Config,
     instances: &[(String, Vec<String>)],
 ) -> Result<()> {
     let out = &cfg.cdi.spec;
@@ -1033,7 +1033,7 @@ pub fn write_current(
         no_preload: false,
     };
     let sim_version =
-        (cfg.driver == crate::config::DriverKind::Sim).then(|| cfg.sim.driver_version.clone());
+        (cfg.driver == nvproxy_config::DriverKind::Sim).then(|| cfg.sim.driver_version.clone());
     let spec = spec_from(&args, infos, sim_version, run_dir)?;
     write_spec(out, &spec).with_context(|| format!("[cdi] spec = {}", out.display()))
 }

@@ -18,12 +18,12 @@ use nvproxy_preload_proto::{
     NVPROXY_HELLO_MAGIC, NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY, NVPROXY_IOC_MMAP_TICKET,
 };
 
-use crate::config::MemoryTransport;
 use crate::fdid::FdIdentity;
 use crate::memory::{RetryMemory, RetryPlan, VmMemory};
 use crate::mmap::InstanceMmap;
 use crate::ratelimit::tenant_log;
 use crate::sys;
+use nvproxy_config::MemoryTransport;
 
 thread_local! {
     /// Whether this thread has given up `CAP_SYS_ADMIN` ([`drop_admin_on_this_thread`]).

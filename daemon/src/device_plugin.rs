@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::api::{Answer, Request, call};
-use crate::config::{InstanceConfig, Mode, RestartPolicy, Transport};
+use nvproxy_config::{InstanceConfig, Mode, RestartPolicy, Transport};
 
 /// `nvproxy device-plugin`.
 #[derive(Debug, clap::Args)]
@@ -44,7 +44,7 @@ pub struct DevicePluginArgs {
     pub shares_per_gpu: Option<u32>,
     /// The video memory quota of each share's instance (e.g. 10GiB; needs --shares-per-gpu).
     #[arg(long, value_name = "SIZE", requires = "shares_per_gpu")]
-    pub share_gpu_memory: Option<crate::config::ByteSize>,
+    pub share_gpu_memory: Option<nvproxy_config::ByteSize>,
 }
 
 /// `250ms`, `2s`, `1m`.
@@ -147,7 +147,7 @@ impl device_plugin::Backend for ApiBackend {
             max_objects: None,
             max_in_flight: None,
             max_os_descriptor_bytes: None,
-            gpu_memory: gpu_memory.map(crate::config::ByteSize),
+            gpu_memory: gpu_memory.map(nvproxy_config::ByteSize),
             priority: ioctl_proxy::Priority::default(),
             restart: RestartPolicy::OnFailure,
             user: None,
@@ -176,7 +176,7 @@ impl device_plugin::Backend for ApiBackend {
 
 /// Runs the plugin until SIGTERM/SIGINT.
 pub fn run(args: &DevicePluginArgs) -> Result<()> {
-    crate::config::parse_caps(&args.caps)?;
+    nvproxy_config::parse_caps(&args.caps)?;
     let shares = match (args.shares_per_gpu, args.share_gpu_memory) {
         (Some(per_gpu), Some(m)) => {
             let s = device_plugin::Shares {

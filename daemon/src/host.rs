@@ -1,7 +1,25 @@
 //! Facts read from this host's driver (sysfs, procfs): the probes configuration and policy
-//! checks use. Imports nothing of the crate.
+//! checks use ([`ThisHost`] answers `nvproxy_config`'s [`HostProbe`]). Imports nothing of the
+//! crate.
 
 use std::fs;
+
+use nvproxy_config::HostProbe;
+
+/// This host, probed when a config check asks.
+pub struct ThisHost;
+
+impl HostProbe for ThisHost {
+    fn driver_version(&self) -> Option<String> {
+        host_driver_version()
+    }
+    fn gpu_minors(&self) -> Option<Vec<u32>> {
+        host_gpu_minors()
+    }
+    fn cuse_usable(&self) -> bool {
+        cuse_usable()
+    }
+}
 
 /// The loaded NVIDIA kernel module's version, from sysfs or procfs.
 pub fn host_driver_version() -> Option<String> {

@@ -13,10 +13,10 @@ use cuse_dev::{
     CuseError, DeviceConfig, InitInfo, PendingRetry, Session, SessionControl, Suspended,
 };
 
-use crate::config::MemoryTransport;
 use crate::device::{Backend, Node, NodeDevice};
 use crate::fdid::FdIdentity;
 use crate::mmap::InstanceMmap;
+use nvproxy_config::MemoryTransport;
 
 /// How long registration and the self-check may take (the VM's emulated CPU is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(20);

@@ -3,7 +3,6 @@
 #![deny(unsafe_code)]
 
 mod abi_cmd;
-mod abi_tables;
 mod api;
 mod audit_cmd;
 mod audit_log;
@@ -11,7 +10,6 @@ mod backend;
 mod cdi;
 mod checkpoint;
 mod child;
-mod config;
 mod device;
 mod device_plugin;
 mod doctor;
@@ -30,7 +28,6 @@ mod node;
 mod node_gpus;
 mod nsexec;
 mod paths;
-mod policy;
 mod policy_cmd;
 mod ratelimit;
 mod record;
@@ -227,10 +224,12 @@ fn main() -> ExitCode {
         Command::Run(args) => serve::run(args).map(|never| match never {}),
         Command::Policy(cmd) => policy_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Audit(cmd) => audit_cmd::run(cmd).map(|()| ExitCode::SUCCESS),
-        Command::CheckConfig { path } => config::Config::load(path).map(|cfg| {
-            println!("{}", cfg.summary());
-            ExitCode::SUCCESS
-        }),
+        Command::CheckConfig { path } => {
+            nvproxy_config::Config::load(path, &host::ThisHost).map(|cfg| {
+                println!("{}", cfg.summary(&host::ThisHost));
+                ExitCode::SUCCESS
+            })
+        }
         Command::Instance(cmd) => api::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Metrics(socket) => api::metrics(socket).map(|()| ExitCode::SUCCESS),
         Command::DevicePlugin(args) => device_plugin::run(args).map(|()| ExitCode::SUCCESS),

@@ -1,14 +1,49 @@
 //! The node concept shared by the node devices, the mmap path and the instance: which node
-//! ([`Node`], the request path's type), and the request path behind an instance's nodes
-//! ([`Backend`]).
+//! ([`Node`], the request path's type), the request path behind an instance's nodes
+//! ([`Backend`]), and a host node as the wires name it ([`WireNode`]).
 
 use std::io;
 
 use cuse_dev::Errno;
+use host_driver::NodeKind;
 use ioctl_proxy::ClientMemory;
+use serde::{Deserialize, Serialize};
 
 /// Which node of an instance a device is, as the tenant sees it: the request path's node type.
 pub use ioctl_proxy::Node;
+
+/// A host node as the wires name it: the worker state of a live upgrade (JSON, `upgrade.rs`)
+/// and the simulated driver's frames (`postcard`, by variant index, `simd.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireNode {
+    /// `/dev/nvidiactl`.
+    Ctl,
+    /// `/dev/nvidia<minor>`.
+    Gpu(u32),
+    /// `/dev/nvidia-uvm`.
+    Uvm,
+}
+
+impl From<NodeKind> for WireNode {
+    fn from(n: NodeKind) -> Self {
+        match n {
+            NodeKind::Ctl => WireNode::Ctl,
+            NodeKind::Gpu(m) => WireNode::Gpu(m),
+            NodeKind::Uvm => WireNode::Uvm,
+        }
+    }
+}
+
+impl From<WireNode> for NodeKind {
+    fn from(n: WireNode) -> Self {
+        match n {
+            WireNode::Ctl => NodeKind::Ctl,
+            WireNode::Gpu(m) => NodeKind::Gpu(m),
+            WireNode::Uvm => NodeKind::Uvm,
+        }
+    }
+}
 
 /// Resolves a caller's fd number to the open id of one of the instance's files.
 pub type FdLookup<'a> = &'a dyn Fn(i32) -> io::Result<u64>;

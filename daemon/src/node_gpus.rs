@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, DriverKind};
+use nvproxy_config::{Config, DriverKind};
 
 /// One GPU of the node, as the instance API's `gpus` reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -108,7 +108,11 @@ mod tests {
 
     #[test]
     fn test_sim_gpus_have_uuids_and_hgx_buses() {
-        let mut cfg = Config::parse("driver = \"sim\"\n[sim]\ngpus = 2\n").unwrap();
+        let mut cfg = Config::parse(
+            "driver = \"sim\"\n[sim]\ngpus = 2\n",
+            &crate::host::ThisHost,
+        )
+        .unwrap();
         cfg.cdi.spec = PathBuf::new();
         let g = node_gpus(&cfg);
         assert_eq!(g.len(), 2);

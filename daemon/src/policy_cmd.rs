@@ -1,5 +1,5 @@
 //! `nvproxy policy suggest --from-audit FILE` / `nvproxy policy check FILE`: the CLI verbs over
-//! policy files (`policy.rs` holds the format, the table names and the checks).
+//! policy files (`nvproxy_config::policy` holds the format, the table names and the checks).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,9 +12,9 @@ use ioctl_proxy::audit::{Decision, Kind};
 use ioctl_proxy::policy::{PassThroughNameError, pass_through_name};
 
 use crate::audit_cmd::AuditLog;
-use crate::policy::{ALLOC_ESCAPE, AbiNames, CONTROL_ESCAPE, PolicyFile};
+use nvproxy_config::policy::{ALLOC_ESCAPE, AbiNames, CONTROL_ESCAPE, PolicyFile};
 #[cfg(test)]
-use crate::policy::{PASS_THROUGH_CONTROLS, check_allow, edit_distance};
+use nvproxy_config::policy::{PASS_THROUGH_CONTROLS, check_allow, edit_distance};
 
 /// `nvproxy policy ...`.
 #[derive(Debug, clap::Subcommand)]
@@ -67,7 +67,7 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
                 Some(v) => {
                     AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
                 }
-                None => AbiNames::for_host(),
+                None => AbiNames::for_host(&crate::host::ThisHost),
             };
             let file = PolicyFile::load(path)?;
             file.check(&names)

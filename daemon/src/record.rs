@@ -411,7 +411,7 @@ fn escape_status_offset(name: &str, size: usize) -> Option<usize> {
 /// (`[[instance]] record`, `exec --record`); the tables must be chosen (`driver.abi`).
 pub fn wrap(
     driver: &mut crate::running::Driver,
-    inst: &crate::config::InstanceConfig,
+    inst: &nvproxy_config::InstanceConfig,
 ) -> Result<()> {
     let Some(path) = &inst.record else {
         return Ok(());

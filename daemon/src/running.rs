@@ -16,10 +16,10 @@ use nvsim::{SimConfig, SimDriver};
 
 use crate::audit_log::JsonLinesSink;
 use crate::backend::{ProxyBackend, UvmBackend};
-use crate::config::{self, DriverKind, InstanceConfig, MemoryTransport, Mode};
 use crate::fdid::FdIdentity;
 use crate::instance::InstanceNodes;
 use crate::mmap::{self, InstanceMmap, MmapSocket};
+use nvproxy_config::{DriverKind, InstanceConfig, MemoryTransport, Mode};
 
 /// Exit status of `exec` / `serve` when `--check-leaks` finds objects left in the simulated
 /// driver.
@@ -86,10 +86,10 @@ pub fn make_driver(
                 .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
             nvproxy_abi::find(&version)
                 .map_err(|e| anyhow::anyhow!("--sim-driver-version {version}: {e}"))?;
-            if gpus == 0 || gpus > config::MAX_SIM_GPUS {
+            if gpus == 0 || gpus > nvproxy_config::MAX_SIM_GPUS {
                 bail!(
                     "--sim-gpus {gpus}: the simulated driver has 1 to {} GPUs",
-                    config::MAX_SIM_GPUS
+                    nvproxy_config::MAX_SIM_GPUS
                 );
             }
             let mut cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
@@ -165,7 +165,7 @@ impl Parts {
         audit: Option<&Path>,
         served: Option<InstancePolicy>,
     ) -> Result<Parts> {
-        let caps = config::parse_caps(&inst.caps)?;
+        let caps = nvproxy_config::parse_caps(&inst.caps)?;
         let mut policy = InstancePolicy::new(inst.name.clone(), caps, inst.gpus.clone());
         policy.mode = match inst.mode {
             Mode::Enforce => ioctl_proxy::Mode::Enforce,
@@ -179,7 +179,7 @@ impl Parts {
         // request threads run without it); one way per process.
         ioctl_proxy::install_nice_caller(std::sync::Arc::new(crate::device::RaiseNice));
         let policy_file = match &inst.policy {
-            Some(p) => Some(crate::policy::PolicyFile::load(p)?),
+            Some(p) => Some(nvproxy_config::policy::PolicyFile::load(p)?),
             None => None,
         };
         if let Some(f) = &policy_file {
@@ -205,11 +205,11 @@ impl Parts {
         .context("the proxy")?
         .with_audit(sink.clone());
         // The names must be in the table of the driver this instance runs on.
-        let names = crate::policy::AbiNames::of(
+        let names = nvproxy_config::policy::AbiNames::of(
             proxy.abi(),
             format!("driver {}", driver.host.version().trim()),
         );
-        crate::policy::check_allow(&inst.allow, &names).context("allow")?;
+        nvproxy_config::policy::check_allow(&inst.allow, &names).context("allow")?;
         if let (Some(f), Some(p)) = (&policy_file, &inst.policy) {
             f.check(&names)
                 .with_context(|| format!("policy file {}", p.display()))?;
@@ -249,7 +249,7 @@ impl RunningInstance {
         let mmap = Arc::new(InstanceMmap::new(&inst.name).context("mmap tickets")?);
         // `auto` is settled before a worker starts (serve, exec, the instance API); settled
         // again here so that nothing else ever stands for CUSE.
-        if inst.transport.resolve(crate::host::cuse_usable()) == config::Transport::Socket {
+        if inst.transport.resolve(crate::host::cuse_usable()) == nvproxy_config::Transport::Socket {
             if transport == MemoryTransport::Retry {
                 tracing::warn!(instance = %inst.name, "memory = \"retry\" is a CUSE protocol: the socket transport reads client memory with process_vm_readv");
             }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use nvsim::SimDriver;
 
-use crate::config::{self, DriverKind, InstanceConfig, MemoryTransport, Mode};
 use crate::mmap::{self};
 use crate::running::{LEAK_EXIT, make_driver};
 use crate::sys;
+use nvproxy_config::{DriverKind, InstanceConfig, MemoryTransport, Mode};
 
 /// `nvproxy exec` options.
 #[derive(Debug, clap::Args)]
@@ -25,7 +25,7 @@ pub struct ExecArgs {
     #[arg(long, default_value_t = 1)]
     pub sim_gpus: u32,
     /// Driver version the simulated driver reports (selects the ABI node).
-    #[arg(long, default_value = config::DEFAULT_SIM_VERSION)]
+    #[arg(long, default_value = nvproxy_config::DEFAULT_SIM_VERSION)]
     pub sim_driver_version: String,
     /// Host GPU minors the instance gets, comma-separated (default: all of the simulated GPUs;
     /// with --driver host, required).
@@ -37,7 +37,7 @@ pub struct ExecArgs {
     /// Video memory the instance may hold on each of its GPUs (e.g. 10GiB, 512MiB); past it
     /// allocations fail as on a full GPU. Default: no quota.
     #[arg(long, value_name = "SIZE")]
-    pub gpu_memory: Option<config::ByteSize>,
+    pub gpu_memory: Option<nvproxy_config::ByteSize>,
     /// Scheduling priority of the instance's channel groups: low, medium (the driver's
     /// default) or high.
     #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
@@ -74,15 +74,15 @@ pub struct ExecArgs {
     /// (no device nodes: the shim forwards /dev/nvidia* to the worker over a unix socket; for
     /// kernels without CUSE; needs the shim) or `auto` (cuse where /dev/cuse can be opened,
     /// else socket).
-    #[arg(long, value_enum, default_value_t = config::Transport::Auto)]
-    pub transport: config::Transport,
+    #[arg(long, value_enum, default_value_t = nvproxy_config::Transport::Auto)]
+    pub transport: nvproxy_config::Transport,
     /// Record every call the instance makes to the driver to FILE (JSON lines: node, names,
     /// request and reply bytes, NV status, errno; appended).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// The record file's bound (default 16MiB); recording stops past it and says so once.
     #[arg(long, value_name = "SIZE", requires = "record")]
-    pub record_limit: Option<config::ByteSize>,
+    pub record_limit: Option<nvproxy_config::ByteSize>,
     #[command(flatten)]
     pub shim: ShimArgs,
     /// The command and its arguments.
@@ -159,7 +159,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         ),
     };
     if args.driver == DriverKind::Sim {
-        config::check_sim_gpus(
+        nvproxy_config::check_sim_gpus(
             &gpus,
             args.sim_gpus,
             &format!("--sim-gpus {}", args.sim_gpus),
@@ -167,7 +167,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         .context("--gpus")?;
     }
     let transport = args.transport.resolve(crate::host::cuse_usable());
-    if args.transport == config::Transport::Auto {
+    if args.transport == nvproxy_config::Transport::Auto {
         tracing::info!(%transport, "transport auto");
     }
     let inst = InstanceConfig {
@@ -185,7 +185,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_os_descriptor_bytes: None,
         gpu_memory: args.gpu_memory,
         priority: args.priority,
-        restart: config::RestartPolicy::No,
+        restart: nvproxy_config::RestartPolicy::No,
         user: None,
         transport,
         record: match &args.record {
@@ -195,19 +195,19 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         record_limit: args.record_limit,
     };
     inst.validate()?;
-    crate::policy::check_allow(
+    nvproxy_config::policy::check_allow(
         &inst.allow,
-        &crate::policy::AbiNames::for_version(driver.host.version())?,
+        &nvproxy_config::policy::AbiNames::for_version(driver.host.version())?,
     )
     .context("--allow")?;
     let shim = args.shim.resolve()?;
-    if transport == config::Transport::Socket && args.memory == MemoryTransport::Retry {
+    if transport == nvproxy_config::Transport::Socket && args.memory == MemoryTransport::Retry {
         bail!(
             "--memory retry is a CUSE protocol; the socket transport reads client memory with \
              process_vm_readv (drop --memory retry)"
         );
     }
-    if transport == config::Transport::Socket && shim.is_none() {
+    if transport == nvproxy_config::Transport::Socket && shim.is_none() {
         bail!(
             "the socket transport needs the shim ({}): it is what serves /dev/nvidia* to the \
              command; build it (`cargo build -p preload`) or pass --preload PATH",
@@ -220,7 +220,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     let spec = crate::worker_spec::WorkerSpec {
         instance: inst.clone(),
         driver: args.driver,
-        sim: config::SimSection {
+        sim: nvproxy_config::SimSection {
             gpus: args.sim_gpus,
             driver_version: args.sim_driver_version.clone(),
             process: false,
@@ -239,7 +239,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     let root = &spec.run_dir.clone();
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
-    let socket_transport = transport == config::Transport::Socket;
+    let socket_transport = transport == nvproxy_config::Transport::Socket;
     let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
         .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
         .chain(std::iter::once(crate::node::Node::Uvm))
@@ -418,17 +418,17 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         "its workers open the driver, own the run directory and read their clients' memory",
     )?;
     use crate::supervisor::{Supervisor, spec_for};
-    let mut cfg = config::Config::load(&args.config)?;
+    let mut cfg = nvproxy_config::Config::load(&args.config, &crate::host::ThisHost)?;
     if let Some(d) = args.driver {
         cfg = cfg
-            .with_driver(d)
+            .with_driver(d, &crate::host::ThisHost)
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
     let cuse = crate::host::cuse_usable();
     for i in cfg
         .instances
         .iter()
-        .filter(|i| i.transport == config::Transport::Auto)
+        .filter(|i| i.transport == nvproxy_config::Transport::Auto)
     {
         tracing::info!(
             instance = %i.name,
@@ -453,16 +453,16 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             cfg.daemon.allow_unrestricted_mmap_fds,
             None,
         )?;
-        let choice = crate::abi_tables::AbiChoice {
+        let choice = nvproxy_config::abi_tables::AbiChoice {
             abi_version: cfg.daemon.abi_version.clone(),
             abi_dir: cfg.daemon.abi_dir.clone(),
         };
-        let (_, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
+        let (_, from) = nvproxy_config::abi_tables::host_tables(driver.host.version(), &choice)?;
         tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
     }
     let root = &crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
     let worker_uids = match &cfg.daemon.worker_uids {
-        Some(r) => Some(config::parse_uid_range(r)?),
+        Some(r) => Some(nvproxy_config::parse_uid_range(r)?),
         None => None,
     };
     let sup = Supervisor::new(root, worker_uids)?;
@@ -499,7 +499,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let _metrics_http = match &cfg.daemon.metrics_listen {
         Some(addr) => {
             let s = sup.clone();
-            let addr = crate::config::metrics_addr(addr)?;
+            let addr = nvproxy_config::metrics_addr(addr)?;
             let server =
                 crate::metrics::HttpServer::start(&addr.to_string(), move || s.metrics_samples())?;
             if !addr.ip().is_loopback() {
@@ -606,7 +606,7 @@ pub struct RunArgs {
 
 /// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
-    config::validate_instance_name(&args.instance)?;
+    nvproxy_config::validate_instance_name(&args.instance)?;
     let root = crate::paths::host_run_dir(None);
     if let Some(argv) = crate::socket_transport::run_argv(
         &root,

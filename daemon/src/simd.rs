@@ -32,6 +32,7 @@ use nvsim::{SimDriver, SimStats};
 use serde::{Deserialize, Serialize};
 
 use crate::listener::Stop;
+use crate::node::WireNode;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -40,33 +41,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The largest frame either side accepts: a call's params and nested buffers (each bounded by
 /// the ABI tables well below this) with room to spare.
 pub const MAX_FRAME: usize = 64 << 20;
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-enum WireNode {
-    Ctl,
-    Gpu(u32),
-    Uvm,
-}
-
-impl From<NodeKind> for WireNode {
-    fn from(n: NodeKind) -> Self {
-        match n {
-            NodeKind::Ctl => WireNode::Ctl,
-            NodeKind::Gpu(m) => WireNode::Gpu(m),
-            NodeKind::Uvm => WireNode::Uvm,
-        }
-    }
-}
-
-impl From<WireNode> for NodeKind {
-    fn from(n: WireNode) -> Self {
-        match n {
-            WireNode::Ctl => NodeKind::Ctl,
-            WireNode::Gpu(m) => NodeKind::Gpu(m),
-            WireNode::Uvm => NodeKind::Uvm,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct WireCall {
@@ -524,7 +498,7 @@ pub struct SimDriverArgs {
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
     /// The driver version it reports.
-    #[arg(long, default_value = crate::config::DEFAULT_SIM_VERSION)]
+    #[arg(long, default_value = nvproxy_config::DEFAULT_SIM_VERSION)]
     pub driver_version: String,
     /// Where its client-handle counter starts (the instance name).
     #[arg(long)]
@@ -538,7 +512,7 @@ pub struct SimDriverArgs {
 pub fn run(args: &SimDriverArgs) -> Result<()> {
     crate::sys::block_termination_signals().context("blocking signals")?;
     let d = crate::running::make_driver(
-        crate::config::DriverKind::Sim,
+        nvproxy_config::DriverKind::Sim,
         args.gpus,
         &args.driver_version,
         false,

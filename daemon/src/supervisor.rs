@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{InstanceConfig, RestartPolicy};
 use crate::paths;
 use crate::sys;
 use crate::worker;
 use crate::worker_spec::{self, WorkerSpec, WorkerStats};
+use nvproxy_config::{InstanceConfig, RestartPolicy};
 
 /// The `--log` filter this process was started with, which its workers get too.
 pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -286,7 +286,7 @@ impl Supervisor {
         if spec.run_as.is_none() {
             spec.run_as = self.choose_user(&spec)?;
         }
-        if spec.driver == crate::config::DriverKind::Sim && spec.sim.process {
+        if spec.driver == nvproxy_config::DriverKind::Sim && spec.sim.process {
             spec.sim_socket = Some(self.ensure_sim(&spec)?);
         }
         let (pid, pidfd) = match self.spawn(&spec) {
@@ -720,7 +720,7 @@ impl Supervisor {
             if entry.state != State::Running || entry.pidfd.is_none() {
                 bail!("instance {name} is not running");
             }
-            if entry.spec.driver == crate::config::DriverKind::Sim && !entry.spec.sim.process {
+            if entry.spec.driver == nvproxy_config::DriverKind::Sim && !entry.spec.sim.process {
                 bail!(
                     "instance {name}: its simulated driver lives in its worker; a live upgrade \
                      needs [sim] process = true"
@@ -875,7 +875,7 @@ impl Supervisor {
     /// Rewrites the `[cdi] spec` for the instances whose workers serve now (after start,
     /// every create and rm, and a restarted worker's new nodes). A failure is logged: the
     /// instances serve on, and `nvproxy cdi generate` can still write a spec.
-    pub fn refresh_cdi(&self, cfg: &crate::config::Config) {
+    pub fn refresh_cdi(&self, cfg: &nvproxy_config::Config) {
         let _one = lock(&self.cdi_lock);
         let running: Vec<(String, Vec<String>)> = lock(&self.entries)
             .iter()
@@ -1011,7 +1011,7 @@ pub fn resolve_user(user: &str) -> Result<worker_spec::RunAs> {
 }
 
 /// The spec of a config instance under this config's daemon settings.
-pub fn spec_for(cfg: &crate::config::Config, inst: &InstanceConfig) -> WorkerSpec {
+pub fn spec_for(cfg: &nvproxy_config::Config, inst: &InstanceConfig) -> WorkerSpec {
     WorkerSpec {
         instance: inst.clone(),
         driver: cfg.driver,
@@ -1054,8 +1054,9 @@ mod tests {
         let scratch = crate::test_dir::TestDir::new("sup-stale");
         let root = scratch.path().join("run");
         std::fs::create_dir_all(root.join("a")).unwrap();
-        let cfg = crate::config::Config::parse(
+        let cfg = nvproxy_config::Config::parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
+            &crate::host::ThisHost,
         )
         .unwrap();
         let st = worker_spec::WorkerState {

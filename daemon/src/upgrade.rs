@@ -41,7 +41,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use cuse_dev::{InitInfo, IoVec, PendingRetry, RetryRound};
-use host_driver::{HandedFile, NodeKind};
+use host_driver::HandedFile;
 use ioctl_proxy::HostDriver;
 use ioctl_proxy::live::LiveProxy;
 use uvm::live::LiveUvmOpen;
@@ -50,7 +50,7 @@ use crate::fdid::FdIdentity;
 use crate::fdpass;
 use crate::instance::{InstanceNodes, SuspendedNode};
 use crate::mmap::{InstanceMmap, LiveTicket, MmapSocket};
-use crate::node::Node;
+use crate::node::{Node, WireNode};
 use crate::running::{Parts, RunningInstance, Serving};
 use crate::socket_transport::{DevSocket, SuspendedOpen, SuspendedSocket};
 use crate::worker_spec::WorkerSpec;
@@ -67,38 +67,6 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(20);
 const MAX_STATE_BYTES: u64 = 512 << 20;
 /// The most fds a state may name (the open-file quota's bound, twice for mapping files).
 const MAX_FDS: usize = 1 << 18;
-
-/// A host node as the state names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WireNode {
-    /// `/dev/nvidiactl`.
-    Ctl,
-    /// `/dev/nvidia<minor>`.
-    Gpu(u32),
-    /// `/dev/nvidia-uvm`.
-    Uvm,
-}
-
-impl From<NodeKind> for WireNode {
-    fn from(n: NodeKind) -> Self {
-        match n {
-            NodeKind::Ctl => WireNode::Ctl,
-            NodeKind::Gpu(m) => WireNode::Gpu(m),
-            NodeKind::Uvm => WireNode::Uvm,
-        }
-    }
-}
-
-impl From<WireNode> for NodeKind {
-    fn from(n: WireNode) -> Self {
-        match n {
-            WireNode::Ctl => NodeKind::Ctl,
-            WireNode::Gpu(m) => NodeKind::Gpu(m),
-            WireNode::Uvm => NodeKind::Uvm,
-        }
-    }
-}
 
 /// A host file in the state; its fd, if any, is `fds[fd]` of the transfer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -668,7 +636,7 @@ struct Prepared {
 fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -> Result<Prepared> {
     let name = &spec.instance.name;
     let mut driver = match (&spec.sim_socket, spec.driver) {
-        (Some(path), crate::config::DriverKind::Sim) => {
+        (Some(path), nvproxy_config::DriverKind::Sim) => {
             let d = state
                 .driver
                 .as_ref()
@@ -686,7 +654,7 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
                 abi: None,
             }
         }
-        (None, crate::config::DriverKind::Sim) => {
+        (None, nvproxy_config::DriverKind::Sim) => {
             bail!(
                 "instance {name}: its simulated driver lives in the worker; a live upgrade needs [sim] process = true"
             )
@@ -706,11 +674,11 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
             state.driver_version
         );
     }
-    let choice = crate::abi_tables::AbiChoice {
+    let choice = nvproxy_config::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = nvproxy_config::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     crate::record::wrap(&mut driver, &spec.instance)?;
@@ -807,9 +775,9 @@ fn prepare(spec: &WorkerSpec, state: WorkerState, fds: &mut [Option<OwnedFd>]) -
         _ => bail!("the state names neither CUSE nodes with an mmap socket nor a device socket"),
     };
     let transport = if matches!(serving, Suspension::Socket(_)) {
-        crate::config::Transport::Socket
+        nvproxy_config::Transport::Socket
     } else {
-        crate::config::Transport::Cuse
+        nvproxy_config::Transport::Cuse
     };
     if transport != spec.instance.transport {
         bail!(

@@ -28,13 +28,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::config::DriverKind;
-#[cfg(test)]
-use crate::config::MemoryTransport;
 use crate::paths::{STATE_FILE, WORKER_SOCKET, run_dir};
 use crate::running::{self, RunningInstance};
 use crate::sys;
 use crate::worker_spec::{CHANNELS_ENV, WorkerSpec, WorkerState, WorkerStats};
+use nvproxy_config::DriverKind;
+#[cfg(test)]
+use nvproxy_config::MemoryTransport;
 
 /// Takes the channels [`CHANNELS_ENV`] names: each must be an open `/dev/cuse` file of ours.
 fn inherited_channels() -> Result<Vec<std::os::fd::OwnedFd>> {
@@ -166,11 +166,11 @@ fn start_instance(spec: &WorkerSpec) -> Result<(RunningInstance, running::Driver
             Some(&name),
         )?,
     };
-    let choice = crate::abi_tables::AbiChoice {
+    let choice = nvproxy_config::abi_tables::AbiChoice {
         abi_version: spec.abi_version.clone(),
         abi_dir: spec.abi_dir.clone(),
     };
-    let (abi, from) = crate::abi_tables::host_tables(driver.host.version(), &choice)?;
+    let (abi, from) = nvproxy_config::abi_tables::host_tables(driver.host.version(), &choice)?;
     tracing::info!(instance = %name, tables = %from, "ABI tables");
     driver.abi = Some(abi);
     crate::record::wrap(&mut driver, &spec.instance)?;
@@ -332,9 +332,10 @@ mod tests {
     use super::*;
 
     fn spec(name: &str) -> WorkerSpec {
-        let cfg = crate::config::Config::parse(&format!(
-            "driver = \"sim\"\n[[instance]]\nname = \"{name}\"\ngpus = [0]\n"
-        ))
+        let cfg = nvproxy_config::Config::parse(
+            &format!("driver = \"sim\"\n[[instance]]\nname = \"{name}\"\ngpus = [0]\n"),
+            &crate::host::ThisHost,
+        )
         .unwrap();
         WorkerSpec {
             instance: cfg.instances[0].clone(),

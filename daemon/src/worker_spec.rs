@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DriverKind, InstanceConfig, MemoryTransport, SimSection};
+use nvproxy_config::{DriverKind, InstanceConfig, MemoryTransport, SimSection};
 
 /// What a worker serves: everything it needs, so that it can be started (or re-adopted)
 /// without the supervisor's config file.

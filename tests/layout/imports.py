@@ -12,7 +12,7 @@ cycles. With --check the exit status is 1 when such a set exists (the "one-way a
 of issue 24).
 
     python3 tests/layout/imports.py            # every workspace crate with a src/
-    python3 tests/layout/imports.py daemon     # one crate
+    python3 tests/layout/imports.py daemon     # one crate (test.sh: --check daemon nvproxy-config)
     python3 tests/layout/imports.py --edges daemon
 """
 

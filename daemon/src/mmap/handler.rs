@@ -15,10 +15,10 @@ use nix::sys::time::TimeVal;
 use nvproxy_preload_proto::{MmapReply, MmapRequest, MmapTicketArgs};
 
 use super::*;
-use crate::config::MemoryTransport;
 use crate::node::{Backend, Node};
 use crate::ratelimit::tenant_log;
 use crate::sys;
+use nvproxy_config::MemoryTransport;
 
 /// The node a ticket was issued on and the backend that answers for it.
 #[derive(Clone)]

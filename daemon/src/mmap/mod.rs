@@ -69,8 +69,8 @@ mod tests {
     use super::socket::*;
     use super::tickets::*;
     use super::*;
-    use crate::config::MemoryTransport;
     use crate::node::{Backend, Node};
+    use nvproxy_config::MemoryTransport;
     use std::os::fd::AsFd;
 
     fn counter() -> Box<dyn FnMut() -> io::Result<u64> + Send> {

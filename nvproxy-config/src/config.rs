@@ -1,4 +1,5 @@
-//! The daemon's configuration file (TOML) and its validation.
+//! The daemon's configuration file (TOML) and its validation. Host facts come in through a
+//! [`HostProbe`]; imports `policy` and `probe` of the crate.
 //!
 //! ```toml
 //! driver = "sim"                 # "host" (default): the NVIDIA driver on this machine
@@ -25,7 +26,7 @@
 //! mode = "enforce"               # or "audit": allow what is known, log what enforce would deny
 //! allow = ["NV2080_CTRL_CMD_GPU_QUERY_ECC_CONFIGURATION"]  # admin overrides, by driver name
 //!                                # (pass-through controls: "RM_GSS_LEGACY" or one command,
-//!                                # "RM_GSS_LEGACY 0x20808159"; see `policy_cmd.rs`)
+//!                                # "RM_GSS_LEGACY 0x20808159"; see `policy.rs`)
 //! audit_log = "/var/log/nvproxy/job42.jsonl"             # default: <audit_dir>/<name>.jsonl
 //! max_open_files = 4096          # opens of the instance's nodes at once (past it: ENOMEM)
 //! max_objects = 131072           # RM clients + objects (past it: NV_ERR_INSUFFICIENT_RESOURCES)
@@ -39,7 +40,7 @@
 //! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
 //!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
 //!                                # to the worker over a unix socket (kernels without CUSE)
-//! policy = "job42-policy.toml"   # a policy file (`policy_cmd.rs`; relative to this file's
+//! policy = "job42-policy.toml"   # a policy file (`policy.rs`; relative to this file's
 //!                                # directory), e.g. from `nvproxy policy suggest --from-audit`
 //! ```
 
@@ -50,6 +51,9 @@ use anyhow::{Context, Result, bail};
 use ioctl_proxy::policy::pass_through_name;
 use nvproxy_abi::{Caps, DriverVersion};
 use serde::{Deserialize, Serialize};
+
+use crate::HostProbe;
+use crate::policy::AbiNames;
 
 /// Which driver the daemon forwards to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -120,7 +124,7 @@ impl Transport {
     }
 
     /// The transport an instance runs with: `auto` becomes `cuse` when `cuse_usable` (the
-    /// host probe [`crate::host::cuse_usable`]), else `socket`; the others stay.
+    /// host probe [`HostProbe::cuse_usable`]), else `socket`; the others stay.
     pub fn resolve(self, cuse_usable: bool) -> Transport {
         match self {
             Transport::Auto if cuse_usable => Transport::Cuse,
@@ -197,8 +201,8 @@ pub struct SimSection {
     /// Driver version the simulated driver reports.
     pub driver_version: String,
     /// Run each instance's simulated driver as a process of its own (`nvproxy sim-driver`,
-    /// `simd.rs`), which outlives the instance's workers as the kernel driver does, instead of
-    /// inside the worker.
+    /// the daemon's `simd.rs`), which outlives the instance's workers as the kernel driver
+    /// does, instead of inside the worker.
     pub process: bool,
 }
 
@@ -345,7 +349,7 @@ pub struct InstanceConfig {
     pub allow: Vec<String>,
     /// Audit log path (JSON lines).
     pub audit_log: Option<PathBuf>,
-    /// A policy file (`policy_cmd.rs`): an allowlist-only policy replaces the caps, or more
+    /// A policy file ([`crate::policy`]): an allowlist-only policy replaces the caps, or more
     /// names beyond them. `Config::load` resolves a relative path against the config's
     /// directory and checks the file.
     #[serde(default)]
@@ -391,12 +395,13 @@ pub struct InstanceConfig {
     pub user: Option<String>,
     /// How tenants reach the instance: `auto` (default: `cuse` where `/dev/cuse` can be
     /// opened, else `socket`), `cuse` (CUSE nodes) or `socket` (no device nodes; the shim
-    /// forwards `/dev/nvidia*` to the worker over a unix socket; `socket_transport.rs`).
+    /// forwards `/dev/nvidia*` to the worker over a unix socket; the daemon's
+    /// `socket_transport.rs`).
     /// [`Config::resolve_transports`] settles `auto` before an instance starts.
     #[serde(default)]
     pub transport: Transport,
     /// Record every call the instance makes to the driver to this file (JSON lines,
-    /// `record.rs`), appending, up to `record_limit` bytes.
+    /// the daemon's `record.rs`), appending, up to `record_limit` bytes.
     #[serde(default)]
     pub record: Option<PathBuf>,
     /// The record file's bound (default 16 MiB); recording stops past it and says so once.
@@ -524,11 +529,11 @@ pub struct Config {
 impl Config {
     /// Reads and validates a config file, and the policy files it names (relative paths are
     /// resolved against the config's directory).
-    pub fn load(path: &Path) -> Result<Config> {
+    pub fn load(path: &Path, host: &dyn HostProbe) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
         let mut cfg =
-            Config::parse(&text).with_context(|| format!("in config {}", path.display()))?;
+            Config::parse(&text, host).with_context(|| format!("in config {}", path.display()))?;
         let dir = path.parent().unwrap_or(Path::new(""));
         if let Some(p) = cfg.daemon.abi_dir.as_mut().filter(|p| p.is_relative()) {
             *p = dir.join(&*p);
@@ -541,12 +546,12 @@ impl Config {
                 *p = dir.join(&*p);
             }
         }
-        cfg.check_policy_files()
+        cfg.check_policy_files(host)
             .with_context(|| format!("in config {}", path.display()))?;
         cfg.check_abi_choice()
             .with_context(|| format!("in config {}", path.display()))?;
         if cfg.driver == DriverKind::Host {
-            if let Some(minors) = crate::host::host_gpu_minors() {
+            if let Some(minors) = host.gpu_minors() {
                 for inst in &cfg.instances {
                     check_host_gpus(&inst.gpus, &minors).with_context(|| {
                         format!(
@@ -564,11 +569,11 @@ impl Config {
     /// Loads every instance's policy file and checks its names against the table the config
     /// will run with: the simulated driver's version, or the host driver's (every known
     /// version's names when this host has none; the instance checks again at start).
-    pub fn check_policy_files(&self) -> Result<()> {
+    pub fn check_policy_files(&self, host: &dyn HostProbe) -> Result<()> {
         if self.instances.iter().all(|i| i.policy.is_none()) {
             return Ok(());
         }
-        let names = self.abi_names()?;
+        let names = self.abi_names(host)?;
         for inst in &self.instances {
             if let Some(p) = &inst.policy {
                 crate::policy::load_checked(p, &names)
@@ -579,7 +584,7 @@ impl Config {
     }
 
     /// Parses and validates config text.
-    pub fn parse(text: &str) -> Result<Config> {
+    pub fn parse(text: &str, host: &dyn HostProbe) -> Result<Config> {
         let mut cfg: Config = toml::from_str(text)?;
         for inst in &mut cfg.instances {
             for n in &mut inst.allow {
@@ -588,12 +593,12 @@ impl Config {
                 }
             }
         }
-        cfg.validate()?;
+        cfg.validate(host)?;
         Ok(cfg)
     }
 
     /// Settles every instance's `transport = "auto"` for this host (`cuse_usable`: the
-    /// probe [`crate::host::cuse_usable`]); what the supervisor starts never says `auto`.
+    /// probe [`HostProbe::cuse_usable`]); what the supervisor starts never says `auto`.
     pub fn resolve_transports(&mut self, cuse_usable: bool) {
         for i in &mut self.instances {
             i.transport = i.transport.resolve(cuse_usable);
@@ -601,7 +606,7 @@ impl Config {
     }
 
     /// A human-readable description of what this config serves, in the file's own spellings.
-    pub fn summary(&self) -> String {
+    pub fn summary(&self, host: &dyn HostProbe) -> String {
         let mut out = match self.driver {
             DriverKind::Host => "driver: host\n".to_owned(),
             DriverKind::Sim => format!(
@@ -636,7 +641,7 @@ impl Config {
             if !i.uvm_mmap {
                 out.push_str(", uvm_mmap off");
             }
-            let on_this_host = i.transport.resolve(crate::host::cuse_usable());
+            let on_this_host = i.transport.resolve(host.cuse_usable());
             if on_this_host == i.transport {
                 out.push_str(&format!(", transport {}", i.transport));
             } else {
@@ -682,7 +687,7 @@ impl Config {
     /// host driver's table (every known version's when this host has none). `[sim]
     /// driver_version` must be a known version whatever the driver (`serve --driver sim`
     /// uses it).
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self, host: &dyn HostProbe) -> Result<()> {
         let v = &self.sim.driver_version;
         let version: DriverVersion = v
             .parse()
@@ -742,7 +747,7 @@ impl Config {
             }
         }
         if self.instances.iter().any(|i| !i.allow.is_empty()) {
-            let abi = self.abi_names()?;
+            let abi = self.abi_names(host)?;
             for inst in &self.instances {
                 crate::policy::check_allow(&inst.allow, &abi)
                     .with_context(|| format!("instance {:?}: allow", inst.name))?;
@@ -753,23 +758,38 @@ impl Config {
 
     /// The names of the table this config runs with: the simulated driver's version, or the
     /// host driver's (every known version's when this host has none).
-    pub fn abi_names(&self) -> Result<crate::policy::AbiNames> {
+    pub fn abi_names(&self, host: &dyn HostProbe) -> Result<AbiNames> {
         Ok(match self.driver {
-            DriverKind::Sim => crate::policy::AbiNames::for_version(&self.sim.driver_version)?,
-            DriverKind::Host => crate::policy::AbiNames::for_host(),
+            DriverKind::Sim => AbiNames::for_version(&self.sim.driver_version)?,
+            DriverKind::Host => AbiNames::for_host(host),
         })
     }
 
     /// The config with another driver (`serve --driver`), checked again for that driver.
-    pub fn with_driver(mut self, driver: DriverKind) -> Result<Config> {
+    pub fn with_driver(mut self, driver: DriverKind, host: &dyn HostProbe) -> Result<Config> {
         if driver != self.driver {
             self.driver = driver;
-            self.validate()
+            self.validate(host)
                 .with_context(|| format!("with --driver {driver}"))?;
-            self.check_policy_files()
+            self.check_policy_files(host)
                 .with_context(|| format!("with --driver {driver}"))?;
         }
         Ok(self)
+    }
+
+    /// Checks an instance created at run time against this daemon's driver, as
+    /// `check-config` checks the file's.
+    pub fn check_gpus(&self, inst: &InstanceConfig) -> Result<()> {
+        if self.driver == DriverKind::Sim {
+            if let Some(&g) = inst.gpus.iter().find(|&&g| g >= self.sim.gpus) {
+                bail!(
+                    "GPU {g}: the simulated driver has {} GPU(s) (0-{})",
+                    self.sim.gpus,
+                    self.sim.gpus.saturating_sub(1)
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -905,42 +925,63 @@ impl InstanceConfig {
 mod tests {
     use super::*;
 
+    /// A host without the NVIDIA driver or `/dev/cuse`, like a build machine.
+    struct NoHost;
+
+    impl HostProbe for NoHost {
+        fn driver_version(&self) -> Option<String> {
+            None
+        }
+        fn gpu_minors(&self) -> Option<Vec<u32>> {
+            None
+        }
+        fn cuse_usable(&self) -> bool {
+            false
+        }
+    }
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, &NoHost)
+    }
+
+    fn load(path: &Path) -> Result<Config> {
+        Config::load(path, &NoHost)
+    }
+
     const EXAMPLE: &str = include_str!("../../examples/config.toml");
 
     fn instance_allowing(allow: &str) -> Result<Config> {
-        Config::parse(&format!(
+        parse(&format!(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nallow = [{allow}]\n"
         ))
     }
 
     #[test]
     fn test_quotas_default_and_override_and_zero_is_refused() {
-        let cfg =
-            Config::parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        let cfg = parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
         assert_eq!(cfg.instances[0].quotas(), ioctl_proxy::Quotas::default());
-        let cfg = Config::parse(
+        let cfg = parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_open_files = 64\nmax_objects = 10\n",
         )
         .unwrap();
         let q = cfg.instances[0].quotas();
         assert_eq!((q.open_files, q.objects, q.in_flight), (64, 10, 256));
         assert_eq!(q.os_descriptor_bytes, 4 << 30, "the default");
-        let cfg = Config::parse(
+        let cfg = parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_os_descriptor_bytes = 65536\n",
         )
         .unwrap();
         assert_eq!(cfg.instances[0].quotas().os_descriptor_bytes, 65536);
-        let err = Config::parse(
-            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_objects = 0\n",
-        )
-        .unwrap_err();
+        let err =
+            parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nmax_objects = 0\n")
+                .unwrap_err();
         assert!(format!("{err:#}").contains("max_objects = 0"), "{err:#}");
     }
 
     #[test]
     fn test_priority_is_a_level_and_medium_by_default() {
         let p = |line: &str| {
-            Config::parse(&format!(
+            parse(&format!(
                 "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n{line}\n"
             ))
             .map(|c| c.instances[0].priority)
@@ -958,7 +999,7 @@ mod tests {
     #[test]
     fn test_gpu_memory_sizes_and_bad_sizes() {
         let q = |v: &str| {
-            Config::parse(&format!(
+            parse(&format!(
                 "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\ngpu_memory = {v}\n"
             ))
             .map(|c| c.instances[0].quotas().gpu_memory)
@@ -968,7 +1009,7 @@ mod tests {
         assert_eq!(q("\"1.5GiB\"").unwrap(), Some(3 << 29));
         assert_eq!(q("\"8GB\"").unwrap(), Some(8_000_000_000));
         assert_eq!(q("4096").unwrap(), Some(4096));
-        let none = Config::parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n");
+        let none = parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n");
         assert_eq!(none.unwrap().instances[0].quotas().gpu_memory, None);
         for bad in [
             "\"10 parsecs\"",
@@ -989,7 +1030,7 @@ mod tests {
     #[test]
     fn test_overcommit_off_refuses_quotas_past_a_gpus_memory() {
         let cfg = |over: &str, a: &str, b: &str| {
-            Config::parse(&format!(
+            parse(&format!(
                 "driver = \"sim\"\n[daemon]\n{over}\n\
                  [[instance]]\nname = \"a\"\ngpus = [0]\ngpu_memory = \"{a}\"\n\
                  [[instance]]\nname = \"b\"\ngpus = [0]\ngpu_memory = \"{b}\"\n"
@@ -1062,7 +1103,7 @@ mod tests {
 
     #[test]
     fn test_example_config_parses() {
-        let cfg = Config::parse(EXAMPLE).unwrap();
+        let cfg = parse(EXAMPLE).unwrap();
         assert_eq!(cfg.driver, DriverKind::Sim);
         assert_eq!(cfg.instances.len(), 2);
         assert_eq!(cfg.instances[0].mode, Mode::Enforce);
@@ -1070,37 +1111,31 @@ mod tests {
 
     #[test]
     fn test_unrestricted_mmap_fds_is_an_explicit_opt_in() {
-        assert!(
-            !Config::parse("")
-                .unwrap()
-                .daemon
-                .allow_unrestricted_mmap_fds
-        );
-        let cfg = Config::parse("[daemon]\nallow_unrestricted_mmap_fds = true\n").unwrap();
+        assert!(!parse("").unwrap().daemon.allow_unrestricted_mmap_fds);
+        let cfg = parse("[daemon]\nallow_unrestricted_mmap_fds = true\n").unwrap();
         assert!(cfg.daemon.allow_unrestricted_mmap_fds);
     }
 
     #[test]
     fn test_unknown_key_is_an_error() {
-        let err = Config::parse("driver = \"sim\"\nbogus = 1\n").unwrap_err();
+        let err = parse("driver = \"sim\"\nbogus = 1\n").unwrap_err();
         assert!(format!("{err:#}").contains("bogus"), "{err:#}");
     }
 
     #[test]
     fn test_worker_uids_and_metrics_listen_are_checked() {
-        let ok = Config::parse(
-            "[daemon]\nworker_uids = \"61000-61009\"\nmetrics_listen = \"127.0.0.1:9464\"\n",
-        )
-        .unwrap();
+        let ok =
+            parse("[daemon]\nworker_uids = \"61000-61009\"\nmetrics_listen = \"127.0.0.1:9464\"\n")
+                .unwrap();
         assert_eq!(
             parse_uid_range(ok.daemon.worker_uids.as_deref().unwrap()).unwrap(),
             (61000, 61009)
         );
         for bad in ["0-10", "10-5", "x-5", "61000"] {
-            let err = Config::parse(&format!("[daemon]\nworker_uids = \"{bad}\"\n")).unwrap_err();
+            let err = parse(&format!("[daemon]\nworker_uids = \"{bad}\"\n")).unwrap_err();
             assert!(format!("{err:#}").contains("FIRST-LAST"), "{bad}: {err:#}");
         }
-        let err = Config::parse("[daemon]\nmetrics_listen = \"localhost\"\n").unwrap_err();
+        let err = parse("[daemon]\nmetrics_listen = \"localhost\"\n").unwrap_err();
         assert!(format!("{err:#}").contains("metrics_listen"), "{err:#}");
         // A port alone is loopback's.
         for port in ["9464", ":9464"] {
@@ -1114,42 +1149,41 @@ mod tests {
             metrics_addr("[::1]:9464").unwrap(),
             "[::1]:9464".parse().unwrap()
         );
-        let cdi = Config::parse("[cdi]\nspec = \"\"\n").unwrap();
+        let cdi = parse("[cdi]\nspec = \"\"\n").unwrap();
         assert!(cdi.cdi.spec.as_os_str().is_empty());
         assert_eq!(
-            Config::parse("").unwrap().cdi.spec,
+            parse("").unwrap().cdi.spec,
             PathBuf::from("/run/cdi/nvproxy.yaml")
         );
     }
 
     #[test]
     fn test_instance_transport_defaults_to_auto_and_takes_socket() {
-        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        let mut c = parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
         assert_eq!(c.instances[0].transport, Transport::Auto);
         c.resolve_transports(false);
         assert_eq!(c.instances[0].transport, Transport::Socket);
-        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
+        let mut c = parse("[[instance]]\nname = \"a\"\ngpus = [0]\n").unwrap();
         c.resolve_transports(true);
         assert_eq!(c.instances[0].transport, Transport::Cuse);
-        let mut c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"cuse\"\n")
-            .unwrap();
+        let mut c =
+            parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"cuse\"\n").unwrap();
         c.resolve_transports(false);
         assert_eq!(
             c.instances[0].transport,
             Transport::Cuse,
             "an explicit choice stays"
         );
-        let c = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"socket\"\n")
-            .unwrap();
+        let c = parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"socket\"\n").unwrap();
         assert_eq!(c.instances[0].transport, Transport::Socket);
-        let err = Config::parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"tcp\"\n")
-            .unwrap_err();
+        let err =
+            parse("[[instance]]\nname = \"a\"\ngpus = [0]\ntransport = \"tcp\"\n").unwrap_err();
         assert!(format!("{err:#}").contains("tcp"), "{err:#}");
     }
 
     #[test]
     fn test_bad_instance_name_is_refused() {
-        let err = Config::parse("[[instance]]\nname = \"../x\"\ngpus = [0]\n").unwrap_err();
+        let err = parse("[[instance]]\nname = \"../x\"\ngpus = [0]\n").unwrap_err();
         assert!(format!("{err:#}").contains("must match"), "{err:#}");
     }
 
@@ -1157,25 +1191,25 @@ mod tests {
     fn test_duplicate_instance_is_refused() {
         let text =
             "[[instance]]\nname = \"a\"\ngpus = [0]\n[[instance]]\nname = \"a\"\ngpus = [1]\n";
-        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("twice"));
+        assert!(format!("{:#}", parse(text).unwrap_err()).contains("twice"));
     }
 
     #[test]
     fn test_unknown_cap_is_refused() {
         let text = "[[instance]]\nname = \"a\"\ngpus = [0]\ncaps = [\"display\"]\n";
-        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("unknown capability"));
+        assert!(format!("{:#}", parse(text).unwrap_err()).contains("unknown capability"));
     }
 
     #[test]
     fn test_empty_gpu_set_is_refused() {
         let text = "[[instance]]\nname = \"a\"\ngpus = []\n";
-        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("at least one"));
+        assert!(format!("{:#}", parse(text).unwrap_err()).contains("at least one"));
     }
 
     #[test]
     fn test_bad_sim_version_is_refused() {
         let text = "driver = \"sim\"\n[sim]\ndriver_version = \"5x5\"\n";
-        assert!(format!("{:#}", Config::parse(text).unwrap_err()).contains("driver_version"));
+        assert!(format!("{:#}", parse(text).unwrap_err()).contains("driver_version"));
     }
 
     fn scratch(tag: &str) -> PathBuf {
@@ -1186,15 +1220,16 @@ mod tests {
 
     #[test]
     fn test_a_relative_run_dir_is_the_config_files_neighbour() {
-        let d = crate::test_dir::TestDir::new("config-run-dir");
-        let path = d.path().join("c.toml");
+        let d = scratch("run-dir");
+        let path = d.join("c.toml");
         std::fs::write(&path, "[daemon]\nrun_dir = \"run\"\n").unwrap();
-        let cfg = Config::load(&path).unwrap();
-        assert_eq!(cfg.daemon.run_dir, Some(d.path().join("run")));
+        let cfg = load(&path).unwrap();
+        assert_eq!(cfg.daemon.run_dir, Some(d.join("run")));
         std::fs::write(&path, "[daemon]\nrun_dir = \"/srv/nv\"\n").unwrap();
-        let cfg = Config::load(&path).unwrap();
+        let cfg = load(&path).unwrap();
         assert_eq!(cfg.daemon.run_dir, Some(PathBuf::from("/srv/nv")));
-        assert_eq!(Config::parse("").unwrap().daemon.run_dir, None);
+        assert_eq!(parse("").unwrap().daemon.run_dir, None);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
@@ -1208,32 +1243,36 @@ mod tests {
         let cfg_text =
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\npolicy = \"p.toml\"\n";
         std::fs::write(d.join("c.toml"), cfg_text).unwrap();
-        let cfg = Config::load(&d.join("c.toml")).unwrap();
+        let cfg = load(&d.join("c.toml")).unwrap();
         assert_eq!(
             cfg.instances[0].policy.as_deref(),
             Some(d.join("p.toml").as_path())
         );
-        assert!(cfg.summary().contains("policy "), "{}", cfg.summary());
+        assert!(
+            cfg.summary(&NoHost).contains("policy "),
+            "{}",
+            cfg.summary(&NoHost)
+        );
 
         std::fs::write(
             d.join("p.toml"),
             "[policy]\nallow_only = true\nescapes = [\"NV_ESC_NOPE\"]\n",
         )
         .unwrap();
-        let err = format!("{:#}", Config::load(&d.join("c.toml")).unwrap_err());
+        let err = format!("{:#}", load(&d.join("c.toml")).unwrap_err());
         assert!(
             err.contains("NV_ESC_NOPE") && err.contains("instance \"a\""),
             "{err}"
         );
 
         std::fs::remove_file(d.join("p.toml")).unwrap();
-        let err = format!("{:#}", Config::load(&d.join("c.toml")).unwrap_err());
+        let err = format!("{:#}", load(&d.join("c.toml")).unwrap_err());
         assert!(err.contains("p.toml"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
     fn parse_err(text: &str) -> String {
-        format!("{:#}", Config::parse(text).unwrap_err())
+        format!("{:#}", parse(text).unwrap_err())
     }
 
     #[test]
@@ -1250,7 +1289,7 @@ mod tests {
         let msg = parse_err("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [1]\n");
         assert!(msg.contains("[sim] gpus = 1 gives it only GPU 0"), "{msg}");
         // The host driver's GPUs are not known to `parse` (`load` reads /proc).
-        assert!(Config::parse("[[instance]]\nname = \"a\"\ngpus = [5]\n").is_ok());
+        assert!(parse("[[instance]]\nname = \"a\"\ngpus = [5]\n").is_ok());
     }
 
     #[test]
@@ -1260,7 +1299,7 @@ mod tests {
             msg.contains("between 1 and 32") && msg.contains("33"),
             "{msg}"
         );
-        assert!(Config::parse("driver = \"sim\"\n[sim]\ngpus = 32\n").is_ok());
+        assert!(parse("driver = \"sim\"\n[sim]\ngpus = 32\n").is_ok());
     }
 
     #[test]
@@ -1287,19 +1326,19 @@ mod tests {
             "ok.toml",
             "driver = \"sim\"\n[daemon]\nabi_version = \"580.142\"\nabi_dir = \"abi.d\"\n",
         );
-        let cfg = Config::load(&ok).unwrap();
+        let cfg = load(&ok).unwrap();
         assert_eq!(cfg.daemon.abi_dir, Some(dir.join("abi.d")));
         let bad = write(
             "bad.toml",
             "driver = \"sim\"\n[daemon]\nabi_version = \"580.299.01\"\n",
         );
-        let msg = format!("{:#}", Config::load(&bad).unwrap_err());
+        let msg = format!("{:#}", load(&bad).unwrap_err());
         assert!(
             msg.contains("[daemon] abi_version = \"580.299.01\": no node"),
             "{msg}"
         );
         std::fs::write(dir.join("abi.d/x.json"), "{}").unwrap();
-        let msg = format!("{:#}", Config::load(&ok).unwrap_err());
+        let msg = format!("{:#}", load(&ok).unwrap_err());
         assert!(
             msg.contains("[daemon] abi_dir") && msg.contains("x.json"),
             "{msg}"
@@ -1321,7 +1360,7 @@ mod tests {
             );
         }
         // Known versions pass, supported or not.
-        assert!(Config::parse("[sim]\ndriver_version = \"535.216.03\"\n").is_ok());
+        assert!(parse("[sim]\ndriver_version = \"535.216.03\"\n").is_ok());
     }
 
     #[test]
@@ -1364,13 +1403,13 @@ mod tests {
 
     #[test]
     fn test_summary_uses_the_config_spellings() {
-        let cfg = Config::parse(
+        let cfg = parse(
             "driver = \"sim\"\n[sim]\ngpus = 2\n[daemon]\nmemory = \"process-vm\"\n\
              [[instance]]\nname = \"a\"\ngpus = [1, 0]\nallow = [\"NV_ESC_CARD_INFO\"]\n\
              [[instance]]\nname = \"b\"\ngpus = [0]\nmode = \"audit\"\n",
         )
         .unwrap();
-        let s = cfg.summary();
+        let s = cfg.summary(&NoHost);
         assert!(s.contains("client memory: process-vm\n"), "{s}");
         assert!(
             s.contains(
@@ -1384,15 +1423,17 @@ mod tests {
             !s.contains("ProcessVm") && !s.contains("Enforce") && !s.contains('"'),
             "{s}"
         );
-        let retry = Config::parse("[daemon]\nmemory = \"retry\"\n").unwrap();
-        assert!(retry.summary().contains("client memory: retry"));
+        let retry = parse("[daemon]\nmemory = \"retry\"\n").unwrap();
+        assert!(retry.summary(&NoHost).contains("client memory: retry"));
     }
 
     #[test]
     fn test_serve_driver_override_checks_the_config_again() {
-        let cfg =
-            Config::parse("[sim]\ngpus = 1\n[[instance]]\nname = \"a\"\ngpus = [3]\n").unwrap();
-        let msg = format!("{:#}", cfg.with_driver(DriverKind::Sim).unwrap_err());
+        let cfg = parse("[sim]\ngpus = 1\n[[instance]]\nname = \"a\"\ngpus = [3]\n").unwrap();
+        let msg = format!(
+            "{:#}",
+            cfg.with_driver(DriverKind::Sim, &NoHost).unwrap_err()
+        );
         assert!(
             msg.contains("with --driver sim") && msg.contains("no GPU 3"),
             "{msg}"
