@@ -415,7 +415,7 @@ os.waitpid(pid, 0)
 /// Threads that each make a call and exit, a forked child's call, a program that closes the
 /// shim's channel fd behind its back: every call is answered, and no fd is left over.
 const CHANNELS: &str = r#"
-import fcntl, json, os, struct, threading
+import fcntl, json, os, struct, threading, time
 fd = os.open("/dev/nvidiactl", os.O_RDWR)
 version = bytearray(72); version[0] = ord("2")
 CHECK_VERSION = 0xc04846d2
@@ -432,6 +432,11 @@ for _ in range(5):
     ts = [threading.Thread(target=lambda: results.append(one())) for _ in range(20)]
     for t in ts: t.start()
     for t in ts: t.join()
+# Python's join returns before the thread's pthread exits, and the shim closes a thread's
+# channel in that exit (its TLS destructor): give the last ones up to 5 s to go.
+for _ in range(500):
+    if not fds() - base: break
+    time.sleep(0.01)
 out = {"first": ok, "threads": len(results) == 100 and all(results), "left_over": len(fds() - base)}
 pid = os.fork()
 if pid == 0:
