@@ -930,6 +930,8 @@ fn test_serve_register_fd_naming_another_instances_ctl_fails_ebadf() {
 const DROPPED: &str = "request thread runs without CAP_SYS_ADMIN";
 /// `CAP_SYS_ADMIN` (linux/capability.h): the NVIDIA driver's `os_is_administrator()`.
 const CAP_SYS_ADMIN: u32 = 21;
+/// `CAP_SYS_NICE`: what the driver grants the scheduling controls' `RS_ACCESS_NICE` for.
+const CAP_SYS_NICE: u32 = 23;
 
 /// One thread of a process as `/proc/<pid>/task/<tid>/` shows it.
 #[derive(Debug)]
@@ -939,6 +941,9 @@ struct TaskCaps {
     /// `CAP_SYS_ADMIN` in `CapEff` / `CapPrm`.
     admin_eff: bool,
     admin_prm: bool,
+    /// `CAP_SYS_NICE` in `CapEff` / `CapPrm`.
+    nice_eff: bool,
+    nice_prm: bool,
 }
 
 /// Every thread of `pid` with its name and whether it holds `CAP_SYS_ADMIN` (threads that exit
@@ -957,7 +962,7 @@ fn task_caps(pid: u32) -> Vec<TaskCaps> {
         ) else {
             continue; // exited meanwhile
         };
-        let cap = |field: &str| {
+        let cap_bit = |field: &str, bit: u32| {
             let hex = status
                 .lines()
                 .find_map(|l| l.strip_prefix(field))
@@ -965,13 +970,16 @@ fn task_caps(pid: u32) -> Vec<TaskCaps> {
                 .trim();
             let mask =
                 u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{field} {hex:?}: {e}"));
-            mask & (1 << CAP_SYS_ADMIN) != 0
+            mask & (1 << bit) != 0
         };
+        let cap = |field: &str| cap_bit(field, CAP_SYS_ADMIN);
         out.push(TaskCaps {
             tid,
             comm: comm.trim().to_owned(),
             admin_eff: cap("CapEff:"),
             admin_prm: cap("CapPrm:"),
+            nice_eff: cap_bit("CapEff:", CAP_SYS_NICE),
+            nice_prm: cap_bit("CapPrm:", CAP_SYS_NICE),
         });
     }
     out
@@ -1058,6 +1066,13 @@ fn test_serve_request_threads_run_without_cap_sys_admin() {
         assert!(
             !w.admin_eff && !w.admin_prm,
             "serving thread {} holds CAP_SYS_ADMIN\n{dump}",
+            w.tid
+        );
+        // CAP_SYS_NICE stays permitted (the proxy raises it for the instance's interleave
+        // level alone) but out of the effective set: tenants' calls get RS_ACCESS_NICE refused.
+        assert!(
+            !w.nice_eff && w.nice_prm,
+            "serving thread {} holds CAP_SYS_NICE effective or lost it\n{dump}",
             w.tid
         );
         assert!(
