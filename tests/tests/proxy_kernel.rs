@@ -1755,3 +1755,58 @@ fn test_exec_command_runs_in_its_own_pid_namespace() {
     assert!(out.contains("host-visible=no"), "{out}");
     assert_eq!(ran.summary()["scenario"], "init");
 }
+
+// ---- the real-driver path without a GPU ----------------------------------------------------
+
+/// Issue 26, item 0: `RealHostDriver`'s ioctl path (the buffers assembled and their pointers
+/// patched in the worker, `ioctl(2)` on a real fd, fds handed back) run before any GPU does:
+/// `tests/vm/sim-as-driver.sh` serves the simulated driver on CUSE nodes made the host's
+/// `/dev/nvidiactl`, `/dev/nvidia0`, `/dev/nvidia-uvm` (with its `/proc/driver/nvidia`), and
+/// `nvproxy exec --driver host` serves the client over them: `nvfe-client`'s init and hostile
+/// scenarios, and `nvidia-smi -L` and `-q` where NVIDIA's userspace was fetched. (What maps the
+/// driver's files, every CUDA step, needs a real driver: CUSE has no mmap.)
+#[test]
+#[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
+fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver() {
+    require_cuse();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let script = root.join("tests/vm/sim-as-driver.sh");
+    let bin = nvproxy_bin();
+    let bin_dir = bin.parent().expect("nvproxy's directory");
+    let mut steps: Vec<String> = [
+        "init --expect-gpus 1",
+        "unknown-escape",
+        "bad-nested-pointer",
+        "foreign-fd",
+        "double-free",
+    ]
+    .iter()
+    .map(|s| format!("{CLIENT} {s} >/dev/null"))
+    .collect();
+    let smi = std::env::var_os("NVIDIA_USERSPACE_DIR")
+        .map(|d| PathBuf::from(d).join("535.261.03"))
+        .filter(|d| d.join("bin/nvidia-smi").is_file());
+    match &smi {
+        Some(d) => {
+            let (lib, smi) = (d.join("lib"), d.join("bin/nvidia-smi"));
+            let env = format!("env LD_LIBRARY_PATH={}", lib.display());
+            steps.push(format!("{env} {} -L | grep -q '^GPU 0: '", smi.display()));
+            steps.push(format!("{env} {} -q | grep -q 'Product Name'", smi.display()));
+        }
+        None => eprintln!("nvidia-smi part SKIPPED: NVIDIA_USERSPACE_DIR has no 535.261.03"),
+    }
+    let out = Command::new(&script)
+        .args(["sh", "-ec", &steps.join("\n")])
+        .env("BIN", bin_dir)
+        .current_dir(&root)
+        .output()
+        .expect("sim-as-driver.sh");
+    assert!(
+        out.status.success(),
+        "{}: {}\nstdout:\n{}\nstderr:\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
