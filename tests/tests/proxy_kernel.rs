@@ -1791,13 +1791,17 @@ fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver()
             let (lib, smi) = (d.join("lib"), d.join("bin/nvidia-smi"));
             let env = format!("env LD_LIBRARY_PATH={}", lib.display());
             steps.push(format!("{env} {} -L | grep -q '^GPU 0: '", smi.display()));
-            steps.push(format!("{env} {} -q | grep -q 'Product Name'", smi.display()));
+            steps.push(format!(
+                "{env} {} -q | grep -q 'Product Name'",
+                smi.display()
+            ));
         }
         None => eprintln!("nvidia-smi part SKIPPED: NVIDIA_USERSPACE_DIR has no 535.261.03"),
     }
     let out = Command::new(&script)
         .args(["sh", "-ec", &steps.join("\n")])
         .env("BIN", bin_dir)
+        .env("SIM_AS_DRIVER_BASELINE", "3")
         .current_dir(&root)
         .output()
         .expect("sim-as-driver.sh");
@@ -1809,4 +1813,14 @@ fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver()
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The baseline on the same device (a figure for the log, never a failure).
+    let err = String::from_utf8_lossy(&out.stderr);
+    let baseline = err
+        .lines()
+        .find(|l| l.starts_with("sim-as-driver baseline:"));
+    eprintln!(
+        "{}",
+        baseline.unwrap_or("sim-as-driver baseline: not measured")
+    );
+    assert!(baseline.is_some(), "{err}");
 }

@@ -60,6 +60,24 @@ cp -r "$scratch/procfs" /proc/driver/nvidia
 echo "sim-as-driver: /dev/nvidiactl $(stat -c '%t:%T' /dev/nvidiactl), driver $(cat /proc/driver/nvidia/version | head -1)" >&2
 rc=0
 RUST_LOG=${OUTER_LOG:-warn} NVPROXY_RUN_DIR=$scratch/outer "$N" exec --driver host --gpus 0 --transport cuse -- "$@" || rc=$?
+# SIM_AS_DRIVER_BASELINE=N: the same client on the same device, N times directly (the nodes
+# as a raw driver) and N times through nvproxy --driver host, alternating; prints the medians of
+# nvfe-client init's elapsed_ms and their ratio (a figure, never a failure).
+if ((rc == 0 && ${SIM_AS_DRIVER_BASELINE:-0} > 0)); then
+  raw=() prox=()
+  ms() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["elapsed_ms"])'; }
+  for _ in $(seq "$SIM_AS_DRIVER_BASELINE"); do
+    raw+=("$("$BIN/nvfe-client" init --expect-gpus 1 2>/dev/null | ms)")
+    prox+=("$(NVPROXY_RUN_DIR=$scratch/outer "$N" exec --driver host --gpus 0 --transport cuse -- \
+      "$BIN/nvfe-client" init --expect-gpus 1 2>/dev/null | ms)")
+  done
+  python3 - "${raw[*]}" "${prox[*]}" <<'PY' >&2
+import statistics as st, sys
+raw, prox = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+r, p = st.median(raw), st.median(prox)
+print(f"sim-as-driver baseline: nvfe-client init raw {r:.1f} ms, through nvproxy --driver host {p:.1f} ms: {p / r:.2f}x (medians of {len(raw)})")
+PY
+fi
 kill -TERM "$inner_pid"
 wait "$inner_pid" || { echo "sim-as-driver: the inner daemon exited $? (3: the simulated driver leaked)" >&2; rc=1; }
 inner_pid=
