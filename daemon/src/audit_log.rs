@@ -371,8 +371,8 @@ mod tests {
     }
 
     /// A log path in a test directory (removed when the directory is dropped).
-    fn scratch(name: &str) -> (crate::test_dir::TestDir, PathBuf) {
-        let dir = crate::test_dir::TestDir::new(&format!("audit-{name}"));
+    fn scratch(name: &str) -> (test_kit::TestDir, PathBuf) {
+        let dir = test_kit::TestDir::new(&format!("audit-{name}"));
         let path = dir.path().join("job.jsonl");
         (dir, path)
     }

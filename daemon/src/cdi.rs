@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -500,7 +500,7 @@ fn served_instance(
     let socket = socket_instance(run_dir, name)?;
     let nodes = match socket {
         Some(_) => Vec::new(),
-        None => live_nodes(nodes_dir, name, &stat_node)?,
+        None => live_nodes(nodes_dir, name, &crate::host::stat_node)?,
     };
     Ok(InstanceInfo {
         name: name.to_owned(),
@@ -568,12 +568,6 @@ pub fn live_nodes(
         );
     }
     Ok(nodes)
-}
-
-/// `stat` of a real node: (is a character device, st_rdev).
-pub fn stat_node(path: &Path) -> std::io::Result<(bool, u64)> {
-    let m = fs::metadata(path)?;
-    Ok((m.file_type().is_char_device(), m.rdev()))
 }
 
 // ------------------------------------------------------------------ the spec

@@ -288,7 +288,7 @@ impl Handler for NodeDevice {
             MemoryTransport::ProcessVm => self.ioctl_vm(req, io),
             MemoryTransport::Retry => self.ioctl_retry(req, io),
         };
-        crate::metrics::LATENCY.observe(start.elapsed());
+        crate::latency::LATENCY.observe(start.elapsed());
         r
     }
 }

@@ -212,7 +212,7 @@ mod tests {
     /// `ephemeral`; a served instance's of the same name form, or a live exec's, stays.
     #[test]
     fn test_a_dead_execs_instance_directory_goes_when_its_worker_is_gone() {
-        let d = crate::test_dir::TestDir::new("sweep-run");
+        let d = test_kit::TestDir::new("sweep-run");
         let root = d.path();
         // Past PID_MAX_LIMIT: never a live pid.
         let dead = 4_194_304 + 9;
@@ -240,7 +240,7 @@ mod tests {
     /// a live process holds; ours is removed when dropped.
     #[test]
     fn test_sweep_removes_only_dead_unlocked_execs_directories() {
-        let scratch = crate::test_dir::TestDir::new("sweep");
+        let scratch = test_kit::TestDir::new("sweep");
         let tmp = scratch.path().to_path_buf();
         // A pid that is dead: a child we reaped.
         let mut child = std::process::Command::new("true").spawn().unwrap();

@@ -3,6 +3,8 @@
 //! crate.
 
 use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
 
 use nvproxy_config::HostProbe;
 
@@ -111,6 +113,12 @@ pub fn uvm_major() -> Option<u32> {
             let (major, name) = l.trim().split_once(' ')?;
             (name.trim() == "nvidia-uvm").then(|| major.parse().ok())?
         })
+}
+
+/// `stat` of a real node: (is a character device, st_rdev).
+pub fn stat_node(path: &Path) -> std::io::Result<(bool, u64)> {
+    let m = fs::metadata(path)?;
+    Ok((m.file_type().is_char_device(), m.rdev()))
 }
 
 #[cfg(test)]

@@ -117,18 +117,18 @@ impl InstanceNodes {
                 None => Session::open(cfg.clone()),
             };
             let session = opened.map_err(|e| {
-                let advice = match crate::doctor::cuse_state() {
-                    crate::doctor::CuseState::Present => {
+                let advice = match crate::advice::cuse_state() {
+                    crate::advice::CuseState::Present => {
                         "opening it needs root (`nvproxy doctor` checks the host)".to_owned()
                     }
                     state => {
-                        let line = crate::doctor::this_command_line();
-                        let what = if crate::doctor::user_subcommand().as_deref() == Some("exec") {
-                            crate::doctor::CuseUse::SelfContained(&line)
+                        let line = crate::advice::this_command_line();
+                        let what = if crate::advice::user_subcommand().as_deref() == Some("exec") {
+                            crate::advice::CuseUse::SelfContained(&line)
                         } else {
-                            crate::doctor::CuseUse::ServeAndRun
+                            crate::advice::CuseUse::ServeAndRun
                         };
-                        crate::doctor::cuse_advice(&state, &what)
+                        crate::advice::cuse_advice(&state, &what)
                     }
                 };
                 anyhow::anyhow!(
@@ -331,7 +331,7 @@ fn self_check(path: &Path, devname: &str, fdid: &FdIdentity) -> Result<u64> {
 
 fn rdev_matches_cuse_record(path: &Path, devname: &str) -> Result<u64> {
     let (is_char, rdev) =
-        crate::cdi::stat_node(path).with_context(|| format!("stat {}", path.display()))?;
+        crate::host::stat_node(path).with_context(|| format!("stat {}", path.display()))?;
     let record = Path::new("/sys/class/cuse")
         .join(devname.replace('/', "!"))
         .join("dev");

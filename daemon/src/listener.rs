@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn test_accepts_until_the_handler_breaks_and_stops_on_the_pipe() {
-        let dir = crate::test_dir::TestDir::new("listener");
+        let dir = test_kit::TestDir::new("listener");
         let path = dir.path().join("s");
         let listener = UnixListener::bind(&path).unwrap();
         let _a = UnixStream::connect(&path).unwrap();

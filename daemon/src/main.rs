@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod abi_cmd;
+mod advice;
 mod api;
 mod audit_cmd;
 mod audit_log;
@@ -20,6 +21,7 @@ mod fdid;
 mod fdpass;
 mod host;
 mod instance;
+mod latency;
 mod listener;
 mod memory;
 mod metrics;
@@ -40,8 +42,6 @@ mod supervisor;
 // The system calls no safe wrapper covers (see the module docs).
 #[allow(unsafe_code)]
 mod sys;
-#[cfg(test)]
-mod test_dir;
 mod unix_server;
 mod upgrade;
 mod worker;

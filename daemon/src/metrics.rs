@@ -1,4 +1,4 @@
-//! Prometheus metrics: what each worker measures ([`LATENCY`], its audit counts, open files and
+//! Prometheus metrics: what each worker measures ([`crate::latency::LATENCY`], its audit counts, open files and
 //! objects, answered on its stats socket) and what the supervisor renders from them
 //! ([`render`]): `GET /metrics` on the control socket's `metrics` request and, with
 //! `[daemon] metrics_listen`, over HTTP ([`HttpServer`], our own bounded HTTP/1.0 responder).
@@ -6,7 +6,7 @@
 //! Encoding is `prometheus-client`'s (text format); the numbers come from the workers at each
 //! scrape through a [`Collector`], so the supervisor keeps no copy that could go stale.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,67 +18,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use crate::latency::BOUNDS_S;
 #[cfg(test)]
 use crate::worker_spec::IoctlCount;
-use crate::worker_spec::{LatencySnapshot, WorkerStats};
-
-/// Upper bounds (seconds) of the request-latency histogram's buckets; one more, `+Inf`,
-/// follows. From 10 µs (a native request's floor) to 1 s (a request parked on tenant memory
-/// until its bounded wait ends).
-pub const BOUNDS_S: [f64; 13] = [
-    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
-    0.1, 1.0,
-];
-
-/// A worker's request latencies: one counter per bucket (not cumulative) and the sum.
-pub struct Latency {
-    buckets: [AtomicU64; BOUNDS_S.len() + 1],
-    sum_ns: AtomicU64,
-}
-
-/// The worker's histogram: every ioctl its nodes answer (the frontend nodes and UVM), from the
-/// request's arrival at the handler to its answer.
-pub static LATENCY: Latency = Latency::new();
-
-impl Latency {
-    /// An empty histogram.
-    pub const fn new() -> Self {
-        Latency {
-            buckets: [const { AtomicU64::new(0) }; BOUNDS_S.len() + 1],
-            sum_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Counts one request that took `d`.
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BOUNDS_S
-            .iter()
-            .position(|&b| s <= b)
-            .unwrap_or(BOUNDS_S.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// The numbers now.
-    pub fn snapshot(&self) -> LatencySnapshot {
-        LatencySnapshot {
-            buckets: self
-                .buckets
-                .iter()
-                .map(|b| b.load(Ordering::Relaxed))
-                .collect(),
-            sum_ns: self.sum_ns.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Default for Latency {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+use crate::worker_spec::WorkerStats;
 
 /// What the supervisor knows of one instance at a scrape.
 #[derive(Debug, Clone)]
@@ -525,6 +468,7 @@ fn route(head: &[u8], rendered: &Rendered) -> (&'static str, &'static str, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::latency::Latency;
 
     fn sample() -> Vec<InstanceSample> {
         let l = Latency::new();

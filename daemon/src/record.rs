@@ -439,14 +439,8 @@ mod tests {
     use super::*;
     use nvproxy_abi::structs::NVOS21_PARAMETERS;
 
-    fn recorded(
-        limit: u64,
-    ) -> (
-        crate::test_dir::TestDir,
-        std::path::PathBuf,
-        RecordingDriver,
-    ) {
-        let dir = crate::test_dir::TestDir::new("record");
+    fn recorded(limit: u64) -> (test_kit::TestDir, std::path::PathBuf, RecordingDriver) {
+        let dir = test_kit::TestDir::new("record");
         let path = dir.path().join("calls.jsonl");
         let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
         let abi = nvproxy_abi::find(&sim.version().parse().unwrap())

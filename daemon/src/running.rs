@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, bail};
 use host_driver::real::RealHostDriver;
 use ioctl_proxy::{HostDriver, InstancePolicy, Proxy};
-use nvproxy_abi::DriverVersion;
-use nvsim::{SimConfig, SimDriver};
+
+use nvsim::SimDriver;
 
 use crate::audit_log::JsonLinesSink;
 use crate::backend::{ProxyBackend, UvmBackend};
@@ -81,23 +81,7 @@ pub fn make_driver(
             })
         }
         DriverKind::Sim => {
-            let version: DriverVersion = version
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
-            nvproxy_abi::find(&version)
-                .map_err(|e| anyhow::anyhow!("--sim-driver-version {version}: {e}"))?;
-            if gpus == 0 || gpus > nvproxy_config::MAX_SIM_GPUS {
-                bail!(
-                    "--sim-gpus {gpus}: the simulated driver has 1 to {} GPUs",
-                    nvproxy_config::MAX_SIM_GPUS
-                );
-            }
-            let mut cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
-            if let Some(key) = handle_key {
-                cfg = cfg.with_client_index_base(key);
-            }
-            let sim =
-                SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
+            let sim = crate::simd::sim_driver(gpus, version, handle_key)?;
             Ok(Driver {
                 host: sim.clone(),
                 sim: Some(sim),

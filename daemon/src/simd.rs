@@ -26,9 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use host_driver::{HostCall, HostDriver, HostFile, NestedBuf, NodeKind};
-use nvsim::{SimDriver, SimStats};
+use nvproxy_abi::DriverVersion;
+use nvsim::{SimConfig, SimDriver, SimStats};
 use serde::{Deserialize, Serialize};
 
 use crate::listener::Stop;
@@ -511,15 +512,30 @@ pub struct SimDriverArgs {
 /// Runs `nvproxy sim-driver`.
 pub fn run(args: &SimDriverArgs) -> Result<()> {
     crate::sys::block_termination_signals().context("blocking signals")?;
-    let d = crate::running::make_driver(
-        nvproxy_config::DriverKind::Sim,
-        args.gpus,
-        &args.driver_version,
-        false,
-        args.handle_key.as_deref(),
-    )?;
-    let sim = d.sim.context("a simulated driver")?;
+    let sim = sim_driver(args.gpus, &args.driver_version, args.handle_key.as_deref())?;
     serve(sim, &args.socket, args.allow_uid)
+}
+
+/// A simulated driver with `gpus` GPUs of `version` (`--sim-gpus`, `--sim-driver-version`);
+/// `handle_key`: where its client-handle counter starts (`SimConfig::with_client_index_base`).
+pub fn sim_driver(gpus: u32, version: &str, handle_key: Option<&str>) -> Result<Arc<SimDriver>> {
+    let version: DriverVersion = version
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--sim-driver-version: {e}"))?;
+    nvproxy_abi::find(&version)
+        .map_err(|e| anyhow::anyhow!("--sim-driver-version {version}: {e}"))?;
+    if gpus == 0 || gpus > nvproxy_config::MAX_SIM_GPUS {
+        bail!(
+            "--sim-gpus {gpus}: the simulated driver has 1 to {} GPUs",
+            nvproxy_config::MAX_SIM_GPUS
+        );
+    }
+    let mut cfg = SimConfig::default_gpus(gpus as usize).with_version(version);
+    if let Some(key) = handle_key {
+        cfg = cfg.with_client_index_base(key);
+    }
+    let sim = SimDriver::try_new(cfg).map_err(|e| anyhow::anyhow!("simulated driver: {e}"))?;
+    Ok(sim)
 }
 
 /// Serves `sim` on `socket` until SIGTERM/SIGINT/SIGHUP; prints `READY` once it listens.
@@ -866,14 +882,8 @@ mod tests {
     use super::*;
 
     /// The sim-driver serving in a test directory (removed with the last of the tuple).
-    fn served(
-        tag: &str,
-    ) -> (
-        Arc<SimDriver>,
-        PathBuf,
-        (Listening, crate::test_dir::TestDir),
-    ) {
-        let dir = crate::test_dir::TestDir::new(&format!("simd-{tag}"));
+    fn served(tag: &str) -> (Arc<SimDriver>, PathBuf, (Listening, test_kit::TestDir)) {
+        let dir = test_kit::TestDir::new(&format!("simd-{tag}"));
         let sim = SimDriver::new(nvsim::SimConfig::default_gpus(2));
         let path = dir.path().join("sim.sock");
         let l = start(sim.clone(), &path, None).unwrap();

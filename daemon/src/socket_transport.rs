@@ -1303,7 +1303,7 @@ fn call(
                     CallReply::error(e.raw())
                 }
             };
-            crate::metrics::LATENCY.observe(start.elapsed());
+            crate::latency::LATENCY.observe(start.elapsed());
             (reply, None)
         }
         CallOp::Mmap {

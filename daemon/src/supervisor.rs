@@ -417,12 +417,12 @@ impl Supervisor {
         let mut child = cmd
             .arg("worker")
             .env(
-                crate::doctor::FOR_COMMAND_ENV,
-                crate::doctor::this_command_line(),
+                crate::advice::FOR_COMMAND_ENV,
+                crate::advice::this_command_line(),
             )
             .env(
-                crate::doctor::FOR_SUBCOMMAND_ENV,
-                crate::doctor::user_subcommand().unwrap_or_default(),
+                crate::advice::FOR_SUBCOMMAND_ENV,
+                crate::advice::user_subcommand().unwrap_or_default(),
             )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1051,7 +1051,7 @@ mod tests {
 
     #[test]
     fn test_a_stale_state_file_is_not_adopted_and_is_removed() {
-        let scratch = crate::test_dir::TestDir::new("sup-stale");
+        let scratch = test_kit::TestDir::new("sup-stale");
         let root = scratch.path().join("run");
         std::fs::create_dir_all(root.join("a")).unwrap();
         let cfg = nvproxy_config::Config::parse(
@@ -1078,7 +1078,7 @@ mod tests {
     /// the lock is free again once its holder let go (as when it dies).
     #[test]
     fn test_the_serve_lock_refuses_a_second_holder_naming_the_first() {
-        let dir = crate::test_dir::TestDir::new("serve-lock");
+        let dir = test_kit::TestDir::new("serve-lock");
         let first = ServeLock::acquire(dir.path()).unwrap();
         let err = ServeLock::acquire(dir.path())
             .err()
@@ -1113,7 +1113,7 @@ mod tests {
 
     #[test]
     fn test_removing_an_unknown_instance_is_an_error() {
-        let dir = crate::test_dir::TestDir::new("sup-rm");
+        let dir = test_kit::TestDir::new("sup-rm");
         let sup = Supervisor::new(&dir.path().join("run"), None).unwrap();
         let err = sup.remove("nope", false).unwrap_err();
         assert_eq!(err.to_string(), "no instance nope");

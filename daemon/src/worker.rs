@@ -319,7 +319,7 @@ fn answer_stats(
                 count: r.count,
             })
             .collect(),
-        latency: crate::metrics::LATENCY.snapshot(),
+        latency: crate::latency::LATENCY.snapshot(),
     };
     if let Ok(mut text) = serde_json::to_string(&stats) {
         text.push('\n');
@@ -420,7 +420,7 @@ mod tests {
         );
         assert_eq!(
             stats.latency.buckets.len(),
-            crate::metrics::BOUNDS_S.len() + 1
+            crate::latency::BOUNDS_S.len() + 1
         );
         proxy.release(open);
         drop(server);

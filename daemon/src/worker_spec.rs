@@ -115,7 +115,7 @@ pub struct GpuMemoryStat {
 /// A histogram as the stats socket carries it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LatencySnapshot {
-    /// Per bucket of [`crate::metrics::BOUNDS_S`] and `+Inf`, not cumulative.
+    /// Per bucket of [`crate::latency::BOUNDS_S`] and `+Inf`, not cumulative.
     pub buckets: Vec<u64>,
     /// Sum of the latencies, nanoseconds.
     pub sum_ns: u64,
