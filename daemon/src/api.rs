@@ -20,7 +20,7 @@ use crate::supervisor::{InstanceInfo, Supervisor, spec_for};
 use nvproxy_config::{Config, InstanceConfig, Mode, RestartPolicy};
 
 /// The control socket's file name under the run directory.
-pub const SOCKET_NAME: &str = crate::paths::CONTROL_SOCKET;
+pub const SOCKET_NAME: &str = nvproxy_worker::paths::CONTROL_SOCKET;
 /// Its name in systemd's fd store.
 pub const FDSTORE_NAME: &str = "nvproxy-api";
 
@@ -99,7 +99,7 @@ pub enum Answer {
 
 /// The control socket server.
 pub struct ApiServer {
-    _server: crate::unix_server::UnixServer,
+    _server: nvproxy_worker::unix_server::UnixServer,
 }
 
 impl ApiServer {
@@ -129,7 +129,7 @@ impl ApiServer {
         // Under systemd the listener lives in the unit's fd store too: a restarted supervisor
         // serves the same socket, so clients that connect meanwhile wait in its backlog
         // instead of finding no socket.
-        if let Some(fd) = crate::sys::stored_fd(FDSTORE_NAME) {
+        if let Some(fd) = nvproxy_worker::sys::stored_fd(FDSTORE_NAME) {
             let listener = std::os::unix::net::UnixListener::from(fd);
             let bound = listener
                 .local_addr()
@@ -138,8 +138,9 @@ impl ApiServer {
             if bound.as_deref() == Some(path) && path.exists() {
                 tracing::info!(socket = %path.display(), "control socket from the systemd fd store");
                 prepare(path)?;
-                let server =
-                    crate::unix_server::UnixServer::serve(listener, path, "api", false, handle)?;
+                let server = nvproxy_worker::unix_server::UnixServer::serve(
+                    listener, path, "api", false, handle,
+                )?;
                 return Ok(Self { _server: server });
             }
             tracing::warn!(
@@ -154,7 +155,7 @@ impl ApiServer {
         prepare(path)?;
         let stored = std::env::var_os("NOTIFY_SOCKET").is_some()
             && match listener.try_clone() {
-                Ok(dup) => match crate::sys::sd_notify_with_fd(
+                Ok(dup) => match nvproxy_worker::sys::sd_notify_with_fd(
                     &format!("FDSTORE=1\nFDNAME={FDSTORE_NAME}"),
                     &std::os::fd::OwnedFd::from(dup),
                 ) {
@@ -173,7 +174,8 @@ impl ApiServer {
                 }
             };
         // A stored listener outlives us: its path must stay for the next supervisor.
-        let server = crate::unix_server::UnixServer::serve(listener, path, "api", !stored, handle)?;
+        let server =
+            nvproxy_worker::unix_server::UnixServer::serve(listener, path, "api", !stored, handle)?;
         Ok(Self { _server: server })
     }
 }
@@ -260,7 +262,9 @@ fn handle(req: Request, sup: &Supervisor, cfg: &Config) -> Answer {
                     "record: a config-file key (`[[instance]] record`), not taken through the API"
                 );
             }
-            instance.transport = instance.transport.resolve(crate::host::cuse_usable());
+            instance.transport = instance
+                .transport
+                .resolve(nvproxy_worker::host::cuse_usable());
             instance.validate()?;
             cfg.check_gpus(&instance)?;
             let spec = spec_for(cfg, &instance);
@@ -402,11 +406,11 @@ pub enum InstanceCommand {
     /// Save an instance's state (its RM objects, opens and UVM va_spaces, to be re-created
     /// by replay) to FILE; refused, naming each one, when something cannot be replayed. The
     /// tenant should be paused (e.g. cuda-checkpoint). Root only (the worker's socket).
-    Checkpoint(crate::checkpoint::CheckpointArgs),
+    Checkpoint(nvproxy_worker::checkpoint::CheckpointArgs),
     /// Restore the instance a checkpoint FILE names, in place: its objects are re-created on
     /// fresh host files (GPUs remapped by identity) behind the same nodes, so its clients'
     /// open files and handles work again. Root only.
-    Restore(crate::checkpoint::RestoreArgs),
+    Restore(nvproxy_worker::checkpoint::RestoreArgs),
     /// Replace an instance's worker with a new process of the nvproxy binary on disk, live:
     /// its clients keep their open files, handles and mappings and see no error. With
     /// `driver = "sim"` it needs `[sim] process = true`. A failed upgrade leaves the
@@ -434,7 +438,7 @@ pub enum InstanceCommand {
     },
 }
 
-pub use crate::paths::SocketArg;
+pub use nvproxy_worker::paths::SocketArg;
 
 /// Runs one `nvproxy instance` verb.
 pub fn run(cmd: &InstanceCommand) -> Result<()> {
@@ -487,8 +491,8 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 },
             )
         }
-        InstanceCommand::Checkpoint(a) => return crate::checkpoint::checkpoint(a),
-        InstanceCommand::Restore(a) => return crate::checkpoint::restore(a),
+        InstanceCommand::Checkpoint(a) => return nvproxy_worker::checkpoint::checkpoint(a),
+        InstanceCommand::Restore(a) => return nvproxy_worker::checkpoint::restore(a),
         InstanceCommand::List { socket } => (socket, Request::List),
         InstanceCommand::Upgrade { name, socket, .. } => {
             (socket, Request::Upgrade { name: name.clone() })
@@ -637,7 +641,7 @@ fn gib(bytes: u64) -> String {
 /// id, looked up in `/proc/driver/nvidia/gpus/<bus id>/information` (the driver's; the
 /// simulated driver's equivalent is not on the host, so there only minors are taken).
 pub fn resolve_gpus(names: &[String]) -> Result<Vec<u32>> {
-    let table = crate::host::host_gpu_table();
+    let table = nvproxy_worker::host::host_gpu_table();
     names
         .iter()
         .map(|n| {
@@ -715,17 +719,17 @@ mod tests {
             transport: "socket".into(),
             state: "running".into(),
             restarts: 0,
-            stats: Some(crate::worker_spec::WorkerStats {
+            stats: Some(nvproxy_worker::worker_spec::WorkerStats {
                 pid: 77,
                 open_files: 3,
                 objects: 12,
                 gpu_memory: vec![
-                    crate::worker_spec::GpuMemoryStat {
+                    nvproxy_worker::worker_spec::GpuMemoryStat {
                         gpu: 0,
                         used: 8 << 30,
                         quota: Some(10 << 30),
                     },
-                    crate::worker_spec::GpuMemoryStat {
+                    nvproxy_worker::worker_spec::GpuMemoryStat {
                         gpu: 1,
                         used: 0,
                         quota: Some(10 << 30),

@@ -474,15 +474,15 @@ pub struct SocketInstance {
 /// The socket-transport side of `instance` under `run_dir`: `None` when it has no device
 /// socket (a CUSE instance); its GPU count from its worker's state file.
 pub fn socket_instance(run_dir: &Path, instance: &str) -> Result<Option<SocketInstance>> {
-    let dir = crate::paths::run_dir(run_dir, instance);
+    let dir = nvproxy_worker::paths::run_dir(run_dir, instance);
     let socket = dir.join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME);
     if !socket.exists() {
         return Ok(None);
     }
-    let state = dir.join(crate::paths::STATE_FILE);
+    let state = dir.join(nvproxy_worker::paths::STATE_FILE);
     let text = fs::read_to_string(&state)
         .with_context(|| format!("instance {instance}: reading {}", state.display()))?;
-    let state: crate::worker_spec::WorkerState = serde_json::from_str(&text)
+    let state: nvproxy_worker::worker_spec::WorkerState = serde_json::from_str(&text)
         .with_context(|| format!("instance {instance}: parsing {}", state.display()))?;
     Ok(Some(SocketInstance {
         host_path: socket,
@@ -500,7 +500,7 @@ fn served_instance(
     let socket = socket_instance(run_dir, name)?;
     let nodes = match socket {
         Some(_) => Vec::new(),
-        None => live_nodes(nodes_dir, name, &crate::host::stat_node)?,
+        None => live_nodes(nodes_dir, name, &nvproxy_worker::host::stat_node)?,
     };
     Ok(InstanceInfo {
         name: name.to_owned(),
@@ -582,7 +582,7 @@ pub struct SpecInputs {
     pub hook_bin: PathBuf,
     /// The mmap shim on the host; `None`: no shim (mmap of the nodes fails with ENODEV).
     pub shim: Option<PathBuf>,
-    /// The host's run directory (`crate::paths::host_run_dir`).
+    /// The host's run directory (`nvproxy_worker::paths::host_run_dir`).
     pub run_dir: PathBuf,
     pub userspace: Userspace,
     /// The host driver's `nvidia-uvm` major, for socket-transport instances (libcuda compares
@@ -699,7 +699,7 @@ pub fn build_spec(inputs: &SpecInputs) -> Result<Spec> {
                 host_path: s(&inputs
                     .run_dir
                     .join(&inst.name)
-                    .join(crate::paths::MMAP_SOCKET)),
+                    .join(nvproxy_worker::paths::MMAP_SOCKET)),
                 container_path: nvproxy_preload_proto::DEFAULT_SOCKET_PATH.to_owned(),
                 kind: None,
                 options: ["rbind", "nosuid", "nodev", "noexec"]
@@ -879,11 +879,11 @@ pub fn run(cmd: &CdiCommand) -> Result<()> {
 fn generate(args: &GenerateArgs) -> Result<()> {
     let nodes_dir = Path::new(NODES_DIR);
     let mut sim_version = None;
-    let mut run_dir = crate::paths::host_run_dir(None);
+    let mut run_dir = nvproxy_worker::paths::host_run_dir(None);
     let instances: Vec<InstanceInfo> = match &args.config {
         Some(path) => {
-            let cfg = nvproxy_config::Config::load(path, &crate::host::ThisHost)?;
-            run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
+            let cfg = nvproxy_config::Config::load(path, &nvproxy_worker::host::ThisHost)?;
+            run_dir = nvproxy_worker::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
             if cfg.driver == nvproxy_config::DriverKind::Sim {
                 sim_version = Some(cfg.sim.driver_version.clone());
             }
@@ -977,7 +977,7 @@ fn spec_from(
     let shim = if args.no_preload {
         None
     } else {
-        Some(crate::mmap::shim_path(args.preload.as_deref())?)
+        Some(nvproxy_worker::mmap::shim_path(args.preload.as_deref())?)
     };
     let hook_bin = fs::canonicalize(std::env::current_exe()?)?;
     build_spec(&SpecInputs {
@@ -988,7 +988,7 @@ fn spec_from(
         shim,
         run_dir,
         userspace,
-        uvm_major: crate::host::uvm_major(),
+        uvm_major: nvproxy_worker::host::uvm_major(),
     })
 }
 
@@ -1003,7 +1003,7 @@ pub fn write_current(
         return Ok(());
     }
     let nodes_dir = Path::new(NODES_DIR);
-    let run_dir = crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
+    let run_dir = nvproxy_worker::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
     let mut infos = Vec::new();
     for (name, caps) in instances {
         match served_instance(nodes_dir, &run_dir, name, Some(caps.clone())) {

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-use crate::sys;
+use nvproxy_worker::sys;
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread; call it before any other thread starts
 /// (threads inherit the mask). The command does not inherit it: `Command` resets the child's

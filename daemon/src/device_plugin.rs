@@ -15,7 +15,7 @@ use nvproxy_config::{InstanceConfig, Mode, RestartPolicy, Transport};
 #[derive(Debug, clap::Args)]
 pub struct DevicePluginArgs {
     #[command(flatten)]
-    pub socket: crate::paths::SocketArg,
+    pub socket: nvproxy_worker::paths::SocketArg,
     /// The kubelet's device plugin directory (its kubelet.sock; ours goes there too).
     #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
     pub device_plugin_dir: PathBuf,

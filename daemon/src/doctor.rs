@@ -3,9 +3,9 @@
 use std::fmt;
 use std::fs;
 
-use crate::advice::{CuseState, CuseUse, cuse_advice, cuse_short, cuse_state};
-use crate::host::host_driver_version;
-use crate::sys;
+use nvproxy_worker::advice::{CuseState, CuseUse, cuse_advice, cuse_short, cuse_state};
+use nvproxy_worker::host::host_driver_version;
+use nvproxy_worker::sys;
 
 /// One finding of `nvproxy doctor`.
 pub struct Check {
@@ -50,8 +50,8 @@ fn note(name: &'static str, detail: impl Into<String>) -> Check {
 pub fn run_checks() -> Vec<Check> {
     let mut out = Vec::new();
 
-    let socket = crate::socket_transport::host_support();
-    let cuse = crate::host::cuse_usable();
+    let socket = nvproxy_worker::socket_transport::host_support();
+    let cuse = nvproxy_worker::host::cuse_usable();
     out.push(match (cuse_state(), cuse) {
         (CuseState::Present, true) => check("/dev/cuse", true, "present and can be opened"),
         (CuseState::Present, false) => note(
@@ -158,7 +158,7 @@ pub fn run_checks() -> Vec<Check> {
     });
 
     // CUSE has no mmap: clients map through the shim, or get ENODEV.
-    out.push(match crate::mmap::shim_path(None) {
+    out.push(match nvproxy_worker::mmap::shim_path(None) {
         Ok(p) => check(
             "mmap shim",
             true,

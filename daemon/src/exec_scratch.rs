@@ -168,7 +168,7 @@ pub fn sweep_run_dir(root: &Path) -> Vec<PathBuf> {
         if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
             continue;
         }
-        let state = std::fs::read(path.join(crate::paths::STATE_FILE))
+        let state = std::fs::read(path.join(nvproxy_worker::paths::STATE_FILE))
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         let Some(state) = state else { continue };
@@ -220,7 +220,7 @@ mod tests {
         let state = |dir: &str, pid: u32, ephemeral: bool| {
             std::fs::create_dir(root.join(dir)).unwrap();
             std::fs::write(
-                root.join(dir).join(crate::paths::STATE_FILE),
+                root.join(dir).join(nvproxy_worker::paths::STATE_FILE),
                 format!("{{\"pid\":{pid},\"spec\":{{\"ephemeral\":{ephemeral}}}}}"),
             )
             .unwrap();

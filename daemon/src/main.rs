@@ -3,53 +3,24 @@
 #![deny(unsafe_code)]
 
 mod abi_cmd;
-mod advice;
 mod api;
 mod audit_cmd;
-mod audit_log;
-mod backend;
 mod cdi;
-mod checkpoint;
 mod child;
-mod device;
 mod device_plugin;
 mod doctor;
 mod exec_scratch;
-mod fdid;
-// `recvmsg` with a control buffer walked by hand (see the module docs).
-#[allow(unsafe_code)]
-mod fdpass;
-mod host;
-mod instance;
-mod latency;
-mod listener;
-mod memory;
 mod metrics;
-mod mmap;
-mod node;
 mod node_gpus;
 mod nsexec;
-mod paths;
 mod policy_cmd;
-mod ratelimit;
-mod record;
-mod running;
-mod seqpacket;
 mod serve;
-mod simd;
-mod socket_transport;
 mod supervisor;
-// The system calls no safe wrapper covers (see the module docs).
-#[allow(unsafe_code)]
-mod sys;
-mod unix_server;
-mod upgrade;
-mod worker;
-mod worker_spec;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use nvproxy_worker::{host, paths, simd, sys, worker};
 use tracing_subscriber::EnvFilter;
 
 /// nvproxy: proxied NVIDIA device nodes for containers.

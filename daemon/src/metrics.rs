@@ -1,4 +1,4 @@
-//! Prometheus metrics: what each worker measures ([`crate::latency::LATENCY`], its audit counts, open files and
+//! Prometheus metrics: what each worker measures ([`nvproxy_worker::latency::LATENCY`], its audit counts, open files and
 //! objects, answered on its stats socket) and what the supervisor renders from them
 //! ([`render`]): `GET /metrics` on the control socket's `metrics` request and, with
 //! `[daemon] metrics_listen`, over HTTP ([`HttpServer`], our own bounded HTTP/1.0 responder).
@@ -18,10 +18,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::latency::BOUNDS_S;
+use nvproxy_worker::latency::BOUNDS_S;
 #[cfg(test)]
-use crate::worker_spec::IoctlCount;
-use crate::worker_spec::WorkerStats;
+use nvproxy_worker::worker_spec::IoctlCount;
+use nvproxy_worker::worker_spec::WorkerStats;
 
 /// What the supervisor knows of one instance at a scrape.
 #[derive(Debug, Clone)]
@@ -305,7 +305,7 @@ fn accept_loop(
     queue: &std::sync::mpsc::SyncSender<(std::net::TcpStream, Instant)>,
     stop: &AtomicBool,
 ) {
-    use crate::listener::{self, Failure, Stop};
+    use nvproxy_worker::listener::{self, Failure, Stop};
     use std::ops::ControlFlow;
     use std::os::fd::AsFd;
     let mut last_warning: Option<Instant> = None;
@@ -468,7 +468,7 @@ fn route(head: &[u8], rendered: &Rendered) -> (&'static str, &'static str, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::Latency;
+    use nvproxy_worker::latency::Latency;
 
     fn sample() -> Vec<InstanceSample> {
         let l = Latency::new();
@@ -491,7 +491,7 @@ mod tests {
                         count: 12,
                     }],
                     latency: l.snapshot(),
-                    gpu_memory: vec![crate::worker_spec::GpuMemoryStat {
+                    gpu_memory: vec![nvproxy_worker::worker_spec::GpuMemoryStat {
                         gpu: 1,
                         used: 8 << 30,
                         quota: Some(10 << 30),

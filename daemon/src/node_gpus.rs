@@ -49,10 +49,10 @@ pub fn node_gpus(cfg: &Config) -> Vec<NodeGpu> {
             })
             .collect();
     }
-    let mut gpus: Vec<NodeGpu> = crate::host::host_gpu_table()
+    let mut gpus: Vec<NodeGpu> = nvproxy_worker::host::host_gpu_table()
         .into_iter()
         .map(
-            |crate::host::HostGpu {
+            |nvproxy_worker::host::HostGpu {
                  minor,
                  uuid,
                  bus_id,
@@ -110,7 +110,7 @@ mod tests {
     fn test_sim_gpus_have_uuids_and_hgx_buses() {
         let mut cfg = Config::parse(
             "driver = \"sim\"\n[sim]\ngpus = 2\n",
-            &crate::host::ThisHost,
+            &nvproxy_worker::host::ThisHost,
         )
         .unwrap();
         cfg.cdi.spec = PathBuf::new();

@@ -149,7 +149,7 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
     let (alive_r, alive_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe for the init")?;
     if let Some(init) =
-        crate::sys::fork_single_threaded().context("forking the namespace's init")?
+        nvproxy_worker::sys::fork_single_threaded().context("forking the namespace's init")?
     {
         drop(alive_r);
         let code = supervise(init, &termination);
@@ -178,7 +178,7 @@ pub fn run(spec: &NsSpec) -> Result<std::convert::Infallible> {
         } else if spec.driver_params {
             setup_driver_params()?;
         }
-        match crate::sys::fork_single_threaded().context("forking the command")? {
+        match nvproxy_worker::sys::fork_single_threaded().context("forking the command")? {
             Some(cmd) => Ok(supervise(cmd, &termination)),
             None => {
                 let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
@@ -266,7 +266,7 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         let user = std::env::var("LD_PRELOAD").ok();
         env.push((
             "LD_PRELOAD".into(),
-            crate::mmap::ld_preload_with(user.as_deref(), shim).into(),
+            nvproxy_worker::mmap::ld_preload_with(user.as_deref(), shim).into(),
         ));
     }
     if let Some(nodes) = &spec.nvproxy_nodes {
@@ -279,7 +279,7 @@ fn command_env(spec: &NsSpec) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         env.push((ENV_DEV_SOCKET.into(), DEFAULT_DEV_SOCKET_PATH.into()));
         env.push((ENV_DEV_GPUS.into(), spec.dev_gpus.to_string().into()));
         // libcuda compares /dev/nvidia-uvm's major with the driver's in /proc/devices.
-        if let Some(major) = crate::host::uvm_major() {
+        if let Some(major) = nvproxy_worker::host::uvm_major() {
             env.push((
                 nvproxy_preload_proto::socket::ENV_DEV_UVM_MAJOR.into(),
                 major.to_string().into(),

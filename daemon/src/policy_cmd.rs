@@ -67,7 +67,7 @@ pub fn run(cmd: &PolicyCommand) -> Result<()> {
                 Some(v) => {
                     AbiNames::for_version(v).with_context(|| format!("--driver-version {v}"))?
                 }
-                None => AbiNames::for_host(&crate::host::ThisHost),
+                None => AbiNames::for_host(&nvproxy_worker::host::ThisHost),
             };
             let file = PolicyFile::load(path)?;
             file.check(&names)

@@ -1,7 +1,7 @@
 //! The instance verbs: `nvproxy exec` (one instance around one command, in an ephemeral
 //! worker), `nvproxy serve` (the supervisor of one worker process per instance,
 //! `supervisor.rs`) and `nvproxy run` (a command with the nodes of a served instance). The
-//! instance they run is `running.rs`'s [`RunningInstance`](crate::running::RunningInstance).
+//! instance they run is `running.rs`'s [`RunningInstance`](nvproxy_worker::running::RunningInstance).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -10,10 +10,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use nvsim::SimDriver;
 
-use crate::mmap::{self};
-use crate::running::{LEAK_EXIT, make_driver};
-use crate::sys;
 use nvproxy_config::{DriverKind, InstanceConfig, MemoryTransport, Mode};
+use nvproxy_worker::mmap::{self};
+use nvproxy_worker::running::{LEAK_EXIT, make_driver};
+use nvproxy_worker::sys;
 
 /// `nvproxy exec` options.
 #[derive(Debug, clap::Args)]
@@ -142,7 +142,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     crate::child::block_termination_signals()?;
     // What execs killed with SIGKILL left (they cannot remove their own).
     crate::exec_scratch::sweep(&std::env::temp_dir());
-    crate::exec_scratch::sweep_run_dir(&crate::paths::host_run_dir(None));
+    crate::exec_scratch::sweep_run_dir(&nvproxy_worker::paths::host_run_dir(None));
     let driver = make_driver(
         args.driver,
         args.sim_gpus,
@@ -166,7 +166,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         )
         .context("--gpus")?;
     }
-    let transport = args.transport.resolve(crate::host::cuse_usable());
+    let transport = args.transport.resolve(nvproxy_worker::host::cuse_usable());
     if args.transport == nvproxy_config::Transport::Auto {
         tracing::info!(%transport, "transport auto");
     }
@@ -217,7 +217,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
     // The instance is served by a worker process, as under `serve` (its own driver files and
     // RM clients; with --driver sim its own simulated driver, configured as ours); it stops
     // after the command, and with us if we die (`ephemeral`: PR_SET_PDEATHSIG).
-    let spec = crate::worker_spec::WorkerSpec {
+    let spec = nvproxy_worker::worker_spec::WorkerSpec {
         instance: inst.clone(),
         driver: args.driver,
         sim: nvproxy_config::SimSection {
@@ -234,16 +234,23 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         run_as: None,
         sim_socket: None,
         take_over: false,
-        run_dir: crate::paths::host_run_dir(None),
+        run_dir: nvproxy_worker::paths::host_run_dir(None),
     };
     let root = &spec.run_dir.clone();
     let sup = crate::supervisor::Supervisor::new(root, None)?;
     sup.create(spec)?;
     let socket_transport = transport == nvproxy_config::Transport::Socket;
-    let nodes: Vec<(PathBuf, String)> = std::iter::once(crate::node::Node::Ctl)
-        .chain((0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(crate::node::Node::Gpu))
-        .chain(std::iter::once(crate::node::Node::Uvm))
-        .map(|n| (crate::instance::node_path(&inst.name, n), n.dev_name()))
+    let nodes: Vec<(PathBuf, String)> = std::iter::once(nvproxy_worker::node::Node::Ctl)
+        .chain(
+            (0..u32::try_from(inst.gpus.len()).unwrap_or(0)).map(nvproxy_worker::node::Node::Gpu),
+        )
+        .chain(std::iter::once(nvproxy_worker::node::Node::Uvm))
+        .map(|n| {
+            (
+                nvproxy_worker::instance::node_path(&inst.name, n),
+                n.dev_name(),
+            )
+        })
         .filter(|_| !socket_transport)
         .collect();
 
@@ -270,9 +277,17 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         None => None,
     };
     if let (true, Some(shim)) = (socket_transport, &shim) {
-        crate::socket_transport::ns_exec_args(&mut cmd, root, &inst.name, shim, inst.gpus.len());
+        nvproxy_worker::socket_transport::ns_exec_args(
+            &mut cmd,
+            root,
+            &inst.name,
+            shim,
+            inst.gpus.len(),
+        );
     } else if let Some(shim) = &shim {
-        let socket = root.join(&inst.name).join(crate::paths::MMAP_SOCKET);
+        let socket = root
+            .join(&inst.name)
+            .join(nvproxy_worker::paths::MMAP_SOCKET);
         cmd.arg("--mmap-socket")
             .arg(&socket)
             .arg("--preload")
@@ -418,13 +433,13 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         "its workers open the driver, own the run directory and read their clients' memory",
     )?;
     use crate::supervisor::{Supervisor, spec_for};
-    let mut cfg = nvproxy_config::Config::load(&args.config, &crate::host::ThisHost)?;
+    let mut cfg = nvproxy_config::Config::load(&args.config, &nvproxy_worker::host::ThisHost)?;
     if let Some(d) = args.driver {
         cfg = cfg
-            .with_driver(d, &crate::host::ThisHost)
+            .with_driver(d, &nvproxy_worker::host::ThisHost)
             .with_context(|| format!("in config {}", args.config.display()))?;
     }
-    let cuse = crate::host::cuse_usable();
+    let cuse = nvproxy_worker::host::cuse_usable();
     for i in cfg
         .instances
         .iter()
@@ -460,7 +475,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         let (_, from) = nvproxy_config::abi_tables::host_tables(driver.host.version(), &choice)?;
         tracing::info!(driver = driver.host.version().trim(), tables = %from, "ABI tables");
     }
-    let root = &crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
+    let root = &nvproxy_worker::paths::host_run_dir(cfg.daemon.run_dir.as_deref());
     let worker_uids = match &cfg.daemon.worker_uids {
         Some(r) => Some(nvproxy_config::parse_uid_range(r)?),
         None => None,
@@ -607,8 +622,8 @@ pub struct RunArgs {
 /// `nvproxy run`: replaces this process with `ns-exec` over a served instance's nodes.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     nvproxy_config::validate_instance_name(&args.instance)?;
-    let root = crate::paths::host_run_dir(None);
-    if let Some(argv) = crate::socket_transport::run_argv(
+    let root = nvproxy_worker::paths::host_run_dir(None);
+    if let Some(argv) = nvproxy_worker::socket_transport::run_argv(
         &root,
         &args.instance,
         args.shim.resolve()?.as_deref(),
@@ -621,7 +636,7 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
     let dir = Path::new("/dev/nvproxy").join(&args.instance);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| {
-            let socket = crate::paths::run_dir(&root, &args.instance)
+            let socket = nvproxy_worker::paths::run_dir(&root, &args.instance)
                 .join(nvproxy_preload_proto::socket::DEV_SOCKET_NAME);
             anyhow::anyhow!(
                 "instance {name} is not being served (no {socket}, and {dir}: {e}): start \
@@ -649,7 +664,9 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible> {
         argv.push(format!("{}={n}", dir.join(n).display()));
     }
     if let Some(shim) = args.shim.resolve()? {
-        let socket = root.join(&args.instance).join(crate::paths::MMAP_SOCKET);
+        let socket = root
+            .join(&args.instance)
+            .join(nvproxy_worker::paths::MMAP_SOCKET);
         if !socket.exists() {
             bail!(
                 "instance {} has no mmap socket ({}): is its daemon older than the shim? (--no-preload runs without it)",

@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::paths;
-use crate::sys;
-use crate::worker;
-use crate::worker_spec::{self, WorkerSpec, WorkerStats};
 use nvproxy_config::{InstanceConfig, RestartPolicy};
+use nvproxy_worker::paths;
+use nvproxy_worker::sys;
+use nvproxy_worker::worker;
+use nvproxy_worker::worker_spec::{self, WorkerSpec, WorkerStats};
 
 /// The `--log` filter this process was started with, which its workers get too.
 pub static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -189,7 +189,7 @@ impl Supervisor {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        crate::seqpacket::make_run_root(root)?;
+        nvproxy_worker::seqpacket::make_run_root(root)?;
         Ok(Arc::new(Self {
             entries: Mutex::new(BTreeMap::new()),
             root: root.to_owned(),
@@ -320,8 +320,8 @@ impl Supervisor {
         let dir = paths::run_dir(&self.root, name);
         // 0700 from the start (the worker makes it the same way): a directory created 0755
         // here would let any host uid reach the instance's sockets.
-        crate::seqpacket::make_run_root(&self.root)?;
-        crate::seqpacket::make_private_dir(&dir)?;
+        nvproxy_worker::seqpacket::make_run_root(&self.root)?;
+        nvproxy_worker::seqpacket::make_private_dir(&dir)?;
         let socket = dir.join(SIM_SOCKET);
         if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
             return Ok(socket);
@@ -417,12 +417,12 @@ impl Supervisor {
         let mut child = cmd
             .arg("worker")
             .env(
-                crate::advice::FOR_COMMAND_ENV,
-                crate::advice::this_command_line(),
+                nvproxy_worker::advice::FOR_COMMAND_ENV,
+                nvproxy_worker::advice::this_command_line(),
             )
             .env(
-                crate::advice::FOR_SUBCOMMAND_ENV,
-                crate::advice::user_subcommand().unwrap_or_default(),
+                nvproxy_worker::advice::FOR_SUBCOMMAND_ENV,
+                nvproxy_worker::advice::user_subcommand().unwrap_or_default(),
             )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -521,7 +521,7 @@ impl Supervisor {
             nix::unistd::Gid::from_raw(run_as.gid),
         );
         let dir = paths::run_dir(&self.root, name);
-        crate::seqpacket::make_run_root(&self.root)?;
+        nvproxy_worker::seqpacket::make_run_root(&self.root)?;
         if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
             && e.kind() != std::io::ErrorKind::AlreadyExists
         {
@@ -568,7 +568,10 @@ impl Supervisor {
             }
             // The log and its rotation file: the worker may not create files in their
             // directory, so it rotates by copying into the `.1` file (audit_log.rs).
-            for path in [audit.clone(), crate::audit_log::rotated_path(audit)] {
+            for path in [
+                audit.clone(),
+                nvproxy_worker::audit_log::rotated_path(audit),
+            ] {
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
@@ -1025,7 +1028,7 @@ pub fn spec_for(cfg: &nvproxy_config::Config, inst: &InstanceConfig) -> WorkerSp
         run_as: None,
         sim_socket: None,
         take_over: false,
-        run_dir: crate::paths::host_run_dir(cfg.daemon.run_dir.as_deref()),
+        run_dir: nvproxy_worker::paths::host_run_dir(cfg.daemon.run_dir.as_deref()),
     }
 }
 
@@ -1056,7 +1059,7 @@ mod tests {
         std::fs::create_dir_all(root.join("a")).unwrap();
         let cfg = nvproxy_config::Config::parse(
             "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n",
-            &crate::host::ThisHost,
+            &nvproxy_worker::host::ThisHost,
         )
         .unwrap();
         let st = worker_spec::WorkerState {

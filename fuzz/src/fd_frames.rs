@@ -1,5 +1,5 @@
 //! Frames with fds as the socket transport's worker receives them from a tenant: the daemon's
-//! one receive path (`daemon/src/fdpass.rs`, included here by path: the daemon is a binary
+//! one receive path (`worker/src/fdpass.rs`, included here by path: the daemon is a binary
 //! crate) gets a frame of any bytes with any number of fds attached, up to the kernel's
 //! `SCM_MAX_FD`, into a buffer of any size.
 //!
@@ -11,7 +11,7 @@
 //! receive buffer's length, `flags` bit 0 credentials on (`SO_PASSCRED`), the payload at most
 //! 256 bytes.
 
-#[path = "../../daemon/src/fdpass.rs"]
+#[path = "../../worker/src/fdpass.rs"]
 #[allow(dead_code)]
 pub mod fdpass;
 

@@ -1,5 +1,5 @@
 //! What the configuration's checks ask of the host, answered by the caller: the daemon passes
-//! its probes (`daemon/src/host.rs`), tests pass fixed answers. Imports nothing of the crate.
+//! its probes (`worker/src/host.rs`), tests pass fixed answers. Imports nothing of the crate.
 
 /// The host facts a config check needs, asked only when that check runs.
 pub trait HostProbe {

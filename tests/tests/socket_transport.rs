@@ -1,7 +1,7 @@
 //! The socket transport (`nvproxy exec --transport socket`), natively on this host: no CUSE, no
 //! VM. The command's namespace has no NVIDIA device nodes at all; the shim serves
 //! `/dev/nvidia*` over the instance's device socket, and the worker serves it with the same
-//! request path as the CUSE nodes (`daemon/src/socket_transport.rs`).
+//! request path as the CUSE nodes (`worker/src/socket_transport.rs`).
 //!
 //! What runs here, each against `--driver sim` with `--check-leaks` (the simulated driver and
 //! the proxy hold nothing afterwards):

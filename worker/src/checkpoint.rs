@@ -130,7 +130,7 @@ impl Control {
         }
     }
 
-    /// Restores connect to the sim-driver at `path` anew ([`Control::sim_socket`]).
+    /// Restores connect to the sim-driver at `path` anew (`Control::sim_socket`).
     pub fn with_sim_socket(mut self, path: Option<std::path::PathBuf>) -> Self {
         self.sim_socket = path;
         self

@@ -203,7 +203,7 @@ pub fn take_inherited_fds(fds: &[i32]) -> io::Result<Vec<std::os::fd::OwnedFd>> 
 }
 
 /// Makes `cmd`'s child keep `fds` open across its `execve` and run as `uid`/`gid` with only
-/// the capabilities `keep` ([`become_user_keeping`]); both happen in the child between `fork`
+/// the capabilities `keep` (`become_user_keeping`); both happen in the child between `fork`
 /// and `execve`.
 pub fn exec_as_user_keeping(
     cmd: &mut std::process::Command,

@@ -1,5 +1,5 @@
 //! A running instance, the runtime of the worker process that serves it: the driver
-//! ([`make_driver`]: the host's or a simulated one), the instance's request path ([`Parts`]:
+//! ([`make_driver`]: the host's or a simulated one), the instance's request path (`Parts`:
 //! policy, audit sink, proxies, backends) and its nodes and sockets ([`RunningInstance`]), and
 //! the leak check of a simulated driver. The CLI verbs (`serve.rs`), the worker (`worker.rs`),
 //! live upgrades, checkpoints and the simulated-driver process build on it; it imports none of

@@ -30,7 +30,7 @@
 //! buffer, decoded whole (size, magic, version, reserved fields) or answered `EINVAL`; a frame
 //! on an open without exactly one channel is dropped, an open or call of another protocol
 //! version answered `EPROTONOSUPPORT`; replies never block the server (`MSG_DONTWAIT`);
-//! channels are bounded per instance ([`MAX_CHANNELS`], then `EAGAIN`). Client memory is read
+//! channels are bounded per instance (`MAX_CHANNELS`, then `EAGAIN`). Client memory is read
 //! with deadlines (cuse-dev's client waits).
 //!
 //! **Threads.** One thread accepts opens (with a stop pipe); each open has one thread that
