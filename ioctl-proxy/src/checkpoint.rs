@@ -28,8 +28,8 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::error::ProxyError;
 use crate::nv::*;
-use crate::objects::Origin;
-use crate::proxy::{Node, Proxy, host_cards, lock, lock_record};
+use crate::objects::{Client, Object, Origin, OwnerId};
+use crate::proxy::{Node, OpenRecord, Proxy, host_cards, lock, lock_record};
 
 /// The `format` tag of a checkpoint file.
 pub const CHECKPOINT_FORMAT: &str = "nvproxy-checkpoint";
@@ -254,6 +254,109 @@ pub struct SavedObject {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+// One model of the saved state: a checkpoint (re-created by replay) and a live upgrade's
+// state (`live.rs`: the same driver state handed over) write and read the tables through
+// these conversions, so a field added to an open or an object is carried by both.
+
+impl SavedOpen {
+    /// A frontend open as saved (`None` for a UVM open: the `uvm` crate saves those).
+    pub(crate) fn of(id: OwnerId, node: Node, rec: &OpenRecord) -> Option<SavedOpen> {
+        let node = match node {
+            Node::Ctl => SavedNode::Ctl,
+            Node::Gpu(i) => SavedNode::Gpu(i),
+            Node::Uvm => return None,
+        };
+        Some(SavedOpen {
+            id: id.0,
+            node,
+            registered_ctl: rec.registered_ctl.map(|o| o.0),
+            attached: rec.attached.clone(),
+            os_events: rec
+                .os_events
+                .iter()
+                .map(|&(h_client, h_device, o)| SavedOsEvent {
+                    h_client,
+                    h_device,
+                    fd_open: o.0,
+                })
+                .collect(),
+        })
+    }
+
+    /// The proxy's node for it (the caller checks the GPU index against the instance's).
+    pub(crate) fn proxy_node(&self) -> Node {
+        match self.node {
+            SavedNode::Ctl => Node::Ctl,
+            SavedNode::Gpu(i) => Node::Gpu(i),
+        }
+    }
+
+    /// Its record as the proxy keeps it, with the attached GPU ids mapped by `gpu_id`
+    /// (identity but for a restore onto other GPUs); `os_events_overflow`: more OS events were
+    /// registered than the record holds.
+    pub(crate) fn record(
+        &self,
+        gpu_id: impl Fn(u32) -> u32,
+        os_events_overflow: bool,
+    ) -> OpenRecord {
+        OpenRecord {
+            registered_ctl: self.registered_ctl.map(OwnerId),
+            attached: self
+                .attached
+                .as_ref()
+                .map(|l| l.iter().map(|&id| gpu_id(id)).collect()),
+            os_events: self
+                .os_events
+                .iter()
+                .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
+                .collect(),
+            os_events_overflow,
+        }
+    }
+}
+
+impl SavedClient {
+    /// An RM client with its objects sorted by handle.
+    pub(crate) fn of(handle: u32, c: &Client) -> SavedClient {
+        let mut objects: Vec<SavedObject> = c
+            .objects
+            .iter()
+            .map(|(&h, o)| SavedObject {
+                handle: h,
+                parent: o.parent,
+                class: o.class,
+                deps: o.deps.clone(),
+                origin: o.origin.clone(),
+                pinned: o.pinned,
+                vid: o.vid,
+            })
+            .collect();
+        objects.sort_by_key(|o| o.handle);
+        SavedClient {
+            handle,
+            owner: c.owner.0,
+            class: c.class,
+            origin: c.origin.clone(),
+            objects,
+        }
+    }
+}
+
+impl SavedObject {
+    /// The object as the table keeps it, with `origin` (the saved one, or rebased by a
+    /// restore).
+    pub(crate) fn object(&self, origin: Origin) -> Object {
+        Object {
+            parent: self.parent,
+            class: self.class,
+            deps: self.deps.clone(),
+            origin,
+            pinned: self.pinned,
+            vid: self.vid,
+        }
+    }
 }
 
 /// A UVM open (`/dev/nvidia-uvm`) as saved (filled in by the `uvm` crate).
@@ -615,10 +718,9 @@ impl Proxy {
         let _rm = self.rm_lock();
         let mut opens: Vec<SavedOpen> = Vec::new();
         for (&id, f) in self.opens().iter() {
-            let node = match f.node {
-                Node::Ctl => SavedNode::Ctl,
-                Node::Gpu(i) => SavedNode::Gpu(i),
-                Node::Uvm => continue,
+            let rec = lock_record(f).clone();
+            let Some(saved) = SavedOpen::of(id, f.node, &rec) else {
+                continue;
             };
             if lock(&f.mapping).has_context() {
                 items.push(format!(
@@ -627,7 +729,6 @@ impl Proxy {
                     f.node.dev_name()
                 ));
             }
-            let rec = lock_record(f).clone();
             if rec.os_events_overflow {
                 items.push(format!(
                     "open {}: more than {} OS events",
@@ -635,21 +736,7 @@ impl Proxy {
                     crate::proxy::MAX_OS_EVENTS_PER_OPEN
                 ));
             }
-            opens.push(SavedOpen {
-                id: id.0,
-                node,
-                registered_ctl: rec.registered_ctl.map(|o| o.0),
-                attached: rec.attached,
-                os_events: rec
-                    .os_events
-                    .iter()
-                    .map(|&(h_client, h_device, o)| SavedOsEvent {
-                        h_client,
-                        h_device,
-                        fd_open: o.0,
-                    })
-                    .collect(),
-            });
+            opens.push(saved);
         }
         opens.sort_by_key(|o| o.id);
         {
@@ -668,21 +755,8 @@ impl Proxy {
             if let Origin::Unreplayable(why) = &c.origin {
                 items.push(format!("client {h:#x}: {why}"));
             }
-            let mut objects: Vec<SavedObject> = c
-                .objects
-                .iter()
-                .map(|(&oh, o)| SavedObject {
-                    handle: oh,
-                    parent: o.parent,
-                    class: o.class,
-                    deps: o.deps.clone(),
-                    origin: o.origin.clone(),
-                    pinned: o.pinned,
-                    vid: o.vid,
-                })
-                .collect();
-            objects.sort_by_key(|o| o.handle);
-            for o in &objects {
+            let saved = SavedClient::of(h, c);
+            for o in &saved.objects {
                 let name = self.class_name(o.class);
                 let why = match &o.origin {
                     Origin::Unreplayable(why) => Some(why.as_str()),
@@ -695,13 +769,7 @@ impl Proxy {
                     ));
                 }
             }
-            clients.push(SavedClient {
-                handle: h,
-                owner: c.owner.0,
-                class: c.class,
-                origin: c.origin.clone(),
-                objects,
-            });
+            clients.push(saved);
         }
         if !items.is_empty() {
             return Err(CheckpointError::Unreplayable {

@@ -18,20 +18,20 @@ use serde::{Deserialize, Serialize};
 use host_driver::{HandedFile, HostFile};
 
 use crate::audit::CountRow;
-use crate::checkpoint::{SavedClient, SavedNode, SavedOsEvent};
+use crate::checkpoint::{SavedClient, SavedOpen};
 use crate::error::ProxyError;
 use crate::mapping::MappingSlot;
-use crate::objects::{Client, Object, OwnerId};
+use crate::objects::{Client, OwnerId};
 use crate::policy::{InstancePolicy, Mode};
-use crate::proxy::{Node, OpenFile, OpenRecord, Proxy, lock};
+use crate::proxy::{Node, OpenFile, Proxy, lock};
 
-/// One frontend open while it serves.
+/// One frontend open while it serves: its saved form (as a checkpoint has it) and what a
+/// live upgrade carries besides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveOpen {
-    /// Its id (the CUSE `fh` the kernel keeps for the client's open file).
-    pub id: u64,
-    /// Its node, in the tenant's numbering.
-    pub node: SavedNode,
+    /// Its id (the CUSE `fh` the kernel keeps for the client's open file), node, record.
+    #[serde(flatten)]
+    pub saved: SavedOpen,
     /// Its host file: an index into the handed files.
     pub host: usize,
     /// Its mapping host file, if it was ever an mmap target: an index into the handed files.
@@ -40,15 +40,6 @@ pub struct LiveOpen {
     /// The mapping file holds an mmap context.
     #[serde(default)]
     pub context: bool,
-    /// `NV_ESC_REGISTER_FD`'s control open.
-    #[serde(default)]
-    pub registered_ctl: Option<u64>,
-    /// GPU ids attached (host ids).
-    #[serde(default)]
-    pub attached: Option<Vec<u32>>,
-    /// OS events registered on it.
-    #[serde(default)]
-    pub os_events: Vec<SavedOsEvent>,
     /// More OS events than recorded.
     #[serde(default)]
     pub os_events_overflow: bool,
@@ -176,14 +167,6 @@ impl LivePolicy {
     }
 }
 
-fn saved_node(n: Node) -> Option<SavedNode> {
-    match n {
-        Node::Ctl => Some(SavedNode::Ctl),
-        Node::Gpu(i) => Some(SavedNode::Gpu(i)),
-        Node::Uvm => None,
-    }
-}
-
 fn bad(what: String) -> ProxyError {
     ProxyError::Config(format!("live state: {what}"))
 }
@@ -215,7 +198,8 @@ impl Proxy {
         };
         let mut opens = Vec::new();
         for (&id, f) in self.opens().iter() {
-            let Some(node) = saved_node(f.node) else {
+            let rec = lock(&f.record).clone();
+            let Some(saved) = SavedOpen::of(id, f.node, &rec) else {
                 continue;
             };
             let host = push(&f.host)?;
@@ -224,55 +208,20 @@ impl Proxy {
                 Some(m) => Some(push(m)?),
                 None => None,
             };
-            let rec = lock(&f.record).clone();
             opens.push(LiveOpen {
-                id: id.0,
-                node,
+                saved,
                 host,
                 mapping,
                 context,
-                registered_ctl: rec.registered_ctl.map(|o| o.0),
-                attached: rec.attached,
-                os_events: rec
-                    .os_events
-                    .iter()
-                    .map(|&(h_client, h_device, o)| SavedOsEvent {
-                        h_client,
-                        h_device,
-                        fd_open: o.0,
-                    })
-                    .collect(),
                 os_events_overflow: rec.os_events_overflow,
             });
         }
-        opens.sort_by_key(|o| o.id);
+        opens.sort_by_key(|o| o.saved.id);
         let clients = self
             .objects()
             .clients
             .iter()
-            .map(|(&h, c)| {
-                let mut objects: Vec<_> = c
-                    .objects
-                    .iter()
-                    .map(|(&oh, o)| crate::checkpoint::SavedObject {
-                        handle: oh,
-                        parent: o.parent,
-                        class: o.class,
-                        deps: o.deps.clone(),
-                        origin: o.origin.clone(),
-                        pinned: o.pinned,
-                        vid: o.vid,
-                    })
-                    .collect();
-                objects.sort_by_key(|o| o.handle);
-                SavedClient {
-                    handle: h,
-                    owner: c.owner.0,
-                    class: c.class,
-                    origin: c.origin.clone(),
-                    objects,
-                }
-            })
+            .map(|(&h, c)| SavedClient::of(h, c))
             .collect();
         let (dma_maps, dma_overflow) = {
             let d = lock(&self.dma_maps);
@@ -325,16 +274,15 @@ impl Proxy {
         let mut ids = std::collections::BTreeSet::new();
         let mut used = std::collections::BTreeSet::new();
         for o in &live.opens {
-            let node = match o.node {
-                SavedNode::Ctl => Node::Ctl,
-                SavedNode::Gpu(i) if (i as usize) < self.gpus.len() => Node::Gpu(i),
-                SavedNode::Gpu(i) => return Err(bad(format!("open {}: no GPU {i}", o.id))),
-            };
-            if o.id == 0 || o.id >= live.next_open || !ids.insert(o.id) {
-                return Err(bad(format!(
-                    "open id {} is 0, taken or past next_open",
-                    o.id
-                )));
+            let id = o.saved.id;
+            let node = o.saved.proxy_node();
+            if let Node::Gpu(i) = node
+                && !usize::try_from(i).is_ok_and(|i| i < self.gpus.len())
+            {
+                return Err(bad(format!("open {id}: no GPU {i}")));
+            }
+            if id == 0 || id >= live.next_open || !ids.insert(id) {
+                return Err(bad(format!("open id {id} is 0, taken or past next_open")));
             }
             for i in std::iter::once(o.host).chain(o.mapping) {
                 if files.get(i).is_none_or(Option::is_none) || !used.insert(i) {
@@ -348,17 +296,7 @@ impl Proxy {
             let mut objects = std::collections::HashMap::new();
             for o in c.objects {
                 if objects
-                    .insert(
-                        o.handle,
-                        Object {
-                            parent: o.parent,
-                            class: o.class,
-                            deps: o.deps,
-                            origin: o.origin,
-                            pinned: o.pinned,
-                            vid: o.vid,
-                        },
-                    )
+                    .insert(o.handle, o.object(o.origin.clone()))
                     .is_some()
                 {
                     return Err(bad(format!(
@@ -411,18 +349,9 @@ impl Proxy {
                     return Err(e);
                 }
             };
-            let record = OpenRecord {
-                registered_ctl: o.registered_ctl.map(OwnerId),
-                attached: o.attached.clone(),
-                os_events: o
-                    .os_events
-                    .iter()
-                    .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
-                    .collect(),
-                os_events_overflow: o.os_events_overflow,
-            };
+            let record = o.saved.record(|id| id, o.os_events_overflow);
             opens.insert(
-                OwnerId(o.id),
+                OwnerId(o.saved.id),
                 Arc::new(OpenFile {
                     node,
                     host,
@@ -465,5 +394,40 @@ impl Proxy {
         }
         self.counts.add_rows(&live.counts);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::{SavedNode, SavedOsEvent};
+
+    /// A live open is its saved form plus the live fields, in one flat JSON object: the
+    /// layout an older worker wrote (`id`, `node`, ... beside `host`), so upgrades between
+    /// versions keep reading each other's state.
+    #[test]
+    fn test_a_live_open_keeps_the_flat_layout_of_older_workers() {
+        let old = r#"{"id":3,"node":{"gpu":1},"host":0,"mapping":1,"context":true,
+            "registered_ctl":2,"attached":[256],
+            "os_events":[{"h_client":7,"h_device":8,"fd_open":3}],"os_events_overflow":false}"#;
+        let open: LiveOpen = serde_json::from_str(old).expect("an older worker's open");
+        assert_eq!(
+            open.saved,
+            SavedOpen {
+                id: 3,
+                node: SavedNode::Gpu(1),
+                registered_ctl: Some(2),
+                attached: Some(vec![256]),
+                os_events: vec![SavedOsEvent {
+                    h_client: 7,
+                    h_device: 8,
+                    fd_open: 3
+                }],
+            }
+        );
+        assert_eq!((open.host, open.mapping, open.context), (0, Some(1), true));
+        let again: serde_json::Value = serde_json::to_value(&open).expect("serializes");
+        let old: serde_json::Value = serde_json::from_str(old).expect("JSON");
+        assert_eq!(again, old);
     }
 }

@@ -35,10 +35,10 @@ use crate::checkpoint::{
     Checkpoint, CheckpointError, DeviceIdentity, SavedNode, check_remappable, identify_host_gpus,
 };
 use crate::nv::*;
-use crate::objects::{AllocRecord, Client, Object, ObjectTable, Origin, OwnerId};
+use crate::objects::{AllocRecord, Client, ObjectTable, Origin, OwnerId};
 use crate::plan::{rd32, wr32, wr64};
 use crate::policy::InstancePolicy;
-use crate::proxy::{Node, OpenFile, OpenRecord, Proxy};
+use crate::proxy::{OpenFile, Proxy};
 
 /// Names a GPU in a remap rule: its host minor or its UUID (`GPU-...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -725,19 +725,7 @@ impl Proxy {
             let objects = c
                 .objects
                 .iter()
-                .map(|o| {
-                    (
-                        o.handle,
-                        Object {
-                            parent: o.parent,
-                            class: o.class,
-                            deps: o.deps.clone(),
-                            origin: rebase(o.class, &o.origin),
-                            pinned: o.pinned,
-                            vid: o.vid,
-                        },
-                    )
-                })
+                .map(|o| (o.handle, o.object(rebase(o.class, &o.origin))))
                 .collect();
             clients.insert(
                 c.handle,
@@ -764,24 +752,8 @@ impl Proxy {
         {
             let mut opens = proxy.opens();
             for o in &ckpt.opens {
-                let node = match o.node {
-                    SavedNode::Ctl => Node::Ctl,
-                    SavedNode::Gpu(i) => Node::Gpu(i),
-                };
-                let rec = OpenRecord {
-                    registered_ctl: o.registered_ctl.map(OwnerId),
-                    attached: o.attached.as_ref().map(|l| {
-                        l.iter()
-                            .map(|id| gpu_ids.get(id).copied().unwrap_or(*id))
-                            .collect()
-                    }),
-                    os_events: o
-                        .os_events
-                        .iter()
-                        .map(|e| (e.h_client, e.h_device, OwnerId(e.fd_open)))
-                        .collect(),
-                    os_events_overflow: false,
-                };
+                let node = o.proxy_node();
+                let rec = o.record(|id| gpu_ids.get(&id).copied().unwrap_or(id), false);
                 let host = r.files.remove(&o.id).expect("opened above");
                 opens.insert(
                     OwnerId(o.id),

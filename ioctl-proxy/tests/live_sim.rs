@@ -294,7 +294,7 @@ fn test_bad_tables_are_refused() {
         assert!(e.contains(why), "{e}");
     };
     let mut twice = live.clone();
-    twice.opens[1].id = twice.opens[0].id;
+    twice.opens[1].saved.id = twice.opens[0].saved.id;
     refused(twice, "taken");
     let mut orphan = live.clone();
     orphan.clients[0].owner = 999;
