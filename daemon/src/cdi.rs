@@ -1148,7 +1148,9 @@ fn cstr(p: &Path) -> Result<std::ffi::CString> {
 fn open_path(path: &Path, flags: i32) -> Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
     let c = cstr(path)?;
-    let flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::from_bits_retain(flags as u32);
+    let flags = OFlags::PATH
+        | OFlags::CLOEXEC
+        | OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
     Ok(rustix::fs::open(c.as_c_str(), flags, Mode::empty()).map_err(std::io::Error::from)?)
 }
 
@@ -1166,7 +1168,7 @@ fn open_in_root(root: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> std::io::R
     Ok(rustix::fs::openat2(
         root,
         c.as_c_str(),
-        OFlags::from_bits_retain((flags | libc::O_CLOEXEC) as u32),
+        OFlags::from_bits_retain(u32::from_ne_bytes((flags | libc::O_CLOEXEC).to_ne_bytes())),
         Mode::from_bits_retain(mode),
         ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
     )?)

@@ -247,7 +247,7 @@ mod tests {
         let dead = child.id();
         child.wait().unwrap();
         let live = std::process::id();
-        let parent = nix::unistd::getppid().as_raw() as u32;
+        let parent = u32::try_from(nix::unistd::getppid().as_raw()).expect("a pid");
         for name in [
             format!("nvproxy-exec-{dead}"),
             format!("nvproxy-exec-{dead}-proc"),

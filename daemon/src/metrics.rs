@@ -611,7 +611,8 @@ mod tests {
                 "an idle connection got an answer"
             );
         }
-        let max = HTTP_CONNECTION_TIME * (HTTP_QUEUE / HTTP_THREADS + 2) as u32;
+        let max =
+            HTTP_CONNECTION_TIME * u32::try_from(HTTP_QUEUE / HTTP_THREADS + 2).expect("small");
         assert!(
             t.elapsed() < max,
             "idle connections held for {:?}",

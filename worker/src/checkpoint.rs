@@ -351,7 +351,8 @@ mod tests {
     const AT: u64 = 0x1000;
     impl ClientMemory for Mem {
         fn read(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, MemError> {
-            let o = addr.checked_sub(AT).ok_or(MemError::Fault)? as usize;
+            let o = usize::try_from(addr.checked_sub(AT).ok_or(MemError::Fault)?)
+                .map_err(|_| MemError::Fault)?;
             self.0
                 .get(o..o + len)
                 .map(<[u8]>::to_vec)
@@ -361,7 +362,7 @@ mod tests {
             self.read(addr, len).map(|_| ())
         }
         fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-            let o = (addr - AT) as usize;
+            let o = usize::try_from(addr - AT).expect("a test address");
             self.0[o..o + data.len()].copy_from_slice(data);
             Ok(())
         }

@@ -78,7 +78,8 @@ impl FdIdentity {
 
     pub fn identify(&self, file: &impl AsFd) -> io::Result<u64> {
         let fh = sys::ioctl_by_value(file.as_fd(), NVPROXY_IOC_IDENTIFY, self.secret)?;
-        Ok(fh as u64)
+        // The device answers an open's `fh`, which it hands out below 2^31.
+        u64::try_from(fh).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
     /// Resolves fd number `fd` of thread `tid`. Errors are the errno the client should see:

@@ -70,8 +70,8 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Res
         // for their stated lengths, and `sock` is borrowed for the call; recvmsg writes only
         // inside them and updates `msg`'s lengths and flags.
         let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
-        if n >= 0 {
-            break n as usize;
+        if let Ok(n) = usize::try_from(n) {
+            break n;
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {

@@ -70,8 +70,13 @@ impl Window {
         let wend = self.addr.saturating_add(self.bytes.len() as u64);
         for (i, b) in data.iter().enumerate() {
             let a = addr.wrapping_add(i as u64);
-            if a >= self.addr && a < wend {
-                self.bytes[(a - self.addr) as usize] = *b;
+            if a >= self.addr
+                && a < wend
+                && let Some(slot) = usize::try_from(a - self.addr)
+                    .ok()
+                    .and_then(|i| self.bytes.get_mut(i))
+            {
+                *slot = *b;
                 self.dirty = true;
             }
         }

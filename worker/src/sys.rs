@@ -273,8 +273,9 @@ pub fn process_vm_read(tid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         return Ok(());
     }
     let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let base = usize::try_from(addr).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
     let remote = [RemoteIoVec {
-        base: addr as usize,
+        base,
         len: buf.len(),
     }];
     let len = buf.len();
@@ -297,8 +298,9 @@ pub fn process_vm_write(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
         return Ok(());
     }
     let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let base = usize::try_from(addr).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
     let remote = [RemoteIoVec {
-        base: addr as usize,
+        base,
         len: data.len(),
     }];
     let n = process_vm_writev(
@@ -502,7 +504,10 @@ impl Watchdog {
         let pid = std::env::var("WATCHDOG_PID").ok();
         let every = watchdog_interval(usec.as_deref(), pid.as_deref(), std::process::id());
         if let Some(e) = every {
-            tracing::info!(every_ms = e.as_millis() as u64, "systemd watchdog: pinging");
+            tracing::info!(
+                every_ms = u64::try_from(e.as_millis()).unwrap_or(u64::MAX),
+                "systemd watchdog: pinging"
+            );
         }
         Watchdog {
             every,
@@ -637,8 +642,9 @@ pub fn uffd_register_missing(addr: u64, len: u64) -> io::Result<std::os::fd::Own
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: the fd was just returned by userfaultfd and is owned by nobody else.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     /// `UFFD_API`, `_IOWR(0xAA, 0x3F, struct uffdio_api)`, `_IOWR(0xAA, 0x00, struct
     /// uffdio_register)`, `UFFDIO_REGISTER_MODE_MISSING` (`include/uapi/linux/userfaultfd.h`).
     const UFFD_API: u64 = 0xaa;

@@ -563,7 +563,7 @@ pub fn take_over(
     if len > MAX_STATE_BYTES {
         bail!("the old worker's state is {len} bytes (at most {MAX_STATE_BYTES})");
     }
-    let mut json = vec![0u8; len as usize];
+    let mut json = vec![0u8; usize::try_from(len)?];
     (&conn).read_exact(&mut json).context("reading the state")?;
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&json)
         && let Some(e) = v.get("error").and_then(|e| e.as_str())
@@ -883,7 +883,7 @@ mod tests {
         let sender = std::thread::spawn(move || send_state(&a, b"{}", &raw));
         let mut len = [0u8; 8];
         (&b).read_exact(&mut len).unwrap();
-        let mut json = vec![0u8; u64::from_le_bytes(len) as usize];
+        let mut json = vec![0u8; usize::try_from(u64::from_le_bytes(len)).unwrap()];
         (&b).read_exact(&mut json).unwrap();
         assert_eq!(json, b"{}");
         let mut got = Vec::new();

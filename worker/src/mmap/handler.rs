@@ -77,9 +77,9 @@ impl InstanceMmap {
                 args: [
                     k.args.addr,
                     k.args.len,
-                    k.args.prot as u32 as u64,
-                    k.args.flags as u32 as u64,
-                    k.args.offset as u64,
+                    u64::from(bits32(k.args.prot)),
+                    u64::from(bits32(k.args.flags)),
+                    u64::from_ne_bytes(k.args.offset.to_ne_bytes()),
                 ],
                 left_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
             })
@@ -101,9 +101,9 @@ impl InstanceMmap {
                 let args = nvproxy_preload_proto::MmapTicketArgs {
                     addr: t.args[0],
                     len: t.args[1],
-                    prot: t.args[2] as u32 as i32,
-                    flags: t.args[3] as u32 as i32,
-                    offset: t.args[4] as i64,
+                    prot: i32::from_ne_bytes(u32::try_from(t.args[2]).ok()?.to_ne_bytes()),
+                    flags: i32::from_ne_bytes(u32::try_from(t.args[3]).ok()?.to_ne_bytes()),
+                    offset: i64::from_ne_bytes(t.args[4].to_ne_bytes()),
                     ticket: t.ticket,
                 };
                 let k = super::tickets::Ticket {
@@ -358,4 +358,9 @@ fn has_shim(tid: u32) -> io::Result<bool> {
         line.clear();
     }
     Ok(false)
+}
+
+/// An `i32`'s bits as a `u32` (a ticket's `prot` and `flags` travel as their bit patterns).
+fn bits32(v: i32) -> u32 {
+    u32::from_ne_bytes(v.to_ne_bytes())
 }

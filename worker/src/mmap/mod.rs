@@ -230,7 +230,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            tx.send(u32::try_from(nix::unistd::gettid().as_raw()).unwrap())
+                .unwrap();
             let _ = done_rx.recv();
         });
         let tid = rx.recv().unwrap();
@@ -447,7 +448,12 @@ mod tests {
     }
 
     fn me() -> Request {
-        Request::detached(1, nix::unistd::gettid().as_raw() as u32, 0, 0)
+        Request::detached(
+            1,
+            u32::try_from(nix::unistd::gettid().as_raw()).unwrap(),
+            0,
+            0,
+        )
     }
 
     #[test]
