@@ -254,10 +254,7 @@ impl<'a> Req<'a> {
     /// [`Req::exec`] without client translation (an `RM_ALLOC` of a client translates
     /// itself).
     pub(crate) fn exec_raw(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
-        self.file
-            .host
-            .ioctl(&mut plan.call)
-            .map_err(ProxyError::Host)
+        plan.exec(&*self.file.host)
     }
 
     /// Copies the results back: nested outputs first, then the top-level struct (converted
