@@ -10,10 +10,10 @@ use std::mem::offset_of;
 
 use ioctl_proxy::bytes::{rd32, read_prefix, uuid_at};
 use ioctl_proxy::kit::{Note, Stop, deny};
-use ioctl_proxy::service::{NodeService, settle};
+use ioctl_proxy::service::{Call, NodeService, settle};
 use ioctl_proxy::{
     AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostFile, Kind, MemError,
-    Node, NodeKind, OpenId, Plan, Proxy, ProxyError, Verdict,
+    Node, NodeKind, OpenId, Plan, Proxy, ProxyError,
 };
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{
@@ -124,14 +124,7 @@ impl UvmProxy {
     /// A client opened `/dev/nvidia-uvm`: opens a host UVM file for it. The id comes from the
     /// frontend's open-id space ([`Proxy::new_open_id`]).
     pub fn open(&self) -> Result<OpenId, ProxyError> {
-        self.proxy.take_open_slot()?;
-        let host = match self.proxy.host_driver().open(NodeKind::Uvm) {
-            Ok(h) => h,
-            Err(e) => {
-                self.proxy.release_open_slot();
-                return Err(ProxyError::Host(e));
-            }
-        };
+        let host = self.proxy.open_host(NodeKind::Uvm)?;
         let id = self.proxy.new_open_id();
         lock(&self.opens).insert(
             id,
@@ -213,12 +206,9 @@ impl UvmProxy {
         file.host.mmap_fd()
     }
 
-    /// Proxies one ioctl of the client open `open` through the nodes' one entry
-    /// ([`ioctl_proxy::service::ioctl`]), with the contract of [`Proxy::ioctl`]:
-    /// `Ok(ret)` is the ioctl's return (driver-level failures are NV statuses in `rmStatus`),
-    /// `Err(e)` fails it with `e.errno()`, [`ProxyError::Pending`] asks the transport for
-    /// more client memory and a re-run (every read and write reservation happens before the
-    /// host call).
+    /// Proxies one ioctl of the client open `open`: [`ioctl_proxy::service::ioctl`], the
+    /// nodes' one entry, whose contract it has (driver-level failures are NV statuses in
+    /// `rmStatus`; every read and write reservation happens before the host call).
     pub fn ioctl(
         &self,
         open: OpenId,
@@ -232,17 +222,14 @@ impl UvmProxy {
     }
 
     /// One ioctl inside the nodes' entry wrapper ([`NodeService::dispatch`]).
-    #[allow(clippy::too_many_arguments)]
-    fn handle(
-        &self,
-        open: OpenId,
-        file: &UvmOpen,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-        note: &mut Note,
-    ) -> Result<i32, ProxyError> {
+    fn handle(&self, file: &UvmOpen, call: Call<'_>, note: &mut Note) -> Result<i32, ProxyError> {
+        let Call {
+            open,
+            cmd,
+            arg,
+            mem,
+            fds,
+        } = call;
         let abi = self.proxy.abi();
         let spec = abi.uvm.get(&cmd).copied();
         if let Some(s) = &spec {
@@ -258,18 +245,9 @@ impl UvmProxy {
             note.reason = Some("unknown UVM ioctl");
             return Err(ProxyError::UnknownUvm { cmd });
         };
-        match self.proxy.policy().judge(spec.name, spec.caps) {
-            Verdict::Allow => {}
-            Verdict::AuditWouldDeny => {
-                note.decision = Decision::AuditWouldDeny;
-                note.reason = Some("policy");
-            }
-            Verdict::Deny => {
-                // Denied entries look absent: the driver's answer to an unknown command.
-                note.decision = Decision::Denied;
-                note.reason = Some("policy");
-                return Err(ProxyError::Denied(spec.name));
-            }
+        if !note.judged(self.proxy.policy().judge(spec.name, spec.caps)) {
+            // Denied entries look absent: the driver's answer to an unknown command.
+            return Err(ProxyError::Denied(spec.name));
         }
         let size = spec.param_size as usize;
         if size == 0 {
@@ -510,6 +488,8 @@ impl UvmProxy {
 impl NodeService for UvmProxy {
     type File = Arc<UvmOpen>;
 
+    const KIND: Kind = Kind::Uvm;
+
     fn instance(&self) -> &Proxy {
         &self.proxy
     }
@@ -540,15 +520,10 @@ impl NodeService for UvmProxy {
 
     fn dispatch(
         &self,
-        open: OpenId,
         file: Arc<UvmOpen>,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-    ) -> (Result<i32, ProxyError>, Note) {
-        let mut note = Note::new(Kind::Uvm, cmd);
-        let res = self.handle(open, &file, cmd, arg, mem, fds, &mut note);
-        (res, note)
+        call: Call<'_>,
+        note: &mut Note,
+    ) -> Result<i32, ProxyError> {
+        self.handle(&file, call, note)
     }
 }

@@ -14,7 +14,7 @@ use ioctl_proxy::checkpoint::{
 };
 use ioctl_proxy::{
     DeviceIdentity, HostFile, InstancePolicy, NodeKind, OpenId, OwnerId, Params, Plan, Proxy,
-    RemapRule,
+    ProxyError, RemapRule,
 };
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::{
@@ -118,7 +118,7 @@ fn uvm_call<P: Params>(
         why,
     };
     plan.exec(file).map_err(|e| match e {
-        ioctl_proxy::ProxyError::Host(e) => err(format!("host ioctl failed: {e}")),
+        ProxyError::Host(e) => err(format!("host ioctl failed: {e}")),
         e => err(e.to_string()),
     })?;
     let s = status(&plan.get::<P>(None));
@@ -246,16 +246,15 @@ impl UvmProxy {
             for v in &mut va_spaces_now {
                 v.uuid = new_uuid(&v.uuid)?;
             }
-            proxy.take_open_slot()?;
-            let host = match proxy.host_driver().open(NodeKind::Uvm) {
+            let host = match proxy.open_host(NodeKind::Uvm) {
                 Ok(h) => h,
-                Err(e) => {
-                    proxy.release_open_slot();
+                Err(ProxyError::Host(e)) => {
                     return Err(CheckpointError::Replay {
                         what,
                         why: format!("host open failed: {e}"),
                     });
                 }
+                Err(e) => return Err(e.into()),
             };
             if let Some(flags) = u.init_flags {
                 let mut p = UVM_INITIALIZE_PARAMS::new_zeroed();
