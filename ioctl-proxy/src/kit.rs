@@ -11,6 +11,7 @@ use crate::audit::{Decision, Kind};
 use crate::error::ProxyError;
 use crate::memory::MemError;
 use crate::nv::*;
+use crate::policy::Verdict;
 
 /// What the audit event of a request says.
 #[derive(Debug, Clone)]
@@ -43,6 +44,19 @@ impl Note {
             reason: None,
             nv_status: None,
         }
+    }
+
+    /// Records the policy's verdict on the call's table entry; whether the call goes on
+    /// (`false`: denied, and the handler answers as if the entry were absent).
+    pub fn judged(&mut self, verdict: Verdict) -> bool {
+        let (decision, go_on) = match verdict {
+            Verdict::Allow => return true,
+            Verdict::AuditWouldDeny => (Decision::AuditWouldDeny, true),
+            Verdict::Deny => (Decision::Denied, false),
+        };
+        self.decision = decision;
+        self.reason = Some("policy");
+        go_on
     }
 
     /// Records a [`Stop::Status`] answer. An audit-mode "would deny" stays unless the stop is

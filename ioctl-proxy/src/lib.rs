@@ -10,7 +10,9 @@
 //!   holds the real driver.
 //! - [`service`]: [`NodeService`], the one entry of every node's request path (the frontend
 //!   here, `/dev/nvidia-uvm` in the `uvm` crate): span, in-flight quota, accounting, the
-//!   answer of a handler's stop; [`bytes`]: field access on params bytes for both.
+//!   answer of a handler's stop; [`Plan`]: a host call under construction from the client's
+//!   params (typed reads, rewritten fields the client gets back, copy-out); [`bytes`]: field
+//!   access on params bytes. Both paths use them.
 //! - [`memory`]: the caller's memory and the retry-transport contract.
 //! - [`schedule`]: an instance's scheduling priority and the scheduling controls tenants may
 //!   not use.
@@ -40,7 +42,7 @@ pub mod memory;
 mod nv;
 pub mod objects;
 mod osdesc;
-mod plan;
+pub mod plan;
 pub mod policy;
 mod proxy;
 mod replay;
@@ -59,6 +61,7 @@ pub use host_driver::{
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId, VidCharge};
 pub use osdesc::{MAX_OS_DESCRIPTOR_BYTES, MAX_OS_DESCRIPTORS};
+pub use plan::{Buf, Params, Plan};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
 pub use proxy::{
     Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,

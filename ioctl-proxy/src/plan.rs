@@ -1,23 +1,30 @@
-//! Building a [`HostCall`] from client bytes, and putting the results back.
+//! Building a [`HostCall`] from client bytes, and putting the results back: the one way both
+//! request paths (the frontend's and the `uvm` crate's) prepare a host call.
 //!
 //! A [`Plan`] holds the translated call plus what the copy-out needs: where each buffer goes in
 //! the client (only the buffers the driver writes), and the original bytes of every field the
 //! proxy rewrote (pointers, fds), which are restored before anything is written back. The
 //! client therefore sees its own pointer and fd values, as after the real driver's
 //! `copy_to_user` of the whole struct.
+//!
+//! A plan's copy of the params is the request's one read of the client's bytes: handlers check
+//! and read it ([`Plan::get`], [`Plan::buf`]) instead of reading the client again.
 
-use host_driver::{HostCall, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// What a handler reads client params as: a `#[repr(C)]` struct of `nvproxy-abi` whose layout
 /// the parity test checks for every driver version.
-pub(crate) trait Params: FromBytes + IntoBytes + Immutable + KnownLayout + Copy {}
+pub trait Params: FromBytes + IntoBytes + Immutable + KnownLayout + Copy {}
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy> Params for T {}
 
 pub(crate) use crate::bytes::{rd32, rd64, wr32, wr64};
+use crate::error::ProxyError;
 
-/// A buffer of a plan: the top-level params or a nested buffer.
-pub(crate) type Buf = Option<usize>;
+/// A buffer of a plan: `None`, the top-level params, or `Some(i)`, the nested buffer `i`
+/// added by the request path. A buffer the plan does not have reads as empty and ignores
+/// writes.
+pub type Buf = Option<usize>;
 
 #[derive(Debug)]
 struct Restore {
@@ -28,7 +35,7 @@ struct Restore {
 
 /// A host call under construction, with its copy-out plan.
 #[derive(Debug)]
-pub(crate) struct Plan {
+pub struct Plan {
     pub(crate) call: HostCall,
     /// Per nested buffer: the client address to copy it back to, if the driver writes it.
     outs: Vec<Option<u64>>,
@@ -37,7 +44,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// A plan for `cmd` whose top-level params are `params` (already a copy of the client's).
-    pub(crate) fn new(cmd: u32, params: Vec<u8>) -> Self {
+    pub fn new(cmd: u32, params: Vec<u8>) -> Self {
         Self {
             call: HostCall {
                 cmd,
@@ -51,54 +58,76 @@ impl Plan {
 
     /// A buffer's leading bytes as `T` (zeros where the buffer is shorter: callers size
     /// buffers by `T` first).
-    pub(crate) fn get<T: Params>(&self, b: Buf) -> T {
+    pub fn get<T: Params>(&self, b: Buf) -> T {
         crate::bytes::read_prefix(self.buf(b))
     }
 
-    /// The bytes of a buffer.
-    pub(crate) fn buf(&self, b: Buf) -> &[u8] {
+    /// The bytes of a buffer (the host's answer once the plan has run).
+    pub fn buf(&self, b: Buf) -> &[u8] {
         match b {
             None => &self.call.params,
             Some(i) => self.call.nested.get(i).map_or(&[], |n| &n.data),
         }
     }
 
-    fn buf_mut(&mut self, b: Buf) -> &mut Vec<u8> {
+    /// The bytes of a buffer to write; `None` for a buffer the plan does not have.
+    fn buf_mut(&mut self, b: Buf) -> Option<&mut Vec<u8>> {
         match b {
-            None => &mut self.call.params,
-            Some(i) => &mut self.call.nested[i].data,
+            None => Some(&mut self.call.params),
+            Some(i) => self.call.nested.get_mut(i).map(|n| &mut n.data),
+        }
+    }
+
+    /// Writes `bytes` at `off` of a buffer (ignored where out of range).
+    fn write(&mut self, b: Buf, off: usize, bytes: &[u8]) {
+        let end = off.saturating_add(bytes.len());
+        if let Some(s) = self.buf_mut(b).and_then(|d| d.get_mut(off..end)) {
+            s.copy_from_slice(bytes);
         }
     }
 
     fn remember(&mut self, b: Buf, off: usize, len: usize) {
-        let bytes = self.buf(b).get(off..off + len).unwrap_or(&[]).to_vec();
+        let end = off.saturating_add(len);
+        let bytes = self.buf(b).get(off..end).unwrap_or(&[]).to_vec();
         if !bytes.is_empty() && !self.restores.iter().any(|r| r.buf == b && r.off == off) {
             self.restores.push(Restore { buf: b, off, bytes });
         }
     }
 
-    /// Rewrites a 32-bit field for the host; the client gets its own value back.
-    pub(crate) fn rewrite32(&mut self, b: Buf, off: usize, v: u32) {
+    /// Rewrites the 32-bit field at `off` (`offset_of!` of the params struct) for the host;
+    /// the client gets its own value back, whatever the host writes there.
+    pub fn rewrite32(&mut self, b: Buf, off: usize, v: u32) {
         self.remember(b, off, 4);
-        wr32(self.buf_mut(b), off, v);
+        self.write(b, off, &v.to_ne_bytes());
     }
 
     /// Rewrites a 64-bit field for the host; the client gets its own value back.
-    pub(crate) fn rewrite64(&mut self, b: Buf, off: usize, v: u64) {
+    pub fn rewrite64(&mut self, b: Buf, off: usize, v: u64) {
         self.remember(b, off, 8);
-        wr64(self.buf_mut(b), off, v);
+        self.write(b, off, &v.to_ne_bytes());
     }
 
-    /// Sets a field for the host *and* for the client (the driver's own answer, e.g. a status).
-    pub(crate) fn set32(&mut self, b: Buf, off: usize, v: u32) {
-        wr32(self.buf_mut(b), off, v);
+    /// Sets a 32-bit field for the host *and* for the client (the driver's own answer, e.g. a
+    /// status).
+    pub fn set32(&mut self, b: Buf, off: usize, v: u32) {
+        self.write(b, off, &v.to_ne_bytes());
+    }
+
+    /// Sets a 64-bit field for the host and the client (before the call: a value the client's
+    /// answer is computed from afterwards, with another `set64`).
+    pub fn set64(&mut self, b: Buf, off: usize, v: u64) {
+        self.write(b, off, &v.to_ne_bytes());
     }
 
     /// Overwrites bytes of a buffer for host and client alike (output post-processing).
     pub(crate) fn overwrite(&mut self, b: Buf, off: usize, bytes: &[u8]) {
-        if let Some(s) = self.buf_mut(b).get_mut(off..off + bytes.len()) {
-            s.copy_from_slice(bytes);
-        }
+        self.write(b, off, bytes);
+    }
+
+    /// Runs the call on `host`; the buffers then hold the driver's answer. An errno of the
+    /// host is [`ProxyError::Host`].
+    pub fn exec(&mut self, host: &dyn HostFile) -> Result<i32, ProxyError> {
+        host.ioctl(&mut self.call).map_err(ProxyError::Host)
     }
 
     /// Adds a daemon buffer for the pointer at `off` in `parent`: the host sees a non-null
@@ -128,14 +157,12 @@ impl Plan {
     }
 
     /// After the host call: restores the client's field values and returns the top-level bytes
-    /// plus the nested buffers to copy back as `(client address, bytes)`.
-    pub(crate) fn into_outputs(mut self) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
+    /// plus the nested buffers to copy back as `(client address, bytes)`. Before it (a call
+    /// refused by the proxy), the top-level bytes are the client's own, with what was `set`.
+    pub fn into_outputs(mut self) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
         let restores = std::mem::take(&mut self.restores);
         for r in restores {
-            let len = r.bytes.len();
-            if let Some(s) = self.buf_mut(r.buf).get_mut(r.off..r.off + len) {
-                s.copy_from_slice(&r.bytes);
-            }
+            self.write(r.buf, r.off, &r.bytes);
         }
         let outs = self
             .call
@@ -163,6 +190,26 @@ mod tests {
         let (top, outs) = plan.into_outputs();
         assert_eq!(rd64(&top, 16), 0x7fff_0000_1000);
         assert_eq!(outs, vec![(0x7fff_0000_1000, vec![1, 2, 3])]);
+    }
+
+    #[test]
+    fn test_set_reaches_host_and_client_rewrite_only_the_host() {
+        let mut plan = Plan::new(1, vec![0; 16]);
+        plan.rewrite32(None, 0, 5);
+        plan.set32(None, 4, 6);
+        plan.set64(None, 8, 7);
+        assert_eq!((rd32(plan.buf(None), 0), rd32(plan.buf(None), 4)), (5, 6));
+        let (top, _) = plan.into_outputs();
+        assert_eq!((rd32(&top, 0), rd32(&top, 4), rd64(&top, 8)), (0, 6, 7));
+    }
+
+    #[test]
+    fn test_a_buffer_the_plan_lacks_reads_empty_and_ignores_writes() {
+        let mut plan = Plan::new(1, vec![0; 8]);
+        plan.rewrite32(Some(3), 0, 1);
+        plan.set64(None, 4, u64::MAX);
+        assert!(plan.buf(Some(3)).is_empty());
+        assert_eq!(plan.into_outputs().0, vec![0; 8]);
     }
 
     #[test]

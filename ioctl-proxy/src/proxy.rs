@@ -45,7 +45,7 @@ use crate::memory::ClientMemory;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
 use crate::request::Req;
-use crate::service::NodeService;
+use crate::service::{Call, NodeService};
 use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
@@ -429,6 +429,17 @@ impl Proxy {
             && t.recorded_bytes() < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
     }
 
+    /// Takes one of the instance's open-file slots ([`Proxy::take_open_slot`]) and opens a
+    /// host file of `node` for a client open of any of the instance's nodes; the slot is
+    /// given back when the host open fails ([`ProxyError::Host`]).
+    pub fn open_host(&self, node: NodeKind) -> Result<Arc<dyn HostFile>, ProxyError> {
+        self.take_open_slot()?;
+        self.host.open(node).map_err(|e| {
+            self.release_open_slot();
+            ProxyError::Host(e)
+        })
+    }
+
     /// Opens a new host file for a client open of `node`.
     pub fn open(&self, node: FrontendNode) -> Result<OpenId, ProxyError> {
         let host_node = match node {
@@ -442,14 +453,7 @@ impl Proxy {
                     .minor,
             ),
         };
-        self.take_open_slot()?;
-        let host = match self.host.open(host_node) {
-            Ok(h) => h,
-            Err(e) => {
-                self.release_open_slot();
-                return Err(ProxyError::Host(e));
-            }
-        };
+        let host = self.open_host(host_node)?;
         let id = OwnerId(self.next_open.fetch_add(1, Ordering::Relaxed));
         lock(&self.opens).insert(
             id,
@@ -682,11 +686,8 @@ impl Proxy {
         self.gpus.iter().any(|g| g.gpu_id == gpu_id)
     }
 
-    /// Proxies one ioctl of the client open `open` through the nodes' one entry,
-    /// [`crate::service::ioctl`]. `Ok(ret)` is the ioctl's return value (driver-level failures
-    /// are NV statuses written into the client's params, with `Ok`); `Err(e)` fails the ioctl
-    /// with `e.errno()`, except [`ProxyError::Pending`], which asks the transport to fetch
-    /// more client memory and call again.
+    /// Proxies one ioctl of the client open `open`: [`crate::service::ioctl`], the nodes' one
+    /// entry, whose contract it has.
     pub fn ioctl(
         &self,
         open: OpenId,
@@ -761,6 +762,9 @@ impl Proxy {
 impl NodeService for Proxy {
     type File = Arc<OpenFile>;
 
+    /// The number becomes the escape's (`Req::dispatch`).
+    const KIND: Kind = Kind::Escape;
+
     fn instance(&self) -> &Proxy {
         self
     }
@@ -793,15 +797,17 @@ impl NodeService for Proxy {
 
     fn dispatch(
         &self,
-        open: OpenId,
         file: Arc<OpenFile>,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-    ) -> (Result<i32, ProxyError>, Note) {
-        let mut req = Req::new(self, open, file, mem, fds);
-        let res = req.dispatch(cmd, arg);
-        (res, req.note)
+        call: Call<'_>,
+        note: &mut Note,
+    ) -> Result<i32, ProxyError> {
+        let Call {
+            open,
+            cmd,
+            arg,
+            mem,
+            fds,
+        } = call;
+        Req::new(self, open, file, mem, fds, note).dispatch(cmd, arg)
     }
 }

@@ -26,7 +26,6 @@ use crate::memory::{ClientMemory, MemError};
 use crate::nv::*;
 use crate::objects::Origin;
 use crate::plan::{Buf, Params, Plan, rd32, rd64, wr32};
-use crate::policy::Verdict;
 use crate::proxy::{FdError, FdResolver, OpenFile, OpenId, Proxy};
 
 /// Which way a nested buffer is copied.
@@ -63,7 +62,8 @@ pub(crate) struct Req<'a> {
     pub(crate) file: Arc<OpenFile>,
     pub(crate) mem: &'a mut dyn ClientMemory,
     pub(crate) fds: &'a dyn FdResolver,
-    pub(crate) note: Note,
+    /// What the entry ([`crate::service::ioctl`]) will account.
+    pub(crate) note: &'a mut Note,
     /// The video memory books' update a control makes on success (`vidmem.rs`).
     pub(crate) vid_op: Option<crate::vidmem::VidOp>,
 }
@@ -75,6 +75,7 @@ impl<'a> Req<'a> {
         file: Arc<OpenFile>,
         mem: &'a mut dyn ClientMemory,
         fds: &'a dyn FdResolver,
+        note: &'a mut Note,
     ) -> Self {
         Self {
             px,
@@ -82,7 +83,7 @@ impl<'a> Req<'a> {
             file,
             mem,
             fds,
-            note: Note::new(Kind::Escape, 0),
+            note,
             vid_op: None,
         }
     }
@@ -95,17 +96,7 @@ impl<'a> Req<'a> {
     /// Applies the policy to a table entry. `Ok(true)`: go on. `Ok(false)`: denied (the note
     /// says so; the caller answers as if the entry were absent).
     pub(crate) fn check_policy(&mut self, name: &str, caps: nvproxy_abi::Caps) -> bool {
-        match self.px.policy.judge(name, caps) {
-            Verdict::Allow => true,
-            Verdict::AuditWouldDeny => {
-                self.set_decision(Decision::AuditWouldDeny, "policy");
-                true
-            }
-            Verdict::Deny => {
-                self.set_decision(Decision::Denied, "policy");
-                false
-            }
-        }
+        self.note.judged(self.px.policy.judge(name, caps))
     }
 
     // ---- client memory -------------------------------------------------------------------
@@ -254,10 +245,7 @@ impl<'a> Req<'a> {
     /// [`Req::exec`] without client translation (an `RM_ALLOC` of a client translates
     /// itself).
     pub(crate) fn exec_raw(&self, plan: &mut Plan) -> Result<i32, ProxyError> {
-        self.file
-            .host
-            .ioctl(&mut plan.call)
-            .map_err(ProxyError::Host)
+        plan.exec(&*self.file.host)
     }
 
     /// Copies the results back: nested outputs first, then the top-level struct (converted
@@ -303,13 +291,13 @@ impl<'a> Req<'a> {
     ) -> Result<i32, ProxyError> {
         let p = self.read_params::<T>(addr)?;
         let res = f(self, p);
-        let mut note = std::mem::replace(&mut self.note, Note::new(Kind::Escape, 0));
+        let mut note = std::mem::replace(self.note, Note::new(Kind::Escape, 0));
         let answered = crate::service::settle(&mut note, res, |status| {
             let mut answer = p;
             wr32(answer.as_mut_bytes(), status_off, status);
             self.write_top(addr, answer.as_bytes())
         });
-        self.note = note;
+        *self.note = note;
         answered
     }
 

@@ -1,23 +1,42 @@
 //! [`NodeService`]: the one entry of every node's request path. The frontend ([`Proxy`],
 //! `/dev/nvidiactl` and `/dev/nvidia<N>`) and UVM (the `uvm` crate's `UvmProxy`,
 //! `/dev/nvidia-uvm`) implement it with their own dispatch; [`ioctl`] wraps each call the same
-//! way (tracing span, the open's lookup, the instance's in-flight quota, timing, accounting
-//! with [`Proxy::account`]), and the daemon serves every node through the trait. A handler's
-//! [`Stop`] becomes the client's answer with [`settle`]. One copy, so the nodes cannot drift.
+//! way (tracing span, the open's lookup, the instance's in-flight quota, the call's [`Note`],
+//! timing, accounting with [`Proxy::account`]) and hands the dispatch one [`Call`]; the daemon
+//! serves every node through the trait. A handler's [`Stop`] becomes the client's answer with
+//! [`settle`]. One copy, so the nodes cannot drift.
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::kit::{Note, Stop};
 use crate::memory::ClientMemory;
 use crate::proxy::{Caller, FdResolver, Node, OpenId, Proxy};
 
+/// One ioctl of a client open, as [`ioctl`] hands it to [`NodeService::dispatch`].
+pub struct Call<'a> {
+    /// The client's open.
+    pub open: OpenId,
+    /// The ioctl's command.
+    pub cmd: u32,
+    /// The ioctl's argument: the address of its params in the caller.
+    pub arg: u64,
+    /// The caller's memory.
+    pub mem: &'a mut dyn ClientMemory,
+    /// The caller's fd table.
+    pub fds: &'a dyn FdResolver,
+}
+
 /// One node type's request path of an instance, as the transports see it.
 pub trait NodeService: Send + Sync {
     /// What a call needs of its open (found before the request is entered).
     type File;
+
+    /// The table the node's calls are counted and audited under (the [`Note`]'s kind).
+    const KIND: Kind;
 
     /// The instance's frontend proxy: policy, in-flight quota, counts and audit sink.
     fn instance(&self) -> &Proxy;
@@ -41,18 +60,14 @@ pub trait NodeService: Send + Sync {
     /// The node `file` is an open of, as the audit trail names it.
     fn node(&self, file: &Self::File) -> Node;
 
-    /// Runs one ioctl of `open` inside [`ioctl`]'s wrapper; returns the result and what its
-    /// audit record says.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `call` on `file` inside [`ioctl`]'s wrapper, saying in `note` (made for
+    /// [`Self::KIND`] and the command) what its audit record says.
     fn dispatch(
         &self,
-        open: OpenId,
         file: Self::File,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-    ) -> (Result<i32, ProxyError>, Note);
+        call: Call<'_>,
+        note: &mut Note,
+    ) -> Result<i32, ProxyError>;
 }
 
 /// Proxies one ioctl of the client open `open` of `svc`. `Ok(ret)` is the ioctl's return value
@@ -80,7 +95,15 @@ pub fn ioctl<S: NodeService + ?Sized>(
     let file = svc.file(open).ok_or(ProxyError::UnknownOpen(open.0))?;
     let _in_flight = px.enter_request()?;
     let node = svc.node(&file);
-    let (res, note) = svc.dispatch(open, file, cmd, arg, mem, fds);
+    let mut note = Note::new(S::KIND, cmd);
+    let call = Call {
+        open,
+        cmd,
+        arg,
+        mem,
+        fds,
+    };
+    let res = svc.dispatch(file, call, &mut note);
     if !matches!(res, Err(ProxyError::Pending)) {
         px.account(caller, &node, note, &res, start);
     }

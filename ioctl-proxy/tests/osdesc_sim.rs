@@ -2,6 +2,8 @@
 //! `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR` names the caller's memfd, the proxy duplicates it from the
 //! caller (`ClientMemory::client_fd`) and the simulated driver backs the memory object with it;
 //! the plain escape stays refused; the tenant's bounds and fds are checked.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -303,7 +305,7 @@ fn test_os_descriptor_objects_are_bounded_in_number() {
         wr32(&mut p, 8, h);
         c.ask(c.gpu, &p, args(MEMFD)).1
     };
-    let max = ioctl_proxy::MAX_OS_DESCRIPTORS as u32;
+    let max = u32::try_from(ioctl_proxy::MAX_OS_DESCRIPTORS).unwrap();
     for h in 0..max {
         assert_eq!(alloc(&mut c, H_OSDESC + h), 0, "allocation {h}");
     }

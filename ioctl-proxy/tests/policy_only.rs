@@ -2,6 +2,8 @@
 //! short CUDA-like session recorded in audit mode, the names it used turned into an `only`
 //! set, the session again in enforce mode with that set (nothing denied), then with one
 //! control and with the control escape taken out.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -68,7 +70,7 @@ impl Session {
         wr32(&mut p, 8, cmd);
         self.mem.map(PARAMS, params);
         wr64(&mut p, 16, PARAMS);
-        wr32(&mut p, 24, params.len() as u32);
+        wr32(&mut p, 24, u32::try_from(params.len()).unwrap());
         let (ret, out) = self.ioctl(ctl, nv_iowr(0x2a, 32), &p);
         Answer {
             status: ret.is_ok().then(|| rd32(&out, 28)),

@@ -1,4 +1,6 @@
 //! The frontend request path against a recording fake driver.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -842,7 +844,7 @@ fn test_build_version_strings_are_bounded_and_copied_back() {
     let mut env = Env::new();
     let c = env.alloc_client(env.ctl);
     for (i, a) in [B, B + 0x1000, B + 0x2000].into_iter().enumerate() {
-        env.mem.map(a, &[i as u8; 4096]);
+        env.mem.map(a, &[u8::try_from(i).unwrap(); 4096]);
     }
     let mut p = vec![0u8; 40];
     wr32(&mut p, 0, 4096);
@@ -911,7 +913,7 @@ fn map_memory_params(c: u32, dev: u32, mem: u32, fd: i32) -> Vec<u8> {
     wr32(&mut p, 4, dev);
     wr32(&mut p, 8, mem);
     wr64(&mut p, 24, 0x1000);
-    wr32(&mut p, 48, fd as u32);
+    wr32(&mut p, 48, nvproxy_abi::fd_field::to_u32(fd));
     p
 }
 
@@ -1130,7 +1132,7 @@ fn test_os_event_fd_is_translated_consistently_for_alloc_and_nv0005() {
     let (dev, _) = env.device(c, 1);
     let evfile = env.proxy.open(FrontendNode::Ctl).unwrap();
     env.fds.add(20, evfile);
-    let host_id = env.proxy.host_file_id(evfile).unwrap() as u32;
+    let host_id = nvproxy_abi::fd_field::to_u32(env.proxy.host_file_id(evfile).unwrap());
     let mut p = vec![0u8; 16];
     wr32(&mut p, 0, c);
     wr32(&mut p, 4, dev);
@@ -1159,7 +1161,7 @@ fn alloc_memory_params(c: u32, dev: u32, h: u32, fd: i32) -> Vec<u8> {
     for (i, v) in [c, dev, h, 0x3e, 0].into_iter().enumerate() {
         wr32(&mut p, 4 * i, v);
     }
-    wr32(&mut p, 48, fd as u32);
+    wr32(&mut p, 48, nvproxy_abi::fd_field::to_u32(fd));
     p
 }
 
@@ -1625,7 +1627,10 @@ fn test_multicast_attach_gpu_device_fd_is_translated() {
     wr64(&mut p, 8, 50);
     assert_eq!(env.control(c, c, 0xfd_0104, &p).0, 0);
     let seen = &env.host.controls(0xfd_0104)[0].call.nested[0].data;
-    assert_eq!(rd64(seen, 8) as i32, env.proxy.host_file_id(gpu).unwrap());
+    assert_eq!(
+        nvproxy_abi::fd_field::from_u64(rd64(seen, 8)),
+        env.proxy.host_file_id(gpu).unwrap()
+    );
     wr64(&mut p, 8, 51);
     assert_eq!(env.control(c, c, 0xfd_0104, &p).0, 0x26); // NV_ERR_INVALID_DEVICE
 }

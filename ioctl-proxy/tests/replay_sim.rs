@@ -2,6 +2,8 @@
 //! instance is checkpointed, the driver is replaced by a fresh one (GPUs in another order, or
 //! other GPUs of the same kind), the instance restored with a remap, and the tenant's old
 //! handles and opens keep working on the right GPUs; nothing leaks in either driver.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -65,7 +67,7 @@ fn build(t: &mut SimTenant, sim: &SimDriver, minors: &[u32]) -> Tree {
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
     t.fds.add(CTL_FD, ctl);
     let mut gpus = Vec::new();
-    for i in 0..minors.len() as u32 {
+    for i in 0..u32::try_from(minors.len()).unwrap() {
         let gpu = t.proxy.open(FrontendNode::Gpu(i)).unwrap();
         let (r, _) = t.ioctl(gpu, nv_iowr(0xc9, 4), &CTL_FD.to_ne_bytes());
         assert_eq!(r, 0);

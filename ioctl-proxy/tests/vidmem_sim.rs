@@ -2,6 +2,8 @@
 //! 10 GiB each; allocations past an instance's quota get `NV_ERR_NO_MEMORY` without reaching
 //! the driver; frees, closed files and dups/exports behave as the driver's references do; the
 //! FB info controls show the quota and the instance's own use.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -59,7 +61,7 @@ fn instance(sim: &Arc<SimDriver>, name: &str, quota: Option<u64>) -> Inst {
         wr32(&mut top, 12, class);
         t.mem.map(SIM_PARAMS, &params);
         wr64(&mut top, 16, SIM_PARAMS);
-        wr32(&mut top, 32, params.len() as u32);
+        wr32(&mut top, 32, u32::try_from(params.len()).unwrap());
         let (_, out) = t.ioctl(ctl, nv_iowr(0x2b, 48), &top);
         assert_eq!(rd32(&out, 40), 0, "class {class:#x}");
     }
@@ -83,7 +85,7 @@ impl Inst {
         wr32(&mut top, 12, LOCAL_USER);
         self.t.mem.map(SIM_PARAMS, &p);
         wr64(&mut top, 16, SIM_PARAMS);
-        wr32(&mut top, 32, p.len() as u32);
+        wr32(&mut top, 32, u32::try_from(p.len()).unwrap());
         let (_, out) = self.t.ioctl(self.ctl, nv_iowr(0x2b, 48), &top);
         rd32(&out, 40)
     }
@@ -139,7 +141,7 @@ impl Inst {
 
     fn fb(&mut self, indices: &[u32]) -> Vec<u64> {
         let mut p = vec![0u8; 4 + 8 * 0x36];
-        wr32(&mut p, 0, indices.len() as u32);
+        wr32(&mut p, 0, u32::try_from(indices.len()).unwrap());
         for (i, &ix) in indices.iter().enumerate() {
             wr32(&mut p, 4 + 8 * i, ix);
         }

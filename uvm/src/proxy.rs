@@ -8,19 +8,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::mem::offset_of;
 
-use ioctl_proxy::bytes::{rd32, rd64, read_prefix, uuid_at, wr32, wr64};
+use ioctl_proxy::bytes::{rd32, read_prefix, uuid_at};
 use ioctl_proxy::kit::{Note, Stop, deny};
-use ioctl_proxy::service::{NodeService, settle};
+use ioctl_proxy::service::{Call, NodeService, settle};
 use ioctl_proxy::{
-    AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostCall, HostFile, Kind,
-    MemError, Node, NodeKind, OpenId, Proxy, ProxyError, Verdict,
+    AuditEvent, Caller, ClientMemory, Decision, FdError, FdResolver, HostFile, Kind, MemError,
+    Node, NodeKind, OpenId, Plan, Proxy, ProxyError,
 };
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::{
     UVM_FREE, UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE, UVM_INITIALIZE,
     UVM_MAP_EXTERNAL_ALLOCATION, UVM_MM_INITIALIZE,
 };
-use nvproxy_abi::structs::{UVM_INITIALIZE_PARAMS, UVM_MM_INITIALIZE_PARAMS};
+use nvproxy_abi::structs::{
+    UVM_FREE_PARAMS, UVM_FREE_PARAMS_V590, UVM_INITIALIZE_PARAMS,
+    UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550,
+    UVM_MM_INITIALIZE_PARAMS,
+};
 use tracing::debug;
 
 use crate::layout::{Fields, UuidRule, fields};
@@ -29,6 +33,10 @@ use crate::nv::*;
 /// Where `UVM_INITIALIZE` has its flags and `UVM_MM_INITIALIZE` its fd.
 const INIT_FLAGS: usize = offset_of!(UVM_INITIALIZE_PARAMS, flags);
 const UVM_FD: usize = offset_of!(UVM_MM_INITIALIZE_PARAMS, uvmFd);
+
+/// Where `UVM_MAP_EXTERNAL_ALLOCATION` has its `base`, in both layouts (32 and 256 GPUs).
+const EXT_BASE: usize = offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, base);
+const _: () = assert!(EXT_BASE == offset_of!(UVM_MAP_EXTERNAL_ALLOCATION_PARAMS_V550, base));
 
 /// The node name in audit events.
 const NODE: Node = Node::Uvm;
@@ -116,14 +124,7 @@ impl UvmProxy {
     /// A client opened `/dev/nvidia-uvm`: opens a host UVM file for it. The id comes from the
     /// frontend's open-id space ([`Proxy::new_open_id`]).
     pub fn open(&self) -> Result<OpenId, ProxyError> {
-        self.proxy.take_open_slot()?;
-        let host = match self.proxy.host_driver().open(NodeKind::Uvm) {
-            Ok(h) => h,
-            Err(e) => {
-                self.proxy.release_open_slot();
-                return Err(ProxyError::Host(e));
-            }
-        };
+        let host = self.proxy.open_host(NodeKind::Uvm)?;
         let id = self.proxy.new_open_id();
         lock(&self.opens).insert(
             id,
@@ -205,12 +206,9 @@ impl UvmProxy {
         file.host.mmap_fd()
     }
 
-    /// Proxies one ioctl of the client open `open` through the nodes' one entry
-    /// ([`ioctl_proxy::service::ioctl`]), with the contract of [`Proxy::ioctl`]:
-    /// `Ok(ret)` is the ioctl's return (driver-level failures are NV statuses in `rmStatus`),
-    /// `Err(e)` fails it with `e.errno()`, [`ProxyError::Pending`] asks the transport for
-    /// more client memory and a re-run (every read and write reservation happens before the
-    /// host call).
+    /// Proxies one ioctl of the client open `open`: [`ioctl_proxy::service::ioctl`], the
+    /// nodes' one entry, whose contract it has (driver-level failures are NV statuses in
+    /// `rmStatus`; every read and write reservation happens before the host call).
     pub fn ioctl(
         &self,
         open: OpenId,
@@ -224,17 +222,14 @@ impl UvmProxy {
     }
 
     /// One ioctl inside the nodes' entry wrapper ([`NodeService::dispatch`]).
-    #[allow(clippy::too_many_arguments)]
-    fn handle(
-        &self,
-        open: OpenId,
-        file: &UvmOpen,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-        note: &mut Note,
-    ) -> Result<i32, ProxyError> {
+    fn handle(&self, file: &UvmOpen, call: Call<'_>, note: &mut Note) -> Result<i32, ProxyError> {
+        let Call {
+            open,
+            cmd,
+            arg,
+            mem,
+            fds,
+        } = call;
         let abi = self.proxy.abi();
         let spec = abi.uvm.get(&cmd).copied();
         if let Some(s) = &spec {
@@ -250,28 +245,14 @@ impl UvmProxy {
             note.reason = Some("unknown UVM ioctl");
             return Err(ProxyError::UnknownUvm { cmd });
         };
-        match self.proxy.policy().judge(spec.name, spec.caps) {
-            Verdict::Allow => {}
-            Verdict::AuditWouldDeny => {
-                note.decision = Decision::AuditWouldDeny;
-                note.reason = Some("policy");
-            }
-            Verdict::Deny => {
-                // Denied entries look absent: the driver's answer to an unknown command.
-                note.decision = Decision::Denied;
-                note.reason = Some("policy");
-                return Err(ProxyError::Denied(spec.name));
-            }
+        if !note.judged(self.proxy.policy().judge(spec.name, spec.caps)) {
+            // Denied entries look absent: the driver's answer to an unknown command.
+            return Err(ProxyError::Denied(spec.name));
         }
         let size = spec.param_size as usize;
         if size == 0 {
             // UVM_DEINITIALIZE: no params; the driver returns 0 without reading `arg`.
-            let mut call = HostCall {
-                cmd,
-                params: Vec::new(),
-                nested: Vec::new(),
-            };
-            return file.host.ioctl(&mut call).map_err(ProxyError::Host);
+            return Plan::new(cmd, Vec::new()).exec(&*file.host);
         }
         let Some(fields) = fields(abi, cmd, size) else {
             note.decision = Decision::Denied;
@@ -280,35 +261,38 @@ impl UvmProxy {
         };
         // All client memory first: the whole struct, in and out (the driver copies it both
         // ways, `__UVM_ROUTE_CMD_STACK`/`_ALLOC` in uvm_api.h).
-        // Read and declared for write-back in one go (one retry round, as the frontend).
+        // Read and declared for write-back in one go (one retry round, as the frontend); the
+        // plan's copy is the one read of the client's bytes.
         let mut top = vec![0u8; size];
         mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
-        let mut answer = top.clone();
-        let client_top = answer.clone();
-        if cmd == UVM_MAP_EXTERNAL_ALLOCATION && !self.proxy.vid_hold_room(open) {
+        // The client's params as sent, for the records of a successful call.
+        let client = top.clone();
+        let mut plan = Plan::new(cmd, top);
+        let forwarded = if cmd == UVM_MAP_EXTERNAL_ALLOCATION && !self.proxy.vid_hold_room(open) {
             // The mapping would hold video memory the books could not follow (vidmem.rs).
-            let stop = deny(
+            deny(
                 NV_ERR_INSUFFICIENT_RESOURCES,
                 "external mappings of this UVM file",
-            );
-            return settle(note, stop, |status| {
-                wr32(&mut answer, fields.status, status);
-                mem.write(arg, &answer).map_err(mem_err)
-            });
-        }
-        let (ret, out, resolved) = match self.forward(file, cmd, top, &fields, fds, note) {
+            )
+        } else {
+            self.forward(file, &mut plan, &fields, cmd, fds, note)
+        };
+        let (ret, resolved) = match forwarded {
             Ok(forwarded) => forwarded,
             Err(stop) => {
+                // Refused before the host: the client's own params with the status.
                 return settle(note, Err(stop), |status| {
-                    wr32(&mut answer, fields.status, status);
-                    mem.write(arg, &answer).map_err(mem_err)
+                    plan.set32(None, fields.status, status);
+                    mem.write(arg, &plan.into_outputs().0).map_err(mem_err)
                 });
             }
         };
-        note.nv_status = Some(rd32(&out, fields.status));
-        if ret == 0 && rd32(&out, fields.status) == NV_OK {
-            lock(&file.record).note(spec.name, cmd, &client_top, resolved);
-            self.vid_books(open, cmd, &client_top, &fields);
+        let (out, _) = plan.into_outputs();
+        let status = rd32(&out, fields.status);
+        note.nv_status = Some(status);
+        if ret == 0 && status == NV_OK {
+            lock(&file.record).note(spec.name, cmd, &client, resolved);
+            self.vid_books(open, cmd, &client, &fields);
         }
         mem.write(arg, &out).map_err(mem_err)?;
         Ok(ret)
@@ -326,14 +310,19 @@ impl UvmProxy {
             UVM_MAP_EXTERNAL_ALLOCATION => {
                 let Some(h) = &fields.handles else { return };
                 let Some(mem_at) = h.objects[0] else { return };
-                let base = rd64(top, 0);
+                let base = ioctl_proxy::bytes::rd64(top, EXT_BASE);
                 self.proxy
                     .vid_hold_mapping(open, base, rd32(top, h.client), rd32(top, mem_at));
             }
             UVM_FREE => {
-                let base = rd64(top, 0);
-                // UVM_FREE_PARAMS {base, length, rmStatus} before 590, {base, rmStatus} since.
-                let len = if top.len() >= 24 { rd64(top, 8) } else { 1 };
+                // {base, length, rmStatus} before 590, {base, rmStatus} since (`fields` took
+                // no other size).
+                let (base, len) = if top.len() == size_of::<UVM_FREE_PARAMS>() {
+                    let p = read_prefix::<UVM_FREE_PARAMS>(top);
+                    (p.base, p.length)
+                } else {
+                    (read_prefix::<UVM_FREE_PARAMS_V590>(top).base, 1)
+                };
                 self.proxy
                     .vid_unhold_range(open, base, base.saturating_add(len.max(1)));
             }
@@ -341,24 +330,25 @@ impl UvmProxy {
         }
     }
 
-    /// Checks and translates `top`, calls the host, and returns the bytes for the client.
+    /// Checks the client's params in `plan` and translates them for the host, then calls the
+    /// host; `plan` then holds the answer, and gives the client its own fields back.
     fn forward(
         &self,
         file: &UvmOpen,
-        cmd: u32,
-        top: Vec<u8>,
+        plan: &mut Plan,
         f: &Fields,
+        cmd: u32,
         fds: &dyn FdResolver,
         note: &mut Note,
-    ) -> Result<(i32, Vec<u8>, Resolved), Stop> {
-        let mut params = top.clone();
+    ) -> Result<(i32, Resolved), Stop> {
+        let size = plan.buf(None).len();
         let mut resolved = Resolved::default();
         // GPU UUIDs.
         for u in &f.uuids {
-            self.check_uuid(&top, u.off, u.rule, u.foreign)?;
+            self.check_uuid(plan.buf(None), u.off, u.rule, u.foreign)?;
         }
         if let Some(pg) = f.per_gpu {
-            let count = rd64(&top, pg.count);
+            let count = ioctl_proxy::bytes::rd64(plan.buf(None), pg.count);
             if count > pg.max || (pg.zero_invalid && count == 0) {
                 // The driver's own first check (uvm_map_external_allocation,
                 // uvm_api_alloc_semaphore_pool); answered here because the array cannot be
@@ -373,7 +363,7 @@ impl UvmProxy {
             // Bounded by pg.max above.
             for i in 0..usize::try_from(count).unwrap_or(0) {
                 self.check_uuid(
-                    &top,
+                    plan.buf(None),
                     pg.array + i * elem,
                     UuidRule::Gpu,
                     NV_ERR_INVALID_DEVICE,
@@ -382,8 +372,9 @@ impl UvmProxy {
         }
         // RM handles.
         if let Some(h) = f.handles {
-            let client = rd32(&top, h.client);
-            let objects: Vec<u32> = h.objects.iter().flatten().map(|&o| rd32(&top, o)).collect();
+            let top = plan.buf(None);
+            let client = rd32(top, h.client);
+            let objects: Vec<u32> = h.objects.iter().flatten().map(|&o| rd32(top, o)).collect();
             let skip = h.zero_ok && client == 0 && objects.iter().all(|&o| o == 0);
             if !skip {
                 if !self.proxy.has_client(client) {
@@ -396,20 +387,16 @@ impl UvmProxy {
                     }
                 }
             }
-        }
-        // The RM client, as the driver knows it (translated after some restores).
-        let client_field = f.handles.map(|h| h.client);
-        if let Some(off) = client_field {
-            let c = rd32(&top, off);
-            let host = self.proxy.host_client(c);
-            if host != c {
-                wr32(&mut params, off, host);
-            }
+            // The RM client, as the driver knows it (translated after some restores); the
+            // client reads its own handle back.
+            plan.rewrite32(None, h.client, self.proxy.host_client(client));
         }
         // rmCtrlFd: a frontend open of this instance, or negative (passed through: the driver
-        // never reads the field, Bug 1624521 in uvm_va_space.c / uvm_user_channel.c).
+        // never reads the field, Bug 1624521 in uvm_va_space.c / uvm_user_channel.c). The
+        // client reads its own fd number back.
         if let Some(off) = f.rm_ctrl_fd {
-            let fd = rd32(&top, off) as i32;
+            let fd = fd_field::from_u32(rd32(plan.buf(None), off));
+            let mut host_fd = fd;
             if fd >= 0 {
                 let host = match fds.resolve(fd) {
                     Ok(open) => {
@@ -430,24 +417,26 @@ impl UvmProxy {
                         errno: libc::EINVAL,
                     }));
                 };
-                wr32(&mut params, off, fd_field::to_u32(host));
+                host_fd = host;
             }
+            plan.rewrite32(None, off, fd_field::to_u32(host_fd));
         }
         // The two commands with their own rules.
         let mut client_flags = None;
         if cmd == UVM_INITIALIZE {
             // Multi-process sharing mode: the worker issues the UVM ioctls, the tenant maps
             // (DESIGN.md section 5); without it the va_space binds to the worker's mm and
-            // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs).
-            let flags = read_prefix::<UVM_INITIALIZE_PARAMS>(&top).flags;
+            // the tenant's mmap fails (uvm_mmap: -EOPNOTSUPP when the mm differs). Set, not
+            // rewritten: the client's flags are the driver's, computed below.
+            let flags = plan.get::<UVM_INITIALIZE_PARAMS>(None).flags;
             client_flags = Some(flags);
-            wr64(
-                &mut params,
+            plan.set64(
+                None,
                 INIT_FLAGS,
                 flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE,
             );
         } else if cmd == UVM_MM_INITIALIZE {
-            let fd = read_prefix::<UVM_MM_INITIALIZE_PARAMS>(&top).uvmFd;
+            let fd = plan.get::<UVM_MM_INITIALIZE_PARAMS>(None).uvmFd;
             let host = match fds.resolve(fd) {
                 Ok(open) => {
                     resolved.uvm_fd = Some(open);
@@ -466,37 +455,21 @@ impl UvmProxy {
                     "uvmFd is not a UVM node of this instance",
                 );
             };
-            wr32(&mut params, UVM_FD, fd_field::to_u32(host));
+            plan.rewrite32(None, UVM_FD, fd_field::to_u32(host));
         }
-        let mut call = HostCall {
-            cmd,
-            params,
-            nested: Vec::new(),
-        };
-        let ret = file.host.ioctl(&mut call).map_err(ProxyError::Host)?;
-        let mut out = call.params;
-        if out.len() != top.len() {
+        let ret = plan.exec(&*file.host)?;
+        if plan.buf(None).len() != size {
             return Err(Stop::Err(ProxyError::Host(io::Error::other(
                 "host returned params of another size",
             ))));
         }
-        // The client gets its own fd numbers and client handle back.
-        if let Some(off) = client_field {
-            out[off..off + 4].copy_from_slice(&top[off..off + 4]);
-        }
-        if let Some(off) = f.rm_ctrl_fd {
-            out[off..off + 4].copy_from_slice(&top[off..off + 4]);
-        }
-        if cmd == UVM_MM_INITIALIZE {
-            out[UVM_FD..UVM_FD + 4].copy_from_slice(&top[UVM_FD..UVM_FD + 4]);
-        }
         if let Some(flags) = client_flags {
             // Hide the forced flag unless the client set it itself.
-            let host_flags = rd64(&out, INIT_FLAGS);
+            let host_flags = plan.get::<UVM_INITIALIZE_PARAMS>(None).flags;
             let shown = host_flags & !(UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE & !flags);
-            wr64(&mut out, INIT_FLAGS, shown);
+            plan.set64(None, INIT_FLAGS, shown);
         }
-        Ok((ret, out, resolved))
+        Ok((ret, resolved))
     }
 
     fn check_uuid(&self, top: &[u8], off: usize, rule: UuidRule, foreign: u32) -> Result<(), Stop> {
@@ -514,6 +487,8 @@ impl UvmProxy {
 /// `/dev/nvidia-uvm` as a [`NodeService`] of the instance.
 impl NodeService for UvmProxy {
     type File = Arc<UvmOpen>;
+
+    const KIND: Kind = Kind::Uvm;
 
     fn instance(&self) -> &Proxy {
         &self.proxy
@@ -545,15 +520,10 @@ impl NodeService for UvmProxy {
 
     fn dispatch(
         &self,
-        open: OpenId,
         file: Arc<UvmOpen>,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-    ) -> (Result<i32, ProxyError>, Note) {
-        let mut note = Note::new(Kind::Uvm, cmd);
-        let res = self.handle(open, &file, cmd, arg, mem, fds, &mut note);
-        (res, note)
+        call: Call<'_>,
+        note: &mut Note,
+    ) -> Result<i32, ProxyError> {
+        self.handle(&file, call, note)
     }
 }

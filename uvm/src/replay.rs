@@ -5,24 +5,24 @@
 //! peer access, policies, managed memory the tenant mapped) makes a save fail with its name.
 
 use std::collections::BTreeMap;
-use std::mem::offset_of;
 use std::sync::{Arc, Mutex};
 
-use ioctl_proxy::bytes::{rd32, rd64, uuid_at};
+use ioctl_proxy::bytes::read_prefix;
 use ioctl_proxy::checkpoint::{
     Checkpoint, CheckpointError, SavedUvmGpu, SavedUvmGpuVaSpace, SavedUvmOpen, parse_uuid,
     uuid_string,
 };
 use ioctl_proxy::{
-    DeviceIdentity, HostCall, HostFile, InstancePolicy, NodeKind, OpenId, OwnerId, Proxy, RemapRule,
+    DeviceIdentity, HostFile, InstancePolicy, NodeKind, OpenId, OwnerId, Params, Plan, Proxy,
+    ProxyError, RemapRule,
 };
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::{
     UVM_INITIALIZE_PARAMS, UVM_MM_INITIALIZE_PARAMS, UVM_REGISTER_GPU_PARAMS,
-    UVM_REGISTER_GPU_VASPACE_PARAMS,
+    UVM_REGISTER_GPU_VASPACE_PARAMS, UVM_UNREGISTER_GPU_PARAMS, UVM_UNREGISTER_GPU_VASPACE_PARAMS,
 };
 use tracing::info;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
 use crate::nv::*;
 use crate::proxy::{Resolved, UvmOpen, UvmProxy, lock};
@@ -51,47 +51,43 @@ pub(crate) struct UvmRecord {
     pub(crate) mapped: bool,
 }
 
-/// The UUID at `off`, as text.
-fn uuid_text(b: &[u8], off: usize) -> String {
-    uuid_string(&uuid_at(b, off))
-}
-
 impl UvmRecord {
-    /// A command succeeded with the client's params `top` (before translation).
+    /// A command succeeded with the client's params `top` (before translation; sized by the
+    /// table for `cmd`'s struct).
     pub(crate) fn note(&mut self, name: &'static str, cmd: u32, top: &[u8], r: Resolved) {
         let full = self.gpus.len() + self.va_spaces.len() >= MAX_REGISTRATIONS;
         match cmd {
             UVM_INITIALIZE => {
-                let flags = offset_of!(UVM_INITIALIZE_PARAMS, flags);
-                self.init_flags = Some(rd64(top, flags));
+                self.init_flags = Some(read_prefix::<UVM_INITIALIZE_PARAMS>(top).flags);
             }
             UVM_MM_INITIALIZE => self.mm_of = r.uvm_fd,
             UVM_REGISTER_GPU if !full => {
-                type P = UVM_REGISTER_GPU_PARAMS;
+                let p = read_prefix::<UVM_REGISTER_GPU_PARAMS>(top);
                 self.gpus.push(SavedUvmGpu {
-                    uuid: uuid_text(top, offset_of!(P, gpu_uuid)),
+                    uuid: uuid_string(&p.gpu_uuid.uuid),
                     rm_ctrl_open: r.rm_ctrl.map(|o| o.0),
-                    h_client: rd32(top, offset_of!(P, hClient)),
-                    h_smc_part_ref: rd32(top, offset_of!(P, hSmcPartRef)),
+                    h_client: p.hClient,
+                    h_smc_part_ref: p.hSmcPartRef,
                 });
             }
             UVM_UNREGISTER_GPU => {
                 // Unregistering a GPU unregisters its GPU VA space too (uvm_va_space.c).
-                let u = uuid_text(top, 0);
+                let u = uuid_string(&read_prefix::<UVM_UNREGISTER_GPU_PARAMS>(top).gpu_uuid.uuid);
                 self.gpus.retain(|g| g.uuid != u);
                 self.va_spaces.retain(|g| g.uuid != u);
             }
             UVM_REGISTER_GPU_VASPACE if !full => {
-                type P = UVM_REGISTER_GPU_VASPACE_PARAMS;
+                let p = read_prefix::<UVM_REGISTER_GPU_VASPACE_PARAMS>(top);
                 self.va_spaces.push(SavedUvmGpuVaSpace {
-                    uuid: uuid_text(top, offset_of!(P, gpuUuid)),
+                    uuid: uuid_string(&p.gpuUuid.uuid),
                     rm_ctrl_open: r.rm_ctrl.map(|o| o.0),
-                    h_client: rd32(top, offset_of!(P, hClient)),
-                    h_va_space: rd32(top, offset_of!(P, hVaSpace)),
+                    h_client: p.hClient,
+                    h_va_space: p.hVaSpace,
                 });
             }
             UVM_UNREGISTER_GPU_VASPACE => {
-                let u = uuid_text(top, 0);
+                let p = read_prefix::<UVM_UNREGISTER_GPU_VASPACE_PARAMS>(top);
+                let u = uuid_string(&p.gpuUuid.uuid);
                 self.va_spaces.retain(|g| g.uuid != u);
             }
             UVM_DEINITIALIZE => {}
@@ -107,30 +103,29 @@ impl UvmRecord {
     }
 }
 
-/// A UVM call of a replay; returns the params after (an errno or a bad status is an error).
-fn uvm_call(
+/// A UVM call of a replay with params `p`, whose `rmStatus` `status` reads (an errno or a
+/// bad status is an error).
+fn uvm_call<P: Params>(
     file: &dyn HostFile,
     cmd: u32,
-    params: Vec<u8>,
-    status_off: usize,
+    p: P,
+    status: impl FnOnce(&P) -> u32,
     what: &str,
-) -> Result<Vec<u8>, CheckpointError> {
-    let mut c = HostCall {
-        cmd,
-        params,
-        nested: Vec::new(),
-    };
+) -> Result<(), CheckpointError> {
+    let mut plan = Plan::new(cmd, p.as_bytes().to_vec());
     let err = |why: String| CheckpointError::Replay {
         what: what.to_owned(),
         why,
     };
-    file.ioctl(&mut c)
-        .map_err(|e| err(format!("host ioctl failed: {e}")))?;
-    let s = rd32(&c.params, status_off);
+    plan.exec(file).map_err(|e| match e {
+        ProxyError::Host(e) => err(format!("host ioctl failed: {e}")),
+        e => err(e.to_string()),
+    })?;
+    let s = status(&plan.get::<P>(None));
     if s != NV_OK {
         return Err(err(format!("status {s:#x}")));
     }
-    Ok(c.params)
+    Ok(())
 }
 
 impl UvmProxy {
@@ -251,23 +246,21 @@ impl UvmProxy {
             for v in &mut va_spaces_now {
                 v.uuid = new_uuid(&v.uuid)?;
             }
-            proxy.take_open_slot()?;
-            let host = match proxy.host_driver().open(NodeKind::Uvm) {
+            let host = match proxy.open_host(NodeKind::Uvm) {
                 Ok(h) => h,
-                Err(e) => {
-                    proxy.release_open_slot();
+                Err(ProxyError::Host(e)) => {
                     return Err(CheckpointError::Replay {
                         what,
                         why: format!("host open failed: {e}"),
                     });
                 }
+                Err(e) => return Err(e.into()),
             };
             if let Some(flags) = u.init_flags {
                 let mut p = UVM_INITIALIZE_PARAMS::new_zeroed();
                 // As the request path: multi-process sharing mode forced on.
                 p.flags = flags | UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE;
-                let off = offset_of!(UVM_INITIALIZE_PARAMS, rmStatus);
-                let r = uvm_call(&*host, UVM_INITIALIZE, p.as_bytes().to_vec(), off, &what);
+                let r = uvm_call(&*host, UVM_INITIALIZE, p, |p| p.rmStatus, &what);
                 if let Err(e) = r {
                     proxy.release_open_slot();
                     return Err(e);
@@ -300,8 +293,7 @@ impl UvmProxy {
                     })?;
                 let mut p = UVM_MM_INITIALIZE_PARAMS::new_zeroed();
                 p.uvmFd = fd;
-                let off = offset_of!(UVM_MM_INITIALIZE_PARAMS, rmStatus);
-                uvm_call(&*file, UVM_MM_INITIALIZE, p.as_bytes().to_vec(), off, &what)?;
+                uvm_call(&*file, UVM_MM_INITIALIZE, p, |p| p.rmStatus, &what)?;
             }
             for g in &u.gpus {
                 let what = format!("UVM open {} REGISTER_GPU {}", u.id, g.uuid);
@@ -314,8 +306,7 @@ impl UvmProxy {
                     proxy.host_client(g.h_client)
                 };
                 p.hSmcPartRef = g.h_smc_part_ref;
-                let off = offset_of!(UVM_REGISTER_GPU_PARAMS, rmStatus);
-                uvm_call(&*file, UVM_REGISTER_GPU, p.as_bytes().to_vec(), off, &what)?;
+                uvm_call(&*file, UVM_REGISTER_GPU, p, |p| p.rmStatus, &what)?;
             }
             for v in &u.gpu_va_spaces {
                 let what = format!("UVM open {} REGISTER_GPU_VASPACE {}", u.id, v.uuid);
@@ -324,14 +315,7 @@ impl UvmProxy {
                 p.rmCtrlFd = rm_fd(v.rm_ctrl_open, &what)?;
                 p.hClient = proxy.host_client(v.h_client);
                 p.hVaSpace = v.h_va_space;
-                let off = offset_of!(UVM_REGISTER_GPU_VASPACE_PARAMS, rmStatus);
-                uvm_call(
-                    &*file,
-                    UVM_REGISTER_GPU_VASPACE,
-                    p.as_bytes().to_vec(),
-                    off,
-                    &what,
-                )?;
+                uvm_call(&*file, UVM_REGISTER_GPU_VASPACE, p, |p| p.rmStatus, &what)?;
             }
         }
         Ok(())

@@ -1,5 +1,7 @@
 //! The UVM request path against a recording fake driver: what reaches the host, byte for
 //! byte, and what the client sees.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -134,7 +136,7 @@ fn test_mm_initialize_translates_only_uvm_fds() {
     // A frontend fd, an unknown fd, a negative fd: NV_ERR_INVALID_ARGUMENT, host untouched.
     for fd in [FD_CTL, 99, -1] {
         env.host.clear();
-        wr32(&mut p, 0, fd as u32);
+        wr32(&mut p, 0, nvproxy_abi::fd_field::to_u32(fd));
         let (r, out) = env.uvm(UVM_MM_INITIALIZE, &p);
         assert_eq!(r.unwrap(), 0, "fd {fd}");
         assert_eq!(rd32(&out, 4), NV_ERR_INVALID_ARGUMENT, "fd {fd}");
@@ -155,7 +157,7 @@ fn test_rm_ctrl_fd_translation() {
     let host_ctl = env.proxy.host_file_id(env.ctl).unwrap();
     let reg = |fd: i32, client: u32| {
         let mut p = params(40, &[0]);
-        wr32(&mut p, 24, fd as u32);
+        wr32(&mut p, 24, nvproxy_abi::fd_field::to_u32(fd));
         wr32(&mut p, 28, client);
         p
     };
@@ -364,11 +366,11 @@ fn test_per_gpu_attribute_arrays_are_checked_to_their_count() {
             };
             let mk = |n: u64, foreign_at: Option<usize>| {
                 let mut p = vec![0u8; size];
-                for i in 0..n.min(max) as usize {
+                for i in 0..usize::try_from(n.min(max)).unwrap() {
                     let u = if Some(i) == foreign_at {
                         gpu_uuid(0)
                     } else {
-                        gpu_uuid(1 + (i as u32 % 2))
+                        gpu_uuid(if i % 2 == 0 { 1 } else { 2 })
                     };
                     p[array + i * 36..array + i * 36 + 16].copy_from_slice(&u);
                 }

@@ -1,6 +1,8 @@
 //! Save and restore of a UVM va_space with a registered GPU and GPU VA space, by replay onto a
 //! fresh `nvsim` with the GPUs in another order; the tenant's UVM opens keep working on the
 //! same GPU, and nothing leaks in either driver.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -69,7 +71,7 @@ impl Tenant {
         wr32(&mut top, 12, class);
         if !p.is_empty() {
             wr64(&mut top, 16, PARAMS);
-            wr32(&mut top, 32, p.len() as u32);
+            wr32(&mut top, 32, u32::try_from(p.len()).unwrap());
         }
         let (out, _) = self.rm(ctl, 0x2b, top, p);
         assert_eq!(rd32(&out, 40), 0, "alloc of class {class:#x}");

@@ -1,6 +1,8 @@
 //! The UVM proxy in front of `nvsim`: a CUDA-like UVM initialisation of a tenant that owns the
 //! second of two GPUs, managed memory mapped at VA == offset through the proxy's mmap fd and
 //! shared with the simulated driver, isolation between two instances, and nothing left behind.
+// As the library: casts that can truncate or lose a sign say why they cannot.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
@@ -87,7 +89,7 @@ impl Tenant {
         wr32(&mut p, 8, cmd);
         self.mem.map(PARAMS, params);
         wr64(&mut p, 16, PARAMS);
-        wr32(&mut p, 24, params.len() as u32);
+        wr32(&mut p, 24, u32::try_from(params.len()).unwrap());
         let out = self.frontend(self.ctl, nv_iowr(0x2a, 32), &p);
         (rd32(&out, 28), self.mem.get(PARAMS, params.len()))
     }
@@ -99,7 +101,7 @@ impl Tenant {
         wr32(&mut p, 12, class);
         self.mem.map(PARAMS, params);
         wr64(&mut p, 16, PARAMS);
-        wr32(&mut p, 32, params.len() as u32);
+        wr32(&mut p, 32, u32::try_from(params.len()).unwrap());
         let out = self.frontend(self.ctl, nv_iowr(0x2b, 48), &p);
         (rd32(&out, 40), rd32(&out, 8))
     }

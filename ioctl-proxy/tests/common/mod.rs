@@ -92,7 +92,7 @@ impl Env {
         if !params.is_empty() {
             self.mem.map(paddr, params);
             wr64(&mut p, 16, paddr);
-            wr32(&mut p, 32, params.len() as u32);
+            wr32(&mut p, 32, u32::try_from(params.len()).unwrap());
         }
         self.mem.map(addr, &p);
         let ctl = self.ctl;
@@ -129,7 +129,7 @@ impl Env {
         if !params.is_empty() {
             self.mem.map(paddr, params);
             wr64(&mut p, 16, paddr);
-            wr32(&mut p, 24, params.len() as u32);
+            wr32(&mut p, 24, u32::try_from(params.len()).unwrap());
         }
         self.mem.map(addr, &p);
         let ctl = self.ctl;
@@ -199,7 +199,7 @@ impl SimTenant {
         if !params.is_empty() {
             self.mem.map(SIM_PARAMS, params);
             wr64(&mut p, 16, SIM_PARAMS);
-            wr32(&mut p, 32, params.len() as u32);
+            wr32(&mut p, 32, u32::try_from(params.len()).unwrap());
         }
         let (_, out) = self.ioctl(open, nv_iowr(0x2b, 48), &p);
         (rd32(&out, 40), rd32(&out, 8))
@@ -221,7 +221,7 @@ impl SimTenant {
         if !params.is_empty() {
             self.mem.map(SIM_PARAMS, params);
             wr64(&mut p, 16, SIM_PARAMS);
-            wr32(&mut p, 24, params.len() as u32);
+            wr32(&mut p, 24, u32::try_from(params.len()).unwrap());
         }
         let (_, out) = self.ioctl(open, nv_iowr(0x2a, 32), &p);
         let after = if params.is_empty() {

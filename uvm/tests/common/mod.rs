@@ -14,7 +14,7 @@ use uvm::UvmProxy;
 /// The UUID the tests give host GPU `minor`.
 pub fn gpu_uuid(minor: u32) -> [u8; 16] {
     let mut u = [0x42u8; 16];
-    u[0] = minor as u8;
+    u[0] = u8::try_from(minor).expect("test GPU minors fit a byte");
     u
 }
 
