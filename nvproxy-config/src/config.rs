@@ -477,7 +477,13 @@ impl std::str::FromStr for ByteSize {
         if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
             return Err(format!("{s:?}: a size must be at least 1 byte"));
         }
-        Ok(ByteSize(bytes as u64))
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "finite and in 1..=2^64 (checked above); `as` saturates 2^64 to u64::MAX"
+        )]
+        let bytes = bytes as u64;
+        Ok(ByteSize(bytes))
     }
 }
 
@@ -883,16 +889,16 @@ impl InstanceConfig {
         if let Some(&g) = self.gpus.iter().find(|&&g| g > 254) {
             bail!("GPU minor {g} is out of range (0-254)");
         }
-        for (key, v) in [
-            ("max_open_files", self.max_open_files),
-            ("max_objects", self.max_objects),
-            ("max_in_flight", self.max_in_flight),
+        for (key, zero) in [
+            ("max_open_files", self.max_open_files == Some(0)),
+            ("max_objects", self.max_objects == Some(0)),
+            ("max_in_flight", self.max_in_flight == Some(0)),
             (
                 "max_os_descriptor_bytes",
-                self.max_os_descriptor_bytes.map(|b| b as usize),
+                self.max_os_descriptor_bytes == Some(0),
             ),
         ] {
-            if v == Some(0) {
+            if zero {
                 bail!("{key} = 0 would refuse every request; leave it out for the default");
             }
         }

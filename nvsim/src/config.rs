@@ -78,7 +78,8 @@ impl SimGpu {
     pub fn h100(index: u32) -> SimGpu {
         let bus = match HGX_BUSES.get(index as usize) {
             Some(&b) => b,
-            None => 0x18u8.wrapping_add((index as u8).wrapping_mul(0x10)),
+            // The low byte of `index`: buses wrap within 0x00-0xff.
+            None => 0x18u8.wrapping_add(index.to_le_bytes()[0].wrapping_mul(0x10)),
         };
         SimGpu {
             name: "NVIDIA H100 80GB HBM3".to_owned(),
@@ -181,7 +182,7 @@ impl SimConfig {
     pub fn default_gpus(n: usize) -> SimConfig {
         SimConfig {
             version: DEFAULT_VERSION,
-            gpus: (0..n as u32).map(SimGpu::h100).collect(),
+            gpus: (0u32..).take(n).map(SimGpu::h100).collect(),
             client_index_base: 0,
         }
     }

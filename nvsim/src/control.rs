@@ -351,10 +351,10 @@ pub(crate) fn control(
         (cmd::DEVICE_GPU_GET_CLASSLIST_V2, Target::Device) => {
             let cap = (c.size - 4) / 4;
             let list = class_list();
-            if list.len() > cap {
+            let Some(count) = u32::try_from(list.len()).ok().filter(|_| list.len() <= cap) else {
                 return NV_ERR_INVALID_PARAM_STRUCT;
-            }
-            c.put(0, &(list.len() as u32));
+            };
+            c.put(0, &count);
             for (i, k) in list.iter().enumerate() {
                 c.put(4 + 4 * i, k);
             }
@@ -365,7 +365,7 @@ pub(crate) fn control(
             NV_OK
         }
         (cmd::GPU_GET_INFO_V2, Target::Subdevice(g)) => {
-            let max = ((c.size - 4) / 8) as u32;
+            let max = u32::try_from((c.size - 4) / 8).unwrap_or(u32::MAX);
             let n: u32 = c.get(0).expect("size checked");
             let gpu = &drv.config.gpus[g];
             info_list(c.call, c.pl, 4, n, max, |i| gpu_info(gpu, i))
@@ -420,7 +420,7 @@ pub(crate) fn control(
             info_list(c.call, c.pl, 4, n, max, |i| gr_info(gpu, i))
         }
         (cmd::FB_GET_INFO_V2, Target::Subdevice(g)) => {
-            let max = ((c.size - 4) / 8) as u32;
+            let max = u32::try_from((c.size - 4) / 8).unwrap_or(u32::MAX);
             let n: u32 = c.get(0).expect("size checked");
             let books = FbView::of(drv, st, g);
             let gpu = &drv.config.gpus[g];
@@ -548,7 +548,9 @@ fn put_uuid(gpu: &SimGpu, out: &mut [u8], binary: bool) -> u32 {
     } else {
         let s = gpu.uuid_string();
         out[..s.len()].copy_from_slice(s.as_bytes());
-        s.len() as u32 + 1
+        #[expect(clippy::cast_possible_truncation, reason = "a UUID string is 40 bytes")]
+        let len = s.len() as u32;
+        len + 1
     }
 }
 
@@ -564,14 +566,19 @@ fn id_info(st: &State, mut c: Ctx<'_>, which: u32) -> u32 {
             .values()
             .any(|o| matches!(o.kind, Kind::Device { gpu, .. } if gpu == g))
     });
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "g indexes config.gpus, at most 32 (SimDriver::try_new)"
+    )]
+    let instance = g as u32;
     let v2 = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
         gpuId: gpu_id,
         gpuFlags: u32::from(in_use), // IN_USE; no SLI, not mobile, not boot primary, no SOC, no ATS
-        deviceInstance: g as u32,
+        deviceInstance: instance,
         subDeviceInstance: 0,
         sliStatus: 0,
         boardId: gpu_id,
-        gpuInstance: g as u32,
+        gpuInstance: instance,
         numaId: u32::MAX, // NV0000_CTRL_NO_NUMA_NODE
     };
     if which == cmd::GPU_GET_ID_INFO_V2 {
@@ -602,7 +609,8 @@ fn build_strings(drv: &SimDriver) -> [String; 3] {
 /// pointers (`rmapi_deprecated_control.c`). Any NULL pointer: report the needed size.
 fn build_version(mut c: Ctx<'_>) -> u32 {
     let strings = build_strings(c.drv);
-    let max = strings.iter().map(|s| s.len() + 1).max().unwrap_or(1) as u32;
+    let max = strings.iter().map(|s| s.len() + 1).max().unwrap_or(1);
+    let max = u32::try_from(max).unwrap_or(u32::MAX);
     let bufs: Vec<Option<Loc>> = [8, 16, 24]
         .iter()
         .map(|&o| child(c.call, c.pl, o))
@@ -687,6 +695,10 @@ fn class_list() -> &'static [u32] {
 /// short → `NV_ERR_INVALID_PARAM_STRUCT`.
 fn classlist(mut c: Ctx<'_>) -> u32 {
     let list = class_list();
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "class_list() is a fixed list of a few dozen classes"
+    )]
     let count = list.len() as u32;
     let Some(l) = child(c.call, c.pl, 8) else {
         c.put(0, &count);

@@ -256,11 +256,13 @@ fn answer(
             // the remaining entries zeroed.
             let bars = pci_bars(&drv.config.gpus[g]);
             let mut q = NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS::new_zeroed();
-            q.pciBarCount = bars.len() as u32;
+            #[expect(clippy::cast_possible_truncation, reason = "pci_bars() returns 3 BARs")]
+            let count = bars.len() as u32;
+            q.pciBarCount = count;
             for (out, &(size, addr)) in q.pciBarInfo.iter_mut().zip(bars.iter()) {
                 *out = NV2080_CTRL_BUS_PCI_BAR_INFO {
                     flags: 0,
-                    barSize: (size >> 20) as u32,
+                    barSize: u32::try_from(size >> 20).unwrap_or(u32::MAX),
                     barSizeBytes: size,
                     barOffset: addr,
                 };
@@ -272,7 +274,12 @@ fn answer(
             // subdeviceCtrlCmdGpuGetEnginesV2: the engine database, filtered by MIG (off): the
             // whole list, engineCount written.
             let list = engines();
-            c.put(0, &(list.len() as u32));
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "engines() is a fixed list of a few dozen engines"
+            )]
+            let count = list.len() as u32;
+            c.put(0, &count);
             for (i, e) in list.iter().enumerate() {
                 c.put(4 + 4 * i, e);
             }
@@ -312,7 +319,12 @@ fn answer(
             c.bytes_mut()[..2 * pces].copy_from_slice(&tbl);
             let present = (1u64 << caps.len()) - 1;
             if pces == 32 {
-                c.put(2 * pces, &(present as u32));
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "ce_caps() has 10 entries: a 10-bit mask"
+                )]
+                let present = present as u32;
+                c.put(2 * pces, &present);
             } else {
                 c.put(2 * pces, &present);
             }
@@ -344,8 +356,14 @@ fn answer(
             for (i, e) in order.iter().enumerate() {
                 c.put(entry * i, e);
             }
-            c.put(entry * SM_ORDER_MAX, &(order.len() as u16));
-            c.put(entry * SM_ORDER_MAX + 2, &(gpu.tpc_count() as u16));
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "order.len() <= SM_ORDER_MAX = 512, checked above"
+            )]
+            let count = order.len() as u16;
+            c.put(entry * SM_ORDER_MAX, &count);
+            let tpcs = u16::try_from(gpu.tpc_count()).unwrap_or(u16::MAX);
+            c.put(entry * SM_ORDER_MAX + 2, &tpcs);
             NV_OK
         }
         (cmd::GR_GET_GPC_MASK, Target::Subdevice(g)) => {
@@ -476,6 +494,10 @@ pub(crate) fn tpcs_per_gpc(gpu: &crate::SimGpu) -> Vec<u32> {
 
 /// The global SM order: TPCs numbered across GPCs in turn (local TPC 0 of every GPC, then local
 /// TPC 1, ...), each TPC's SMs consecutively; as 6 u16s per SM.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "GPU shapes are small (an H100: 8 GPCs of 9 TPCs, 2 SMs each); global_tpc is a u16 too"
+)]
 fn global_sm_order(gpu: &crate::SimGpu) -> Vec<[u16; 6]> {
     let tpcs = tpcs_per_gpc(gpu);
     let max = tpcs.iter().copied().max().unwrap_or(0);
@@ -624,7 +646,11 @@ const TIME_MAX_SAMPLES: u8 = 16;
 /// Nanoseconds of `clock`.
 fn clock_ns(clock: nix::time::ClockId) -> u64 {
     nix::time::clock_gettime(clock).map_or(0, |t| {
-        (t.tv_sec() as u64).wrapping_mul(1_000_000_000) + t.tv_nsec() as u64
+        // Both are non-negative for the clocks read here (a time before 1970 reads as 0s).
+        u64::try_from(t.tv_sec())
+            .unwrap_or(0)
+            .wrapping_mul(1_000_000_000)
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
     })
 }
 

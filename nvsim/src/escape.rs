@@ -224,6 +224,10 @@ pub(crate) fn ioctl(
                 return Err(errno(EINVAL));
             }
             let mut p: nv_ioctl_alloc_os_event_t = read_at(call, loc, 0).expect("size checked");
+            #[expect(
+                clippy::cast_sign_loss,
+                reason = "the driver keeps the fd as an NvU32: a negative fd is a large key, as there"
+            )]
             let fd = p.fd as u32;
             // allocate_os_event: one event per (client, fd); neither is validated.
             p.Status = if st
@@ -254,6 +258,10 @@ pub(crate) fn ioctl(
                 return Err(errno(EINVAL));
             }
             let mut p: nv_ioctl_free_os_event_t = read_at(call, loc, 0).expect("size checked");
+            #[expect(
+                clippy::cast_sign_loss,
+                reason = "the driver keeps the fd as an NvU32: a negative fd is a large key, as there"
+            )]
             let fd = p.fd as u32;
             p.Status = match st
                 .os_events
@@ -403,7 +411,7 @@ pub(crate) fn ioctl(
                 .abi
                 .escapes
                 .get(&nr)
-                .is_some_and(|e| e.size.accepts(size as u32));
+                .is_some_and(|e| u32::try_from(size).is_ok_and(|s| e.size.accepts(s)));
             if !size_ok || ctl != ctl_only {
                 return Err(errno(EINVAL));
             }

@@ -472,7 +472,7 @@ impl State {
             return Err(NV_ERR_NOT_SUPPORTED);
         }
         let mut handles = [0u32; 2];
-        for (subctx, h) in handles.iter_mut().enumerate() {
+        for (subctx, h) in (0u32..).zip(handles.iter_mut()) {
             *h = self.assign_handle(h_client, 0)?;
             self.clients
                 .get_mut(&h_client)
@@ -485,7 +485,7 @@ impl State {
                         parent: h_tsg,
                         kind: Kind::CtxShare {
                             tsg,
-                            subctx: subctx as u32,
+                            subctx,
                             h_vaspace,
                         },
                     },
@@ -683,7 +683,8 @@ pub(crate) fn control(
             NV_OK
         }
         (cmd::TSG_GET_INFO, Kind::ChannelGroup { id, .. }) => {
-            c.put(0, &(id as u32));
+            // tsgID is an NvU32: the id's low 32 bits.
+            c.put(0, &((id & 0xffff_ffff) as u32));
             NV_OK
         }
         // RS_ACCESS_NICE (accessRight 0x2 in the method tables), checked before the control

@@ -316,13 +316,17 @@ impl Ctx {
             let n = if let Some(&(base, end, block, off)) =
                 view.external.iter().find(|m| m.0 <= va && va < m.1)
             {
-                let n = rest.len().min((end - va) as usize);
+                let n = rest
+                    .len()
+                    .min(usize::try_from(end - va).unwrap_or(usize::MAX));
                 if !st.block_read(block, off + (va - base), &mut rest[..n]) {
                     return Err(va);
                 }
                 n
             } else if let Some(&(_, end)) = view.managed().iter().find(|m| m.0 <= va && va < m.1) {
-                let n = rest.len().min((end - va) as usize);
+                let n = rest
+                    .len()
+                    .min(usize::try_from(end - va).unwrap_or(usize::MAX));
                 let f: &File = view.memfd.as_ref().ok_or(va)?;
                 f.read_exact_at(&mut rest[..n], va).map_err(|_| va)?;
                 n
@@ -344,13 +348,17 @@ impl Ctx {
             let n = if let Some(&(base, end, block, off)) =
                 view.external.iter().find(|m| m.0 <= va && va < m.1)
             {
-                let n = rest.len().min((end - va) as usize);
+                let n = rest
+                    .len()
+                    .min(usize::try_from(end - va).unwrap_or(usize::MAX));
                 if !st.block_write(block, off + (va - base), &rest[..n]) {
                     return Err(va);
                 }
                 n
             } else if let Some(&(_, end)) = view.managed().iter().find(|m| m.0 <= va && va < m.1) {
-                let n = rest.len().min((end - va) as usize);
+                let n = rest
+                    .len()
+                    .min(usize::try_from(end - va).unwrap_or(usize::MAX));
                 let f: &File = view.memfd.as_ref().ok_or(va)?;
                 f.write_all_at(&rest[..n], va).map_err(|_| va)?;
                 n
@@ -404,7 +412,7 @@ fn release(ctx: &Ctx, st: &mut State, va: u64, payload: u64, wide: bool, timesta
             out[4..8].fill(0);
         }
     } else {
-        out.extend_from_slice(&(payload as u32).to_le_bytes());
+        out.extend_from_slice(&lo32(payload).to_le_bytes());
     }
     if timestamp {
         out.extend_from_slice(&gpu_time().to_le_bytes());
@@ -423,7 +431,7 @@ fn reduce(op: u32, signed: bool, wide: bool, old: u64, payload: u64) -> Option<u
         if wide {
             v as i64
         } else {
-            i64::from(v as u32 as i32)
+            i64::from(lo32(v) as i32)
         }
     };
     let v = match op {
@@ -535,7 +543,7 @@ impl ChannelExec {
                         if wide {
                             (cur.wrapping_sub(payload) as i64) >= 0
                         } else {
-                            (cur as u32).wrapping_sub(payload as u32) as i32 >= 0
+                            lo32(cur).wrapping_sub(lo32(payload)) as i32 >= 0
                         }
                     }
                     4 => cur & payload != 0,
@@ -581,7 +589,7 @@ impl ChannelExec {
                 let Ok(cur) = ctx.read_u32(st, va) else {
                     return Step::Error(ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT);
                 };
-                let p = payload as u32;
+                let p = lo32(payload);
                 let ok = match op {
                     0x1 => cur == p,
                     0x4 => cur.wrapping_sub(p) as i32 >= 0,
@@ -817,18 +825,21 @@ impl ChannelExec {
         } else {
             0
         };
-        let mut src_buf = vec![0; src_bytes as usize];
+        // Beyond the address space: the copy faults. (Lengths are under 2^36, so only on a
+        // 32-bit host.)
+        let mut src_buf = vec![0; usize::try_from(src_bytes).map_err(|_| src)?];
         ctx.read(st, src, &mut src_buf)?;
-        let k = comp as usize;
-        let mut out = vec![0u8; (pixels * n_dst * comp) as usize];
+        let k = usize::try_from(comp).map_err(|_| dst)?;
+        let mut out = vec![0u8; usize::try_from(pixels * n_dst * comp).map_err(|_| dst)?];
         let mut skip = false;
         for p in 0..pixels {
             for i in 0..n_dst {
+                #[expect(clippy::cast_possible_truncation, reason = "under out.len()")]
                 let at = ((p * n_dst + i) * comp) as usize;
                 match sel(i) {
                     s @ 0..=3 => {
-                        let from = ((p * n_src + u64::from(s)) * comp) as usize;
-                        if let Some(b) = src_buf.get(from..from + k) {
+                        let from = usize::try_from((p * n_src + u64::from(s)) * comp).ok();
+                        if let Some(b) = from.and_then(|f| src_buf.get(f..f + k)) {
                             out[at..at + k].copy_from_slice(b);
                         }
                     }
@@ -845,6 +856,7 @@ impl ChannelExec {
         }
         for p in 0..pixels {
             for i in (0..n_dst).filter(|&i| sel(i) != 6 && sel(i) != 7) {
+                #[expect(clippy::cast_possible_truncation, reason = "under out.len()")]
                 let at = ((p * n_dst + i) * comp) as usize;
                 ctx.write(st, dst + at as u64, &out[at..at + k])?;
                 self.stats.bytes_written += comp;
@@ -1007,6 +1019,11 @@ fn notify_subdevice_events(st: &mut State, gpu: usize, index: u32) {
     }
 }
 
+/// The low 32 bits of `v` (a 32-bit semaphore payload, a timestamp's low word).
+const fn lo32(v: u64) -> u32 {
+    (v & 0xffff_ffff) as u32
+}
+
 /// `NvNotification` of the channel's error notifier (entry 0,
 /// `NV_CHANNELGPFIFO_NOTIFICATION_TYPE_ERROR`): `timeStamp` (high word first, as
 /// `notifyFillNvNotification` writes it), `info32` the exception, `info16` the engine,
@@ -1018,9 +1035,10 @@ fn raise_error(st: &mut State, ctx: &Ctx, exec: &mut ChannelExec, exception: u32
         let t = gpu_time();
         let mut n = [0u8; 16];
         n[0..4].copy_from_slice(&((t >> 32) as u32).to_le_bytes());
-        n[4..8].copy_from_slice(&(t as u32).to_le_bytes());
+        n[4..8].copy_from_slice(&lo32(t).to_le_bytes());
         n[8..12].copy_from_slice(&exception.to_le_bytes());
-        n[12..14].copy_from_slice(&(ctx.engine_type as u16).to_le_bytes());
+        // info16: the low 16 bits of the engine type.
+        n[12..14].copy_from_slice(&((ctx.engine_type & 0xffff) as u16).to_le_bytes());
         n[14..16].copy_from_slice(&0xffffu16.to_le_bytes());
         st.block_write(block, 0, &n);
     }
@@ -1081,7 +1099,7 @@ fn run(st: &mut State, ctx: &Ctx, exec: &mut ChannelExec, gpfifo_va: u64, entrie
         let Ok(entry) = ctx.read_u64(st, entry_va) else {
             return raise_error(st, ctx, exec, ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT);
         };
-        let (e0, e1) = (entry as u32, (entry >> 32) as u32);
+        let (e0, e1) = (lo32(entry), (entry >> 32) as u32);
         let length = e1 >> 10 & 0x1f_ffff;
         if length > 0 {
             // 40 bits in the entry, the bits above from SET_PB_SEGMENT_EXTENDED_BASE.
@@ -1127,14 +1145,14 @@ fn segment(
     dwords: &[u32],
     start: u32,
 ) -> Result<(), Option<u32>> {
-    let mut i = start as usize;
-    while i < dwords.len() {
-        let d = dwords[i];
+    // A u32 like `exec.resume`: a segment has at most 2^21 - 1 dwords.
+    let mut i = start;
+    while let Some(&d) = dwords.get(i as usize) {
         if let Some(p) = exec.pending {
             match exec.method(ctx, st, p.subch, p.method, d) {
                 Step::Next => {}
                 Step::Block => {
-                    exec.resume = Some(i as u32);
+                    exec.resume = Some(i);
                     return Err(None);
                 }
                 Step::Error(e) => return Err(Some(e)),
@@ -1184,7 +1202,7 @@ fn segment(
             4 => match exec.method(ctx, st, subch, method, count) {
                 Step::Next => {}
                 Step::Block => {
-                    exec.resume = Some(i as u32);
+                    exec.resume = Some(i);
                     return Err(None);
                 }
                 Step::Error(e) => return Err(Some(e)),
@@ -1219,7 +1237,7 @@ pub(crate) fn poll(drv: &SimDriver, st: &mut State) {
         let mut rung = false;
         for page in st.usermode_pages(gpu) {
             arm_doorbell(st, page);
-            st.block_write(page, TIME_0, &(t as u32).to_le_bytes());
+            st.block_write(page, TIME_0, &lo32(t).to_le_bytes());
             st.block_write(page, TIME_1, &((t >> 32) as u32).to_le_bytes());
             let mut b = [0u8; 4];
             if st.block_read(page, NOTIFY_CHANNEL_PENDING, &mut b)

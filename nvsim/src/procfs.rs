@@ -122,13 +122,13 @@ pub fn proc_files(config: &SimConfig, visible: &[u32]) -> Vec<ProcFile> {
             ),
         },
     ];
-    for (tenant_minor, host_minor) in visible.iter().enumerate() {
+    for (tenant_minor, host_minor) in (0u32..).zip(visible.iter()) {
         let Some(gpu) = config.gpus.iter().find(|g| g.minor == *host_minor) else {
             continue;
         };
         out.push(ProcFile {
             path: format!("gpus/{}/information", pci_address(gpu)),
-            text: information(config, gpu, tenant_minor as u32),
+            text: information(config, gpu, tenant_minor),
         });
     }
     out

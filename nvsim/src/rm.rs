@@ -569,6 +569,10 @@ impl State {
                     return Err(NV_ERR_INVALID_OBJECT);
                 }
                 // osUserHandleToKernelPtr: the fd must have an OS event for this client.
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "the driver does the same: NvU32 fd = (NvU64)hEvent"
+                )]
                 let fd = data as u32;
                 let ev = self
                     .os_events

@@ -160,7 +160,12 @@ impl Function {
         put16(&mut c, cap + 2, 0x0002 | ((self.port as u16) << 4));
         let link = (pcie_gen & 0xf) | ((width & 0x3f) << 4);
         put32(&mut c, cap + 0x0c, link);
-        put16(&mut c, cap + 0x12, link as u16);
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "link is 10 bits: 4 of gen, 6 of width"
+        )]
+        let link = link as u16;
+        put16(&mut c, cap + 0x12, link);
         c
     }
 }

@@ -839,7 +839,7 @@ fn map_external(drv: &SimDriver, st: &mut State, file: i32, call: &mut HostCall)
                 p.gpuAttributesCount,
                 p.perGpuAttributes
                     .iter()
-                    .take(p.perGpuAttributes.len().min(p.gpuAttributesCount as usize))
+                    .take(usize::try_from(p.gpuAttributesCount).unwrap_or(usize::MAX))
                     .map(|a| a.gpuUuid.uuid)
                     .collect::<Vec<_>>(),
                 p.perGpuAttributes.len() as u64,
@@ -910,7 +910,7 @@ fn alloc_semaphore_pool(drv: &SimDriver, st: &mut State, file: i32, call: &mut H
                 p.gpuAttributesCount,
                 p.perGpuAttributes
                     .iter()
-                    .take(p.perGpuAttributes.len().min(p.gpuAttributesCount as usize))
+                    .take(usize::try_from(p.gpuAttributesCount).unwrap_or(usize::MAX))
                     .map(|a| a.gpuUuid.uuid)
                     .collect::<Vec<_>>(),
                 p.perGpuAttributes.len() as u64,

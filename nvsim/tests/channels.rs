@@ -275,8 +275,9 @@ impl Gpu {
         let pb: Vec<u8> = methods.iter().flat_map(|d| d.to_le_bytes()).collect();
         self.write(PB + pb_off, &pb);
         let addr = VA + PB + pb_off;
-        let e0 = (addr as u32) & !3;
-        let e1 = ((addr >> 32) as u32 & 0xff) | ((methods.len() as u32) << 10);
+        let e0 = lo(addr) & !3;
+        let len = u32::try_from(methods.len()).expect("a short pushbuffer");
+        let e1 = ((addr >> 32) as u32 & 0xff) | (len << 10);
         let entry = (u64::from(e1) << 32) | u64::from(e0);
         self.write(GPFIFO + 8 * u64::from(slot), &entry.to_le_bytes());
         self.d
@@ -305,13 +306,18 @@ fn non_inc(subch: u32, method: u32, count: u32) -> u32 {
     (3 << 29) | (count << 16) | (subch << 13) | (method >> 2)
 }
 
+/// The low 32 bits of `v`: the LO word of an address or payload method pair.
+fn lo(v: u64) -> u32 {
+    (v & 0xffff_ffff) as u32
+}
+
 /// `SEM_ADDR_LO..SEM_EXECUTE` for `va` with `payload` and `execute`.
 fn sem(va: u64, payload: u64, execute: u32) -> Vec<u32> {
     vec![
         inc(0, 0x5c, 5),
-        va as u32,
+        lo(va),
         (va >> 32) as u32,
-        payload as u32,
+        lo(payload),
         (payload >> 32) as u32,
         execute,
     ]
@@ -641,7 +647,7 @@ fn test_gpfifo_release_advances_gp_get_and_writes_the_semaphore() {
     m.extend([
         inc(0, 0x10, 4),
         (VA >> 32) as u32,
-        (VA + SEM + 0x50) as u32,
+        lo(VA + SEM + 0x50),
         9,
         0x2 | 1 << 24,
     ]);
@@ -695,7 +701,7 @@ fn test_acquire_blocks_the_channel_until_the_semaphore_is_released() {
     {
         let at = SEM + 0x100 + 16 * i as u64;
         g.write(at, &mem.to_le_bytes());
-        let slot = 1 + i as u32;
+        let slot = 1 + u32::try_from(i).expect("a few cases");
         g.submit(&c, slot, 0x100 * (slot as u64), &sem(VA + at, payload, op));
         let st = g.d.channel_status(g.s.client, c.h).unwrap();
         assert_eq!(
@@ -792,7 +798,9 @@ fn test_non_stall_interrupt_notifies_the_engine_event() {
 fn test_copy_engine_copies_memsets_and_releases() {
     let g = gpu();
     let c = g.channel(COPY2);
-    let src: Vec<u8> = (0..0x1_0000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let src: Vec<u8> = (0..0x1_0000u32)
+        .map(|i| ((i * 7 + 3) & 0xff) as u8)
+        .collect();
     g.write(DATA, &src);
     let (s, d) = (VA + DATA, VA + DATA + 0x4_0000);
     // SET_OBJECT, a 64 KiB pitch copy, a four-word semaphore release with the timestamp.
@@ -800,15 +808,15 @@ fn test_copy_engine_copies_memsets_and_releases() {
     m.extend([
         inc(4, 0x400, 4),
         (s >> 32) as u32,
-        s as u32,
+        lo(s),
         (d >> 32) as u32,
-        d as u32,
+        lo(d),
     ]);
-    m.extend([inc(4, 0x418, 1), src.len() as u32]);
+    m.extend([inc(4, 0x418, 1), u32::try_from(src.len()).expect("64 KiB")]);
     m.extend([
         inc(4, 0x240, 3),
         ((VA + SEM) >> 32) as u32,
-        (VA + SEM) as u32,
+        lo(VA + SEM),
         0xc0de,
     ]);
     // DATA_TRANSFER NON_PIPELINED, SEMAPHORE FOUR_WORD, pitch src and dst.
@@ -826,14 +834,14 @@ fn test_copy_engine_copies_memsets_and_releases() {
     m.extend([
         inc(4, 0x408, 2),
         (t >> 32) as u32,
-        t as u32,
+        lo(t),
         inc(4, 0x418, 1),
         1000,
     ]);
     m.extend([
         inc(4, 0x240, 3),
         ((VA + SEM) >> 32) as u32,
-        (VA + SEM + 0x20) as u32,
+        lo(VA + SEM + 0x20),
         5,
     ]);
     m.extend([
@@ -854,9 +862,9 @@ fn test_copy_engine_copies_memsets_and_releases() {
     let mut m = vec![
         inc(4, 0x400, 8),
         (s >> 32) as u32,
-        s as u32,
+        lo(s),
         (t2 >> 32) as u32,
-        t2 as u32,
+        lo(t2),
         64,
         32,
         16,
@@ -952,15 +960,18 @@ fn test_copies_between_video_system_and_managed_memory() {
     let vid_va = VA + 2 * MB2;
     map_external(&g.d, &g.uvm, g.s.client, vid_va, MB2, vid);
     let managed = Managed::new(&g.uvm, 1 << 20);
-    let src: Vec<u8> = (0..0x3000u32).map(|i| (i ^ (i >> 8)) as u8).collect();
+    let src: Vec<u8> = (0..0x3000u32)
+        .map(|i| ((i ^ (i >> 8)) & 0xff) as u8)
+        .collect();
+    let n = u32::try_from(src.len()).expect("12 KiB");
     g.write(DATA, &src);
     let copy = |from: u64, to: u64, n: u32| {
         vec![
             inc(4, 0x400, 4),
             (from >> 32) as u32,
-            from as u32,
+            lo(from),
             (to >> 32) as u32,
-            to as u32,
+            lo(to),
             inc(4, 0x418, 1),
             n,
             inc(4, 0x300, 1),
@@ -969,17 +980,9 @@ fn test_copies_between_video_system_and_managed_memory() {
     };
     // System -> video -> managed -> system (at another offset).
     let mut m = vec![inc(4, 0, 1), COPY];
-    m.extend(copy(VA + DATA, vid_va + 0x1000, src.len() as u32));
-    m.extend(copy(
-        vid_va + 0x1000,
-        managed.addr + 0x2000,
-        src.len() as u32,
-    ));
-    m.extend(copy(
-        managed.addr + 0x2000,
-        VA + DATA + 0x8_0000,
-        src.len() as u32,
-    ));
+    m.extend(copy(VA + DATA, vid_va + 0x1000, n));
+    m.extend(copy(vid_va + 0x1000, managed.addr + 0x2000, n));
+    m.extend(copy(managed.addr + 0x2000, VA + DATA + 0x8_0000, n));
     g.submit(&c, 0, 0, &m);
     assert_eq!(g.d.channel_status(g.s.client, c.h).unwrap().error, None);
     let v = g.d.memory_read(g.s.client, vid, 0x1000, src.len()).unwrap();
@@ -1012,7 +1015,7 @@ fn test_compute_inline_to_memory_and_report_semaphore() {
         1,
         inc(1, 0x188, 2),
         (t >> 32) as u32,
-        t as u32,
+        lo(t),
     ]);
     m.extend([
         immd(1, 0x1b0, 1),
@@ -1024,7 +1027,7 @@ fn test_compute_inline_to_memory_and_report_semaphore() {
     m.extend([
         inc(1, 0x1b00, 4),
         ((VA + SEM) >> 32) as u32,
-        (VA + SEM) as u32,
+        lo(VA + SEM),
         31,
         1 << 28,
     ]);
@@ -1228,7 +1231,7 @@ fn os_event_on(g: &Gpu, src: u32) -> u32 {
     let mut p = NV0005_ALLOC_PARAMETERS::new_zeroed();
     p.hParentClient = g.s.client;
     p.hClass = 0x79;
-    p.data = fd as u64;
+    p.data = u64::try_from(fd).expect("an open fd");
     alloc(&g.s.gpu, g.s.client, src, 0, 0x79, Some(p.as_bytes())).0
 }
 

@@ -132,7 +132,7 @@ fn test_bus_controls_describe_a_gen5_x16_gpu_and_its_bars() {
 
     let mut q = NV2080_CTRL_BUS_GET_INFO_V2_PARAMS::new_zeroed();
     let indices = [0x00u32, 0x03, 0x0b, 0x0f, 0x10, 0x2c, 0x2d];
-    q.busInfoListSize = indices.len() as u32;
+    q.busInfoListSize = u32::try_from(indices.len()).expect("a short list");
     for (e, &i) in q.busInfoList.iter_mut().zip(&indices) {
         e.index = i;
     }
@@ -165,7 +165,8 @@ fn test_bus_controls_describe_a_gen5_x16_gpu_and_its_bars() {
     assert_eq!((st, q.pciBarCount), (NV_OK, 3));
     assert_eq!(q.pciBarInfo[0].barSizeBytes, 16 << 20);
     assert_eq!(q.pciBarInfo[0].barOffset, gpu.bar0_address);
-    assert_eq!(q.pciBarInfo[1].barSize, (gpu.bar1_bytes >> 20) as u32);
+    let mib = u32::try_from(gpu.bar1_bytes >> 20).expect("BAR1 is 128 GiB");
+    assert_eq!(q.pciBarInfo[1].barSize, mib);
     assert_eq!(q.pciBarInfo[3].barSizeBytes, 0);
 }
 
@@ -181,7 +182,8 @@ fn test_time_correlation_samples_gpu_and_cpu_time() {
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_micros() as u64;
+        .as_micros();
+    let now_us = u64::try_from(now_us).expect("microseconds since 1970 fit in a u64");
     for smp in &out.samples[..3] {
         // cpuTime in microseconds, gpuTime (PTIMER) in nanoseconds of the same clock.
         assert!(

@@ -277,7 +277,7 @@ fn test_cuda_frontend_init_sequence_against_h100() {
     ep.hParentClient = h;
     ep.hClass = 0x79;
     ep.notifyIndex = 0;
-    ep.data = gpu.id() as u64;
+    ep.data = u64::try_from(gpu.id()).expect("an open fd");
     let (s, hev) = alloc(&gpu, h, sub, 0xe000_0001, 0x79, Some(ep.as_bytes()));
     assert_eq!((s, hev), (0, 0xe000_0001));
 

@@ -479,7 +479,7 @@ fn test_os_event_object_without_registered_fd_is_object_not_found() {
     let s = stack(&d, 0);
     let mut ep = NV0005_ALLOC_PARAMETERS::new_zeroed();
     ep.hClass = 0x79;
-    ep.data = s.gpu.id() as u64;
+    ep.data = u64::try_from(s.gpu.id()).expect("an open fd");
     let (st, _) = alloc(
         &s.gpu,
         s.client,

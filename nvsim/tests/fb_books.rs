@@ -60,7 +60,8 @@ fn vid(s: &Stack, h: u32, size: u64, attr: u32) -> (u32, u64, u32) {
 /// `FB_GET_INFO_V2` of `indices` on the stack's subdevice.
 fn fb_info_v2(s: &Stack, indices: &[u32]) -> Vec<u32> {
     let mut p = vec![0u8; 4 + 8 * 0x36];
-    p[..4].copy_from_slice(&(indices.len() as u32).to_ne_bytes());
+    let n = u32::try_from(indices.len()).expect("a short list");
+    p[..4].copy_from_slice(&n.to_ne_bytes());
     for (i, &ix) in indices.iter().enumerate() {
         p[4 + 8 * i..8 + 8 * i].copy_from_slice(&ix.to_ne_bytes());
     }
@@ -74,7 +75,8 @@ fn fb_info_v2(s: &Stack, indices: &[u32]) -> Vec<u32> {
 /// The legacy `FB_GET_INFO` (the list behind a pointer), same indices.
 fn fb_info_legacy(s: &Stack, indices: &[u32]) -> Vec<u32> {
     let mut p = [0u8; 16];
-    p[..4].copy_from_slice(&(indices.len() as u32).to_ne_bytes());
+    let n = u32::try_from(indices.len()).expect("a short list");
+    p[..4].copy_from_slice(&n.to_ne_bytes());
     let mut list = vec![0u8; 8 * indices.len()];
     for (i, &ix) in indices.iter().enumerate() {
         list[8 * i..8 * i + 4].copy_from_slice(&ix.to_ne_bytes());
@@ -106,7 +108,7 @@ fn free_and_largest(s: &Stack) -> (u64, u64) {
 fn test_fb_info_answers_from_the_books() {
     let d = sim(1);
     let s = stack(&d, 0);
-    let kib = (TOTAL >> 10) as u32;
+    let kib = u32::try_from(TOTAL >> 10).expect("80 GiB in KiB");
     let fixed = [
         TOTAL_RAM_SIZE,
         HEAP_SIZE,

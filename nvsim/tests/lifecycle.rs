@@ -23,7 +23,7 @@ fn os_event_object(s: &Stack, h: u32) {
     let mut ep = NV0005_ALLOC_PARAMETERS::new_zeroed();
     ep.hParentClient = s.client;
     ep.hClass = 0x79;
-    ep.data = s.gpu.id() as u64;
+    ep.data = u64::try_from(s.gpu.id()).expect("an open fd");
     assert_eq!(
         alloc(&s.gpu, s.client, s.subdevice, h, 0x79, Some(ep.as_bytes())).0,
         NV_OK
@@ -63,7 +63,7 @@ fn test_event_with_null_parent_client_lives_under_the_client() {
     assert_eq!(esc(&s.gpu, NV_ESC_ALLOC_OS_EVENT, &ev).1.Status, NV_OK);
     let mut ep = NV0005_ALLOC_PARAMETERS::new_zeroed();
     ep.hClass = 0x79; // hParentClient 0: _fixupAllocParams re-parents the event to the client
-    ep.data = s.gpu.id() as u64;
+    ep.data = u64::try_from(s.gpu.id()).expect("an open fd");
     let (_, _, out) = alloc_full(
         &s.gpu,
         s.client,

@@ -264,7 +264,7 @@ fn test_one_file_sent_for_many_allocations_is_kept_once() {
         .collect();
     for (i, f) in fds.iter().enumerate() {
         let mut p = params(&s, s.device, LIBCUDA_FLAGS, VA, PAGE - 1);
-        p.params.hObjectNew = H_OSDESC + i as u32;
+        p.params.hObjectNew = H_OSDESC + u32::try_from(i).expect("50 files");
         let (r, out) = with_pages(&s.gpu, &p, f, PAGE);
         assert_eq!((r.unwrap(), out.status), (0, NV_OK), "allocation {i}");
     }

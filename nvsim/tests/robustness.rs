@@ -19,11 +19,11 @@ impl Lcg {
         self.0 >> 33
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.next().to_le_bytes()[0]).collect()
     }
     /// Random bytes of a random length below `max`.
     fn blob(&mut self, max: u64) -> Vec<u8> {
-        let n = (self.next() % max) as usize;
+        let n = usize::try_from(self.next() % max).expect("max is small");
         self.bytes(n)
     }
 }
@@ -121,7 +121,7 @@ fn test_random_controls_never_panic() {
                 };
                 let params = rng.bytes(len);
                 let inner = (0..(rng.next() % 4))
-                    .map(|_| ((rng.next() % 4 * 8) as usize, rng.blob(600)))
+                    .map(|_| ((rng.next() % 4) as usize * 8, rng.blob(600)))
                     .collect();
                 let _ = control_call(&s.ctl, s.client, obj, c, &params, inner);
             }

@@ -123,7 +123,8 @@ fn list_data(b: &[u8]) -> Vec<u32> {
 /// A deprecated list control: `{listSize u32, pad, list NvP64}` with the list nested at 8.
 fn list_control(s: &Stack, cmd: u32, indices: &[u32]) -> (u32, Vec<u32>) {
     let mut top = [0u8; 16];
-    top[..4].copy_from_slice(&(indices.len() as u32).to_ne_bytes());
+    let n = u32::try_from(indices.len()).expect("a short list");
+    top[..4].copy_from_slice(&n.to_ne_bytes());
     top[8..].copy_from_slice(&0x7000_0000u64.to_ne_bytes());
     let (st, call) = control_call(
         &s.ctl,

@@ -845,7 +845,8 @@ fn test_random_params_for_every_command_never_panic_and_leave_nothing() {
             let abi = nvproxy_abi::find(&d.driver_version()).unwrap().tables();
             for round in 0..40 {
                 for e in abi.uvm.values() {
-                    let mut params: Vec<u8> = (0..e.param_size).map(|_| next() as u8).collect();
+                    let mut params: Vec<u8> =
+                        (0..e.param_size).map(|_| next().to_le_bytes()[0]).collect();
                     if e.cmd == UVM_INITIALIZE && round % 2 == 0 {
                         params[..8].copy_from_slice(&MPS.to_ne_bytes());
                     }

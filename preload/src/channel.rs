@@ -68,8 +68,13 @@ thread_local! {
 }
 
 fn getpid() -> i32 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "getpid returns a pid_t, an int"
+    )]
     // SAFETY: getpid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) as i32 };
+    pid
 }
 
 /// `(st_dev, st_ino)` of `fd`, if it is open.

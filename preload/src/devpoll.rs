@@ -94,7 +94,8 @@ impl Muted {
     /// once (the call must then not wait).
     fn mute(&mut self, entries: &mut [libc::pollfd]) -> bool {
         let mut ready = false;
-        for (i, p) in entries.iter_mut().enumerate() {
+        // u32 like `at`: the caller's array has at most MAX_FDS = 2^20 entries.
+        for (i, p) in (0u32..).zip(entries.iter_mut()) {
             if self.n == TRACKED {
                 break;
             }
@@ -103,7 +104,7 @@ impl Muted {
             };
             let uvm = node == DevNode::Uvm;
             ready |= uvm && p.events & DEFAULT_POLLMASK != 0;
-            self.at[self.n] = i as u32;
+            self.at[self.n] = i;
             self.events[self.n] = p.events;
             self.uvm[self.n] = uvm;
             self.n += 1;
@@ -141,11 +142,12 @@ unsafe fn muted(
     nfds: libc::nfds_t,
     call: impl FnOnce(bool) -> c_int,
 ) -> c_int {
-    if fds.is_null() || nfds == 0 || nfds > MAX_FDS as libc::nfds_t || !enabled() {
+    let n = usize::try_from(nfds).unwrap_or(usize::MAX);
+    if fds.is_null() || n == 0 || n > MAX_FDS || !enabled() {
         return call(false);
     }
-    // SAFETY: the caller's array of `nfds` entries (this function's contract).
-    let entries = unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) };
+    // SAFETY: the caller's array of `nfds` (= n) entries (this function's contract).
+    let entries = unsafe { std::slice::from_raw_parts_mut(fds, n) };
     let mut m = Muted::new();
     let no_wait = m.mute(entries);
     if m.n == 0 {
@@ -358,14 +360,15 @@ unsafe fn selected(
     writefds: *mut libc::fd_set,
     call: impl FnOnce(bool) -> c_int,
 ) -> c_int {
-    if nfds <= 0 || nfds as usize > MAX_FDS || (readfds.is_null() && writefds.is_null()) {
+    // 0 for a negative nfds.
+    let n = usize::try_from(nfds).unwrap_or(0);
+    if n == 0 || n > MAX_FDS || (readfds.is_null() && writefds.is_null()) {
         return call(false);
     }
     if !enabled() {
         return call(false);
     }
     let (r, w) = (Bits(readfds), Bits(writefds));
-    let n = nfds as usize;
     let mut s = Selected {
         fd: [0; TRACKED],
         read: [false; TRACKED],
@@ -386,7 +389,11 @@ unsafe fn selected(
             if s.n == TRACKED {
                 break 'scan;
             }
-            let Some(node) = node_of_fd(fd as c_int) else {
+            // fd < n <= MAX_FDS = 2^20: it fits both.
+            let (Ok(fd_int), Ok(fd_u32)) = (c_int::try_from(fd), u32::try_from(fd)) else {
+                break 'scan;
+            };
+            let Some(node) = node_of_fd(fd_int) else {
                 continue;
             };
             let uvm = node == DevNode::Uvm;
@@ -395,7 +402,7 @@ unsafe fn selected(
             if !uvm && !in_w {
                 continue;
             }
-            s.fd[s.n] = fd as u32;
+            s.fd[s.n] = fd_u32;
             s.read[s.n] = in_r;
             s.write[s.n] = in_w;
             s.uvm[s.n] = uvm;

@@ -85,8 +85,13 @@ fn getenv(name: &CStr) -> Option<&'static [u8]> {
 static LOADER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 fn gettid() -> i32 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "gettid returns a pid_t, an int"
+    )]
     // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) as i32 };
+    tid
 }
 
 /// Whether the socket transport is on (loading the configuration on first use). While another
@@ -196,6 +201,18 @@ pub(crate) unsafe fn node_at(dirfd: c_int, path: *const c_char) -> Option<DevNod
 /// The longest path the kernel resolves, with its NUL (`PATH_MAX`).
 const PATH_MAX: usize = 4096;
 
+/// `AF_UNIX` as `sun_family` holds it.
+#[expect(clippy::cast_possible_truncation, reason = "AF_UNIX is 1")]
+pub(crate) const AF_UNIX_FAMILY: libc::sa_family_t = libc::AF_UNIX as libc::sa_family_t;
+
+/// `sizeof(struct sockaddr_un)` as the socket calls take it.
+#[expect(clippy::cast_possible_truncation, reason = "110 bytes")]
+const SOCKADDR_UN_LEN: libc::socklen_t = size_of::<libc::sockaddr_un>() as libc::socklen_t;
+
+/// `sizeof(int)` as `CMSG_SPACE` and `CMSG_LEN` take it.
+#[expect(clippy::cast_possible_truncation, reason = "4 bytes")]
+const INT_LEN: u32 = size_of::<c_int>() as u32;
+
 /// Whether directory `dir` (relative to `dirfd`) is `/dev`, as the kernel resolves both (same
 /// `st_dev` and `st_ino`; raw `newfstatat`, following symlinks).
 #[inline(never)]
@@ -233,6 +250,11 @@ fn fake_stat(node: DevNode) -> libc::stat {
 }
 
 /// What `statx` shows for a node: [`fake_stat`]'s fields.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "fake_stat's blksize, nlink and mode are small constants"
+)]
 fn fake_statx(node: DevNode) -> libc::statx {
     let st = fake_stat(node);
     // SAFETY: `struct statx` is plain data; all zeroes is a valid value.
@@ -292,20 +314,19 @@ pub(crate) fn open_of_fd(fd: c_int) -> Option<(DevNode, (u64, u64))> {
     }
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let mut len = SOCKADDR_UN_LEN;
     // SAFETY: getpeername writes at most `len` bytes into `addr`, a live local, and the length
     // into `len`. It is not interposed by the shim.
     let r =
         unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_un).cast(), &mut len) };
     let path_at = std::mem::offset_of!(libc::sockaddr_un, sun_path);
-    if r != 0 || addr.sun_family != libc::AF_UNIX as libc::sa_family_t || (len as usize) <= path_at
-    {
+    if r != 0 || addr.sun_family != AF_UNIX_FAMILY || (len as usize) <= path_at {
         return None;
     }
     let n = (len as usize - path_at).min(SUN_PATH_LEN);
     let mut name = [0u8; SUN_PATH_LEN];
     for (d, &s) in name.iter_mut().zip(&addr.sun_path[..n]) {
-        *d = s as u8;
+        *d = s.to_ne_bytes()[0];
     }
     if !name[..n].starts_with(OPEN_PEER_PREFIX) {
         return None;
@@ -359,7 +380,8 @@ pub(crate) fn receive(
     }
     fds[1..nfds.max(1)].iter().for_each(|&fd| close(fd));
     let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-    Ok((n as usize, (nfds > 0).then_some(fds[0]), truncated))
+    // n >= 0 here.
+    Ok((n.unsigned_abs(), (nfds > 0).then_some(fds[0]), truncated))
 }
 
 /// Sends `bytes` on `s` with `fd` attached (if any).
@@ -375,7 +397,7 @@ pub(crate) fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_in
     msg.msg_iovlen = 1;
     if let Some(fd) = fd {
         // SAFETY: CMSG_SPACE only computes a length.
-        let space = unsafe { libc::CMSG_SPACE(size_of::<c_int>() as u32) } as usize;
+        let space = unsafe { libc::CMSG_SPACE(INT_LEN) } as usize;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = space;
         // SAFETY: the control buffer (32 bytes, 8-aligned) holds one header with one int
@@ -384,7 +406,7 @@ pub(crate) fn send(s: c_int, bytes: &[u8], fd: Option<c_int>) -> Result<(), c_in
         c.cmsg_level = libc::SOL_SOCKET;
         c.cmsg_type = libc::SCM_RIGHTS;
         // SAFETY: CMSG_LEN only computes a length.
-        c.cmsg_len = unsafe { libc::CMSG_LEN(size_of::<c_int>() as u32) } as usize;
+        c.cmsg_len = unsafe { libc::CMSG_LEN(INT_LEN) } as usize;
         // SAFETY: CMSG_DATA points just past the header, inside the control buffer, with room
         // for one int; it may be unaligned, hence write_unaligned.
         unsafe { libc::CMSG_DATA(c).cast::<c_int>().write_unaligned(fd) };
@@ -428,21 +450,19 @@ pub(crate) fn dev_open(node: DevNode, flags: c_int) -> Result<c_int, c_int> {
 fn open_over(s: c_int, node: DevNode, flags: c_int) -> Result<c_int, c_int> {
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    addr.sun_family = AF_UNIX_FAMILY;
     let len = DEV.len.load(Ordering::Relaxed);
     for (d, s) in addr.sun_path.iter_mut().zip(&DEV.path[..len]) {
         *d = s.load(Ordering::Relaxed) as c_char;
     }
-    let alen = std::mem::offset_of!(libc::sockaddr_un, sun_path) + len + 1;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "at most sizeof(sockaddr_un): len < sizeof(sun_path)"
+    )]
+    let alen = (std::mem::offset_of!(libc::sockaddr_un, sun_path) + len + 1) as libc::socklen_t;
     // SAFETY: `addr` is a live sockaddr_un whose first `alen` bytes hold the family and a
     // NUL-terminated path (len < sizeof(sun_path)).
-    let r = unsafe {
-        libc::connect(
-            s,
-            (&addr as *const libc::sockaddr_un).cast(),
-            alen as libc::socklen_t,
-        )
-    };
+    let r = unsafe { libc::connect(s, (&addr as *const libc::sockaddr_un).cast(), alen) };
     if r != 0 {
         // No worker behind the socket: as if the node did not exist.
         return Err(libc::ENOENT);
@@ -583,6 +603,10 @@ type FreopenFn =
 type FaccessatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int;
 
 /// A raw syscall's result as libc returns it (`syscall()` already sets errno).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "only for syscalls whose result is an int (open, stat, poll, ioctl, ...)"
+)]
 pub(crate) fn ret(r: libc::c_long) -> c_int {
     r as c_int
 }
@@ -1241,7 +1265,9 @@ export_freopen!(freopen64, Sym::Freopen64);
 /// As `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if request as u32 == RM_ALLOC_MEMORY
+    // The driver's command numbers are 32 bits (the kernel's ioctl takes an unsigned int).
+    let cmd = (request & 0xffff_ffff) as u32;
+    if cmd == RM_ALLOC_MEMORY
         && let Some(r) = os_descriptor(fd, arg)
     {
         return r;
@@ -1255,8 +1281,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         };
     };
     let op = CallOp::Ioctl {
-        // The driver's command numbers are 32 bits (the kernel truncates too).
-        cmd: request as u32,
+        cmd,
         arg: arg as u64,
     };
     match crate::channel::call(fd, key, op) {
@@ -1383,7 +1408,7 @@ fn os_descriptor(fd: c_int, arg: *mut c_void) -> Option<c_int> {
                 &args as *const crate::proto::OsDescriptorArgs,
             )
         };
-        if r < 0 { Err(errno()) } else { Ok(r as c_int) }
+        if r < 0 { Err(errno()) } else { Ok(ret(r)) }
     };
     close(memfd);
     Some(match r {
@@ -1398,6 +1423,7 @@ fn os_descriptor(fd: c_int, arg: *mut c_void) -> Option<c_int> {
 /// Puts the `size` bytes at `addr` into a new memfd and maps it shared over the same range;
 /// the memfd, or `None` (nothing changed, or the range could not be read).
 fn share_range(addr: u64, size: u64) -> Option<c_int> {
+    let len = usize::try_from(size).ok()?;
     // SAFETY: memfd_create takes a NUL-terminated name (a static C string) and flags.
     let fd = unsafe {
         libc::syscall(
@@ -1409,30 +1435,36 @@ fn share_range(addr: u64, size: u64) -> Option<c_int> {
     if fd < 0 {
         return None;
     }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "memfd_create returned a new fd, an int"
+    )]
     let fd = fd as c_int;
     // SAFETY: ftruncate on the memfd just made, by value.
     if unsafe { libc::syscall(libc::SYS_ftruncate, fd, size as libc::off_t) } != 0 {
         close(fd);
         return None;
     }
-    let mut done = 0u64;
-    while done < size {
+    let mut done = 0usize;
+    while done < len {
         // SAFETY: pwrite reads `size - done` bytes of our own memory at `addr + done` in the
         // kernel (an unmapped page fails with EFAULT, nothing faults here) into the memfd.
         let n = unsafe {
             libc::syscall(
                 libc::SYS_pwrite64,
                 fd,
-                (addr + done) as *const c_void,
-                (size - done) as usize,
+                (addr + done as u64) as *const c_void,
+                len - done,
                 done as libc::off_t,
             )
         };
-        if n <= 0 {
-            close(fd);
-            return None;
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => done += n,
+            _ => {
+                close(fd);
+                return None;
+            }
         }
-        done += n as u64;
     }
     // SAFETY: MAP_FIXED over exactly the range just copied, which the caller named as its own
     // memory for the driver to pin; the new pages hold the same bytes. The raw syscall: the
@@ -1441,14 +1473,14 @@ fn share_range(addr: u64, size: u64) -> Option<c_int> {
         libc::syscall(
             libc::SYS_mmap,
             addr as *mut c_void,
-            size as usize,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_FIXED,
             fd,
             0 as libc::off_t,
         )
     };
-    if m as u64 != addr {
+    if u64::try_from(m) != Ok(addr) {
         close(fd);
         return None;
     }
@@ -1494,7 +1526,7 @@ mod tests {
 
     #[test]
     fn test_share_range_keeps_the_bytes_and_shares_the_pages_with_the_memfd() {
-        let len = 2 * PAGE as usize;
+        let len = usize::try_from(2 * PAGE).unwrap();
         // SAFETY: a fresh private anonymous mapping chosen by the kernel, unmapped below.
         let p = unsafe {
             libc::mmap(

@@ -46,7 +46,13 @@ fn set_errno(e: c_int) {
 
 fn gettid() -> i32 {
     // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "gettid returns a pid_t, an int"
+    )]
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) as i32 };
+    tid
 }
 
 /// The next `mmap`/`mmap64` after ours, or `None` while it cannot be resolved (re-entry from
@@ -242,6 +248,10 @@ pub(crate) fn is_cuse_node(fd: c_int) -> bool {
 /// How long the shim waits for the daemon's reply.
 const REPLY_TIMEOUT_S: libc::time_t = 30;
 
+/// `sizeof(struct timeval)` as `setsockopt` takes it.
+#[expect(clippy::cast_possible_truncation, reason = "a timeval is 16 bytes")]
+const TIMEVAL_LEN: libc::socklen_t = size_of::<libc::timeval>() as libc::socklen_t;
+
 /// Room for the reply's control message: one `int` fd needs CMSG_SPACE(4) = 24 bytes; a few
 /// more fds fit, so that a surplus is received (and closed) rather than silently dropped.
 const CMSG_BUF_WORDS: usize = 8;
@@ -264,28 +274,27 @@ fn exchange(s: c_int, path: &[u8], ticket: u64) -> Result<(i32, u64), Failure> {
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
+            TIMEVAL_LEN,
         )
     };
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    addr.sun_family = crate::devshim::AF_UNIX_FAMILY;
     if path.len() >= SUN_PATH_LEN {
         return Err(UNREACHABLE);
     }
     for (d, &b) in addr.sun_path.iter_mut().zip(path) {
         *d = b as libc::c_char;
     }
-    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + path.len() + 1;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "at most sizeof(sockaddr_un), 110: path.len() < SUN_PATH_LEN"
+    )]
+    let len =
+        (std::mem::offset_of!(libc::sockaddr_un, sun_path) + path.len() + 1) as libc::socklen_t;
     // SAFETY: `addr` is a live sockaddr_un whose first `len` bytes hold the family and a
     // NUL-terminated path (len < sizeof(sockaddr_un)).
-    let r = unsafe {
-        libc::connect(
-            s,
-            (&addr as *const libc::sockaddr_un).cast(),
-            len as libc::socklen_t,
-        )
-    };
+    let r = unsafe { libc::connect(s, (&addr as *const libc::sockaddr_un).cast(), len) };
     if r != 0 {
         return Err(UNREACHABLE);
     }
@@ -327,7 +336,7 @@ fn exchange(s: c_int, path: &[u8], ticket: u64) -> Result<(i32, u64), Failure> {
         return Err(UNREACHABLE);
     }
     let reply = if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) == 0 {
-        MmapReply::decode(&buf[..n as usize])
+        MmapReply::decode(&buf[..n.unsigned_abs()]) // n > 0 here
     } else {
         None
     };

@@ -259,7 +259,7 @@ impl HostFile for FakeFile {
                 for (i, &(minor, id)) in gpus.iter().enumerate() {
                     let e = &mut call.params[i * 72..(i + 1) * 72];
                     e[0] = 1;
-                    wr32(e, 4, 0x10 + i as u32); // pci domain
+                    wr32(e, 4, 0x10 + u32::try_from(i).expect("a few GPUs")); // pci domain
                     wr32(e, 16, id);
                     wr32(e, 56, minor);
                 }
@@ -303,7 +303,7 @@ impl HostFile for FakeFile {
                     (0xa04, Some(p)) => {
                         let d = &mut call.nested[p].data;
                         wr32(d, 0, 1);
-                        wr32(d, 4, gpus.len() as u32);
+                        wr32(d, 4, u32::try_from(gpus.len()).expect("a few GPUs"));
                         for (i, g) in gpus.iter().enumerate() {
                             wr32(d, 8 + 4 * i, g.1);
                         }
@@ -319,9 +319,10 @@ impl HostFile for FakeFile {
                             let e = 8 + 184 * i;
                             d[e + 56] = 1;
                             let r = e + 88;
-                            wr32(d, r + 4, 0x10 + i as u32);
+                            let i = u8::try_from(i).expect("a few GPUs");
+                            wr32(d, r + 4, 0x10 + u32::from(i));
                             wr64(d, r + 24, 2);
-                            d[r + 32..r + 48].fill(0xa0 + i as u8);
+                            d[r + 32..r + 48].fill(0xa0 + i);
                         }
                     }
                     // GPU_GET_PIDS: this process and two others.
@@ -336,14 +337,14 @@ impl HostFile for FakeFile {
                         let d = &mut call.nested[p].data;
                         let id = rd32(d, 0);
                         if let Some(i) = ids.iter().position(|&g| g == id) {
-                            wr32(d, 8, i as u32);
+                            wr32(d, 8, u32::try_from(i).expect("a few GPUs"));
                         }
                     }
                     (0x80_0201, Some(p)) => {
                         if let Some(l) = nested_at(call, Some(p), 8) {
                             let list = &mut call.nested[l].data;
-                            for (i, c) in list.chunks_exact_mut(4).enumerate() {
-                                c.copy_from_slice(&(0xc000 + i as u32).to_ne_bytes());
+                            for (i, c) in (0u32..).zip(list.chunks_exact_mut(4)) {
+                                c.copy_from_slice(&(0xc000 + i).to_ne_bytes());
                             }
                         }
                     }

@@ -56,7 +56,7 @@ impl FakeMem {
     /// `len` bytes at `addr` (as the test sees them, unchecked); panics where unmapped.
     pub fn get(&self, addr: u64, len: usize) -> Vec<u8> {
         let (base, r) = self.regions.range(..=addr).next_back().unwrap();
-        let o = (addr - base) as usize;
+        let o = usize::try_from(addr - base).unwrap();
         r[o..o + len].to_vec()
     }
 

@@ -91,9 +91,9 @@ pub mod cuse_example {
 
     /// Splits a `dev_t` into (major, minor) as glibc's `major()`/`minor()` do.
     pub fn major_minor(dev: u64) -> (u32, u32) {
-        let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
-        let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
-        (major as u32, minor as u32)
+        let major = ((dev >> 32) & 0xffff_f000) as u32 | ((dev >> 8) & 0xfff) as u32;
+        let minor = ((dev >> 12) & 0xffff_ff00) as u32 | (dev & 0xff) as u32;
+        (major, minor)
     }
 }
 

@@ -573,7 +573,7 @@ fn killing_one_worker_leaves_the_other_container_working() {
         }
     }
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(a).expect("a pid")),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();

@@ -160,7 +160,8 @@ fn ioctl_ptr<T>(f: &File, cmd: u32, p: &mut T) -> Result<i32, i32> {
 
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
+    let tid = unsafe { libc::gettid() };
+    u32::try_from(tid).expect("a tid is positive")
 }
 
 extern "C" fn ignore_signal(_: libc::c_int) {}
@@ -216,7 +217,7 @@ fn nested_name_node_read_write_and_removal() {
     );
     assert_ne!(fa, fb, "each open gets its own fh");
     assert_eq!(
-        ioctl(&a, EX_PID, 0).unwrap() as u32,
+        u32::try_from(ioctl(&a, EX_PID, 0).unwrap()).expect("a pid"),
         gettid(),
         "pid is the calling thread id"
     );
@@ -272,10 +273,13 @@ fn unrestricted_ioctls_with_one_two_and_three_retry_rounds() {
     let mut x = Xform {
         in_ptr: input.as_ptr() as u64,
         out_ptr: output.as_mut_ptr() as u64,
-        len: input.len() as u32,
+        len: u32::try_from(input.len()).expect("small input"),
         pad: 0,
     };
-    assert_eq!(ioctl_ptr(&f, EX_XFORM, &mut x), Ok(input.len() as i32));
+    assert_eq!(
+        ioctl_ptr(&f, EX_XFORM, &mut x),
+        Ok(i32::try_from(input.len()).expect("small input"))
+    );
     assert_eq!(output, b"TWO RETRY ROUNDS");
 
     // Three rounds: a pointer, the struct it points to, then the buffers.
@@ -284,25 +288,33 @@ fn unrestricted_ioctls_with_one_two_and_three_retry_rounds() {
     let mut x = Xform {
         in_ptr: input.as_ptr() as u64,
         out_ptr: output.as_mut_ptr() as u64,
-        len: input.len() as u32,
+        len: u32::try_from(input.len()).expect("small input"),
         pad: 0,
     };
     let mut ptr: u64 = &mut x as *mut Xform as u64;
-    assert_eq!(ioctl_ptr(&f, EX_NESTED, &mut ptr), Ok(input.len() as i32));
+    assert_eq!(
+        ioctl_ptr(&f, EX_NESTED, &mut ptr),
+        Ok(i32::try_from(input.len()).expect("small input"))
+    );
     let mut expect = input.clone();
     expect.reverse();
     assert_eq!(output, expect);
 
     // A large region (60 KiB each way) goes through in one round.
-    let input: Vec<u8> = (0..60 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let input: Vec<u8> = (0..60 * 1024)
+        .map(|i| b'a' + u8::try_from(i % 26).expect("below 26"))
+        .collect();
     let mut output = vec![0u8; input.len()];
     let mut x = Xform {
         in_ptr: input.as_ptr() as u64,
         out_ptr: output.as_mut_ptr() as u64,
-        len: input.len() as u32,
+        len: u32::try_from(input.len()).expect("small input"),
         pad: 0,
     };
-    assert_eq!(ioctl_ptr(&f, EX_XFORM, &mut x), Ok(input.len() as i32));
+    assert_eq!(
+        ioctl_ptr(&f, EX_XFORM, &mut x),
+        Ok(i32::try_from(input.len()).expect("small input"))
+    );
     assert_eq!(output, input.to_ascii_uppercase());
 
     // A bad pointer faults in the kernel's copy.
@@ -423,10 +435,13 @@ fn concurrent_clients_are_not_stalled_by_a_slow_ioctl() {
                 let mut x = Xform {
                     in_ptr: input.as_ptr() as u64,
                     out_ptr: output.as_mut_ptr() as u64,
-                    len: input.len() as u32,
+                    len: u32::try_from(input.len()).expect("small input"),
                     pad: 0,
                 };
-                assert_eq!(ioctl_ptr(&f, EX_XFORM, &mut x), Ok(input.len() as i32));
+                assert_eq!(
+                    ioctl_ptr(&f, EX_XFORM, &mut x),
+                    Ok(i32::try_from(input.len()).expect("small input"))
+                );
                 assert_eq!(output, input.to_ascii_uppercase());
             })
         })

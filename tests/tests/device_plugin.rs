@@ -565,9 +565,10 @@ async fn test_the_device_plugin_against_a_kubelet_harness() {
         })
         .await;
         let (_, pid) = served.instance(&c).unwrap();
+        let raw_pid = libc::pid_t::try_from(pid).expect("a pid");
         // SAFETY: kill sends SIGKILL to the worker pid the daemon reported for an instance
         // this test created.
-        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+        assert_eq!(unsafe { libc::kill(raw_pid, libc::SIGKILL) }, 0);
         next_matching(&mut watch, "the killed worker's device unhealthy", |m| {
             health_of(m, &ids[1]) == Some("Unhealthy") && health_of(m, &ids[0]) == Some("Healthy")
         })

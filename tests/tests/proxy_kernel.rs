@@ -778,7 +778,7 @@ fn kill_leftover_workers() {
             continue;
         };
         if let Some(pid) = json_line(&text)["pid"].as_u64() {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
             if nix::sys::signal::kill(pid, Signal::SIGKILL).is_ok() {
                 eprintln!("killed a leftover worker {pid}");
                 let _ = eventually(Duration::from_secs(10), || {
@@ -794,7 +794,7 @@ fn kill_leftover_workers() {
 fn worker_pid(instance: &str) -> u32 {
     let path = format!("/run/nvproxy/{instance}/worker.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    json_line(&text)["pid"].as_u64().expect("pid") as u32
+    u32::try_from(json_line(&text)["pid"].as_u64().expect("pid")).expect("a pid")
 }
 
 /// Whether `pid` holds a `/dev/cuse` channel (serves CUSE nodes).

@@ -565,7 +565,7 @@ fn test_a_second_serve_refuses_the_run_directory_and_a_restarted_one_adopts() {
     if !worker_gone {
         // SAFETY: SIGKILL to the worker this test's serve started, so that nothing outlives
         // the test.
-        unsafe { libc::kill(worker as libc::pid_t, libc::SIGKILL) };
+        unsafe { libc::kill(libc::pid_t::try_from(worker).expect("a pid"), libc::SIGKILL) };
     }
     assert_eq!(
         String::from_utf8_lossy(&ready).trim(),

@@ -334,26 +334,26 @@ pub fn extract(dir: &Path, opts: &Options) -> Result<Value> {
             "embedded_pointer_controls": usage.embedded.len(),
         }),
     );
-    facts.insert("escapes".into(), numbers::to_json(&nums.escapes));
+    facts.insert("escapes".into(), numbers::to_json(&nums.escapes)?);
     facts.insert("escape_params".into(), usage.escape_params);
     facts.insert("escape_size_check".into(), usage.escape_size_check);
-    facts.insert("constants".into(), numbers::to_json(&nums.constants));
-    facts.insert("uvm_ioctls".into(), numbers::to_json(&nums.uvm_ioctls));
+    facts.insert("constants".into(), numbers::to_json(&nums.constants)?);
+    facts.insert("uvm_ioctls".into(), numbers::to_json(&nums.uvm_ioctls)?);
     facts.insert("uvm_ioctl_params".into(), usage.uvm_ioctl_params);
     facts.insert(
         "uvm_init_flags".into(),
-        numbers::to_json(&nums.uvm_init_flags),
+        numbers::to_json(&nums.uvm_init_flags)?,
     );
     facts.insert(
         "uvm_constants".into(),
-        numbers::to_json(&nums.uvm_constants),
+        numbers::to_json(&nums.uvm_constants)?,
     );
-    facts.insert("classes".into(), numbers::to_json(&nums.classes));
+    facts.insert("classes".into(), numbers::to_json(&nums.classes)?);
     facts.insert("class_alloc_params".into(), usage.class_alloc_params);
-    facts.insert("controls".into(), numbers::to_json(&nums.controls));
+    facts.insert("controls".into(), numbers::to_json(&nums.controls)?);
     facts.insert(
         "legacy_control_categories".into(),
-        numbers::to_json(&nums.legacy_control_categories),
+        numbers::to_json(&nums.legacy_control_categories)?,
     );
     facts.insert("control_params".into(), Value::Object(usage.control_params));
     facts.insert(
@@ -361,7 +361,7 @@ pub fn extract(dir: &Path, opts: &Options) -> Result<Value> {
         usage.control_params_inferred,
     );
     facts.insert("control_flags".into(), usage.control_flags);
-    facts.insert("rmctrl_flags".into(), numbers::to_json(&nums.rmctrl_flags));
+    facts.insert("rmctrl_flags".into(), numbers::to_json(&nums.rmctrl_flags)?);
     facts.insert(
         "unnamed_control_methods".into(),
         usage.unnamed_control_methods,

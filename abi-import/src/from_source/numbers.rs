@@ -15,17 +15,27 @@ use super::{KCOMMON, SDK, Tree, UNIX, UVM};
 /// An integer macro value (some UVM constants are >= 2^63, a few values could be negative).
 pub(crate) type Num = i128;
 
-pub(crate) fn to_json(m: &[(String, Num)]) -> Value {
+/// `v` as a JSON number: a `u64` when it is not negative, else an `i64`. A value outside both
+/// (a literal wider than any C integer type) is an error, not a silently wrapped number.
+pub(crate) fn num_json(v: Num) -> Result<Value> {
+    match u64::try_from(v) {
+        Ok(u) => Ok(Value::from(u)),
+        Err(_) => match i64::try_from(v) {
+            Ok(i) => Ok(Value::from(i)),
+            Err(_) => bail!("integer {v} does not fit in 64 bits"),
+        },
+    }
+}
+
+pub(crate) fn to_json(m: &[(String, Num)]) -> Result<Value> {
     let mut o = Map::new();
     for (k, v) in m {
-        let v = if *v < 0 {
-            Value::from(*v as i64)
-        } else {
-            Value::from(*v as u64)
-        };
-        o.insert(k.clone(), v);
+        o.insert(
+            k.clone(),
+            num_json(*v).with_context(|| format!("macro {k}"))?,
+        );
     }
-    Value::Object(o)
+    Ok(Value::Object(o))
 }
 
 /// One object-like `#define`: its name, the text after the name (continuations joined,
@@ -491,6 +501,18 @@ mod tests {
         assert_eq!(code(&d[0].body), "(0x10U)");
         assert!(d[0].body.contains("finn"));
         assert_eq!(code(&d[1].body), "(A |   2)");
+    }
+
+    #[test]
+    fn num_json_keeps_64_bit_values_and_rejects_wider_ones() {
+        assert_eq!(num_json(-1).unwrap(), Value::from(-1i64));
+        assert_eq!(num_json(1 << 63).unwrap(), Value::from(1u64 << 63));
+        assert_eq!(
+            num_json(i128::from(u64::MAX)).unwrap(),
+            Value::from(u64::MAX)
+        );
+        assert!(num_json(1 << 64).is_err());
+        assert!(num_json(i128::from(i64::MIN) - 1).is_err());
     }
 
     #[test]

@@ -6,13 +6,13 @@
 //! The parsers are deliberately simple text scanners (comments stripped, balanced braces and
 //! parentheses); they fail with an error rather than guess when a file is missing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, btree_map};
 
 use anyhow::{Context, Result};
 use serde_json::{Map, Value, json};
 
 use super::Tree;
-use super::numbers::{Numbers, code, literal};
+use super::numbers::{Numbers, code, literal, num_json};
 
 pub(crate) struct Usage {
     pub escape_params: Value,
@@ -654,7 +654,7 @@ fn embedded(
             let count = match member_of(&args[3]) {
                 Some(m) => json!(m),
                 None => match literal(&code(&args[3])) {
-                    Some(v) => json!(v as u64),
+                    Some(v) => num_json(v)?,
                     None => json!(squash(&args[3])),
                 },
             };
@@ -668,7 +668,7 @@ fn embedded(
                 c.insert("elem_size".into(), json!(size));
                 c.insert("elem_type".into(), json!(t));
             } else if let Some(v) = literal(&es) {
-                c.insert("elem_size".into(), json!(v as u64));
+                c.insert("elem_size".into(), num_json(v)?);
             } else {
                 c.insert("elem_size".into(), json!(es));
             }
@@ -717,7 +717,7 @@ fn embedded(
             entry.insert("only_if".into(), json!(c));
         }
         if let Some(cmd) = cmd {
-            entry.insert("cmd".into(), json!(cmd as u64));
+            entry.insert("cmd".into(), num_json(cmd)?);
         }
         out.insert(name.to_owned(), Value::Object(entry));
     }
@@ -757,7 +757,7 @@ pub(crate) fn parse(
     for (n, v) in &nums.controls {
         if let Some(m) = by_id.get(v) {
             control_params.insert(n.clone(), json!(m.params));
-            flags.insert(n.clone(), json!(m.flags as u64));
+            flags.insert(n.clone(), num_json(m.flags)?);
             continue;
         }
         let finn = nums.sdk_defines.get(n).and_then(|d| {
@@ -792,9 +792,9 @@ pub(crate) fn parse(
     let mut unnamed: BTreeMap<i128, Value> = BTreeMap::new();
     for m in &methods {
         if !values.contains(&m.id) {
-            unnamed
-                .entry(m.id)
-                .or_insert_with(|| json!([m.id as u64, m.params, m.flags as u64]));
+            if let btree_map::Entry::Vacant(e) = unnamed.entry(m.id) {
+                e.insert(json!([num_json(m.id)?, m.params, num_json(m.flags)?]));
+            }
         }
     }
     let embedded = embedded(tree, nums, structs)?;

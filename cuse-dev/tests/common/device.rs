@@ -126,7 +126,7 @@ impl Handler for TestDevice {
         for p in self.pollers.lock().unwrap().drain(..) {
             let _ = p.notify();
         }
-        Ok(data.len() as u32)
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
     }
 
     fn poll(
@@ -208,7 +208,7 @@ impl Handler for TestDevice {
                     return Err(Errno::EPROTO);
                 }
                 Ok(IoctlReply::Done {
-                    result: len as i32,
+                    result: i32::try_from(len).map_err(|_| Errno::EINVAL)?,
                     out: data.to_ascii_uppercase(),
                 })
             }
@@ -245,7 +245,7 @@ impl Handler for TestDevice {
                 }
                 data.reverse();
                 Ok(IoctlReply::Done {
-                    result: len as i32,
+                    result: i32::try_from(len).map_err(|_| Errno::EINVAL)?,
                     out: data,
                 })
             }

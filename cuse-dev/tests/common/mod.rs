@@ -5,6 +5,11 @@
 
 pub mod device;
 
+/// A test message's length as the FUSE headers hold it.
+pub fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("a short test message")
+}
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::Shutdown;
 use std::os::unix::net::UnixDatagram;
@@ -183,7 +188,7 @@ impl Peer {
         let (tx, rx) = mpsc::channel();
         self.pending.lock().unwrap().insert(unique, tx);
         let hdr = fuse_in_header {
-            len: (size_of::<fuse_in_header>() + body.len()) as u32,
+            len: len32(size_of::<fuse_in_header>() + body.len()),
             opcode,
             unique,
             nodeid: 0,
@@ -266,7 +271,7 @@ impl Peer {
         let arg = fuse_write_in {
             fh,
             offset: 0,
-            size: data.len() as u32,
+            size: len32(data.len()),
             ..Default::default()
         };
         let mut body = arg.as_bytes().to_vec();
@@ -298,7 +303,7 @@ impl Peer {
             flags,
             cmd,
             arg,
-            in_size: in_data.len() as u32,
+            in_size: len32(in_data.len()),
             out_size,
         };
         let mut body = a.as_bytes().to_vec();
@@ -348,7 +353,14 @@ impl Peer {
                 }
             }
             let out_size: u64 = out_iovs.iter().map(|&(_, l)| l).sum();
-            let (unique, rx) = self.start_ioctl(fh, flags, cmd, arg, &in_data, out_size as u32);
+            let (unique, rx) = self.start_ioctl(
+                fh,
+                flags,
+                cmd,
+                arg,
+                &in_data,
+                u32::try_from(out_size).expect("small test iovecs"),
+            );
             let reply = wait(&rx, unique);
             if reply.errno() != 0 {
                 return IoctlResult {
@@ -393,7 +405,7 @@ impl Peer {
             assert!(rest.len() as u64 <= out_size, "more output than out_size");
             let mut data = rest;
             for &(base, len) in &out_iovs {
-                let n = (len as usize).min(data.len());
+                let n = usize::try_from(len).unwrap_or(usize::MAX).min(data.len());
                 mem.write(base, &data[..n]);
                 data = &data[n..];
             }
@@ -452,7 +464,7 @@ impl Drop for Peer {
 /// A `FUSE_INTERRUPT` for `target`, as the kernel sends it: the target's unique with bit 0 set.
 pub fn interrupt_message(target: u64) -> Vec<u8> {
     let hdr = fuse_in_header {
-        len: (size_of::<fuse_in_header>() + 8) as u32,
+        len: len32(size_of::<fuse_in_header>() + 8),
         opcode: FUSE_INTERRUPT,
         unique: target | 1,
         pid: 4242,

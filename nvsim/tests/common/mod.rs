@@ -73,7 +73,7 @@ pub fn alloc_full(
     p.hObjectParent = h_parent;
     p.hObjectNew = h_new;
     p.hClass = class;
-    p.paramsSize = params.map_or(0, |b| b.len() as u32);
+    p.paramsSize = params.map_or(0, |b| u32::try_from(b.len()).expect("small params"));
     p.pAllocParms = if params.is_some() { 0x7000_0000 } else { 0 };
     let mut call = HostCall {
         cmd: NV_ESC_RM_ALLOC_NVOS64,
@@ -145,7 +145,7 @@ pub fn control_call(
     p.hClient = h_client;
     p.hObject = h_object;
     p.cmd = cmd;
-    p.paramsSize = params.len() as u32;
+    p.paramsSize = u32::try_from(params.len()).expect("small params");
     p.params = if params.is_empty() { 0 } else { 0x6000_0000 };
     let mut nested = Vec::new();
     if !params.is_empty() {

@@ -265,12 +265,12 @@ pub const fn makedev(major: u32, minor: u32) -> u64 {
 
 /// `major(3)`.
 pub const fn major(dev: u64) -> u32 {
-    (((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)) as u32
+    ((dev >> 32) & 0xffff_f000) as u32 | ((dev >> 8) & 0x0000_0fff) as u32
 }
 
 /// `minor(3)`.
 pub const fn minor(dev: u64) -> u32 {
-    (((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)) as u32
+    ((dev >> 12) & 0xffff_ff00) as u32 | (dev & 0x0000_00ff) as u32
 }
 
 fn parse_u32(b: &[u8]) -> Option<u32> {

@@ -128,7 +128,7 @@ impl DevNode {
             1 => Some(DevNode::Ctl),
             2 => Some(DevNode::Uvm),
             c if (0x100..0x100 + MAX_GPU_NODES as u64).contains(&c) => {
-                Some(DevNode::Gpu((c - 0x100) as u32))
+                u32::try_from(c - 0x100).ok().map(DevNode::Gpu)
             }
             _ => None,
         }

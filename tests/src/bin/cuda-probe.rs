@@ -126,6 +126,16 @@ const NONE: u64 = u64::MAX;
 
 /// Whether `request` is one of NVIDIA's: a frontend escape (type `'F'`) or a UVM command (plain
 /// numbers below 0x1000, and `UVM_INITIALIZE`/`UVM_DEINITIALIZE`).
+/// A host address that the driver or CUDA handed back as a u64.
+fn host_ptr(addr: u64) -> *mut u8 {
+    usize::try_from(addr).expect("a 64-bit host") as *mut u8
+}
+
+/// A name buffer's length as CUDA takes it.
+fn buf_len(buf: &[c_char]) -> c_int {
+    c_int::try_from(buf.len()).expect("a small buffer")
+}
+
 fn is_nvidia_request(request: u64) -> bool {
     (request >> 8) & 0xff == u64::from(b'F')
         || request < 0x1000
@@ -207,7 +217,7 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
             };
             inner = u64::from(cmd & 0xff) | 0x100;
             if ptr != 0 {
-                let p = ptr as usize as *const u8;
+                let p = host_ptr(ptr).cast_const();
                 let read = |off: usize| {
                     if off + 4 <= len {
                         // SAFETY: the driver copied `len` bytes from `ptr` in and out (ret 0).
@@ -240,6 +250,10 @@ fn record(fd: c_int, request: u64, arg: *mut c_void, ret: c_int, errno: c_int) {
         }
     }
     let slot = &RING_BUF[NEXT.fetch_add(1, Ordering::Relaxed) % RING];
+    #[expect(
+        clippy::cast_sign_loss,
+        reason = "the ring keeps raw bits: a negative fd, ret or errno as two's complement"
+    )]
     let vals = [
         request,
         fd as u64,
@@ -288,7 +302,7 @@ fn note_probed_ids(base: *const u8, size: usize) {
     for (i, slot) in PROBED.iter().enumerate() {
         // SAFETY: the driver copied paramsSize (>= 4 * PROBED_KEPT) bytes out to `ptr` (ret 0
         // and NV_OK), the caller's own buffer.
-        let id = unsafe { peek_u32(ptr as usize as *const u8, 4 * i) };
+        let id = unsafe { peek_u32(host_ptr(ptr).cast_const(), 4 * i) };
         slot.store(u64::from(id), Ordering::Relaxed);
     }
 }
@@ -317,7 +331,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         unsafe { std::mem::transmute::<usize, IoctlFn>(next)(fd, request, arg) }
     } else {
         // SAFETY: a plain ioctl syscall with the caller's arguments, as libc's ioctl does.
-        unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int }
+        let r = unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) };
+        c_int::try_from(r).expect("ioctl returns an int")
     };
     let errno = if ret < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -658,7 +673,7 @@ impl Probe {
             let mut name = [0 as c_char; 256];
             // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
             check("cuDeviceGetName", unsafe {
-                (c.device_get_name)(name.as_mut_ptr(), name.len() as c_int, dev)
+                (c.device_get_name)(name.as_mut_ptr(), buf_len(&name), dev)
             })?;
             let mut uuid = [0u8; 16];
             // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
@@ -673,7 +688,7 @@ impl Probe {
             let mut bus_id = [0 as c_char; 64];
             // SAFETY: the prototype from cuda.h; pointers to live locals of the declared types.
             check("cuDeviceGetPCIBusId", unsafe {
-                (c.device_get_pci_bus_id)(bus_id.as_mut_ptr(), bus_id.len() as c_int, dev)
+                (c.device_get_pci_bus_id)(bus_id.as_mut_ptr(), buf_len(&bus_id), dev)
             })?;
             let mut d = json!({
                 "ordinal": ordinal,
@@ -887,8 +902,11 @@ impl Probe {
                 // SAFETY: n elements of `width` bytes inside the buffer.
                 let (call, r) = unsafe {
                     match width {
-                        1 => ("cuMemsetD8_v2", (c.memset_d8)(a, word as u8, n)),
-                        2 => ("cuMemsetD16_v2", (c.memset_d16)(a, word as u16, n)),
+                        1 => ("cuMemsetD8_v2", (c.memset_d8)(a, (word & 0xff) as u8, n)),
+                        2 => (
+                            "cuMemsetD16_v2",
+                            (c.memset_d16)(a, (word & 0xffff) as u16, n),
+                        ),
                         _ => ("cuMemsetD32_v2", (c.memset_d32)(a, word, n)),
                     }
                 };
@@ -1364,9 +1382,9 @@ impl Probe {
                 // SAFETY: managed buffers of `bytes` each, CPU-accessible between launches.
                 let (ma, mb, mc) = unsafe {
                     (
-                        std::slice::from_raw_parts_mut(m[0] as usize as *mut u32, n),
-                        std::slice::from_raw_parts_mut(m[1] as usize as *mut u32, n),
-                        std::slice::from_raw_parts(m[2] as usize as *const u32, n),
+                        std::slice::from_raw_parts_mut(host_ptr(m[0]).cast::<u32>(), n),
+                        std::slice::from_raw_parts_mut(host_ptr(m[1]).cast::<u32>(), n),
+                        std::slice::from_raw_parts(host_ptr(m[2]).cast::<u32>().cast_const(), n),
                     )
                 };
                 ma.copy_from_slice(&a);
@@ -1442,7 +1460,7 @@ impl Probe {
             (c.mem_alloc_managed)(&mut p, PROBE_BYTES, CU_MEM_ATTACH_GLOBAL)
         })?;
         out["ptr"] = format!("{p:#x}").into();
-        out["cpu_round_trip"] = cpu_round_trip(p as usize as *mut u8, PROBE_BYTES).into();
+        out["cpu_round_trip"] = cpu_round_trip(host_ptr(p), PROBE_BYTES).into();
         // SAFETY: the pointer allocated above.
         check("cuMemFree_v2", unsafe { (c.mem_free)(p) })
     }
@@ -1468,7 +1486,7 @@ impl Probe {
 /// `bytes` bytes of a pattern that differs per `seed` and is no multiple of a power of two.
 fn pattern(bytes: usize, seed: usize) -> Vec<u8> {
     (0..bytes)
-        .map(|i| ((i * seed + seed) % 253) as u8)
+        .map(|i| u8::try_from((i * seed + seed) % 253).expect("below 253"))
         .collect()
 }
 
@@ -1492,9 +1510,11 @@ fn cpu_round_trip(p: *mut u8, bytes: usize) -> bool {
     // SAFETY: the driver API just returned `bytes` of CPU-accessible memory at p.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, bytes) };
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = (i % 251) as u8;
+        *b = u8::try_from(i % 251).expect("below 251");
     }
-    buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8)
+    buf.iter()
+        .enumerate()
+        .all(|(i, &b)| u8::try_from(i % 251) == Ok(b))
 }
 
 /// Every step, in the order they run.
@@ -1604,7 +1624,7 @@ fn main() -> ExitCode {
     if failed.is_null() {
         let devs = &probe.devices;
         if let Some(n) = cli.expect_count {
-            if devs.len() != n as usize {
+            if usize::try_from(n) != Ok(devs.len()) {
                 mismatches.push(format!("count {} != {n}", devs.len()));
             }
         }

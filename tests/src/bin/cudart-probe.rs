@@ -168,7 +168,7 @@ fn expect(ok: bool, what: &'static str) -> Result<(), Failure> {
 
 fn pattern(bytes: usize, seed: usize) -> Vec<u8> {
     (0..bytes)
-        .map(|i| ((i * seed + seed) % 253) as u8)
+        .map(|i| u8::try_from((i * seed + seed) % 253).expect("below 253"))
         .collect()
 }
 

@@ -143,7 +143,7 @@ impl Handler for Example {
                 eprintln!("cuse-example: poll notify failed: {e}");
             }
         }
-        Ok(data.len() as u32)
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
     }
 
     fn poll(
@@ -380,8 +380,11 @@ fn random_secret() -> u64 {
         .is_err()
     {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        b = (t.map(|d| d.as_nanos() as u64).unwrap_or(1) ^ u64::from(std::process::id()))
-            .to_ne_bytes();
+        b = (t
+            .map(|d| (d.as_nanos() & 0xffff_ffff_ffff_ffff) as u64)
+            .unwrap_or(1)
+            ^ u64::from(std::process::id()))
+        .to_ne_bytes();
     }
     u64::from_ne_bytes(b) | 1
 }
@@ -516,14 +519,19 @@ fn main() -> ExitCode {
                 path: path.clone(),
                 secret: st["secret"].as_u64().unwrap_or(0),
                 next_fh: AtomicU64::new(st["next_fh"].as_u64().unwrap_or(1)),
-                register: Mutex::new(st["register"].as_i64().unwrap_or(0) as i32),
+                register: Mutex::new(
+                    st["register"]
+                        .as_i64()
+                        .and_then(|r| i32::try_from(r).ok())
+                        .unwrap_or(0),
+                ),
                 buffer: Mutex::new(
                     st["buffer"]
                         .as_array()
                         .map(|b| {
                             b.iter()
                                 .filter_map(|x| x.as_u64())
-                                .map(|x| x as u8)
+                                .map(|x| (x & 0xff) as u8)
                                 .collect()
                         })
                         .unwrap_or_default(),

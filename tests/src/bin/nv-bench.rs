@@ -98,7 +98,7 @@ const NV_OK: u32 = 0;
 const SIMPLE_CONTROL: Control = Control {
     name: "NV0000_CTRL_CMD_SYSTEM_GET_FABRIC_STATUS",
     cmd: 0x136,
-    params_size: size_of::<NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS>() as u32,
+    params_size: size32::<NV0000_CTRL_SYSTEM_GET_FABRIC_STATUS_PARAMS>(),
 };
 /// `NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS`.
 const GPU_GET_ATTACHED_IDS: u32 = 0x201;
@@ -109,7 +109,7 @@ const GPU_GET_ID_INFO_V2: u32 = 0x205;
 const NESTED_CONTROL: Control = Control {
     name: "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
     cmd: 0x0080_0201,
-    params_size: size_of::<NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS>() as u32,
+    params_size: size32::<NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS>(),
 };
 /// Entries of the nested control's class list (nvsim's list is shorter; it writes the count).
 const NESTED_COUNT: usize = 64;
@@ -235,6 +235,20 @@ const USAGE: &str = "usage: nv-bench null|floor1..floor8|cusedev1..cusedev4|simp
 samework-simple-control|samework-nested-control|samework-rm-alloc \
 [--dev PATH] [--gpu PATH] [--iters N] [--batches B] [--warmup W] [--pair-floor PATH --need R] \
 [--pair-samework PATH] [--threads T1,T2,.. [--ms D] [--rounds R]]";
+
+/// `size_of::<T>()` of a parameter struct as the u32 size fields take it.
+const fn size32<T>() -> u32 {
+    let n = size_of::<T>();
+    assert!(n <= u32::MAX as usize, "a parameter struct is small");
+    #[expect(clippy::cast_possible_truncation, reason = "checked just above")]
+    let n = n as u32;
+    n
+}
+
+/// A buffer length as the u32 size fields take it.
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("a small parameter buffer")
+}
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -389,7 +403,7 @@ impl FloorBench {
         };
         b.top.ptr = b.params.as_ptr() as u64;
         b.params[..8].copy_from_slice(&(b.nested.as_ptr() as u64).to_ne_bytes());
-        b.params[8..12].copy_from_slice(&(NESTED_SIZE as u32).to_ne_bytes());
+        b.params[8..12].copy_from_slice(&len32(NESTED_SIZE).to_ne_bytes());
         b
     }
 }
@@ -586,7 +600,7 @@ impl Rm {
             cmd,
             flags: 0,
             params: ptr as u64,
-            paramsSize: size_of::<T>() as u32,
+            paramsSize: size32::<T>(),
             status: 0,
         };
         ioctl(&self.f, NV_ESC_RM_CONTROL_CMD, &mut top)?;
@@ -647,7 +661,7 @@ impl Rm {
             handle,
             NV01_DEVICE_0,
             ptr as u64,
-            size_of::<NV0080_ALLOC_PARAMETERS>() as u32,
+            size32::<NV0080_ALLOC_PARAMETERS>(),
         );
         self.alloc(&mut p)?;
         Ok(dp)
@@ -779,7 +793,7 @@ impl Bench for VidAllocBench {
             H_BENCH_OBJECT,
             NV01_MEMORY_LOCAL_USER,
             self.params.as_ptr() as u64,
-            MEMORY_ALLOCATION_PARAMS as u32,
+            len32(MEMORY_ALLOCATION_PARAMS),
         );
         self.rm.alloc(&mut p)?;
         self.rm.free(H_DEVICE, H_BENCH_OBJECT)
@@ -810,7 +824,7 @@ impl Bench for AllocBench {
             H_BENCH_OBJECT,
             NV01_DEVICE_0,
             ptr as u64,
-            size_of::<NV0080_ALLOC_PARAMETERS>() as u32,
+            size32::<NV0080_ALLOC_PARAMETERS>(),
         );
         self.rm.alloc(&mut p)?;
         self.rm.free(self.rm.client, H_BENCH_OBJECT)
@@ -963,6 +977,11 @@ fn time_batch(bench: &mut dyn Bench, iters: usize) -> io::Result<f64> {
 
 /// µs of the floor at `r` round trips from the floors timed in one batch set: floorN, or
 /// between its two neighbours for a fractional `r`.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "r is a round-trip count, 0 to a few; `as` saturates"
+)]
 fn floor_at(floors: &[(u8, f64)], r: f64) -> Option<f64> {
     let at = |n: u8| floors.iter().find(|f| f.0 == n).map(|f| f.1);
     let lo = (r + 0.05).floor();
@@ -974,6 +993,11 @@ fn floor_at(floors: &[(u8, f64)], r: f64) -> Option<f64> {
 }
 
 /// The floor commands needed to price `r` round trips.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "r is a round-trip count, 0 to a few; `as` saturates and the retain drops what is out of range"
+)]
 fn neighbours(r: f64) -> Vec<u8> {
     let lo = (r + 0.05).floor();
     let mut v = vec![lo as u8];

@@ -223,6 +223,11 @@ struct OutsideSet {
     expect_attach_fd: String,
 }
 
+/// Milliseconds of `d` for the report (saturating; a run takes minutes).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn parse_u32(s: &str) -> Result<u32, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),
@@ -349,7 +354,7 @@ fn run_init(cli: &Cli, expect_gpus: Option<usize>, expect_name: Option<&str>) ->
                 o.extend(m);
             }
             out["ioctls"] = s.fe.ioctls().into();
-            out["elapsed_ms"] = (started.elapsed().as_millis() as u64).into();
+            out["elapsed_ms"] = millis(started.elapsed()).into();
             println!("{out}");
             ExitCode::SUCCESS
         }
@@ -631,7 +636,10 @@ fn run_gpu_outside_set(cli: &Cli, o: &OutsideSet) -> Result<ExitCode, Error> {
     let class = s.fe.class("NV01_DEVICE_0")?;
     let h = s.h_client;
     let h_new = 0xcaf0_f000;
-    for device_id in (0..CARD_INFO_ENTRIES as u32).filter(|d| !instances.contains(d)) {
+    for device_id in (0u32..)
+        .take(CARD_INFO_ENTRIES)
+        .filter(|d| !instances.contains(d))
+    {
         let mut dp = NV0080_ALLOC_PARAMETERS::new_zeroed();
         dp.deviceId = device_id;
         dp.hClientShare = h;
@@ -811,7 +819,7 @@ fn run_park_on_uffd(cli: &Cli) -> Result<ExitCode, Error> {
     }));
     println!(
         "{}",
-        json!({"scenario": "park-on-uffd", "ok": true, "got": got.to_string(), "ms": took.as_millis() as u64})
+        json!({"scenario": "park-on-uffd", "ok": true, "got": got.to_string(), "ms": millis(took)})
     );
     let _ = std::io::stdout().flush();
     s.teardown()?;
@@ -920,7 +928,7 @@ fn run_concurrent(cli: &Cli, threads: usize, iterations: usize) -> Result<ExitCo
             "passed": threads * iterations - failures.len(),
             "failures": failures,
             "ioctls": ioctls,
-            "elapsed_ms": started.elapsed().as_millis() as u64,
+            "elapsed_ms": millis(started.elapsed()),
         })
     );
     Ok(exit(ok))
@@ -944,7 +952,11 @@ fn run_probe_control(cli: &Cli, name: &str, list: &[u32], expect: &str) -> Resul
     let mut params = vec![0; c_ref.size as usize];
     let mut inner = Vec::new();
     if !list.is_empty() {
-        put_u32(&mut params, 0, list.len() as u32);
+        put_u32(
+            &mut params,
+            0,
+            u32::try_from(list.len()).expect("a short list"),
+        );
         let mut l = vec![0; 8 * list.len()];
         for (k, index) in list.iter().enumerate() {
             put_u32(&mut l, 8 * k, *index);

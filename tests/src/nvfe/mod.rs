@@ -186,6 +186,11 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A short list's length or index as a u32 field.
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("a short list")
+}
+
 fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Error> {
     if cond {
         Ok(())
@@ -409,7 +414,7 @@ impl Frontend {
         p.hObjectParent = h_parent;
         p.hObjectNew = h_new;
         p.hClass = class;
-        p.paramsSize = params.as_ref().map_or(0, |b| b.len() as u32);
+        p.paramsSize = params.as_ref().map_or(0, |b| len32(b.len()));
         let mut call = Call::new(NV_ESC_RM_ALLOC_NVOS64, p.as_bytes().to_vec());
         if let Some(data) = params {
             call.nest(None, 16, data); // pAllocParms
@@ -492,7 +497,7 @@ impl Frontend {
         p.hClient = h_client;
         p.hObject = h_object;
         p.cmd = cmd;
-        p.paramsSize = params.len() as u32;
+        p.paramsSize = len32(params.len());
         let mut call = Call::new(NV_ESC_RM_CONTROL_CMD, p.as_bytes().to_vec());
         let has_params = !params.is_empty();
         if has_params {
@@ -672,9 +677,10 @@ impl Session {
         self.cards = cards.into_iter().filter(|c| c.valid != 0).collect();
         let mut minors: Vec<u32> = self.cards.iter().map(|c| c.minor_number).collect();
         minors.sort_unstable();
-        check(minors.iter().copied().eq(0..minors.len() as u32), || {
-            format!("CARD_INFO minors {minors:?}, want 0..{}", minors.len())
-        })?;
+        check(
+            minors.iter().copied().eq((0u32..).take(minors.len())),
+            || format!("CARD_INFO minors {minors:?}, want 0..{}", minors.len()),
+        )?;
         for c in &self.cards {
             let (vendor, device) = (c.pci_info.vendor_id, c.pci_info.device_id);
             check(vendor == PCI_VENDOR_NVIDIA && device != 0, || {
@@ -887,7 +893,7 @@ impl Session {
     pub fn alloc_device(&mut self, i: usize) -> Result<(), Error> {
         let dev_class = self.fe.class("NV01_DEVICE_0")?;
         let sub_class = self.fe.class("NV20_SUBDEVICE_0")?;
-        let h_device = HANDLE_BASE + 0x100 * (i as u32 + 1);
+        let h_device = HANDLE_BASE + 0x100 * (len32(i) + 1);
         let mut dp = NV0080_ALLOC_PARAMETERS::new_zeroed();
         dp.deviceId = self.gpus[i].device_instance;
         dp.hClientShare = self.h_client;
@@ -955,7 +961,7 @@ impl Session {
         // NV2080 GPU_GET_INFO_V2.
         let gi = "NV2080_CTRL_CMD_GPU_GET_INFO_V2";
         let mut p = self.sized(gi)?;
-        put_u32(&mut p, 0, GPU_INFO_INDICES.len() as u32);
+        put_u32(&mut p, 0, len32(GPU_INFO_INDICES.len()));
         for (k, (index, _)) in GPU_INFO_INDICES.iter().enumerate() {
             put_u32(&mut p, 4 + 8 * k, *index);
         }
@@ -987,7 +993,7 @@ impl Session {
         // NV2080 FB_GET_INFO_V2.
         let fb = "NV2080_CTRL_CMD_FB_GET_INFO_V2";
         let mut p = self.sized(fb)?;
-        put_u32(&mut p, 0, FB_INFO_INDICES.len() as u32);
+        put_u32(&mut p, 0, len32(FB_INFO_INDICES.len()));
         for (k, (index, _)) in FB_INFO_INDICES.iter().enumerate() {
             put_u32(&mut p, 4 + 8 * k, *index);
         }
@@ -1006,7 +1012,7 @@ impl Session {
             put_u32(&mut list, 8 * k, *index);
         }
         let mut p = self.sized(gr)?;
-        put_u32(&mut p, 0, GR_INFO_INDICES.len() as u32);
+        put_u32(&mut p, 0, len32(GR_INFO_INDICES.len()));
         let (_, lists) = self
             .fe
             .rm_control(&self.ctl, h, hs, gr, p, vec![(8, list)])?;
@@ -1059,7 +1065,7 @@ impl Session {
         p.hSrcResource = hs;
         p.hClass = class;
         p.notifyIndex = NV2080_NOTIFIERS_SW;
-        p.data = fd as u64;
+        p.data = u64::try_from(fd).expect("an open fd");
         let h_event = hs + 1;
         self.fe.rm_alloc(
             &self.ctl,

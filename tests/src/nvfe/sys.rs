@@ -132,7 +132,7 @@ pub fn parked_page() -> io::Result<(OwnedFd, u64)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the fd was just returned by userfaultfd and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).expect("a new fd")) };
     use std::os::fd::AsRawFd;
     // `UFFD_API`; `UFFDIO_API` = _IOWR(0xAA, 0x3F, struct uffdio_api); `UFFDIO_REGISTER` =
     // _IOWR(0xAA, 0x00, struct uffdio_register); `UFFDIO_REGISTER_MODE_MISSING`
