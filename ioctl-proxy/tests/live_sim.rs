@@ -3,8 +3,6 @@
 //! included (no replay: the driver keeps everything), and nothing leaks. The driver here is
 //! `nvsim` behind a stand-in for a driver two processes share: a handed-over file is kept by
 //! token until the other side adopts it, as a simulated driver process keeps a session's files.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -2,8 +2,6 @@
 //! `NVPROXY_IOC_ALLOC_OS_DESCRIPTOR` names the caller's memfd, the proxy duplicates it from the
 //! caller (`ClientMemory::client_fd`) and the simulated driver backs the memory object with it;
 //! the plain escape stays refused; the tenant's bounds and fds are checked.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -2,8 +2,6 @@
 //! short CUDA-like session recorded in audit mode, the names it used turned into an `only`
 //! set, the session again in enforce mode with that set (nothing denied), then with one
 //! control and with the control escape taken out.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -1,6 +1,4 @@
 //! The frontend request path against a recording fake driver.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

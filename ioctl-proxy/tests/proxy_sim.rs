@@ -1,7 +1,5 @@
 //! The proxy in front of `nvsim`, the simulated driver: a CUDA-like frontend initialisation of a
 //! tenant that owns the second of two GPUs, then isolation between two instances on one driver.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

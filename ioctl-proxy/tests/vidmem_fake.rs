@@ -2,8 +2,6 @@
 //! export and import through an fd (the simulated driver does not model them): an object
 //! exported to an fd stays counted while that fd's file lives, an import names the same
 //! memory, and exports of several counted objects at once are refused under a quota.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -27,9 +27,6 @@
 //! `uvm`). [`UvmProxy::mmap_fd`] is the mmap path: the host UVM file's mmap fd, unless the
 //! instance's `uvm_mmap` switch is off.
 
-// Tenant and wire integers become lengths and indices here: a cast that can truncate or
-// lose a sign must say why it cannot (STYLE.md, section 11).
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -1,7 +1,5 @@
 //! The UVM request path against a recording fake driver: what reaches the host, byte for
 //! byte, and what the client sees.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -1,8 +1,6 @@
 //! Save and restore of a UVM va_space with a registered GPU and GPU VA space, by replay onto a
 //! fresh `nvsim` with the GPUs in another order; the tenant's UVM opens keep working on the
 //! same GPU, and nothing leaks in either driver.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

@@ -1,8 +1,6 @@
 //! The UVM proxy in front of `nvsim`: a CUDA-like UVM initialisation of a tenant that owns the
 //! second of two GPUs, managed memory mapped at VA == offset through the proxy's mmap fd and
 //! shared with the simulated driver, isolation between two instances, and nothing left behind.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 

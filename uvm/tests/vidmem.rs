@@ -2,8 +2,6 @@
 //! its own reference to RM video memory, so a tenant that maps an allocation and frees the RM
 //! object still holds the memory: it stays counted until the range is freed or the UVM file is
 //! released.
-// As the library: casts that can truncate or lose a sign say why they cannot.
-#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod common;
 
