@@ -1,6 +1,5 @@
-//! Frames with fds as the socket transport's worker receives them from a tenant: the daemon's
-//! one receive path (`worker/src/fdpass.rs`, included here by path: the daemon is a binary
-//! crate) gets a frame of any bytes with any number of fds attached, up to the kernel's
+//! Frames with fds as the socket transport's worker receives them from a tenant: the worker's
+//! one receive path (`nvproxy_worker::fdpass`) gets a frame of any bytes with any number of fds attached, up to the kernel's
 //! `SCM_MAX_FD`, into a buffer of any size.
 //!
 //! Invariants: every fd that was sent arrives as an owned fd (none is left installed and
@@ -11,10 +10,6 @@
 //! receive buffer's length, `flags` bit 0 credentials on (`SO_PASSCRED`), the payload at most
 //! 256 bytes.
 
-#[path = "../../worker/src/fdpass.rs"]
-#[allow(dead_code)]
-pub mod fdpass;
-
 use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
@@ -22,6 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use nix::sys::socket::{
     self, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sockopt,
 };
+use nvproxy_worker::fdpass;
 
 /// The most payload bytes one input sends.
 pub const MAX_PAYLOAD: usize = 256;

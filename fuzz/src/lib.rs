@@ -5,7 +5,7 @@
 //! - [`mem`]: the tenant's memory and fd table as one request sees them, with the read-once
 //!   and reservation checks.
 //! - [`harness`]: two instances on one `nvsim::SimDriver`, the operations, the invariants.
-//! - [`fd_frames`]: frames with surplus fds through the daemon's fd receive path.
+//! - [`fd_frames`]: frames with surplus fds through the worker's fd receive path.
 //! - [`seeds`]: the deterministic seed corpus (CUDA-like initialisations and a few hostile
 //!   variations), written to `corpus/<target>/` by `tests/corpus.rs`.
 
