@@ -403,6 +403,24 @@ fn gpu_time() -> u64 {
 }
 
 /// A semaphore release: 32- or 64-bit payload, or the four-word form with the timestamp at +8.
+/// How much of a copy line the simulated copy engine holds at once: lines are up to 2^32 - 1
+/// pixels (64 GiB remapped), which no buffer may be sized by.
+const CE_CHUNK: u64 = 1 << 20;
+
+/// One line of a plain pitch copy of `len` bytes, [`CE_CHUNK`] at a time: a fault stops it
+/// where the mapping ends, after the pieces before it were written.
+fn copy_line(ctx: &Ctx, st: &mut State, src: u64, dst: u64, len: u64) -> Result<(), u64> {
+    let mut done = 0;
+    while done < len {
+        let n = CE_CHUNK.min(len - done);
+        let mut buf = vec![0; usize::try_from(n).map_err(|_| src + done)?];
+        ctx.read(st, src + done, &mut buf)?;
+        ctx.write(st, dst + done, &buf)?;
+        done += n;
+    }
+    Ok(())
+}
+
 fn release(ctx: &Ctx, st: &mut State, va: u64, payload: u64, wide: bool, timestamp: bool) -> Step {
     let mut out = Vec::with_capacity(16);
     if wide || timestamp {
@@ -760,9 +778,7 @@ impl ChannelExec {
                 let r = if remap {
                     self.remap_line(ctx, st, &c, s, t, comp, n_src, n_dst)
                 } else {
-                    let mut buf = vec![0; c.line_length as usize];
-                    ctx.read(st, s, &mut buf)
-                        .and_then(|()| ctx.write(st, t, &buf))
+                    copy_line(ctx, st, s, t, u64::from(c.line_length))
                 };
                 if r.is_err() {
                     return Step::Error(ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT);
@@ -805,7 +821,8 @@ impl ChannelExec {
 
     /// One line of a remapped transfer: `line_length` destination pixels of `n_dst`
     /// components of `comp` bytes, each from CONST_A, CONST_B or a source component, or left
-    /// as it is (NO_WRITE).
+    /// as it is (NO_WRITE). Worked through [`CE_CHUNK`] bytes at a time, as an engine streams
+    /// it: a fault stops it where the mapping ends, after the pieces before it were written.
     #[allow(clippy::too_many_arguments)]
     fn remap_line(
         &mut self,
@@ -820,47 +837,54 @@ impl ChannelExec {
     ) -> Result<(), u64> {
         let pixels = u64::from(c.line_length);
         let sel = |i: u64| c.remap_components >> (4 * i) & 7;
-        let src_bytes = if (0..n_dst).any(|i| sel(i) <= 3) {
-            pixels * n_src * comp
-        } else {
-            0
-        };
-        // Beyond the address space: the copy faults. (Lengths are under 2^36, so only on a
-        // 32-bit host.)
-        let mut src_buf = vec![0; usize::try_from(src_bytes).map_err(|_| src)?];
-        ctx.read(st, src, &mut src_buf)?;
+        let reads = (0..n_dst).any(|i| sel(i) <= 3);
+        let skip = (0..n_dst).any(|i| sel(i) > 5);
+        // comp, n_src and n_dst are 1 to 4: a pixel is at most 16 bytes on either side.
+        let per_chunk = CE_CHUNK / (n_src.max(n_dst) * comp);
         let k = usize::try_from(comp).map_err(|_| dst)?;
-        let mut out = vec![0u8; usize::try_from(pixels * n_dst * comp).map_err(|_| dst)?];
-        let mut skip = false;
-        for p in 0..pixels {
-            for i in 0..n_dst {
-                #[expect(clippy::cast_possible_truncation, reason = "under out.len()")]
-                let at = ((p * n_dst + i) * comp) as usize;
-                match sel(i) {
-                    s @ 0..=3 => {
-                        let from = usize::try_from((p * n_src + u64::from(s)) * comp).ok();
-                        if let Some(b) = from.and_then(|f| src_buf.get(f..f + k)) {
-                            out[at..at + k].copy_from_slice(b);
+        let consts = c.remap_const.map(u32::to_le_bytes);
+        let mut at_pixel = 0;
+        while at_pixel < pixels {
+            let n = per_chunk.min(pixels - at_pixel);
+            let (s0, d0) = (src + at_pixel * n_src * comp, dst + at_pixel * n_dst * comp);
+            // Both under CE_CHUNK bytes.
+            let src_len =
+                usize::try_from(if reads { n * n_src * comp } else { 0 }).map_err(|_| s0)?;
+            let out_len = usize::try_from(n * n_dst * comp).map_err(|_| d0)?;
+            let mut src_buf = vec![0; src_len];
+            ctx.read(st, s0, &mut src_buf)?;
+            let mut out = vec![0u8; out_len];
+            for p in 0..n {
+                for i in 0..n_dst {
+                    let at = usize::try_from((p * n_dst + i) * comp).map_err(|_| d0)?;
+                    let piece = match sel(i) {
+                        s @ 0..=3 => {
+                            let from = usize::try_from((p * n_src + u64::from(s)) * comp).ok();
+                            from.and_then(|f| src_buf.get(f..f + k))
                         }
+                        4 => consts[0].get(..k),
+                        5 => consts[1].get(..k),
+                        _ => None,
+                    };
+                    if let (Some(b), Some(o)) = (piece, out.get_mut(at..at + k)) {
+                        o.copy_from_slice(b);
                     }
-                    4 => out[at..at + k].copy_from_slice(&c.remap_const[0].to_le_bytes()[..k]),
-                    5 => out[at..at + k].copy_from_slice(&c.remap_const[1].to_le_bytes()[..k]),
-                    _ => skip = true,
                 }
             }
-        }
-        if !skip {
-            ctx.write(st, dst, &out)?;
-            self.stats.bytes_written += out.len() as u64;
-            return Ok(());
-        }
-        for p in 0..pixels {
-            for i in (0..n_dst).filter(|&i| sel(i) != 6 && sel(i) != 7) {
-                #[expect(clippy::cast_possible_truncation, reason = "under out.len()")]
-                let at = ((p * n_dst + i) * comp) as usize;
-                ctx.write(st, dst + at as u64, &out[at..at + k])?;
-                self.stats.bytes_written += comp;
+            if skip {
+                for p in 0..n {
+                    for i in (0..n_dst).filter(|&i| sel(i) <= 5) {
+                        let off = (p * n_dst + i) * comp;
+                        let at = usize::try_from(off).map_err(|_| d0)?;
+                        ctx.write(st, d0 + off, &out[at..at + k])?;
+                        self.stats.bytes_written += comp;
+                    }
+                }
+            } else {
+                ctx.write(st, d0, &out)?;
+                self.stats.bytes_written += n * n_dst * comp;
             }
+            at_pixel += n;
         }
         Ok(())
     }
