@@ -10,7 +10,11 @@
 #      stack (strace -f -k -e trace=futex), folded to the first frames of our own code below
 #      the std lock/condvar functions, counted;
 #   3. CPU profiles (perf record -e cpu-clock -a: whole guest, flat by symbol) of one client
-#      and of 8 clients through the proxy and on the same-work floor.
+#      and of 8 clients through the proxy and on the same-work floor;
+#   4. (only with --only 4) where the serving threads' time goes, by call stack (perf record
+#      --call-graph dwarf, one client, --ops ioctls): each system call, and the user code by
+#      part (cuse-dev, the request path, the worker's glue, nvsim), for the proxy's
+#      `cuse-worker` threads and the same-work floor's (tests/bench/e2e-split.py --thread).
 #
 # Usage: tests/bench/diagnose.sh [--out DIR] [--smp N] [--ops N] [--threads T] [--only 1,2,3]
 #   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
@@ -148,6 +152,18 @@ if ((GUEST)); then
     prof floorT "$BIN/nv-bench" samework-simple-control --threads "$T" --ms 3000 --rounds 1
     grep -h '^RESULT\|^SCALE ' "$OUTDIR"/proxy1.out "$OUTDIR"/floor1.out "$OUTDIR"/proxyT.out "$OUTDIR"/floorT.out || true
   fi
+  if part 4; then
+    perf record -q -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-proxy.data" -- \
+      "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+      "$BIN/nv-bench" simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-proxy.out" 2>&1 || true
+    perf record -q -F 1500 --call-graph dwarf,8192 -p "$sw" -o "$OUTDIR/stacks-floor.data" \
+      >/dev/null 2>&1 &
+    pr=$!
+    sleep 1
+    "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
+    kill -INT "$pr"; wait "$pr" 2>/dev/null || true
+    grep -h '^RESULT' "$OUTDIR"/stacks-proxy.out "$OUTDIR"/stacks-floor.out | cut -d' ' -f1-7 || true
+  fi
   kill "$sw" 2>/dev/null || true
   exit 0
 fi
@@ -166,4 +182,13 @@ rw=()
 [[ $OUTDIR == "$ROOT"/* ]] || rw=(--rw "$OUTDIR")
 tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/tests/bench/diagnose.sh" --guest \
   --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+if [[ ,$ONLY, == *,4,* ]]; then
+  # Symbols are resolved on the host (the guest ran the host's binaries).
+  echo "### 4. the serving threads' samples by system call and by part of the user code"
+  for side in proxy:cuse-worker floor:cuse_samework; do
+    perf script -i "$OUTDIR/stacks-${side%%:*}.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$OUTDIR/stacks-${side%%:*}.txt" || true
+    echo "== ${side%%:*}"
+    python3 tests/bench/e2e-split.py --thread "${side#*:}" "$OUTDIR/stacks-${side%%:*}.txt" || true
+  done | tee -a "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+fi
 echo "$PROG: raw outputs in $OUTDIR" >&2

@@ -12,7 +12,12 @@ A kernel frame at the leaf is charged to the user code that made the system call
 stack names none of them is charged by its thread's name (`dev-*`: the worker's request threads,
 `nvsim-*`: the driver's, the client's threads), else to `other`.
 
-Usage: e2e-split.py PERF_SCRIPT.txt  → prints `SPLIT part=share ...` and a short table.
+Usage: e2e-split.py PERF_SCRIPT.txt  → prints `SPLIT part=share ...`.
+       e2e-split.py --thread COMM PERF_SCRIPT.txt  → the samples of the threads named COMM
+       (e.g. `cuse-worker`, the CUSE request threads) by what they ran: each system call
+       (charged by the user function that made it) and the user code by part (cuse-dev, the
+       request path, the worker's glue, nvsim; library code charged to the part that called
+       it), one `PART share` line each.
 """
 import re
 import sys
@@ -70,11 +75,66 @@ def split(lines):
     return counts
 
 
+THREAD_PARTS = (("nvsim::", "user: simulated driver (nvsim)"), ("cuse_dev::", "user: cuse-dev"),
+                ("ioctl_proxy::", "user: request path"), ("uvm::", "user: request path"),
+                ("nvproxy_abi::", "user: request path"), ("nvproxy_worker::", "user: worker glue"))
+SYSCALLS = ("process_vm_readv", "process_vm_writev", "writev", "read", "write", "recvmsg",
+            "sendmsg", "poll", "ioctl")
+
+
+def thread_split(lines, comm):
+    """The samples of threads named `comm`, by system call and by the part of the user code."""
+    counts = Counter()
+    cur, frames = None, []
+    frame = re.compile(r"^\s+[0-9a-f]+ (.*) \((.*)\)$")
+
+    def flush():
+        if cur != comm or not frames:
+            return
+        if "kernel" in frames[0][1]:
+            user = next((s for s, d in frames if "kernel" not in d), "")
+            name = next((c for c in SYSCALLS if c in user), "other")
+            counts["syscall: " + name] += 1
+            return
+        for sym, _ in frames:
+            s = sym.lstrip("<&")
+            part = next((name for prefix, name in THREAD_PARTS if s.startswith(prefix)), None)
+            if part:
+                counts[part] += 1
+                return
+        counts["user: libraries (no caller of ours unwound)"] += 1
+
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            flush()
+            cur, frames = line.split()[0], []
+            continue
+        m = frame.match(line.rstrip("\n"))
+        if m:
+            frames.append((m.group(1), m.group(2)))
+    flush()
+    return counts
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--thread":
+        with open(args[2], errors="replace") as f:
+            counts = thread_split(f, args[1])
+        total = sum(counts.values())
+        if total == 0:
+            print(f"e2e-split: no samples of {args[1]}", file=sys.stderr)
+            return 1
+        print(f"{total} samples of {args[1]}")
+        for part, n in counts.most_common():
+            print(f"{100 * n / total:5.1f} %  {part}")
+        return 0
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    with open(sys.argv[1], errors="replace") as f:
+    with open(args[0], errors="replace") as f:
         counts = split(f)
     total = sum(counts.values())
     if total == 0:
