@@ -153,15 +153,13 @@ if ((GUEST)); then
     grep -h '^RESULT\|^SCALE ' "$OUTDIR"/proxy1.out "$OUTDIR"/floor1.out "$OUTDIR"/proxyT.out "$OUTDIR"/floorT.out || true
   fi
   if part 4; then
-    perf record -q -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-proxy.data" -- \
+    # System-wide (-a) on both sides: per-task events would put perf's own work into the
+    # context switches of the profiled tasks only, and differently on the two sides.
+    perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-proxy.data" -- \
       "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
       "$BIN/nv-bench" simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-proxy.out" 2>&1 || true
-    perf record -q -F 1500 --call-graph dwarf,8192 -p "$sw" -o "$OUTDIR/stacks-floor.data" \
-      >/dev/null 2>&1 &
-    pr=$!
-    sleep 1
-    "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
-    kill -INT "$pr"; wait "$pr" 2>/dev/null || true
+    perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-floor.data" -- \
+      "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
     grep -h '^RESULT' "$OUTDIR"/stacks-proxy.out "$OUTDIR"/stacks-floor.out | cut -d' ' -f1-7 || true
   fi
   kill "$sw" 2>/dev/null || true
