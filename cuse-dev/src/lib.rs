@@ -125,6 +125,8 @@
 mod errno;
 mod error;
 mod handler;
+mod interrupt;
+mod reply;
 mod session;
 // The system calls on `/dev/cuse` (see the module docs).
 #[allow(unsafe_code)]

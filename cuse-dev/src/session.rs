@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -14,19 +14,21 @@ use std::time::{Duration, Instant};
 
 use tenant_log::tenant_log;
 use tracing::{Span, debug, debug_span, error, info, trace, warn};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::FromBytes;
 
 use crate::error::{CuseError, HandlerReplyError};
 use crate::handler::{
-    Handler, InterruptFlag, Ioctl, IoctlReply, PollHandle, Request, RetryRound, ioctl_reply_body,
+    Handler, Ioctl, IoctlReply, PollHandle, Request, RetryRound, ioctl_reply_body,
 };
+use crate::interrupt::InterruptFlag;
+use crate::reply::{reply_direct, send_logged, send_reply};
 use crate::sys;
 use crate::watchdog::Watchdog;
 use crate::wire::{
-    self, CUSE_INIT, CUSE_MIN_MINOR, CUSE_UNRESTRICTED_IOCTL, FUSE_INTERRUPT, FUSE_IOCTL_32BIT,
-    FUSE_IOCTL_COMPAT, FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_KERNEL_MINOR_VERSION,
-    FUSE_KERNEL_VERSION, FUSE_POLL_SCHEDULE_NOTIFY, Op, ReplyBody, cuse_init_in, cuse_init_out,
-    fuse_in_header, fuse_ioctl_in, fuse_open_out, fuse_poll_out, fuse_write_out,
+    self, CUSE_INIT, CUSE_MIN_MINOR, CUSE_UNRESTRICTED_IOCTL, FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT,
+    FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_KERNEL_MINOR_VERSION, FUSE_KERNEL_VERSION,
+    FUSE_POLL_SCHEDULE_NOTIFY, Op, ReplyBody, cuse_init_in, cuse_init_out, fuse_in_header,
+    fuse_ioctl_in, fuse_open_out, fuse_poll_out, fuse_write_out,
 };
 use crate::{Errno, Opened};
 
@@ -733,77 +735,6 @@ pub(crate) fn negotiate(
         dev_minor: cfg.dev_minor,
     };
     Ok((out, info))
-}
-
-/// Writes `parts` (at most 4) as one message with one `writev`, retrying only on EINTR.
-pub(crate) fn write_all_once(chan: &File, parts: &[&[u8]]) -> io::Result<()> {
-    let mut slices = [IoSlice::new(&[]); 4];
-    if parts.len() > slices.len() {
-        return Err(io::Error::other("too many parts for one CUSE message"));
-    }
-    for (s, p) in slices.iter_mut().zip(parts) {
-        *s = IoSlice::new(p);
-    }
-    let slices = &slices[..parts.len()];
-    let want: usize = parts.iter().map(|p| p.len()).sum();
-    loop {
-        match (&*chan).write_vectored(slices) {
-            Ok(n) if n == want => return Ok(()),
-            Ok(n) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("short write to CUSE channel: {n} of {want} bytes"),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Writes one reply (header + body) with one `writev`.
-fn send_reply(chan: &File, unique: u64, reply: Result<&ReplyBody, Errno>) -> io::Result<()> {
-    let (hdr, [a, b]) = match reply {
-        Ok(body) => (wire::reply_header(unique, None, body.len()), body.parts()),
-        Err(e) => (wire::reply_header(unique, Some(e), 0), [&[][..], &[][..]]),
-    };
-    let hdr = hdr.map_err(io::Error::other)?;
-    write_all_once(chan, &[hdr.as_bytes(), a, b])
-}
-
-/// Sends a reply and logs a failure: ENOENT (the request is gone: interrupted, aborted) at
-/// debug, anything else as an error.
-fn send_logged(chan: &File, key: &str, unique: u64, reply: Result<&ReplyBody, Errno>) {
-    match send_reply(chan, unique, reply) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            debug!("reply target gone (ENOENT): request was interrupted or aborted");
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
-            debug!("reply after the connection ended (ENODEV)");
-        }
-        Err(e) => tenant_log!(error, key, error = %e, "cannot write reply"),
-    }
-}
-
-/// An error reply from outside a handler (the client-wait watchdog).
-pub(crate) fn send_error(chan: &File, key: &str, unique: u64, errno: Errno) {
-    send_logged(chan, key, unique, Err(errno));
-}
-
-/// A reply written by the reader itself (protocol errors); never for unique 0 or INTERRUPT.
-fn reply_direct(chan: &File, key: &str, hdr: &fuse_in_header, reply: Result<&ReplyBody, Errno>) {
-    if hdr.unique == 0 || hdr.opcode == FUSE_INTERRUPT {
-        tenant_log!(
-            warn,
-            key,
-            opcode = hdr.opcode,
-            unique = hdr.unique,
-            "not answering this request"
-        );
-        return;
-    }
-    send_logged(chan, key, hdr.unique, reply);
 }
 
 /// Serving threads kept when idle: one blocked in `read`, and one more so that a request that

@@ -40,7 +40,7 @@ use tracing::warn;
 const STANDALONE_KEY: &str = "cuse-dev client waits";
 
 use crate::Errno;
-use crate::handler::InterruptFlag;
+use crate::interrupt::InterruptFlag;
 
 /// The requests a watchdog looks at: (unique, state) of each request in flight.
 pub(crate) type Scan = dyn Fn(&mut dyn FnMut(u64, &Arc<InterruptFlag>)) + Send + Sync;
@@ -216,7 +216,7 @@ impl Watchdog {
         );
         if req.take_answer() {
             if let Some(chan) = &self.chan {
-                crate::session::send_error(chan, &self.log_key, unique, errno);
+                crate::reply::send_error(chan, &self.log_key, unique, errno);
             } else if let Some(answer) = &self.answer {
                 answer(errno);
             }
