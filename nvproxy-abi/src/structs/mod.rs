@@ -18,7 +18,7 @@
 mod alloc;
 mod client;
 mod ctrl;
-mod frontend;
+pub(crate) mod frontend;
 pub mod layouts;
 mod nvtypes;
 mod proxy;
