@@ -366,7 +366,8 @@ pub fn run_tree(index: &Path, out: &Path) -> Result<usize> {
          delta`). A `// A -> B` comment on a resize gives the\n//! old and new size in bytes."
     );
     text.push_str(
-        "\n#![allow(unused_imports)]\n\nuse super::caps_consts::*;\nuse super::{AbiNode, Support, base, v};\n\
+        "\n#![allow(unused_imports)]\n\nuse super::base;\nuse super::caps_consts::*;\n\
+         use super::node::{AbiNode, Support, v};\n\
          use crate::Translation::{Fd, Pointer, Simple, Special};\nuse crate::table::{DriverAbi, ParamSize};\n",
     );
     text.push_str(&code);

@@ -3,7 +3,7 @@
 //! Commands are `u32`, which is what `fuse_ioctl_in.cmd` carries; cast to the libc ioctl request
 //! type only at the syscall (STYLE.md section 2).
 
-use crate::structs::{
+use crate::structs::frontend::{
     NVOS21_PARAMETERS, NVOS54_PARAMETERS, NVOS64_PARAMETERS, nv_ioctl_register_fd_t,
     nv_ioctl_rm_api_version_t,
 };

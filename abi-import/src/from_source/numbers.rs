@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value};
 
 use super::cc::Cc;
-use super::{KCOMMON, SDK, Tree, UNIX, UVM};
+use super::source_tree::{KCOMMON, SDK, Tree, UNIX, UVM};
 
 /// An integer macro value (some UVM constants are >= 2^63, a few values could be negative).
 pub(crate) type Num = i128;

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, btree_map};
 use anyhow::{Context, Result};
 use serde_json::{Map, Value, json};
 
-use super::Tree;
 use super::numbers::{Numbers, code, literal, num_json};
+use super::source_tree::Tree;
 
 pub(crate) struct Usage {
     pub escape_params: Value,

@@ -16,7 +16,7 @@ use core::mem::{align_of, offset_of, size_of};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::*;
+use super::ctrl::NV2080_CTRL_GR_ROUTE_INFO;
 
 /// `NV0000_SYNC_GPU_BOOST_GROUP_CONFIG` (`ctrl0000syncgpuboost.h`).
 #[repr(C)]

@@ -6,7 +6,7 @@ use core::mem::{align_of, offset_of, size_of};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::*;
+use super::nvtypes::{NvHandle, NvP64};
 
 /// `NVOS00_PARAMETERS` (`nvos.h`).
 #[repr(C)]

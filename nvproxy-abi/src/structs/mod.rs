@@ -18,8 +18,9 @@
 mod alloc;
 mod client;
 mod ctrl;
-mod frontend;
+pub(crate) mod frontend;
 pub mod layouts;
+mod nvtypes;
 mod proxy;
 mod sim;
 mod uvm;
@@ -29,17 +30,11 @@ pub use alloc::*;
 pub use client::*;
 pub use ctrl::*;
 pub use frontend::*;
+pub use nvtypes::{NvHandle, NvP64, NvV32};
 pub use proxy::*;
 pub use sim::*;
 pub use uvm::*;
 pub use uvm_more::*;
-
-/// `NvHandle` (`nvtypes.h`): an RM object handle.
-pub type NvHandle = u32;
-/// `NvP64` (`nvtypes.h`): a pointer in the *client's* address space, carried as 64 bits.
-pub type NvP64 = u64;
-/// `NvV32`: a 32-bit value of no particular type.
-pub type NvV32 = u32;
 
 /// C names of every struct modeled in this module (each `_Vxxx` variant models the same C
 /// name). `abi-import` copies these layouts into the facts extracts, and the parity test checks

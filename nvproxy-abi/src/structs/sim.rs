@@ -13,7 +13,8 @@ use core::mem::{align_of, offset_of, size_of};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::*;
+use super::frontend::RS_SHARE_POLICY;
+use super::nvtypes::NvHandle;
 
 /// `nv_ioctl_status_code_t` (`nv-ioctl.h`): argument of `NV_ESC_STATUS_CODE`.
 #[repr(C)]

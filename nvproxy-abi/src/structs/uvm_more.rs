@@ -14,7 +14,9 @@ use core::mem::{align_of, offset_of, size_of};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::*;
+use super::frontend::NVOS47_PARAMETERS_V550;
+use super::nvtypes::NvHandle;
+use super::uvm::{NvProcessorUuid, UvmGpuMappingAttributes};
 use crate::DriverAbi;
 
 /// Whether the tables' version lays `UVM_SET_PREFERRED_LOCATION_PARAMS` out as

@@ -6,8 +6,9 @@
 
 #![allow(unused_imports)]
 
+use super::base;
 use super::caps_consts::*;
-use super::{AbiNode, Support, base, v};
+use super::node::{AbiNode, Support, v};
 use crate::Translation::{Fd, Pointer, Simple, Special};
 use crate::table::{DriverAbi, ParamSize};
 

@@ -55,73 +55,15 @@
 
 #[rustfmt::skip] // one entry per line: the tables read like the allowlist
 mod base;
+mod caps_consts;
 #[rustfmt::skip] // one node and one change per line
 mod generated;
+mod node;
+
+pub use node::{AbiNode, Support};
 
 use crate::table::DriverAbi;
 use crate::{AbiError, DriverVersion};
-
-/// Capability shorthands used by the builders.
-mod caps_consts {
-    use crate::Caps;
-    /// compute, utility.
-    pub const CU: Caps = Caps::COMPUTE_UTILITY;
-    /// compute, utility, graphics.
-    pub const CUG: Caps = Caps::COMPUTE_UTILITY.union(Caps::GRAPHICS);
-    /// compute, utility, video.
-    pub const CUV: Caps = Caps::COMPUTE_UTILITY.union(Caps::VIDEO);
-    /// graphics.
-    pub const G: Caps = Caps::GRAPHICS;
-    /// video.
-    pub const V: Caps = Caps::VIDEO;
-    /// graphics, video.
-    pub const GV: Caps = Caps::GRAPHICS.union(Caps::VIDEO);
-    /// profiling (privileged).
-    pub const P: Caps = Caps::PROFILING;
-    /// rdma (privileged).
-    pub const RDMA: Caps = Caps::RDMA;
-    /// fabric-imex-mgmt (privileged).
-    pub const IMEX: Caps = Caps::FABRIC_IMEX_MGMT;
-    /// No capability: admin allowlist only.
-    pub const ADMIN: Caps = Caps::NONE;
-}
-
-/// Whether a node's tables and modelled structs are qualified against its facts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Support {
-    /// Its tables and every modelled struct pass the parity test against its facts.
-    Supported,
-    /// Not qualified, for the reason in [`AbiNode::reason`] (a modelled struct whose layout no
-    /// Rust struct matches, or no facts of its own). nvproxy serves it like a supported
-    /// version, saying so at start.
-    Unqualified,
-}
-
-/// One version in the tree.
-#[derive(Debug)]
-pub struct AbiNode {
-    /// The exact driver version.
-    pub version: DriverVersion,
-    /// The node this one's builder starts from (`None` for the root).
-    pub parent: Option<DriverVersion>,
-    /// Supported or unqualified.
-    pub support: Support,
-    /// Why the node is unqualified (`None` for a supported node).
-    pub reason: Option<&'static str>,
-    /// SHA-256 of NVIDIA's x86_64 `.run` installer, lower-case hex, as gVisor's `version.go`
-    /// lists it for the versions it supports (copied, not computed by us); `None` elsewhere.
-    pub installer_sha256: Option<&'static str>,
-    /// Where the node sits (branch, git parent) and where its facts come from.
-    pub note: &'static str,
-    /// The facts file holding this version's extract (`facts/<facts>.json`), shared by every
-    /// version with the same ABI.
-    pub facts: &'static str,
-    /// The commit of the release tag in NVIDIA/open-gpu-kernel-modules (`None`: no tag).
-    pub commit: Option<&'static str>,
-    /// Whether the node reuses its parent's builder: same tables, no ABI change of its own.
-    pub same_as_parent: bool,
-    build: fn() -> DriverAbi,
-}
 
 impl AbiNode {
     /// Builds this version's four tables (the parent's, then this node's changes).
@@ -147,10 +89,6 @@ impl AbiNode {
         }
         false
     }
-}
-
-const fn v(major: u16, minor: u16, patch: Option<u8>) -> DriverVersion {
-    DriverVersion::new(major, minor, patch)
 }
 
 /// The table `base.rs` holds (535.216.03's, generated once from its facts and gVisor's
