@@ -12,7 +12,7 @@ use std::mem::offset_of;
 use nvproxy_abi::structs::*;
 use zerocopy::FromZeros;
 
-use crate::control::{Ctx, Target};
+use crate::control_ctx::{Ctx, Target};
 use crate::driver::{Kind, State};
 use crate::status::*;
 

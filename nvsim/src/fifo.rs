@@ -638,7 +638,7 @@ pub(crate) const NOTIFICATION_BYTES: u64 = 16;
 /// A control on a TSG or channel object; `None` when the object is neither.
 pub(crate) fn control(
     st: &mut State,
-    c: &mut crate::control::Ctx<'_>,
+    c: &mut crate::control_ctx::Ctx<'_>,
     h_client: u32,
     h_object: u32,
     command: u32,
@@ -803,7 +803,7 @@ const INVALID_CHANNEL: u32 = 0xffff_ffff;
 /// The channel controls of a device object; `None` for the others.
 pub(crate) fn device_control(
     st: &mut State,
-    c: &mut crate::control::Ctx<'_>,
+    c: &mut crate::control_ctx::Ctx<'_>,
     h_client: u32,
     command: u32,
 ) -> Option<u32> {
@@ -845,7 +845,7 @@ pub(crate) fn device_control(
 /// The channel controls of a subdevice object; `None` for the others.
 pub(crate) fn subdevice_control(
     st: &mut State,
-    c: &mut crate::control::Ctx<'_>,
+    c: &mut crate::control_ctx::Ctx<'_>,
     h_client: u32,
     command: u32,
 ) -> Option<u32> {
@@ -893,7 +893,11 @@ pub(crate) fn subdevice_control(
 /// simulated compute-only H100 is what the header's "does not support preemption context switch
 /// mode changes" means: `NV_ERR_NOT_SUPPORTED`. The compute mode (WFI, CTA, CILP) is accepted
 /// and has no effect: nothing runs on SMs to be preempted.
-fn set_ctxsw_preemption_mode(st: &State, c: &mut crate::control::Ctx<'_>, h_client: u32) -> u32 {
+fn set_ctxsw_preemption_mode(
+    st: &State,
+    c: &mut crate::control_ctx::Ctx<'_>,
+    h_client: u32,
+) -> u32 {
     let (Some(flags), Some(h), Some(gfxp), Some(cilp)) = (
         c.get::<u32>(0),
         c.get::<u32>(4),

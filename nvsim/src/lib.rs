@@ -114,6 +114,7 @@ mod buf;
 pub mod caller;
 mod config;
 pub mod control;
+mod control_ctx;
 mod control_init;
 mod control_smi;
 mod dispatch;
