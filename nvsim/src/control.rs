@@ -92,8 +92,8 @@ fn expected_size(drv: &SimDriver, c: u32) -> Option<u32> {
         cmd::GR_GET_INFO_V2 => Some(24 + 8 * gr_info_max(drv)),
         // {NvU32 tsgInterleaveLevel} / {NvU32 channelInterleaveLevel} in every version; not
         // in the proxy's tables (tenants never reach them, `ioctl_proxy::schedule`).
-        crate::fifo::cmd::TSG_SET_INTERLEAVE_LEVEL
-        | crate::fifo::cmd::CHANNEL_SET_INTERLEAVE_LEVEL => Some(4),
+        crate::channel::cmd::TSG_SET_INTERLEAVE_LEVEL
+        | crate::channel::cmd::CHANNEL_SET_INTERLEAVE_LEVEL => Some(4),
         _ => None,
     }
 }

@@ -190,7 +190,7 @@ pub(crate) struct State {
     /// memfd backing, CPU mappings and mmap contexts (`memory.rs`).
     pub mem: crate::memory::MemState,
     /// TSGs and channels (`fifo.rs`).
-    pub fifo: crate::fifo::FifoState,
+    pub fifo: crate::channel::FifoState,
     /// The resource server before 555 searched a sorted client bucket and could answer an
     /// unknown client with `NV_ERR_INVALID_OBJECT`; from 555 on it is always
     /// `NV_ERR_INVALID_OBJECT_HANDLE`.

@@ -112,6 +112,7 @@
 
 mod buf;
 pub mod caller;
+mod channel;
 mod config;
 pub mod control;
 mod control_ctx;
@@ -123,6 +124,7 @@ mod escape;
 mod fb;
 mod fifo;
 mod gpfifo;
+mod gpfifo_state;
 pub mod gss_legacy;
 mod memory;
 pub mod perf;
@@ -137,4 +139,5 @@ mod vidheap;
 pub use config::{DEFAULT_VERSION, SimConfig, SimError, SimGpu};
 pub use dispatch::SimFile;
 pub use driver::{SimDriver, SimStats};
-pub use gpfifo::{ChannelStatus, ExecStats};
+pub use gpfifo::ChannelStatus;
+pub use gpfifo_state::ExecStats;
