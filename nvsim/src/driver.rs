@@ -188,7 +188,7 @@ pub(crate) struct State {
     /// UVM files by id (`uvm.rs`).
     pub uvm: BTreeMap<i32, crate::uvm::UvmFile>,
     /// memfd backing, CPU mappings and mmap contexts (`memory.rs`).
-    pub mem: crate::memory::MemState,
+    pub mem: crate::memory_state::MemState,
     /// TSGs and channels (`fifo.rs`).
     pub fifo: crate::channel::FifoState,
     /// The resource server before 555 searched a sorted client bucket and could answer an

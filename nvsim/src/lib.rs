@@ -127,6 +127,7 @@ mod gpfifo;
 mod gpfifo_state;
 pub mod gss_legacy;
 mod memory;
+mod memory_state;
 pub mod perf;
 pub mod procfs;
 pub mod rm;
