@@ -186,7 +186,7 @@ pub(crate) struct State {
     /// `NV_ESC_SYS_PARAMS.memblock_size`, set once.
     pub memblock_size: u64,
     /// UVM files by id (`uvm.rs`).
-    pub uvm: BTreeMap<i32, crate::uvm::UvmFile>,
+    pub uvm: BTreeMap<i32, crate::uvm_state::UvmFile>,
     /// memfd backing, CPU mappings and mmap contexts (`memory.rs`).
     pub mem: crate::memory_state::MemState,
     /// TSGs and channels (`fifo.rs`).

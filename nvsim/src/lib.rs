@@ -134,6 +134,7 @@ pub mod rm;
 pub mod status;
 pub mod sysfs;
 mod uvm;
+mod uvm_state;
 mod vaspace;
 mod vidheap;
 
