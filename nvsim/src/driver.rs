@@ -19,7 +19,7 @@ static INSTANCES: AtomicU32 = AtomicU32::new(0);
 pub(crate) struct FileState {
     /// The node it is open on.
     pub node: NodeKind,
-    /// Whether the daemon still holds it (its [`SimFile`] is alive). A file that was dropped
+    /// Whether the daemon still holds it (its [`SimFile`](crate::dispatch::SimFile) is alive). A file that was dropped
     /// but is still referenced by a `REGISTER_FD` of another file stays, like a `struct file`
     /// kept alive by `fget`, until the last reference goes.
     pub held: bool,
@@ -252,7 +252,7 @@ impl fmt::Display for SimStats {
 }
 
 /// A simulated NVIDIA kernel driver. Create it with [`SimDriver::new`]; it is the
-/// [`HostDriver`] the proxy talks to with `--driver sim` and in tests.
+/// [`HostDriver`](host_driver::HostDriver) the proxy talks to with `--driver sim` and in tests.
 pub struct SimDriver {
     pub(crate) config: SimConfig,
     pub(crate) version_string: String,

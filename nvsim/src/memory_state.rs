@@ -27,7 +27,7 @@ pub(crate) struct MmapContext {
     pub offset: u64,
 }
 
-/// Memory state of a driver instance (in [`State`]).
+/// Memory state of a driver instance (in [`State`](crate::driver::State)).
 #[derive(Debug, Default)]
 pub(crate) struct MemState {
     /// The memfd behind each block that was mapped or written, by block id.
