@@ -15,7 +15,7 @@ use host_driver::HostCall;
 use nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD;
 use nvproxy_abi::structs::NVOS54_PARAMETERS;
 
-use crate::fifo::cmd;
+use crate::channel::cmd;
 
 /// `CAP_SYS_ADMIN`.
 const CAP_SYS_ADMIN: u32 = 21;

@@ -1,4 +1,5 @@
-//! What the simulated driver simulates: its version and its GPUs.
+//! What the simulated driver simulates: its version and its GPUs, and why a configuration
+//! cannot be simulated ([`SimError`]).
 
 use nvproxy_abi::DriverVersion;
 
@@ -213,6 +214,24 @@ impl Default for SimConfig {
     fn default() -> SimConfig {
         SimConfig::default_gpus(1)
     }
+}
+
+/// Why a [`SimConfig`] cannot be simulated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The version has no node in the ABI tree, so its layouts are unknown.
+    #[error(transparent)]
+    Version(nvproxy_abi::AbiError),
+    /// Two GPUs share a minor number.
+    #[error("two GPUs on minor {0}")]
+    DuplicateMinor(u32),
+    /// Two GPUs share a PCI address (hence an RM GPU id).
+    #[error("two GPUs with GPU id {0:#x} (same PCI domain/bus/device)")]
+    DuplicateGpuId(u32),
+    /// The driver supports at most 32 GPUs.
+    #[error("{0} GPUs configured; the driver supports at most 32")]
+    TooManyGpus(usize),
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@ use host_driver::HostCall;
 use nvproxy_abi::RMAPI_PARAM_COPY_MAX_PARAMS_SIZE;
 use nvproxy_abi::structs::*;
 
-use crate::buf::{Loc, bytes, bytes_mut, child, put_cstr, read_at, write_at};
+use crate::buf::{Loc, bytes, bytes_mut, child, put_cstr, read_at};
 use crate::config::SimGpu;
+use crate::control_ctx::{Ctx, Target};
 use crate::driver::{Kind, SimDriver, State};
 use crate::rm;
 use crate::status::*;
@@ -79,17 +80,6 @@ const INVALID_ID: u32 = 0xffff_ffff;
 /// `NV0000_CTRL_GET_SYSTEM_FABRIC_STATUS_SKIP`: no externally managed fabric.
 const FABRIC_STATUS_SKIP: u32 = 1;
 
-/// What the control's target object is.
-#[derive(Clone, Copy)]
-pub(crate) enum Target {
-    Client,
-    Device,
-    Subdevice(usize),
-    /// An `NV_CONFIDENTIAL_COMPUTE` object.
-    ConfCompute,
-    Other,
-}
-
 /// `sizeof` the control's params for this driver version, when RM knows the control.
 fn expected_size(drv: &SimDriver, c: u32) -> Option<u32> {
     if let Some(spec) = drv.abi.controls.get(&c) {
@@ -102,8 +92,8 @@ fn expected_size(drv: &SimDriver, c: u32) -> Option<u32> {
         cmd::GR_GET_INFO_V2 => Some(24 + 8 * gr_info_max(drv)),
         // {NvU32 tsgInterleaveLevel} / {NvU32 channelInterleaveLevel} in every version; not
         // in the proxy's tables (tenants never reach them, `ioctl_proxy::schedule`).
-        crate::fifo::cmd::TSG_SET_INTERLEAVE_LEVEL
-        | crate::fifo::cmd::CHANNEL_SET_INTERLEAVE_LEVEL => Some(4),
+        crate::channel::cmd::TSG_SET_INTERLEAVE_LEVEL
+        | crate::channel::cmd::CHANNEL_SET_INTERLEAVE_LEVEL => Some(4),
         _ => None,
     }
 }
@@ -473,29 +463,6 @@ pub(crate) fn control(
             None => crate::control_init::control(st, c, p.hClient, p.cmd, target)
                 .unwrap_or(NV_ERR_NOT_SUPPORTED),
         },
-    }
-}
-
-/// The params buffer of one control call.
-pub(crate) struct Ctx<'a> {
-    pub(crate) drv: &'a SimDriver,
-    pub(crate) call: &'a mut HostCall,
-    pub(crate) pl: Loc,
-    pub(crate) size: usize,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn get<T: zerocopy::FromBytes>(&self, off: usize) -> Option<T> {
-        read_at(self.call, self.pl, off)
-    }
-
-    pub(crate) fn put<T: zerocopy::IntoBytes + zerocopy::Immutable>(&mut self, off: usize, v: &T) {
-        write_at(self.call, self.pl, off, v);
-    }
-
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        let size = self.size;
-        &mut bytes_mut(self.call, self.pl)[..size]
     }
 }
 

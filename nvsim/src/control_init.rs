@@ -12,7 +12,7 @@ use std::mem::offset_of;
 use nvproxy_abi::structs::*;
 use zerocopy::FromZeros;
 
-use crate::control::{Ctx, Target};
+use crate::control_ctx::{Ctx, Target};
 use crate::driver::{Kind, State};
 use crate::status::*;
 
@@ -484,7 +484,7 @@ const SM_ORDER_MAX: usize = 512;
 
 /// TPCs per GPC: the GPU's TPCs spread over its GPCs, the first GPCs taking one more where they
 /// do not divide evenly (an H100 SXM5: 66 TPCs in 8 GPCs, two of 9 and six of 8).
-pub(crate) fn tpcs_per_gpc(gpu: &crate::SimGpu) -> Vec<u32> {
+pub(crate) fn tpcs_per_gpc(gpu: &crate::config::SimGpu) -> Vec<u32> {
     let gpcs = gpu.gpc_count.max(1);
     let tpcs = gpu.tpc_count();
     (0..gpcs)
@@ -498,7 +498,7 @@ pub(crate) fn tpcs_per_gpc(gpu: &crate::SimGpu) -> Vec<u32> {
     clippy::cast_possible_truncation,
     reason = "GPU shapes are small (an H100: 8 GPCs of 9 TPCs, 2 SMs each); global_tpc is a u16 too"
 )]
-fn global_sm_order(gpu: &crate::SimGpu) -> Vec<[u16; 6]> {
+fn global_sm_order(gpu: &crate::config::SimGpu) -> Vec<[u16; 6]> {
     let tpcs = tpcs_per_gpc(gpu);
     let max = tpcs.iter().copied().max().unwrap_or(0);
     let mut out = Vec::new();
@@ -558,7 +558,7 @@ pub(crate) fn engines() -> Vec<u32> {
 /// The GPU's PCI BARs as RM counts them (64-bit BARs count once): (size, CPU physical
 /// address). An H100 has BAR0 (16 MiB of registers), BAR1 (the framebuffer aperture) and BAR2
 /// (32 MiB, RM's instance memory window), in `lspci` terms regions 0, 1 and 3.
-pub(crate) fn pci_bars(gpu: &crate::SimGpu) -> [(u64, u64); 3] {
+pub(crate) fn pci_bars(gpu: &crate::config::SimGpu) -> [(u64, u64); 3] {
     [
         (16 << 20, gpu.bar0_address),
         (gpu.bar1_bytes, gpu.bar1_address),
@@ -578,7 +578,7 @@ const BUS_INFO_TYPE_PCI_EXPRESS: u32 = 3;
 /// counters (read from the link or asked of GSP), which are not modelled.
 /// `getBusInfos` over the `{index, data}` list of `n` entries at `off` in the buffer at `loc`.
 fn bus_infos(
-    gpu: &crate::SimGpu,
+    gpu: &crate::config::SimGpu,
     call: &mut host_driver::HostCall,
     loc: crate::buf::Loc,
     off: usize,
@@ -606,7 +606,7 @@ fn bus_infos(
     NV_OK
 }
 
-fn bus_info(gpu: &crate::SimGpu, index: u32) -> Option<u32> {
+fn bus_info(gpu: &crate::config::SimGpu, index: u32) -> Option<u32> {
     Some(match index {
         // TYPE, INTERFACE_TYPE, GPU_INTERFACE_TYPE: kbifGetBusIntfType (no bridges any more).
         0x00 | 0x13 | 0x2e => BUS_INFO_TYPE_PCI_EXPRESS,

@@ -17,7 +17,7 @@ use nvproxy_abi::structs::{
 };
 
 use crate::buf::{Loc, bytes_mut, child};
-use crate::control::{Ctx, Target};
+use crate::control_ctx::{Ctx, Target};
 use crate::driver::State;
 use crate::status::*;
 

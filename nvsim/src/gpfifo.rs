@@ -57,8 +57,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::channel::{Channel, GP_ENTRY_BYTES};
 use crate::driver::{Kind, SimDriver, State};
-use crate::fifo::{Channel, GP_ENTRY_BYTES};
+use crate::gpfifo_state::{CeState, ChannelExec, ExecStats, Mode, Pending};
 
 /// How often the doorbell watcher looks at the usermode pages (500 µs).
 pub(crate) const POLL: Duration = Duration::from_micros(500);
@@ -155,102 +156,6 @@ mod gr {
     pub const SET_REPORT_SEMAPHORE_B: u32 = 0x1b04;
     pub const SET_REPORT_SEMAPHORE_C: u32 = 0x1b08;
     pub const SET_REPORT_SEMAPHORE_D: u32 = 0x1b0c;
-}
-
-/// How a method header's data dwords advance the method (`NVC86F_DMA_SEC_OP_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Inc,
-    NonInc,
-    OneInc,
-}
-
-/// A method header whose data dwords are still coming (they may continue in the next
-/// segment, as on hardware).
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    subch: u32,
-    method: u32,
-    left: u32,
-    mode: Mode,
-}
-
-/// The copy engine's method state.
-#[derive(Debug, Default, Clone)]
-struct CeState {
-    sem: [u32; 4],
-    phys: [u32; 2],
-    offset_in: [u32; 2],
-    offset_out: [u32; 2],
-    pitch_in: u32,
-    pitch_out: u32,
-    line_length: u32,
-    line_count: u32,
-    remap_const: [u32; 2],
-    remap_components: u32,
-}
-
-/// The compute class' inline-to-memory and report-semaphore state.
-#[derive(Debug, Default, Clone)]
-struct I2mState {
-    line_length: u32,
-    line_count: u32,
-    offset_out: [u32; 2],
-    pitch_out: u32,
-    /// The inline transfer being filled: (launch flags, bytes received).
-    active: Option<(u32, u64)>,
-    sem: [u32; 3],
-    report: [u32; 3],
-    pcas_a: u32,
-    /// The other compute methods: the last value written to each (state for the SMs).
-    state: std::collections::BTreeMap<u32, u32>,
-}
-
-/// Counters of what a channel executed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ExecStats {
-    /// GPFIFO entries consumed.
-    pub gp_entries: u64,
-    /// Methods executed (host and engine).
-    pub methods: u64,
-    /// Semaphore releases and reductions written.
-    pub semaphore_writes: u64,
-    /// Semaphore acquires that blocked the channel (each retry counts).
-    pub acquire_waits: u64,
-    /// Copy-engine transfers, and the bytes they wrote.
-    pub copies: u64,
-    /// Bytes written by copies, memsets and inline-to-memory.
-    pub bytes_written: u64,
-    /// Non-stall interrupts raised.
-    pub nonstall_interrupts: u64,
-    /// Compute-class methods recorded without effect.
-    pub compute_state_methods: u64,
-}
-
-/// Front-end state of one channel.
-#[derive(Debug, Default)]
-pub(crate) struct ChannelExec {
-    /// `NVC36F_CTRL_CMD_GPFIFO_SET_WORK_SUBMIT_TOKEN_NOTIF_INDEX`.
-    pub token_notif_index: Option<u32>,
-    /// Host's `GP_GET`.
-    pub gp_get: u32,
-    /// The class bound to each subchannel by `SET_OBJECT`.
-    subch: [u32; 8],
-    /// `SEM_ADDR_LO/HI`, `SEM_PAYLOAD_LO/HI`.
-    sem: [u32; 4],
-    /// `SEMAPHOREA..C`.
-    legacy_sem: [u32; 3],
-    pending: Option<Pending>,
-    /// Where a blocked acquire stopped: the dword of the current GPFIFO entry to resume at.
-    resume: Option<u32>,
-    /// `SET_PB_SEGMENT_EXTENDED_BASE`: pushbuffer address bits 56:40.
-    pb_extended_base: u64,
-    ce: CeState,
-    i2m: I2mState,
-    /// The channel error raised (the `ROBUST_CHANNEL_*` exception type): it executes nothing
-    /// more.
-    pub error: Option<u32>,
-    pub stats: ExecStats,
 }
 
 /// What a channel's state looks like to a test or a tool.
@@ -1338,7 +1243,7 @@ impl SimDriver {
         let c = st.fifo.channels.get(&id)?;
         Some(ChannelStatus {
             chid: c.chid,
-            work_submit_token: crate::fifo::work_submit_token(c),
+            work_submit_token: crate::channel::work_submit_token(c),
             gp_get: c.exec.gp_get,
             blocked: c.exec.resume.is_some(),
             error: c.exec.error,

@@ -112,44 +112,34 @@
 
 mod buf;
 pub mod caller;
+mod channel;
 mod config;
 pub mod control;
+mod control_ctx;
 mod control_init;
 mod control_smi;
+mod dispatch;
 mod driver;
 mod escape;
 mod fb;
 mod fifo;
 mod gpfifo;
+mod gpfifo_state;
 pub mod gss_legacy;
 mod memory;
+mod memory_state;
 pub mod perf;
 pub mod procfs;
 pub mod rm;
 pub mod status;
 pub mod sysfs;
 mod uvm;
+mod uvm_state;
 mod vaspace;
 mod vidheap;
 
-pub use config::{DEFAULT_VERSION, SimConfig, SimGpu};
-pub use driver::{SimDriver, SimFile, SimStats};
-pub use gpfifo::{ChannelStatus, ExecStats};
-
-/// Why a [`SimConfig`] cannot be simulated.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SimError {
-    /// The version has no node in the ABI tree, so its layouts are unknown.
-    #[error(transparent)]
-    Version(nvproxy_abi::AbiError),
-    /// Two GPUs share a minor number.
-    #[error("two GPUs on minor {0}")]
-    DuplicateMinor(u32),
-    /// Two GPUs share a PCI address (hence an RM GPU id).
-    #[error("two GPUs with GPU id {0:#x} (same PCI domain/bus/device)")]
-    DuplicateGpuId(u32),
-    /// The driver supports at most 32 GPUs.
-    #[error("{0} GPUs configured; the driver supports at most 32")]
-    TooManyGpus(usize),
-}
+pub use config::{DEFAULT_VERSION, SimConfig, SimError, SimGpu};
+pub use dispatch::SimFile;
+pub use driver::{SimDriver, SimStats};
+pub use gpfifo::ChannelStatus;
+pub use gpfifo_state::ExecStats;

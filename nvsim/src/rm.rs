@@ -84,10 +84,10 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         KEPLER_CHANNEL_GROUP_A => (table(class, 20), true),
         FERMI_CONTEXT_SHARE_A => (table(class, 12), true),
         // RS_REQUIRED(NV_CHANNEL_ALLOC_PARAMS): 360 bytes at 535, 368 at 570, 376 at 610.
-        crate::fifo::HOPPER_CHANNEL_GPFIFO_A => (table(class, 360), true),
+        crate::channel::HOPPER_CHANNEL_GPFIFO_A => (table(class, 360), true),
         // RS_OPTIONAL(NV_GR_ALLOCATION_PARAMETERS); the copy class RS_REQUIRED(NVB0B5_...).
-        crate::fifo::HOPPER_COMPUTE_A => (table(class, 16), false),
-        crate::fifo::HOPPER_DMA_COPY_A => (table(class, 8), true),
+        crate::channel::HOPPER_COMPUTE_A => (table(class, 16), false),
+        crate::channel::HOPPER_DMA_COPY_A => (table(class, 8), true),
         // RS_REQUIRED(NV83DE_ALLOC_PARAMETERS).
         GT200_DEBUGGER => (table(class, 12), true),
         _ => return None,
@@ -216,11 +216,11 @@ impl State {
             }
             KEPLER_CHANNEL_GROUP_A => parent_class == NV01_DEVICE_0,
             FERMI_CONTEXT_SHARE_A => parent_class == KEPLER_CHANNEL_GROUP_A,
-            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+            crate::channel::HOPPER_CHANNEL_GPFIFO_A => {
                 matches!(parent_class, NV01_DEVICE_0 | KEPLER_CHANNEL_GROUP_A)
             }
-            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
-                parent_class == crate::fifo::HOPPER_CHANNEL_GPFIFO_A
+            crate::channel::HOPPER_COMPUTE_A | crate::channel::HOPPER_DMA_COPY_A => {
+                parent_class == crate::channel::HOPPER_CHANNEL_GPFIFO_A
             }
             GT200_DEBUGGER => parent_class == NV01_DEVICE_0,
             _ => true, // events: RS_ANY_PARENT
@@ -331,14 +331,14 @@ impl State {
                 self.construct_tsg(id, a)
             }
             FERMI_CONTEXT_SHARE_A => self.construct_ctxshare(a),
-            crate::fifo::HOPPER_CHANNEL_GPFIFO_A => {
+            crate::channel::HOPPER_CHANNEL_GPFIFO_A => {
                 let id = self.next_block;
                 self.next_block += 1;
                 let kind = self.construct_channel(drv, id, a)?;
                 crate::gpfifo::ensure_watcher(drv);
                 Ok(kind)
             }
-            crate::fifo::HOPPER_COMPUTE_A | crate::fifo::HOPPER_DMA_COPY_A => {
+            crate::channel::HOPPER_COMPUTE_A | crate::channel::HOPPER_DMA_COPY_A => {
                 self.construct_engine_object(h_new, a)
             }
             NV01_DEVICE_0 => {
@@ -865,7 +865,7 @@ impl State {
         if app != a.h_client {
             return Err(NV_ERR_INSUFFICIENT_PERMISSIONS);
         }
-        if obj.class != crate::fifo::HOPPER_COMPUTE_A {
+        if obj.class != crate::channel::HOPPER_COMPUTE_A {
             return Err(NV_ERR_INVALID_OBJECT);
         }
         let gpu = self

@@ -64,6 +64,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::driver::{Kind, SimDriver, State};
 use crate::status::*;
+use crate::uvm_state::{FdState, Range, RangeKind, RegGpu, VaSpace};
 use nvproxy_abi::class::FERMI_VASPACE_A;
 
 /// `NV_WARN_NOTHING_TO_DO`.
@@ -83,93 +84,6 @@ const CPU_UUID: [u8; 16] = [
 
 /// `EBADFD`: the driver's `uvm_mmap` on a file without a va_space.
 const EBADFD: i32 = 77;
-
-/// One open UVM file.
-#[derive(Debug, Default)]
-pub(crate) struct UvmFile {
-    state: FdState,
-}
-
-#[derive(Debug, Default)]
-enum FdState {
-    #[default]
-    Uninitialized,
-    VaSpace(Box<VaSpace>),
-    /// An mm file: holds the va_space file open.
-    Mm {
-        va_space_file: i32,
-    },
-}
-
-/// A registered GPU.
-#[derive(Debug, Default)]
-struct RegGpu {
-    /// `(hClient, hVaSpace)` of the registered GPU VA space.
-    va_space: Option<(u32, u32)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum RangeKind {
-    /// `CREATE_EXTERNAL_RANGE`; GPUs with a mapping by `MAP_EXTERNAL_ALLOCATION`.
-    /// The value per GPU: `(base, end, block, offset)`: `[base, end)` maps memory block
-    /// `block` from `offset` on (what the front end reads and writes, `gpfifo.rs`).
-    External {
-        mapped: BTreeMap<usize, (u64, u64, u64, u64)>,
-    },
-    /// `ALLOC_SEMAPHORE_POOL`.
-    SemaphorePool,
-    /// `MAP_DYNAMIC_PARALLELISM_REGION` (SKED reflected).
-    Sked,
-}
-
-/// A range created by an ioctl, `[start, end)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Range {
-    end: u64,
-    kind: RangeKind,
-}
-
-/// A UVM va_space.
-#[derive(Debug)]
-struct VaSpace {
-    flags: u64,
-    memfd: File,
-    /// The va_space mm was initialised by `MM_INITIALIZE` (not in multi-process mode).
-    mm_alive: bool,
-    gpus: BTreeMap<usize, RegGpu>,
-    peers: BTreeSet<(usize, usize)>,
-    channels: BTreeSet<(u32, u32)>,
-    range_groups: BTreeSet<u64>,
-    range_group_counter: u64,
-    ranges: BTreeMap<u64, Range>,
-}
-
-impl VaSpace {
-    fn mm_enabled(&self) -> bool {
-        self.flags & UVM_INIT_FLAGS_MULTI_PROCESS_SHARING_MODE == 0
-    }
-
-    /// HMM needs the mm association and is off with `DISABLE_HMM` (`uvm_hmm.c`); the
-    /// simulated host is x86_64 without ATS.
-    fn pageable_mem_access(&self) -> bool {
-        self.mm_enabled() && self.flags & UVM_INIT_FLAGS_DISABLE_HMM == 0
-    }
-
-    /// The ioctl-created range containing `addr`.
-    fn range_at(&self, addr: u64) -> Option<(u64, &Range)> {
-        self.ranges
-            .range(..=addr)
-            .next_back()
-            .filter(|(_, r)| addr < r.end)
-            .map(|(&s, r)| (s, r))
-    }
-
-    fn overlaps_ioctl_range(&self, start: u64, end: u64) -> bool {
-        self.ranges
-            .range(..end)
-            .any(|(&s, r)| s < end && start < r.end)
-    }
-}
 
 /// Whether `[base, base + length)` is a valid user range with `align` alignment
 /// (`uvm_api_range_invalid_aligned`).
