@@ -32,6 +32,7 @@ mod embedded;
 mod error;
 mod gpus;
 mod handles;
+mod hostctl;
 pub mod kit;
 pub mod live;
 mod mapping;

@@ -32,13 +32,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use nvproxy_abi::structs::nv_ioctl_card_info_t;
 use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
-use zerocopy::FromBytes;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
+use crate::hostctl::host_cards;
 use crate::kit::Note;
 use crate::mapping::MappingSlot;
 use crate::memory::ClientMemory;
@@ -46,7 +45,7 @@ use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
 use crate::request::Req;
 use crate::service::{Call, NodeService};
-use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
+use host_driver::{HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
 /// through it).
@@ -226,9 +225,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Entries of the host's `NV_ESC_CARD_INFO` array the proxy asks for (`NV_MAX_DEVICES`).
-pub(crate) const HOST_CARDS: usize = 32;
-
 /// One instance's frontend proxy.
 pub struct Proxy {
     pub(crate) abi: DriverAbi,
@@ -271,23 +267,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The replay record of an open.
 pub(crate) fn lock_record(f: &OpenFile) -> MutexGuard<'_, OpenRecord> {
     lock(&f.record)
-}
-
-/// Issues `NV_ESC_CARD_INFO` on a host file and returns the valid entries.
-pub(crate) fn host_cards(file: &dyn HostFile) -> Result<Vec<nv_ioctl_card_info_t>, ProxyError> {
-    let size = HOST_CARDS * size_of::<nv_ioctl_card_info_t>();
-    let mut call = HostCall {
-        cmd: nvproxy_abi::ioctl::nv_iowr(nvproxy_abi::ioctl::NV_ESC_CARD_INFO, size),
-        params: vec![0; size],
-        nested: Vec::new(),
-    };
-    file.ioctl(&mut call).map_err(ProxyError::Host)?;
-    Ok(call
-        .params
-        .chunks_exact(size_of::<nv_ioctl_card_info_t>())
-        .filter_map(|c| nv_ioctl_card_info_t::read_from_bytes(c).ok())
-        .filter(|c| c.valid != 0)
-        .collect())
 }
 
 impl Proxy {
