@@ -30,6 +30,7 @@ pub mod checkpoint;
 mod control;
 mod embedded;
 mod error;
+mod frontend;
 mod gpus;
 mod handles;
 mod hostctl;
