@@ -37,6 +37,7 @@ mod hostctl;
 pub mod kit;
 pub mod live;
 mod mapping;
+mod mapping_slot;
 pub mod memory;
 mod nv;
 pub mod objects;

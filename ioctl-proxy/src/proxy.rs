@@ -38,7 +38,7 @@ use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink}
 use crate::error::ProxyError;
 use crate::hostctl::host_cards;
 use crate::kit::Note;
-use crate::mapping::MappingSlot;
+use crate::mapping_slot::MappingSlot;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
 use host_driver::{HostDriver, HostFile, NodeKind};
