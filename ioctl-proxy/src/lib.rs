@@ -49,6 +49,7 @@ mod replay;
 mod request;
 pub mod schedule;
 pub mod service;
+mod vid_books;
 mod vidmem;
 
 pub use audit::{AuditCounts, AuditEvent, AuditSink, CountRow, Decision, Kind, NullSink};
