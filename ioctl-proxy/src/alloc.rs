@@ -270,7 +270,7 @@ impl Req<'_> {
                             .out
                             .as_deref()
                             .map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
-                        let bytes = crate::vidmem::pages(size.max(back));
+                        let bytes = crate::vid_books::pages(size.max(back));
                         gpu.map(|g| t.new_vid_charge(g, bytes))
                     });
                     t.add_vid_object(h_root, h_parent, h, eff, &deps, Origin::alloc(rec), charge)

@@ -15,21 +15,18 @@
 //! (docs/architecture/checkpoint.md).
 
 use std::fmt;
-use std::mem::offset_of;
 
-use host_driver::{HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind};
-use nvproxy_abi::structs::{
-    NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS, NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS,
-    NVOS21_PARAMETERS, NVOS54_PARAMETERS,
-};
+use host_driver::{HostDriver, NodeKind};
+use nvproxy_abi::structs::NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::error::ProxyError;
+use crate::hostctl::{gpu_uuid, host_cards, host_control, temp_root_client};
 use crate::nv::*;
 use crate::objects::{Client, Object, Origin, OwnerId};
-use crate::proxy::{Node, OpenRecord, Proxy, host_cards, lock, lock_record};
+use crate::proxy::{Node, OpenRecord, Proxy, lock, lock_record};
 
 /// The `format` tag of a checkpoint file.
 pub const CHECKPOINT_FORMAT: &str = "nvproxy-checkpoint";
@@ -507,110 +504,6 @@ impl Checkpoint {
     }
 }
 
-/// One RM control on a host file; returns (status, params after).
-pub(crate) fn host_control(
-    file: &dyn HostFile,
-    h_client: u32,
-    h_object: u32,
-    cmd: u32,
-    params: Vec<u8>,
-) -> Result<(u32, Vec<u8>), ProxyError> {
-    host_control_via(
-        &crate::schedule::InlineNice,
-        file,
-        h_client,
-        h_object,
-        cmd,
-        params,
-    )
-}
-
-/// [`host_control`] made by `via` (the scheduling controls need CAP_SYS_NICE, `schedule.rs`).
-pub(crate) fn host_control_via(
-    via: &dyn crate::schedule::NiceCaller,
-    file: &dyn HostFile,
-    h_client: u32,
-    h_object: u32,
-    cmd: u32,
-    params: Vec<u8>,
-) -> Result<(u32, Vec<u8>), ProxyError> {
-    let mut top = NVOS54_PARAMETERS::new_zeroed();
-    top.hClient = h_client;
-    top.hObject = h_object;
-    top.cmd = cmd;
-    top.params = NESTED_PTR_PLACEHOLDER;
-    // Saved params are bounded by the ABI tables (kilobytes).
-    top.paramsSize = u32::try_from(params.len()).unwrap_or(u32::MAX);
-    let mut call = HostCall {
-        cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-        params: top.as_bytes().to_vec(),
-        nested: vec![NestedBuf {
-            parent: None,
-            offset: offset_of!(NVOS54_PARAMETERS, params),
-            data: params,
-        }],
-    };
-    via.ioctl_nice(file, &mut call).map_err(ProxyError::Host)?;
-    let status = NVOS54_PARAMETERS::read_from_bytes(&call.params)
-        .map(|t| t.status)
-        .unwrap_or(NV_ERR_INVALID_ARGUMENT);
-    let out = call.nested.pop().map(|n| n.data).unwrap_or_default();
-    Ok((status, out))
-}
-
-/// Allocates a root client on `ctl` for the proxy's own queries (freed with the file,
-/// `RmFreeUnusedClients`); `why` names the use in the error.
-pub(crate) fn temp_root_client(ctl: &dyn HostFile, why: &str) -> Result<u32, ProxyError> {
-    let mut alloc = NVOS21_PARAMETERS::new_zeroed();
-    alloc.hClass = NV01_ROOT_CLIENT;
-    let mut call = HostCall {
-        cmd: nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS21,
-        params: alloc.as_bytes().to_vec(),
-        nested: Vec::new(),
-    };
-    ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
-    let alloc = NVOS21_PARAMETERS::read_from_bytes(&call.params)
-        .map_err(|_| ProxyError::Config("RM_ALLOC answer of the wrong size".into()))?;
-    if alloc.status != NV_OK {
-        return Err(ProxyError::Config(format!(
-            "allocating an RM client for {why}: status {:#x}",
-            alloc.status
-        )));
-    }
-    Ok(alloc.hObjectNew)
-}
-
-/// The UUID of GPU `gpu_id` (`/dev/nvidia<minor>`), binary, from
-/// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` on client `h` of `ctl`.
-pub(crate) fn gpu_uuid(
-    ctl: &dyn HostFile,
-    h: u32,
-    gpu_id: u32,
-    minor: u32,
-) -> Result<[u8; 16], ProxyError> {
-    let mut q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::new_zeroed();
-    q.gpuId = gpu_id;
-    q.flags = crate::gpus::UUID_FLAGS_FORMAT_BINARY;
-    let (s, out) = host_control(
-        ctl,
-        h,
-        h,
-        crate::gpus::NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID,
-        q.as_bytes().to_vec(),
-    )?;
-    let q = NV0000_CTRL_GPU_GET_UUID_FROM_GPU_ID_PARAMS::read_from_bytes(&out)
-        .ok()
-        .filter(|q| s == NV_OK && q.uuidStrLen == 16)
-        .ok_or_else(|| {
-            ProxyError::Config(format!(
-                "GPU /dev/nvidia{minor}: no UUID from the driver (status {s:#x})"
-            ))
-        })?;
-    let mut uuid = [0u8; 16];
-    uuid.copy_from_slice(&q.gpuUuid[..16]);
-    Ok(uuid)
-}
-
 /// The identity of every GPU of the host, from `NV_ESC_CARD_INFO` and, on a temporary root
 /// client of a fresh control file (freed with the file), `GET_ID_INFO_V2` and
 /// `GET_UUID_FROM_GPU_ID`. The GPU nodes are held open meanwhile (the driver answers only for
@@ -632,7 +525,7 @@ pub fn identify_host_gpus(host: &dyn HostDriver) -> Result<Vec<DeviceIdentity>, 
             &*ctl,
             h,
             h,
-            crate::gpus::NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2,
+            crate::hostctl::NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2,
             info.as_bytes().to_vec(),
         )?;
         let info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS::read_from_bytes(&out)

@@ -58,7 +58,8 @@ use crate::objects::{MAX_HOLDS_PER_OPEN, Origin, OwnerId};
 use crate::plan::{Plan, rd32, rd64};
 use crate::policy::pass_through_family;
 use crate::request::{Dir, Req};
-use crate::vidmem::{FB_GET_INFO, FB_GET_INFO_V2, VidOp};
+use crate::vid_books::VidOp;
+use crate::vidmem::{FB_GET_INFO, FB_GET_INFO_V2};
 
 /// `NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION`.
 const BUILD_VERSION: u32 = 0x101;

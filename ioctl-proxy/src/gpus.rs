@@ -17,22 +17,14 @@ use tracing::debug;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::error::ProxyError;
+use crate::hostctl::{NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, host_cards};
 use crate::nv::NV_OK;
 use crate::plan::{Plan, rd32, wr32};
-use crate::proxy::{Proxy, host_cards};
+use crate::proxy::Proxy;
 use crate::request::Req;
 use host_driver::HostCall;
 
 const CARD: usize = size_of::<nv_ioctl_card_info_t>();
-
-/// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` (`ctrl0000gpu.h`).
-pub(crate) const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
-
-/// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID` (`ctrl0000gpu.h`).
-pub(crate) const NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID: u32 = 0x0000_0275;
-/// `NV0000_CTRL_CMD_GPU_GET_UUID_FROM_GPU_ID_FLAGS_FORMAT_BINARY` (bits 1:0; `TYPE` bit 2
-/// left 0: SHA-1, the UUID UVM compares).
-pub(crate) const UUID_FLAGS_FORMAT_BINARY: u32 = 2;
 
 impl Proxy {
     /// The 16-byte UUIDs of the instance's GPUs, in the tenant's order, asked from the host
@@ -52,10 +44,10 @@ impl Proxy {
             .map(|g| host.open(host_driver::NodeKind::Gpu(g.minor)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ProxyError::Host)?;
-        let h_client = crate::checkpoint::temp_root_client(&*ctl, "the GPU UUIDs")?;
+        let h_client = crate::hostctl::temp_root_client(&*ctl, "the GPU UUIDs")?;
         self.gpus
             .iter()
-            .map(|g| crate::checkpoint::gpu_uuid(&*ctl, h_client, g.gpu_id, g.minor))
+            .map(|g| crate::hostctl::gpu_uuid(&*ctl, h_client, g.gpu_id, g.minor))
             .collect()
     }
 }
@@ -246,7 +238,7 @@ impl Req<'_> {
             let cmd = NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2;
             let params = info.as_bytes().to_vec();
             if let Ok((NV_OK, out)) =
-                crate::checkpoint::host_control(&*self.file.host, h, h, cmd, params)
+                crate::hostctl::host_control(&*self.file.host, h, h, cmd, params)
             {
                 let Ok(out) = Info::read_from_bytes(&out) else {
                     continue;

@@ -20,7 +20,7 @@ use host_driver::{HandedFile, HostFile};
 use crate::audit::CountRow;
 use crate::checkpoint::{SavedClient, SavedOpen};
 use crate::error::ProxyError;
-use crate::mapping::MappingSlot;
+use crate::mapping_slot::MappingSlot;
 use crate::objects::{Client, OwnerId};
 use crate::policy::{InstancePolicy, Mode};
 use crate::proxy::{Node, OpenFile, Proxy, lock};

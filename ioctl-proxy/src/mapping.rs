@@ -22,67 +22,21 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tenant_log::tenant_log;
 
 use crate::audit::Decision;
 use crate::error::ProxyError;
 use crate::kit::Stop;
+use crate::mapping_slot::{Context, lock};
 use crate::nv::NV_ERR_NOT_SUPPORTED;
 use crate::proxy::{FdError, FrontendNode, OpenFile, OpenId, Proxy};
 use crate::request::Req;
-use host_driver::{HostFile, NodeKind};
+use host_driver::NodeKind;
 
 /// `NV_ERR_STATE_IN_USE` (`nvstatuscodes.h`): the target file already has an mmap context.
 pub(crate) const NV_ERR_STATE_IN_USE: u32 = 0x63;
-
-/// Whether a mapping file holds an mmap context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Context {
-    #[default]
-    None,
-    /// A host call that may create it is running.
-    Pending,
-    /// The driver created it.
-    Set,
-}
-
-/// The mapping state of one client open (in [`OpenFile`]).
-#[derive(Debug, Default)]
-pub(crate) struct MappingSlot {
-    file: Option<Arc<dyn HostFile>>,
-    context: Context,
-}
-
-fn lock(m: &Mutex<MappingSlot>) -> MutexGuard<'_, MappingSlot> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl MappingSlot {
-    /// Whether the driver gave (or is giving) the open's mapping file an mmap context.
-    pub(crate) fn has_context(&self) -> bool {
-        self.context != Context::None
-    }
-
-    /// The mapping file and whether it holds a context (a live upgrade's export; no host call
-    /// runs then, so a pending slot counts as without one).
-    pub(crate) fn live_parts(&self) -> (Option<Arc<dyn HostFile>>, bool) {
-        (self.file.clone(), self.context == Context::Set)
-    }
-
-    /// A slot as another worker left it ([`MappingSlot::live_parts`]).
-    pub(crate) fn from_live(file: Option<Arc<dyn HostFile>>, context: bool) -> MappingSlot {
-        MappingSlot {
-            context: if context && file.is_some() {
-                Context::Set
-            } else {
-                Context::None
-            },
-            file,
-        }
-    }
-}
 
 /// Why an fd could not become an mmap target.
 pub(crate) enum TargetError {
@@ -249,7 +203,7 @@ impl Proxy {
     }
 
     /// The fd the tenant maps for an `mmap` of client open `open`, and the amount to add to
-    /// its mmap offset: the open's mapping file's [`HostFile::mmap_fd`] once the driver gave
+    /// its mmap offset: the open's mapping file's [`HostFile::mmap_fd`](host_driver::HostFile::mmap_fd) once the driver gave
     /// it an mmap context (`NV_ESC_RM_MAP_MEMORY` or `NV_ESC_RM_ALLOC_MEMORY` named the open).
     /// Without one, [`ProxyError::NoMmapContext`] (`EINVAL`, the driver's `nvidia_mmap`
     /// answer for a file without a valid context, `nv-mmap.c`).

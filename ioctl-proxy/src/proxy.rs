@@ -10,7 +10,7 @@
 //! # Client memory and retries
 //!
 //! Each call first reads everything it needs and declares everything it will write
-//! ([`ClientMemory::reserve_write`]); only then does it touch the host or the object table. A
+//! ([`ClientMemory::reserve_write`](crate::memory::ClientMemory::reserve_write)); only then does it touch the host or the object table. A
 //! [`MemError::Pending`](crate::MemError::Pending) anywhere before that point makes
 //! [`Proxy::ioctl`] return [`ProxyError::Pending`] with no side effect, and the transport re-runs
 //! the call once it has the data.
@@ -27,26 +27,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use nvproxy_abi::structs::nv_ioctl_card_info_t;
 use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
-use zerocopy::FromBytes;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
+use crate::hostctl::host_cards;
 use crate::kit::Note;
-use crate::mapping::MappingSlot;
-use crate::memory::ClientMemory;
+use crate::mapping_slot::MappingSlot;
 use crate::objects::{ObjectTable, OwnerId};
 use crate::policy::InstancePolicy;
-use crate::request::Req;
-use crate::service::{Call, NodeService};
-use host_driver::{HostCall, HostDriver, HostFile, NodeKind};
+use host_driver::{HostDriver, HostFile, NodeKind};
 
 /// Identifies one client open of a frontend node (the owner of the RM clients allocated
 /// through it).
@@ -171,7 +166,7 @@ pub struct GpuInfo {
     pub pci: (u32, u8, u8),
 }
 
-/// One client open of a frontend node (the frontend's [`NodeService::File`]).
+/// One client open of a frontend node (the frontend's [`NodeService::File`](crate::service::NodeService::File)).
 #[derive(Debug)]
 pub struct OpenFile {
     pub(crate) node: FrontendNode,
@@ -226,9 +221,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Entries of the host's `NV_ESC_CARD_INFO` array the proxy asks for (`NV_MAX_DEVICES`).
-pub(crate) const HOST_CARDS: usize = 32;
-
 /// One instance's frontend proxy.
 pub struct Proxy {
     pub(crate) abi: DriverAbi,
@@ -271,23 +263,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The replay record of an open.
 pub(crate) fn lock_record(f: &OpenFile) -> MutexGuard<'_, OpenRecord> {
     lock(&f.record)
-}
-
-/// Issues `NV_ESC_CARD_INFO` on a host file and returns the valid entries.
-pub(crate) fn host_cards(file: &dyn HostFile) -> Result<Vec<nv_ioctl_card_info_t>, ProxyError> {
-    let size = HOST_CARDS * size_of::<nv_ioctl_card_info_t>();
-    let mut call = HostCall {
-        cmd: nvproxy_abi::ioctl::nv_iowr(nvproxy_abi::ioctl::NV_ESC_CARD_INFO, size),
-        params: vec![0; size],
-        nested: Vec::new(),
-    };
-    file.ioctl(&mut call).map_err(ProxyError::Host)?;
-    Ok(call
-        .params
-        .chunks_exact(size_of::<nv_ioctl_card_info_t>())
-        .filter_map(|c| nv_ioctl_card_info_t::read_from_bytes(c).ok())
-        .filter(|c| c.valid != 0)
-        .collect())
 }
 
 impl Proxy {
@@ -686,20 +661,6 @@ impl Proxy {
         self.gpus.iter().any(|g| g.gpu_id == gpu_id)
     }
 
-    /// Proxies one ioctl of the client open `open`: [`crate::service::ioctl`], the nodes' one
-    /// entry, whose contract it has.
-    pub fn ioctl(
-        &self,
-        open: OpenId,
-        caller: &Caller,
-        cmd: u32,
-        arg: u64,
-        mem: &mut dyn ClientMemory,
-        fds: &dyn FdResolver,
-    ) -> Result<i32, ProxyError> {
-        crate::service::ioctl(self, open, caller, cmd, arg, mem, fds)
-    }
-
     /// Accounts one finished request of any of the instance's nodes (the UVM path calls it
     /// too): a call that got an errno or a failing NV status ([`crate::kit::status_failed`])
     /// is `failed`; the call is counted; every call but an allowed one becomes an audit event
@@ -755,59 +716,5 @@ impl Proxy {
             errno,
             latency_us,
         });
-    }
-}
-
-/// The frontend nodes (`Ctl`, `Gpu`) as a [`NodeService`].
-impl NodeService for Proxy {
-    type File = Arc<OpenFile>;
-
-    /// The number becomes the escape's (`Req::dispatch`).
-    const KIND: Kind = Kind::Escape;
-
-    fn instance(&self) -> &Proxy {
-        self
-    }
-
-    fn serves(&self, node: Node) -> bool {
-        node != Node::Uvm
-    }
-
-    fn open_node(&self, node: Node) -> Result<OpenId, ProxyError> {
-        self.open(node)
-    }
-
-    fn release_open(&self, open: OpenId) {
-        self.release(open);
-    }
-
-    /// [`Proxy::mapping_fd`] (the caller is not needed: no audit event).
-    fn mmap_fd(&self, _caller: &Caller, open: OpenId) -> std::io::Result<(OwnedFd, u64)> {
-        self.mapping_fd(open)
-            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
-    }
-
-    fn file(&self, open: OpenId) -> Option<Arc<OpenFile>> {
-        Proxy::file(self, open)
-    }
-
-    fn node(&self, file: &Arc<OpenFile>) -> Node {
-        file.node
-    }
-
-    fn dispatch(
-        &self,
-        file: Arc<OpenFile>,
-        call: Call<'_>,
-        note: &mut Note,
-    ) -> Result<i32, ProxyError> {
-        let Call {
-            open,
-            cmd,
-            arg,
-            mem,
-            fds,
-        } = call;
-        Req::new(self, open, file, mem, fds, note).dispatch(cmd, arg)
     }
 }

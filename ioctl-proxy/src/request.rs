@@ -65,7 +65,7 @@ pub(crate) struct Req<'a> {
     /// What the entry ([`crate::service::ioctl`]) will account.
     pub(crate) note: &'a mut Note,
     /// The video memory books' update a control makes on success (`vidmem.rs`).
-    pub(crate) vid_op: Option<crate::vidmem::VidOp>,
+    pub(crate) vid_op: Option<crate::vid_books::VidOp>,
 }
 
 impl<'a> Req<'a> {
@@ -681,7 +681,7 @@ impl<'a> Req<'a> {
                     vid.filter(|_| class == NV01_MEMORY_LOCAL_USER)
                         .and_then(|(gpu, size)| {
                             let back = rd64(out, NVOS32_ALLOC_SIZE_SIZE);
-                            let bytes = crate::vidmem::pages(size.max(back));
+                            let bytes = crate::vid_books::pages(size.max(back));
                             gpu.map(|g| t.new_vid_charge(g, bytes))
                         });
                 let origin = Origin::Unreplayable("not recorded".into());

@@ -43,8 +43,9 @@ use nvproxy_abi::ioctl::{NV_ESC_RM_FREE, nv_iowr};
 use nvproxy_abi::structs::NVOS00_PARAMETERS;
 use zerocopy::IntoBytes;
 
+pub use crate::hostctl::{InlineNice, NiceCaller};
 use crate::nv::{NV_ERR_OPERATING_SYSTEM, NV_OK};
-use crate::{HostCall, HostFile};
+use host_driver::{HostCall, HostFile};
 
 /// `NVA06C_CTRL_CMD_SET_TIMESLICE`.
 pub const NVA06C_CTRL_CMD_SET_TIMESLICE: u32 = 0xa06c_0103;
@@ -134,25 +135,6 @@ pub(crate) fn nice_control(cmd: u32) -> Option<(&'static str, Option<u32>)> {
     })
 }
 
-/// Makes the host calls that the driver grants only to a caller with `CAP_SYS_NICE` (or
-/// `CAP_SYS_ADMIN`): the daemon's request threads run without both, so that tenants' calls
-/// get an unprivileged caller's answers, and the proxy's own interleave settings go through
-/// this. The default ([`InlineNice`]) calls on the current thread.
-pub trait NiceCaller: Send + Sync + fmt::Debug {
-    /// Performs `call` on `file` as a caller the driver grants `RS_ACCESS_NICE`.
-    fn ioctl_nice(&self, file: &dyn HostFile, call: &mut HostCall) -> std::io::Result<i32>;
-}
-
-/// Calls on the current thread, with whatever capabilities it has.
-#[derive(Debug, Default)]
-pub struct InlineNice;
-
-impl NiceCaller for InlineNice {
-    fn ioctl_nice(&self, file: &dyn HostFile, call: &mut HostCall) -> std::io::Result<i32> {
-        file.ioctl(call)
-    }
-}
-
 static NICE: OnceLock<Arc<dyn NiceCaller>> = OnceLock::new();
 
 /// Sets how this process makes its privileged scheduling calls (once, before the first
@@ -185,7 +167,7 @@ pub(crate) fn apply(
         return Ok(());
     }
     let level = priority.interleave_level().to_ne_bytes().to_vec();
-    let status = match crate::checkpoint::host_control_via(
+    let status = match crate::hostctl::host_control_via(
         nice_caller(),
         file,
         h_client,

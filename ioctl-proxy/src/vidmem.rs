@@ -48,12 +48,11 @@ use zerocopy::FromBytes;
 
 use crate::kit::{Stop, deny};
 use crate::nv::*;
-use crate::objects::{Origin, OwnerId, VidCharge};
+use crate::objects::Origin;
 use crate::plan::{Plan, rd32, rd64, wr32};
 use crate::request::Req;
+use crate::vid_books::pages;
 
-/// The granule a request is admitted by.
-const PAGE: u64 = 4096;
 /// `NV_MEMORY_ALLOCATION_PARAMS.size`.
 pub(crate) const MEM_SIZE: usize = offset_of!(NV_MEMORY_ALLOCATION_PARAMS, size);
 
@@ -67,28 +66,6 @@ const SIZE_INDICES: [u32; 5] = [0x07, 0x08, 0x09, 0x0a, 0x20];
 /// `NV2080_CTRL_FB_INFO_INDEX_*` of free memory (KiB): `LARGEST_FREE_REGION_SIZE_KB`,
 /// `HEAP_FREE`.
 const FREE_INDICES: [u32; 2] = [0x12, 0x16];
-
-/// A size rounded up to [`PAGE`].
-pub(crate) fn pages(bytes: u64) -> u64 {
-    bytes.div_ceil(PAGE).saturating_mul(PAGE)
-}
-
-/// What a control does to the video memory books once the driver said `NV_OK`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum VidOp {
-    /// An object exported to the file of `open` holds `charge` while that file lives.
-    Export {
-        /// The open the export fd named.
-        open: OwnerId,
-        /// The exported object's memory.
-        charge: VidCharge,
-    },
-    /// An object imported from the file of `open` names what that file holds.
-    Import {
-        /// The open the import fd named.
-        open: OwnerId,
-    },
-}
 
 impl Req<'_> {
     /// The driver GPU id of the device `h_object` of `h_client` lies under (the device's
