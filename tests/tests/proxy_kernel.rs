@@ -925,7 +925,7 @@ fn test_serve_register_fd_naming_another_instances_ctl_fails_ebadf() {
 
 // ---- privilege towards the host driver ----------------------------------------------------
 
-/// What the daemon logs (debug, target `nvproxy::device`) when a serving thread has dropped
+/// What the daemon logs (debug, target `nvproxy_worker::device`) when a serving thread has dropped
 /// `CAP_SYS_ADMIN`, with its `tid`.
 const DROPPED: &str = "request thread runs without CAP_SYS_ADMIN";
 /// `CAP_SYS_ADMIN` (linux/capability.h): the NVIDIA driver's `os_is_administrator()`.
@@ -1030,7 +1030,7 @@ fn dropped_tids(daemon: &mut Proc) -> Vec<u32> {
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_serve_request_threads_run_without_cap_sys_admin() {
     let (mut daemon, _dir) =
-        serve_two_instances_with_env(&[("RUST_LOG", "info,nvproxy::device=debug")]);
+        serve_two_instances_with_env(&[("RUST_LOG", "info,nvproxy_worker::device=debug")]);
     // Instance a's requests are served by its worker process.
     let pid = worker_pid("a");
     // Requests served: the client opened nvidiactl and allocated an RM client through it.
@@ -1763,8 +1763,10 @@ fn test_exec_command_runs_in_its_own_pid_namespace() {
 /// `tests/vm/sim-as-driver.sh` serves the simulated driver on CUSE nodes made the host's
 /// `/dev/nvidiactl`, `/dev/nvidia0`, `/dev/nvidia-uvm` (with its `/proc/driver/nvidia`), and
 /// `nvproxy exec --driver host` serves the client over them: `nvfe-client`'s init and hostile
-/// scenarios, and `nvidia-smi -L` and `-q` where NVIDIA's userspace was fetched. (What maps the
-/// driver's files, every CUDA step, needs a real driver: CUSE has no mmap.)
+/// scenarios, and `nvidia-smi -L` and `-q` where NVIDIA's userspace was fetched; then a held
+/// client through a live upgrade and through a checkpoint, a driver reload and a restore, on
+/// `nvproxy serve --driver host`. (What maps the driver's files, every CUDA step, needs a real
+/// driver: CUSE has no mmap.)
 #[test]
 #[ignore = "needs /dev/cuse (root); run by tests/run-kernel-tests.sh"]
 fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver() {
@@ -1802,6 +1804,7 @@ fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver()
         .args(["sh", "-ec", &steps.join("\n")])
         .env("BIN", bin_dir)
         .env("SIM_AS_DRIVER_BASELINE", "3")
+        .env("SIM_AS_DRIVER_STATE", "1")
         .current_dir(&root)
         .output()
         .expect("sim-as-driver.sh");
@@ -1823,4 +1826,14 @@ fn test_the_real_driver_path_runs_over_the_simulated_driver_as_the_host_driver()
         baseline.unwrap_or("sim-as-driver baseline: not measured")
     );
     assert!(baseline.is_some(), "{err}");
+    // The state of an instance on the real-driver path: its client's handles work after a live
+    // upgrade and after a checkpoint, a driver reload and a restore (the script fails
+    // otherwise; these lines say it got that far).
+    for step in [
+        "check 1 after a live upgrade",
+        "check 2 after a checkpoint, a driver reload and a restore",
+        "the client freed its objects",
+    ] {
+        assert!(err.contains(step), "no {step:?}:\n{err}");
+    }
 }

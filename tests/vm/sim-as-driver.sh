@@ -13,6 +13,7 @@
 # (REGISTER_FD) by pidfd_getfd like any client's.
 # What cannot work: RealHostDriver hands the tenant a dup of its host fd to mmap (RM memory
 # mappings, the UVM file), and CUSE has no mmap: those mmaps fail with ENODEV.
+# SIM_AS_DRIVER_STATE=1 adds a live upgrade and a checkpoint/reload/restore (see below).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/target/debug}
@@ -22,8 +23,9 @@ if [[ -z ${NVPROXY_SIM_AS_DRIVER_NS:-} ]]; then
 fi
 (($#)) || set -- "$BIN/nvfe-client" init --expect-gpus 1
 scratch=$(mktemp -d)
-inner_pid=
+inner_pid= outer_pid= hold_pid=
 cleanup() {
+  for p in $hold_pid $outer_pid; do kill -TERM "$p" 2>/dev/null || true; done
   [[ -n $inner_pid ]] && kill -TERM "$inner_pid" 2>/dev/null && wait "$inner_pid" 2>/dev/null
   rm -rf "$scratch"
 }
@@ -31,7 +33,8 @@ trap cleanup EXIT
 # The simulated driver's /proc/driver/nvidia, as a --driver sim exec shows it.
 NVPROXY_RUN_DIR=$scratch/copy "$N" exec --driver sim --transport cuse --no-preload -- \
   sh -c "cp -r /proc/driver/nvidia '$scratch/procfs'" >/dev/null
-# The inner daemon: the simulated driver on CUSE nodes, transparent (audit mode).
+# The inner daemon: the simulated driver on CUSE nodes, transparent (audit mode); its nodes
+# made the host's driver's (again after a reload: a fresh daemon's nodes get new numbers).
 cat >"$scratch/inner.toml" <<TOML
 driver = "sim"
 [sim]
@@ -44,17 +47,20 @@ gpus = [0]
 mode = "audit"
 transport = "cuse"
 TOML
-RUST_LOG=${INNER_LOG:-info} NVPROXY_RUN_DIR=$scratch/inner "$N" serve --config "$scratch/inner.toml" --check-leaks \
-  >"$scratch/inner.out" 2>"$scratch/inner.err" &
-inner_pid=$!
-for _ in $(seq 600); do grep -q READY "$scratch/inner.out" && break; sleep 0.1; done
-grep -q READY "$scratch/inner.out" || { cat "$scratch/inner.err" >&2; exit 1; }
-# Its nodes as the host's driver's.
-for n in nvidiactl nvidia0 nvidia-uvm; do
-  read -r maj min < <(stat -c '%t %T' "/dev/nvproxy/simdrv/$n")
-  rm -f "/dev/$n"
-  mknod -m 0666 "/dev/$n" c $((16#$maj)) $((16#$min))
-done
+start_inner() {
+  : >"$scratch/inner.out"
+  RUST_LOG=${INNER_LOG:-info} NVPROXY_RUN_DIR=$scratch/inner "$N" serve --config "$scratch/inner.toml" --check-leaks \
+    >"$scratch/inner.out" 2>>"$scratch/inner.err" &
+  inner_pid=$!
+  for _ in $(seq 600); do grep -q READY "$scratch/inner.out" && break; sleep 0.1; done
+  grep -q READY "$scratch/inner.out" || { cat "$scratch/inner.err" >&2; exit 1; }
+  for n in nvidiactl nvidia0 nvidia-uvm; do
+    read -r maj min < <(stat -c '%t %T' "/dev/nvproxy/simdrv/$n")
+    rm -f "/dev/$n"
+    mknod -m 0666 "/dev/$n" c $((16#$maj)) $((16#$min))
+  done
+}
+start_inner
 mount -t tmpfs -o mode=0755 sim-as-driver /proc/driver
 cp -r "$scratch/procfs" /proc/driver/nvidia
 echo "sim-as-driver: /dev/nvidiactl $(stat -c '%t:%T' /dev/nvidiactl), driver $(cat /proc/driver/nvidia/version | head -1)" >&2
@@ -77,6 +83,78 @@ raw, prox = ([float(x) for x in a.split()] for a in sys.argv[1:3])
 r, p = st.median(raw), st.median(prox)
 print(f"sim-as-driver baseline: nvfe-client init raw {r:.1f} ms, through nvproxy --driver host {p:.1f} ms: {p / r:.2f}x (medians of {len(raw)})")
 PY
+fi
+# SIM_AS_DRIVER_STATE=1: an instance's state on the real-driver path. An outer `nvproxy serve
+# --driver host` serves instance g; `nvfe-client hold` keeps an RM client, a device and a
+# subdevice through (1) a live upgrade (the host files, real fds, handed to the new worker by
+# SCM_RIGHTS), (2) a checkpoint, a driver reload (the inner daemon stops: every file of the
+# outer worker is dead; a fresh one serves new nodes) and a restore by replay; after each the
+# client checks its old handles, then frees; the fresh driver must hold nothing at the end.
+if ((rc == 0 && ${SIM_AS_DRIVER_STATE:-0})); then
+  R=$scratch/outer-serve
+  st() { echo "sim-as-driver state: $*" >&2; }
+  fail() { st "FAILED: $*"; for f in outer.err hold.out hold.err; do echo "--- $f" >&2; cat "$scratch/$f" >&2 || true; done; rc=1; }
+  wait_line() { # FILE PATTERN COUNT: the COUNT-th line matching PATTERN, within 60 s
+    for _ in $(seq 600); do
+      (($(grep -c -- "$2" "$1" 2>/dev/null || true) >= $3)) && { grep -- "$2" "$1" | sed -n "$3p"; return 0; }
+      sleep 0.1
+    done
+    return 1
+  }
+  cat >"$scratch/outer.toml" <<TOML
+driver = "host"
+[cdi]
+spec = ""
+[[instance]]
+name = "g"
+gpus = [0]
+transport = "cuse"
+TOML
+  RUST_LOG=${OUTER_LOG:-warn} NVPROXY_RUN_DIR=$R "$N" serve --config "$scratch/outer.toml" \
+    >"$scratch/outer.out" 2>"$scratch/outer.err" &
+  outer_pid=$!
+  wait_line "$scratch/outer.out" READY 1 >/dev/null || fail "the outer serve did not start"
+  mkfifo "$scratch/hold.in"
+  NVPROXY_RUN_DIR=$R "$N" run --instance g -- "$BIN/nvfe-client" hold \
+    <"$scratch/hold.in" >"$scratch/hold.out" 2>"$scratch/hold.err" &
+  hold_pid=$!
+  exec 3>"$scratch/hold.in"
+  check() { # N: the N-th check answers NV_OK
+    echo check >&3
+    local l
+    l=$(wait_line "$scratch/hold.out" '"check"' "$1") && [[ $l == *'"ok":true'* ]] || { fail "check $1: ${l:-no answer}"; return 1; }
+    st "check $1 after $2: $l"
+  }
+  if ((rc == 0)) && wait_line "$scratch/hold.out" '"client"' 1 >/dev/null; then
+    if NVPROXY_RUN_DIR=$R "$N" instance upgrade g >&2; then
+      check 1 "a live upgrade" || true
+    else
+      fail "instance upgrade g"
+    fi
+    if ((rc == 0)) && NVPROXY_RUN_DIR=$R "$N" instance checkpoint g "$scratch/g.ckpt.json" >&2; then
+      kill -TERM "$inner_pid"; wait "$inner_pid" || true # it leaked the outer's objects: expected
+      start_inner
+      st "driver reloaded: /dev/nvidiactl $(stat -c '%t:%T' /dev/nvidiactl)"
+      if NVPROXY_RUN_DIR=$R "$N" instance restore "$scratch/g.ckpt.json" >&2; then
+        check 2 "a checkpoint, a driver reload and a restore" || true
+      else
+        fail "instance restore"
+      fi
+    elif ((rc == 0)); then
+      fail "instance checkpoint g"
+    fi
+    if ((rc == 0)); then
+      echo free >&3
+      wait "$hold_pid" && st "the client freed its objects" || fail "the client's free: exit $?"
+    fi
+  else
+    ((rc)) || fail "the client did not start"
+  fi
+  exec 3>&-
+  kill -TERM "$hold_pid" 2>/dev/null || true
+  kill -TERM "$outer_pid"
+  wait "$outer_pid" || st "the outer serve exited $?"
+  outer_pid= hold_pid=
 fi
 kill -TERM "$inner_pid"
 wait "$inner_pid" || { echo "sim-as-driver: the inner daemon exited $? (3: the simulated driver leaked)" >&2; rc=1; }
