@@ -65,20 +65,26 @@ impl Window {
         len > 0 && addr < wend && self.addr < end
     }
 
-    /// Applies the part of a write at `addr` that falls inside the window.
+    /// Applies the part of a write at `addr` that falls inside the window (one copy of the
+    /// intersection; a write past the end of the address space ends there).
     fn apply(&mut self, addr: u64, data: &[u8]) {
-        let wend = self.addr.saturating_add(self.bytes.len() as u64);
-        for (i, b) in data.iter().enumerate() {
-            let a = addr.wrapping_add(i as u64);
-            if a >= self.addr
-                && a < wend
-                && let Some(slot) = usize::try_from(a - self.addr)
-                    .ok()
-                    .and_then(|i| self.bytes.get_mut(i))
-            {
-                *slot = *b;
-                self.dirty = true;
-            }
+        let start = addr.max(self.addr);
+        let end = addr
+            .saturating_add(data.len() as u64)
+            .min(self.addr.saturating_add(self.bytes.len() as u64));
+        if start >= end {
+            return;
+        }
+        let (Ok(at), Ok(from), Ok(n)) = (
+            usize::try_from(start - self.addr),
+            usize::try_from(start - addr),
+            usize::try_from(end - start),
+        ) else {
+            return;
+        };
+        if let (Some(dst), Some(src)) = (self.bytes.get_mut(at..at + n), data.get(from..from + n)) {
+            dst.copy_from_slice(src);
+            self.dirty = true;
         }
     }
 }
