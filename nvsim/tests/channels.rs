@@ -894,45 +894,27 @@ fn test_copy_engine_copies_memsets_and_releases() {
 #[test]
 fn test_a_huge_copy_line_faults_at_the_end_of_the_mapping_without_a_line_sized_buffer() {
     let g = gpu();
-    let c = g.channel(COPY2);
     let (s, d) = (VA + DATA, VA + DATA + 0x4_0000);
-    let mut m = vec![inc(4, 0, 1), COPY];
-    // Remap: four 4-byte source components to four destination components (x, y, z, w).
-    m.extend([
-        inc(4, 0x700, 3),
-        0,
-        0,
-        3 << 8 | 2 << 4 | 3 << 16 | 3 << 20 | 3 << 24 | 1 << 12,
-    ]);
-    m.extend([
-        inc(4, 0x400, 4),
-        (s >> 32) as u32,
-        lo(s),
-        (d >> 32) as u32,
-        lo(d),
-    ]);
-    m.extend([inc(4, 0x418, 1), u32::MAX]);
-    m.extend([inc(4, 0x300, 1), 2 | 1 << 7 | 1 << 8 | 1 << 10]);
-    g.submit(&c, 0, 0, &m);
-    assert_eq!(
-        g.d.channel_status(g.s.client, c.h).unwrap().error,
-        Some(31),
-        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT"
-    );
-    // The same line length without the remap.
-    let c = g.channel(COPY2);
-    let mut m = vec![inc(4, 0, 1), COPY];
-    m.extend([
-        inc(4, 0x400, 4),
-        (s >> 32) as u32,
-        lo(s),
-        (d >> 32) as u32,
-        lo(d),
-    ]);
-    m.extend([inc(4, 0x418, 1), u32::MAX]);
-    m.extend([inc(4, 0x300, 1), 2 | 1 << 7 | 1 << 8]);
-    g.submit(&c, 0, 0, &m);
-    assert_eq!(g.d.channel_status(g.s.client, c.h).unwrap().error, Some(31));
+    // Remap: four 4-byte source components to four destination components; then without it.
+    let remap = 3 << 8 | 2 << 4 | 3 << 16 | 3 << 20 | 3 << 24 | 1 << 12;
+    for launch in [2 | 1 << 7 | 1 << 8 | 1 << 10, 2 | 1 << 7 | 1 << 8] {
+        let c = g.channel(COPY2);
+        let mut m = vec![inc(4, 0, 1), COPY, inc(4, 0x700, 3), 0, 0, remap];
+        m.extend([
+            inc(4, 0x400, 4),
+            (s >> 32) as u32,
+            lo(s),
+            (d >> 32) as u32,
+            lo(d),
+        ]);
+        m.extend([inc(4, 0x418, 1), u32::MAX, inc(4, 0x300, 1), launch]);
+        g.submit(&c, 0, 0, &m);
+        assert_eq!(
+            g.d.channel_status(g.s.client, c.h).unwrap().error,
+            Some(31),
+            "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (launch {launch:#x})"
+        );
+    }
 }
 
 /// A shared mapping of the UVM va_space's memfd at VA == offset (how CUDA maps managed
