@@ -37,7 +37,7 @@ use zerocopy::IntoBytes;
 
 use crate::audit::Decision;
 use crate::error::ProxyError;
-use crate::kit::{Stop, deny, fail, top_err};
+use crate::kit::{Stop, deny, fail};
 use crate::nv::*;
 use crate::objects::Origin;
 use crate::plan::{Plan, rd32};
@@ -64,7 +64,7 @@ impl Req<'_> {
             return Err(ProxyError::Denied(spec.name));
         }
         let mut raw = [0u8; OsDescriptorArgs::SIZE];
-        self.mem.read_into(arg, &mut raw).map_err(top_err)?;
+        self.read_top_into(arg, &mut raw)?;
         let args = OsDescriptorArgs::from_bytes(&raw).expect("sized");
         if args.reserved != 0 {
             self.set_decision(Decision::Failed, "reserved field set");

@@ -66,6 +66,49 @@ pub(crate) struct Req<'a> {
     pub(crate) note: &'a mut Note,
     /// The video memory books' update a control makes on success (`vidmem.rs`).
     pub(crate) vid_op: Option<crate::vid_books::VidOp>,
+    /// The client ranges this request has read.
+    reads: ReadLog,
+}
+
+/// The client byte ranges one request has read. Every client byte is read at most once per
+/// request: a buffer that overlaps one already read (a nested pointer into the top-level
+/// params, an XFER pointing at itself, two nested pointers at the same bytes) is refused
+/// rather than read again, so no decision can rest on one read while the driver gets
+/// another. The driver itself would copy such buffers twice; no client that does not race
+/// its own memory needs them. A request reads a handful of buffers: they live inline.
+#[derive(Default)]
+struct ReadLog {
+    inline: [(u64, u64); ReadLog::INLINE],
+    n: usize,
+    more: Vec<(u64, u64)>,
+}
+
+impl ReadLog {
+    const INLINE: usize = 8;
+
+    /// Records `len` bytes at `addr`; `false` (nothing recorded) if they overlap a range
+    /// already read. Empty ranges overlap nothing.
+    fn note(&mut self, addr: u64, len: usize) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let end = addr.saturating_add(len as u64);
+        let n = self.n.min(Self::INLINE);
+        let clash = self.inline[..n]
+            .iter()
+            .chain(&self.more)
+            .any(|&(a, e)| a < end && addr < e);
+        if clash {
+            return false;
+        }
+        if self.n < Self::INLINE {
+            self.inline[self.n] = (addr, end);
+        } else {
+            self.more.push((addr, end));
+        }
+        self.n += 1;
+        true
+    }
 }
 
 impl<'a> Req<'a> {
@@ -85,6 +128,7 @@ impl<'a> Req<'a> {
             fds,
             note,
             vid_op: None,
+            reads: ReadLog::default(),
         }
     }
 
@@ -101,9 +145,28 @@ impl<'a> Req<'a> {
 
     // ---- client memory -------------------------------------------------------------------
 
+    /// Notes a top-level read of `len` bytes at `addr` ([`ReadLog`]): `EINVAL` (decision
+    /// `denied`) if those bytes were already read in this request.
+    fn note_top_read(&mut self, addr: u64, len: usize) -> Result<(), ProxyError> {
+        if self.reads.note(addr, len) {
+            return Ok(());
+        }
+        self.set_decision(Decision::Denied, "params overlap bytes already read");
+        Err(ProxyError::Unsupported(
+            "params overlapping bytes this request already read",
+        ))
+    }
+
+    /// Reads the top-level struct `buf` at `addr`, once. A fault is `EFAULT`.
+    pub(crate) fn read_top_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ProxyError> {
+        self.note_top_read(addr, buf.len())?;
+        self.mem.read_into(addr, buf).map_err(top_err)
+    }
+
     /// Reads the top-level params and declares their write-back (the driver always copies
     /// the whole struct back). A fault is `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
     pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, ProxyError> {
+        self.note_top_read(addr, len)?;
         let b = self.mem.read_for_update(addr, len).map_err(top_err)?;
         if b.len() != len {
             return Err(ProxyError::Fault);
@@ -115,6 +178,7 @@ impl<'a> Req<'a> {
     /// `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
     pub(crate) fn read_params<T: Params>(&mut self, addr: u64) -> Result<T, ProxyError> {
         let mut p = T::new_zeroed();
+        self.note_top_read(addr, size_of::<T>())?;
         self.mem
             .read_for_update_into(addr, p.as_mut_bytes())
             .map_err(top_err)?;
@@ -146,6 +210,12 @@ impl<'a> Req<'a> {
             return Ok(None);
         }
         let data = if copy_in {
+            if !self.reads.note(addr, len) {
+                return deny(
+                    NV_ERR_INVALID_ADDRESS,
+                    "nested buffer overlaps bytes already read",
+                );
+            }
             let d = if copy_out {
                 self.mem.read_for_update(addr, len)
             } else {
@@ -362,7 +432,7 @@ impl<'a> Req<'a> {
                 });
             }
             let mut x = nv_ioctl_xfer_t::new_zeroed();
-            self.mem.read_into(arg, x.as_mut_bytes()).map_err(top_err)?;
+            self.read_top_into(arg, x.as_mut_bytes())?;
             (nr, size, addr) = (x.cmd, x.size, x.ptr);
             self.note.number = nr;
             self.note.name = Cow::Borrowed("");

@@ -1912,6 +1912,95 @@ fn test_nv01_event_class_flipped_after_the_read_never_reaches_the_host() {
     );
 }
 
+/// A nested pointer into the top-level params (found by the `proxy_ioctl` fuzzer: an
+/// NVOS64 whose `pAllocParms` pointed one byte past its own start) would read those client
+/// bytes twice: refused with `NV_ERR_INVALID_ADDRESS` before the driver sees it. Before the
+/// fix the kit's read-once memory panicked here.
+#[test]
+fn test_nested_pointer_into_the_top_level_params_is_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.host.clear();
+    // NV01_DEVICE_0 (56-byte params) with pAllocParms at the NVOS64 plus one.
+    let addr = 0x11_0000;
+    let mut p = vec![0u8; 128];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 12, 0x80);
+    wr64(&mut p, 16, addr + 1);
+    wr32(&mut p, 32, 56);
+    env.mem.map(addr, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2b, 48), addr).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(addr, 48), 40), NV_ERR_INVALID_ADDRESS);
+    assert!(env.host.calls().is_empty(), "{:?}", env.host.calls());
+    let ev = env.events.all().pop().expect("an audit event");
+    assert_eq!(
+        (ev.decision, ev.reason),
+        (
+            Decision::Denied,
+            Some("nested buffer overlaps bytes already read")
+        )
+    );
+
+    // The same for a control's params (NV0000_CTRL_CMD_GPU_GET_DEVICE_IDS, 4 bytes, inside
+    // the NVOS54).
+    let addr = 0x13_0000;
+    let mut p = vec![0u8; 64];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 8, 0x204);
+    wr64(&mut p, 16, addr + 8);
+    wr32(&mut p, 24, 4);
+    env.mem.map(addr, &p);
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2a, 32), addr).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(addr, 32), 28), NV_ERR_INVALID_ADDRESS);
+    assert!(env.host.calls().is_empty(), "{:?}", env.host.calls());
+}
+
+/// Two nested pointers at the same bytes (NVOS64's `pRightsRequested` at its own alloc
+/// params) would read them twice: refused the same way.
+#[test]
+fn test_two_nested_pointers_at_the_same_bytes_are_refused() {
+    let mut env = Env::new();
+    let c = env.alloc_client(env.ctl);
+    env.host.clear();
+    let (addr, paddr) = (0x11_0000, 0x12_0000);
+    env.mem.map(paddr, &[0; 56]);
+    let mut p = vec![0u8; 48];
+    wr32(&mut p, 0, c);
+    wr32(&mut p, 4, c);
+    wr32(&mut p, 12, 0x80);
+    wr64(&mut p, 16, paddr);
+    wr32(&mut p, 32, 56);
+    wr64(&mut p, 24, paddr + 4);
+    env.mem.map(addr, &p);
+    let ctl = env.ctl;
+    assert_eq!(env.ioctl(ctl, nv_iowr(0x2b, 48), addr).unwrap(), 0);
+    assert_eq!(rd32(&env.mem.get(addr, 48), 40), NV_ERR_INVALID_ADDRESS);
+    assert!(env.host.calls().is_empty());
+}
+
+/// An XFER whose payload pointer names the XFER struct itself: `EINVAL`, nothing forwarded.
+#[test]
+fn test_xfer_pointing_at_itself_is_einval() {
+    let mut env = Env::new();
+    let addr = 0x14_0000;
+    let mut x = vec![0u8; 72];
+    wr32(&mut x, 0, 0xd2);
+    wr32(&mut x, 4, 72);
+    wr64(&mut x, 8, addr);
+    env.mem.map(addr, &x);
+    let ctl = env.ctl;
+    assert_eq!(
+        env.ioctl(ctl, nv_iowr(0xd3, 16), addr)
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    assert!(env.host.calls().is_empty());
+}
+
 /// Issue 9 finding 1: distinct unknown control numbers (also under hClient 0, refused at once)
 /// and pass-through commands must not grow the instance's counts without bound.
 #[test]
