@@ -1993,9 +1993,7 @@ fn test_xfer_pointing_at_itself_is_einval() {
     env.mem.map(addr, &x);
     let ctl = env.ctl;
     assert_eq!(
-        env.ioctl(ctl, nv_iowr(0xd3, 16), addr)
-            .unwrap_err()
-            .errno(),
+        env.ioctl(ctl, nv_iowr(0xd3, 16), addr).unwrap_err().errno(),
         libc::EINVAL
     );
     assert!(env.host.calls().is_empty());
