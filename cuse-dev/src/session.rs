@@ -26,9 +26,10 @@ use crate::sys;
 use crate::watchdog::Watchdog;
 use crate::wire::{
     self, CUSE_INIT, CUSE_MIN_MINOR, CUSE_UNRESTRICTED_IOCTL, FUSE_IOCTL_32BIT, FUSE_IOCTL_COMPAT,
-    FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_KERNEL_MINOR_VERSION, FUSE_KERNEL_VERSION,
-    FUSE_POLL_SCHEDULE_NOTIFY, Op, ReplyBody, cuse_init_in, cuse_init_out, fuse_in_header,
-    fuse_ioctl_in, fuse_open_out, fuse_poll_out, fuse_write_out,
+    FUSE_IOCTL_COMPAT_X32, FUSE_IOCTL_MAX_BYTES, FUSE_IOCTL_UNRESTRICTED,
+    FUSE_KERNEL_MINOR_VERSION, FUSE_KERNEL_VERSION, FUSE_POLL_SCHEDULE_NOTIFY, Op, ReplyBody,
+    cuse_init_in, cuse_init_out, fuse_in_header, fuse_ioctl_in, fuse_open_out, fuse_poll_out,
+    fuse_write_out,
 };
 use crate::{Errno, Opened};
 
@@ -1467,8 +1468,15 @@ impl Shared {
             Op::Ioctl(a, data) => {
                 // A first round carries nothing; a retry round carries what the previous
                 // round of this open file and thread named.
+                // Restricted ioctls (the kernel copies `_IOC_SIZE` itself) have no rounds: no
+                // lookup, no lock.
                 let key = (a.fh, req.pid);
-                let prev = self.retries_lock().remove(&key);
+                let unrestricted = a.flags & FUSE_IOCTL_UNRESTRICTED != 0;
+                let prev = if unrestricted {
+                    self.retries_lock().remove(&key)
+                } else {
+                    None
+                };
                 let first = data.is_empty() && a.out_size == 0;
                 let retry = prev.filter(|r| !first && r.matches(data.len(), a.out_size));
                 let io = Ioctl {

@@ -7,6 +7,7 @@
 //! are what `nvproxy policy suggest --from-audit` needs.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -112,6 +113,30 @@ pub struct CountRow {
     pub numbers: Vec<u32>,
 }
 
+/// A multiplicative hasher for the word-sized keys of a table built once from our own
+/// addresses (never from tenant input, so no flooding to resist).
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_ne_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
 /// The fold-over row of one (kind, decision).
 #[derive(Debug, Default)]
 struct Other {
@@ -139,6 +164,9 @@ pub struct AuditCounts {
     /// counting a known entry, every call's case, takes no lock: concurrent requests of an
     /// instance do not serialise on their accounting.
     index: HashMap<(Kind, &'static str), usize>,
+    /// The same entries by the address of their name: the request path names a known entry
+    /// with the table's own `&'static str`, so a lookup hashes one word instead of the name.
+    by_addr: HashMap<(Kind, usize), (usize, usize), BuildHasherDefault<WordHasher>>,
     /// Per slot, one counter per decision.
     fixed: Vec<[AtomicU64; 4]>,
     /// The rest: names built from tenant numbers and the fold-over rows, keyed by
@@ -215,15 +243,30 @@ impl AuditCounts {
     /// without a lock.
     pub fn for_names(names: impl IntoIterator<Item = (Kind, &'static str)>) -> Self {
         let mut index = HashMap::new();
+        let mut by_addr = HashMap::default();
         for key in names {
             let n = index.len();
-            index.entry(key).or_insert(n);
+            let slot = *index.entry(key).or_insert(n);
+            by_addr
+                .entry((key.0, key.1.as_ptr().addr()))
+                .or_insert((slot, key.1.len()));
         }
         let fixed = (0..index.len()).map(|_| Default::default()).collect();
         Self {
             index,
+            by_addr,
             fixed,
             counts: Mutex::default(),
+        }
+    }
+
+    /// The slot of a table entry: by its name's address (the request path's case), else by
+    /// the name.
+    fn slot(&self, kind: Kind, name: &str) -> Option<usize> {
+        match self.by_addr.get(&(kind, name.as_ptr().addr())) {
+            // The same address and length: the same `&'static str`.
+            Some(&(i, len)) if len == name.len() => Some(i),
+            _ => self.index.get(&(kind, name)).copied(),
         }
     }
 
@@ -238,7 +281,7 @@ impl AuditCounts {
 
     /// Counts one call of the entry `name` (number `number`).
     pub fn add(&self, kind: Kind, name: &str, number: u32, decision: Decision) {
-        if let Some(&i) = self.index.get(&(kind, name)) {
+        if let Some(i) = self.slot(kind, name) {
             self.fixed[i][decision.slot()].fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -263,7 +306,7 @@ impl AuditCounts {
 
     /// The count of one entry and decision (`Kind::other_row` for the fold-over row).
     pub fn get(&self, kind: Kind, name: &str, decision: Decision) -> u64 {
-        if let Some(&i) = self.index.get(&(kind, name)) {
+        if let Some(i) = self.slot(kind, name) {
             return self.fixed[i][decision.slot()].load(Ordering::Relaxed);
         }
         let c = self.lock();

@@ -62,7 +62,7 @@ pub use host_driver::{
 pub use memory::{ClientMemory, MemError};
 pub use objects::{ObjectError, ObjectTable, OwnerId, VidCharge};
 pub use osdesc::{MAX_OS_DESCRIPTOR_BYTES, MAX_OS_DESCRIPTORS};
-pub use plan::{Buf, Params, Plan};
+pub use plan::{Buf, Outputs, Params, Plan};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};
 pub use proxy::{
     Caller, FdError, FdResolver, FrontendNode, GpuInfo, InFlight, Node, OpenId, Proxy,

@@ -11,6 +11,7 @@
 //! and read it ([`Plan::get`], [`Plan::buf`]) instead of reading the client again.
 
 use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use smallvec::SmallVec;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// What a handler reads client params as: a `#[repr(C)]` struct of `nvproxy-abi` whose layout
@@ -26,20 +27,29 @@ use crate::error::ProxyError;
 /// writes.
 pub type Buf = Option<usize>;
 
+/// The client's own bytes of a field the proxy rewrote (a pointer or an fd: at most 8).
 #[derive(Debug)]
 struct Restore {
     buf: Buf,
     off: usize,
-    bytes: Vec<u8>,
+    bytes: [u8; 8],
+    len: u8,
 }
+
+/// A request names a handful of buffers and rewrites a handful of fields: the plan keeps
+/// their bookkeeping inline, so the request path allocates only the buffers themselves.
+const INLINE: usize = 6;
+
+/// The nested buffers to copy back after a call, as `(client address, bytes)`.
+pub type Outputs = SmallVec<[(u64, Vec<u8>); INLINE]>;
 
 /// A host call under construction, with its copy-out plan.
 #[derive(Debug)]
 pub struct Plan {
     pub(crate) call: HostCall,
     /// Per nested buffer: the client address to copy it back to, if the driver writes it.
-    outs: Vec<Option<u64>>,
-    restores: Vec<Restore>,
+    outs: SmallVec<[Option<u64>; INLINE]>,
+    restores: SmallVec<[Restore; INLINE]>,
 }
 
 impl Plan {
@@ -51,8 +61,8 @@ impl Plan {
                 params,
                 nested: Vec::new(),
             },
-            outs: Vec::new(),
-            restores: Vec::new(),
+            outs: SmallVec::new(),
+            restores: SmallVec::new(),
         }
     }
 
@@ -86,24 +96,37 @@ impl Plan {
         }
     }
 
-    fn remember(&mut self, b: Buf, off: usize, len: usize) {
-        let end = off.saturating_add(len);
-        let bytes = self.buf(b).get(off..end).unwrap_or(&[]).to_vec();
-        if !bytes.is_empty() && !self.restores.iter().any(|r| r.buf == b && r.off == off) {
-            self.restores.push(Restore { buf: b, off, bytes });
+    /// Keeps the client's `len` (4 or 8) bytes at `off` of `b` for [`Plan::into_outputs`]
+    /// (the first value, if the field is rewritten twice).
+    fn remember<const N: usize>(&mut self, b: Buf, off: usize) {
+        const { assert!(N <= 8) };
+        let end = off.saturating_add(N);
+        let Some(src) = self.buf(b).get(off..end) else {
+            return;
+        };
+        let mut bytes = [0u8; 8];
+        bytes[..N].copy_from_slice(src);
+        if !self.restores.iter().any(|r| r.buf == b && r.off == off) {
+            #[expect(clippy::cast_possible_truncation, reason = "N <= 8")]
+            self.restores.push(Restore {
+                buf: b,
+                off,
+                bytes,
+                len: N as u8,
+            });
         }
     }
 
     /// Rewrites the 32-bit field at `off` (`offset_of!` of the params struct) for the host;
     /// the client gets its own value back, whatever the host writes there.
     pub fn rewrite32(&mut self, b: Buf, off: usize, v: u32) {
-        self.remember(b, off, 4);
+        self.remember::<4>(b, off);
         self.write(b, off, &v.to_ne_bytes());
     }
 
     /// Rewrites a 64-bit field for the host; the client gets its own value back.
     pub fn rewrite64(&mut self, b: Buf, off: usize, v: u64) {
-        self.remember(b, off, 8);
+        self.remember::<8>(b, off);
         self.write(b, off, &v.to_ne_bytes());
     }
 
@@ -159,10 +182,10 @@ impl Plan {
     /// After the host call: restores the client's field values and returns the top-level bytes
     /// plus the nested buffers to copy back as `(client address, bytes)`. Before it (a call
     /// refused by the proxy), the top-level bytes are the client's own, with what was `set`.
-    pub fn into_outputs(mut self) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
+    pub fn into_outputs(mut self) -> (Vec<u8>, Outputs) {
         let restores = std::mem::take(&mut self.restores);
         for r in restores {
-            self.write(r.buf, r.off, &r.bytes);
+            self.write(r.buf, r.off, &r.bytes[..usize::from(r.len)]);
         }
         let outs = self
             .call
@@ -189,7 +212,7 @@ mod tests {
         assert_eq!(plan.call.nested[i].parent, None);
         let (top, outs) = plan.into_outputs();
         assert_eq!(rd64(&top, 16), 0x7fff_0000_1000);
-        assert_eq!(outs, vec![(0x7fff_0000_1000, vec![1, 2, 3])]);
+        assert_eq!(outs.as_slice(), [(0x7fff_0000_1000, vec![1, 2, 3])]);
     }
 
     #[test]

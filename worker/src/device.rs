@@ -165,8 +165,7 @@ impl NodeDevice {
         let tid = req.pid();
         // On a restricted node the kernel copied the top-level params in (`in_data`) and
         // copies the reply's data back: VmMemory's window.
-        let mut mem = VmMemory::for_ioctl(tid, io.arg, io.in_data, io.out_size)
-            .with_waits(req.client_waits());
+        let mut mem = VmMemory::for_ioctl(tid, io.arg, io.in_data, io.out_size, req.client_waits());
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend

@@ -14,6 +14,7 @@
 
 use cuse_dev::ClientWaits;
 use ioctl_proxy::{ClientMemory, MemError};
+use smallvec::SmallVec;
 
 use crate::ratelimit::tenant_log;
 use crate::sys;
@@ -41,9 +42,14 @@ pub struct VmMemory {
     /// `watchdog.rs`): past one the request has been answered and every further access fails.
     waits: ClientWaits,
     /// (address, bytes) of the writes not made yet, in order.
-    pending: Vec<(u64, Vec<u8>)>,
+    pending: Pending,
     window: Option<Window>,
 }
+
+/// Buffered writes: an ioctl makes a few small ones (nested params, outputs), kept inline so
+/// the request path does not allocate for them.
+type Pending = SmallVec<[(u64, WriteBytes); 4]>;
+type WriteBytes = SmallVec<[u8; 64]>;
 
 /// The top-level params copied in by the kernel, with the writes made to them since.
 struct Window {
@@ -90,28 +96,29 @@ impl Window {
 }
 
 impl VmMemory {
-    /// Memory of the thread that issued the ioctl.
-    pub fn new(tid: u32) -> Self {
+    /// Memory of the thread that issued the ioctl; every syscall on it is bounded by `waits`
+    /// (the request's client-wait deadline; `ClientWaits::unbounded` for none).
+    pub fn new(tid: u32, waits: ClientWaits) -> Self {
         VmMemory {
             tid,
-            waits: ClientWaits::unbounded(),
-            pending: Vec::new(),
+            waits,
+            pending: SmallVec::new(),
             window: None,
         }
-    }
-
-    /// Bounds every syscall on the client's memory by the request's client-wait deadline.
-    pub fn with_waits(mut self, waits: ClientWaits) -> Self {
-        self.waits = waits;
-        self
     }
 
     /// Memory of the thread that issued ioctl `arg`, with the bytes the kernel copied in for a
     /// restricted ioctl (`in_data`) as the window when they are also what it copies back
     /// (`out_size` equal: an `_IOWR` command). Otherwise no window: everything through the
     /// syscalls, as [`VmMemory::new`].
-    pub fn for_ioctl(tid: u32, arg: u64, in_data: &[u8], out_size: u32) -> Self {
-        let mut m = Self::new(tid);
+    pub fn for_ioctl(
+        tid: u32,
+        arg: u64,
+        in_data: &[u8],
+        out_size: u32,
+        waits: ClientWaits,
+    ) -> Self {
+        let mut m = Self::new(tid, waits);
         if !in_data.is_empty() && usize::try_from(out_size) == Ok(in_data.len()) {
             m.window = Some(Window {
                 addr: arg,
@@ -157,7 +164,7 @@ impl VmMemory {
     /// back on every error but `EFAULT`), after the buffered writes.
     pub fn finish_failed(&mut self) {
         if let Some(w) = self.window.take().filter(|w| w.dirty) {
-            self.pending.push((w.addr, w.bytes));
+            self.pending.push((w.addr, SmallVec::from_vec(w.bytes)));
         }
         let _ = self.finish();
     }
@@ -174,7 +181,7 @@ impl Drop for VmMemory {
 
 /// Writes every `(address, bytes)` of `writes`, in order, with as few `process_vm_writev` calls
 /// as the kernel's iovec limit allows (one for any ioctl). Short (a fault part way) is EFAULT.
-fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
+fn write_all(tid: u32, writes: &[(u64, WriteBytes)]) -> std::io::Result<()> {
     use nix::sys::uio::RemoteIoVec;
     use std::io::IoSlice;
     /// `UIO_MAXIOV`.
@@ -184,7 +191,7 @@ fn write_all(tid: u32, writes: &[(u64, Vec<u8>)]) -> std::io::Result<()> {
     let pid = nix::unistd::Pid::from_raw(
         libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?,
     );
-    let remote_of = |(addr, d): &(u64, Vec<u8>)| {
+    let remote_of = |(addr, d): &(u64, WriteBytes)| {
         usize::try_from(*addr)
             .map(|base| RemoteIoVec { base, len: d.len() })
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EFAULT))
@@ -255,7 +262,7 @@ impl ClientMemory for VmMemory {
             .as_ref()
             .filter(|w| w.dirty && w.overlaps(addr, len))
         {
-            self.pending.push((w.addr, w.bytes.clone()));
+            self.pending.push((w.addr, SmallVec::from_slice(&w.bytes)));
         }
         self.finish()?;
         if self.waits.fired() {
@@ -288,7 +295,7 @@ impl ClientMemory for VmMemory {
                 return Ok(());
             }
         }
-        self.pending.push((addr, data.to_vec()));
+        self.pending.push((addr, SmallVec::from_slice(data)));
         Ok(())
     }
 
@@ -477,7 +484,7 @@ mod tests {
         let tid = std::process::id();
         let w = waits.clone();
         let reader = std::thread::spawn(move || {
-            let mut mem = VmMemory::new(tid).with_waits(w);
+            let mut mem = VmMemory::new(tid, w);
             let t = std::time::Instant::now();
             (mem.read(addr + 64, 8), t.elapsed())
         });
@@ -499,7 +506,7 @@ mod tests {
         assert!(took >= Duration::from_millis(500), "{took:?}");
         // A read that does not wait is untouched.
         let waits = ClientWaits::standalone(Duration::from_millis(200));
-        let mut mem = VmMemory::new(tid).with_waits(waits.clone());
+        let mut mem = VmMemory::new(tid, waits.clone());
         assert_eq!(mem.read(addr + 64, 8).unwrap(), vec![0; 8]);
         assert!(!waits.fired());
     }
@@ -593,7 +600,7 @@ mod tests {
         let tid = std::process::id();
         let mut buf = vec![0u8; 64];
         let base = buf.as_mut_ptr() as u64;
-        let mut m = VmMemory::new(tid);
+        let mut m = VmMemory::new(tid, ClientWaits::unbounded());
         m.write(base, &[1; 8]).unwrap();
         m.write(base + 32, &[2; 8]).unwrap();
         m.write(base + 4, &[3; 2]).unwrap();
@@ -626,7 +633,13 @@ mod tests {
     #[test]
     fn test_vm_window_serves_the_top_struct_and_carries_its_write_back_in_the_reply() {
         // Address 8 is never mapped: only the window can serve it.
-        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 4);
+        let mut m = VmMemory::for_ioctl(
+            std::process::id(),
+            8,
+            &[1, 2, 3, 4],
+            4,
+            ClientWaits::unbounded(),
+        );
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(m.read(10, 2).unwrap(), vec![3, 4]);
         assert_eq!(
@@ -641,12 +654,24 @@ mod tests {
         assert_eq!(m.reply_data(), vec![1, 7, 3, 4]);
 
         // Not written: the reply carries nothing (the kernel copies nothing back).
-        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 4);
+        let mut m = VmMemory::for_ioctl(
+            std::process::id(),
+            8,
+            &[1, 2, 3, 4],
+            4,
+            ClientWaits::unbounded(),
+        );
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(m.reply_data(), Vec::<u8>::new());
 
         // Only an _IOWR command (in and out the same size) gets a window.
-        let mut m = VmMemory::for_ioctl(std::process::id(), 8, &[1, 2, 3, 4], 0);
+        let mut m = VmMemory::for_ioctl(
+            std::process::id(),
+            8,
+            &[1, 2, 3, 4],
+            0,
+            ClientWaits::unbounded(),
+        );
         assert_eq!(m.read(8, 4), Err(MemError::Fault));
     }
 
@@ -656,7 +681,7 @@ mod tests {
         let mut buf = vec![0u8; 32];
         let base = buf.as_mut_ptr() as u64;
         // The window is buf[8..16] as the kernel copied it.
-        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8);
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded());
         // A nested write overlapping the window's start, then the top struct.
         m.write(base + 4, &[1; 8]).unwrap();
         m.write(base + 8, &[2, 2]).unwrap();
@@ -668,7 +693,7 @@ mod tests {
 
         // Success: the nested write goes through the syscall, the window through the reply,
         // which carries the nested write's overlapping bytes too.
-        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8);
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded());
         m.write(base + 20, &[3; 4]).unwrap();
         m.write(base + 12, &[4; 8]).unwrap();
         m.finish().unwrap();

@@ -1285,7 +1285,7 @@ fn call(
             // Measured as the CUSE path measures (device.rs): the request with its client
             // memory, not the transport's round trip.
             let start = std::time::Instant::now();
-            let mut mem = VmMemory::new(pid).with_waits(waits.clone());
+            let mut mem = VmMemory::new(pid, waits.clone());
             let lookup = |fd: i32| resolve(shared, pidfd, fd).map(|o| o.id);
             let result = open
                 .backend
