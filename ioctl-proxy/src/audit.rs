@@ -7,8 +7,9 @@
 //! are what `nvproxy policy suggest --from-audit` needs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
+
+use crate::hash::WordHash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -113,30 +114,6 @@ pub struct CountRow {
     pub numbers: Vec<u32>,
 }
 
-/// A multiplicative hasher for the word-sized keys of a table built once from our own
-/// addresses (never from tenant input, so no flooding to resist).
-#[derive(Default)]
-struct WordHasher(u64);
-
-impl Hasher for WordHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_ne_bytes(w));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
 /// The fold-over row of one (kind, decision).
 #[derive(Debug, Default)]
 struct Other {
@@ -166,7 +143,7 @@ pub struct AuditCounts {
     index: HashMap<(Kind, &'static str), usize>,
     /// The same entries by the address of their name: the request path names a known entry
     /// with the table's own `&'static str`, so a lookup hashes one word instead of the name.
-    by_addr: HashMap<(Kind, usize), (usize, usize), BuildHasherDefault<WordHasher>>,
+    by_addr: HashMap<(Kind, usize), (usize, usize), WordHash>,
     /// Per slot, one counter per decision.
     fixed: Vec<[AtomicU64; 4]>,
     /// The rest: names built from tenant numbers and the fold-over rows, keyed by

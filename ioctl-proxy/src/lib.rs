@@ -33,6 +33,7 @@ mod error;
 mod frontend;
 mod gpus;
 mod handles;
+mod hash;
 mod hostctl;
 pub mod kit;
 pub mod live;

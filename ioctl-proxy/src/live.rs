@@ -324,7 +324,8 @@ impl Proxy {
                 )
                 .map_err(|e| bad(e.to_string()))?;
         }
-        let mut opens = std::collections::HashMap::new();
+        let mut opens: std::collections::HashMap<_, _, crate::hash::WordHash> =
+            std::collections::HashMap::default();
         for (o, node) in live.opens.iter().zip(nodes) {
             let adopted = (|| -> Result<_, ProxyError> {
                 let host = self

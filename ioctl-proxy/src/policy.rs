@@ -352,9 +352,16 @@ impl InstancePolicy {
     /// (`RM_GSS_LEGACY 0x20808159`) is also named by its family's name (`RM_GSS_LEGACY`) in
     /// each of the three sets. Allocates nothing.
     pub fn permits(&self, name: &str, caps: Caps) -> bool {
-        let family = family_of_command_name(name);
-        let named =
-            |set: &BTreeSet<String>| set.contains(name) || family.is_some_and(|f| set.contains(f));
+        // The family is looked for only when a set names anything (the default policy's
+        // sets are empty: no string scan per request).
+        let family = std::cell::OnceCell::new();
+        let named = |set: &BTreeSet<String>| {
+            !set.is_empty()
+                && (set.contains(name)
+                    || family
+                        .get_or_init(|| family_of_command_name(name))
+                        .is_some_and(|f| set.contains(f)))
+        };
         if named(&self.deny) {
             return false;
         }

@@ -36,6 +36,7 @@ use tracing::debug;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
 use crate::error::ProxyError;
+use crate::hash::WordHash;
 use crate::hostctl::host_cards;
 use crate::kit::Note;
 use crate::mapping_slot::MappingSlot;
@@ -227,7 +228,7 @@ pub struct Proxy {
     pub(crate) policy: InstancePolicy,
     pub(crate) host: Arc<dyn HostDriver>,
     pub(crate) gpus: Vec<GpuInfo>,
-    pub(crate) opens: Mutex<HashMap<OpenId, Arc<OpenFile>>>,
+    pub(crate) opens: Mutex<HashMap<OpenId, Arc<OpenFile>, WordHash>>,
     pub(crate) next_open: AtomicU64,
     /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
     pub(crate) open_files: AtomicUsize,
@@ -305,7 +306,7 @@ impl Proxy {
             policy,
             host,
             gpus,
-            opens: Mutex::new(HashMap::new()),
+            opens: Mutex::new(HashMap::default()),
             next_open: AtomicU64::new(1),
             open_files: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -553,7 +554,7 @@ impl Proxy {
         lock(&self.opens).get(&open).cloned()
     }
 
-    pub(crate) fn opens(&self) -> MutexGuard<'_, HashMap<OpenId, Arc<OpenFile>>> {
+    pub(crate) fn opens(&self) -> MutexGuard<'_, HashMap<OpenId, Arc<OpenFile>, WordHash>> {
         lock(&self.opens)
     }
 

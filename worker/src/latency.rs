@@ -16,6 +16,23 @@ pub const BOUNDS_S: [f64; 13] = [
 ];
 
 /// A worker's request latencies: one counter per bucket (not cumulative) and the sum.
+/// [`BOUNDS_S`] in nanoseconds.
+const BOUNDS_NS: [u64; BOUNDS_S.len()] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
 pub struct Latency {
     buckets: [AtomicU64; BOUNDS_S.len() + 1],
     sum_ns: AtomicU64,
@@ -36,13 +53,13 @@ impl Latency {
 
     /// Counts one request that took `d`.
     pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BOUNDS_S
-            .iter()
-            .position(|&b| s <= b)
-            .unwrap_or(BOUNDS_S.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        // Integers only: every request passes here.
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = BOUNDS_NS
+            .iter()
+            .position(|&b| ns <= b)
+            .unwrap_or(BOUNDS_NS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
@@ -62,5 +79,33 @@ impl Latency {
 impl Default for Latency {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_bounds_in_ns_are_the_bounds_in_seconds() {
+        for (ns, s) in BOUNDS_NS.iter().zip(BOUNDS_S) {
+            #[expect(clippy::cast_precision_loss, reason = "at most 1e9")]
+            let got = *ns as f64 / 1e9;
+            assert!((got - s).abs() < 1e-12, "{ns} ns vs {s} s");
+        }
+    }
+
+    #[test]
+    fn test_a_request_lands_in_the_first_bucket_that_holds_it() {
+        let l = Latency::new();
+        l.observe(Duration::from_micros(10)); // on the bound: that bucket
+        l.observe(Duration::from_nanos(10_001));
+        l.observe(Duration::from_secs(2)); // past every bound: +Inf
+        let s = l.snapshot();
+        assert_eq!(
+            (s.buckets[0], s.buckets[1], s.buckets[BOUNDS_S.len()]),
+            (1, 1, 1)
+        );
+        assert_eq!(s.sum_ns, 2_000_020_001);
     }
 }
