@@ -5,7 +5,7 @@
 //! request and writes the same reply, nothing else. Batches alternate between the two; the
 //! output is ns per request for each and the ratio per batch (median, range).
 //!
-//! `cargo run --release -p cuse-dev --example session_cost -- [ITERS] [BATCHES]`
+//! `cargo run --release -p cuse-dev --example session_cost -- [ITERS] [BATCHES] [session|floor]`
 //! (`FLOOR_THREADS=N`: N floor threads reading the socket, as the session's pool does).
 
 use std::io::{IoSlice, Write};
@@ -136,6 +136,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let iters: u32 = args.next().map_or(20_000, |a| a.parse().expect("ITERS"));
     let batches: usize = args.next().map_or(7, |a| a.parse().expect("BATCHES"));
+    // `session` or `floor`: time only that side (for an instruction count of one side).
+    let only = args.next();
+    let (with_session, with_floor) = match only.as_deref() {
+        None | Some("both") => (true, true),
+        Some("session") => (true, false),
+        Some("floor") => (false, true),
+        Some(o) => panic!("unknown side {o:?}: session, floor or both"),
+    };
 
     // The session, after CUSE_INIT and one open.
     let (ours, theirs) = seqpacket_pair().expect("socketpair");
@@ -183,8 +191,16 @@ fn main() {
     run(&floor_client, 0, iters / 10 + 1, &mut funique);
     let (mut s, mut f, mut r) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..batches {
-        let a = run(&client, 0, iters, &mut unique);
-        let b = run(&floor_client, 0, iters, &mut funique);
+        let a = if with_session {
+            run(&client, 0, iters, &mut unique)
+        } else {
+            f64::NAN
+        };
+        let b = if with_floor {
+            run(&floor_client, 0, iters, &mut funique)
+        } else {
+            f64::NAN
+        };
         s.push(a);
         f.push(b);
         r.push(a / b);

@@ -28,7 +28,7 @@ use crate::error::ProxyError;
 pub type Buf = Option<usize>;
 
 /// The client's own bytes of a field the proxy rewrote (a pointer or an fd: at most 8).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Restore {
     buf: Buf,
     off: usize,
@@ -183,18 +183,39 @@ impl Plan {
     /// plus the nested buffers to copy back as `(client address, bytes)`. Before it (a call
     /// refused by the proxy), the top-level bytes are the client's own, with what was `set`.
     pub fn into_outputs(mut self) -> (Vec<u8>, Outputs) {
-        let restores = std::mem::take(&mut self.restores);
-        for r in restores {
+        self.restore_client_values();
+        let mut outs = Outputs::new();
+        for (n, out) in self.call.nested.into_iter().zip(self.outs) {
+            if let Some(a) = out {
+                outs.push((a, n.data));
+            }
+        }
+        (self.call.params, outs)
+    }
+
+    /// After the host call: puts the client's own values back into the fields the proxy
+    /// rewrote ([`Plan::into_outputs`] in steps, for a caller that writes the buffers out
+    /// without moving them).
+    pub(crate) fn restore_client_values(&mut self) {
+        for i in 0..self.restores.len() {
+            let r = self.restores[i];
             self.write(r.buf, r.off, &r.bytes[..usize::from(r.len)]);
         }
-        let outs = self
-            .call
+        self.restores.clear();
+    }
+
+    /// The nested buffers to copy back, as `(client address, bytes)`, in order.
+    pub(crate) fn outputs(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.call
             .nested
-            .into_iter()
-            .zip(self.outs)
-            .filter_map(|(n, out)| out.map(|a| (a, n.data)))
-            .collect();
-        (self.call.params, outs)
+            .iter()
+            .zip(&self.outs)
+            .filter_map(|(n, out)| out.map(|a| (a, n.data.as_slice())))
+    }
+
+    /// The top-level params (the client's, once [`Plan::restore_client_values`] ran).
+    pub(crate) fn into_params(self) -> Vec<u8> {
+        self.call.params
     }
 }
 

@@ -328,14 +328,15 @@ impl<'a> Req<'a> {
         ret: i32,
         convert: impl FnOnce(Vec<u8>) -> Vec<u8>,
     ) -> Result<i32, ProxyError> {
-        let (top, outs) = plan.into_outputs();
+        let mut plan = plan;
+        plan.restore_client_values();
         if let Some(off) = status_off {
-            self.note.nv_status = Some(rd32(&top, off));
+            self.note.nv_status = Some(rd32(plan.buf(None), off));
         }
-        for (a, data) in outs {
-            self.mem.write(a, &data).map_err(top_err)?;
+        for (a, data) in plan.outputs() {
+            self.mem.write(a, data).map_err(top_err)?;
         }
-        let top = convert(top);
+        let top = convert(plan.into_params());
         self.write_top(addr, &top)?;
         Ok(ret)
     }
