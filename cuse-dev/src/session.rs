@@ -534,6 +534,7 @@ impl Session {
                     .collect(),
             ),
             handed_over: AtomicBool::new(false),
+            attention: AtomicUsize::new(0),
             log_key: self.cfg.log_key.clone(),
         });
         for i in 0..MIN_THREADS {
@@ -799,6 +800,11 @@ struct Shared {
     /// The channel was handed over ([`Session::run_handover`]): a thread still parked on a
     /// request the watchdog answered takes nothing more when it comes back.
     handed_over: AtomicBool,
+    /// Reasons a reading thread must look at the pool before it reads again: the retire
+    /// flags set and not yet seen, plus one for shutdown. Zero, the usual case, spares every
+    /// request a pool lock (`leave_if_asked`). Only grows while the flag it counts is set
+    /// under the pool lock, and shrinks when a thread consumes its flag under that lock.
+    attention: AtomicUsize,
 }
 
 /// Retry rounds in progress per session (each is one caller thread blocked in an ioctl).
@@ -971,8 +977,15 @@ impl Shared {
     /// Whether this (reading) thread should exit: the session shuts down, or the supervisor
     /// retired it and enough other threads remain. Unregisters it if so.
     fn leave_if_asked(&self, id: u64) -> bool {
+        if self.attention.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         let mut st = self.pool();
         let retire = st.slots.get(&id).is_some_and(|s| s.retire);
+        if retire {
+            // This thread's flag is consumed below, by leaving or by clearing it.
+            self.attention.fetch_sub(1, Ordering::SeqCst);
+        }
         let leave = st.shutdown || (retire && st.slots.len() > MIN_THREADS && st.readers > 1);
         if leave {
             if retire && !st.shutdown {
@@ -1033,7 +1046,11 @@ impl Shared {
                 self.retire_idle();
             }
         };
-        self.pool().shutdown = true;
+        {
+            let mut st = self.pool();
+            st.shutdown = true;
+            self.attention.fetch_add(1, Ordering::SeqCst);
+        }
         let deadline = Instant::now() + STOP_WAIT;
         loop {
             {
@@ -1082,6 +1099,7 @@ impl Shared {
                 t.wake();
             } else if idle && spare > 0 && readers > 1 {
                 slot.retire = true;
+                self.attention.fetch_add(1, Ordering::SeqCst);
                 spare -= 1;
                 readers -= 1;
                 t.wake();
@@ -1212,7 +1230,9 @@ impl Shared {
     /// another thread is reading; queues it instead when `max` handlers run already.
     fn take(self: &Arc<Self>, id: u64, job: Job<'_>) {
         let mut st = self.pool();
-        if self.holding(&st) >= self.max {
+        // `holding` never exceeds `busy`: its scan of the slots is needed only near the
+        // limit.
+        if st.busy >= self.max && self.holding(&st) >= self.max {
             if !st.warned_full {
                 st.warned_full = true;
                 tenant_log!(
