@@ -8,12 +8,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-
-use crate::hash::WordHash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::hash::WordHash;
 
 /// Which table an entry comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

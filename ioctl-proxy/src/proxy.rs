@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use nvproxy_abi::{ControlSpec, DriverAbi, DriverVersion};
+use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
 
 use crate::audit::{AuditCounts, AuditEvent, AuditSink, Decision, Kind, NullSink};
@@ -225,9 +225,6 @@ impl Drop for InFlight<'_> {
 /// One instance's frontend proxy.
 pub struct Proxy {
     pub(crate) abi: DriverAbi,
-    /// `abi.controls` hashed, for the request path's one lookup per control (the table is
-    /// fixed: tenants only look keys up, so a cheap hash is safe).
-    controls: HashMap<u32, ControlSpec, WordHash>,
     pub(crate) policy: InstancePolicy,
     pub(crate) host: Arc<dyn HostDriver>,
     pub(crate) gpus: Vec<GpuInfo>,
@@ -304,10 +301,8 @@ impl Proxy {
                 .chain(abi.uvm.values().map(|u| (Kind::Uvm, u.name)))
                 .chain(std::iter::once((Kind::Uvm, "mmap"))),
         );
-        let controls = abi.controls.iter().map(|(&k, &v)| (k, v)).collect();
         Ok(Self {
             abi,
-            controls,
             policy,
             host,
             gpus,
@@ -346,11 +341,6 @@ impl Proxy {
     /// The ABI tables in use.
     pub fn abi(&self) -> &DriverAbi {
         &self.abi
-    }
-
-    /// The table's control `cmd`.
-    pub(crate) fn control_spec(&self, cmd: u32) -> Option<ControlSpec> {
-        self.controls.get(&cmd).copied()
     }
 
     /// The instance's GPUs in the tenant's order.

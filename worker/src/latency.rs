@@ -15,7 +15,6 @@ pub const BOUNDS_S: [f64; 13] = [
     0.1, 1.0,
 ];
 
-/// A worker's request latencies: one counter per bucket (not cumulative) and the sum.
 /// [`BOUNDS_S`] in nanoseconds.
 const BOUNDS_NS: [u64; BOUNDS_S.len()] = [
     10_000,
@@ -33,6 +32,7 @@ const BOUNDS_NS: [u64; BOUNDS_S.len()] = [
     1_000_000_000,
 ];
 
+/// A worker's request latencies: one counter per bucket (not cumulative) and the sum.
 pub struct Latency {
     buckets: [AtomicU64; BOUNDS_S.len() + 1],
     sum_ns: AtomicU64,
