@@ -442,6 +442,9 @@ impl DevSocket {
     ) -> Result<DevSocket> {
         let dir = root.join(instance);
         let shared = new_shared(instance, nodes)?;
+        // Every open is known before any serves: a call may name another open's fd (UVM's
+        // rmCtrlFd, REGISTER_FD's control fd), whatever the order they were handed over in.
+        let mut adopted = Vec::with_capacity(suspended.opens.len());
         for o in suspended.opens {
             let backend = match o.node {
                 Node::Uvm => shared.nodes.uvm.clone(),
@@ -458,6 +461,9 @@ impl DevSocket {
                 calls: Mutex::new(Calls::default()),
             });
             shared.lock_table().by_cookie.insert(o.cookie, open.clone());
+            adopted.push(open);
+        }
+        for open in adopted {
             spawn_open_thread(&shared, open);
         }
         let s = shared.clone();
@@ -2064,5 +2070,52 @@ mod tests {
         let (r, _) = call_on(&chan, &req).unwrap();
         assert_eq!((r.errno, r.retry), (0, false));
         assert!(v[8..].starts_with(b"535.261.03"));
+    }
+
+    #[test]
+    fn test_an_adopted_open_serves_only_once_every_open_is_known() {
+        // A live upgrade hands the opens over in any order. A call that the first adopted open
+        // serves may name another open's fd (UVM's rmCtrlFd, REGISTER_FD's control fd): that
+        // open must already be known, or the tenant's call fails for the upgrade's sake.
+        let mut f = fixture("adopt-order");
+        let ctl = f.open(DevNode::Ctl).unwrap();
+        let gpu = Arc::new(f.open(DevNode::Gpu(0)).unwrap());
+        // More opens, adopted between the GPU open and the control open below.
+        let others: Vec<OwnedFd> = (0..400).map(|_| f.open(DevNode::Gpu(0)).unwrap()).collect();
+        f.wait_opens(402);
+        let dev = f.dev.take().unwrap();
+        let mut suspended = dev.suspend(Duration::from_secs(5)).map_err(|(_, e)| e).unwrap();
+        let ctl_cookie = sys::socket_cookie(ctl.as_fd()).unwrap();
+        let gpu_cookie = sys::socket_cookie(gpu.as_fd()).unwrap();
+        // The GPU open first, the control open last.
+        suspended.opens.sort_by_key(|o| match o.cookie {
+            c if c == gpu_cookie => 0,
+            c if c == ctl_cookie => 2,
+            _ => 1,
+        });
+        // An attach waiting in the GPU open's connection, as the shim's after a suspension;
+        // its first call registers the control fd.
+        let g = gpu.clone();
+        let ctl_fd = ctl.as_raw_fd();
+        let calling = std::thread::spawn(move || {
+            let chan = attach_raw(&g, g.as_raw_fd()).expect("attached by the next worker");
+            const REGISTER_FD: u32 = 0xc004_46c9;
+            let mut arg = ctl_fd.to_ne_bytes();
+            let req = CallRequest {
+                fd: g.as_raw_fd(),
+                op: CallOp::Ioctl {
+                    cmd: REGISTER_FD,
+                    arg: arg.as_mut_ptr() as u64,
+                },
+            };
+            let r = call_on(&chan, &req.encode()).expect("a reply").0;
+            std::hint::black_box(&arg);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
+        let r = calling.join().unwrap();
+        assert_eq!((r.errno, r.result), (0, 0), "REGISTER_FD right after the adoption");
+        drop(others);
     }
 }
