@@ -2084,7 +2084,10 @@ mod tests {
         let others: Vec<OwnedFd> = (0..400).map(|_| f.open(DevNode::Gpu(0)).unwrap()).collect();
         f.wait_opens(402);
         let dev = f.dev.take().unwrap();
-        let mut suspended = dev.suspend(Duration::from_secs(5)).map_err(|(_, e)| e).unwrap();
+        let mut suspended = dev
+            .suspend(Duration::from_secs(5))
+            .map_err(|(_, e)| e)
+            .unwrap();
         let ctl_cookie = sys::socket_cookie(ctl.as_fd()).unwrap();
         let gpu_cookie = sys::socket_cookie(gpu.as_fd()).unwrap();
         // The GPU open first, the control open last.
@@ -2115,7 +2118,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
         let r = calling.join().unwrap();
-        assert_eq!((r.errno, r.result), (0, 0), "REGISTER_FD right after the adoption");
+        assert_eq!(
+            (r.errno, r.result),
+            (0, 0),
+            "REGISTER_FD right after the adoption"
+        );
         drop(others);
     }
 }
