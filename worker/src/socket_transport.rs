@@ -2115,7 +2115,12 @@ mod tests {
             std::hint::black_box(&arg);
             r
         });
-        std::thread::sleep(Duration::from_millis(100));
+        // The attach is in the GPU open's connection (adopted first after the sort).
+        let mut fds = [PollFd::new(
+            suspended.opens[0].conn.as_fd(),
+            PollFlags::POLLIN,
+        )];
+        assert_eq!(poll(&mut fds, PollTimeout::from(5000u16)).unwrap(), 1);
         f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
         let r = calling.join().unwrap();
         assert_eq!(
