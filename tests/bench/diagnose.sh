@@ -14,12 +14,18 @@
 #   4. (only with --only 4) where the serving threads' time goes, by call stack (perf record
 #      --call-graph dwarf, one client, --ops ioctls): each system call, and the user code by
 #      part (cuse-dev, the request path, the worker's glue, nvsim), for the proxy's
-#      `cuse-worker` threads and the same-work floor's (tests/bench/e2e-split.py --thread).
+#      `cuse-worker` threads and the same-work floor's (tests/bench/e2e-split.py --thread);
+#   5. (only with --only 5) the steady state with T clients, each side in a 10 s phase of its
+#      own: cpu-clock samples per 1000 ioctls by task and object (kernel / our code /
+#      libraries, client and server), context switches per ioctl of the serving threads and
+#      the clients (went to sleep vs preempted), and where the serving threads slept
+#      (waiting in `read` for a request, on a futex, ...): whether the proxy serialises or
+#      only costs more CPU per ioctl.
 #
 # Usage: tests/bench/diagnose.sh [--out DIR] [--smp N] [--ops N] [--threads T] [--only 1,2,3]
 #   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
 #   --ops N      ioctls per single-client run (default 2000)
-#   --threads T  the concurrent clients of parts 1-3 (default 8)
+#   --threads T  the concurrent clients of parts 1-3 and 5 (default 8)
 #   --only LIST  run only these parts (--skip-perf: parts 1 and 2). Profiles of one client are
 #                clearer with --smp 1 (no idle vCPU, no cross-vCPU hand-offs).
 # Needs strace and perf (linux-perf) on the host (the guest runs the host's binaries); installs
@@ -161,6 +167,44 @@ if ((GUEST)); then
     perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-floor.data" -- \
       "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
     grep -h '^RESULT' "$OUTDIR"/stacks-proxy.out "$OUTDIR"/stacks-floor.out | cut -d' ' -f1-7 || true
+  fi
+  if part 5; then
+    echo "### 5. steady state with $T clients: CPU and sleeps per ioctl, proxy vs same-work floor"
+    # One 10 s phase per side, each in its own process tree: start-up stays out of the
+    # figures apart from the proxy's own (its line "nvproxy", and the idle vCPU meanwhile).
+    for side in proxy floor; do
+      if [[ $side == proxy ]]; then
+        run=("$BIN/nvproxy" exec --driver sim --memory process-vm -- "$BIN/nv-bench" simple-control) server=cuse-worker
+      else
+        run=("$BIN/nv-bench" samework-simple-control --dev /dev/nvbench-samework) server=cuse_samework
+      fi
+      for ev in cpu sched; do
+        if [[ $ev == cpu ]]; then opts=(-e cpu-clock -F 1000); else opts=(-e sched:sched_switch -g); fi
+        perf record -q "${opts[@]}" -a -o "$OUTDIR/ss-$side-$ev.data" -- "${run[@]}" \
+          --threads "$T" --ms 10000 --rounds 1 >"$OUTDIR/ss-$side-$ev.out" 2>&1 || true
+      done
+      ops=$(awk '/^SCALE /{ for (i = 1; i <= NF; i++) if ($i ~ /^ops_s=/) { sub(/ops_s=/, "", $i); print $i * 10 } }' \
+        "$OUTDIR/ss-$side-cpu.out")
+      echo "== $side: ${ops:-?} ioctls in 10 s ($(grep -m1 -o ' ops_s=[0-9.]*' "$OUTDIR/ss-$side-cpu.out" || echo 'no result'))"
+      [[ -n $ops ]] || continue
+      echo "  cpu-clock samples (1 ms each) per 1000 ioctls, by task and object:"
+      perf report -q -n -i "$OUTDIR/ss-$side-cpu.data" --sort comm,dso --stdio 2>/dev/null |
+        awk -v n="$ops" '{ r = $2 * 1000 / n; if (r >= 1) printf "    %-14s %-22s %7.1f\n", $3, $4, r }'
+      echo "  context switches per ioctl (prev_state; S = went to sleep, R = preempted):"
+      perf script -i "$OUTDIR/ss-$side-sched.data" -F comm,trace 2>/dev/null |
+        awk -v n="$ops" -v srv="$server" '($1 == srv || $1 == "nv-bench") {
+            for (i = 2; i <= NF; i++) if ($i ~ /^prev_state=/) { st = $i; sub(/prev_state=/, "", st) }
+            c[$1 " " substr(st, 1, 1)]++ }
+          END { for (k in c) printf "    %-24s %6.2f\n", k, c[k] / n }' | sort
+      echo "  where $server threads went to sleep (per ioctl, by the kernel function they waited in):"
+      perf script -i "$OUTDIR/ss-$side-sched.data" -F comm,trace,ip,sym 2>/dev/null |
+        awk -v n="$ops" -v srv="$server" '
+          /^[^ \t]/ { flush(); keep = ($1 == srv && $0 ~ /prev_state=S/); site = ""; next }
+          keep && site == "" && $2 ~ /^(fuse_dev_do_read|fuse_dev_do_write|futex_wait|do_futex|process_vm_rw_core|poll_schedule_timeout|do_nanosleep|pipe_read|unix_stream_read_generic)/ {
+            site = $2; sub(/\..*/, "", site) }
+          function flush() { if (keep) c[site == "" ? "other" : site]++ }
+          END { flush(); for (k in c) printf "    %-28s %6.2f\n", k, c[k] / n }' | sort -k2,2nr
+    done
   fi
   kill "$sw" 2>/dev/null || true
   exit 0
