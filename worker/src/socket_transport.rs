@@ -464,7 +464,14 @@ impl DevSocket {
             adopted.push(open);
         }
         for open in adopted {
-            spawn_open_thread(&shared, open);
+            if !spawn_open_thread(&shared, open.clone()) {
+                // Nothing would ever read its connection: end it (the client's next call
+                // fails instead of waiting forever) and release its open in the backend.
+                shared.lock_table().by_cookie.remove(&open.cookie);
+                let _ = socket::shutdown(open.conn.as_raw_fd(), socket::Shutdown::Both);
+                open.backend.release(open.id);
+                ratelimit::tenant_log!(warn, instance, open = open.id, node = %open.node, "an adopted open could not be served: closed");
+            }
         }
         let s = shared.clone();
         let server = SeqpacketServer::serve_listener(
@@ -681,6 +688,15 @@ fn bind_peer_name(
 
 /// Starts the thread of an open (in the table already); false when none could be started.
 fn spawn_open_thread(shared: &Arc<Shared>, open: Arc<Open>) -> bool {
+    #[cfg(test)]
+    if tests::FAIL_SPAWNS.with(|n| n.replace(n.get().saturating_sub(1)) > 0) {
+        ratelimit::tenant_log!(
+            warn,
+            &shared.instance,
+            "cannot start an open's thread (test)"
+        );
+        return false;
+    }
     let s = shared.clone();
     let node = open.node;
     let thread = std::thread::Builder::new()
@@ -2070,6 +2086,49 @@ mod tests {
         let (r, _) = call_on(&chan, &req).unwrap();
         assert_eq!((r.errno, r.retry), (0, false));
         assert!(v[8..].starts_with(b"535.261.03"));
+    }
+
+    thread_local! {
+        /// The next this many `spawn_open_thread` calls on this thread fail.
+        pub(super) static FAIL_SPAWNS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn test_an_adopted_open_without_a_thread_is_closed_and_released() {
+        // A live upgrade whose worker cannot start an open's thread: that open must not stay
+        // in the table unserved (its client would wait forever, its backend open never be
+        // released); the other opens are served.
+        let mut f = fixture("adopt-nothread");
+        let lost = f.open(DevNode::Ctl).unwrap();
+        let kept = f.open(DevNode::Ctl).unwrap();
+        f.wait_opens(2);
+        let dev = f.dev.take().unwrap();
+        let mut suspended = dev
+            .suspend(Duration::from_secs(5))
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let lost_cookie = sys::socket_cookie(lost.as_fd()).unwrap();
+        suspended
+            .opens
+            .sort_by_key(|o| u8::from(o.cookie != lost_cookie));
+        FAIL_SPAWNS.with(|n| n.set(1));
+        f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
+        FAIL_SPAWNS.with(|n| n.set(0));
+        assert_eq!(
+            f.dev.as_ref().unwrap().opens(),
+            1,
+            "the unserved open left the table"
+        );
+        assert_eq!(f.proxy.open_files(), 1, "its backend open was released");
+        // Its client reads EOF at once (its next call fails instead of waiting forever).
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            socket::recv(lost.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT),
+            Ok(0),
+            "the lost open's connection is ended"
+        );
+        let chan = attach_raw(&kept, kept.as_raw_fd()).expect("the other open is served");
+        drop(chan);
     }
 
     #[test]
