@@ -932,10 +932,10 @@ impl Shared {
     /// A serving thread: reads a request, and runs its handler itself once it made sure that
     /// another thread is reading (leader/follower, as libfuse's multi-threaded loop).
     fn serve(self: Arc<Self>, id: u64, first: Option<Job<'static>>) {
-        if let Some(ThreadStart(hook)) = &self.thread_start {
-            if catch_unwind(AssertUnwindSafe(|| hook())).is_err() {
-                error!("thread start hook panicked");
-            }
+        if let Some(ThreadStart(hook)) = &self.thread_start
+            && catch_unwind(AssertUnwindSafe(|| hook())).is_err()
+        {
+            error!("thread start hook panicked");
         }
         if let Err(e) = sys::unblock_wake_signal() {
             warn!(error = %e, "cannot unblock the wake signal; stop may hang");
@@ -1259,24 +1259,24 @@ impl Shared {
         // nested request to this device, or for the RELEASE its close triggers).
         let spawn = (st.readers == 0).then(|| self.reserve_slot(&mut st));
         drop(st);
-        if let Some(new) = spawn {
-            if let Err(e) = self.spawn_reserved(new, None) {
-                let mut st = self.pool();
-                tenant_log!(error, &self.log_key, error = %e, workers = st.slots.len(), "cannot start a serving thread");
-                // Keep reading ourselves: leave the job to a busy thread, or fail it.
-                let unique = job.header.unique;
-                let others_busy = st.busy > 1;
-                if others_busy {
-                    st.queue.push_back(job.into_owned());
-                }
-                self.back_to_reading(&mut st, id);
-                drop(st);
-                if !others_busy {
-                    self.inflight().remove(&unique);
-                    send_logged(&self.chan, &self.log_key, unique, Err(Errno::EAGAIN));
-                }
-                return;
+        if let Some(new) = spawn
+            && let Err(e) = self.spawn_reserved(new, None)
+        {
+            let mut st = self.pool();
+            tenant_log!(error, &self.log_key, error = %e, workers = st.slots.len(), "cannot start a serving thread");
+            // Keep reading ourselves: leave the job to a busy thread, or fail it.
+            let unique = job.header.unique;
+            let others_busy = st.busy > 1;
+            if others_busy {
+                st.queue.push_back(job.into_owned());
             }
+            self.back_to_reading(&mut st, id);
+            drop(st);
+            if !others_busy {
+                self.inflight().remove(&unique);
+                send_logged(&self.chan, &self.log_key, unique, Err(Errno::EAGAIN));
+            }
+            return;
         }
         self.execute(job);
         self.after_handler(id);

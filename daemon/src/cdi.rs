@@ -1189,11 +1189,11 @@ fn dir_in_root(root: &OwnedFd, rel: &Path) -> Result<OwnedFd> {
                 let c = cstr(Path::new(name))?;
                 // An O_PATH directory fd works for mkdirat.
                 let mode = rustix::fs::Mode::from_bits_retain(0o755);
-                if let Err(e) = rustix::fs::mkdirat(&dir, c.as_c_str(), mode) {
-                    if e != rustix::io::Errno::EXIST {
-                        return Err(std::io::Error::from(e))
-                            .with_context(|| format!("mkdir {}", sofar.display()));
-                    }
+                if let Err(e) = rustix::fs::mkdirat(&dir, c.as_c_str(), mode)
+                    && e != rustix::io::Errno::EXIST
+                {
+                    return Err(std::io::Error::from(e))
+                        .with_context(|| format!("mkdir {}", sofar.display()));
                 }
                 dir = open_in_root(root, &sofar, libc::O_PATH | libc::O_DIRECTORY, 0)?;
             }

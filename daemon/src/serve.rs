@@ -371,14 +371,14 @@ fn host_numa_nodes() -> Vec<nvsim::sysfs::NumaNode> {
         })
         .collect();
     nodes.sort_by_key(|n| n.id);
-    if nodes.is_empty() {
-        if let Some(list) = read(Path::new("/sys/devices/system/cpu/online")) {
-            nodes.push(nvsim::sysfs::NumaNode {
-                id: -1,
-                cpumap: cpumask_of_list(&list),
-                cpulist: list,
-            });
-        }
+    if nodes.is_empty()
+        && let Some(list) = read(Path::new("/sys/devices/system/cpu/online"))
+    {
+        nodes.push(nvsim::sysfs::NumaNode {
+            id: -1,
+            cpumap: cpumask_of_list(&list),
+            cpulist: list,
+        });
     }
     nodes
 }

@@ -309,10 +309,10 @@ impl Req<'_> {
         };
         let guard = mutates.then(|| self.px.rm_lock());
         let ret = self.exec(&mut plan)?;
-        if let Some(p) = pbuf {
-            if plan.get::<NVOS54_PARAMETERS>(None).status == NV_OK {
-                self.control_post(cmd, size, h_client, h_object, &mut plan, p);
-            }
+        if let Some(p) = pbuf
+            && plan.get::<NVOS54_PARAMETERS>(None).status == NV_OK
+        {
+            self.control_post(cmd, size, h_client, h_object, &mut plan, p);
         }
         drop(guard);
         Ok(self.finish(addr, plan, Some(STATUS), ret)?)

@@ -394,10 +394,9 @@ fn replay_order(ckpt: &Checkpoint) -> Result<Vec<(u32, u32)>, CheckpointError> {
                 src_object,
                 ..
             } = o.origin
+                && src_object != src_client
             {
-                if src_object != src_client {
-                    before.push((src_client, src_object));
-                }
+                before.push((src_client, src_object));
             }
             objs.insert((c.handle, o.handle), before);
         }
@@ -654,16 +653,16 @@ impl Proxy {
                     }
 
                     let seen = out.map(|b| r.client_view(o.class, rec, b));
-                    if let (Some(was), Some(now)) = (&rec.out, &seen) {
-                        if was != now {
-                            let at = was.iter().zip(now).position(|(a, b)| a != b).unwrap_or(0);
-                            return Err(replay_err(
-                                what(),
-                                format!(
-                                    "the driver's answer differs from the one the client kept (first at byte {at})"
-                                ),
-                            ));
-                        }
+                    if let (Some(was), Some(now)) = (&rec.out, &seen)
+                        && was != now
+                    {
+                        let at = was.iter().zip(now).position(|(a, b)| a != b).unwrap_or(0);
+                        return Err(replay_err(
+                            what(),
+                            format!(
+                                "the driver's answer differs from the one the client kept (first at byte {at})"
+                            ),
+                        ));
                     }
                 }
                 Origin::Dup {

@@ -31,7 +31,7 @@ impl ParamSize {
         match *self {
             ParamSize::Fixed(n) => size == n,
             ParamSize::OneOf(ns) => ns.contains(&size),
-            ParamSize::Array { elem } => size != 0 && elem != 0 && size % elem == 0,
+            ParamSize::Array { elem } => size != 0 && elem != 0 && size.is_multiple_of(elem),
         }
     }
 }

@@ -556,17 +556,17 @@ impl Config {
             .with_context(|| format!("in config {}", path.display()))?;
         cfg.check_abi_choice()
             .with_context(|| format!("in config {}", path.display()))?;
-        if cfg.driver == DriverKind::Host {
-            if let Some(minors) = host.gpu_minors() {
-                for inst in &cfg.instances {
-                    check_host_gpus(&inst.gpus, &minors).with_context(|| {
-                        format!(
-                            "in config {}: instance {:?}: gpus",
-                            path.display(),
-                            inst.name
-                        )
-                    })?;
-                }
+        if cfg.driver == DriverKind::Host
+            && let Some(minors) = host.gpu_minors()
+        {
+            for inst in &cfg.instances {
+                check_host_gpus(&inst.gpus, &minors).with_context(|| {
+                    format!(
+                        "in config {}: instance {:?}: gpus",
+                        path.display(),
+                        inst.name
+                    )
+                })?;
             }
         }
         Ok(cfg)
@@ -786,14 +786,14 @@ impl Config {
     /// Checks an instance created at run time against this daemon's driver, as
     /// `check-config` checks the file's.
     pub fn check_gpus(&self, inst: &InstanceConfig) -> Result<()> {
-        if self.driver == DriverKind::Sim {
-            if let Some(&g) = inst.gpus.iter().find(|&&g| g >= self.sim.gpus) {
-                bail!(
-                    "GPU {g}: the simulated driver has {} GPU(s) (0-{})",
-                    self.sim.gpus,
-                    self.sim.gpus.saturating_sub(1)
-                );
-            }
+        if self.driver == DriverKind::Sim
+            && let Some(&g) = inst.gpus.iter().find(|&&g| g >= self.sim.gpus)
+        {
+            bail!(
+                "GPU {g}: the simulated driver has {} GPU(s) (0-{})",
+                self.sim.gpus,
+                self.sim.gpus.saturating_sub(1)
+            );
         }
         Ok(())
     }

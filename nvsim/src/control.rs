@@ -145,10 +145,10 @@ pub(crate) fn control(
     if size > RMAPI_PARAM_COPY_MAX_PARAMS_SIZE {
         return NV_ERR_INVALID_ARGUMENT;
     }
-    if let Some(l) = pbuf {
-        if bytes(call, l).len() < size as usize {
-            return NV_ERR_INVALID_ADDRESS;
-        }
+    if let Some(l) = pbuf
+        && bytes(call, l).len() < size as usize
+    {
+        return NV_ERR_INVALID_ADDRESS;
     }
     // serverControl
     if let Err(s) = st.client_for(p.hClient, os_info) {
@@ -223,20 +223,20 @@ pub(crate) fn control(
         size: size as usize,
     };
     // The controls of TSGs and channels (fifo.rs).
-    if matches!(target, Target::Other) {
-        if let Some(status) = crate::fifo::control(st, &mut c, p.hClient, p.hObject, p.cmd) {
-            return status;
-        }
+    if matches!(target, Target::Other)
+        && let Some(status) = crate::fifo::control(st, &mut c, p.hClient, p.hObject, p.cmd)
+    {
+        return status;
     }
-    if matches!(target, Target::Device) {
-        if let Some(status) = crate::fifo::device_control(st, &mut c, p.hClient, p.cmd) {
-            return status;
-        }
+    if matches!(target, Target::Device)
+        && let Some(status) = crate::fifo::device_control(st, &mut c, p.hClient, p.cmd)
+    {
+        return status;
     }
-    if matches!(target, Target::Subdevice(_)) {
-        if let Some(status) = crate::fifo::subdevice_control(st, &mut c, p.hClient, p.cmd) {
-            return status;
-        }
+    if matches!(target, Target::Subdevice(_))
+        && let Some(status) = crate::fifo::subdevice_control(st, &mut c, p.hClient, p.cmd)
+    {
+        return status;
     }
     match (p.cmd, target) {
         // Exported by the kernel from 550.40.07 (535's table has no entry: not reached there).

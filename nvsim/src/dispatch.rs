@@ -128,10 +128,10 @@ impl HostDriver for SimDriver {
 
 impl SimDriver {
     fn open_file(&self, node: NodeKind, mapping: bool) -> io::Result<Arc<dyn HostFile>> {
-        if let NodeKind::Gpu(minor) = node {
-            if self.gpu_by_minor(minor).is_none() {
-                return Err(io::Error::from_raw_os_error(ENODEV));
-            }
+        if let NodeKind::Gpu(minor) = node
+            && self.gpu_by_minor(minor).is_none()
+        {
+            return Err(io::Error::from_raw_os_error(ENODEV));
         }
         let me = self
             .me

@@ -121,7 +121,7 @@ pub(crate) fn ioctl(
             card_info(drv, call, loc, size)
         }
         NV_ESC_ATTACH_GPUS_TO_FD => {
-            if !ctl || size == 0 || size % 4 != 0 {
+            if !ctl || size == 0 || !size.is_multiple_of(4) {
                 return Err(errno(EINVAL));
             }
             if st.files[&file].attached.is_some() {

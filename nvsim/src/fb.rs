@@ -108,7 +108,7 @@ impl FbBooks {
         block: u64,
         attr: u32,
     ) -> Option<Placed> {
-        debug_assert!(bytes > 0 && bytes % FB_PAGE == 0);
+        debug_assert!(bytes > 0 && bytes.is_multiple_of(FB_PAGE));
         let physicality = (attr & ATTR_PHYSICALITY_MASK) >> ATTR_PHYSICALITY_SHIFT;
         let with = |p: u32| (attr & !ATTR_PHYSICALITY_MASK) | (p << ATTR_PHYSICALITY_SHIFT);
         let fit = self.gaps(total).find(|&(_, len)| len >= bytes);

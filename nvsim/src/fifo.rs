@@ -308,7 +308,7 @@ impl State {
             _ => return Err(NV_ERR_INVALID_OBJECT_PARENT),
         };
         // GPFIFO: a power of two of entries (kchannelAllocHwID_HAL / the RAMFC GP_BASE limit).
-        if entries == 0 || !entries.is_power_of_two() || gpfifo_va % GP_ENTRY_BYTES != 0 {
+        if entries == 0 || !entries.is_power_of_two() || !gpfifo_va.is_multiple_of(GP_ENTRY_BYTES) {
             return Err(NV_ERR_INVALID_ARGUMENT);
         }
         // Client-allocated USERD: a memory object of this client, 512 bytes inside it.
@@ -323,7 +323,7 @@ impl State {
                 None => return Err(NV_ERR_OBJECT_NOT_FOUND),
             };
             let bytes = self.blocks.get(&block).map_or(0, |b| b.bytes);
-            if userd_offset % USERD_BYTES != 0
+            if !userd_offset.is_multiple_of(USERD_BYTES)
                 || userd_offset
                     .checked_add(USERD_BYTES)
                     .is_none_or(|e| e > bytes)

@@ -716,10 +716,10 @@ impl ChannelExec {
             // RELEASE_CONDITIONAL_INTR_SEMAPHORE: not simulated.
             _ => return ce_error,
         };
-        if let Step::Next = step {
-            if d >> 5 & 3 == 2 {
-                self.nonstall_engine(ctx, st, ce_engine);
-            }
+        if let Step::Next = step
+            && d >> 5 & 3 == 2
+        {
+            self.nonstall_engine(ctx, st, ce_engine);
         }
         step
     }

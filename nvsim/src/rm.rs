@@ -658,10 +658,10 @@ impl State {
             .and_then(|c| c.objects.remove(&h))
         {
             // subdevicePreDestruct: the client's compute-mode reservation goes with it.
-            if let Kind::Subdevice { gpu, .. } = o.kind {
-                if self.gpus[gpu].compute_reservation == Some(h_client) {
-                    self.gpus[gpu].compute_reservation = None;
-                }
+            if let Kind::Subdevice { gpu, .. } = o.kind
+                && self.gpus[gpu].compute_reservation == Some(h_client)
+            {
+                self.gpus[gpu].compute_reservation = None;
             }
             self.destroy(h, &o.kind);
         }

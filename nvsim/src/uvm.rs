@@ -88,8 +88,8 @@ const EBADFD: i32 = 77;
 /// Whether `[base, base + length)` is a valid user range with `align` alignment
 /// (`uvm_api_range_invalid_aligned`).
 fn range_ok(base: u64, length: u64, align: u64) -> bool {
-    base % align == 0
-        && length % align == 0
+    base.is_multiple_of(align)
+        && length.is_multiple_of(align)
         && base != 0
         && length != 0
         && base.checked_add(length).is_some()
@@ -882,10 +882,10 @@ fn zero(memfd: &File, base: u64, length: u64) -> io::Result<()> {
 /// `uvm_free` (`uvm_map_external.c` before 590, `uvm_va_range.c` since): ioctl-created ranges
 /// only, found by their start; before 590 the length must match too.
 fn free(vs: &mut VaSpace, base: u64, length: Option<u64>) -> u32 {
-    if let Some(length) = length {
-        if !range_ok(base, length, PAGE) {
-            return NV_ERR_INVALID_ADDRESS;
-        }
+    if let Some(length) = length
+        && !range_ok(base, length, PAGE)
+    {
+        return NV_ERR_INVALID_ADDRESS;
     }
     let Some(r) = vs.ranges.get(&base) else {
         return NV_ERR_INVALID_ADDRESS;
@@ -911,10 +911,10 @@ fn policy(drv: &SimDriver, vs: &VaSpace, base: u64, length: u64, uuid: Option<&[
     if !managed_covered(vs, base, length) {
         return NV_ERR_INVALID_ADDRESS;
     }
-    if let Some(u) = uuid {
-        if processor(drv, vs, u).is_none() {
-            return NV_ERR_INVALID_DEVICE;
-        }
+    if let Some(u) = uuid
+        && processor(drv, vs, u).is_none()
+    {
+        return NV_ERR_INVALID_DEVICE;
     }
     NV_OK
 }
@@ -946,7 +946,7 @@ fn migrate(drv: &SimDriver, vs: &mut VaSpace, call: &mut HostCall) -> u32 {
         let in_pool = vs
             .range_at(p.semaphoreAddress)
             .is_some_and(|(_, r)| r.kind == RangeKind::SemaphorePool);
-        if p.semaphoreAddress % 4 != 0 || !in_pool {
+        if !p.semaphoreAddress.is_multiple_of(4) || !in_pool {
             return NV_ERR_INVALID_ADDRESS;
         }
     }

@@ -107,7 +107,7 @@ impl VaSpace {
             .checked_next_multiple_of(VA_ALIGN)
             .ok_or(NV_ERR_NO_MEMORY)?;
         let addr = if flags & FLAGS_FIXED_ADDRESS != 0 {
-            if fixed % VA_ALIGN != 0 {
+            if !fixed.is_multiple_of(VA_ALIGN) {
                 return Err(NV_ERR_INVALID_ARGUMENT);
             }
             let hi = fixed.checked_add(size - 1).ok_or(NV_ERR_NO_MEMORY)?;

@@ -114,7 +114,7 @@ fn test_random_controls_never_panic() {
                     4usize, 12, 16, 32, 40, 64, 128, 132, 256, 268, 516, 644, 776, 436, 0, 1, 8,
                     332, 520, 532,
                 ][(rng.next() % 20) as usize];
-                let len = if rng.next() % 2 == 0 {
+                let len = if rng.next().is_multiple_of(2) {
                     exact
                 } else {
                     (rng.next() % 1100) as usize

@@ -232,10 +232,10 @@ impl HostFile for FakeFile {
                 cmd: call.cmd,
                 params: call.params.clone(),
             });
-            if let Some((at, s)) = st.uvm_status {
-                if at + 4 <= call.params.len() {
-                    wr32(&mut call.params, at, s);
-                }
+            if let Some((at, s)) = st.uvm_status
+                && at + 4 <= call.params.len()
+            {
+                wr32(&mut call.params, at, s);
             }
             return Ok(0);
         }

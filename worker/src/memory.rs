@@ -249,11 +249,11 @@ impl ClientMemory for VmMemory {
 
     fn read_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let len = buf.len();
-        if let Some(w) = &self.window {
-            if let Some(off) = w.offset(addr, len) {
-                buf.copy_from_slice(&w.bytes[off..off + len]);
-                return Ok(());
-            }
+        if let Some(w) = &self.window
+            && let Some(off) = w.offset(addr, len)
+        {
+            buf.copy_from_slice(&w.bytes[off..off + len]);
+            return Ok(());
         }
         // Reads see the writes made before them: the buffered ones, and the window's when the
         // read overlaps it.

@@ -536,10 +536,10 @@ pub fn watchdog_interval(
     me: u32,
 ) -> Option<std::time::Duration> {
     let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
-    if let Some(p) = pid {
-        if p.trim().parse::<u32>().ok()? != me {
-            return None;
-        }
+    if let Some(p) = pid
+        && p.trim().parse::<u32>().ok()? != me
+    {
+        return None;
     }
     Some(std::time::Duration::from_micros(usec / 2))
 }

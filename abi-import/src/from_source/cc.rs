@@ -67,13 +67,13 @@ impl Cc {
     pub(crate) fn version(&self) -> Result<String> {
         let banner = run(Command::new(&self.cc).arg("--version"), "cc --version")?;
         let first = banner.lines().next().unwrap_or("").trim().to_owned();
-        if !first.contains("clang") {
-            if let Ok(v) = run(
+        if !first.contains("clang")
+            && let Ok(v) = run(
                 Command::new(&self.cc).arg("-dumpfullversion"),
                 "cc -dumpfullversion",
-            ) {
-                return Ok(format!("gcc {}", v.trim()));
-            }
+            )
+        {
+            return Ok(format!("gcc {}", v.trim()));
         }
         Ok(first)
     }

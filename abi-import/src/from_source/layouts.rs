@@ -143,11 +143,11 @@ impl Types<'_> {
                         self.fields(r, &format!("{path}."), off, out)?;
                     } else {
                         let t = self.strip_cv(mt);
-                        if self.dw.dies[t].tag == "DW_TAG_array_type" {
-                            if let Some(r) = self.dw.ty(t).and_then(|e| self.unnamed_record(e)) {
-                                let n = self.dims(t).len();
-                                self.fields(r, &format!("{path}{}.", "[0]".repeat(n)), off, out)?;
-                            }
+                        if self.dw.dies[t].tag == "DW_TAG_array_type"
+                            && let Some(r) = self.dw.ty(t).and_then(|e| self.unnamed_record(e))
+                        {
+                            let n = self.dims(t).len();
+                            self.fields(r, &format!("{path}{}.", "[0]".repeat(n)), off, out)?;
                         }
                     }
                 }
@@ -338,10 +338,10 @@ pub(crate) fn reachable(dw: &Dwarf, roots: &[usize]) -> BTreeSet<String> {
             continue;
         }
         let d = &dw.dies[i];
-        if d.tag == "DW_TAG_typedef" {
-            if let Some(n) = &d.name {
-                names.insert(n.clone());
-            }
+        if d.tag == "DW_TAG_typedef"
+            && let Some(n) = &d.name
+        {
+            names.insert(n.clone());
         }
         if let Some(t) = dw.ty(i) {
             stack.push(t);

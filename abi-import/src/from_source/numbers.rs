@@ -276,10 +276,11 @@ pub(crate) fn evaluate(cc: &Cc, tree: &Tree, tu1: &str, tu_uvm: &str) -> Result<
             .strip_prefix("NV")
             .and_then(|r| r.get(..4).filter(|_| r.as_bytes().get(4) == Some(&b'_')))
             .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()) && *h == h.to_ascii_uppercase());
-        if let Some(h) = class {
-            if h != "0000" && (v >> 16) != i128::from_str_radix(h, 16).unwrap_or(-1) {
-                continue;
-            }
+        if let Some(h) = class
+            && h != "0000"
+            && (v >> 16) != i128::from_str_radix(h, 16).unwrap_or(-1)
+        {
+            continue;
         }
         finn.push(n.clone());
     }

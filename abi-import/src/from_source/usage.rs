@@ -350,10 +350,10 @@ fn functions(text: &str) -> HashMap<String, String> {
         let off = line.as_ptr() as usize - text.as_ptr() as usize;
         if let Some((s, e)) = balanced(text, off, b'{', b'}') {
             // the brace must follow the parameter list directly
-            if let Some((_, pe)) = balanced(text, off, b'(', b')') {
-                if text[pe + 1..s - 1].trim().is_empty() {
-                    out.insert(name.to_owned(), text[s..e].to_owned());
-                }
+            if let Some((_, pe)) = balanced(text, off, b'(', b')')
+                && text[pe + 1..s - 1].trim().is_empty()
+            {
+                out.insert(name.to_owned(), text[s..e].to_owned());
             }
         }
     }
@@ -791,10 +791,10 @@ pub(crate) fn parse(
     }
     let mut unnamed: BTreeMap<i128, Value> = BTreeMap::new();
     for m in &methods {
-        if !values.contains(&m.id) {
-            if let btree_map::Entry::Vacant(e) = unnamed.entry(m.id) {
-                e.insert(json!([num_json(m.id)?, m.params, num_json(m.flags)?]));
-            }
+        if !values.contains(&m.id)
+            && let btree_map::Entry::Vacant(e) = unnamed.entry(m.id)
+        {
+            e.insert(json!([num_json(m.id)?, m.params, num_json(m.flags)?]));
         }
     }
     let embedded = embedded(tree, nums, structs)?;

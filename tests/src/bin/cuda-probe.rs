@@ -814,13 +814,13 @@ impl Probe {
             (self.cuda.mem_alloc)(&mut a, bytes)
         })?;
         out["dptr"] = format!("{a:#x}").into();
-        if let Some(f) = ready {
-            if std::fs::write(f, b"held\n").is_err() {
-                return Err(Failure {
-                    call: "writing --ready-file",
-                    result: CUDA_SUCCESS,
-                });
-            }
+        if let Some(f) = ready
+            && std::fs::write(f, b"held\n").is_err()
+        {
+            return Err(Failure {
+                call: "writing --ready-file",
+                result: CUDA_SUCCESS,
+            });
         }
         // Until killed, or until `<ready-file>.release` exists (then the memory is freed).
         let release = ready.map(|f| format!("{f}.release"));
@@ -1437,13 +1437,13 @@ impl Probe {
             })?;
             // SAFETY: the allocation just made.
             check("cuMemFree_v2", unsafe { (c.mem_free)(p) })?;
-            if i == 0 {
-                if let Some(f) = ready_file {
-                    std::fs::write(f, b"looping\n").map_err(|_| Failure {
-                        call: "writing --ready-file",
-                        result: CUDA_SUCCESS,
-                    })?;
-                }
+            if i == 0
+                && let Some(f) = ready_file
+            {
+                std::fs::write(f, b"looping\n").map_err(|_| Failure {
+                    call: "writing --ready-file",
+                    result: CUDA_SUCCESS,
+                })?;
             }
         }
         let us = t.elapsed().as_secs_f64() * 1e6;
@@ -1623,10 +1623,10 @@ fn main() -> ExitCode {
     let mut mismatches = Vec::new();
     if failed.is_null() {
         let devs = &probe.devices;
-        if let Some(n) = cli.expect_count {
-            if usize::try_from(n) != Ok(devs.len()) {
-                mismatches.push(format!("count {} != {n}", devs.len()));
-            }
+        if let Some(n) = cli.expect_count
+            && usize::try_from(n) != Ok(devs.len())
+        {
+            mismatches.push(format!("count {} != {n}", devs.len()));
         }
         if let Some(name) = &cli.expect_name {
             for d in devs.iter().filter(|d| d["name"] != name.as_str()) {

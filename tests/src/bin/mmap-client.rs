@@ -583,7 +583,7 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
                 &mut errors,
             );
         }
-        if rounds % 7 == 0 {
+        if rounds.is_multiple_of(7) {
             let r = (|| -> Result<(), String> {
                 let c = open_node(Path::new("/dev/nvidiactl"), false)?;
                 let addr = rm.map_onto(c.as_raw_fd())?;
@@ -601,7 +601,7 @@ fn live(version: &str, stop_file: &Path, max_seconds: u64) -> Result<Value, Stri
                 note(format!("round {rounds}: new mapping: {e}"), &mut errors);
             }
         }
-        if rounds % 10 == 0 {
+        if rounds.is_multiple_of(10) {
             let r = RmMemory::new(version, 4096).and_then(RmMemory::close);
             if let Err(e) = r {
                 note(format!("round {rounds}: new session: {e}"), &mut errors);

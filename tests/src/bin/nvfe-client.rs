@@ -329,13 +329,13 @@ fn run_init(cli: &Cli, expect_gpus: Option<usize>, expect_name: Option<&str>) ->
         Err(e) => return fail("init", &e, 1),
     };
     let result = s.init_all().and_then(|()| {
-        if let Some(n) = expect_gpus {
-            if s.gpus.len() != n {
-                return Err(Error::Check(format!(
-                    "the instance shows {} GPUs, want {n}",
-                    s.gpus.len()
-                )));
-            }
+        if let Some(n) = expect_gpus
+            && s.gpus.len() != n
+        {
+            return Err(Error::Check(format!(
+                "the instance shows {} GPUs, want {n}",
+                s.gpus.len()
+            )));
         }
         if let Some(want) = expect_name {
             let got = s.gpus.first().and_then(|g| g.info.get("name").cloned());

@@ -1085,11 +1085,11 @@ impl Session {
     /// `NV_ESC_FREE_OS_EVENT`, then the root client; closes the files.
     pub fn teardown(&mut self) -> Result<(), Error> {
         let h = self.h_client;
-        if let Some(e) = &self.event {
-            if e.h_event != 0 {
-                let hs = self.gpus[e.gpu].h_subdevice;
-                self.fe.rm_free(&self.ctl, h, hs, e.h_event)?;
-            }
+        if let Some(e) = &self.event
+            && e.h_event != 0
+        {
+            let hs = self.gpus[e.gpu].h_subdevice;
+            self.fe.rm_free(&self.ctl, h, hs, e.h_event)?;
         }
         for i in (0..self.gpus.len()).rev() {
             let (hd, hs) = (self.gpus[i].h_device, self.gpus[i].h_subdevice);
