@@ -967,19 +967,22 @@ fn test_a_policy_suggested_from_a_whole_cuda_run_enforces_it() {
         &lib,
         &args,
     ));
-    let denied = |p: &Path| {
+    let refused = |p: &Path| -> Vec<String> {
         std::fs::read_to_string(p)
             .unwrap_or_default()
             .lines()
             .filter(|l| {
                 l.contains("\"decision\":\"denied\"") && l.contains("\"reason\":\"policy\"")
             })
-            .count()
+            .map(str::to_owned)
+            .collect()
     };
-    assert_eq!(
-        denied(&enforced.0),
-        0,
-        "the suggested policy refused a call of its own run"
+    let denied = |p: &Path| refused(p).len();
+    let wrongly = refused(&enforced.0);
+    assert!(
+        wrongly.is_empty(),
+        "the suggested policy refused a call of its own run:\n{}\npolicy:\n{toml}",
+        wrongly.join("\n")
     );
     // nvidia-smi -q asks controls a CUDA program never does: refused by the policy.
     let smi_log = TempFile::new("suggest-smi.jsonl");
