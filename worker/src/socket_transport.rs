@@ -38,9 +38,9 @@
 //! of one open from several threads run concurrently as on a CUSE node, and a call waiting on
 //! the client's memory or the driver holds up no other channel. The open is released when its
 //! connection reads EOF and its calls in flight are done; its channels end with it. A
-//! suspension (live upgrade) drains the running calls and retires the channels, answering
-//! what was sent meanwhile "retry": clients attach anew on their opens, which move to the next
-//! worker. Every thread that calls the driver gives up `CAP_SYS_ADMIN` first
+//! suspension (live upgrade) drains the running calls and has each channel's thread retire
+//! its channel, answering what was sent meanwhile "retry": clients attach anew on their opens,
+//! which move to the next worker. Every thread that calls the driver gives up `CAP_SYS_ADMIN` first
 //! (`device::drop_admin_on_this_thread`).
 
 use std::collections::HashMap;
@@ -328,15 +328,17 @@ impl DevSocket {
             c.shut = true;
             let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Read);
         }
-        // Every call read before is answered before the state moves (the channel threads
-        // read nothing more). A call waiting on its
+        // Every call read before is answered before the state moves: each channel thread
+        // answers the call it runs, then what its client sent since ("retry"), ends its
+        // channel and stops reading (a call read but not yet answered is never lost to the
+        // channel's end). A call waiting on its
         // client's memory (a page the tenant holds with userfaultfd) cannot veto it: past
         // the grace its wait is answered EFAULT at once, as its deadline would, and calls
         // started meanwhile wait at most SUSPEND_CLIENT_WAIT; their threads stay parked, and
         // go with this process.
         let started = std::time::Instant::now();
         let mut hurried = false;
-        while !self.shared.runs.drained() {
+        while !self.shared.runs.drained() || !self.shared.runs.channels_quiet() {
             if !hurried && started.elapsed() >= SUSPEND_GRACE {
                 hurried = true;
                 let (running, _) = self.shared.runs.counts();
@@ -883,6 +885,7 @@ fn attach(
                 open: open.clone(),
                 fd: chan.clone(),
                 exited: false,
+                parked: false,
                 shut: false,
             },
         );
@@ -984,8 +987,11 @@ impl Calls {
 struct Channel {
     open: Arc<Open>,
     fd: Arc<OwnedFd>,
-    /// Its thread stopped for a suspension.
+    /// Its thread stopped for a suspension, after answering what the client had sent.
     exited: bool,
+    /// Its thread is parked in a call the client-wait watchdog answered (the channel is shut
+    /// down): it reads nothing more, and a suspension does not wait for it.
+    parked: bool,
     /// A suspension shut its reading side (it serves at most the call it runs).
     shut: bool,
 }
@@ -1056,6 +1062,13 @@ impl Runs {
         st.running == st.abandoned
     }
 
+    /// Whether every channel's thread has stopped reading (a suspension: it answered what
+    /// its client had sent and ended the channel) or is parked in an abandoned call. Until
+    /// then a thread may hold a call it read and has not answered yet.
+    fn channels_quiet(&self) -> bool {
+        self.lock().channels.values().all(|c| c.exited || c.parked)
+    }
+
     /// Calls running, and of them those answered by the watchdog and still parked.
     fn counts(&self) -> (usize, usize) {
         let st = self.lock();
@@ -1093,7 +1106,12 @@ type ReplySlot = Arc<Mutex<Option<Arc<OwnedFd>>>>;
 /// answer, also when a suspension brings it forward), counting it abandoned. The channel is
 /// then shut down: its thread stays parked until the page resolves, so the client's next call
 /// fails to send and attaches a new channel.
-fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) -> ClientWaits {
+fn answering_waits(
+    shared: &Arc<Shared>,
+    id: u64,
+    slot: &ReplySlot,
+    timeout: Duration,
+) -> ClientWaits {
     let slot = slot.clone();
     let weak = Arc::downgrade(shared);
     ClientWaits::standalone_answering(
@@ -1105,7 +1123,11 @@ fn answering_waits(shared: &Arc<Shared>, slot: &ReplySlot, timeout: Duration) ->
                 send_reply(fd.as_fd(), &CallReply::error(libc::EFAULT), None);
                 let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Both);
                 if let Some(s) = weak.upgrade() {
-                    s.runs.lock().abandoned += 1;
+                    let mut st = s.runs.lock();
+                    st.abandoned += 1;
+                    if let Some(c) = st.channels.get_mut(&id) {
+                        c.parked = true;
+                    }
                 }
             }
         }),
@@ -1127,7 +1149,7 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
         return;
     };
     let slot: ReplySlot = Arc::default();
-    let mut waits = answering_waits(shared, &slot, CLIENT_WAIT);
+    let mut waits = answering_waits(shared, id, &slot, CLIENT_WAIT);
     let mut epoch = 0;
     loop {
         // A blocking read: a suspension wakes it by shutting the channel's reading side.
@@ -1148,15 +1170,19 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
         let (len, truncated, pid, fds) = match message {
             Some(m) if shared.runs.begin() => m,
             message => {
-                let mut st = shared.runs.lock();
+                let st = shared.runs.lock();
                 let shut = st.channels.get(&id).is_none_or(|c| c.shut);
                 if st.suspended {
+                    drop(st);
                     if message.is_some() {
                         // Read after the suspension began: not served; the client sends it
                         // again on a new channel.
                         send_reply(chan.as_fd(), &CallReply::retry(), None);
                     }
-                    if let Some(c) = st.channels.get_mut(&id) {
+                    // This thread is the channel's only reader: what else the client sent is
+                    // answered here, before the suspension may end (it waits for `exited`).
+                    retire_channel(&chan);
+                    if let Some(c) = shared.runs.lock().channels.get_mut(&id) {
                         c.exited = true;
                     }
                     return;
@@ -1203,7 +1229,7 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
                         } else {
                             CLIENT_WAIT
                         };
-                        waits = answering_waits(shared, &slot, timeout);
+                        waits = answering_waits(shared, id, &slot, timeout);
                         shared.runs.lock().waits.insert(id, waits.clone());
                     }
                     let r = call(shared, &open, &owner, pid, &req, &waits);
@@ -1233,24 +1259,31 @@ fn retire_channels(shared: &Shared) {
         st.channels.drain().map(|(_, c)| c.fd).collect()
     };
     for fd in channels {
-        // The client can send no more; what it sent before stays readable.
-        let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Read);
-        let mut buf = [0u8; CallRequest::SIZE + 1];
-        // At most the socket's backlog of frames (bounded by its receive buffer).
-        loop {
-            match fdpass::recv(
-                fd.as_fd(),
-                &mut buf,
-                libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-            ) {
-                Ok(m) if m.bytes > 0 || !m.fds.is_empty() || m.truncated => {
-                    send_reply(fd.as_fd(), &CallReply::retry(), None);
-                }
-                _ => break,
-            }
-        }
-        let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Write);
+        retire_channel(&fd);
     }
+}
+
+/// Ends one channel: the client can send no more, what it sent before is answered
+/// [`CallReply::retry`], then its reading side sees EOF. Only for a channel nobody else reads
+/// (its own thread, or one whose thread is gone or parked): a call another reader took
+/// meanwhile would be answered after the end, i.e. never.
+fn retire_channel(fd: &OwnedFd) {
+    let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Read);
+    let mut buf = [0u8; CallRequest::SIZE + 1];
+    // At most the socket's backlog of frames (bounded by its receive buffer).
+    loop {
+        match fdpass::recv(
+            fd.as_fd(),
+            &mut buf,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+        ) {
+            Ok(m) if m.bytes > 0 || !m.fds.is_empty() || m.truncated => {
+                send_reply(fd.as_fd(), &CallReply::retry(), None);
+            }
+            _ => break,
+        }
+    }
+    let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Write);
 }
 
 fn send_reply(to: BorrowedFd<'_>, reply: &CallReply, fd: Option<&OwnedFd>) {
@@ -2086,6 +2119,95 @@ mod tests {
         let (r, _) = call_on(&chan, &req).unwrap();
         assert_eq!((r.errno, r.retry), (0, false));
         assert!(v[8..].starts_with(b"535.261.03"));
+    }
+
+    /// What the shim does on one open, as many times as it can until `stop`: calls on its
+    /// channel, a new channel after a send that could not go or a retry answer. An answer
+    /// that never comes (EOF on the channel) is the failure a tenant would see: counted.
+    fn shim_loop(
+        conn: Arc<OwnedFd>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> (usize, usize, Vec<String>) {
+        let (mut ok, mut retries, mut lost) = (0, 0, Vec::new());
+        let mut chan: Option<OwnedFd> = None;
+        while !stop.load(Ordering::Relaxed) {
+            let c = match chan.take() {
+                Some(c) => c,
+                None => match attach_raw(&conn, conn.as_raw_fd()) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        lost.push(format!("attach answered {e}"));
+                        continue;
+                    }
+                },
+            };
+            let mut v = version_check();
+            let req = CallRequest {
+                fd: conn.as_raw_fd(),
+                op: CallOp::Ioctl {
+                    cmd: CHECK_VERSION,
+                    arg: v.as_mut_ptr() as u64,
+                },
+            }
+            .encode();
+            match socket::send(c.as_raw_fd(), &req, MsgFlags::MSG_NOSIGNAL) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET) => {
+                    retries += 1;
+                    continue;
+                }
+                Err(e) => {
+                    lost.push(format!("send: {e}"));
+                    continue;
+                }
+            }
+            match answer(&c) {
+                Some((r, _)) if r.retry => retries += 1,
+                Some((r, _)) if r.errno == 0 => {
+                    ok += 1;
+                    chan = Some(c);
+                }
+                Some((r, _)) => lost.push(format!("errno {}", r.errno)),
+                None => lost.push("no answer (EOF)".into()),
+            }
+            std::hint::black_box(&v);
+        }
+        (ok, retries, lost)
+    }
+
+    #[test]
+    fn test_calls_across_many_suspensions_are_answered_or_retried() {
+        // A live upgrade must cost a tenant at most a retry: every call sent is answered by
+        // the old worker, answered "retry", or refused at the send; none gets EOF.
+        let mut f = fixture("cycles");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                let conn = Arc::new(f.open(DevNode::Ctl).unwrap());
+                let stop = stop.clone();
+                std::thread::spawn(move || shim_loop(conn, stop))
+            })
+            .collect();
+        for _ in 0..60 {
+            std::thread::sleep(Duration::from_millis(3));
+            let dev = f.dev.take().unwrap();
+            let suspended = dev
+                .suspend(Duration::from_secs(10))
+                .map_err(|(_, e)| e)
+                .unwrap();
+            f.dev = Some(DevSocket::adopt("t", f.nodes.clone(), &f.root, suspended).unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut total = 0;
+        for c in clients {
+            let (ok, retries, lost) = c.join().unwrap();
+            assert!(
+                lost.is_empty(),
+                "{ok} answered, {retries} retried, lost: {lost:?}"
+            );
+            total += ok;
+        }
+        assert!(total > 0);
     }
 
     thread_local! {
