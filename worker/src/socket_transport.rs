@@ -1182,8 +1182,15 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
                     // This thread is the channel's only reader: what else the client sent is
                     // answered here, before the suspension may end (it waits for `exited`).
                     retire_channel(&chan);
-                    if let Some(c) = shared.runs.lock().channels.get_mut(&id) {
-                        c.exited = true;
+                    let mut st = shared.runs.lock();
+                    if st.suspended {
+                        if let Some(c) = st.channels.get_mut(&id) {
+                            c.exited = true;
+                        }
+                    } else {
+                        // The suspension failed meanwhile and has resumed: the channel is
+                        // ended, so it leaves the table now rather than at the next one.
+                        st.channels.remove(&id);
                     }
                     return;
                 }
