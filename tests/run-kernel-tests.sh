@@ -9,7 +9,11 @@
 #              NVIDIA_USERSPACE_DIR is set for real_clients_kernel (tests/nvidia-userspace/fetch.sh).
 #              KERNEL_TEST_JOBS: parallel VM lanes (default: CPU count, at most 3; native: 1).
 #              KERNEL_TEST_TIMEOUT: seconds one suite's VM may run (default 1800: a hang guard; real_clients_kernel
-#              takes ~600 s in two lanes on two cores).
+#              takes ~640 s in two lanes on two cores).
+#              KERNEL_TEST_PROFILE: the build of the daemon and the shim under test, release (default) or
+#              debug. Under the VM's software emulation a debug daemon doubles the suites' time (a libcuda
+#              or nvidia-smi test: 26 s debug, 12 s release); the native suites (./test.sh's cargo test)
+#              and the fuzzers run the same request path with debug assertions and overflow checks.
 #              CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,15 +32,22 @@ if [[ $mode == auto ]]; then
     [[ -c /dev/cuse ]] && mode=native
   fi
 fi
-echo "run-kernel-tests: mode=$mode targets=${targets[*]}" >&2
+echo "run-kernel-tests: mode=$mode daemon=${KERNEL_TEST_PROFILE:-release} targets=${targets[*]}" >&2
+
+profile=${KERNEL_TEST_PROFILE:-release}
+case $profile in
+  release) profile_args=(--release) ;;
+  debug) profile_args=() ;;
+  *) echo "run-kernel-tests: KERNEL_TEST_PROFILE must be release or debug, not $profile" >&2; exit 2 ;;
+esac
 
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 # proxy_kernel, mmap_kernel and audit_kernel run the daemon's binary (which wants the preload shim
 # beside it): build both and tell the tests where nvproxy is.
 for t in "${targets[@]}"; do
   if [[ $t == proxy_kernel || $t == mmap_kernel || $t == audit_kernel || $t == real_clients_kernel || $t == container_kernel ]]; then
-    cargo build -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
-    export NVPROXY_BIN="$target_dir/debug/nvproxy"
+    cargo build "${profile_args[@]}" -p daemon -p preload  # nvproxy and its mmap shim libnvproxy_preload.so
+    export NVPROXY_BIN="$target_dir/$profile/nvproxy"
   fi
   if [[ $t == real_clients_kernel || $t == audit_kernel || $t == container_kernel ]]; then
     # NVIDIA's libcuda/NVML/nvidia-smi from Debian's non-free archive, unpacked under the target

@@ -18,10 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/target/debug}
 N=$BIN/nvproxy
+# The client may come from another build than the daemon (the kernel tests run a release daemon
+# with the test build's clients).
+CLIENT=${CLIENT:-$BIN/nvfe-client}
 if [[ -z ${NVPROXY_SIM_AS_DRIVER_NS:-} ]]; then
   exec unshare --mount --propagation private env NVPROXY_SIM_AS_DRIVER_NS=1 "$0" "$@"
 fi
-(($#)) || set -- "$BIN/nvfe-client" init --expect-gpus 1
+(($#)) || set -- "$CLIENT" init --expect-gpus 1
 scratch=$(mktemp -d)
 inner_pid= outer_pid= hold_pid=
 cleanup() {
@@ -73,9 +76,9 @@ if ((rc == 0 && ${SIM_AS_DRIVER_BASELINE:-0} > 0)); then
   raw=() prox=()
   ms() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["elapsed_ms"])'; }
   for _ in $(seq "$SIM_AS_DRIVER_BASELINE"); do
-    raw+=("$("$BIN/nvfe-client" init --expect-gpus 1 2>/dev/null | ms)")
+    raw+=("$("$CLIENT" init --expect-gpus 1 2>/dev/null | ms)")
     prox+=("$(NVPROXY_RUN_DIR=$scratch/outer "$N" exec --driver host --gpus 0 --transport cuse -- \
-      "$BIN/nvfe-client" init --expect-gpus 1 2>/dev/null | ms)")
+      "$CLIENT" init --expect-gpus 1 2>/dev/null | ms)")
   done
   python3 - "${raw[*]}" "${prox[*]}" <<'PY' >&2
 import statistics as st, sys
@@ -115,7 +118,7 @@ TOML
   outer_pid=$!
   wait_line "$scratch/outer.out" READY 1 >/dev/null || fail "the outer serve did not start"
   mkfifo "$scratch/hold.in"
-  NVPROXY_RUN_DIR=$R "$N" run --instance g -- "$BIN/nvfe-client" hold \
+  NVPROXY_RUN_DIR=$R "$N" run --instance g -- "$CLIENT" hold \
     <"$scratch/hold.in" >"$scratch/hold.out" 2>"$scratch/hold.err" &
   hold_pid=$!
   exec 3>"$scratch/hold.in"
