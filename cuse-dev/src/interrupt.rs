@@ -2,7 +2,7 @@
 //! and the client-wait watchdog. Imports nothing of the crate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The interrupt state of one request, shared by the reader (which sets it when a
@@ -26,6 +26,19 @@ pub(crate) struct InterruptFlag {
 }
 
 impl InterruptFlag {
+    /// The flag of a new request: `spare` (a finished request's flag), reset, when nothing
+    /// else holds it any more; else a new one. Saves the allocation (and its free) that a
+    /// request otherwise costs the serving thread.
+    pub(crate) fn reuse_or_new(spare: Option<Arc<Self>>) -> Arc<Self> {
+        if let Some(mut flag) = spare
+            && let Some(f) = Arc::get_mut(&mut flag)
+        {
+            *f = Self::default();
+            return flag;
+        }
+        Arc::new(Self::default())
+    }
+
     /// Arms (`ns` > 0) or disarms (0) a wait on client memory.
     pub(crate) fn arm(&self, ns: u64) {
         self.armed.store(ns, Ordering::Release);
@@ -85,5 +98,36 @@ impl InterruptFlag {
                 .0;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_spare_flag_nothing_else_holds_is_reused_and_reset() {
+        let spare = Arc::new(InterruptFlag::default());
+        spare.raise();
+        assert!(spare.take_answer());
+        spare.mark_settled();
+        spare.arm(5);
+        let at = Arc::as_ptr(&spare);
+        let flag = InterruptFlag::reuse_or_new(Some(spare));
+        assert_eq!(Arc::as_ptr(&flag), at, "the same allocation");
+        assert!(!flag.is_set() && !flag.is_settled() && !flag.has_fired());
+        assert_eq!(flag.armed_since(), 0);
+        assert!(flag.take_answer(), "the new request's answer is not taken yet");
+    }
+
+    #[test]
+    fn test_a_spare_flag_still_held_elsewhere_is_left_alone() {
+        let spare = Arc::new(InterruptFlag::default());
+        let held = Arc::clone(&spare);
+        assert!(held.take_answer());
+        let flag = InterruptFlag::reuse_or_new(Some(spare));
+        assert!(!Arc::ptr_eq(&flag, &held), "a new flag");
+        assert!(!held.take_answer(), "the holder's state is untouched");
+        assert!(flag.take_answer());
     }
 }

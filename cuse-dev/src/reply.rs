@@ -3,7 +3,8 @@
 //! the client-wait watchdog alike. Imports nothing above `wire`.
 
 use std::fs::File;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
 
 use tenant_log::tenant_log;
 use tracing::debug;
@@ -24,7 +25,7 @@ pub(crate) fn write_all_once(chan: &File, parts: &[&[u8]]) -> io::Result<()> {
     let slices = &slices[..parts.len()];
     let want: usize = parts.iter().map(|p| p.len()).sum();
     loop {
-        match (&*chan).write_vectored(slices) {
+        match crate::sys::writev(chan.as_fd(), slices) {
             Ok(n) if n == want => return Ok(()),
             Ok(n) => {
                 return Err(io::Error::new(

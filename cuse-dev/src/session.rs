@@ -955,7 +955,7 @@ impl Shared {
             if self.leave_if_asked(id) {
                 return;
             }
-            match (&*self.chan).read(&mut buf) {
+            match sys::read(self.chan.as_fd(), &mut buf) {
                 Ok(0) => return self.ended(id, Ok(())),
                 Ok(n) => {
                     if let Some(bytes) = buf.get(..n) {
@@ -1202,7 +1202,7 @@ impl Shared {
             );
             return;
         }
-        let interrupt = Arc::new(InterruptFlag::default());
+        let interrupt = InterruptFlag::reuse_or_new(SPARE_FLAG.take());
         {
             let mut inflight = self.inflight();
             if inflight.contains_key(&hdr.unique) {
@@ -1433,6 +1433,9 @@ impl Shared {
         } else {
             debug!("already answered by the client-wait watchdog; handler's reply dropped");
         }
+        // This thread's next request reuses the flag if nothing holds it by then (the slot's
+        // reference goes when the thread goes back to reading).
+        SPARE_FLAG.set(Some(req.interrupt));
     }
 
     fn call(&self, req: &Request, op: Op<'_>) -> Result<ReplyBody, Reject> {
@@ -1572,6 +1575,11 @@ impl From<HandlerReplyError> for Reject {
     fn from(e: HandlerReplyError) -> Self {
         Reject::Bad(e)
     }
+}
+
+thread_local! {
+    /// The flag of the last request this thread executed ([`InterruptFlag::reuse_or_new`]).
+    static SPARE_FLAG: std::cell::Cell<Option<Arc<InterruptFlag>>> = const { std::cell::Cell::new(None) };
 }
 
 /// A request on its way to a handler (borrowing the reading thread's buffer, or owned when

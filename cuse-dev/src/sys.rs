@@ -176,3 +176,33 @@ impl ThreadHandle {
         }
     }
 }
+
+/// `read(2)` of `fd` into `buf`, by its syscall number. libc's `read` is a thread-cancellation
+/// point: in a process with threads it brackets the syscall with two calls that switch
+/// asynchronous cancellation on and off, about 70 instructions per read, a tenth of what a
+/// serving thread spends on a request outside its handler. The crate cancels no thread; a
+/// signal still interrupts the read (EINTR), as the session's wake-ups need.
+pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call and `fd` is
+    // open for its duration (borrowed); the kernel writes at most that many bytes.
+    let n = unsafe { libc::syscall(libc::SYS_read, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// `writev(2)` of `slices` to `fd`, by its syscall number, for the reason [`read`] gives.
+pub(crate) fn writev(fd: BorrowedFd<'_>, slices: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    let count = libc::c_int::try_from(slices.len())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `IoSlice` is ABI-compatible with `struct iovec` (std guarantees it on Unix);
+    // each slice and the array outlive the call, `fd` is open for its duration (borrowed),
+    // and the kernel only reads them.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_writev,
+            fd.as_raw_fd(),
+            slices.as_ptr().cast::<libc::iovec>(),
+            count,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
