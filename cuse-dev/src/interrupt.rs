@@ -117,7 +117,10 @@ mod tests {
         assert_eq!(Arc::as_ptr(&flag), at, "the same allocation");
         assert!(!flag.is_set() && !flag.is_settled() && !flag.has_fired());
         assert_eq!(flag.armed_since(), 0);
-        assert!(flag.take_answer(), "the new request's answer is not taken yet");
+        assert!(
+            flag.take_answer(),
+            "the new request's answer is not taken yet"
+        );
     }
 
     #[test]
