@@ -32,14 +32,13 @@ if [[ $mode == auto ]]; then
     [[ -c /dev/cuse ]] && mode=native
   fi
 fi
-echo "run-kernel-tests: mode=$mode daemon=${KERNEL_TEST_PROFILE:-release} targets=${targets[*]}" >&2
-
 profile=${KERNEL_TEST_PROFILE:-release}
 case $profile in
   release) profile_args=(--release) ;;
   debug) profile_args=() ;;
   *) echo "run-kernel-tests: KERNEL_TEST_PROFILE must be release or debug, not $profile" >&2; exit 2 ;;
 esac
+echo "run-kernel-tests: mode=$mode daemon=$profile targets=${targets[*]}" >&2
 
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 # proxy_kernel, mmap_kernel and audit_kernel run the daemon's binary (which wants the preload shim
