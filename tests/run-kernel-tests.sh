@@ -106,7 +106,10 @@ run_one() {
     native) "$bin" --ignored --test-threads=1 ;;
     vm)
       local rw=() mem=()
-      [[ $target_dir == "$ROOT"/* ]] || rw=(--rw "$target_dir")
+      # The guest sees the host read-only outside the checkout: a target dir elsewhere (or a
+      # link to one, as CI's build cache) is shared writable by its physical path.
+      real_target=$(cd "$target_dir" && pwd -P)
+      [[ $real_target == "$ROOT"/* ]] || rw=(--rw "$real_target")
       # container_kernel boots systemd in a container next to the daemon: 2 GiB.
       [[ $name == container_kernel-* ]] && mem=(--mem "${CUSE_VM_MEM:-2G}")
       "$ROOT/tests/vm/cuse-vm" --timeout "${KERNEL_TEST_TIMEOUT:-1800}" "${mem[@]}" "${rw[@]}" -- \

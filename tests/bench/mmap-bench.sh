@@ -48,7 +48,8 @@ cargo build --release -q -p daemon --bin nvproxy
 cargo build --release -q -p preload
 cargo build --release -q -p tests --bin mmap-bench
 rw=()
-[[ $TARGET == "$ROOT"/* ]] || rw=(--rw "$TARGET")
+real_target=$(cd "$TARGET" && pwd -P)
+[[ $real_target == "$ROOT"/* ]] || rw=(--rw "$real_target")
 echo "mmap-bench: running in the VM (iters=$ITERS batches=$BATCHES reps=$REPS)" >&2
 raw=$(CARGO_TARGET_DIR=$TARGET "$ROOT/tests/vm/cuse-vm" --timeout 1500 "${rw[@]}" -- \
   bash "$ROOT/tests/bench/mmap-bench.sh" --guest --iters "$ITERS" --batches "$BATCHES" --reps "$REPS")
