@@ -58,12 +58,21 @@ pub fn cuse_state() -> CuseState {
     }
 }
 
-/// The nvproxy checkout this binary was built in (it sits in `<checkout>/target/<profile>/`),
-/// found by its `tests/vm/cuse-vm`.
+/// The nvproxy checkout this binary was built in, found by its `tests/vm/cuse-vm`: above the
+/// binary (`<checkout>/target/<profile>/`), else where it was compiled, when that is still there
+/// (a target dir elsewhere, `CARGO_TARGET_DIR` or a link to one). None for a binary installed
+/// away from any checkout.
 pub fn checkout() -> Option<std::path::PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .find(|d| d.join("tests/vm/cuse-vm").is_file() && d.join("run.sh").is_file())
+    let exe = std::env::current_exe().ok();
+    checkout_of(exe.as_deref(), Path::new(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// [`checkout`] for the executable `exe` of the crate compiled in `crate_dir`.
+fn checkout_of(exe: Option<&Path>, crate_dir: &Path) -> Option<std::path::PathBuf> {
+    let is_checkout = |d: &Path| d.join("tests/vm/cuse-vm").is_file() && d.join("run.sh").is_file();
+    let above = exe.and_then(|e| e.ancestors().find(|d| is_checkout(d)));
+    above
+        .or_else(|| crate_dir.parent().filter(|d| is_checkout(d)))
         .map(Path::to_path_buf)
 }
 
@@ -183,6 +192,22 @@ pub fn this_command_line() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_checkout_of_a_binary_built_into_a_target_dir_elsewhere_is_where_it_was_built() {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = here.parent().unwrap();
+        let inside = root.join("target/debug/nvproxy");
+        assert_eq!(checkout_of(Some(&inside), here).as_deref(), Some(root));
+        let elsewhere = Path::new("/nonexistent-cache/target/debug/nvproxy");
+        assert_eq!(checkout_of(Some(elsewhere), here).as_deref(), Some(root));
+        assert_eq!(checkout_of(None, here).as_deref(), Some(root));
+        // Installed away from any checkout, and the checkout gone: none.
+        assert_eq!(
+            checkout_of(Some(elsewhere), Path::new("/nonexistent/worker")),
+            None
+        );
+    }
 
     #[test]
     fn test_cuse_advice_without_a_module_points_at_the_vm_not_modprobe() {
