@@ -6,8 +6,14 @@
 //! profiler: run it twice under `valgrind --tool=callgrind` with two counts and subtract, so
 //! the start-up drops out (`tests/bench/README.md`, "Instructions per request").
 //!
-//! `cargo run --release -p ioctl-proxy --example request_cost -- [simple|nested|alloc] [N]`
+//! With `--switch` last, every request follows a pipe round trip with a child process, so that
+//! each starts as on a server, after a switch away from the process and back (under QEMU's
+//! TCG that empties the guest's TLB and the translated-jump cache); kind `none` times the
+//! round trips alone.
+//!
+//! `cargo run --release -p ioctl-proxy --example request_cost -- [simple|nested|alloc|none] [N] [--switch]`
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -144,10 +150,61 @@ impl Tenant {
     }
 }
 
+/// A child process that answers every byte written to it: one round trip = two switches.
+struct Switcher {
+    to: OwnedFd,
+    from: OwnedFd,
+}
+
+impl Switcher {
+    fn start() -> Self {
+        let (to_r, to_w) = nix::unistd::pipe().expect("pipe");
+        let (from_r, from_w) = nix::unistd::pipe().expect("pipe");
+        // SAFETY: the process is single-threaded here (nothing spawned yet), and the child
+        // only reads and writes its pipes and exits.
+        match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => {
+                let mut b = [0u8; 1];
+                while nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&to_r), &mut b)
+                    .is_ok_and(|n| n == 1)
+                {
+                    if nix::unistd::write(&from_w, &b).is_err() {
+                        break;
+                    }
+                }
+                std::process::exit(0)
+            }
+            nix::unistd::ForkResult::Parent { .. } => Self {
+                to: to_w,
+                from: from_r,
+            },
+        }
+    }
+
+    fn bounce(&self) {
+        let mut b = [0u8; 1];
+        nix::unistd::write(&self.to, &b).expect("write");
+        let n =
+            nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&self.from), &mut b).expect("read");
+        assert_eq!(n, 1, "the switcher child went away");
+    }
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let switch = args.last().is_some_and(|a| a == "--switch");
+    if switch {
+        args.pop();
+    }
+    let mut args = args.into_iter();
     let kind = args.next().unwrap_or_else(|| "simple".into());
     let n: u32 = args.next().map_or(10_000, |a| a.parse().expect("N"));
+    let switcher = switch.then(Switcher::start);
+    let bounce = || {
+        if let Some(s) = &switcher {
+            s.bounce();
+        }
+    };
     let sim = SimDriver::new(SimConfig::default_gpus(1));
     let policy = InstancePolicy::new("bench", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]);
     let proxy = Proxy::for_host(policy, Arc::<SimDriver>::clone(&sim)).expect("proxy");
@@ -173,6 +230,7 @@ fn main() {
     let ioctls = match kind.as_str() {
         "simple" => {
             for _ in 0..n {
+                bounce();
                 t.control(client, client, 0x136, &[0; 4]);
             }
             n
@@ -183,19 +241,29 @@ fn main() {
             p[0..4].copy_from_slice(&64u32.to_ne_bytes());
             p[8..16].copy_from_slice(&NESTED.to_ne_bytes());
             for _ in 0..n {
+                bounce();
                 t.control(client, device, 0x80_0201, &p);
             }
             n
         }
         "alloc" => {
             for _ in 0..n {
+                bounce();
                 let d = t.alloc(client, client, 0x80, &[0; 56]);
+                bounce();
                 t.free(client, client, d);
             }
             2 * n
         }
-        other => panic!("unknown kind {other:?}: simple, nested or alloc"),
+        "none" => {
+            for _ in 0..n {
+                bounce();
+            }
+            n
+        }
+        other => panic!("unknown kind {other:?}: simple, nested, alloc or none"),
     };
     let ns = start.elapsed().as_nanos() / u128::from(ioctls.max(1));
-    println!("{kind}: {ns} ns per ioctl, {ioctls} ioctls");
+    let after = if switch { " switch" } else { "" };
+    println!("{kind}{after}: {ns} ns per ioctl, {ioctls} ioctls");
 }
