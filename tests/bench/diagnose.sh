@@ -14,7 +14,8 @@
 #   4. (only with --only 4) where the serving threads' time goes, by call stack (perf record
 #      --call-graph dwarf, one client, --ops ioctls): each system call, and the user code by
 #      part (cuse-dev, the request path, the worker's glue, nvsim), for the proxy's
-#      `cuse-worker` threads and the same-work floor's (tests/bench/e2e-split.py --thread);
+#      `cuse-worker` threads and the same-work floor's (tests/bench/e2e-split.py --thread), and
+#      their kernel functions, proxy minus floor (the guest's /proc/kallsyms is kept for it);
 #   5. (only with --only 5) the steady state with T clients, each side in a 10 s phase of its
 #      own: cpu-clock samples per 1000 ioctls by task and object (kernel / our code /
 #      libraries, client and server), context switches per ioctl of the serving threads and
@@ -59,6 +60,8 @@ part() { [[ ,$ONLY, == *,$1,* ]]; }
 if ((GUEST)); then
   set +o pipefail # `perf report | head` and the like end their producer early
   mkdir -p "$OUTDIR"
+  # This boot's kernel symbols (KASLR moves them every boot), for the host's reports.
+  cat /proc/kallsyms >"$OUTDIR/kallsyms" 2>/dev/null || true
   "$SAMEWORK" --name nvbench-samework --max-threads 64 >"$OUTDIR/sw.out" 2>&1 &
   sw=$!
   for _ in $(seq 300); do grep -q '^READY' "$OUTDIR/sw.out" && break; sleep 0.1; done
@@ -226,11 +229,33 @@ tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/
   --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
 if [[ ,$ONLY, == *,4,* ]]; then
   # Symbols are resolved on the host (the guest ran the host's binaries).
+  ksyms=()
+  [[ -s $OUTDIR/kallsyms ]] && ksyms=(--kallsyms "$OUTDIR/kallsyms")
   echo "### 4. the serving threads' samples by system call and by part of the user code"
   for side in proxy:cuse-worker floor:cuse_samework; do
-    perf script -i "$OUTDIR/stacks-${side%%:*}.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$OUTDIR/stacks-${side%%:*}.txt" || true
+    perf script "${ksyms[@]}" -i "$OUTDIR/stacks-${side%%:*}.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$OUTDIR/stacks-${side%%:*}.txt" || true
     echo "== ${side%%:*}"
     python3 tests/bench/e2e-split.py --thread "${side#*:}" "$OUTDIR/stacks-${side%%:*}.txt" || true
+    perf report "${ksyms[@]}" -i "$OUTDIR/stacks-${side%%:*}.data" --comm "${side#*:}" --no-children \
+      --sort sym -n -q --stdio -g none 2>/dev/null | awk '$3 == "[k]"' >"$OUTDIR/kernel-${side%%:*}.txt" || true
   done | tee -a "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+  # The serving threads' kernel functions, proxy minus floor, in samples (the same ioctl count).
+  python3 - "$OUTDIR/kernel-proxy.txt" "$OUTDIR/kernel-floor.txt" <<'PY' | tee -a "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+import collections, sys
+def load(path):
+    d = collections.Counter()
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 4 and f[1].isdigit():
+            d[" ".join(f[3:])] += int(f[1])
+    return d
+p, f = load(sys.argv[1]), load(sys.argv[2])
+if not p or not f:
+    sys.exit("no kernel samples with symbols (no kallsyms from the guest?)")
+print(f"== serving threads' kernel samples: proxy {sum(p.values())}, floor {sum(f.values())}")
+diff = sorted(((p[k] - f[k], k) for k in set(p) | set(f)), reverse=True)
+for d, k in diff[:12] + [(0, "...")] + diff[-5:]:
+    print(f"  {d:+6}  {k}")
+PY
 fi
 echo "$PROG: raw outputs in $OUTDIR" >&2
