@@ -13,7 +13,7 @@
 //!
 //! `cargo run --release -p ioctl-proxy --example request_cost -- [simple|nested|alloc|none] [N] [--switch]`
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -152,8 +152,17 @@ impl Tenant {
 
 /// A child process that answers every byte written to it: one round trip = two switches.
 struct Switcher {
-    to: OwnedFd,
+    to: Option<OwnedFd>,
     from: OwnedFd,
+    child: nix::unistd::Pid,
+}
+
+impl Drop for Switcher {
+    /// Closing our end ends the child's loop; then it is reaped.
+    fn drop(&mut self) {
+        drop(self.to.take());
+        let _ = nix::sys::wait::waitpid(self.child, None);
+    }
 }
 
 impl Switcher {
@@ -164,28 +173,29 @@ impl Switcher {
         // only reads and writes its pipes and exits.
         match unsafe { nix::unistd::fork() }.expect("fork") {
             nix::unistd::ForkResult::Child => {
+                // The parent's ends go: its exit then ends the child's read (EOF).
+                drop((to_w, from_r));
                 let mut b = [0u8; 1];
-                while nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&to_r), &mut b)
-                    .is_ok_and(|n| n == 1)
-                {
+                while nix::unistd::read(to_r.as_raw_fd(), &mut b).is_ok_and(|n| n == 1) {
                     if nix::unistd::write(&from_w, &b).is_err() {
                         break;
                     }
                 }
                 std::process::exit(0)
             }
-            nix::unistd::ForkResult::Parent { .. } => Self {
-                to: to_w,
+            nix::unistd::ForkResult::Parent { child } => Self {
+                to: Some(to_w),
                 from: from_r,
+                child,
             },
         }
     }
 
     fn bounce(&self) {
         let mut b = [0u8; 1];
-        nix::unistd::write(&self.to, &b).expect("write");
-        let n =
-            nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&self.from), &mut b).expect("read");
+        let to = self.to.as_ref().expect("open until dropped");
+        nix::unistd::write(to, &b).expect("write");
+        let n = nix::unistd::read(self.from.as_raw_fd(), &mut b).expect("read");
         assert_eq!(n, 1, "the switcher child went away");
     }
 }

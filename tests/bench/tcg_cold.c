@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     uint8_t *code = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (code == MAP_FAILED) return perror("mmap"), 1;
     fns = calloc((size_t)k, sizeof *fns);
+    if (fns == NULL) return perror("calloc"), 1;
     static const uint8_t body[] = {0x8d, 0x47, 0x01, 0xc3}; // lea eax,[rdi+1]; ret
     for (long i = 0; i < k; i++) {
       memcpy(code + i * stride, body, sizeof body);
@@ -69,6 +71,8 @@ int main(int argc, char **argv) {
   pid_t child = fork();
   if (child < 0) return perror("fork"), 1;
   if (child == 0) {
+    close(to[1]); // the parent's ends: its exit then ends our read (EOF)
+    close(from[0]);
     char b;
     while (read(to[0], &b, 1) == 1 && write(from[1], &b, 1) == 1) {
     }
@@ -86,7 +90,8 @@ int main(int argc, char **argv) {
     for (long p = 0; p < pages; p++) buf[p * 4096] += 1;
   }
   double ns = (now_ns() - t0) / (double)rounds;
-  close(to[1]);
+  close(to[1]); // ends the child's loop
+  waitpid(child, NULL, 0);
   printf("%s k=%ld stride=%ld pages=%ld %s: %.0f ns per round (acc %d)\n", mode, k, stride, pages,
          warm ? "warm" : "switch", ns, acc);
   return 0;
