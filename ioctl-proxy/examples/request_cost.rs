@@ -6,12 +6,16 @@
 //! profiler: run it twice under `valgrind --tool=callgrind` with two counts and subtract, so
 //! the start-up drops out (`tests/bench/README.md`, "Instructions per request").
 //!
+//! Kind `memfree` times RM_ALLOC+FREE pairs of a 4 KiB `NV01_MEMORY_SYSTEM` under a device
+//! whose client already holds `--objects K` such memory objects (default 0): what one free
+//! costs as a client's table grows.
+//!
 //! With `--switch` last, every request follows a pipe round trip with a child process, so that
 //! each starts as on a server, after a switch away from the process and back (under QEMU's
 //! TCG that empties the guest's TLB and the translated-jump cache); kind `none` times the
 //! round trips alone.
 //!
-//! `cargo run --release -p ioctl-proxy --example request_cost -- [simple|nested|alloc|none] [N] [--switch]`
+//! `cargo run --release -p ioctl-proxy --example request_cost -- [simple|nested|alloc|memfree|none] [N] [--objects K] [--switch]`
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -206,6 +210,14 @@ fn main() {
     if switch {
         args.pop();
     }
+    let mut objects = 0u32;
+    if let Some(i) = args.iter().position(|a| a == "--objects") {
+        objects = args
+            .get(i + 1)
+            .and_then(|k| k.parse().ok())
+            .expect("--objects K");
+        args.drain(i..i + 2);
+    }
     let mut args = args.into_iter();
     let kind = args.next().unwrap_or_else(|| "simple".into());
     let n: u32 = args.next().map_or(10_000, |a| a.parse().expect("N"));
@@ -231,11 +243,19 @@ fn main() {
     t.ioctl_on(gpu, nv_iowr(0xc9, 4), &CTL_FD.to_ne_bytes());
     let client = t.alloc(0, 0, 0x41, &[]);
     // NV01_DEVICE_0 with deviceId 0 (one per client: the alloc kind makes its own).
-    let device = if kind == "nested" {
+    let device = if kind == "nested" || kind == "memfree" {
         t.alloc(client, client, 0x80, &[0; 56])
     } else {
         0
     };
+    // NV_MEMORY_ALLOCATION_PARAMS with size 4 KiB (offset 64).
+    let mut memory = [0u8; 120];
+    memory[64..72].copy_from_slice(&4096u64.to_ne_bytes());
+    if kind == "memfree" {
+        for _ in 0..objects {
+            t.alloc(client, device, 0x3e, &memory);
+        }
+    }
     let start = Instant::now();
     let ioctls = match kind.as_str() {
         "simple" => {
@@ -265,13 +285,22 @@ fn main() {
             }
             2 * n
         }
+        "memfree" => {
+            for _ in 0..n {
+                bounce();
+                let m = t.alloc(client, device, 0x3e, &memory);
+                bounce();
+                t.free(client, device, m);
+            }
+            2 * n
+        }
         "none" => {
             for _ in 0..n {
                 bounce();
             }
             n
         }
-        other => panic!("unknown kind {other:?}: simple, nested, alloc or none"),
+        other => panic!("unknown kind {other:?}: simple, nested, alloc, memfree or none"),
     };
     let ns = start.elapsed().as_nanos() / u128::from(ioctls.max(1));
     let after = if switch { " switch" } else { "" };

@@ -315,12 +315,7 @@ impl Proxy {
             table
                 .insert_live_client(
                     c.handle,
-                    Client {
-                        owner: OwnerId(c.owner),
-                        class: c.class,
-                        origin: c.origin,
-                        objects,
-                    },
+                    Client::new(OwnerId(c.owner), c.class, c.origin, objects),
                 )
                 .map_err(|e| bad(e.to_string()))?;
         }

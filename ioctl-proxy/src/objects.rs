@@ -255,6 +255,57 @@ pub(crate) struct Client {
     pub(crate) class: u32,
     pub(crate) origin: Origin,
     pub(crate) objects: HashMap<u32, Object>,
+    /// Every "freed with" edge among the objects: (an object's parent or dependency, the
+    /// object). A free walks these from the freed object, so it costs the size of what it
+    /// frees, not of the client's table (as the driver's per-object child lists).
+    edges: BTreeSet<(u32, u32)>,
+}
+
+impl Client {
+    /// A client holding `objects`, with its edge index built from them.
+    pub(crate) fn new(
+        owner: OwnerId,
+        class: u32,
+        origin: Origin,
+        objects: HashMap<u32, Object>,
+    ) -> Client {
+        // (0, 0) names no object (handle 0 is never one; `dependants` starts at 1): it keeps
+        // the set's node allocated, which an alloc/free loop would otherwise allocate and
+        // free each time.
+        let edges = objects
+            .iter()
+            .flat_map(|(&h, o)| o.freed_with().map(move |r| (r, h)))
+            .chain([(0, 0)])
+            .collect();
+        Client {
+            owner,
+            class,
+            origin,
+            objects,
+            edges,
+        }
+    }
+
+    /// The objects freed with `h` directly: its children and its dependants.
+    fn dependants(&self, h: u32) -> impl Iterator<Item = u32> + '_ {
+        self.edges.range((h, 1)..=(h, u32::MAX)).map(|&(_, d)| d)
+    }
+
+    /// Removes object `h` and its edges.
+    fn remove(&mut self, h: u32) -> Option<Object> {
+        let o = self.objects.remove(&h)?;
+        for r in o.freed_with() {
+            self.edges.remove(&(r, h));
+        }
+        Some(o)
+    }
+}
+
+impl Object {
+    /// The objects whose free frees this one: its parent and its dependencies.
+    fn freed_with(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.parent).chain(self.deps.iter().copied())
+    }
 }
 
 /// The per-instance table of RM clients and objects.
@@ -336,15 +387,8 @@ impl ObjectTable {
             return Err(ObjectError::Duplicate(h_client, h_client));
         }
         self.recorded += origin.bytes();
-        self.clients.insert(
-            h_client,
-            Client {
-                owner,
-                class,
-                origin,
-                objects: HashMap::new(),
-            },
-        );
+        self.clients
+            .insert(h_client, Client::new(owner, class, origin, HashMap::new()));
         Ok(())
     }
 
@@ -486,17 +530,16 @@ impl ObjectTable {
         if let Some(c) = vid {
             self.vid.add_ref(c);
         }
-        client.objects.insert(
-            h_new,
-            Object {
-                parent: h_parent,
-                class,
-                deps: deps.to_vec(),
-                origin,
-                pinned,
-                vid,
-            },
-        );
+        let object = Object {
+            parent: h_parent,
+            class,
+            deps: deps.to_vec(),
+            origin,
+            pinned,
+            vid,
+        };
+        client.edges.extend(object.freed_with().map(|r| (r, h_new)));
+        client.objects.insert(h_new, object);
         Ok(())
     }
 
@@ -521,6 +564,7 @@ impl ObjectTable {
             .ok_or(ObjectError::UnknownObject(h_client, h_object))?;
         if !obj.deps.contains(&dep) {
             obj.deps.push(dep);
+            client.edges.insert((dep, h_object));
         }
         Ok(())
     }
@@ -578,19 +622,20 @@ impl ObjectTable {
         }
         // Everything reachable from h_object through "child of" and "depends on" edges.
         let mut doomed = BTreeSet::from([h_object]);
+        let (mut h, mut todo) = (h_object, Vec::new());
         loop {
-            let before = doomed.len();
-            for (&h, o) in &client.objects {
-                if doomed.contains(&o.parent) || o.deps.iter().any(|d| doomed.contains(d)) {
-                    doomed.insert(h);
+            for d in client.dependants(h) {
+                if doomed.insert(d) {
+                    todo.push(d);
                 }
             }
-            if doomed.len() == before {
-                break;
+            match todo.pop() {
+                Some(next) => h = next,
+                None => break,
             }
         }
-        for h in &doomed {
-            if let Some(o) = client.objects.remove(h) {
+        for &h in &doomed {
+            if let Some(o) = client.remove(h) {
                 self.recorded = self.recorded.saturating_sub(o.origin.bytes());
                 self.pinned.sub(Pinned::of([&o]));
                 if let Some(c) = o.vid {
@@ -857,6 +902,91 @@ mod tests {
         assert_eq!(freed, vec![0x20, 0x21]);
         assert!(t.contains(0xc1d0_0001, 0x11));
         assert_eq!(t.len(), 3);
+    }
+
+    /// What a free must take, computed from the objects alone: everything whose parent or a
+    /// dependency is taken, to a fixed point (the table answers it from its edge index).
+    fn closure_of(t: &ObjectTable, h_client: u32, h: u32) -> Vec<u32> {
+        let objects = &t.clients[&h_client].objects;
+        let mut doomed = BTreeSet::from([h]);
+        loop {
+            let before = doomed.len();
+            for (&k, o) in objects {
+                if doomed.contains(&o.parent) || o.deps.iter().any(|d| doomed.contains(d)) {
+                    doomed.insert(k);
+                }
+            }
+            if doomed.len() == before {
+                return doomed.into_iter().collect();
+            }
+        }
+    }
+
+    #[test]
+    fn test_free_takes_exactly_the_closure_through_random_adds_dependencies_and_frees() {
+        const C: u32 = 0xc1d0_0001;
+        let mut t = ObjectTable::new();
+        t.add_client(OwnerId(1), C, ROOT).unwrap();
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut live: Vec<u32> = Vec::new();
+        let mut fresh = 0x100u32;
+        let (mut frees, mut taken_with_others) = (0, 0);
+        for _ in 0..4000 {
+            let pick = |r: u64, live: &[u32]| {
+                if live.is_empty() || r.is_multiple_of(5) {
+                    C
+                } else {
+                    live[usize::try_from(r / 5 % live.len() as u64).expect("an index")]
+                }
+            };
+            match next() % 10 {
+                0..=5 => {
+                    let parent = pick(next(), &live);
+                    let deps = match next() % 4 {
+                        0 => vec![pick(next(), &live)],
+                        _ => vec![],
+                    };
+                    fresh += 1;
+                    t.add_object(C, parent, fresh, DEVICE, &deps).unwrap();
+                    live.push(fresh);
+                }
+                6 if live.len() >= 2 => {
+                    let (a, b) = (pick(next(), &live), pick(next(), &live));
+                    // A dependency on an object it holds would make the pair free each other.
+                    if a != C && b != C && a != b && !closure_of(&t, C, a).contains(&b) {
+                        t.add_dependency(C, b, a).unwrap();
+                    }
+                }
+                _ if !live.is_empty() => {
+                    let h = live[usize::try_from(next() % live.len() as u64).expect("an index")];
+                    let want = closure_of(&t, C, h);
+                    assert_eq!(t.free(C, h).unwrap(), want, "free of {h:#x}");
+                    frees += 1;
+                    taken_with_others += usize::from(want.len() > 1);
+                    live.retain(|x| !want.contains(x));
+                    assert_eq!(t.len(), 1 + live.len());
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            frees > 500 && taken_with_others > 100,
+            "{frees} frees, {taken_with_others} took more"
+        );
+        assert_eq!(
+            t.clients[&C].dependants(0).count(),
+            0,
+            "the set's placeholder"
+        );
+        let all = t.free(C, C).unwrap();
+        assert_eq!(all.len(), live.len() + 1);
+        assert!(t.is_empty());
     }
 
     #[test]

@@ -728,12 +728,7 @@ impl Proxy {
                 .collect();
             clients.insert(
                 c.handle,
-                Client {
-                    owner: OwnerId(c.owner),
-                    class: c.class,
-                    origin: c.origin.clone(),
-                    objects,
-                },
+                Client::new(OwnerId(c.owner), c.class, c.origin.clone(), objects),
             );
         }
         *proxy.objects() = ObjectTable::from_clients(clients);

@@ -1,7 +1,7 @@
 //! The simulated driver instance: its files, RM clients, OS events and GPU state, behind one
 //! mutex.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -103,18 +103,25 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// Whether the object is a dependant of object `h` (`refAddDependant`): freed with it.
-    pub(crate) fn depends_on(&self, h: u32) -> bool {
+    /// The object this one is a dependant of (`refAddDependant`), freed with it, if any.
+    pub(crate) fn dependency(&self) -> Option<u32> {
         match *self {
-            Kind::VirtMem { vas_handle, .. } => vas_handle == h,
+            Kind::VirtMem { vas_handle, .. } => Some(vas_handle),
             Kind::ChannelGroup { h_vaspace, .. } | Kind::CtxShare { h_vaspace, .. } => {
-                h_vaspace != 0 && h_vaspace == h
+                (h_vaspace != 0).then_some(h_vaspace)
             }
             // kchannelConstruct: of its context share (and TSG, its parent here).
-            Kind::Channel { h_ctxshare, .. } => h_ctxshare == h,
-            Kind::Debugger { h_object, .. } => h_object == h,
-            _ => false,
+            Kind::Channel { h_ctxshare, .. } => Some(h_ctxshare),
+            Kind::Debugger { h_object, .. } => Some(h_object),
+            _ => None,
         }
+    }
+}
+
+impl Object {
+    /// The objects whose free frees this one: its parent and what it is a dependant of.
+    fn freed_with(&self) -> impl Iterator<Item = u32> {
+        std::iter::once(self.parent).chain(self.kind.dependency())
     }
 }
 
@@ -126,10 +133,59 @@ pub(crate) struct Client {
     pub os_info: i32,
     /// The class it was allocated with (always `NV01_ROOT_CLIENT` from user space).
     pub class: u32,
-    /// Its objects by handle.
+    /// Its objects by handle (changed only through [`Client::insert_object`] and
+    /// [`Client::remove_object`], which keep `edges`).
     pub objects: BTreeMap<u32, Object>,
     /// Generator index for driver-chosen object handles.
     pub handle_gen: u32,
+    /// (parent or object depended on, object) for every object: the resource server's
+    /// per-object child and dependant lists, so a free walks only what it frees.
+    edges: BTreeSet<(u32, u32)>,
+}
+
+impl Client {
+    /// A client without objects.
+    pub(crate) fn new(os_info: i32, class: u32) -> Client {
+        Client {
+            os_info,
+            class,
+            objects: BTreeMap::new(),
+            handle_gen: 0,
+            // (0, 0) names no object (handle 0 is never one; `dependants` starts at 1): it
+            // keeps the set's node allocated, which an alloc/free loop would otherwise
+            // allocate and free each time.
+            edges: BTreeSet::from([(0, 0)]),
+        }
+    }
+
+    /// Adds object `h`.
+    pub(crate) fn insert_object(&mut self, h: u32, o: Object) {
+        self.edges.extend(o.freed_with().map(|r| (r, h)));
+        if let Some(old) = self.objects.insert(h, o) {
+            // Not reached: handles are checked unused first. The index stays exact anyway.
+            let now: Vec<u32> = self.objects[&h].freed_with().collect();
+            for r in old.freed_with().filter(|r| !now.contains(r)) {
+                self.edges.remove(&(r, h));
+            }
+        }
+    }
+
+    /// Removes object `h`.
+    pub(crate) fn remove_object(&mut self, h: u32) -> Option<Object> {
+        let o = self.objects.remove(&h)?;
+        for r in o.freed_with() {
+            self.edges.remove(&(r, h));
+        }
+        Some(o)
+    }
+
+    /// The objects whose parent is `h` or that are dependants of `h`, by handle.
+    pub(crate) fn dependants(&self, h: u32) -> Vec<u32> {
+        self.edges
+            .range((h, 1)..=(h, u32::MAX))
+            .map(|&(_, d)| d)
+            .collect()
+    }
 }
 
 /// An OS event registered with `NV_ESC_ALLOC_OS_EVENT`.
@@ -408,5 +464,53 @@ impl SimDriver {
     /// Resolves `id` (an fd field value) to a file of this driver that is still open.
     pub(crate) fn file_node(&self, st: &State, id: i32) -> Option<NodeKind> {
         st.files.get(&id).filter(|f| f.held).map(|f| f.node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(parent: u32, kind: Kind) -> Object {
+        Object {
+            class: 0,
+            parent,
+            kind,
+        }
+    }
+
+    #[test]
+    fn test_a_clients_dependants_follow_its_inserts_and_removes() {
+        const C: u32 = 0xc1d0_0001;
+        let mut c = Client::new(3, 0x41);
+        let device = Kind::Device {
+            gpu: 0,
+            va_mode: 0,
+            cuda_limit_refs: 0,
+        };
+        c.insert_object(0x10, object(C, device));
+        c.insert_object(0x20, object(0x10, Kind::VaSpace { gpu: 0, id: 1 }));
+        c.insert_object(0x30, object(0x10, Kind::Memory { block: 1 }));
+        let virt = Kind::VirtMem {
+            id: 1,
+            vas_handle: 0x20,
+            addr: 0,
+        };
+        c.insert_object(0x31, object(0x10, virt));
+        assert_eq!(c.dependants(C), [0x10]);
+        assert_eq!(c.dependants(0x10), [0x20, 0x30, 0x31]);
+        assert_eq!(c.dependants(0x20), [0x31], "the VA space's dependant");
+        assert!(
+            c.dependants(0).is_empty(),
+            "the set's placeholder is no object"
+        );
+        c.remove_object(0x31).unwrap();
+        assert_eq!(c.dependants(0x10), [0x20, 0x30]);
+        assert!(c.dependants(0x20).is_empty());
+        // A handle inserted again (not done by the driver) keeps the index exact.
+        c.insert_object(0x30, object(0x20, Kind::Memory { block: 2 }));
+        assert_eq!(c.dependants(0x10), [0x20]);
+        assert_eq!(c.dependants(0x20), [0x30]);
+        assert!(c.remove_object(0x99).is_none());
     }
 }

@@ -577,7 +577,7 @@ impl State {
             },
         );
         let client = self.clients.get_mut(&q.hRoot).expect("checked above");
-        client.objects.insert(
+        client.insert_object(
             h,
             crate::driver::Object {
                 class: NV01_MEMORY_SYSTEM_OS_DESCRIPTOR,

@@ -2,8 +2,6 @@
 //! `RM_DUP_OBJECT`, `RM_SHARE`, with the status codes of the driver's resource server
 //! (`rs_server.c`, `rs_client.c`, `alloc_free.c`, `event.c`, `device.c`, `subdevice.c`).
 
-use std::collections::BTreeMap;
-
 use crate::driver::{Client, Kind, MemBlock, Object, SimDriver, State};
 use crate::status::*;
 pub use nvproxy_abi::class::*;
@@ -237,7 +235,7 @@ impl State {
             Err(s) => return (s, a.h_new),
         };
         let client = self.clients.get_mut(&a.h_client).expect("checked above");
-        client.objects.insert(
+        client.insert_object(
             h_new,
             Object {
                 class: a.class,
@@ -259,15 +257,7 @@ impl State {
         } else {
             h_root
         };
-        self.clients.insert(
-            h,
-            Client {
-                os_info,
-                class,
-                objects: BTreeMap::new(),
-                handle_gen: 0,
-            },
-        );
+        self.clients.insert(h, Client::new(os_info, class));
         (NV_OK, h)
     }
 
@@ -643,19 +633,14 @@ impl State {
     /// Frees `h` of client `h_client` and everything under it, children first.
     fn free_subtree(&mut self, h_client: u32, h: u32) {
         // The children, and the dependants (refAddDependant): virtual memory in a VA space.
-        let children: Vec<u32> = self.clients[&h_client]
-            .objects
-            .iter()
-            .filter(|(_, o)| o.parent == h || o.kind.depends_on(h))
-            .map(|(&k, _)| k)
-            .collect();
+        let children = self.clients[&h_client].dependants(h);
         for c in children {
             self.free_subtree(h_client, c);
         }
         if let Some(o) = self
             .clients
             .get_mut(&h_client)
-            .and_then(|c| c.objects.remove(&h))
+            .and_then(|c| c.remove_object(h))
         {
             // subdevicePreDestruct: the client's compute-mode reservation goes with it.
             if let Kind::Subdevice { gpu, .. } = o.kind
@@ -671,10 +656,9 @@ impl State {
     pub(crate) fn free_client(&mut self, _drv: &SimDriver, h: u32) {
         let tops: Vec<u32> = match self.clients.get(&h) {
             Some(c) => c
-                .objects
-                .iter()
-                .filter(|(_, o)| o.parent == h)
-                .map(|(&k, _)| k)
+                .dependants(h)
+                .into_iter()
+                .filter(|k| c.objects.get(k).is_some_and(|o| o.parent == h))
                 .collect(),
             None => return,
         };
