@@ -17,7 +17,10 @@
 #                ratios are taken inside each repetition and the median over repetitions reported
 #   --iters N    ioctls (pairs for rm-alloc) per batch (default 100; /dev/null gets 50x as many)
 #   --batches B  batches per kind and repetition (default 5; nv-bench reports their median)
-#   --smp N      guest vCPUs (default 1, as in shared/reference/cuse-experiments.md 1e)
+#   --smp N      guest vCPUs (default 2, as the goal is judged: client and server each find a
+#                vCPU, as on a machine with idle cores; with 1 every request is two process
+#                switches on one vCPU, which under TCG empty its TLB: tests/bench/README.md,
+#                "Cold code after every switch")
 #   --no-proxy   measure only /dev/null and the floors (skips building and running nvproxy)
 # Environment: CARGO_TARGET_DIR as usual; CUSE_VM_* as documented in tests/vm/cuse-vm.
 # Exit status: 0 when every requested measurement was taken, 1 otherwise (the table then shows
@@ -31,7 +34,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=run-bench
 
-OUT='' REPS=5 ITERS=100 BATCHES=5 SMP=1 PROXY=1 GUEST=0
+OUT='' REPS=5 ITERS=100 BATCHES=5 SMP=2 PROXY=1 GUEST=0
 while (($#)); do
   case $1 in
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
