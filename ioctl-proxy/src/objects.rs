@@ -318,6 +318,9 @@ pub struct ObjectTable {
     pinned: Pinned,
     /// The video memory the objects hold ([`Object::vid`]).
     vid: VidBooks,
+    /// Clients plus objects ([`ObjectTable::len`]), kept as they come and go: the quota
+    /// check before every allocation reads it.
+    count: usize,
 }
 
 /// What the pinning objects of a table add up to.
@@ -387,6 +390,7 @@ impl ObjectTable {
             return Err(ObjectError::Duplicate(h_client, h_client));
         }
         self.recorded += origin.bytes();
+        self.count += 1;
         self.clients
             .insert(h_client, Client::new(owner, class, origin, HashMap::new()));
         Ok(())
@@ -430,6 +434,7 @@ impl ObjectTable {
         for c in client.objects.values().filter_map(|o| o.vid) {
             self.vid.add_ref(c);
         }
+        self.count += 1 + client.objects.len();
         self.clients.insert(h_client, client);
         Ok(())
     }
@@ -540,6 +545,7 @@ impl ObjectTable {
         };
         client.edges.extend(object.freed_with().map(|r| (r, h_new)));
         client.objects.insert(h_new, object);
+        self.count += 1;
         Ok(())
     }
 
@@ -609,6 +615,7 @@ impl ObjectTable {
             .ok_or(ObjectError::UnknownClient(h_client))?;
         if h_object == h_client {
             let c = self.clients.remove(&h_client).expect("looked up above");
+            self.count -= 1 + c.objects.len();
             self.recorded = self.recorded.saturating_sub(client_bytes(&c));
             self.pinned.sub(Pinned::of(c.objects.values()));
             self.drop_vid(c.objects.values());
@@ -636,6 +643,7 @@ impl ObjectTable {
         }
         for &h in &doomed {
             if let Some(o) = client.remove(h) {
+                self.count -= 1;
                 self.recorded = self.recorded.saturating_sub(o.origin.bytes());
                 self.pinned.sub(Pinned::of([&o]));
                 if let Some(c) = o.vid {
@@ -657,6 +665,7 @@ impl ObjectTable {
             .collect();
         for h in &gone {
             if let Some(c) = self.clients.remove(h) {
+                self.count -= 1 + c.objects.len();
                 self.recorded = self.recorded.saturating_sub(client_bytes(&c));
                 self.pinned.sub(Pinned::of(c.objects.values()));
                 self.drop_vid(c.objects.values());
@@ -822,17 +831,26 @@ impl ObjectTable {
         let recorded = clients.values().map(client_bytes).sum();
         let pinned = Pinned::of(clients.values().flat_map(|c| c.objects.values()));
         let vid = VidBooks::of(clients.values().flat_map(|c| c.objects.values()));
+        let count = clients.values().map(|c| 1 + c.objects.len()).sum();
         Self {
             clients,
             recorded,
             pinned,
             vid,
+            count,
         }
     }
 
     /// Number of clients plus objects: zero when everything was freed.
     pub fn len(&self) -> usize {
-        self.clients.values().map(|c| 1 + c.objects.len()).sum()
+        debug_assert_eq!(
+            self.count,
+            self.clients
+                .values()
+                .map(|c| 1 + c.objects.len())
+                .sum::<usize>()
+        );
+        self.count
     }
 
     /// Whether the table holds nothing.
