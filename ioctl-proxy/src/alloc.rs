@@ -284,7 +284,7 @@ impl Req<'_> {
             _ => t,
         };
         const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);
-        Ok(self.finish_with(addr, plan, Some(STATUS), ret, convert)?)
+        Ok(self.finish_with(addr, &mut plan, Some(STATUS), ret, convert)?)
     }
 
     /// Class-specific checks and translation; returns the dependencies to record.

@@ -315,7 +315,7 @@ impl Req<'_> {
             self.control_post(cmd, size, h_client, h_object, &mut plan, p);
         }
         drop(guard);
-        Ok(self.finish(addr, plan, Some(STATUS), ret)?)
+        Ok(self.finish(addr, &mut plan, Some(STATUS), ret)?)
     }
 
     /// Control-specific checks and translation before the host call. Returns whether the

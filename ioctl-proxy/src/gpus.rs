@@ -109,7 +109,7 @@ impl Req<'_> {
         out.numa_mem_addr = 0;
         out.offline_addresses = nv_offline_addresses_t::new_zeroed();
         plan.overwrite(None, 0, out.as_bytes());
-        self.finish(addr, plan, None, ret)
+        self.finish(addr, &mut plan, None, ret)
     }
 
     /// `NV_ESC_ATTACH_GPUS_TO_FD`: every non-zero id must be in the set; the driver answers an

@@ -627,20 +627,26 @@ impl ObjectTable {
         if !client.objects.contains_key(&h_object) {
             return Err(ObjectError::UnknownObject(h_client, h_object));
         }
-        // Everything reachable from h_object through "child of" and "depends on" edges.
-        let mut doomed = BTreeSet::from([h_object]);
-        let (mut h, mut todo) = (h_object, Vec::new());
-        loop {
-            for d in client.dependants(h) {
-                if doomed.insert(d) {
-                    todo.push(d);
+        // Everything reachable from h_object through "child of" and "depends on" edges (most
+        // frees are of a leaf).
+        let doomed: Vec<u32> = if client.dependants(h_object).next().is_none() {
+            vec![h_object]
+        } else {
+            let mut seen = BTreeSet::from([h_object]);
+            let (mut h, mut todo) = (h_object, Vec::new());
+            loop {
+                for d in client.dependants(h) {
+                    if seen.insert(d) {
+                        todo.push(d);
+                    }
+                }
+                match todo.pop() {
+                    Some(next) => h = next,
+                    None => break,
                 }
             }
-            match todo.pop() {
-                Some(next) => h = next,
-                None => break,
-            }
-        }
+            seen.into_iter().collect()
+        };
         for &h in &doomed {
             if let Some(o) = client.remove(h) {
                 self.count -= 1;
@@ -651,7 +657,7 @@ impl ObjectTable {
                 }
             }
         }
-        Ok(doomed.into_iter().collect())
+        Ok(doomed)
     }
 
     /// Frees every client allocated through `owner` (its file was released). Returns the freed

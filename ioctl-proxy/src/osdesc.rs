@@ -163,7 +163,7 @@ impl Req<'_> {
                 );
                 debug!(?added, h_new, len, "OS-descriptor memory recorded");
             }
-            Ok(r.finish(args.params, plan, Some(STATUS), ret)?)
+            Ok(r.finish(args.params, &mut plan, Some(STATUS), ret)?)
         })
     }
 }

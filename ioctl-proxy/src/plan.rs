@@ -213,9 +213,10 @@ impl Plan {
             .filter_map(|(n, out)| out.map(|a| (a, n.data.as_slice())))
     }
 
-    /// The top-level params (the client's, once [`Plan::restore_client_values`] ran).
-    pub(crate) fn into_params(self) -> Vec<u8> {
-        self.call.params
+    /// The top-level params (the client's, once [`Plan::restore_client_values`] ran), taken
+    /// out of the plan (left empty).
+    pub(crate) fn take_params(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.call.params)
     }
 }
 

@@ -323,12 +323,11 @@ impl<'a> Req<'a> {
     pub(crate) fn finish_with(
         &mut self,
         addr: u64,
-        plan: Plan,
+        plan: &mut Plan,
         status_off: Option<usize>,
         ret: i32,
         convert: impl FnOnce(Vec<u8>) -> Vec<u8>,
     ) -> Result<i32, ProxyError> {
-        let mut plan = plan;
         plan.restore_client_values();
         if let Some(off) = status_off {
             self.note.nv_status = Some(rd32(plan.buf(None), off));
@@ -336,7 +335,7 @@ impl<'a> Req<'a> {
         for (a, data) in plan.outputs() {
             self.mem.write(a, data).map_err(top_err)?;
         }
-        let top = convert(plan.into_params());
+        let top = convert(plan.take_params());
         self.write_top(addr, &top)?;
         Ok(ret)
     }
@@ -344,7 +343,7 @@ impl<'a> Req<'a> {
     pub(crate) fn finish(
         &mut self,
         addr: u64,
-        plan: Plan,
+        plan: &mut Plan,
         status_off: Option<usize>,
         ret: i32,
     ) -> Result<i32, ProxyError> {
@@ -515,7 +514,7 @@ impl<'a> Req<'a> {
         let top = self.read_top(addr, size)?;
         let mut plan = Plan::new(nv_iowr(nr, size), top);
         let ret = self.exec(&mut plan)?;
-        self.finish(addr, plan, None, ret)
+        self.finish(addr, &mut plan, None, ret)
     }
 
     /// `NV_ESC_REGISTER_FD`: `ctl_fd` becomes the host id of the control file it names.
@@ -532,7 +531,7 @@ impl<'a> Req<'a> {
         if ret == 0 {
             crate::proxy::lock_record(&self.file).registered_ctl = Some(ctl);
         }
-        self.finish(addr, plan, None, ret)
+        self.finish(addr, &mut plan, None, ret)
     }
 
     /// `NV_ESC_ALLOC_OS_EVENT` / `NV_ESC_FREE_OS_EVENT` (the same layout): the client must be
@@ -564,7 +563,7 @@ impl<'a> Req<'a> {
                     rec.os_events.remove(i);
                 }
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -597,7 +596,7 @@ impl<'a> Req<'a> {
                 }
                 debug!(?freed, "freed");
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -645,7 +644,7 @@ impl<'a> Req<'a> {
                 );
                 debug!(?added, h_new = out.hObject, "dup recorded");
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -665,7 +664,7 @@ impl<'a> Req<'a> {
                 p.as_bytes().to_vec(),
             );
             let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -692,7 +691,7 @@ impl<'a> Req<'a> {
                 }
             }
             let ret = r.exec(&mut plan)?;
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -760,7 +759,7 @@ impl<'a> Req<'a> {
                     t.add_vid_object(h_root, h_parent, h_memory, class, &deps, origin, charge);
                 debug!(?added, h_memory, class, "vid heap alloc recorded");
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -786,7 +785,7 @@ impl<'a> Req<'a> {
             plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(target.id));
             let ret = r.exec(&mut plan);
             target.commit(ret.is_ok() && rd32(plan.buf(None), STATUS) == NV_OK);
-            Ok(r.finish(addr, plan, Some(STATUS), ret?)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret?)?)
         })
     }
 
@@ -853,7 +852,7 @@ impl<'a> Req<'a> {
                     r.px.note_dma_mapping(key, nr == NV_ESC_RM_MAP_MEMORY_DMA);
                 }
             }
-            Ok(r.finish(addr, plan, Some(status_off), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(status_off), ret)?)
         })
     }
 
@@ -884,7 +883,7 @@ impl<'a> Req<'a> {
                 );
                 debug!(?added, h_new = p.hObjectNew, "context dma recorded");
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 
@@ -961,7 +960,7 @@ impl<'a> Req<'a> {
                         .add_object(h_root, h_parent, h_new, class, &[]);
                 debug!(?added, h_new, "alloc memory recorded");
             }
-            Ok(r.finish(addr, plan, Some(STATUS), ret)?)
+            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
     }
 }
