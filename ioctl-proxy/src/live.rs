@@ -293,7 +293,7 @@ impl Proxy {
         }
         let mut table = crate::objects::ObjectTable::new();
         for c in live.clients {
-            let mut objects = std::collections::HashMap::new();
+            let mut objects = std::collections::BTreeMap::new();
             for o in c.objects {
                 if objects
                     .insert(o.handle, o.object(o.origin.clone()))

@@ -254,7 +254,7 @@ pub(crate) struct Client {
     pub(crate) owner: OwnerId,
     pub(crate) class: u32,
     pub(crate) origin: Origin,
-    pub(crate) objects: HashMap<u32, Object>,
+    pub(crate) objects: BTreeMap<u32, Object>,
     /// Every "freed with" edge among the objects: (an object's parent or dependency, the
     /// object). A free walks these from the freed object, so it costs the size of what it
     /// frees, not of the client's table (as the driver's per-object child lists).
@@ -267,7 +267,7 @@ impl Client {
         owner: OwnerId,
         class: u32,
         origin: Origin,
-        objects: HashMap<u32, Object>,
+        objects: BTreeMap<u32, Object>,
     ) -> Client {
         // (0, 0) names no object (handle 0 is never one; `dependants` starts at 1): it keeps
         // the set's node allocated, which an alloc/free loop would otherwise allocate and
@@ -392,7 +392,7 @@ impl ObjectTable {
         self.recorded += origin.bytes();
         self.count += 1;
         self.clients
-            .insert(h_client, Client::new(owner, class, origin, HashMap::new()));
+            .insert(h_client, Client::new(owner, class, origin, BTreeMap::new()));
         Ok(())
     }
 
