@@ -633,16 +633,12 @@ impl ObjectTable {
             vec![h_object]
         } else {
             let mut seen = BTreeSet::from([h_object]);
-            let (mut h, mut todo) = (h_object, Vec::new());
-            loop {
+            let mut todo = vec![h_object];
+            while let Some(h) = todo.pop() {
                 for d in client.dependants(h) {
                     if seen.insert(d) {
                         todo.push(d);
                     }
-                }
-                match todo.pop() {
-                    Some(next) => h = next,
-                    None => break,
                 }
             }
             seen.into_iter().collect()
