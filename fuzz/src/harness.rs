@@ -77,6 +77,7 @@ const FD_BASE: i32 = 100;
 const CALLER: Caller = Caller {
     pid: 4242,
     tid: 4243,
+    since: None,
 };
 
 /// RM classes the curated selector picks from (those the simulator models, then neighbours).

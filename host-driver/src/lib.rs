@@ -50,6 +50,10 @@ pub struct NestedBuf {
     pub data: Vec<u8>,
 }
 
+/// A call's nested buffers: most calls name one or two (a control's params, an allocation's
+/// params and rights), kept inline.
+pub type NestedBufs = smallvec::SmallVec<[NestedBuf; 2]>;
+
 /// One ioctl as the driver sees it, after translation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostCall {
@@ -58,7 +62,7 @@ pub struct HostCall {
     /// The top-level parameter struct, read and written in place.
     pub params: Vec<u8>,
     /// Buffers named by pointers in `params` or in other nested buffers.
-    pub nested: Vec<NestedBuf>,
+    pub nested: NestedBufs,
 }
 
 /// Client memory a call names by address and the driver is to use in place

@@ -334,7 +334,7 @@ mod tests {
         HostCall {
             cmd: 0,
             params: vec![0; 32],
-            nested,
+            nested: nested.into(),
         }
     }
 

@@ -94,6 +94,7 @@ impl FdResolver for Fds {
 const CALLER: Caller = Caller {
     pid: 4242,
     tid: 4242,
+    since: None,
 };
 
 struct Tenant {

@@ -235,7 +235,7 @@ impl Req<'_> {
             }
             let mut rec = AllocRecord {
                 class,
-                params: given.clone(),
+                params: given,
                 out: pbuf.map(|p| plan.buf(Some(p)).to_vec()),
                 rights,
                 fds: Vec::new(),
@@ -246,7 +246,7 @@ impl Req<'_> {
                 Record::Object { deps, fds } => {
                     // The client reads back its own fd values and client handles (the plan
                     // restores what the proxy rewrote): record the params as it sees them.
-                    if let (Some(o), Some(g)) = (rec.out.as_mut(), given.as_ref()) {
+                    if let (Some(o), Some(g)) = (rec.out.as_mut(), rec.params.as_ref()) {
                         let fields = fds.iter().map(|f| (f.offset, 8)).chain(
                             crate::replay::client_fields(eff)
                                 .iter()

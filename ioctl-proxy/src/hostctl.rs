@@ -33,7 +33,7 @@ pub(crate) fn host_cards(file: &dyn HostFile) -> Result<Vec<nv_ioctl_card_info_t
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::nv_iowr(nvproxy_abi::ioctl::NV_ESC_CARD_INFO, size),
         params: vec![0; size],
-        nested: Vec::new(),
+        nested: Default::default(),
     };
     file.ioctl(&mut call).map_err(ProxyError::Host)?;
     Ok(call
@@ -97,7 +97,8 @@ pub(crate) fn host_control_via(
             parent: None,
             offset: offset_of!(NVOS54_PARAMETERS, params),
             data: params,
-        }],
+        }]
+        .into(),
     };
     via.ioctl_nice(file, &mut call).map_err(ProxyError::Host)?;
     let status = NVOS54_PARAMETERS::read_from_bytes(&call.params)
@@ -115,7 +116,7 @@ pub(crate) fn temp_root_client(ctl: &dyn HostFile, why: &str) -> Result<u32, Pro
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS21,
         params: alloc.as_bytes().to_vec(),
-        nested: Vec::new(),
+        nested: Default::default(),
     };
     ctl.ioctl(&mut call).map_err(ProxyError::Host)?;
     let alloc = NVOS21_PARAMETERS::read_from_bytes(&call.params)

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
+use smallvec::{SmallVec, smallvec};
 use thiserror::Error;
 
 /// The most alloc-params bytes (input plus output) recorded for one object. Every class's
@@ -20,6 +21,10 @@ pub const MAX_RECORD_BYTES: usize = 2048;
 /// Recorded bytes an instance may hold per object of its quota, on average: the records count
 /// toward the object quota ([`ObjectTable::recorded_bytes`], `Proxy::object_room`).
 pub const RECORD_BYTES_PER_OBJECT: usize = 512;
+
+/// The handles one free took, in ascending order (a client's own handle last): most frees
+/// are of a leaf, so a few are kept inline.
+pub type Freed = SmallVec<[u32; 4]>;
 
 /// An fd field of alloc params and the open it named (translated again on replay).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -608,7 +613,7 @@ impl ObjectTable {
 
     /// Frees `h_object` of `h_client` with its subtree and dependants; freeing the client handle
     /// frees the client. Returns the freed handles (the client's own handle last).
-    pub fn free(&mut self, h_client: u32, h_object: u32) -> Result<Vec<u32>, ObjectError> {
+    pub fn free(&mut self, h_client: u32, h_object: u32) -> Result<Freed, ObjectError> {
         let client = self
             .clients
             .get_mut(&h_client)
@@ -619,7 +624,7 @@ impl ObjectTable {
             self.recorded = self.recorded.saturating_sub(client_bytes(&c));
             self.pinned.sub(Pinned::of(c.objects.values()));
             self.drop_vid(c.objects.values());
-            let mut freed: Vec<u32> = c.objects.keys().copied().collect();
+            let mut freed: Freed = c.objects.keys().copied().collect();
             freed.sort_unstable();
             freed.push(h_client);
             return Ok(freed);
@@ -629,8 +634,8 @@ impl ObjectTable {
         }
         // Everything reachable from h_object through "child of" and "depends on" edges (most
         // frees are of a leaf).
-        let doomed: Vec<u32> = if client.dependants(h_object).next().is_none() {
-            vec![h_object]
+        let doomed: Freed = if client.dependants(h_object).next().is_none() {
+            smallvec![h_object]
         } else {
             let mut seen = BTreeSet::from([h_object]);
             let mut todo = vec![h_object];
@@ -919,7 +924,7 @@ mod tests {
         t.add_object(0xc1d0_0001, 0x11, 0x21, CTXSHARE, &[0x20])
             .unwrap();
         let freed = t.free(0xc1d0_0001, 0x20).unwrap();
-        assert_eq!(freed, vec![0x20, 0x21]);
+        assert_eq!(freed.as_slice(), [0x20, 0x21]);
         assert!(t.contains(0xc1d0_0001, 0x11));
         assert_eq!(t.len(), 3);
     }
@@ -986,7 +991,7 @@ mod tests {
                 _ if !live.is_empty() => {
                     let h = live[usize::try_from(next() % live.len() as u64).expect("an index")];
                     let want = closure_of(&t, C, h);
-                    assert_eq!(t.free(C, h).unwrap(), want, "free of {h:#x}");
+                    assert_eq!(t.free(C, h).unwrap().to_vec(), want, "free of {h:#x}");
                     frees += 1;
                     taken_with_others += usize::from(want.len() > 1);
                     live.retain(|x| !want.contains(x));
@@ -1012,7 +1017,7 @@ mod tests {
     #[test]
     fn test_free_device_takes_children() {
         let mut t = table_with_device();
-        assert_eq!(t.free(0xc1d0_0001, 0x10).unwrap(), vec![0x10, 0x11]);
+        assert_eq!(t.free(0xc1d0_0001, 0x10).unwrap().as_slice(), [0x10, 0x11]);
         assert_eq!(t.len(), 1);
     }
 
@@ -1027,7 +1032,7 @@ mod tests {
     fn test_free_client_frees_everything() {
         let mut t = table_with_device();
         let freed = t.free(0xc1d0_0001, 0xc1d0_0001).unwrap();
-        assert_eq!(freed, vec![0x10, 0x11, 0xc1d0_0001]);
+        assert_eq!(freed.as_slice(), [0x10, 0x11, 0xc1d0_0001]);
         assert!(t.is_empty());
     }
 

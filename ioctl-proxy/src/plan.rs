@@ -59,7 +59,7 @@ impl Plan {
             call: HostCall {
                 cmd,
                 params,
-                nested: Vec::new(),
+                nested: Default::default(),
             },
             outs: SmallVec::new(),
             restores: SmallVec::new(),

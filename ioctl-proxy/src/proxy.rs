@@ -107,6 +107,10 @@ pub struct Caller {
     pub pid: u32,
     /// Thread id (the FUSE header's pid).
     pub tid: u32,
+    /// When the request reached the daemon, for the latency an audit event records; `None`:
+    /// from the request path's entry. The transports time every request already, so they pass
+    /// their start instead of the request path reading the clock again.
+    pub since: Option<std::time::Instant>,
 }
 
 impl Caller {

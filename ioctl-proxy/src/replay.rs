@@ -238,7 +238,7 @@ fn alloc_call(
     top.hObjectParent = h_parent;
     top.hObjectNew = h_new;
     top.hClass = rec.class;
-    let mut nested = Vec::new();
+    let mut nested = host_driver::NestedBufs::new();
     if let Some(p) = params {
         top.pAllocParms = NESTED_PTR_PLACEHOLDER;
         top.paramsSize =
@@ -556,7 +556,7 @@ impl Proxy {
                 let mut c = HostCall {
                     cmd: nvproxy_abi::ioctl::NV_ESC_REGISTER_FD_CMD,
                     params: p.as_bytes().to_vec(),
-                    nested: Vec::new(),
+                    nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
             }
@@ -575,7 +575,7 @@ impl Proxy {
                 let mut c = HostCall {
                     cmd: nv_iowr(nvproxy_abi::ioctl::NV_ESC_ATTACH_GPUS_TO_FD, params.len()),
                     params,
-                    nested: Vec::new(),
+                    nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
             }
@@ -617,7 +617,7 @@ impl Proxy {
                         size_of::<nv_ioctl_alloc_os_event_t>(),
                     ),
                     params: p.as_bytes().to_vec(),
-                    nested: Vec::new(),
+                    nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
                 let s = rd32(&c.params, offset_of!(nv_ioctl_alloc_os_event_t, Status));
@@ -687,7 +687,7 @@ impl Proxy {
                             size_of::<NVOS55_PARAMETERS>(),
                         ),
                         params: p.as_bytes().to_vec(),
-                        nested: Vec::new(),
+                        nested: Default::default(),
                     };
                     call(&*f, &mut c, &what)?;
                     let s = rd32(&c.params, offset_of!(NVOS55_PARAMETERS, status));

@@ -91,7 +91,7 @@ pub fn ioctl<S: NodeService + ?Sized>(
         cmd = format_args!("{cmd:#010x}")
     );
     let _enter = span.enter();
-    let start = Instant::now();
+    let start = caller.since.unwrap_or_else(Instant::now);
     let file = svc.file(open).ok_or(ProxyError::UnknownOpen(open.0))?;
     let _in_flight = px.enter_request()?;
     let node = svc.node(&file);

@@ -59,7 +59,7 @@ fn uvm_status(f: &File, cmd: u32, params: &[u8], at: usize) -> u32 {
     let mut call = HostCall {
         cmd,
         params: params.to_vec(),
-        nested: vec![],
+        nested: Default::default(),
     };
     assert_eq!(f.ioctl(&mut call).expect("UVM ioctl"), 0);
     u32::from_ne_bytes(call.params[at..at + 4].try_into().unwrap())

@@ -30,7 +30,7 @@ fn test_uvm_command_outside_the_table_is_einval() {
     let mut call = HostCall {
         cmd: 0x47,
         params: vec![0; 32],
-        nested: vec![],
+        nested: Default::default(),
     };
     assert_eq!(errno(uvm.ioctl(&mut call)), Some(EINVAL));
     let mut call = esc_call(NV_ESC_CARD_INFO, &[0; 72]);

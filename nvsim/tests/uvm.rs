@@ -35,7 +35,7 @@ fn uvm<T: IntoBytes + FromBytes + Immutable>(
     let mut call = HostCall {
         cmd,
         params: p.as_bytes().to_vec(),
-        nested: vec![],
+        nested: Default::default(),
     };
     let r = f.ioctl(&mut call);
     (r, T::read_from_bytes(&call.params).expect("same size"))
@@ -213,19 +213,19 @@ fn test_unknown_command_size_and_deinitialize() {
     let mut call = HostCall {
         cmd: 0x47, // UVM_POPULATE_PAGEABLE: not in the table
         params: vec![0; 32],
-        nested: vec![],
+        nested: Default::default(),
     };
     assert_eq!(errno(f.ioctl(&mut call)), Some(EINVAL));
     let mut call = HostCall {
         cmd: UVM_INITIALIZE,
         params: vec![0; 12],
-        nested: vec![],
+        nested: Default::default(),
     };
     assert_eq!(errno(f.ioctl(&mut call)), Some(EFAULT));
     let mut call = HostCall {
         cmd: UVM_DEINITIALIZE,
         params: vec![],
-        nested: vec![],
+        nested: Default::default(),
     };
     assert_eq!(f.ioctl(&mut call).unwrap(), 0);
 }
@@ -514,7 +514,7 @@ fn external_cycle(version: &str) {
     let mut call = HostCall {
         cmd: UVM_MAP_EXTERNAL_ALLOCATION,
         params: b.clone(),
-        nested: vec![],
+        nested: Default::default(),
     };
     u.uvm.ioctl(&mut call).unwrap();
     assert_eq!(
@@ -525,7 +525,7 @@ fn external_cycle(version: &str) {
     let mut call = HostCall {
         cmd: UVM_MAP_EXTERNAL_ALLOCATION,
         params: b,
-        nested: vec![],
+        nested: Default::default(),
     };
     u.uvm.ioctl(&mut call).unwrap();
     assert_eq!(
@@ -756,7 +756,7 @@ fn test_preferred_location_layouts_and_processors() {
             let mut call = HostCall {
                 cmd: UVM_SET_PREFERRED_LOCATION,
                 params: b.to_vec(),
-                nested: vec![],
+                nested: Default::default(),
             };
             u.uvm.ioctl(&mut call).unwrap();
             u32::from_ne_bytes(call.params[status_at..status_at + 4].try_into().unwrap())
@@ -863,7 +863,7 @@ fn test_random_params_for_every_command_never_panic_and_leave_nothing() {
                     let mut call = HostCall {
                         cmd: e.cmd,
                         params,
-                        nested: vec![],
+                        nested: Default::default(),
                     };
                     let _ = f.ioctl(&mut call);
                 }

@@ -10,6 +10,7 @@ use ioctl_proxy::{AuditEvent, AuditSink, Caller, FdError, FdResolver, OpenId};
 pub const CALLER: Caller = Caller {
     pid: 4242,
     tid: 4243,
+    since: None,
 };
 
 /// The caller's fd table: fd number → open, or the error resolving it gives; any other fd is

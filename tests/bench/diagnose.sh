@@ -27,6 +27,8 @@
 #   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
 #   --ops N      ioctls per single-client run (default 2000)
 #   --threads T  the concurrent clients of parts 1-3 and 5 (default 8)
+#   --kind K     the nv-bench kind of parts 4 and 5 (default simple-control; nested-control,
+#                rm-alloc)
 #   --only LIST  run only these parts (--skip-perf: parts 1 and 2). Profiles of one client are
 #                clearer with --smp 1 (no idle vCPU, no cross-vCPU hand-offs).
 # Needs strace and perf (linux-perf) on the host (the guest runs the host's binaries); installs
@@ -35,7 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
 PROG=diagnose
-OUTDIR='' SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0
+OUTDIR='' SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0 KIND=simple-control
 while (($#)); do
   case $1 in
     --out) OUTDIR=${2:?}; shift 2 ;;
@@ -44,6 +46,7 @@ while (($#)); do
     --threads) T=${2:?}; shift 2 ;;
     --skip-perf) ONLY=1,2; shift ;;
     --only) ONLY=${2:?}; shift 2 ;;
+    --kind) KIND=${2:?}; shift 2 ;;
     --guest) GUEST=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "$PROG: unknown argument $1" >&2; exit 2 ;;
@@ -166,9 +169,9 @@ if ((GUEST)); then
     # context switches of the profiled tasks only, and differently on the two sides.
     perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-proxy.data" -- \
       "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
-      "$BIN/nv-bench" simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-proxy.out" 2>&1 || true
+      "$BIN/nv-bench" "$KIND" --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-proxy.out" 2>&1 || true
     perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-floor.data" -- \
-      "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
+      "$BIN/nv-bench" samework-"$KIND" --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
     grep -h '^RESULT' "$OUTDIR"/stacks-proxy.out "$OUTDIR"/stacks-floor.out | cut -d' ' -f1-7 || true
   fi
   if part 5; then
@@ -177,9 +180,9 @@ if ((GUEST)); then
     # figures apart from the proxy's own (its line "nvproxy", and the idle vCPU meanwhile).
     for side in proxy floor; do
       if [[ $side == proxy ]]; then
-        run=("$BIN/nvproxy" exec --driver sim --memory process-vm -- "$BIN/nv-bench" simple-control) server=cuse-worker
+        run=("$BIN/nvproxy" exec --driver sim --memory process-vm -- "$BIN/nv-bench" "$KIND") server=cuse-worker
       else
-        run=("$BIN/nv-bench" samework-simple-control --dev /dev/nvbench-samework) server=cuse_samework
+        run=("$BIN/nv-bench" samework-"$KIND" --dev /dev/nvbench-samework) server=cuse_samework
       fi
       for ev in cpu sched; do
         if [[ $ev == cpu ]]; then opts=(-e cpu-clock -F 1000); else opts=(-e sched:sched_switch -g); fi
@@ -226,7 +229,7 @@ cargo build --release -q -p daemon --bin nvproxy
 rw=()
 [[ $OUTDIR == "$ROOT"/* ]] || rw=(--rw "$OUTDIR")
 tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/tests/bench/diagnose.sh" --guest \
-  --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
+  --out "$OUTDIR" --ops "$OPS" --threads "$T" --only "$ONLY" --kind "$KIND" | tee "$OUTDIR/summary-$ONLY-smp$SMP.txt"
 if [[ ,$ONLY, == *,4,* ]]; then
   # Symbols are resolved on the host (the guest ran the host's binaries).
   ksyms=()

@@ -134,16 +134,12 @@ impl<S: NodeService + 'static> Backend for NodeBackend<S> {
     fn ioctl(
         &self,
         open: u64,
-        tid: u32,
+        caller: Caller,
         cmd: u32,
         arg: u64,
         mem: &mut dyn ClientMemory,
         fds: FdLookup<'_>,
     ) -> Result<i32, Errno> {
-        let caller = Caller {
-            pid: 0, // looked up only for an audit event (Caller::process)
-            tid,
-        };
         let service = self.serving();
         ioctl_proxy::service::ioctl(
             &*service,

@@ -14,6 +14,7 @@ use std::io;
 use std::sync::Arc;
 
 use cuse_dev::{Errno, Handler, IoVec, Ioctl, IoctlReply, Opened, Request};
+use ioctl_proxy::Caller;
 use nvproxy_preload_proto::{
     NVPROXY_HELLO_MAGIC, NVPROXY_IOC_HELLO, NVPROXY_IOC_IDENTIFY, NVPROXY_IOC_MMAP_TICKET,
 };
@@ -161,15 +162,15 @@ impl NodeDevice {
         })
     }
 
-    fn ioctl_vm(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
-        let tid = req.pid();
+    fn ioctl_vm(&self, req: &Request, io: &Ioctl<'_>, caller: Caller) -> Result<IoctlReply, Errno> {
+        let tid = caller.tid;
         // On a restricted node the kernel copied the top-level params in (`in_data`) and
         // copies the reply's data back: VmMemory's window.
         let mut mem = VmMemory::for_ioctl(tid, io.arg, io.in_data, io.out_size, req.client_waits());
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend
-            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup);
+            .ioctl(io.fh, caller, io.cmd, io.arg, &mut mem, &lookup);
         let Ok(result) = result else {
             mem.finish_failed();
             return result.map(IoctlReply::result);
@@ -182,8 +183,8 @@ impl NodeDevice {
         })
     }
 
-    fn ioctl_retry(&self, req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
-        let tid = req.pid();
+    fn ioctl_retry(&self, io: &Ioctl<'_>, caller: Caller) -> Result<IoctlReply, Errno> {
+        let tid = caller.tid;
         // cuse-dev keeps the regions between rounds and hands back what the previous round
         // asked for; a round with data but no previous round is the protocol's error.
         let first_round = io.in_data.is_empty() && io.out_size == 0;
@@ -214,7 +215,7 @@ impl NodeDevice {
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend
-            .ioctl(io.fh, tid, io.cmd, io.arg, &mut mem, &lookup);
+            .ioctl(io.fh, caller, io.cmd, io.arg, &mut mem, &lookup);
         if mem.needs_retry() {
             let next = mem.next_plan();
             let iov = |r: &(u64, usize)| IoVec::new(r.0, r.1 as u64);
@@ -283,9 +284,14 @@ impl Handler for NodeDevice {
         let span = tracing::debug_span!("ioctl", node = ?self.node, pid = req.pid(), cmd = format_args!("{:#010x}", io.cmd));
         let _enter = span.enter();
         let start = std::time::Instant::now();
+        let caller = Caller {
+            pid: 0, // looked up only for an audit event (Caller::process)
+            tid: req.pid(),
+            since: Some(start),
+        };
         let r = match self.transport {
-            MemoryTransport::ProcessVm => self.ioctl_vm(req, io),
-            MemoryTransport::Retry => self.ioctl_retry(req, io),
+            MemoryTransport::ProcessVm => self.ioctl_vm(req, io, caller),
+            MemoryTransport::Retry => self.ioctl_retry(io, caller),
         };
         crate::latency::LATENCY.observe(start.elapsed());
         r
@@ -353,7 +359,7 @@ mod tests {
             let mut call = ioctl_proxy::HostCall {
                 cmd: 0,
                 params: Vec::new(),
-                nested: Vec::new(),
+                nested: Default::default(),
             };
             ioctl_proxy::HostFile::ioctl(&probe, &mut call).unwrap();
             RaiseNice.ioctl_nice(&probe, &mut call).unwrap();

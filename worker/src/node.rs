@@ -6,7 +6,7 @@ use std::io;
 
 use cuse_dev::Errno;
 use host_driver::NodeKind;
-use ioctl_proxy::ClientMemory;
+use ioctl_proxy::{Caller, ClientMemory};
 use serde::{Deserialize, Serialize};
 
 /// Which node of an instance a device is, as the tenant sees it: the request path's node type.
@@ -61,11 +61,12 @@ pub trait Backend: Send + Sync + 'static {
         Err(Errno::ENODEV)
     }
 
-    /// One ioctl. `mem` is the caller's memory; `fds` resolves fd numbers inside params.
+    /// One ioctl of thread `caller.tid`. `mem` is the caller's memory; `fds` resolves fd
+    /// numbers inside params.
     fn ioctl(
         &self,
         open: u64,
-        tid: u32,
+        caller: Caller,
         cmd: u32,
         arg: u64,
         mem: &mut dyn ClientMemory,

@@ -463,7 +463,7 @@ mod tests {
         HostCall {
             cmd: esc.cmd_for_size(u32::try_from(size).unwrap()).unwrap(),
             params,
-            nested: Vec::new(),
+            nested: Default::default(),
         }
     }
 

@@ -910,7 +910,7 @@ mod tests {
         let call = HostCall {
             cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
             params: top,
-            nested: Vec::new(),
+            nested: Default::default(),
         };
         for nice in [false, true] {
             let w = nvsim::caller::with_caller_nice(nice, || WireCall::from_caller(&call));

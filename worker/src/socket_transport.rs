@@ -1349,9 +1349,14 @@ fn call(
             let start = std::time::Instant::now();
             let mut mem = VmMemory::new(pid, waits.clone());
             let lookup = |fd: i32| resolve(shared, pidfd, fd).map(|o| o.id);
+            let caller = ioctl_proxy::Caller {
+                pid: 0, // looked up only for an audit event (Caller::process)
+                tid: pid,
+                since: Some(start),
+            };
             let result = open
                 .backend
-                .ioctl(open.id, pid, cmd, arg, &mut mem, &lookup);
+                .ioctl(open.id, caller, cmd, arg, &mut mem, &lookup);
             let reply = match result {
                 Ok(result) => match mem.finish() {
                     Ok(()) => CallReply {

@@ -26,7 +26,7 @@ pub fn esc_call(nr: u8, payload: &[u8]) -> HostCall {
     HostCall {
         cmd: nv_iowr(nr, payload.len()),
         params: payload.to_vec(),
-        nested: vec![],
+        nested: Default::default(),
     }
 }
 
@@ -165,7 +165,7 @@ pub fn control_call(
     let mut call = HostCall {
         cmd: NV_ESC_RM_CONTROL_CMD,
         params: p.as_bytes().to_vec(),
-        nested,
+        nested: nested.into(),
     };
     assert_eq!(f.ioctl(&mut call).expect("RM_CONTROL syscall"), 0);
     let out = NVOS54_PARAMETERS::read_from_bytes(&call.params).expect("size");

@@ -96,7 +96,7 @@ impl Call {
         Call {
             cmd,
             params,
-            nested: Vec::new(),
+            nested: Default::default(),
         }
     }
 

@@ -271,7 +271,7 @@ mod tests {
         fn ioctl(
             &self,
             _open: u64,
-            _tid: u32,
+            _caller: ioctl_proxy::Caller,
             _cmd: u32,
             _arg: u64,
             _mem: &mut dyn ioctl_proxy::ClientMemory,
