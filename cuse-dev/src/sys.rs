@@ -177,42 +177,6 @@ impl ThreadHandle {
     }
 }
 
-/// `CLOCK_MONOTONIC_COARSE` in nanoseconds (at least 1): the time of the kernel's last tick,
-/// which the vDSO returns without reading a timer, at [`coarse_resolution_ns`]'s resolution.
-/// For deadlines of seconds that are armed on every access to client memory.
-pub(crate) fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call; the clock id is a constant
-    // every kernel since 2.6.32 knows.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    debug_assert_eq!(r, 0, "CLOCK_MONOTONIC_COARSE");
-    timespec_ns(&ts).max(1)
-}
-
-/// The resolution of [`coarse_now_ns`] in nanoseconds (a tick: 1-10 ms).
-pub(crate) fn coarse_resolution_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as in `coarse_now_ns`.
-    let r = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    if r != 0 {
-        return 10_000_000;
-    }
-    timespec_ns(&ts)
-}
-
-fn timespec_ns(ts: &libc::timespec) -> u64 {
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
-
 /// `read(2)` of `fd` into `buf`, by its syscall number. libc's `read` is a thread-cancellation
 /// point: in a process with threads it brackets the syscall with two calls that switch
 /// asynchronous cancellation on and off, about 70 instructions per read, a tenth of what a

@@ -31,7 +31,7 @@
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tenant_log::tenant_log;
 use tracing::warn;
@@ -45,17 +45,13 @@ use crate::interrupt::InterruptFlag;
 /// The requests a watchdog looks at: (unique, state) of each request in flight.
 pub(crate) type Scan = dyn Fn(&mut dyn FnMut(u64, &Arc<InterruptFlag>)) + Send + Sync;
 
-/// A wait's arming time: the coarse monotonic clock (never 0, which means "not armed"). Every
-/// access to client memory arms a wait, so it is read without a timer read (a tick's
-/// resolution); [`Watchdog::step`] allows a tick more, so that no wait fires early.
+/// Nanoseconds since the process's first use of a watchdog (0 means "not armed").
 fn now_ns() -> u64 {
-    crate::sys::coarse_now_ns()
-}
-
-/// The coarse clock's resolution, read once.
-fn tick_ns() -> u64 {
-    static TICK: OnceLock<u64> = OnceLock::new();
-    *TICK.get_or_init(crate::sys::coarse_resolution_ns)
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// One session's watchdog (or a standalone one's).
@@ -172,10 +168,7 @@ impl Watchdog {
     /// False: stopped.
     fn step(&self) -> bool {
         let timeout = self.deadline();
-        // Both readings may lag the true time by up to a tick each.
-        let timeout_ns = u64::try_from(timeout.as_nanos())
-            .unwrap_or(u64::MAX)
-            .saturating_add(tick_ns());
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let now = now_ns();
         let mut due = Vec::new();
         (self.scan)(&mut |unique, req| {
@@ -339,10 +332,9 @@ impl Drop for ClientWait<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
-    /// Waits are armed with the coarse clock: one fires once its timeout has passed, never
-    /// before it (the step allows the clock's tick), and a disarmed one never.
+    /// An armed wait fires once its timeout has passed, never before it; a disarmed one
+    /// never.
     #[test]
     fn test_an_armed_wait_fires_after_its_timeout_and_not_before() {
         let timeout = Duration::from_millis(100);
@@ -365,15 +357,5 @@ mod tests {
         drop(other.arm());
         std::thread::sleep(timeout * 3);
         assert!(!other.fired(), "a disarmed wait fired");
-    }
-
-    #[test]
-    fn test_the_coarse_clock_moves_forward_at_its_resolution() {
-        let tick = crate::sys::coarse_resolution_ns();
-        assert!((1..=10_000_000).contains(&tick), "{tick} ns");
-        let a = now_ns();
-        std::thread::sleep(Duration::from_millis(30));
-        let b = now_ns();
-        assert!(b >= a + 30_000_000 - tick, "{a} → {b}");
     }
 }
