@@ -29,11 +29,14 @@
  * Any other command gets ENOTTY. A fault on the caller's memory is EFAULT (as the driver's
  * copy_from_user), a short transfer EFAULT too.
  *
- * Usage: cuse_samework [--name DEVNAME] [--max-threads N]
+ * Usage: cuse_samework [--name DEVNAME] [--max-threads N] [--spin-ns N]
  *   Registers /dev/DEVNAME (default nvbench-samework); prints "READY /dev/DEVNAME" once the node
  *   exists. --max-threads sets libfuse's multi-threaded loop's thread limit (default 10, libfuse's
  *   own default; the concurrency sweep raises it so that the floor is not capped below the
- *   number of clients, as nvproxy's 128 workers are not). Runs until killed.
+ *   number of clients, as nvproxy's 128 workers are not). --spin-ns adds N ns of busy work
+ *   (reading the clock in a loop) before each answer: a calibration of what a nanosecond of
+ *   server work costs the client (tests/bench/README.md, "What server work costs the client").
+ *   Runs until killed.
  * Build: gcc -O2 -Wall -o cuse_samework cuse_samework.c $(pkg-config --cflags --libs fuse3)
  */
 #define FUSE_USE_VERSION 312
@@ -49,6 +52,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* nv-ioctl-numbers.h */
@@ -206,6 +210,20 @@ static int do_alloc(pid_t tid, struct nvos64 *top)
     return 0;
 }
 
+static long spin_ns;
+
+/* Busy work of spin_ns nanoseconds on the serving thread. */
+static void spin(void)
+{
+    if (spin_ns <= 0)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < spin_ns);
+}
+
 static void sw_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_info *fi,
                      unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
@@ -247,6 +265,7 @@ static void sw_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_info *
         top.free.status = NV_OK;
         e = 0;
     }
+    spin();
     if (e)
         fuse_reply_err(req, e);
     else
@@ -268,8 +287,10 @@ int main(int argc, char **argv)
             name = argv[++i];
         } else if (!strcmp(argv[i], "--max-threads") && i + 1 < argc) {
             max_threads = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--spin-ns") && i + 1 < argc) {
+            spin_ns = strtol(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: %s [--name DEVNAME] [--max-threads N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--name DEVNAME] [--max-threads N] [--spin-ns N]\n", argv[0]);
             return 2;
         }
     }

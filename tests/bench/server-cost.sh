@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# server-cost.sh: what a nanosecond of server work costs the client, in the VM (tests/vm/cuse-vm,
+# 2 vCPUs). Four same-work floors (cuse_samework.c) answer simple controls, three of them after
+# --spin-ns 10000 / 20000 / 40000 of busy work; nv-bench times each in turn for --rounds rounds
+# (3 batches of 300 ioctls) and the summary gives each floor's median µs per ioctl and its
+# excess over the floor without work. Measures, never fails on a slow result.
+#
+# Usage: tests/bench/server-cost.sh [--rounds R]
+# Builds nv-bench (release) and the floor (gcc, libfuse3-dev) on the host.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd -P)
+PROG=server-cost
+ROUNDS=5 GUEST=''
+SPINS=(0 10000 20000 40000)
+while (($#)); do
+  case $1 in
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
+    --guest) GUEST=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "$PROG: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "$PROG: --rounds takes a positive number" >&2; exit 2; }
+if [[ -n $GUEST ]]; then
+  for s in "${SPINS[@]}"; do
+    "$GUEST/cuse_samework" --name "nvbench-spin$s" --spin-ns "$s" >"$GUEST/spin$s.out" 2>&1 &
+    for _ in $(seq 300); do grep -q '^READY' "$GUEST/spin$s.out" && break; sleep 0.1; done
+  done
+  for r in $(seq "$ROUNDS"); do
+    for s in "${SPINS[@]}"; do
+      us=$("$GUEST/nv-bench" samework-simple-control --dev "/dev/nvbench-spin$s" --iters 300 --batches 3 \
+        --warmup 10 2>/dev/null | sed -n -E 's/^RESULT.* median_us=([0-9.]+).*/\1/p')
+      echo "SPIN round=$r spin_ns=$s us=${us:-missing}"
+    done
+  done
+  exit 0
+fi
+pkg-config --exists fuse3 2>/dev/null || apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
+cargo build --release -q -p tests --bin nv-bench
+# The guest reads what lies under the repository; a scratch folder there holds the binaries.
+work=$(mktemp -d "$TARGET/server-cost.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# shellcheck disable=SC2046
+gcc -O2 -Wall -Wextra -o "$work/cuse_samework" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
+cp "$TARGET/release/nv-bench" "$work/"
+tests/vm/cuse-vm --smp 2 --mem 2G --timeout 1200 -- bash "$ROOT/tests/bench/server-cost.sh" \
+  --guest "$work" --rounds "$ROUNDS" | tee "$work/out.txt" | grep '^SPIN' || true
+python3 - "$work/out.txt" <<'PY'
+import collections, statistics, sys
+us = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    if line.startswith("SPIN "):
+        f = dict(kv.split("=", 1) for kv in line.split()[1:])
+        try:
+            us[int(f["spin_ns"])].append(float(f["us"]))
+        except ValueError:
+            pass
+if 0 not in us:
+    sys.exit("server-cost: no result for the floor without work")
+base = statistics.median(us[0])
+print("busy work per answer (µs) | client µs per ioctl (median) | excess over no work (µs)")
+for s in sorted(us):
+    m = statistics.median(us[s])
+    print(f"{s / 1000:25.0f} | {m:28.1f} | {m - base:+.1f}")
+PY
