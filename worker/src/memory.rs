@@ -135,12 +135,14 @@ impl VmMemory {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let writes = std::mem::take(&mut self.pending);
+        // Written in place and cleared after (taking the list would copy its inline storage).
         if self.waits.fired() {
+            self.pending.clear();
             return Err(MemError::Fault);
         }
         let wait = self.waits.arm();
-        let r = write_all(self.tid, &writes).map_err(vm_error);
+        let r = write_all(self.tid, &self.pending).map_err(vm_error);
+        self.pending.clear();
         if wait.fired() {
             return Err(MemError::Fault);
         }
