@@ -47,8 +47,12 @@ pub struct NestedBuf {
     /// Byte offset of the 8-byte pointer inside its parent.
     pub offset: usize,
     /// The buffer itself; the driver reads and writes it in place.
-    pub data: Vec<u8>,
+    pub data: NestedData,
 }
+
+/// A nested buffer's bytes: most are a few dozen (a control's or an allocation's params), kept
+/// inline up to 64.
+pub type NestedData = smallvec::SmallVec<[u8; 64]>;
 
 /// A call's nested buffers: most calls name one or two (a control's params, an allocation's
 /// params and rights), kept inline.

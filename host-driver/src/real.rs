@@ -54,8 +54,8 @@ pub fn patch_pointers(
     for (i, addr) in addrs.into_iter().enumerate() {
         let (parent, off) = (call.nested[i].parent, call.nested[i].offset);
         let target = match parent {
-            None => &mut call.params,
-            Some(p) => &mut call.nested[p].data,
+            None => &mut call.params[..],
+            Some(p) => &mut call.nested[p].data[..],
         };
         target[off..off + 8].copy_from_slice(&addr.to_ne_bytes());
     }
@@ -344,12 +344,12 @@ mod tests {
             NestedBuf {
                 parent: None,
                 offset: 16,
-                data: vec![0; 16],
+                data: vec![0; 16].into(),
             },
             NestedBuf {
                 parent: Some(0),
                 offset: 8,
-                data: vec![0; 4],
+                data: vec![0; 4].into(),
             },
         ]);
         patch_pointers(&mut call, |i, _| 0x1000 * (i as u64 + 1)).unwrap();
@@ -362,7 +362,7 @@ mod tests {
         let mut call = call_with(vec![NestedBuf {
             parent: None,
             offset: 28,
-            data: vec![],
+            data: vec![].into(),
         }]);
         assert!(patch_pointers(&mut call, |_, _| 1).is_err());
         assert_eq!(call.params, vec![0; 32]);
@@ -373,12 +373,12 @@ mod tests {
         let missing = NestedBuf {
             parent: Some(5),
             offset: 0,
-            data: vec![0; 8],
+            data: vec![0; 8].into(),
         };
         let own = NestedBuf {
             parent: Some(0),
             offset: 0,
-            data: vec![0; 8],
+            data: vec![0; 8].into(),
         };
         assert!(patch_pointers(&mut call_with(vec![missing]), |_, _| 1).is_err());
         assert!(patch_pointers(&mut call_with(vec![own]), |_, _| 1).is_err());

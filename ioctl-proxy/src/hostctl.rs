@@ -96,7 +96,7 @@ pub(crate) fn host_control_via(
         nested: vec![NestedBuf {
             parent: None,
             offset: offset_of!(NVOS54_PARAMETERS, params),
-            data: params,
+            data: params.into(),
         }]
         .into(),
     };
@@ -104,7 +104,11 @@ pub(crate) fn host_control_via(
     let status = NVOS54_PARAMETERS::read_from_bytes(&call.params)
         .map(|t| t.status)
         .unwrap_or(NV_ERR_INVALID_ARGUMENT);
-    let out = call.nested.pop().map(|n| n.data).unwrap_or_default();
+    let out = call
+        .nested
+        .pop()
+        .map(|n| n.data.into_vec())
+        .unwrap_or_default();
     Ok((status, out))
 }
 

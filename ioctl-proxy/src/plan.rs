@@ -10,7 +10,7 @@
 //! A plan's copy of the params is the request's one read of the client's bytes: handlers check
 //! and read it ([`Plan::get`], [`Plan::buf`]) instead of reading the client again.
 
-use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf};
+use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NestedData};
 use smallvec::SmallVec;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -81,10 +81,10 @@ impl Plan {
     }
 
     /// The bytes of a buffer to write; `None` for a buffer the plan does not have.
-    fn buf_mut(&mut self, b: Buf) -> Option<&mut Vec<u8>> {
+    fn buf_mut(&mut self, b: Buf) -> Option<&mut [u8]> {
         match b {
-            None => Some(&mut self.call.params),
-            Some(i) => self.call.nested.get_mut(i).map(|n| &mut n.data),
+            None => Some(&mut self.call.params[..]),
+            Some(i) => self.call.nested.get_mut(i).map(|n| &mut n.data[..]),
         }
     }
 
@@ -161,7 +161,7 @@ impl Plan {
         &mut self,
         parent: Buf,
         off: usize,
-        data: Vec<u8>,
+        data: NestedData,
         out: Option<u64>,
     ) -> usize {
         self.rewrite64(parent, off, NESTED_PTR_PLACEHOLDER);
@@ -187,7 +187,7 @@ impl Plan {
         let mut outs = Outputs::new();
         for (n, out) in self.call.nested.into_iter().zip(self.outs) {
             if let Some(a) = out {
-                outs.push((a, n.data));
+                outs.push((a, n.data.into_vec()));
             }
         }
         (self.call.params, outs)
@@ -229,7 +229,12 @@ mod tests {
         let mut top = vec![0u8; 32];
         wr64(&mut top, 16, 0x7fff_0000_1000);
         let mut plan = Plan::new(1, top);
-        let i = plan.nest(None, 16, vec![1, 2, 3], Some(0x7fff_0000_1000));
+        let i = plan.nest(
+            None,
+            16,
+            NestedData::from_slice(&[1, 2, 3]),
+            Some(0x7fff_0000_1000),
+        );
         assert_eq!(rd64(&plan.call.params, 16), NESTED_PTR_PLACEHOLDER);
         assert_eq!(plan.call.nested[i].parent, None);
         let (top, outs) = plan.into_outputs();

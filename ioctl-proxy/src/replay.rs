@@ -246,7 +246,7 @@ fn alloc_call(
         nested.push(NestedBuf {
             parent: None,
             offset: offset_of!(NVOS64_PARAMETERS, pAllocParms),
-            data: p,
+            data: p.into(),
         });
     }
     if let Some(r) = rec.rights {
@@ -254,7 +254,7 @@ fn alloc_call(
         nested.push(NestedBuf {
             parent: None,
             offset: offset_of!(NVOS64_PARAMETERS, pRightsRequested),
-            data: r.to_ne_bytes().to_vec(),
+            data: r.to_ne_bytes().as_slice().into(),
         });
     }
     let mut c = HostCall {
@@ -269,7 +269,7 @@ fn alloc_call(
         .nested
         .into_iter()
         .find(|n| n.offset == offset_of!(NVOS64_PARAMETERS, pAllocParms))
-        .map(|n| n.data);
+        .map(|n| n.data.into_vec());
     Ok((status, h, out))
 }
 

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::mem::offset_of;
 use std::sync::Arc;
 
+use host_driver::NestedData;
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::*;
 use nvproxy_abi::structs::{
@@ -22,7 +23,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use crate::audit::{Decision, Kind};
 use crate::error::ProxyError;
 use crate::kit::{Note, Stop, answer_ok, deny, fail, nested_err, top_err};
-use crate::memory::{ClientMemory, MemError};
+use crate::memory::ClientMemory;
 use crate::nv::*;
 use crate::objects::Origin;
 use crate::plan::{Buf, Params, Plan, rd32, rd64, wr32};
@@ -216,19 +217,18 @@ impl<'a> Req<'a> {
                     "nested buffer overlaps bytes already read",
                 );
             }
-            let d = if copy_out {
-                self.mem.read_for_update(addr, len)
+            // Read in place: a buffer of up to 64 bytes (most params) needs no allocation.
+            let mut d = NestedData::from_elem(0, len);
+            let r = if copy_out {
+                self.mem.read_for_update_into(addr, &mut d)
             } else {
-                self.mem.read(addr, len)
+                self.mem.read_into(addr, &mut d)
             };
-            let d = d.map_err(nested_err)?;
-            if d.len() != len {
-                return Err(nested_err(MemError::Fault));
-            }
+            r.map_err(nested_err)?;
             d
         } else {
             self.mem.reserve_write(addr, len).map_err(nested_err)?;
-            vec![0; len]
+            NestedData::from_elem(0, len)
         };
         Ok(Some(plan.nest(parent, off, data, copy_out.then_some(addr))))
     }

@@ -684,7 +684,9 @@ fn test_opaque_pass_through_control_is_forwarded_within_the_bound() {
     let (status, _) = env.control(c, c, 0x2080_8001, &[7; 64]);
     assert_eq!(status, 0);
     assert_eq!(
-        env.host.controls(0x2080_8001)[0].call.nested[0].data,
+        env.host.controls(0x2080_8001)[0].call.nested[0]
+            .data
+            .to_vec(),
         vec![7; 64]
     );
 }
@@ -761,7 +763,7 @@ fn test_non_privileged_legacy_gss_control_is_still_forwarded() {
     assert_eq!(status, 0);
     let seen = env.host.controls(0x2080_8159);
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].call.nested[0].data, vec![7; 64]);
+    assert_eq!(seen[0].call.nested[0].data.to_vec(), vec![7; 64]);
 }
 
 #[test]

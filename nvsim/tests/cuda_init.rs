@@ -411,7 +411,7 @@ fn test_xfer_cmd_carries_card_info() {
     call.nested.push(host_driver::NestedBuf {
         parent: None,
         offset: 8,
-        data: vec![0; 72 * 4],
+        data: vec![0; 72 * 4].into(),
     });
     assert_eq!(ctl.ioctl(&mut call).unwrap(), 0);
     let c0 = nv_ioctl_card_info_t::read_from_prefix(&call.nested[0].data)

@@ -47,7 +47,7 @@ fn test_random_escapes_never_panic() {
                             .map(|i| NestedBuf {
                                 parent: if i == 0 { None } else { Some(0) },
                                 offset: (rng.next() % 32) as usize,
-                                data: rng.blob(300),
+                                data: rng.blob(300).into(),
                             })
                             .collect(),
                     };

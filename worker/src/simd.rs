@@ -62,7 +62,7 @@ impl WireCall {
             nested: c
                 .nested
                 .iter()
-                .map(|n| (n.parent, n.offset, n.data.clone()))
+                .map(|n| (n.parent, n.offset, n.data.to_vec()))
                 .collect(),
         }
     }
@@ -104,7 +104,7 @@ impl WireCall {
         }
         c.params = self.params;
         for (mine, (_, _, data)) in c.nested.iter_mut().zip(self.nested) {
-            mine.data = data;
+            mine.data = data.into();
         }
         Ok(())
     }
@@ -119,7 +119,7 @@ impl WireCall {
                 .map(|(parent, offset, data)| NestedBuf {
                     parent,
                     offset,
-                    data,
+                    data: data.into(),
                 })
                 .collect(),
         }

@@ -82,14 +82,14 @@ pub fn alloc_full(
             .map(|b| NestedBuf {
                 parent: None,
                 offset: 16,
-                data: b.to_vec(),
+                data: b.to_vec().into(),
             })
             .into_iter()
             .collect(),
     };
     let r = f.ioctl(&mut call);
     let out = NVOS64_PARAMETERS::read_from_bytes(&call.params).expect("size");
-    (r, out, call.nested.first().map(|n| n.data.clone()))
+    (r, out, call.nested.first().map(|n| n.data.to_vec()))
 }
 
 /// A root client, driver-chosen handle.
@@ -127,7 +127,7 @@ pub fn control(f: &File, h_client: u32, h_object: u32, cmd: u32, params: &[u8]) 
         s,
         call.nested
             .first()
-            .map(|n| n.data.clone())
+            .map(|n| n.data.to_vec())
             .unwrap_or_default(),
     )
 }
@@ -152,14 +152,14 @@ pub fn control_call(
         nested.push(NestedBuf {
             parent: None,
             offset: 16,
-            data: params.to_vec(),
+            data: params.to_vec().into(),
         });
     }
     for (offset, data) in inner {
         nested.push(NestedBuf {
             parent: Some(0),
             offset,
-            data,
+            data: data.into(),
         });
     }
     let mut call = HostCall {
