@@ -118,15 +118,21 @@ impl VmMemory {
         out_size: u32,
         waits: ClientWaits,
     ) -> Self {
-        let mut m = Self::new(tid, waits);
-        if !in_data.is_empty() && usize::try_from(out_size) == Ok(in_data.len()) {
-            m.window = Some(Window {
-                addr: arg,
-                bytes: in_data.to_vec(),
-                dirty: false,
+        // Built in place (a `new` then a change would copy the struct's inline write list).
+        let window =
+            (!in_data.is_empty() && usize::try_from(out_size) == Ok(in_data.len())).then(|| {
+                Window {
+                    addr: arg,
+                    bytes: in_data.to_vec(),
+                    dirty: false,
+                }
             });
+        VmMemory {
+            tid,
+            waits,
+            pending: SmallVec::new(),
+            window,
         }
-        m
     }
 
     /// Makes the buffered writes, with one `process_vm_writev`. `Fault` if any of them could
