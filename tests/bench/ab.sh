@@ -48,16 +48,9 @@ fi
 for b in "${BINS[@]}"; do
   [[ -x $b ]] || { echo "$PROG: $b is not an executable file" >&2; exit 2; }
 done
-pkg-config --exists fuse3 2>/dev/null || apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
-cargo build --release -q -p tests --bin nv-bench
-# The guest reads what lies under the repository; a scratch folder there holds both builds.
-work=$(mktemp -d "$TARGET/ab.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2046
-gcc -O2 -Wall -Wextra -o "$work/cuse_samework" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
-cp "$TARGET/release/nv-bench" "$work/"
+# shellcheck source=tests/bench/stage-floor.sh
+source tests/bench/stage-floor.sh
+stage_floor ab # sets $work; both builds go there too
 cp "${BINS[0]}" "$work/nvproxy-A"
 cp "${BINS[1]}" "$work/nvproxy-B"
 out=$work/out

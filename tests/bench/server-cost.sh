@@ -36,16 +36,9 @@ if [[ -n $GUEST ]]; then
   done
   exit 0
 fi
-pkg-config --exists fuse3 2>/dev/null || apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
-cargo build --release -q -p tests --bin nv-bench
-# The guest reads what lies under the repository; a scratch folder there holds the binaries.
-work=$(mktemp -d "$TARGET/server-cost.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2046
-gcc -O2 -Wall -Wextra -o "$work/cuse_samework" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
-cp "$TARGET/release/nv-bench" "$work/"
+# shellcheck source=tests/bench/stage-floor.sh
+source tests/bench/stage-floor.sh
+stage_floor server-cost # sets $work
 tests/vm/cuse-vm --smp 2 --mem 2G --timeout 1200 -- bash "$ROOT/tests/bench/server-cost.sh" \
   --guest "$work" --rounds "$ROUNDS" | tee "$work/out.txt" | grep '^SPIN' || true
 python3 - "$work/out.txt" <<'PY'
