@@ -64,7 +64,7 @@ pub struct HostCall {
     /// The full ioctl command number (`_IOWR('F', nr, size)` or a UVM number).
     pub cmd: u32,
     /// The top-level parameter struct, read and written in place.
-    pub params: Vec<u8>,
+    pub params: NestedData,
     /// Buffers named by pointers in `params` or in other nested buffers.
     pub nested: NestedBufs,
 }

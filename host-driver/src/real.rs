@@ -333,7 +333,7 @@ mod tests {
     fn call_with(nested: Vec<NestedBuf>) -> HostCall {
         HostCall {
             cmd: 0,
-            params: vec![0; 32],
+            params: vec![0; 32].into(),
             nested: nested.into(),
         }
     }
@@ -365,7 +365,7 @@ mod tests {
             data: vec![].into(),
         }]);
         assert!(patch_pointers(&mut call, |_, _| 1).is_err());
-        assert_eq!(call.params, vec![0; 32]);
+        assert_eq!(call.params.as_slice(), [0; 32]);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use std::mem::offset_of;
 
+use host_driver::NestedData;
 use nvproxy_abi::Translation;
 use nvproxy_abi::fd_field;
 use nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS64;
@@ -118,7 +119,7 @@ impl Req<'_> {
         // is made on that copy. NV01_EVENT: the driver takes the real class from
         // NV0005_ALLOC_PARAMETERS.hClass (_fixupAllocParams); only the OS event is a user-mode
         // class, and that is what its params are read as.
-        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, top.as_bytes().to_vec());
+        let mut plan = Plan::new(NV_ESC_RM_ALLOC_NVOS64, top.as_bytes());
         let mut eff = class;
         let mut pbuf = None;
         let mut params_read = false;
@@ -279,8 +280,8 @@ impl Req<'_> {
             debug!(?r, h, class = eff, "alloc recorded");
         }
         drop(guard);
-        let convert = move |t: Vec<u8>| match NVOS64_PARAMETERS::read_from_bytes(&t) {
-            Ok(p) if nvos21 => nvos64_to_21(&p).as_bytes().to_vec(),
+        let convert = move |t: NestedData| match NVOS64_PARAMETERS::read_from_bytes(&t) {
+            Ok(p) if nvos21 => nvos64_to_21(&p).as_bytes().into(),
             _ => t,
         };
         const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);

@@ -301,7 +301,7 @@ impl Req<'_> {
         if let Err(reason) = usable {
             return deny(NV_ERR_NOT_SUPPORTED, reason);
         }
-        let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top.as_bytes().to_vec());
+        let mut plan = Plan::new(NV_ESC_RM_CONTROL_CMD, top.as_bytes());
         let pbuf = self.nested(&mut plan, None, PARAMS, params, size as usize, Dir::InOut)?;
         let mutates = match pbuf {
             Some(p) => self.control_prepare(cmd, size, h_client, &mut plan, p)?,

@@ -100,10 +100,7 @@ impl Req<'_> {
     pub(crate) fn numa_info(&mut self, addr: u64) -> Result<i32, ProxyError> {
         type P = nv_ioctl_numa_info_t;
         let p = self.read_params::<P>(addr)?;
-        let mut plan = Plan::new(
-            nv_iowr(NV_ESC_NUMA_INFO, size_of::<P>()),
-            p.as_bytes().to_vec(),
-        );
+        let mut plan = Plan::new(nv_iowr(NV_ESC_NUMA_INFO, size_of::<P>()), p.as_bytes());
         let ret = self.exec(&mut plan)?;
         let mut out = plan.get::<P>(None);
         out.numa_mem_addr = 0;
@@ -141,7 +138,7 @@ impl Req<'_> {
         };
         let mut call = HostCall {
             cmd: nv_iowr(NV_ESC_ATTACH_GPUS_TO_FD, params.len()),
-            params,
+            params: params.into(),
             nested: Default::default(),
         };
         let ret = self.file.host.ioctl(&mut call).map_err(ProxyError::Host)?;

@@ -32,7 +32,7 @@ pub(crate) fn host_cards(file: &dyn HostFile) -> Result<Vec<nv_ioctl_card_info_t
     let size = HOST_CARDS * size_of::<nv_ioctl_card_info_t>();
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::nv_iowr(nvproxy_abi::ioctl::NV_ESC_CARD_INFO, size),
-        params: vec![0; size],
+        params: vec![0; size].into(),
         nested: Default::default(),
     };
     file.ioctl(&mut call).map_err(ProxyError::Host)?;
@@ -92,7 +92,7 @@ pub(crate) fn host_control_via(
     top.paramsSize = u32::try_from(params.len()).unwrap_or(u32::MAX);
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-        params: top.as_bytes().to_vec(),
+        params: top.as_bytes().into(),
         nested: vec![NestedBuf {
             parent: None,
             offset: offset_of!(NVOS54_PARAMETERS, params),
@@ -119,7 +119,7 @@ pub(crate) fn temp_root_client(ctl: &dyn HostFile, why: &str) -> Result<u32, Pro
     alloc.hClass = NV01_ROOT_CLIENT;
     let mut call = HostCall {
         cmd: nvproxy_abi::ioctl::NV_ESC_RM_ALLOC_NVOS21,
-        params: alloc.as_bytes().to_vec(),
+        params: alloc.as_bytes().into(),
         nested: Default::default(),
     };
     ctl.ioctl(&mut call).map_err(ProxyError::Host)?;

@@ -129,7 +129,7 @@ impl Req<'_> {
             };
             let mut plan = Plan::new(
                 nv_iowr(NV_ESC_RM_ALLOC_MEMORY, size_of::<P>()),
-                p.as_bytes().to_vec(),
+                p.as_bytes(),
             );
             // The host gets the pages, never the tenant's address; the client its own back.
             plan.rewrite64(None, PTR, 0);

@@ -10,7 +10,8 @@
 //! A plan's copy of the params is the request's one read of the client's bytes: handlers check
 //! and read it ([`Plan::get`], [`Plan::buf`]) instead of reading the client again.
 
-use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NestedData};
+pub use host_driver::NestedData;
+use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf};
 use smallvec::SmallVec;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -53,12 +54,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A plan for `cmd` whose top-level params are `params` (already a copy of the client's).
-    pub fn new(cmd: u32, params: Vec<u8>) -> Self {
+    /// A plan for `cmd` whose top-level params are `params` (already a copy of the client's;
+    /// up to 64 bytes are kept inline).
+    pub fn new(cmd: u32, params: impl Into<NestedData>) -> Self {
         Self {
             call: HostCall {
                 cmd,
-                params,
+                params: params.into(),
                 nested: Default::default(),
             },
             outs: SmallVec::new(),
@@ -182,7 +184,7 @@ impl Plan {
     /// After the host call: restores the client's field values and returns the top-level bytes
     /// plus the nested buffers to copy back as `(client address, bytes)`. Before it (a call
     /// refused by the proxy), the top-level bytes are the client's own, with what was `set`.
-    pub fn into_outputs(mut self) -> (Vec<u8>, Outputs) {
+    pub fn into_outputs(mut self) -> (NestedData, Outputs) {
         self.restore_client_values();
         let mut outs = Outputs::new();
         for (n, out) in self.call.nested.into_iter().zip(self.outs) {
@@ -215,7 +217,7 @@ impl Plan {
 
     /// The top-level params (the client's, once [`Plan::restore_client_values`] ran), taken
     /// out of the plan (left empty).
-    pub(crate) fn take_params(&mut self) -> Vec<u8> {
+    pub(crate) fn take_params(&mut self) -> NestedData {
         std::mem::take(&mut self.call.params)
     }
 }
@@ -259,7 +261,7 @@ mod tests {
         plan.rewrite32(Some(3), 0, 1);
         plan.set64(None, 4, u64::MAX);
         assert!(plan.buf(Some(3)).is_empty());
-        assert_eq!(plan.into_outputs().0, vec![0; 8]);
+        assert_eq!(plan.into_outputs().0.as_slice(), [0; 8]);
     }
 
     #[test]
@@ -267,6 +269,6 @@ mod tests {
         let mut plan = Plan::new(1, vec![7, 0, 0, 0]);
         plan.rewrite32(None, 0, 1);
         plan.rewrite32(None, 0, 2);
-        assert_eq!(plan.into_outputs().0, vec![7, 0, 0, 0]);
+        assert_eq!(plan.into_outputs().0.as_slice(), [7, 0, 0, 0]);
     }
 }

@@ -259,7 +259,7 @@ fn alloc_call(
     }
     let mut c = HostCall {
         cmd: NV_ESC_RM_ALLOC_NVOS64,
-        params: top.as_bytes().to_vec(),
+        params: top.as_bytes().into(),
         nested,
     };
     call(file, &mut c, what)?;
@@ -555,7 +555,7 @@ impl Proxy {
                 };
                 let mut c = HostCall {
                     cmd: nvproxy_abi::ioctl::NV_ESC_REGISTER_FD_CMD,
-                    params: p.as_bytes().to_vec(),
+                    params: p.as_bytes().into(),
                     nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
@@ -574,7 +574,7 @@ impl Proxy {
                 }
                 let mut c = HostCall {
                     cmd: nv_iowr(nvproxy_abi::ioctl::NV_ESC_ATTACH_GPUS_TO_FD, params.len()),
-                    params,
+                    params: params.into(),
                     nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
@@ -616,7 +616,7 @@ impl Proxy {
                         nvproxy_abi::ioctl::NV_ESC_ALLOC_OS_EVENT,
                         size_of::<nv_ioctl_alloc_os_event_t>(),
                     ),
-                    params: p.as_bytes().to_vec(),
+                    params: p.as_bytes().into(),
                     nested: Default::default(),
                 };
                 call(&*f, &mut c, &what)?;
@@ -686,7 +686,7 @@ impl Proxy {
                             nvproxy_abi::ioctl::NV_ESC_RM_DUP_OBJECT,
                             size_of::<NVOS55_PARAMETERS>(),
                         ),
-                        params: p.as_bytes().to_vec(),
+                        params: p.as_bytes().into(),
                         nested: Default::default(),
                     };
                     call(&*f, &mut c, &what)?;

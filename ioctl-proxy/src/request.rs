@@ -166,12 +166,12 @@ impl<'a> Req<'a> {
 
     /// Reads the top-level params and declares their write-back (the driver always copies
     /// the whole struct back). A fault is `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
-    pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, ProxyError> {
+    pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<NestedData, ProxyError> {
         self.note_top_read(addr, len)?;
-        let b = self.mem.read_for_update(addr, len).map_err(top_err)?;
-        if b.len() != len {
-            return Err(ProxyError::Fault);
-        }
+        let mut b = NestedData::from_elem(0, len);
+        self.mem
+            .read_for_update_into(addr, &mut b)
+            .map_err(top_err)?;
         Ok(b)
     }
 
@@ -326,7 +326,7 @@ impl<'a> Req<'a> {
         plan: &mut Plan,
         status_off: Option<usize>,
         ret: i32,
-        convert: impl FnOnce(Vec<u8>) -> Vec<u8>,
+        convert: impl FnOnce(NestedData) -> NestedData,
     ) -> Result<i32, ProxyError> {
         plan.restore_client_values();
         if let Some(off) = status_off {
@@ -521,7 +521,7 @@ impl<'a> Req<'a> {
     fn register_fd(&mut self, addr: u64) -> Result<i32, ProxyError> {
         let p = self.read_params::<nv_ioctl_register_fd_t>(addr)?;
         let (host, ctl) = self.translate_fd_open_errno(p.ctl_fd)?;
-        let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, p.as_bytes().to_vec());
+        let mut plan = Plan::new(NV_ESC_REGISTER_FD_CMD, p.as_bytes());
         plan.rewrite32(
             None,
             offset_of!(nv_ioctl_register_fd_t, ctl_fd),
@@ -543,7 +543,7 @@ impl<'a> Req<'a> {
         self.with_params(addr, STATUS, |r, p: P| {
             r.need_client(p.hClient)?;
             let (host, target) = r.translate_fd_status_open(p.fd, NV_ERR_INVALID_ARGUMENT)?;
-            let mut plan = Plan::new(nv_iowr(nr, size_of::<P>()), p.as_bytes().to_vec());
+            let mut plan = Plan::new(nv_iowr(nr, size_of::<P>()), p.as_bytes());
             plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(host));
             let ret = r.exec(&mut plan)?;
             if ret == 0 && plan.get::<P>(None).Status == NV_OK {
@@ -580,10 +580,7 @@ impl<'a> Req<'a> {
             if h_old != h_root && !r.px.objects().contains(h_root, h_old) {
                 return answer_ok("free of an unknown object is a no-op");
             }
-            let mut plan = Plan::new(
-                nv_iowr(NV_ESC_RM_FREE, size_of::<P>()),
-                p.as_bytes().to_vec(),
-            );
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, size_of::<P>()), p.as_bytes());
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
             if plan.get::<P>(None).status == NV_OK {
@@ -615,10 +612,7 @@ impl<'a> Req<'a> {
                 r.px.objects()
                     .class_of(p.hClientSrc, p.hObjectSrc)
                     .unwrap_or(0);
-            let mut plan = Plan::new(
-                nv_iowr(NV_ESC_RM_DUP_OBJECT, size_of::<P>()),
-                p.as_bytes().to_vec(),
-            );
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_DUP_OBJECT, size_of::<P>()), p.as_bytes());
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
             let out = plan.get::<P>(None);
@@ -659,10 +653,7 @@ impl<'a> Req<'a> {
             if p.sharePolicy.r#type == RS_SHARE_TYPE_CLIENT {
                 r.need_client(p.sharePolicy.target)?;
             }
-            let mut plan = Plan::new(
-                nv_iowr(NV_ESC_RM_SHARE, size_of::<P>()),
-                p.as_bytes().to_vec(),
-            );
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_SHARE, size_of::<P>()), p.as_bytes());
             let ret = r.exec(&mut plan)?;
             Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
         })
@@ -678,7 +669,7 @@ impl<'a> Req<'a> {
             let n = u64::from(p.numChannels);
             let mut plan = Plan::new(
                 nv_iowr(NV_ESC_RM_IDLE_CHANNELS, size_of::<P>()),
-                p.as_bytes().to_vec(),
+                p.as_bytes(),
             );
             let clients =
                 r.nested_array(&mut plan, None, offset_of!(P, phClients), n, 4, Dir::In)?;
@@ -714,7 +705,7 @@ impl<'a> Req<'a> {
             r.need_room()?;
             let mut plan = Plan::new(
                 nv_iowr(NV_ESC_RM_VID_HEAP_CONTROL, size_of::<P>()),
-                p.as_bytes().to_vec(),
+                p.as_bytes(),
             );
             let at = NVOS32_ALLOC_SIZE_ADDRESS;
             let ptr = rd64(plan.buf(None), at);
@@ -778,10 +769,7 @@ impl<'a> Req<'a> {
             r.need_object(h_client, p.params.hDevice, NV_ERR_INVALID_OBJECT_HANDLE)?;
             r.need_object(h_client, p.params.hMemory, NV_ERR_INVALID_OBJECT_HANDLE)?;
             let target = r.mapping_target_status(p.fd)?;
-            let mut plan = Plan::new(
-                nv_iowr(NV_ESC_RM_MAP_MEMORY, size_of::<P>()),
-                p.as_bytes().to_vec(),
-            );
+            let mut plan = Plan::new(nv_iowr(NV_ESC_RM_MAP_MEMORY, size_of::<P>()), p.as_bytes());
             plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(target.id));
             let ret = r.exec(&mut plan);
             target.commit(ret.is_ok() && rd32(plan.buf(None), STATUS) == NV_OK);
@@ -869,7 +857,7 @@ impl<'a> Req<'a> {
             r.need_room()?;
             let mut plan = Plan::new(
                 nv_iowr(NV_ESC_RM_ALLOC_CONTEXT_DMA2, size_of::<P>()),
-                p.as_bytes().to_vec(),
+                p.as_bytes(),
             );
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
@@ -938,7 +926,7 @@ impl<'a> Req<'a> {
             let host_fd = target.as_ref().map_or(-1, |t| t.id);
             let mut plan = Plan::new(
                 nv_iowr(NV_ESC_RM_ALLOC_MEMORY, size_of::<P>()),
-                p.as_bytes().to_vec(),
+                p.as_bytes(),
             );
             plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(host_fd));
             let _g = r.px.rm_lock();

@@ -199,7 +199,7 @@ pub(crate) fn apply(
     };
     let mut call = HostCall {
         cmd: nv_iowr(NV_ESC_RM_FREE, size_of::<NVOS00_PARAMETERS>()),
-        params: p.as_bytes().to_vec(),
+        params: p.as_bytes().into(),
         nested: Default::default(),
     };
     if let Err(e) = file.ioctl(&mut call) {

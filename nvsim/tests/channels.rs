@@ -58,7 +58,7 @@ fn abi(d: &SimDriver) -> nvproxy_abi::DriverAbi {
 fn uvm_status(f: &File, cmd: u32, params: &[u8], at: usize) -> u32 {
     let mut call = HostCall {
         cmd,
-        params: params.to_vec(),
+        params: params.to_vec().into(),
         nested: Default::default(),
     };
     assert_eq!(f.ioctl(&mut call).expect("UVM ioctl"), 0);

@@ -29,7 +29,7 @@ fn test_uvm_command_outside_the_table_is_einval() {
     let uvm = open(&d, NodeKind::Uvm);
     let mut call = HostCall {
         cmd: 0x47,
-        params: vec![0; 32],
+        params: vec![0; 32].into(),
         nested: Default::default(),
     };
     assert_eq!(errno(uvm.ioctl(&mut call)), Some(EINVAL));

@@ -42,7 +42,7 @@ fn test_random_escapes_never_panic() {
                 for f in [&s.ctl, &s.gpu, &uvm] {
                     let mut call = HostCall {
                         cmd: nv_iowr(nr, size),
-                        params: rng.bytes(size),
+                        params: rng.bytes(size).into(),
                         nested: (0..(rng.next() % 3))
                             .map(|i| NestedBuf {
                                 parent: if i == 0 { None } else { Some(0) },

@@ -34,7 +34,7 @@ fn uvm<T: IntoBytes + FromBytes + Immutable>(
 ) -> (std::io::Result<i32>, T) {
     let mut call = HostCall {
         cmd,
-        params: p.as_bytes().to_vec(),
+        params: p.as_bytes().into(),
         nested: Default::default(),
     };
     let r = f.ioctl(&mut call);
@@ -212,19 +212,19 @@ fn test_unknown_command_size_and_deinitialize() {
     let f = open(&d, NodeKind::Uvm);
     let mut call = HostCall {
         cmd: 0x47, // UVM_POPULATE_PAGEABLE: not in the table
-        params: vec![0; 32],
+        params: vec![0; 32].into(),
         nested: Default::default(),
     };
     assert_eq!(errno(f.ioctl(&mut call)), Some(EINVAL));
     let mut call = HostCall {
         cmd: UVM_INITIALIZE,
-        params: vec![0; 12],
+        params: vec![0; 12].into(),
         nested: Default::default(),
     };
     assert_eq!(errno(f.ioctl(&mut call)), Some(EFAULT));
     let mut call = HostCall {
         cmd: UVM_DEINITIALIZE,
-        params: vec![],
+        params: vec![].into(),
         nested: Default::default(),
     };
     assert_eq!(f.ioctl(&mut call).unwrap(), 0);
@@ -513,7 +513,7 @@ fn external_cycle(version: &str) {
     b[tail + 16..tail + 20].copy_from_slice(&h_mem.to_ne_bytes());
     let mut call = HostCall {
         cmd: UVM_MAP_EXTERNAL_ALLOCATION,
-        params: b.clone(),
+        params: b.clone().into(),
         nested: Default::default(),
     };
     u.uvm.ioctl(&mut call).unwrap();
@@ -524,7 +524,7 @@ fn external_cycle(version: &str) {
     b[tail + 16..tail + 20].copy_from_slice(&0xbadu32.to_ne_bytes());
     let mut call = HostCall {
         cmd: UVM_MAP_EXTERNAL_ALLOCATION,
-        params: b,
+        params: b.into(),
         nested: Default::default(),
     };
     u.uvm.ioctl(&mut call).unwrap();
@@ -755,7 +755,7 @@ fn test_preferred_location_layouts_and_processors() {
             }
             let mut call = HostCall {
                 cmd: UVM_SET_PREFERRED_LOCATION,
-                params: b.to_vec(),
+                params: b.to_vec().into(),
                 nested: Default::default(),
             };
             u.uvm.ioctl(&mut call).unwrap();
@@ -862,7 +862,7 @@ fn test_random_params_for_every_command_never_panic_and_leave_nothing() {
                     }
                     let mut call = HostCall {
                         cmd: e.cmd,
-                        params,
+                        params: params.into(),
                         nested: Default::default(),
                     };
                     let _ = f.ioctl(&mut call);

@@ -230,7 +230,7 @@ impl HostFile for FakeFile {
             st.uvm_calls.push(UvmCall {
                 file: self.id,
                 cmd: call.cmd,
-                params: call.params.clone(),
+                params: call.params.to_vec(),
             });
             if let Some((at, s)) = st.uvm_status
                 && at + 4 <= call.params.len()

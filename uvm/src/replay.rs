@@ -112,7 +112,7 @@ fn uvm_call<P: Params>(
     status: impl FnOnce(&P) -> u32,
     what: &str,
 ) -> Result<(), CheckpointError> {
-    let mut plan = Plan::new(cmd, p.as_bytes().to_vec());
+    let mut plan = Plan::new(cmd, p.as_bytes());
     let err = |why: String| CheckpointError::Replay {
         what: what.to_owned(),
         why,

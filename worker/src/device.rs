@@ -358,7 +358,7 @@ mod tests {
             let probe = NiceProbe::default();
             let mut call = ioctl_proxy::HostCall {
                 cmd: 0,
-                params: Vec::new(),
+                params: Default::default(),
                 nested: Default::default(),
             };
             ioctl_proxy::HostFile::ioctl(&probe, &mut call).unwrap();

@@ -462,7 +462,7 @@ mod tests {
         let esc = abi.escape_by_name("NV_ESC_RM_ALLOC").unwrap();
         HostCall {
             cmd: esc.cmd_for_size(u32::try_from(size).unwrap()).unwrap(),
-            params,
+            params: params.into(),
             nested: Default::default(),
         }
     }

@@ -58,7 +58,7 @@ impl WireCall {
         WireCall {
             cmd: c.cmd,
             nice: None,
-            params: c.params.clone(),
+            params: c.params.to_vec(),
             nested: c
                 .nested
                 .iter()
@@ -102,7 +102,7 @@ impl WireCall {
                 return Err(bad());
             }
         }
-        c.params = self.params;
+        c.params = self.params.into();
         for (mine, (_, _, data)) in c.nested.iter_mut().zip(self.nested) {
             mine.data = data.into();
         }
@@ -112,7 +112,7 @@ impl WireCall {
     fn into_call(self) -> HostCall {
         HostCall {
             cmd: self.cmd,
-            params: self.params,
+            params: self.params.into(),
             nested: self
                 .nested
                 .into_iter()
@@ -909,7 +909,7 @@ mod tests {
         top[8..12].copy_from_slice(&set_level.to_ne_bytes());
         let call = HostCall {
             cmd: nvproxy_abi::ioctl::NV_ESC_RM_CONTROL_CMD,
-            params: top,
+            params: top.into(),
             nested: Default::default(),
         };
         for nice in [false, true] {

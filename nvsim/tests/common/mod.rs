@@ -25,7 +25,7 @@ pub fn open(d: &Arc<SimDriver>, node: NodeKind) -> File {
 pub fn esc_call(nr: u8, payload: &[u8]) -> HostCall {
     HostCall {
         cmd: nv_iowr(nr, payload.len()),
-        params: payload.to_vec(),
+        params: payload.into(),
         nested: Default::default(),
     }
 }
@@ -77,7 +77,7 @@ pub fn alloc_full(
     p.pAllocParms = if params.is_some() { 0x7000_0000 } else { 0 };
     let mut call = HostCall {
         cmd: NV_ESC_RM_ALLOC_NVOS64,
-        params: p.as_bytes().to_vec(),
+        params: p.as_bytes().into(),
         nested: params
             .map(|b| NestedBuf {
                 parent: None,
@@ -164,7 +164,7 @@ pub fn control_call(
     }
     let mut call = HostCall {
         cmd: NV_ESC_RM_CONTROL_CMD,
-        params: p.as_bytes().to_vec(),
+        params: p.as_bytes().into(),
         nested: nested.into(),
     };
     assert_eq!(f.ioctl(&mut call).expect("RM_CONTROL syscall"), 0);
