@@ -33,9 +33,9 @@ use crate::audit::Kind;
 use crate::error::ProxyError;
 use crate::kit::{Stop, deny, fail};
 use crate::nv::*;
-use crate::objects::{AllocRecord, FdUse, Origin};
+use crate::objects::{AllocRecord, FdUse, ObjectError, Origin};
 use crate::plan::{Plan, rd32, rd64};
-use crate::request::{Dir, Req};
+use crate::request::{Dir, NO_ROOM, Req, UNKNOWN_CLIENT, UNKNOWN_OBJECT};
 
 /// `NVOS64_PARAMETERS.pAllocParms`.
 const P_ALLOC_PARMS: usize = offset_of!(NVOS64_PARAMETERS, pAllocParms);
@@ -149,16 +149,27 @@ impl Req<'_> {
             return deny(NV_ERR_INVALID_CLASS, "no translation for this class");
         }
         let root = matches!(eff, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT);
-        if !root {
-            self.need_client(h_root)?;
-            self.need_object(h_root, h_parent, NV_ERR_INVALID_OBJECT_PARENT)?;
-            if h_new != 0 && self.px.objects().contains(h_root, h_new) {
-                return fail(NV_ERR_INSERT_DUPLICATE_NAME, "handle in use");
+        {
+            // The handles and the quota, under one lock of the table.
+            let t = self.px.objects();
+            if !root {
+                match t.check_new(h_root, h_parent, h_new) {
+                    Ok(()) => {}
+                    Err(ObjectError::UnknownClient(_)) => {
+                        return deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT);
+                    }
+                    Err(ObjectError::UnknownParent(..)) => {
+                        return deny(NV_ERR_INVALID_OBJECT_PARENT, UNKNOWN_OBJECT);
+                    }
+                    Err(_) => return fail(NV_ERR_INSERT_DUPLICATE_NAME, "handle in use"),
+                }
+            } else if h_new != 0 && t.contains(h_new, h_new) {
+                return fail(NV_ERR_INSERT_DUPLICATE_NAME, "client handle in use");
             }
-        } else if h_new != 0 && self.px.objects().contains(h_new, h_new) {
-            return fail(NV_ERR_INSERT_DUPLICATE_NAME, "client handle in use");
+            if !self.px.object_room_in(&t) {
+                return deny(NV_ERR_INSUFFICIENT_RESOURCES, NO_ROOM);
+            }
         }
-        self.need_room()?;
 
         let psize = spec.param_size as usize;
         if params_read {

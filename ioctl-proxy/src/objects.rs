@@ -580,6 +580,23 @@ impl ObjectTable {
         Ok(())
     }
 
+    /// Where a new object `h_new` under `h_parent` of `h_client` stands (an allocation's
+    /// checks, in the driver's order, under one lookup of the client): `Err(UnknownClient)`,
+    /// `Err(UnknownParent)`, `Err(Duplicate)` (a non-zero handle in use), else `Ok`.
+    pub fn check_new(&self, h_client: u32, h_parent: u32, h_new: u32) -> Result<(), ObjectError> {
+        let c = self
+            .clients
+            .get(&h_client)
+            .ok_or(ObjectError::UnknownClient(h_client))?;
+        if h_parent != h_client && !c.objects.contains_key(&h_parent) {
+            return Err(ObjectError::UnknownParent(h_client, h_parent));
+        }
+        if h_new != 0 && (h_new == h_client || c.objects.contains_key(&h_new)) {
+            return Err(ObjectError::Duplicate(h_client, h_new));
+        }
+        Ok(())
+    }
+
     /// Whether `h_object` is the client itself or one of its objects.
     pub fn contains(&self, h_client: u32, h_object: u32) -> bool {
         self.clients

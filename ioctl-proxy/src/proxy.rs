@@ -403,7 +403,11 @@ impl Proxy {
     /// [`RECORD_BYTES_PER_OBJECT`](crate::objects::RECORD_BYTES_PER_OBJECT) bytes per object
     /// of the quota, on average.
     pub fn object_room(&self) -> bool {
-        let t = lock(&self.objects);
+        self.object_room_in(&lock(&self.objects))
+    }
+
+    /// [`Proxy::object_room`] on the table the caller has locked.
+    pub(crate) fn object_room_in(&self, t: &ObjectTable) -> bool {
         let quota = self.policy.quotas.objects;
         t.len() < quota
             && t.recorded_bytes() < quota.saturating_mul(crate::objects::RECORD_BYTES_PER_OBJECT)
@@ -634,9 +638,17 @@ impl Proxy {
     /// client went): their DMA mappings went with them in the driver.
     pub(crate) fn forget_dma_mappings(&self, h_client: u32, freed: &[u32]) {
         let whole = freed.contains(&h_client);
-        lock(&self.dma_maps).live.retain(|&(c, dma, mem), _| {
-            c != h_client || !(whole || freed.contains(&dma) || freed.contains(&mem))
-        });
+        let mut d = lock(&self.dma_maps);
+        // Only the client's own mappings are looked at (the map holds every client's).
+        let gone: Vec<(u32, u32, u32)> = d
+            .live
+            .range((h_client, 0, 0)..=(h_client, u32::MAX, u32::MAX))
+            .map(|(&k, _)| k)
+            .filter(|&(_, dma, mem)| whole || freed.contains(&dma) || freed.contains(&mem))
+            .collect();
+        for k in gone {
+            d.live.remove(&k);
+        }
     }
 
     pub(crate) fn device_gpu(&self, device_instance: u32) -> Option<u32> {
@@ -721,5 +733,42 @@ impl Proxy {
             errno,
             latency_us,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A free forgets the DMA mappings of what it freed, in its own client only: another
+    /// client's mappings of objects with the same handles stay, and a client's free forgets
+    /// all of its own.
+    #[test]
+    fn test_a_free_forgets_the_dma_mappings_of_its_own_client_only() {
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let px = Proxy::for_host(
+            InstancePolicy::new("t", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
+            sim,
+        )
+        .unwrap();
+        for key in [
+            (1, 10, 20),
+            (1, 11, 21),
+            (2, 10, 20),
+            (2, 11, 21),
+            (3, 10, 20),
+        ] {
+            px.note_dma_mapping(key, true);
+        }
+        let live = |px: &Proxy| lock(&px.dma_maps).live.keys().copied().collect::<Vec<_>>();
+        px.forget_dma_mappings(2, &[20]);
+        assert_eq!(
+            live(&px),
+            [(1, 10, 20), (1, 11, 21), (2, 11, 21), (3, 10, 20)]
+        );
+        px.forget_dma_mappings(1, &[11]);
+        assert_eq!(live(&px), [(1, 10, 20), (2, 11, 21), (3, 10, 20)]);
+        px.forget_dma_mappings(3, &[3]);
+        assert_eq!(live(&px), [(1, 10, 20), (2, 11, 21)]);
     }
 }

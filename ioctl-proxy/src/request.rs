@@ -112,6 +112,13 @@ impl ReadLog {
     }
 }
 
+/// Why a handle check refused a call (the audit's reason).
+pub(crate) const UNKNOWN_CLIENT: &str = "client of another instance or unknown";
+/// Why an object check refused a call.
+pub(crate) const UNKNOWN_OBJECT: &str = "object unknown in this client";
+/// Why the object quota refused a call.
+pub(crate) const NO_ROOM: &str = "instance object quota reached";
+
 impl<'a> Req<'a> {
     pub(crate) fn new(
         px: &'a Proxy,
@@ -377,10 +384,7 @@ impl<'a> Req<'a> {
         if self.px.object_room() {
             Ok(())
         } else {
-            deny(
-                NV_ERR_INSUFFICIENT_RESOURCES,
-                "instance object quota reached",
-            )
+            deny(NV_ERR_INSUFFICIENT_RESOURCES, NO_ROOM)
         }
     }
 
@@ -389,10 +393,7 @@ impl<'a> Req<'a> {
         if self.px.objects().contains(h_client, h_client) {
             Ok(())
         } else {
-            deny(
-                NV_ERR_INVALID_CLIENT,
-                "client of another instance or unknown",
-            )
+            deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT)
         }
     }
 
@@ -401,7 +402,7 @@ impl<'a> Req<'a> {
         if self.px.objects().contains(h_client, h) {
             Ok(())
         } else {
-            deny(status, "object unknown in this client")
+            deny(status, UNKNOWN_OBJECT)
         }
     }
 
@@ -576,9 +577,14 @@ impl<'a> Req<'a> {
         const STATUS: usize = offset_of!(P, status);
         self.with_params(addr, STATUS, |r, p: P| {
             let (h_root, h_old) = (p.hRoot, p.hObjectOld);
-            r.need_client(h_root)?;
-            if h_old != h_root && !r.px.objects().contains(h_root, h_old) {
-                return answer_ok("free of an unknown object is a no-op");
+            {
+                let t = r.px.objects();
+                if !t.contains(h_root, h_root) {
+                    return deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT);
+                }
+                if h_old != h_root && !t.contains(h_root, h_old) {
+                    return answer_ok("free of an unknown object is a no-op");
+                }
             }
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, size_of::<P>()), p.as_bytes());
             let _g = r.px.rm_lock();
