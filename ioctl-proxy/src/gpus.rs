@@ -138,7 +138,7 @@ impl Req<'_> {
         };
         let mut call = HostCall {
             cmd: nv_iowr(NV_ESC_ATTACH_GPUS_TO_FD, params.len()),
-            params: params.into(),
+            params,
             nested: Default::default(),
         };
         let ret = self.file.host.ioctl(&mut call).map_err(ProxyError::Host)?;
