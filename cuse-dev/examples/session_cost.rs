@@ -37,7 +37,7 @@ impl Handler for Echo {
     fn ioctl(&self, _req: &Request, io: &Ioctl<'_>) -> Result<IoctlReply, Errno> {
         Ok(IoctlReply::Done {
             result: 0,
-            out: io.in_data.to_vec(),
+            out: io.in_data.into(),
         })
     }
 }

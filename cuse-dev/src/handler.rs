@@ -267,6 +267,10 @@ impl IoVec {
     }
 }
 
+/// An ioctl's output bytes: most are a top-level struct of a few dozen bytes, kept inline up
+/// to 64.
+pub type ReplyData = smallvec::SmallVec<[u8; 64]>;
+
 /// A handler's answer to an ioctl round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IoctlReply {
@@ -277,7 +281,7 @@ pub enum IoctlReply {
         /// The return value (>= 0).
         result: i32,
         /// Output bytes.
-        out: Vec<u8>,
+        out: ReplyData,
     },
     /// Unrestricted only: copy these regions in (their bytes become the next round's
     /// `in_data`) and prepare these regions for output, then call again. At most
@@ -296,7 +300,7 @@ impl IoctlReply {
     pub fn result(result: i32) -> Self {
         IoctlReply::Done {
             result,
-            out: Vec::new(),
+            out: ReplyData::new(),
         }
     }
 }
@@ -468,7 +472,7 @@ mod tests {
         );
         let long = IoctlReply::Done {
             result: 0,
-            out: vec![0; 5],
+            out: vec![0; 5].into(),
         };
         assert_eq!(
             ioctl_reply_body(&io, long),

@@ -654,7 +654,7 @@ pub enum ReplyBody {
     /// `FUSE_WRITE`.
     Write(fuse_write_out),
     /// `FUSE_IOCTL`, final: the result and the output data.
-    Ioctl(fuse_ioctl_out, Vec<u8>),
+    Ioctl(fuse_ioctl_out, crate::handler::ReplyData),
     /// `FUSE_IOCTL`, retry: `fuse_ioctl_out` with `FUSE_IOCTL_RETRY` and the in then out iovecs.
     IoctlRetry(fuse_ioctl_out, Vec<fuse_ioctl_iovec>),
     /// `FUSE_POLL`.

@@ -262,7 +262,7 @@ impl Handler for QuickHandler {
         match io.cmd % 4 {
             0 => Ok(IoctlReply::Done {
                 result: 1,
-                out: vec![1; io.out_size.min(8) as usize],
+                out: vec![1; io.out_size.min(8) as usize].into(),
             }),
             1 if io.in_data.is_empty() => Ok(IoctlReply::Retry {
                 in_iovs: vec![IoVec::new(io.arg, 4)],

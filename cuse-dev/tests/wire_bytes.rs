@@ -245,7 +245,7 @@ fn ioctl_request_and_replies() {
             result: 5,
             ..Default::default()
         },
-        vec![42, 0, 0, 0],
+        [42, 0, 0, 0][..].into(),
     );
     let want = [
         36, 0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, // header

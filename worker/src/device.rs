@@ -227,7 +227,7 @@ impl NodeDevice {
         let result = result?;
         Ok(IoctlReply::Done {
             result,
-            out: mem.into_output(),
+            out: mem.into_output().into(),
         })
     }
 }

@@ -12,7 +12,7 @@
 //! most one ioctl in flight, and the first round of every unrestricted ioctl arrives with no data,
 //! which starts a fresh plan.
 
-use cuse_dev::ClientWaits;
+use cuse_dev::{ClientWaits, ReplyData};
 use ioctl_proxy::{ClientMemory, MemError};
 use smallvec::SmallVec;
 
@@ -54,7 +54,7 @@ type WriteBytes = SmallVec<[u8; 64]>;
 /// The top-level params copied in by the kernel, with the writes made to them since.
 struct Window {
     addr: u64,
-    bytes: Vec<u8>,
+    bytes: ReplyData,
     /// Written to: the reply carries the bytes back.
     dirty: bool,
 }
@@ -123,7 +123,7 @@ impl VmMemory {
             (!in_data.is_empty() && usize::try_from(out_size) == Ok(in_data.len())).then(|| {
                 Window {
                     addr: arg,
-                    bytes: in_data.to_vec(),
+                    bytes: ReplyData::from_slice(in_data),
                     dirty: false,
                 }
             });
@@ -160,10 +160,10 @@ impl VmMemory {
     /// succeeded, for a successful ioctl.
     ///
     /// [`finish`]: VmMemory::finish
-    pub fn reply_data(&mut self) -> Vec<u8> {
+    pub fn reply_data(&mut self) -> ReplyData {
         match self.window.take() {
             Some(w) if w.dirty => w.bytes,
-            _ => Vec::new(),
+            _ => ReplyData::new(),
         }
     }
 
@@ -172,7 +172,7 @@ impl VmMemory {
     /// back on every error but `EFAULT`), after the buffered writes.
     pub fn finish_failed(&mut self) {
         if let Some(w) = self.window.take().filter(|w| w.dirty) {
-            self.pending.push((w.addr, SmallVec::from_vec(w.bytes)));
+            self.pending.push((w.addr, SmallVec::from_slice(&w.bytes)));
         }
         let _ = self.finish();
     }
@@ -659,7 +659,7 @@ mod tests {
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 7, 3, 4]);
         m.flush().unwrap();
         m.finish().unwrap();
-        assert_eq!(m.reply_data(), vec![1, 7, 3, 4]);
+        assert_eq!(m.reply_data().as_slice(), [1, 7, 3, 4]);
 
         // Not written: the reply carries nothing (the kernel copies nothing back).
         let mut m = VmMemory::for_ioctl(
@@ -670,7 +670,7 @@ mod tests {
             ClientWaits::unbounded(),
         );
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
-        assert_eq!(m.reply_data(), Vec::<u8>::new());
+        assert!(m.reply_data().is_empty());
 
         // Only an _IOWR command (in and out the same size) gets a window.
         let mut m = VmMemory::for_ioctl(
@@ -705,7 +705,7 @@ mod tests {
         m.write(base + 20, &[3; 4]).unwrap();
         m.write(base + 12, &[4; 8]).unwrap();
         m.finish().unwrap();
-        assert_eq!(m.reply_data(), vec![5, 5, 5, 5, 4, 4, 4, 4]);
+        assert_eq!(m.reply_data().as_slice(), [5, 5, 5, 5, 4, 4, 4, 4]);
         let b = std::hint::black_box(&buf);
         assert_eq!(b[16..24], [4, 4, 4, 4, 3, 3, 3, 3]);
     }

@@ -168,7 +168,7 @@ impl Handler for TestDevice {
                 let v = *self.register.lock().unwrap();
                 Ok(IoctlReply::Done {
                     result: 0,
-                    out: v.to_ne_bytes().to_vec(),
+                    out: v.to_ne_bytes()[..].into(),
                 })
             }
             SET => match int(io.in_data) {
@@ -182,7 +182,7 @@ impl Handler for TestDevice {
             INCR => match int(io.in_data) {
                 Some(v) if io.out_size >= 4 => Ok(IoctlReply::Done {
                     result: 0,
-                    out: (v + 1).to_ne_bytes().to_vec(),
+                    out: (v + 1).to_ne_bytes()[..].into(),
                 }),
                 _ if io.is_unrestricted() => {
                     retry(vec![IoVec::new(arg, 4)], vec![IoVec::new(arg, 4)])
@@ -209,7 +209,7 @@ impl Handler for TestDevice {
                 }
                 Ok(IoctlReply::Done {
                     result: i32::try_from(len).map_err(|_| Errno::EINVAL)?,
-                    out: data.to_ascii_uppercase(),
+                    out: data.to_ascii_uppercase().into(),
                 })
             }
             NESTED => {
@@ -246,7 +246,7 @@ impl Handler for TestDevice {
                 data.reverse();
                 Ok(IoctlReply::Done {
                     result: i32::try_from(len).map_err(|_| Errno::EINVAL)?,
-                    out: data,
+                    out: data.into(),
                 })
             }
             SLOW => {
@@ -294,7 +294,7 @@ impl Handler for TestDevice {
             NEGATIVE => Ok(IoctlReply::result(-5)),
             OUT_TOO_LONG => Ok(IoctlReply::Done {
                 result: 0,
-                out: vec![1; io.out_size as usize + 1],
+                out: vec![1; io.out_size as usize + 1].into(),
             }),
             ALWAYS_RETRY => retry(vec![IoVec::new(arg, 4)], vec![]),
             _ => Err(Errno::ENOTTY),

@@ -75,7 +75,7 @@ impl Example {
         }
         Ok(IoctlReply::Done {
             result: x.len as i32,
-            out: data.to_ascii_uppercase(),
+            out: data.to_ascii_uppercase().into(),
         })
     }
 
@@ -114,7 +114,7 @@ impl Example {
         data.reverse();
         Ok(IoctlReply::Done {
             result: x.len as i32,
-            out: data,
+            out: data.into(),
         })
     }
 }
@@ -177,7 +177,7 @@ impl Handler for Example {
                 let v = *self.register.lock().map_err(|_| Errno::EIO)?;
                 Ok(IoctlReply::Done {
                     result: 0,
-                    out: v.to_ne_bytes().to_vec(),
+                    out: v.to_ne_bytes()[..].into(),
                 })
             }
             EX_SET => match int(io.in_data) {
@@ -191,7 +191,7 @@ impl Handler for Example {
             EX_INCR => match int(io.in_data) {
                 Some(v) if io.out_size >= 4 => Ok(IoctlReply::Done {
                     result: 0,
-                    out: v.wrapping_add(1).to_ne_bytes().to_vec(),
+                    out: v.wrapping_add(1).to_ne_bytes()[..].into(),
                 }),
                 _ if io.is_unrestricted() => {
                     retry(vec![IoVec::new(arg, 4)], vec![IoVec::new(arg, 4)])

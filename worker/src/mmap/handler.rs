@@ -208,7 +208,7 @@ impl InstanceMmap {
             }
             MemoryTransport::Retry => Ok(IoctlReply::Done {
                 result: 0,
-                out: ticket.to_ne_bytes().to_vec(),
+                out: ticket.to_ne_bytes()[..].into(),
             }),
         }
     }

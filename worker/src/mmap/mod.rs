@@ -489,7 +489,7 @@ mod tests {
         let Ok(IoctlReply::Done { result: 0, out }) = r else {
             panic!("{r:?}");
         };
-        let ticket = u64::from_ne_bytes(out.try_into().unwrap());
+        let ticket = u64::from_ne_bytes(out[..].try_into().unwrap());
         let got = m
             .tickets()
             .redeem(ticket, std::process::id(), Instant::now())
