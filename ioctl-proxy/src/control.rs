@@ -57,7 +57,7 @@ use crate::nv::*;
 use crate::objects::{MAX_HOLDS_PER_OPEN, Origin, OwnerId};
 use crate::plan::{Plan, rd32, rd64};
 use crate::policy::pass_through_family;
-use crate::request::{Dir, Req};
+use crate::request::{Dir, Req, UNKNOWN_CLIENT, UNKNOWN_OBJECT};
 use crate::vid_books::VidOp;
 use crate::vidmem::{FB_GET_INFO, FB_GET_INFO_V2};
 
@@ -224,7 +224,16 @@ impl Req<'_> {
         if cmd == 0 || cmd & 0xffff == 0 {
             return answer_ok("NULL control");
         }
-        self.need_client(h_client)?;
+        // The client and the object, under one lock of the table; each answered where the
+        // driver checks it.
+        let (has_client, has_object) = self.px.objects().client_and_object(h_client, h_object);
+        let need_object = || match has_object {
+            true => Ok(()),
+            false => deny(NV_ERR_OBJECT_NOT_FOUND, UNKNOWN_OBJECT),
+        };
+        if !has_client {
+            return deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT);
+        }
         if (size != 0) != (params != 0) {
             return fail(NV_ERR_INVALID_ARGUMENT, "params and paramsSize disagree");
         }
@@ -234,7 +243,7 @@ impl Req<'_> {
             // caller without CAP_SYS_NICE or CAP_SYS_ADMIN lacks whatever the value. The
             // instance's level is the daemon's to set (`schedule.rs`): never forwarded.
             self.note.name = name.into();
-            self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+            need_object()?;
             let of = self.px.objects().class_of(h_client, h_object).ok();
             let of_class = match (class, of) {
                 (Some(want), Some(got)) => want == got,
@@ -259,7 +268,7 @@ impl Req<'_> {
             // it copies the params; the daemon's request threads run without CAP_SYS_ADMIN, so
             // the driver would answer the same. Refused here in both modes, never forwarded. An
             // unknown object keeps the driver's normal-path answer.
-            self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+            need_object()?;
             return deny(
                 NV_ERR_INSUFFICIENT_PERMISSIONS,
                 "privileged legacy GSS control (caller is not root-level)",
@@ -297,7 +306,7 @@ impl Req<'_> {
             }
             _ => {}
         }
-        self.need_object(h_client, h_object, NV_ERR_OBJECT_NOT_FOUND)?;
+        need_object()?;
         if let Err(reason) = usable {
             return deny(NV_ERR_NOT_SUPPORTED, reason);
         }

@@ -597,6 +597,18 @@ impl ObjectTable {
         Ok(())
     }
 
+    /// Whether `h_client` is a client of the table, and whether `h_object` is it or one of its
+    /// objects (one lookup of the client for both).
+    pub fn client_and_object(&self, h_client: u32, h_object: u32) -> (bool, bool) {
+        match self.clients.get(&h_client) {
+            Some(c) => (
+                true,
+                h_object == h_client || c.objects.contains_key(&h_object),
+            ),
+            None => (false, false),
+        }
+    }
+
     /// Whether `h_object` is the client itself or one of its objects.
     pub fn contains(&self, h_client: u32, h_object: u32) -> bool {
         self.clients

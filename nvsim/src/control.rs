@@ -130,7 +130,9 @@ pub(crate) fn control(
     if p.flags & 0x3 != 0 {
         return NV_ERR_INVALID_ARGUMENT;
     }
-    if !st.clients.contains_key(&p.hClient) {
+    // One lookup of the client for the checks below (its answers stay in the driver's order).
+    let client = st.clients.get(&p.hClient);
+    if client.is_none() {
         return NV_ERR_INVALID_CLIENT;
     }
     let pbuf = child(call, loc, 16);
@@ -150,14 +152,14 @@ pub(crate) fn control(
     {
         return NV_ERR_INVALID_ADDRESS;
     }
-    // serverControl
-    if let Err(s) = st.client_for(p.hClient, os_info) {
-        return s;
-    }
+    // serverControl (`State::client_for`: the client must be the caller's)
+    let Some(client) = client.filter(|c| c.os_info == os_info) else {
+        return NV_ERR_INVALID_CLIENT;
+    };
     let target = if p.hObject == p.hClient {
         Target::Client
     } else {
-        match st.clients[&p.hClient].objects.get(&p.hObject) {
+        match client.objects.get(&p.hObject) {
             None => return NV_ERR_OBJECT_NOT_FOUND,
             Some(o) => match o.kind {
                 Kind::Device { .. } => Target::Device,
