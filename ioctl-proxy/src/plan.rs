@@ -54,13 +54,18 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A plan for `cmd` whose top-level params are `params` (already a copy of the client's;
-    /// up to 64 bytes are kept inline).
-    pub fn new(cmd: u32, params: impl Into<NestedData>) -> Self {
+    /// A plan for `cmd` whose top-level params are a copy of `params` (the client's, already
+    /// read; up to 64 bytes are kept inline).
+    pub fn new(cmd: u32, params: &[u8]) -> Self {
+        Self::with_params(cmd, NestedData::from_slice(params))
+    }
+
+    /// A plan for `cmd` whose top-level params are `params`.
+    pub fn with_params(cmd: u32, params: NestedData) -> Self {
         Self {
             call: HostCall {
                 cmd,
-                params: params.into(),
+                params,
                 nested: Default::default(),
             },
             outs: SmallVec::new(),
@@ -230,7 +235,7 @@ mod tests {
     fn test_nest_hides_client_pointer_and_restores_it() {
         let mut top = vec![0u8; 32];
         wr64(&mut top, 16, 0x7fff_0000_1000);
-        let mut plan = Plan::new(1, top);
+        let mut plan = Plan::new(1, &top);
         let i = plan.nest(
             None,
             16,
@@ -246,7 +251,7 @@ mod tests {
 
     #[test]
     fn test_set_reaches_host_and_client_rewrite_only_the_host() {
-        let mut plan = Plan::new(1, vec![0; 16]);
+        let mut plan = Plan::new(1, &[0; 16]);
         plan.rewrite32(None, 0, 5);
         plan.set32(None, 4, 6);
         plan.set64(None, 8, 7);
@@ -257,7 +262,7 @@ mod tests {
 
     #[test]
     fn test_a_buffer_the_plan_lacks_reads_empty_and_ignores_writes() {
-        let mut plan = Plan::new(1, vec![0; 8]);
+        let mut plan = Plan::new(1, &[0; 8]);
         plan.rewrite32(Some(3), 0, 1);
         plan.set64(None, 4, u64::MAX);
         assert!(plan.buf(Some(3)).is_empty());
@@ -266,7 +271,7 @@ mod tests {
 
     #[test]
     fn test_rewrite_twice_restores_the_first_original() {
-        let mut plan = Plan::new(1, vec![7, 0, 0, 0]);
+        let mut plan = Plan::new(1, &[7, 0, 0, 0]);
         plan.rewrite32(None, 0, 1);
         plan.rewrite32(None, 0, 2);
         assert_eq!(plan.into_outputs().0.as_slice(), [7, 0, 0, 0]);

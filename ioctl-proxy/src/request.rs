@@ -513,7 +513,7 @@ impl<'a> Req<'a> {
     /// `WAIT_OPEN_COMPLETE`.
     fn simple(&mut self, nr: u8, addr: u64, size: usize) -> Result<i32, ProxyError> {
         let top = self.read_top(addr, size)?;
-        let mut plan = Plan::new(nv_iowr(nr, size), top);
+        let mut plan = Plan::with_params(nv_iowr(nr, size), top);
         let ret = self.exec(&mut plan)?;
         self.finish(addr, &mut plan, None, ret)
     }
@@ -834,7 +834,7 @@ impl<'a> Req<'a> {
                     r.need_object(h_client, h, NV_ERR_INVALID_OBJECT_HANDLE)?;
                 }
             }
-            let mut plan = Plan::new(nv_iowr(nr, size_of::<T>()), b.to_vec());
+            let mut plan = Plan::new(nv_iowr(nr, size_of::<T>()), b);
             let ret = r.exec(&mut plan)?;
             if ret == 0 && rd32(plan.buf(None), status_off) == NV_OK {
                 // GPU VA mappings are driver state no object records: a save names them.

@@ -252,7 +252,7 @@ impl UvmProxy {
         let size = spec.param_size as usize;
         if size == 0 {
             // UVM_DEINITIALIZE: no params; the driver returns 0 without reading `arg`.
-            return Plan::new(cmd, Vec::new()).exec(&*file.host);
+            return Plan::new(cmd, &[]).exec(&*file.host);
         }
         let Some(fields) = fields(abi, cmd, size) else {
             note.decision = Decision::Denied;
@@ -267,7 +267,7 @@ impl UvmProxy {
         mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
         // The client's params as sent, for the records of a successful call.
         let client = top.clone();
-        let mut plan = Plan::new(cmd, top);
+        let mut plan = Plan::with_params(cmd, top);
         let forwarded = if cmd == UVM_MAP_EXTERNAL_ALLOCATION && !self.proxy.vid_hold_room(open) {
             // The mapping would hold video memory the books could not follow (vidmem.rs).
             deny(
