@@ -208,9 +208,10 @@ impl Proxy {
     /// Without one, [`ProxyError::NoMmapContext`] (`EINVAL`, the driver's `nvidia_mmap`
     /// answer for a file without a valid context, `nv-mmap.c`).
     pub fn mapping_fd(&self, open: OpenId) -> Result<(OwnedFd, u64), ProxyError> {
-        let file = self
-            .file(open)
-            .ok_or_else(|| ProxyError::UnknownOpen(open.0))?;
+        // A `match`, not `ok_or`: the error (with drop glue) is built only when needed.
+        let Some(file) = self.file(open) else {
+            return Err(ProxyError::UnknownOpen(open.0));
+        };
         let slot = lock(&file.mapping);
         match (&slot.file, slot.context) {
             (Some(f), Context::Set) => f.mmap_fd().map_err(ProxyError::Host),

@@ -92,9 +92,10 @@ pub fn ioctl<S: NodeService + ?Sized>(
     );
     let _enter = span.enter();
     let start = caller.since.unwrap_or_else(Instant::now);
-    let file = svc
-        .file(open)
-        .ok_or_else(|| ProxyError::UnknownOpen(open.0))?;
+    // A `match`, not `ok_or`: the error (with drop glue) is built only when needed.
+    let Some(file) = svc.file(open) else {
+        return Err(ProxyError::UnknownOpen(open.0));
+    };
     let _in_flight = px.enter_request()?;
     let node = svc.node(&file);
     let mut note = Note::new(S::KIND, cmd);
