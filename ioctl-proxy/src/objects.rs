@@ -66,8 +66,9 @@ impl AllocRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
-    /// `NV_ESC_RM_ALLOC`.
-    Alloc(AllocRecord),
+    /// `NV_ESC_RM_ALLOC` (boxed: an object is moved several times inside its table's B-tree
+    /// nodes, and a record is most of its size).
+    Alloc(Box<AllocRecord>),
     /// `NV_ESC_RM_DUP_OBJECT` of `src_object` of `src_client` (a client of this instance).
     Dup {
         /// `hClientSrc`.
@@ -98,7 +99,7 @@ impl Origin {
                 rec.bytes()
             ))
         } else {
-            Origin::Alloc(rec)
+            Origin::Alloc(Box::new(rec))
         }
     }
 }
