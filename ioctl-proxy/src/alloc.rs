@@ -187,7 +187,7 @@ impl Req<'_> {
             rights = r.map(|i| crate::plan::rd32(plan.buf(Some(i)), 0));
         }
         // The params as the client gave them, before any translation: what replay sends.
-        let given = pbuf.map(|p| plan.buf(Some(p)).to_vec());
+        let given = pbuf.map(|p| NestedData::from_slice(plan.buf(Some(p))));
         let record = if root {
             Record::Client
         } else {
@@ -245,20 +245,20 @@ impl Req<'_> {
                     h = name;
                 }
             }
-            let mut rec = AllocRecord {
+            let mut rec = AllocRecord::new(
                 class,
-                params: given,
-                out: pbuf.map(|p| plan.buf(Some(p)).to_vec()),
+                given.as_deref(),
+                pbuf.map(|p| plan.buf(Some(p))),
                 rights,
-                fds: Vec::new(),
-            };
+                Vec::new(),
+            );
             let mut t = self.px.objects();
             let r = match record {
                 Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
                 Record::Object { deps, fds } => {
                     // The client reads back its own fd values and client handles (the plan
                     // restores what the proxy rewrote): record the params as it sees them.
-                    if let (Some(o), Some(g)) = (rec.out.as_mut(), rec.params.as_ref()) {
+                    if let (Some(g), Some(o)) = rec.params_and_out_mut() {
                         let fields = fds.iter().map(|f| (f.offset, 8)).chain(
                             crate::replay::client_fields(eff)
                                 .iter()
@@ -278,10 +278,7 @@ impl Req<'_> {
                         .filter(|&d| t.contains(h_root, d))
                         .collect();
                     let charge = vid.and_then(|(gpu, size)| {
-                        let back = rec
-                            .out
-                            .as_deref()
-                            .map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
+                        let back = rec.out().map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
                         let bytes = crate::vid_books::pages(size.max(back));
                         gpu.map(|g| t.new_vid_charge(g, bytes))
                     });

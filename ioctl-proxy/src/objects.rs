@@ -35,30 +35,116 @@ pub struct FdUse {
     pub open: u64,
 }
 
-/// An `NV_ESC_RM_ALLOC` as the client gave it: what replay sends again.
+/// An allocation's params as given and as returned, one after the other in one buffer: a
+/// record of up to 128 bytes (most are) needs no allocation besides its object's box.
+type RecordData = SmallVec<[u8; 128]>;
+
+/// An `NV_ESC_RM_ALLOC` as the client gave it: what replay sends again. In the checkpoint
+/// format as `class`, `params`, `out` (hex or null), `rights`, `fds`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(from = "AllocRecordWire", into = "AllocRecordWire")]
 pub struct AllocRecord {
     /// The class in the client's `hClass` (`NV01_EVENT` for an OS event, whose real class is
     /// in its params).
     pub class: u32,
-    /// `pAllocParms` as the client gave it (deep copy, before any translation); `None`: NULL.
-    #[serde(with = "hex_opt", default)]
-    pub params: Option<Vec<u8>>,
-    /// The params as the driver returned them to the client (the client may keep outputs:
-    /// addresses, sizes); replay checks the new driver answers the same.
-    #[serde(with = "hex_opt", default)]
-    pub out: Option<Vec<u8>>,
+    /// [`AllocRecord::params`] then [`AllocRecord::out`].
+    data: RecordData,
+    /// Length of the params in `data`; `None`: NULL.
+    params_len: Option<u32>,
+    /// Length of the out bytes in `data`, after the params; `None`: none recorded.
+    out_len: Option<u32>,
     /// `*pRightsRequested`, when the client gave one (NVOS64).
-    #[serde(default)]
     pub rights: Option<u32>,
     /// fd fields of the params and the opens they named.
-    #[serde(default)]
     pub fds: Vec<FdUse>,
 }
 
+/// [`AllocRecord`] as the checkpoint format writes it.
+#[derive(Serialize, Deserialize)]
+struct AllocRecordWire {
+    class: u32,
+    #[serde(with = "hex_opt", default)]
+    params: Option<Vec<u8>>,
+    #[serde(with = "hex_opt", default)]
+    out: Option<Vec<u8>>,
+    #[serde(default)]
+    rights: Option<u32>,
+    #[serde(default)]
+    fds: Vec<FdUse>,
+}
+
+impl From<AllocRecordWire> for AllocRecord {
+    fn from(w: AllocRecordWire) -> Self {
+        AllocRecord::new(
+            w.class,
+            w.params.as_deref(),
+            w.out.as_deref(),
+            w.rights,
+            w.fds,
+        )
+    }
+}
+
+impl From<AllocRecord> for AllocRecordWire {
+    fn from(r: AllocRecord) -> Self {
+        AllocRecordWire {
+            class: r.class,
+            params: r.params().map(<[u8]>::to_vec),
+            out: r.out().map(<[u8]>::to_vec),
+            rights: r.rights,
+            fds: r.fds,
+        }
+    }
+}
+
 impl AllocRecord {
+    /// A record of `pAllocParms` as given (`params`, `None`: NULL) and as returned (`out`).
+    pub fn new(
+        class: u32,
+        params: Option<&[u8]>,
+        out: Option<&[u8]>,
+        rights: Option<u32>,
+        fds: Vec<FdUse>,
+    ) -> Self {
+        let len = |b: Option<&[u8]>| b.map(|b| u32::try_from(b.len()).unwrap_or(u32::MAX));
+        let mut data = RecordData::new();
+        data.extend_from_slice(params.unwrap_or(&[]));
+        data.extend_from_slice(out.unwrap_or(&[]));
+        AllocRecord {
+            class,
+            data,
+            params_len: len(params),
+            out_len: len(out),
+            rights,
+            fds,
+        }
+    }
+
+    /// Where the params end in `data`.
+    fn split(&self) -> usize {
+        (self.params_len.unwrap_or(0) as usize).min(self.data.len())
+    }
+
+    /// `pAllocParms` as the client gave it (a copy before any translation); `None`: NULL.
+    pub fn params(&self) -> Option<&[u8]> {
+        self.params_len.map(|_| &self.data[..self.split()])
+    }
+
+    /// The params as the driver returned them to the client (the client may keep outputs:
+    /// addresses, sizes); replay checks the new driver answers the same.
+    pub fn out(&self) -> Option<&[u8]> {
+        self.out_len.map(|_| &self.data[self.split()..])
+    }
+
+    /// [`AllocRecord::params`] and [`AllocRecord::out`], to change.
+    pub fn params_and_out_mut(&mut self) -> (Option<&mut [u8]>, Option<&mut [u8]>) {
+        let at = self.split();
+        let (p, o) = self.data.split_at_mut(at);
+        (self.params_len.map(|_| p), self.out_len.map(|_| o))
+    }
+
     fn bytes(&self) -> usize {
-        self.params.as_ref().map_or(0, Vec::len) + self.out.as_ref().map_or(0, Vec::len)
+        self.data.len()
     }
 }
 
@@ -1076,12 +1162,14 @@ mod tests {
     }
 
     fn alloc_origin(params: usize) -> Origin {
-        Origin::alloc(AllocRecord {
-            class: VASPACE,
-            params: Some(vec![0; params]),
-            out: Some(vec![0; params]),
-            ..AllocRecord::default()
-        })
+        let p = vec![0; params];
+        Origin::alloc(AllocRecord::new(
+            VASPACE,
+            Some(&p),
+            Some(&p),
+            None,
+            Vec::new(),
+        ))
     }
 
     #[test]
@@ -1096,6 +1184,36 @@ mod tests {
         assert_eq!(t.recorded_bytes(), base);
         t.release_owner(OwnerId(1));
         assert_eq!(t.recorded_bytes(), 0);
+    }
+
+    /// A record keeps the checkpoint layout of its separate fields (`params` and `out` as hex
+    /// or null) however it stores them, and reads back equal, with NULL, empty and long
+    /// (spilled) params alike.
+    #[test]
+    fn test_an_alloc_record_keeps_its_checkpoint_layout() {
+        let rec = AllocRecord::new(
+            0x80,
+            Some(&[1, 2]),
+            Some(&[3, 4]),
+            Some(7),
+            vec![FdUse { offset: 8, open: 2 }],
+        );
+        let json = serde_json::to_string(&rec).unwrap();
+        assert_eq!(
+            json,
+            r#"{"class":128,"params":"0102","out":"0304","rights":7,"fds":[{"offset":8,"open":2}]}"#
+        );
+        assert_eq!(serde_json::from_str::<AllocRecord>(&json).unwrap(), rec);
+        let old: AllocRecord = serde_json::from_str(r#"{"class":65,"params":null}"#).unwrap();
+        assert_eq!((old.params(), old.out(), old.bytes()), (None, None, 0));
+        let long = vec![9u8; 300];
+        for (params, out) in [(None, Some(&long[..])), (Some(&[][..]), Some(&long[..3]))] {
+            let rec = AllocRecord::new(1, params, out, None, Vec::new());
+            assert_eq!((rec.params(), rec.out()), (params, out));
+            let back: AllocRecord =
+                serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+            assert_eq!((back.params(), back.out()), (params, out));
+        }
     }
 
     #[test]

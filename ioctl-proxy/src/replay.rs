@@ -321,7 +321,7 @@ impl Replay {
         rec: &AllocRecord,
         what: &dyn Fn() -> String,
     ) -> Result<Option<Vec<u8>>, CheckpointError> {
-        let Some(mut p) = rec.params.clone() else {
+        let Some(mut p) = rec.params().map(<[u8]>::to_vec) else {
             return Ok(None);
         };
         for f in &rec.fds {
@@ -354,7 +354,7 @@ impl Replay {
     /// What the client would now read back, to compare with what it read at the time: the
     /// fields replay translated are put back to the client's values.
     fn client_view(&self, class: u32, rec: &AllocRecord, mut out: Vec<u8>) -> Vec<u8> {
-        let given = rec.params.as_deref().unwrap_or(&[]);
+        let given = rec.params().unwrap_or(&[]);
         let mut keep = |off: usize, len: usize| {
             if let (Some(d), Some(s)) = (out.get_mut(off..off + len), given.get(off..off + len)) {
                 d.copy_from_slice(s);
@@ -587,7 +587,7 @@ impl Proxy {
                 return Err(replay_err(what(), "no allocation record"));
             };
             let f = r.file(c.owner, &what)?;
-            let params = rec.params.clone();
+            let params = rec.params().map(<[u8]>::to_vec);
             let (mut s, mut h, _) = alloc_call(&*f, c.handle, 0, 0, rec, params.clone(), &what)?;
             if s == NV_ERR_INSERT_DUPLICATE_NAME {
                 // Another process of the host holds that client handle now: take the driver's
@@ -653,7 +653,7 @@ impl Proxy {
                     }
 
                     let seen = out.map(|b| r.client_view(o.class, rec, b));
-                    if let (Some(was), Some(now)) = (&rec.out, &seen)
+                    if let (Some(was), Some(now)) = (rec.out(), &seen)
                         && was != now
                     {
                         let at = was.iter().zip(now).position(|(a, b)| a != b).unwrap_or(0);
@@ -708,10 +708,8 @@ impl Proxy {
             let mut origin = origin.clone();
             if let (NV01_DEVICE_0, Origin::Alloc(rec)) = (class, &mut origin) {
                 let off = offset_of!(NV0080_ALLOC_PARAMETERS, deviceId);
-                for b in [rec.params.as_mut(), rec.out.as_mut()]
-                    .into_iter()
-                    .flatten()
-                {
+                let (p, o) = rec.params_and_out_mut();
+                for b in [p, o].into_iter().flatten() {
                     if let Some(new) = r.devices.get(&rd32(b, off)) {
                         wr32(b, off, *new);
                     }

@@ -83,7 +83,7 @@ impl Req<'_> {
                 };
                 match t.origin_of(at.0, dev) {
                     Some(Origin::Alloc(rec)) => {
-                        device_instance = rec.params.as_deref().and_then(|p| {
+                        device_instance = rec.params().and_then(|p| {
                             NV0080_ALLOC_PARAMETERS::read_from_prefix(p)
                                 .ok()
                                 .map(|(q, _)| q.deviceId)
