@@ -267,9 +267,7 @@ impl IoVec {
     }
 }
 
-/// An ioctl's output bytes: most are a top-level struct of a few dozen bytes, kept inline up
-/// to 64.
-pub type ReplyData = smallvec::SmallVec<[u8; 64]>;
+pub use crate::wire::ReplyData;
 
 /// A handler's answer to an ioctl round.
 #[derive(Debug, Clone, PartialEq, Eq)]

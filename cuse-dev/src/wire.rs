@@ -639,6 +639,10 @@ pub fn parse_request(buf: &[u8]) -> Result<Message<'_>, WireError> {
     Ok(Message { header, op })
 }
 
+/// An ioctl's output bytes: most are a top-level struct of a few dozen bytes, kept inline up
+/// to 64.
+pub type ReplyData = smallvec::SmallVec<[u8; 64]>;
+
 /// The body of a successful reply. [`ReplyBody::parts`] gives the bytes after the header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -654,7 +658,7 @@ pub enum ReplyBody {
     /// `FUSE_WRITE`.
     Write(fuse_write_out),
     /// `FUSE_IOCTL`, final: the result and the output data.
-    Ioctl(fuse_ioctl_out, crate::handler::ReplyData),
+    Ioctl(fuse_ioctl_out, ReplyData),
     /// `FUSE_IOCTL`, retry: `fuse_ioctl_out` with `FUSE_IOCTL_RETRY` and the in then out iovecs.
     IoctlRetry(fuse_ioctl_out, Vec<fuse_ioctl_iovec>),
     /// `FUSE_POLL`.
