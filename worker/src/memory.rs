@@ -137,10 +137,17 @@ impl VmMemory {
 
     /// Makes the buffered writes, with one `process_vm_writev`. `Fault` if any of them could
     /// not be made (the ones before it were).
+    #[inline]
     pub fn finish(&mut self) -> Result<(), MemError> {
+        // Most calls find nothing buffered (before each read, after the request's flush):
+        // inline, they cost a test, not a call.
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.write_pending()
+    }
+
+    fn write_pending(&mut self) -> Result<(), MemError> {
         // Written in place and cleared after (taking the list would copy its inline storage).
         if self.waits.fired() {
             self.pending.clear();
@@ -288,6 +295,11 @@ impl ClientMemory for VmMemory {
 
     fn reserve_write(&mut self, _addr: u64, _len: usize) -> Result<(), MemError> {
         Ok(())
+    }
+
+    /// A read; nothing to reserve (writes go out with the syscall or the reply).
+    fn read_for_update_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.read_into(addr, buf)
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
