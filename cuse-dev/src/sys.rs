@@ -206,3 +206,19 @@ pub(crate) fn writev(fd: BorrowedFd<'_>, slices: &[io::IoSlice<'_>]) -> io::Resu
     };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock `Instant` reads), without `Instant`'s
+/// `Duration` arithmetic: the watchdog stamps every client-memory syscall with it.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer; CLOCK_MONOTONIC
+    // cannot fail on Linux (a failure would leave it zero, read as "not armed" downstream).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}

@@ -30,8 +30,8 @@
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use tenant_log::tenant_log;
 use tracing::warn;
@@ -45,13 +45,9 @@ use crate::interrupt::InterruptFlag;
 /// The requests a watchdog looks at: (unique, state) of each request in flight.
 pub(crate) type Scan = dyn Fn(&mut dyn FnMut(u64, &Arc<InterruptFlag>)) + Send + Sync;
 
-/// Nanoseconds since the process's first use of a watchdog (0 means "not armed").
+/// Nanoseconds of the monotonic clock (0 means "not armed", never read from the clock).
 fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos())
-        .unwrap_or(u64::MAX)
-        .max(1)
+    crate::sys::monotonic_ns().max(1)
 }
 
 /// One session's watchdog (or a standalone one's).
@@ -332,6 +328,7 @@ impl Drop for ClientWait<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     /// An armed wait fires once its timeout has passed, never before it; a disarmed one
     /// never.
