@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use nvproxy_abi::{DriverAbi, DriverVersion};
 use tracing::debug;
@@ -107,10 +106,11 @@ pub struct Caller {
     pub pid: u32,
     /// Thread id (the FUSE header's pid).
     pub tid: u32,
-    /// When the request reached the daemon, for the latency an audit event records; `None`:
-    /// from the request path's entry. The transports time every request already, so they pass
-    /// their start instead of the request path reading the clock again.
-    pub since: Option<std::time::Instant>,
+    /// When the request reached the daemon ([`service::monotonic_ns`](crate::service::monotonic_ns)),
+    /// for the latency an audit event records; `None`: from the request path's entry. The
+    /// transports time every request already, so they pass their start instead of the request
+    /// path reading the clock again.
+    pub since: Option<u64>,
 }
 
 impl Caller {
@@ -688,7 +688,7 @@ impl Proxy {
         node: &dyn fmt::Display,
         note: Note,
         res: &Result<i32, ProxyError>,
-        start: Instant,
+        start: u64,
     ) {
         let errno = res.as_ref().err().map(ProxyError::errno);
         let mut decision = note.decision;
@@ -718,7 +718,7 @@ impl Proxy {
         if decision == Decision::Allowed {
             return;
         }
-        let latency_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let latency_us = crate::service::monotonic_ns().saturating_sub(start) / 1000;
         self.audit.record(&AuditEvent {
             instance: self.policy.name.clone(),
             pid: caller.process(),

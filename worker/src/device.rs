@@ -283,7 +283,7 @@ impl Handler for NodeDevice {
         }
         let span = tracing::debug_span!("ioctl", node = ?self.node, pid = req.pid(), cmd = format_args!("{:#010x}", io.cmd));
         let _enter = span.enter();
-        let start = std::time::Instant::now();
+        let start = ioctl_proxy::service::monotonic_ns();
         let caller = Caller {
             pid: 0, // looked up only for an audit event (Caller::process)
             tid: req.pid(),
@@ -293,7 +293,7 @@ impl Handler for NodeDevice {
             MemoryTransport::ProcessVm => self.ioctl_vm(req, io, caller),
             MemoryTransport::Retry => self.ioctl_retry(io, caller),
         };
-        crate::latency::LATENCY.observe(start.elapsed());
+        crate::latency::LATENCY.observe_since(start);
         r
     }
 }

@@ -53,8 +53,17 @@ impl Latency {
 
     /// Counts one request that took `d`.
     pub fn observe(&self, d: Duration) {
+        self.observe_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Counts one request that started at `start` ([`ioctl_proxy::service::monotonic_ns`]).
+    pub fn observe_since(&self, start: u64) {
+        self.observe_ns(ioctl_proxy::service::monotonic_ns().saturating_sub(start));
+    }
+
+    /// Counts one request that took `ns` nanoseconds.
+    pub fn observe_ns(&self, ns: u64) {
         // Integers only: every request passes here.
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let i = BOUNDS_NS
             .iter()
             .position(|&b| ns <= b)

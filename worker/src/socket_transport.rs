@@ -1346,7 +1346,7 @@ fn call(
             let _enter = span.enter();
             // Measured as the CUSE path measures (device.rs): the request with its client
             // memory, not the transport's round trip.
-            let start = std::time::Instant::now();
+            let start = ioctl_proxy::service::monotonic_ns();
             let mut mem = VmMemory::new(pid, waits.clone());
             let lookup = |fd: i32| resolve(shared, pidfd, fd).map(|o| o.id);
             let caller = ioctl_proxy::Caller {
@@ -1370,7 +1370,7 @@ fn call(
                     CallReply::error(e.raw())
                 }
             };
-            crate::latency::LATENCY.observe(start.elapsed());
+            crate::latency::LATENCY.observe_since(start);
             (reply, None)
         }
         CallOp::Mmap {
