@@ -161,6 +161,7 @@ impl Req<'_> {
                     Err(ObjectError::UnknownParent(..)) => {
                         return deny(NV_ERR_INVALID_OBJECT_PARENT, UNKNOWN_OBJECT);
                     }
+                    // Duplicate: the only other answer of check_new.
                     Err(_) => return fail(NV_ERR_INSERT_DUPLICATE_NAME, "handle in use"),
                 }
             } else if h_new != 0 && t.contains(h_new, h_new) {
@@ -289,7 +290,7 @@ impl Req<'_> {
         }
         drop(guard);
         let convert = move |t: NestedData| match NVOS64_PARAMETERS::read_from_bytes(&t) {
-            Ok(p) if nvos21 => nvos64_to_21(&p).as_bytes().into(),
+            Ok(p) if nvos21 => NestedData::from_slice(nvos64_to_21(&p).as_bytes()),
             _ => t,
         };
         const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);

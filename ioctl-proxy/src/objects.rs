@@ -383,6 +383,11 @@ impl Client {
         self.edges.range((h, 1)..=(h, u32::MAX)).map(|&(_, d)| d)
     }
 
+    /// Whether `h` is this client (`me`, its handle) or one of its objects.
+    fn has(&self, me: u32, h: u32) -> bool {
+        h == me || self.objects.contains_key(&h)
+    }
+
     /// Removes object `h` and its edges.
     fn remove(&mut self, h: u32) -> Option<Object> {
         let o = self.objects.remove(&h)?;
@@ -675,10 +680,10 @@ impl ObjectTable {
             .clients
             .get(&h_client)
             .ok_or(ObjectError::UnknownClient(h_client))?;
-        if h_parent != h_client && !c.objects.contains_key(&h_parent) {
+        if !c.has(h_client, h_parent) {
             return Err(ObjectError::UnknownParent(h_client, h_parent));
         }
-        if h_new != 0 && (h_new == h_client || c.objects.contains_key(&h_new)) {
+        if h_new != 0 && c.has(h_client, h_new) {
             return Err(ObjectError::Duplicate(h_client, h_new));
         }
         Ok(())
@@ -688,19 +693,14 @@ impl ObjectTable {
     /// objects (one lookup of the client for both).
     pub fn client_and_object(&self, h_client: u32, h_object: u32) -> (bool, bool) {
         match self.clients.get(&h_client) {
-            Some(c) => (
-                true,
-                h_object == h_client || c.objects.contains_key(&h_object),
-            ),
+            Some(c) => (true, c.has(h_client, h_object)),
             None => (false, false),
         }
     }
 
     /// Whether `h_object` is the client itself or one of its objects.
     pub fn contains(&self, h_client: u32, h_object: u32) -> bool {
-        self.clients
-            .get(&h_client)
-            .is_some_and(|c| h_object == h_client || c.objects.contains_key(&h_object))
+        self.client_and_object(h_client, h_object).1
     }
 
     /// The class of `h_object` (the client's own class for `h_object == h_client`).

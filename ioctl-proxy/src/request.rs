@@ -577,14 +577,12 @@ impl<'a> Req<'a> {
         const STATUS: usize = offset_of!(P, status);
         self.with_params(addr, STATUS, |r, p: P| {
             let (h_root, h_old) = (p.hRoot, p.hObjectOld);
-            {
-                let t = r.px.objects();
-                if !t.contains(h_root, h_root) {
-                    return deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT);
-                }
-                if h_old != h_root && !t.contains(h_root, h_old) {
-                    return answer_ok("free of an unknown object is a no-op");
-                }
+            let (has_client, has_object) = r.px.objects().client_and_object(h_root, h_old);
+            if !has_client {
+                return deny(NV_ERR_INVALID_CLIENT, UNKNOWN_CLIENT);
+            }
+            if !has_object {
+                return answer_ok("free of an unknown object is a no-op");
             }
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, size_of::<P>()), p.as_bytes());
             let _g = r.px.rm_lock();
