@@ -383,6 +383,15 @@ impl Client {
         self.edges.range((h, 1)..=(h, u32::MAX)).map(|&(_, d)| d)
     }
 
+    /// Whether nothing is freed with `h` (no child, no dependant): one search of the index
+    /// (a bounded range searches for both of its ends).
+    fn is_leaf(&self, h: u32) -> bool {
+        self.edges
+            .range((h, 1)..)
+            .next()
+            .is_none_or(|&(r, _)| r != h)
+    }
+
     /// Whether `h` is this client (`me`, its handle) or one of its objects.
     fn has(&self, me: u32, h: u32) -> bool {
         h == me || self.objects.contains_key(&h)
@@ -745,13 +754,26 @@ impl ObjectTable {
             freed.push(h_client);
             return Ok(freed);
         }
-        if !client.objects.contains_key(&h_object) {
-            return Err(ObjectError::UnknownObject(h_client, h_object));
-        }
+        // An object that left its client: its share of the table's books goes (a closure:
+        // it borrows the books, not the client map).
+        let mut forget = |o: &Object| {
+            self.count -= 1;
+            self.recorded = self.recorded.saturating_sub(o.origin.bytes());
+            self.pinned.sub(Pinned::of([o]));
+            if let Some(c) = o.vid {
+                self.vid.drop_ref(c.block);
+            }
+        };
         // Everything reachable from h_object through "child of" and "depends on" edges (most
-        // frees are of a leaf).
-        let doomed: Freed = if client.dependants(h_object).next().is_none() {
-            smallvec![h_object]
+        // frees are of a leaf: one search of the index, one removal).
+        let doomed: Freed = if client.is_leaf(h_object) {
+            let o = client
+                .remove(h_object)
+                .ok_or(ObjectError::UnknownObject(h_client, h_object))?;
+            forget(&o);
+            return Ok(smallvec![h_object]);
+        } else if !client.objects.contains_key(&h_object) {
+            return Err(ObjectError::UnknownObject(h_client, h_object));
         } else {
             let mut seen = BTreeSet::from([h_object]);
             let mut todo = vec![h_object];
@@ -766,12 +788,7 @@ impl ObjectTable {
         };
         for &h in &doomed {
             if let Some(o) = client.remove(h) {
-                self.count -= 1;
-                self.recorded = self.recorded.saturating_sub(o.origin.bytes());
-                self.pinned.sub(Pinned::of([&o]));
-                if let Some(c) = o.vid {
-                    self.vid.drop_ref(c.block);
-                }
+                forget(&o);
             }
         }
         Ok(doomed)

@@ -159,7 +159,7 @@ pub(crate) fn control(
     let target = if p.hObject == p.hClient {
         Target::Client
     } else {
-        match client.objects.get(&p.hObject) {
+        match client.objects().get(&p.hObject) {
             None => return NV_ERR_OBJECT_NOT_FOUND,
             Some(o) => match o.kind {
                 Kind::Device { .. } => Target::Device,
@@ -531,7 +531,7 @@ fn id_info(st: &State, mut c: Ctx<'_>, which: u32) -> u32 {
         return NV_ERR_INVALID_ARGUMENT;
     };
     let in_use = st.clients.values().any(|cl| {
-        cl.objects
+        cl.objects()
             .values()
             .any(|o| matches!(o.kind, Kind::Device { gpu, .. } if gpu == g))
     });

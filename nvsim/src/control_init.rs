@@ -393,7 +393,11 @@ fn answer(
             let mut q: NV0000_CTRL_CLIENT_GET_ADDR_SPACE_TYPE_PARAMS =
                 c.get(0).expect("size checked");
             let h = q.hObject;
-            let Some(obj) = st.clients.get(&h_client).and_then(|cl| cl.objects.get(&h)) else {
+            let Some(obj) = st
+                .clients
+                .get(&h_client)
+                .and_then(|cl| cl.objects().get(&h))
+            else {
                 return Some(NV_ERR_OBJECT_NOT_FOUND);
             };
             let space = match obj.kind {

@@ -24,7 +24,7 @@ impl SimDriver {
         SimStats {
             open_files: st.files.len(),
             live_clients: st.clients.len(),
-            live_objects: st.clients.values().map(|c| c.objects.len()).sum(),
+            live_objects: st.clients.values().map(|c| c.objects().len()).sum(),
             os_events: st.os_events.len(),
             allocated_memory: st
                 .blocks
@@ -48,8 +48,15 @@ impl SimDriver {
     /// The daemon dropped file `id`: release it unless another file still references it.
     fn drop_file(&self, id: i32) {
         let mut st = self.lock();
-        if let Some(f) = st.files.get_mut(&id) {
-            f.held = false;
+        let node = match st.files.get_mut(&id) {
+            Some(f) if f.held => {
+                f.held = false;
+                Some(f.node)
+            }
+            _ => None,
+        };
+        if let Some(g) = node.and_then(|n| self.gpu_of_node(n)) {
+            st.gpus[g].held_node_files -= 1;
         }
         self.maybe_release(&mut st, id);
     }
@@ -63,6 +70,9 @@ impl SimDriver {
             return;
         }
         let f = st.files.remove(&id).expect("checked above");
+        if let Some(g) = self.gpu_of_node(f.node) {
+            st.gpus[g].node_files -= 1;
+        }
         // A UVM mm file holds its va_space's file (uvm_mm_release: fput).
         let uvm_held = crate::uvm::file_released(st, id);
         st.mem.file_released(id);
@@ -127,6 +137,14 @@ impl HostDriver for SimDriver {
 }
 
 impl SimDriver {
+    /// The GPU whose node `node` is, if it is a GPU's.
+    fn gpu_of_node(&self, node: NodeKind) -> Option<usize> {
+        match node {
+            NodeKind::Gpu(minor) => self.gpu_by_minor(minor),
+            _ => None,
+        }
+    }
+
     fn open_file(&self, node: NodeKind, mapping: bool) -> io::Result<Arc<dyn HostFile>> {
         if let NodeKind::Gpu(minor) = node
             && self.gpu_by_minor(minor).is_none()
@@ -144,6 +162,10 @@ impl SimDriver {
         }
         st.next_file += 1;
         let id = self.id_base + n;
+        if let Some(g) = self.gpu_of_node(node) {
+            st.gpus[g].node_files += 1;
+            st.gpus[g].held_node_files += 1;
+        }
         st.files.insert(
             id,
             FileState {

@@ -43,6 +43,10 @@ pub(crate) struct GpuState {
     pub fb: crate::fb::FbBooks,
     /// The client holding the compute-mode reservation (`hComputeModeReservation`).
     pub compute_reservation: Option<u32>,
+    /// Files open on the GPU's node and not yet released (held or still referenced).
+    pub node_files: u32,
+    /// Those of them the daemon still holds.
+    pub held_node_files: u32,
 }
 
 /// An RM object other than a client.
@@ -134,13 +138,16 @@ pub(crate) struct Client {
     /// The class it was allocated with (always `NV01_ROOT_CLIENT` from user space).
     pub class: u32,
     /// Its objects by handle (changed only through [`Client::insert_object`] and
-    /// [`Client::remove_object`], which keep `edges`).
-    pub objects: BTreeMap<u32, Object>,
+    /// [`Client::remove_object`], which keep `edges` and `devices`).
+    objects: BTreeMap<u32, Object>,
     /// Generator index for driver-chosen object handles.
     pub handle_gen: u32,
     /// (parent or object depended on, object) for every object: the resource server's
     /// per-object child and dependant lists, so a free walks only what it frees.
     edges: BTreeSet<(u32, u32)>,
+    /// Bit `g` set: the client has a device of GPU `g` (`deviceGetByInstance`, which the
+    /// driver answers from the client's children, not its whole table).
+    devices: u64,
 }
 
 impl Client {
@@ -155,18 +162,48 @@ impl Client {
             // keeps the set's node allocated, which an alloc/free loop would otherwise
             // allocate and free each time.
             edges: BTreeSet::from([(0, 0)]),
+            devices: 0,
         }
+    }
+
+    /// Its objects by handle.
+    pub(crate) fn objects(&self) -> &BTreeMap<u32, Object> {
+        &self.objects
+    }
+
+    /// Its objects, the client gone.
+    pub(crate) fn into_objects(self) -> BTreeMap<u32, Object> {
+        self.objects
+    }
+
+    /// The CUDA clock-limit count of device `h` (`perf.rs`); `None` when `h` is not a device.
+    pub(crate) fn cuda_limit_refs_mut(&mut self, h: u32) -> Option<&mut u32> {
+        match &mut self.objects.get_mut(&h)?.kind {
+            Kind::Device {
+                cuda_limit_refs, ..
+            } => Some(cuda_limit_refs),
+            _ => None,
+        }
+    }
+
+    /// Whether the client has a device of GPU `gpu`.
+    pub(crate) fn has_device(&self, gpu: usize) -> bool {
+        device_bit(gpu) & self.devices != 0
     }
 
     /// Adds object `h`.
     pub(crate) fn insert_object(&mut self, h: u32, o: Object) {
         self.edges.extend(o.freed_with().map(|r| (r, h)));
+        if let Kind::Device { gpu, .. } = o.kind {
+            self.devices |= device_bit(gpu);
+        }
         if let Some(old) = self.objects.insert(h, o) {
-            // Not reached: handles are checked unused first. The index stays exact anyway.
+            // Not reached: handles are checked unused first. The indexes stay exact anyway.
             let now: Vec<u32> = self.objects[&h].freed_with().collect();
             for r in old.freed_with().filter(|r| !now.contains(r)) {
                 self.edges.remove(&(r, h));
             }
+            self.forget_device(&old);
         }
     }
 
@@ -176,16 +213,39 @@ impl Client {
         for r in o.freed_with() {
             self.edges.remove(&(r, h));
         }
+        self.forget_device(&o);
         Some(o)
     }
 
-    /// The objects whose parent is `h` or that are dependants of `h`, by handle.
-    pub(crate) fn dependants(&self, h: u32) -> Vec<u32> {
-        self.edges
-            .range((h, 1)..=(h, u32::MAX))
-            .map(|&(_, d)| d)
-            .collect()
+    /// `o` left the table: its GPU's bit goes (a client has one device per GPU at most:
+    /// a second is refused, and devices cannot be duplicated).
+    fn forget_device(&mut self, o: &Object) {
+        if let Kind::Device { gpu, .. } = o.kind {
+            self.devices &= !device_bit(gpu);
+        }
     }
+
+    /// The objects whose parent is `h` or that are dependants of `h`, by handle.
+    pub(crate) fn dependants(&self, h: u32) -> impl Iterator<Item = u32> + '_ {
+        self.edges.range((h, 1)..=(h, u32::MAX)).map(|&(_, d)| d)
+    }
+
+    /// Whether nothing is freed with `h` (no child, no dependant): one search of the index.
+    pub(crate) fn is_leaf(&self, h: u32) -> bool {
+        self.edges
+            .range((h, 1)..)
+            .next()
+            .is_none_or(|&(r, _)| r != h)
+    }
+}
+
+/// A GPU index's bit in [`Client`]'s device mask (none past 63: the driver's `NV_MAX_DEVICES`
+/// is 32, and allocations past it are refused before a device exists).
+fn device_bit(gpu: usize) -> u64 {
+    u32::try_from(gpu)
+        .ok()
+        .and_then(|g| 1u64.checked_shl(g))
+        .unwrap_or(0)
 }
 
 /// An OS event registered with `NV_ESC_ALLOC_OS_EVENT`.
@@ -448,17 +508,32 @@ impl SimDriver {
     /// Whether GPU `g` is attached (initialised): some file of its node is open, or an
     /// `ATTACH_GPUS_TO_FD` holds it.
     pub(crate) fn gpu_attached(&self, st: &State, g: usize) -> bool {
-        let minor = self.config.gpus[g].minor;
-        st.gpus[g].dev_refs > 0 || st.files.values().any(|f| f.node == NodeKind::Gpu(minor))
+        debug_assert_eq!(
+            st.gpus[g].node_files as usize,
+            self.node_files(st, g).count(),
+            "GPU {g}'s file count"
+        );
+        st.gpus[g].dev_refs > 0 || st.gpus[g].node_files > 0
     }
 
     /// Whether the daemon holds an open file of GPU `g`'s node: the driver's
     /// `osIsGpuAccessible` (the calling process has the device open).
     pub(crate) fn gpu_accessible(&self, st: &State, g: usize) -> bool {
+        debug_assert_eq!(
+            st.gpus[g].held_node_files as usize,
+            self.node_files(st, g).filter(|f| f.held).count(),
+            "GPU {g}'s held file count"
+        );
+        st.gpus[g].held_node_files > 0
+    }
+
+    /// The files open on GPU `g`'s node (what the counts in [`GpuState`] count; a scan, for
+    /// checking them).
+    fn node_files<'a>(&self, st: &'a State, g: usize) -> impl Iterator<Item = &'a FileState> {
         let minor = self.config.gpus[g].minor;
         st.files
             .values()
-            .any(|f| f.held && f.node == NodeKind::Gpu(minor))
+            .filter(move |f| f.node == NodeKind::Gpu(minor))
     }
 
     /// Resolves `id` (an fd field value) to a file of this driver that is still open.
@@ -497,20 +572,31 @@ mod tests {
             addr: 0,
         };
         c.insert_object(0x31, object(0x10, virt));
-        assert_eq!(c.dependants(C), [0x10]);
-        assert_eq!(c.dependants(0x10), [0x20, 0x30, 0x31]);
-        assert_eq!(c.dependants(0x20), [0x31], "the VA space's dependant");
-        assert!(
-            c.dependants(0).is_empty(),
-            "the set's placeholder is no object"
-        );
+        let deps = |c: &Client, h| c.dependants(h).collect::<Vec<u32>>();
+        assert_eq!(deps(&c, C), [0x10]);
+        assert_eq!(deps(&c, 0x10), [0x20, 0x30, 0x31]);
+        assert_eq!(deps(&c, 0x20), [0x31], "the VA space's dependant");
+        assert!(deps(&c, 0).is_empty(), "the set's placeholder is no object");
+        for (h, leaf) in [
+            (C, false),
+            (0x10, false),
+            (0x20, false),
+            (0x30, true),
+            (0x31, true),
+        ] {
+            assert_eq!(c.is_leaf(h), leaf, "{h:#x}");
+        }
+        assert!(c.is_leaf(0) && c.is_leaf(u32::MAX) && c.is_leaf(0x99));
+        assert!(c.has_device(0) && !c.has_device(1));
         c.remove_object(0x31).unwrap();
-        assert_eq!(c.dependants(0x10), [0x20, 0x30]);
-        assert!(c.dependants(0x20).is_empty());
+        assert_eq!(deps(&c, 0x10), [0x20, 0x30]);
+        assert!(deps(&c, 0x20).is_empty() && c.is_leaf(0x20));
         // A handle inserted again (not done by the driver) keeps the index exact.
         c.insert_object(0x30, object(0x20, Kind::Memory { block: 2 }));
-        assert_eq!(c.dependants(0x10), [0x20]);
-        assert_eq!(c.dependants(0x20), [0x30]);
+        assert_eq!(deps(&c, 0x10), [0x20]);
+        assert_eq!(deps(&c, 0x20), [0x30]);
         assert!(c.remove_object(0x99).is_none());
+        c.remove_object(0x10).unwrap();
+        assert!(!c.has_device(0), "the device's GPU left the mask");
     }
 }

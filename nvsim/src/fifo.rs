@@ -104,7 +104,7 @@ fn engine_exists(engine_type: u32) -> bool {
 impl State {
     /// The `FERMI_VASPACE_A` object `h` of `h_client` on GPU `gpu`: its VA space id.
     fn vaspace_of(&self, h_client: u32, h: u32, gpu: usize) -> Result<u64, u32> {
-        match self.clients[&h_client].objects.get(&h).map(|o| &o.kind) {
+        match self.clients[&h_client].objects().get(&h).map(|o| &o.kind) {
             Some(Kind::VaSpace { gpu: g, id }) if *g == gpu => Ok(*id),
             Some(_) => Err(NV_ERR_INVALID_OBJECT_HANDLE),
             None => Err(NV_ERR_OBJECT_NOT_FOUND),
@@ -113,7 +113,7 @@ impl State {
 
     /// The device object `h` of `h_client`: (GPU, vaMode).
     fn device_of(&self, h_client: u32, h: u32) -> Option<(usize, u32)> {
-        match self.clients[&h_client].objects.get(&h)?.kind {
+        match self.clients[&h_client].objects().get(&h)?.kind {
             Kind::Device { gpu, va_mode, .. } => Some((gpu, va_mode)),
             _ => None,
         }
@@ -173,7 +173,7 @@ impl State {
     /// `kctxshareapiConstruct` and `kctxshareInitCommon`.
     pub(crate) fn construct_ctxshare(&mut self, a: &mut AllocArgs<'_>) -> Result<Kind, u32> {
         let (tsg, gpu) = match self.clients[&a.h_client]
-            .objects
+            .objects()
             .get(&a.h_parent)
             .map(|o| &o.kind)
         {
@@ -244,7 +244,7 @@ impl State {
         // The parent: a TSG (a bare channel under a device would get an internal TSG; libcuda
         // never asks for one and it is not simulated).
         let (tsg, gpu) = match self.clients[&a.h_client]
-            .objects
+            .objects()
             .get(&a.h_parent)
             .map(|o| &o.kind)
         {
@@ -300,7 +300,7 @@ impl State {
             }
         };
         // The context share: a FERMI_CONTEXT_SHARE_A of this TSG.
-        let h_vaspace = match self.clients[&a.h_client].objects.get(&h_share) {
+        let h_vaspace = match self.clients[&a.h_client].objects().get(&h_share) {
             Some(o) if o.parent == a.h_parent => match o.kind {
                 Kind::CtxShare { h_vaspace, .. } => h_vaspace,
                 _ => return Err(NV_ERR_INVALID_OBJECT_PARENT),
@@ -314,7 +314,7 @@ impl State {
         // Client-allocated USERD: a memory object of this client, 512 bytes inside it.
         let userd = if h_userd != 0 {
             let block = match self.clients[&a.h_client]
-                .objects
+                .objects()
                 .get(&h_userd)
                 .map(|o| &o.kind)
             {
@@ -336,7 +336,7 @@ impl State {
         };
         let error_notifier = if h_error != 0 {
             match self.clients[&a.h_client]
-                .objects
+                .objects()
                 .get(&h_error)
                 .map(|o| &o.kind)
             {
@@ -400,8 +400,7 @@ impl State {
             self.clients
                 .get_mut(&h_client)
                 .expect("checked")
-                .objects
-                .insert(
+                .insert_object(
                     *h,
                     crate::driver::Object {
                         class: crate::rm::FERMI_CONTEXT_SHARE_A,
@@ -427,7 +426,7 @@ impl State {
         a: &mut AllocArgs<'_>,
     ) -> Result<Kind, u32> {
         let chan = match self.clients[&a.h_client]
-            .objects
+            .objects()
             .get(&a.h_parent)
             .map(|o| &o.kind)
         {
@@ -527,7 +526,7 @@ pub(crate) fn control(
     let kind = st
         .clients
         .get(&h_client)?
-        .objects
+        .objects()
         .get(&h_object)?
         .kind
         .clone();
@@ -709,7 +708,7 @@ pub(crate) fn device_control(
     {
         return Some(NV_ERR_INVALID_ARGUMENT);
     }
-    let objects = &st.clients.get(&h_client)?.objects;
+    let objects = st.clients.get(&h_client)?.objects();
     for i in 0..n as usize {
         let h: u32 = crate::buf::read_at(c.call, handles, 4 * i).unwrap_or(0);
         let chid = match objects.get(&h).map(|o| &o.kind) {
@@ -747,7 +746,7 @@ pub(crate) fn subdevice_control(
     // GR context buffers of the channel's context. The simulated GR engine keeps no context
     // state, so the simulated driver allocates no context buffers: the true total is 0.
     let h: u32 = c.get(0)?;
-    let objects = &st.clients.get(&h_client)?.objects;
+    let objects = st.clients.get(&h_client)?.objects();
     let Some(Kind::Channel { id, .. }) = objects.get(&h).map(|o| &o.kind) else {
         return Some(NV_ERR_INVALID_CHANNEL);
     };
@@ -788,7 +787,7 @@ fn set_ctxsw_preemption_mode(
         return NV_ERR_INVALID_ARGUMENT;
     };
     // A channel, or a TSG (kchannelGetFromDualHandle: a TSG handle stands for its channels).
-    let objects = st.clients.get(&h_client).map(|cl| &cl.objects);
+    let objects = st.clients.get(&h_client).map(|cl| cl.objects());
     let engine = match objects.and_then(|o| o.get(&h)).map(|o| &o.kind) {
         Some(Kind::Channel { id, .. }) => st.fifo.channels.get(id).map(|ch| ch.engine_type),
         Some(Kind::ChannelGroup { id, .. }) => st

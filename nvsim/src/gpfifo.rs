@@ -197,7 +197,7 @@ impl Ctx {
         let rm_vas = st
             .clients
             .get(&c.h_client)
-            .and_then(|cl| cl.objects.get(&c.h_vaspace))
+            .and_then(|cl| cl.objects().get(&c.h_vaspace))
             .and_then(|o| match o.kind {
                 Kind::VaSpace { id, .. } => Some(id),
                 _ => None,
@@ -923,7 +923,7 @@ fn reduce_op_i2m(op: u32) -> u32 {
 fn notify_subdevice_events(st: &mut State, gpu: usize, index: u32) {
     let mut hit = Vec::new();
     for c in st.clients.values() {
-        for o in c.objects.values() {
+        for o in c.objects().values() {
             if let Kind::Event {
                 os_event,
                 src,
@@ -933,7 +933,7 @@ fn notify_subdevice_events(st: &mut State, gpu: usize, index: u32) {
                 let is_sub = st
                     .clients
                     .get(&src.0)
-                    .and_then(|sc| sc.objects.get(&src.1))
+                    .and_then(|sc| sc.objects().get(&src.1))
                     .is_some_and(
                         |so| matches!(so.kind, Kind::Subdevice { gpu: g, .. } if g == gpu),
                     );
@@ -1236,7 +1236,7 @@ impl SimDriver {
     /// The front-end state of channel `h_channel` of client `h_client`.
     pub fn channel_status(&self, h_client: u32, h_channel: u32) -> Option<ChannelStatus> {
         let st = self.lock();
-        let Kind::Channel { id, .. } = st.clients.get(&h_client)?.objects.get(&h_channel)?.kind
+        let Kind::Channel { id, .. } = st.clients.get(&h_client)?.objects().get(&h_channel)?.kind
         else {
             return None;
         };
@@ -1255,7 +1255,7 @@ impl SimDriver {
     /// `method` (recorded without effect; see the module docs).
     pub fn compute_state(&self, h_client: u32, h_channel: u32, method: u32) -> Option<u32> {
         let st = self.lock();
-        let Kind::Channel { id, .. } = st.clients.get(&h_client)?.objects.get(&h_channel)?.kind
+        let Kind::Channel { id, .. } = st.clients.get(&h_client)?.objects().get(&h_channel)?.kind
         else {
             return None;
         };

@@ -104,7 +104,7 @@ impl State {
             return Err(not_memory);
         }
         let obj = client
-            .objects
+            .objects()
             .get(&h_memory)
             .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
         let Kind::Memory { block } = obj.kind else {
@@ -131,7 +131,7 @@ impl State {
         } else {
             Some(
                 client
-                    .objects
+                    .objects()
                     .get(&p.hMemory)
                     .ok_or(NV_ERR_OBJECT_NOT_FOUND)?,
             )
@@ -146,7 +146,7 @@ impl State {
                 return Err(NV_ERR_INVALID_OBJECT_PARENT);
             }
             let ctx = client
-                .objects
+                .objects()
                 .get(&p.hDevice)
                 .ok_or(NV_ERR_OBJECT_NOT_FOUND)?;
             if !matches!(ctx.kind, Kind::Device { .. } | Kind::Subdevice { .. }) {
@@ -297,7 +297,7 @@ pub(crate) fn unmap_memory(
     let mut p: NVOS34_PARAMETERS = read_at(call, loc, 0).expect("size checked");
     p.status = match st.client_for(p.hClient, os_info) {
         Err(s) => s,
-        Ok(c) if p.hMemory != p.hClient && !c.objects.contains_key(&p.hMemory) => {
+        Ok(c) if p.hMemory != p.hClient && !c.objects().contains_key(&p.hMemory) => {
             NV_ERR_OBJECT_NOT_FOUND
         }
         Ok(_) => st.cpu_unmap(p.hClient, p.hMemory, p.pLinearAddress),
@@ -320,13 +320,13 @@ pub(crate) fn update_mapping_info(
     p.status = (|| {
         let c = st.client_for(p.hClient, os_info)?;
         // deviceGetByHandle, else subdeviceGetByHandle.
-        match c.objects.get(&p.hDevice).map(|o| &o.kind) {
+        match c.objects().get(&p.hDevice).map(|o| &o.kind) {
             Some(Kind::Device { .. } | Kind::Subdevice { .. }) => {}
             Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
             None => return Err(NV_ERR_OBJECT_NOT_FOUND),
         }
         // A Memory or a KernelChannel.
-        match c.objects.get(&p.hMemory).map(|o| &o.kind) {
+        match c.objects().get(&p.hMemory).map(|o| &o.kind) {
             Some(Kind::Memory { .. } | Kind::Channel { .. }) => {}
             Some(_) => return Err(NV_ERR_INVALID_OBJECT_HANDLE),
             None => return Err(NV_ERR_OBJECT_NOT_FOUND),

@@ -36,13 +36,10 @@ pub(crate) fn cuda_limit_set(
     h_device: u32,
     on: bool,
 ) -> Option<u32> {
-    let o = st.clients.get_mut(&h_client)?.objects.get_mut(&h_device)?;
-    let Kind::Device {
-        cuda_limit_refs, ..
-    } = &mut o.kind
-    else {
-        return None;
-    };
+    let cuda_limit_refs = st
+        .clients
+        .get_mut(&h_client)?
+        .cuda_limit_refs_mut(h_device)?;
     Some(if on {
         // The count is an NvU32 in the driver; a client cannot hold 2^32 contexts, but the
         // simulator refuses the wrap rather than overflow.
@@ -65,7 +62,7 @@ pub(crate) fn cuda_limit_set(
 /// reference.
 pub(crate) fn cuda_limited(st: &State, gpu: usize) -> bool {
     st.clients.values().any(|c| {
-        c.objects.values().any(|o| {
+        c.objects().values().any(|o| {
             matches!(o.kind, Kind::Device { gpu: g, cuda_limit_refs, .. } if g == gpu && cuda_limit_refs > 0)
         })
     })

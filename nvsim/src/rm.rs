@@ -131,7 +131,7 @@ impl State {
         if h_object == h_client {
             return Some(c.class);
         }
-        c.objects.get(&h_object).map(|o| o.class)
+        c.objects().get(&h_object).map(|o| o.class)
     }
 
     fn new_client_handle(&mut self) -> Option<u32> {
@@ -272,7 +272,7 @@ impl State {
             for _ in 0..RS_UNIQUE_HANDLE_RANGE {
                 let cand = RS_UNIQUE_HANDLE_BASE + (c.handle_gen % RS_UNIQUE_HANDLE_RANGE);
                 c.handle_gen = c.handle_gen.wrapping_add(1);
-                if cand != h_client && !c.objects.contains_key(&cand) {
+                if cand != h_client && !c.objects().contains_key(&cand) {
                     return Ok(cand);
                 }
             }
@@ -281,7 +281,7 @@ impl State {
         if h == h_client {
             return Err(NV_ERR_INVALID_OBJECT_HANDLE);
         }
-        if c.objects.contains_key(&h) {
+        if c.objects().contains_key(&h) {
             return Err(NV_ERR_INSERT_DUPLICATE_NAME);
         }
         Ok(h)
@@ -289,7 +289,7 @@ impl State {
 
     /// The GPU an object (device, subdevice, memory, VA space) belongs to.
     pub(crate) fn gpu_of(&self, h_client: u32, h: u32) -> Option<usize> {
-        let o = self.clients.get(&h_client)?.objects.get(&h)?;
+        let o = self.clients.get(&h_client)?.objects().get(&h)?;
         match o.kind {
             Kind::Device { gpu, .. }
             | Kind::Subdevice { gpu, .. }
@@ -357,11 +357,7 @@ impl State {
                 {
                     return Err(NV_ERR_INVALID_CLASS);
                 }
-                let dup = self.clients[&a.h_client]
-                    .objects
-                    .values()
-                    .any(|o| matches!(o.kind, Kind::Device { gpu: g, .. } if g == gpu));
-                if dup {
+                if self.clients[&a.h_client].has_device(gpu) {
                     return Err(NV_ERR_INSUFFICIENT_RESOURCES);
                 }
                 if !drv.gpu_accessible(self, gpu) {
@@ -385,9 +381,13 @@ impl State {
                 let gpu = self
                     .gpu_of(a.h_client, a.h_parent)
                     .ok_or(NV_ERR_INVALID_CLASS)?;
-                let dup = self.clients[&a.h_client].objects.values().any(|o| {
-                    o.parent == a.h_parent
-                        && matches!(o.kind, Kind::Subdevice { inst: i, .. } if i == inst)
+                // The device's children, not the client's whole table.
+                let c = &self.clients[&a.h_client];
+                let dup = c.dependants(a.h_parent).any(|h| {
+                    c.objects().get(&h).is_some_and(|o| {
+                        o.parent == a.h_parent
+                            && matches!(o.kind, Kind::Subdevice { inst: i, .. } if i == inst)
+                    })
                 });
                 if dup {
                     return Err(NV_ERR_INSUFFICIENT_RESOURCES);
@@ -509,7 +509,7 @@ impl State {
                     // The device's default VA space is not simulated.
                     return Err(NV_ERR_NOT_SUPPORTED);
                 }
-                let id = match self.clients[&a.h_client].objects.get(&mp.hVASpace) {
+                let id = match self.clients[&a.h_client].objects().get(&mp.hVASpace) {
                     None => return Err(NV_ERR_OBJECT_NOT_FOUND),
                     Some(o) => match o.kind {
                         Kind::VaSpace { gpu: g, id } if g == gpu => id,
@@ -544,7 +544,7 @@ impl State {
                     // eventConstruct: the source must be a Notifier (device, subdevice, a
                     // channel, a channel descendant such as an engine object, an SM debugger
                     // session); a TSG or memory is not.
-                    nc.objects.get(&nres).is_some_and(|o| {
+                    nc.objects().get(&nres).is_some_and(|o| {
                         matches!(
                             o.kind,
                             Kind::Device { .. }
@@ -633,7 +633,7 @@ impl State {
     /// Frees `h` of client `h_client` and everything under it, children first.
     fn free_subtree(&mut self, h_client: u32, h: u32) {
         // The children, and the dependants (refAddDependant): virtual memory in a VA space.
-        let children = self.clients[&h_client].dependants(h);
+        let children: Vec<u32> = self.clients[&h_client].dependants(h).collect();
         for c in children {
             self.free_subtree(h_client, c);
         }
@@ -642,14 +642,19 @@ impl State {
             .get_mut(&h_client)
             .and_then(|c| c.remove_object(h))
         {
-            // subdevicePreDestruct: the client's compute-mode reservation goes with it.
-            if let Kind::Subdevice { gpu, .. } = o.kind
-                && self.gpus[gpu].compute_reservation == Some(h_client)
-            {
-                self.gpus[gpu].compute_reservation = None;
-            }
-            self.destroy(h, &o.kind);
+            self.removed(h_client, h, &o);
         }
+    }
+
+    /// Object `h` of `h_client` left its client's table: its destructor.
+    fn removed(&mut self, h_client: u32, h: u32, o: &Object) {
+        // subdevicePreDestruct: the client's compute-mode reservation goes with it.
+        if let Kind::Subdevice { gpu, .. } = o.kind
+            && self.gpus[gpu].compute_reservation == Some(h_client)
+        {
+            self.gpus[gpu].compute_reservation = None;
+        }
+        self.destroy(h, &o.kind);
     }
 
     /// Frees client `h` with all its objects.
@@ -657,8 +662,7 @@ impl State {
         let tops: Vec<u32> = match self.clients.get(&h) {
             Some(c) => c
                 .dependants(h)
-                .into_iter()
-                .filter(|k| c.objects.get(k).is_some_and(|o| o.parent == h))
+                .filter(|k| c.objects().get(k).is_some_and(|o| o.parent == h))
                 .collect(),
             None => return,
         };
@@ -667,7 +671,7 @@ impl State {
         }
         // Objects whose parent vanished cannot exist, but never leak them.
         if let Some(c) = self.clients.remove(&h) {
-            for (h, o) in c.objects.into_iter() {
+            for (h, o) in c.into_objects() {
                 self.destroy(h, &o.kind);
             }
         }
@@ -682,8 +686,17 @@ impl State {
         h_object: u32,
         os_info: i32,
     ) -> u32 {
-        if let Err(s) = self.client_for(h_client, os_info) {
-            return s;
+        // client_for, with the client kept for a leaf's free (most frees).
+        let c = match self.clients.get_mut(&h_client) {
+            Some(c) if c.os_info == os_info => c,
+            Some(_) => return NV_ERR_INVALID_CLIENT,
+            None => return self.unknown_client_status(h_client),
+        };
+        if h_object != h_client && c.is_leaf(h_object) {
+            if let Some(o) = c.remove_object(h_object) {
+                self.removed(h_client, h_object, &o);
+            }
+            return NV_OK;
         }
         if h_object == h_client {
             self.free_client(drv, h_client);
@@ -696,7 +709,7 @@ impl State {
             });
             return NV_OK;
         }
-        if self.clients[&h_client].objects.contains_key(&h_object) {
+        if self.clients[&h_client].objects().contains_key(&h_object) {
             self.free_subtree(h_client, h_object);
         }
         NV_OK
@@ -731,7 +744,7 @@ impl State {
         let (src_kind, src_class) = if h_object_src == h_client_src {
             return (NV_ERR_INVALID_ARGUMENT, h_object); // a client cannot be copied
         } else {
-            match self.clients[&h_client_src].objects.get(&h_object_src) {
+            match self.clients[&h_client_src].objects().get(&h_object_src) {
                 Some(o) => (o.kind.clone(), o.class),
                 None => return (NV_ERR_OBJECT_NOT_FOUND, h_object),
             }
@@ -744,7 +757,7 @@ impl State {
             Ok(h) => h,
             Err(s) => return (s, h_object),
         };
-        let parent_gpu = match self.clients[&h_client].objects.get(&h_parent) {
+        let parent_gpu = match self.clients[&h_client].objects().get(&h_parent) {
             Some(o) => match o.kind {
                 Kind::Device { gpu, .. } | Kind::Subdevice { gpu, .. } => Some(gpu),
                 _ => None,
@@ -772,11 +785,11 @@ impl State {
             }
             _ => {}
         }
+        // Through the client's index: the copy is freed with its parent like any child.
         self.clients
             .get_mut(&h_client)
             .expect("checked above")
-            .objects
-            .insert(
+            .insert_object(
                 h_new,
                 Object {
                     class: src_class,
@@ -843,7 +856,7 @@ impl State {
         let app = if app == 0 { a.h_client } else { app };
         let client = self.clients.get(&app).ok_or(NV_ERR_INVALID_CLIENT)?;
         let obj = client
-            .objects
+            .objects()
             .get(&h_object)
             .ok_or(NV_ERR_INVALID_OBJECT_PARENT)?;
         if app != a.h_client {
@@ -859,7 +872,7 @@ impl State {
             return Err(NV_ERR_INVALID_ARGUMENT);
         }
         let has_subdevice = self.clients[&app]
-            .objects
+            .objects()
             .values()
             .any(|o| matches!(o.kind, Kind::Subdevice { gpu: g, .. } if g == gpu));
         if !has_subdevice {

@@ -431,7 +431,7 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
                 return NV_ERR_INVALID_CLIENT;
             };
             let Some(crate::driver::Kind::Channel { id, .. }) =
-                client.objects.get(&p.hChannel).map(|o| &o.kind)
+                client.objects().get(&p.hChannel).map(|o| &o.kind)
             else {
                 return NV_ERR_INVALID_OBJECT_HANDLE;
             };
@@ -441,7 +441,7 @@ fn va_space_cmd(drv: &SimDriver, st: &mut State, file: i32, cmd: u32, call: &mut
             let rm_vas = |h_client: u32, h: u32| match st
                 .clients
                 .get(&h_client)
-                .and_then(|c| c.objects.get(&h))
+                .and_then(|c| c.objects().get(&h))
                 .map(|o| &o.kind)
             {
                 Some(crate::driver::Kind::VaSpace { id, .. }) => Some(*id),
@@ -706,7 +706,7 @@ fn register_gpu_va_space(drv: &SimDriver, st: &mut State, file: i32, call: &mut 
     let Some(client) = st.clients.get(&p.hClient) else {
         return NV_ERR_INVALID_CLIENT;
     };
-    let Some(obj) = client.objects.get(&p.hVaSpace) else {
+    let Some(obj) = client.objects().get(&p.hVaSpace) else {
         return NV_ERR_OBJECT_NOT_FOUND;
     };
     match obj.kind {
@@ -793,7 +793,7 @@ fn map_external(drv: &SimDriver, st: &mut State, file: i32, call: &mut HostCall)
     let Some(client) = st.clients.get(&h_client) else {
         return NV_ERR_INVALID_CLIENT;
     };
-    let Some(obj) = client.objects.get(&h_memory) else {
+    let Some(obj) = client.objects().get(&h_memory) else {
         return NV_ERR_OBJECT_NOT_FOUND;
     };
     let Kind::Memory { block } = obj.kind else {
@@ -1061,7 +1061,7 @@ pub(crate) fn gpu_view(st: &State, gpu: usize, rm_vas: u64) -> Option<GpuView> {
         let same = st
             .clients
             .get(&h_client)
-            .and_then(|c| c.objects.get(&h_vas))
+            .and_then(|c| c.objects().get(&h_vas))
             .is_some_and(|o| matches!(o.kind, Kind::VaSpace { id, .. } if id == rm_vas));
         if !same {
             continue;

@@ -532,7 +532,10 @@ fn test_channel_group_context_share_and_channel_statuses() {
         n + 3,
         "channel and the SYNC/ASYNC shares"
     );
-    // Freeing the VA space frees its dependants: both TSGs and everything under them.
+    // The TSG's free frees its children, the shares it allocated itself among them.
+    assert_eq!(free(c, s.client, legacy), NV_OK);
+    assert_eq!(g.d.live_objects(), n - 1, "the TSG, its channel and shares");
+    // Freeing the VA space frees its dependants: the other TSG and everything under it.
     assert_eq!(free(c, s.client, g.vas), NV_OK);
     assert!(g.d.channel_status(s.client, ch).is_none());
     drop(g.uvm);

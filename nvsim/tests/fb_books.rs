@@ -270,6 +270,28 @@ fn test_frees_dups_clients_and_closed_files_give_the_memory_back() {
     assert_eq!(d.stats().allocated_memory, 0);
 }
 
+#[test]
+fn test_freeing_a_dups_parent_frees_the_dup_and_its_hold() {
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(vid(&s, 0x100, 30 * GIB, 0).0, NV_OK);
+    let c2 = client(&s.ctl);
+    let dev2 = device(&s.ctl, c2, 0x10, 0);
+    let p = dup(&s.ctl, c2, dev2, 0, s.client, 0x100);
+    assert_eq!(p.status, NV_OK);
+    assert_eq!(free(&s.ctl, s.client, 0x100), NV_OK);
+    assert_eq!(free_and_largest(&s).0, 50 * GIB, "the dup holds it");
+    let objects = d.stats().live_objects;
+    // serverFreeResourceTree: the device's children go with it, the dup among them.
+    assert_eq!(free(&s.ctl, c2, dev2), NV_OK);
+    assert_eq!(
+        d.stats().live_objects,
+        objects - 2,
+        "the device and the dup"
+    );
+    assert_eq!(free_and_largest(&s).0, TOTAL, "the dup's hold went with it");
+}
+
 /// `NV_ESC_RM_DUP_OBJECT`.
 fn dup(
     f: &File,
