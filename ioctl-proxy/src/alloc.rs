@@ -188,7 +188,7 @@ impl Req<'_> {
             rights = r.map(|i| crate::plan::rd32(plan.buf(Some(i)), 0));
         }
         // The params as the client gave them, before any translation: what replay sends.
-        let given = pbuf.map(|p| NestedData::from_slice(plan.buf(Some(p))));
+        let mut rec = AllocRecord::given(class, pbuf.map(|p| plan.buf(Some(p))));
         let record = if root {
             Record::Client
         } else {
@@ -246,13 +246,8 @@ impl Req<'_> {
                     h = name;
                 }
             }
-            let mut rec = AllocRecord::new(
-                class,
-                given.as_deref(),
-                pbuf.map(|p| plan.buf(Some(p))),
-                rights,
-                Vec::new(),
-            );
+            rec.set_out(pbuf.map(|p| plan.buf(Some(p))));
+            rec.rights = rights;
             let mut t = self.px.objects();
             let r = match record {
                 Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),

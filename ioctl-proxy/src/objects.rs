@@ -59,6 +59,11 @@ pub struct AllocRecord {
     pub fds: Vec<FdUse>,
 }
 
+/// A record's length field (saturating: a record is bounded far below).
+fn len_u32(b: &[u8]) -> u32 {
+    u32::try_from(b.len()).unwrap_or(u32::MAX)
+}
+
 /// [`AllocRecord`] as the checkpoint format writes it.
 #[derive(Serialize, Deserialize)]
 struct AllocRecordWire {
@@ -106,18 +111,31 @@ impl AllocRecord {
         rights: Option<u32>,
         fds: Vec<FdUse>,
     ) -> Self {
-        let len = |b: Option<&[u8]>| b.map(|b| u32::try_from(b.len()).unwrap_or(u32::MAX));
-        let mut data = RecordData::new();
-        data.extend_from_slice(params.unwrap_or(&[]));
-        data.extend_from_slice(out.unwrap_or(&[]));
+        let mut r = AllocRecord::given(class, params);
+        r.set_out(out);
+        r.rights = rights;
+        r.fds = fds;
+        r
+    }
+
+    /// A record of the params as the client gave them (`None`: NULL), before the driver
+    /// answered: no output yet ([`AllocRecord::set_out`]), no rights, no fds.
+    pub fn given(class: u32, params: Option<&[u8]>) -> Self {
         AllocRecord {
             class,
-            data,
-            params_len: len(params),
-            out_len: len(out),
-            rights,
-            fds,
+            data: params.map_or_else(RecordData::new, RecordData::from_slice),
+            params_len: params.map(len_u32),
+            out_len: None,
+            rights: None,
+            fds: Vec::new(),
         }
+    }
+
+    /// Sets the params as returned (replacing any set before).
+    pub fn set_out(&mut self, out: Option<&[u8]>) {
+        self.data.truncate(self.split());
+        self.data.extend_from_slice(out.unwrap_or(&[]));
+        self.out_len = out.map(len_u32);
     }
 
     /// Where the params end in `data`.
@@ -1223,6 +1241,15 @@ mod tests {
         assert_eq!(serde_json::from_str::<AllocRecord>(&json).unwrap(), rec);
         let old: AllocRecord = serde_json::from_str(r#"{"class":65,"params":null}"#).unwrap();
         assert_eq!((old.params(), old.out(), old.bytes()), (None, None, 0));
+        let mut given = AllocRecord::given(0x80, Some(&[1, 2]));
+        assert_eq!((given.params(), given.out()), (Some(&[1u8, 2][..]), None));
+        given.set_out(Some(&[5, 6, 7]));
+        given.set_out(Some(&[3, 4]));
+        (given.rights, given.fds) = (Some(7), vec![FdUse { offset: 8, open: 2 }]);
+        assert_eq!(
+            given, rec,
+            "given, then answered twice, keeps the last answer"
+        );
         let long = vec![9u8; 300];
         for (params, out) in [(None, Some(&long[..])), (Some(&[][..]), Some(&long[..3]))] {
             let rec = AllocRecord::new(1, params, out, None, Vec::new());

@@ -640,10 +640,12 @@ impl Proxy {
         let whole = freed.contains(&h_client);
         let mut d = lock(&self.dma_maps);
         // Only the client's own mappings are looked at (the map holds every client's).
+        // An open-ended range: one search (a bounded one searches for both ends).
         let gone: Vec<(u32, u32, u32)> = d
             .live
-            .range((h_client, 0, 0)..=(h_client, u32::MAX, u32::MAX))
+            .range((h_client, 0, 0)..)
             .map(|(&k, _)| k)
+            .take_while(|&(c, _, _)| c == h_client)
             .filter(|&(_, dma, mem)| whole || freed.contains(&dma) || freed.contains(&mem))
             .collect();
         for k in gone {

@@ -368,6 +368,9 @@ impl<'a> Req<'a> {
     ) -> Result<i32, ProxyError> {
         let p = self.read_params::<T>(addr)?;
         let res = f(self, p);
+        if let Ok(r) = res {
+            return Ok(r);
+        }
         let mut note = std::mem::replace(self.note, Note::new(Kind::Escape, 0));
         let answered = crate::service::settle(&mut note, res, |status| {
             let mut answer = p;
