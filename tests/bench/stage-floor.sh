@@ -3,7 +3,11 @@
 # and the same-work floor (gcc, libfuse3-dev; installed when missing) into a scratch folder
 # target/NAME.XXXXXX, sets `work` to it and removes it on exit.
 stage_floor() {
-  pkg-config --exists fuse3 2>/dev/null || apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null
+  # Stale package lists (a -dev package pinned to an older library than the one installed)
+  # fail the first install: then update them and try again, as run-bench.sh does.
+  pkg-config --exists fuse3 2>/dev/null ||
+    apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq gcc libfuse3-dev pkg-config >/dev/null; }
   local target=${CARGO_TARGET_DIR:-$ROOT/target}
   [[ $target == /* ]] || target=$ROOT/$target
   cargo build --release -q -p tests --bin nv-bench
