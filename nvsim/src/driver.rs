@@ -186,6 +186,42 @@ impl Client {
         }
     }
 
+    /// The class of `h` (this client's own for `me`, its handle).
+    pub(crate) fn class_of(&self, me: u32, h: u32) -> Option<u32> {
+        if h == me {
+            return Some(self.class);
+        }
+        self.objects.get(&h).map(|o| o.class)
+    }
+
+    /// The handle a new object of this client (`me`) gets: `h`, or a driver-chosen one for
+    /// 0 (`serverAllocResourceUnderLock`'s `clientGenResourceHandle`); the driver's status
+    /// when `h` cannot be used.
+    pub(crate) fn assign_handle(&mut self, me: u32, h: u32) -> Result<u32, u32> {
+        use crate::rm::{RS_UNIQUE_HANDLE_BASE, RS_UNIQUE_HANDLE_RANGE};
+        use crate::status::{
+            NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_RESOURCES,
+            NV_ERR_INVALID_OBJECT_HANDLE,
+        };
+        if h == 0 {
+            for _ in 0..RS_UNIQUE_HANDLE_RANGE {
+                let cand = RS_UNIQUE_HANDLE_BASE + (self.handle_gen % RS_UNIQUE_HANDLE_RANGE);
+                self.handle_gen = self.handle_gen.wrapping_add(1);
+                if cand != me && !self.objects.contains_key(&cand) {
+                    return Ok(cand);
+                }
+            }
+            return Err(NV_ERR_INSUFFICIENT_RESOURCES);
+        }
+        if h == me {
+            return Err(NV_ERR_INVALID_OBJECT_HANDLE);
+        }
+        if self.objects.contains_key(&h) {
+            return Err(NV_ERR_INSERT_DUPLICATE_NAME);
+        }
+        Ok(h)
+    }
+
     /// Whether the client has a device of GPU `gpu`.
     pub(crate) fn has_device(&self, gpu: usize) -> bool {
         device_bit(gpu) & self.devices != 0

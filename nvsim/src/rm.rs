@@ -13,7 +13,7 @@ const USERMODE_BYTES: u64 = 0x1_0000;
 pub const RS_CLIENT_HANDLE_BASE: u32 = 0xc1d0_0000;
 /// `RS_UNIQUE_HANDLE_BASE`: driver-chosen object handles start here.
 pub const RS_UNIQUE_HANDLE_BASE: u32 = 0xcaf0_0000;
-const RS_UNIQUE_HANDLE_RANGE: u32 = 0x0008_0000;
+pub(crate) const RS_UNIQUE_HANDLE_RANGE: u32 = 0x0008_0000;
 const RS_CLIENT_HANDLE_MAX: u32 = 0x0010_0000;
 const RS_CLIENT_HANDLE_BUCKET_COUNT: u32 = 0x400;
 const RS_CLIENT_HANDLE_BUCKET_MASK: u32 = 0x3ff;
@@ -127,11 +127,7 @@ impl State {
 
     /// The class of `h_object` in client `h_client` (the client's class for its own handle).
     pub(crate) fn class_of(&self, h_client: u32, h_object: u32) -> Option<u32> {
-        let c = self.clients.get(&h_client)?;
-        if h_object == h_client {
-            return Some(c.class);
-        }
-        c.objects().get(&h_object).map(|o| o.class)
+        self.clients.get(&h_client)?.class_of(h_client, h_object)
     }
 
     fn new_client_handle(&mut self) -> Option<u32> {
@@ -201,7 +197,9 @@ impl State {
         if a.h_new == a.h_client {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
         }
-        let Some(parent_class) = self.class_of(a.h_client, a.h_parent) else {
+        // The parent's class and the new handle under one lookup of the client.
+        let c = self.clients.get_mut(&a.h_client).expect("checked above");
+        let Some(parent_class) = c.class_of(a.h_client, a.h_parent) else {
             return (NV_ERR_OBJECT_NOT_FOUND, a.h_new);
         };
         let parent_ok = match a.class {
@@ -226,7 +224,7 @@ impl State {
         if !parent_ok {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
         }
-        let h_new = match self.assign_handle(a.h_client, a.h_new) {
+        let h_new = match c.assign_handle(a.h_client, a.h_new) {
             Ok(h) => h,
             Err(s) => return (s, a.h_new),
         };
@@ -264,27 +262,10 @@ impl State {
     /// `clientAssignResourceHandle`: 0 → a driver-chosen handle; the client's own handle →
     /// `NV_ERR_INVALID_OBJECT_HANDLE`; a used one → `NV_ERR_INSERT_DUPLICATE_NAME`.
     pub(crate) fn assign_handle(&mut self, h_client: u32, h: u32) -> Result<u32, u32> {
-        let c = self
-            .clients
+        self.clients
             .get_mut(&h_client)
-            .ok_or(NV_ERR_INVALID_CLIENT)?;
-        if h == 0 {
-            for _ in 0..RS_UNIQUE_HANDLE_RANGE {
-                let cand = RS_UNIQUE_HANDLE_BASE + (c.handle_gen % RS_UNIQUE_HANDLE_RANGE);
-                c.handle_gen = c.handle_gen.wrapping_add(1);
-                if cand != h_client && !c.objects().contains_key(&cand) {
-                    return Ok(cand);
-                }
-            }
-            return Err(NV_ERR_INSUFFICIENT_RESOURCES);
-        }
-        if h == h_client {
-            return Err(NV_ERR_INVALID_OBJECT_HANDLE);
-        }
-        if c.objects().contains_key(&h) {
-            return Err(NV_ERR_INSERT_DUPLICATE_NAME);
-        }
-        Ok(h)
+            .ok_or(NV_ERR_INVALID_CLIENT)?
+            .assign_handle(h_client, h)
     }
 
     /// The GPU an object (device, subdevice, memory, VA space) belongs to.
