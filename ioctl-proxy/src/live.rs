@@ -315,7 +315,7 @@ impl Proxy {
             table
                 .insert_live_client(
                     c.handle,
-                    Client::new(OwnerId(c.owner), c.class, c.origin, objects),
+                    Client::new(c.handle, OwnerId(c.owner), c.class, c.origin, objects),
                 )
                 .map_err(|e| bad(e.to_string()))?;
         }

@@ -361,19 +361,24 @@ impl VidBooks {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
+    /// Its own handle.
+    me: u32,
     pub(crate) owner: OwnerId,
     pub(crate) class: u32,
     pub(crate) origin: Origin,
     pub(crate) objects: BTreeMap<u32, Object>,
     /// Every "freed with" edge among the objects: (an object's parent or dependency, the
     /// object). A free walks these from the freed object, so it costs the size of what it
-    /// frees, not of the client's table (as the driver's per-object child lists).
+    /// frees, not of the client's table (as the driver's per-object child lists). The
+    /// client's own handle has none: its free takes the whole table without a walk, so a
+    /// top-level object (a device) is indexed by nothing.
     edges: BTreeSet<(u32, u32)>,
 }
 
 impl Client {
     /// A client holding `objects`, with its edge index built from them.
     pub(crate) fn new(
+        me: u32,
         owner: OwnerId,
         class: u32,
         origin: Origin,
@@ -384,10 +389,15 @@ impl Client {
         // free each time.
         let edges = objects
             .iter()
-            .flat_map(|(&h, o)| o.freed_with().map(move |r| (r, h)))
+            .flat_map(|(&h, o)| {
+                o.freed_with()
+                    .filter(move |&r| r != me)
+                    .map(move |r| (r, h))
+            })
             .chain([(0, 0)])
             .collect();
         Client {
+            me,
             owner,
             class,
             origin,
@@ -418,7 +428,7 @@ impl Client {
     /// Removes object `h` and its edges.
     fn remove(&mut self, h: u32) -> Option<Object> {
         let o = self.objects.remove(&h)?;
-        for r in o.freed_with() {
+        for r in o.freed_with().filter(|&r| r != self.me) {
             self.edges.remove(&(r, h));
         }
         Some(o)
@@ -515,8 +525,10 @@ impl ObjectTable {
         }
         self.recorded += origin.bytes();
         self.count += 1;
-        self.clients
-            .insert(h_client, Client::new(owner, class, origin, BTreeMap::new()));
+        self.clients.insert(
+            h_client,
+            Client::new(h_client, owner, class, origin, BTreeMap::new()),
+        );
         Ok(())
     }
 
@@ -667,7 +679,10 @@ impl ObjectTable {
             pinned,
             vid,
         };
-        client.edges.extend(object.freed_with().map(|r| (r, h_new)));
+        let me = client.me;
+        client
+            .edges
+            .extend(object.freed_with().filter(|&r| r != me).map(|r| (r, h_new)));
         client.objects.insert(h_new, object);
         self.count += 1;
         Ok(())
@@ -1039,6 +1054,23 @@ mod tests {
         t.add_object(0xc1d0_0001, 0x10, 0x11, SUBDEVICE, &[])
             .unwrap();
         t
+    }
+
+    /// The index holds the edges among objects only: the client's own (its top-level
+    /// objects) are never walked, its free taking the whole table.
+    #[test]
+    fn test_top_level_objects_are_not_indexed() {
+        const C: u32 = 0xc1d0_0001;
+        let mut t = table_with_device();
+        let edges = |t: &ObjectTable| t.clients[&C].edges.iter().copied().collect::<Vec<_>>();
+        assert_eq!(edges(&t), [(0, 0), (0x10, 0x11)], "placeholder, subdevice");
+        t.add_object(C, C, 0x20, DEVICE, &[]).unwrap();
+        assert_eq!(edges(&t).len(), 2, "a second device adds no edge");
+        assert!(t.clients[&C].is_leaf(0x20) && !t.clients[&C].is_leaf(0x10));
+        assert_eq!(t.free(C, 0x20).unwrap().as_slice(), [0x20]);
+        assert_eq!(t.free(C, 0x10).unwrap().as_slice(), [0x10, 0x11]);
+        assert_eq!(edges(&t), [(0, 0)]);
+        assert_eq!(t.free(C, C).unwrap().as_slice(), [C]);
     }
 
     #[test]

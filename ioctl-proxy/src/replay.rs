@@ -726,7 +726,13 @@ impl Proxy {
                 .collect();
             clients.insert(
                 c.handle,
-                Client::new(OwnerId(c.owner), c.class, c.origin.clone(), objects),
+                Client::new(
+                    c.handle,
+                    OwnerId(c.owner),
+                    c.class,
+                    c.origin.clone(),
+                    objects,
+                ),
             );
         }
         *proxy.objects() = ObjectTable::from_clients(clients);

@@ -143,8 +143,11 @@ pub(crate) struct Client {
     /// Generator index for driver-chosen object handles.
     pub handle_gen: u32,
     /// (parent or object depended on, object) for every object: the resource server's
-    /// per-object child and dependant lists, so a free walks only what it frees.
+    /// per-object child and dependant lists, so a free walks only what it frees. None from
+    /// the client's own handle (`me`): its free takes every object without a walk.
     edges: BTreeSet<(u32, u32)>,
+    /// Its own handle.
+    me: u32,
     /// Bit `g` set: the client has a device of GPU `g` (`deviceGetByInstance`, which the
     /// driver answers from the client's children, not its whole table).
     devices: u64,
@@ -152,8 +155,9 @@ pub(crate) struct Client {
 
 impl Client {
     /// A client without objects.
-    pub(crate) fn new(os_info: i32, class: u32) -> Client {
+    pub(crate) fn new(me: u32, os_info: i32, class: u32) -> Client {
         Client {
+            me,
             os_info,
             class,
             objects: BTreeMap::new(),
@@ -229,14 +233,19 @@ impl Client {
 
     /// Adds object `h`.
     pub(crate) fn insert_object(&mut self, h: u32, o: Object) {
-        self.edges.extend(o.freed_with().map(|r| (r, h)));
+        let me = self.me;
+        self.edges
+            .extend(o.freed_with().filter(|&r| r != me).map(|r| (r, h)));
         if let Kind::Device { gpu, .. } = o.kind {
             self.devices |= device_bit(gpu);
         }
         if let Some(old) = self.objects.insert(h, o) {
             // Not reached: handles are checked unused first. The indexes stay exact anyway.
             let now: Vec<u32> = self.objects[&h].freed_with().collect();
-            for r in old.freed_with().filter(|r| !now.contains(r)) {
+            for r in old
+                .freed_with()
+                .filter(|r| !now.contains(r) && *r != self.me)
+            {
                 self.edges.remove(&(r, h));
             }
             self.forget_device(&old);
@@ -246,7 +255,7 @@ impl Client {
     /// Removes object `h`.
     pub(crate) fn remove_object(&mut self, h: u32) -> Option<Object> {
         let o = self.objects.remove(&h)?;
-        for r in o.freed_with() {
+        for r in o.freed_with().filter(|&r| r != self.me) {
             self.edges.remove(&(r, h));
         }
         self.forget_device(&o);
@@ -261,7 +270,8 @@ impl Client {
         }
     }
 
-    /// The objects whose parent is `h` or that are dependants of `h`, by handle.
+    /// The objects whose parent is `h` or that are dependants of `h`, by handle (`h` an
+    /// object: the client's own handle has no edges).
     pub(crate) fn dependants(&self, h: u32) -> impl Iterator<Item = u32> + '_ {
         self.edges.range((h, 1)..=(h, u32::MAX)).map(|&(_, d)| d)
     }
@@ -593,7 +603,7 @@ mod tests {
     #[test]
     fn test_a_clients_dependants_follow_its_inserts_and_removes() {
         const C: u32 = 0xc1d0_0001;
-        let mut c = Client::new(3, 0x41);
+        let mut c = Client::new(C, 3, 0x41);
         let device = Kind::Device {
             gpu: 0,
             va_mode: 0,
@@ -609,17 +619,14 @@ mod tests {
         };
         c.insert_object(0x31, object(0x10, virt));
         let deps = |c: &Client, h| c.dependants(h).collect::<Vec<u32>>();
-        assert_eq!(deps(&c, C), [0x10]);
+        assert!(
+            deps(&c, C).is_empty(),
+            "the client's own children are not indexed"
+        );
         assert_eq!(deps(&c, 0x10), [0x20, 0x30, 0x31]);
         assert_eq!(deps(&c, 0x20), [0x31], "the VA space's dependant");
         assert!(deps(&c, 0).is_empty(), "the set's placeholder is no object");
-        for (h, leaf) in [
-            (C, false),
-            (0x10, false),
-            (0x20, false),
-            (0x30, true),
-            (0x31, true),
-        ] {
+        for (h, leaf) in [(0x10, false), (0x20, false), (0x30, true), (0x31, true)] {
             assert_eq!(c.is_leaf(h), leaf, "{h:#x}");
         }
         assert!(c.is_leaf(0) && c.is_leaf(u32::MAX) && c.is_leaf(0x99));

@@ -255,7 +255,7 @@ impl State {
         } else {
             h_root
         };
-        self.clients.insert(h, Client::new(os_info, class));
+        self.clients.insert(h, Client::new(h, os_info, class));
         (NV_OK, h)
     }
 
@@ -641,9 +641,13 @@ impl State {
     /// Frees client `h` with all its objects.
     pub(crate) fn free_client(&mut self, _drv: &SimDriver, h: u32) {
         let tops: Vec<u32> = match self.clients.get(&h) {
+            // Its top-level objects (a client's own handle has no edges; this free takes
+            // every object anyway).
             Some(c) => c
-                .dependants(h)
-                .filter(|k| c.objects().get(k).is_some_and(|o| o.parent == h))
+                .objects()
+                .iter()
+                .filter(|(_, o)| o.parent == h)
+                .map(|(&k, _)| k)
                 .collect(),
             None => return,
         };
