@@ -1422,7 +1422,9 @@ impl Shared {
                 }
             }
         };
-        self.inflight().remove(&req.unique);
+        // The answer first, the bookkeeping after: the client waits for the one, not the
+        // other. The flag decides who answers (the watchdog may have), so an interrupt or a
+        // watchdog scan that still finds the request in flight meanwhile answers nothing.
         if req.interrupt.take_answer() {
             send_logged(
                 &self.chan,
@@ -1433,6 +1435,7 @@ impl Shared {
         } else {
             debug!("already answered by the client-wait watchdog; handler's reply dropped");
         }
+        self.inflight().remove(&req.unique);
         // This thread's next request reuses the flag if nothing holds it by then (the slot's
         // reference goes when the thread goes back to reading).
         SPARE_FLAG.set(Some(req.interrupt));
