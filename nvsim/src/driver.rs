@@ -11,6 +11,11 @@ use nvproxy_abi::{DriverAbi, DriverVersion};
 
 use crate::config::{SimConfig, SimError};
 
+/// `RS_UNIQUE_HANDLE_BASE`: driver-chosen object handles start here.
+pub const RS_UNIQUE_HANDLE_BASE: u32 = 0xcaf0_0000;
+/// `RS_UNIQUE_HANDLE_RANGE`: how many of them there are.
+const RS_UNIQUE_HANDLE_RANGE: u32 = 0x0008_0000;
+
 /// Number of driver instances created so far; gives each its own range of file ids.
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
 
@@ -202,7 +207,6 @@ impl Client {
     /// 0 (`serverAllocResourceUnderLock`'s `clientGenResourceHandle`); the driver's status
     /// when `h` cannot be used.
     pub(crate) fn assign_handle(&mut self, me: u32, h: u32) -> Result<u32, u32> {
-        use crate::rm::{RS_UNIQUE_HANDLE_BASE, RS_UNIQUE_HANDLE_RANGE};
         use crate::status::{
             NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_RESOURCES,
             NV_ERR_INVALID_OBJECT_HANDLE,

@@ -11,9 +11,7 @@ const USERMODE_BYTES: u64 = 0x1_0000;
 
 /// `RS_CLIENT_HANDLE_BASE`: driver-chosen client handles are `0xc1d00000 | index`.
 pub const RS_CLIENT_HANDLE_BASE: u32 = 0xc1d0_0000;
-/// `RS_UNIQUE_HANDLE_BASE`: driver-chosen object handles start here.
-pub const RS_UNIQUE_HANDLE_BASE: u32 = 0xcaf0_0000;
-pub(crate) const RS_UNIQUE_HANDLE_RANGE: u32 = 0x0008_0000;
+pub use crate::driver::RS_UNIQUE_HANDLE_BASE;
 const RS_CLIENT_HANDLE_MAX: u32 = 0x0010_0000;
 const RS_CLIENT_HANDLE_BUCKET_COUNT: u32 = 0x400;
 const RS_CLIENT_HANDLE_BUCKET_MASK: u32 = 0x3ff;
