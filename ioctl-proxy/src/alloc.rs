@@ -138,7 +138,7 @@ impl Req<'_> {
                 eff = NV01_EVENT_OS_EVENT;
             }
         }
-        let Some(spec) = self.px.abi.classes.get(&eff).copied() else {
+        let Some(spec) = self.px.classes.get(&eff).copied() else {
             return deny(NV_ERR_INVALID_CLASS, "unknown class");
         };
         self.note.name = spec.name.into();

@@ -199,7 +199,7 @@ impl Req<'_> {
     fn control(&mut self, addr: u64, top: NVOS54_PARAMETERS) -> Result<i32, Stop> {
         let (h_client, h_object, cmd) = (top.hClient, top.hObject, top.cmd);
         let (params, size) = (top.params, top.paramsSize);
-        let spec = self.px.abi.controls.get(&cmd).copied();
+        let spec = self.px.controls.get(&cmd).copied();
         let pass = pass_through_family(cmd);
         self.note.number = cmd;
         // A pass-through command's name is what the audit trail records and what a policy

@@ -904,7 +904,7 @@ impl<'a> Req<'a> {
             if class == NV01_MEMORY_SYSTEM_OS_DESCRIPTOR {
                 return deny(NV_ERR_NOT_SUPPORTED, "OS descriptor memory is not proxied");
             }
-            let Some(spec) = r.px.abi.classes.get(&class).copied() else {
+            let Some(spec) = r.px.classes.get(&class).copied() else {
                 return deny(
                     NV_ERR_INVALID_CLASS,
                     "class not allowed through ALLOC_MEMORY",
