@@ -243,12 +243,7 @@ fn test_frees_dups_clients_and_closed_files_give_the_memory_back() {
     assert_eq!(free_and_largest(&s), (50 * GIB, 50 * GIB));
     assert_eq!(free_and_largest(&t), (10 * GIB, 10 * GIB));
     // A dup in another client holds the memory until it goes too.
-    let c2 = client(&s.ctl);
-    let dev2 = device(&s.ctl, c2, 0x10, 0);
-    let p = dup(&s.ctl, c2, dev2, 0, s.client, 0x100);
-    assert_eq!(p.status, NV_OK);
-    assert_eq!(free(&s.ctl, s.client, 0x100), NV_OK);
-    assert_eq!(free_and_largest(&s).0, 50 * GIB, "the dup holds it");
+    let (c2, _) = dup_holding_0x100(&s, 50 * GIB);
     // Freeing the dup's client frees it.
     assert_eq!(free(&s.ctl, c2, c2), NV_OK);
     assert_eq!(free_and_largest(&s).0, TOTAL);
@@ -275,12 +270,7 @@ fn test_freeing_a_dups_parent_frees_the_dup_and_its_hold() {
     let d = sim(1);
     let s = stack(&d, 0);
     assert_eq!(vid(&s, 0x100, 30 * GIB, 0).0, NV_OK);
-    let c2 = client(&s.ctl);
-    let dev2 = device(&s.ctl, c2, 0x10, 0);
-    let p = dup(&s.ctl, c2, dev2, 0, s.client, 0x100);
-    assert_eq!(p.status, NV_OK);
-    assert_eq!(free(&s.ctl, s.client, 0x100), NV_OK);
-    assert_eq!(free_and_largest(&s).0, 50 * GIB, "the dup holds it");
+    let (c2, dev2) = dup_holding_0x100(&s, 50 * GIB);
     let objects = d.stats().live_objects;
     // serverFreeResourceTree: the device's children go with it, the dup among them.
     assert_eq!(free(&s.ctl, c2, dev2), NV_OK);
@@ -290,6 +280,18 @@ fn test_freeing_a_dups_parent_frees_the_dup_and_its_hold() {
         "the device and the dup"
     );
     assert_eq!(free_and_largest(&s).0, TOTAL, "the dup's hold went with it");
+}
+
+/// A new client with a device whose dup of `s`'s memory 0x100 outlives the original's free
+/// (`free` bytes left on the GPU then). Returns the client and its device.
+fn dup_holding_0x100(s: &Stack, free_left: u64) -> (u32, u32) {
+    let c2 = client(&s.ctl);
+    let dev2 = device(&s.ctl, c2, 0x10, 0);
+    let p = dup(&s.ctl, c2, dev2, 0, s.client, 0x100);
+    assert_eq!(p.status, NV_OK);
+    assert_eq!(free(&s.ctl, s.client, 0x100), NV_OK);
+    assert_eq!(free_and_largest(s).0, free_left, "the dup holds it");
+    (c2, dev2)
 }
 
 /// `NV_ESC_RM_DUP_OBJECT`.
