@@ -389,11 +389,7 @@ impl Client {
         // free each time.
         let edges = objects
             .iter()
-            .flat_map(|(&h, o)| {
-                o.freed_with()
-                    .filter(move |&r| r != me)
-                    .map(move |r| (r, h))
-            })
+            .flat_map(|(&h, o)| o.edges(me, h))
             .chain([(0, 0)])
             .collect();
         Client {
@@ -420,16 +416,16 @@ impl Client {
             .is_none_or(|&(r, _)| r != h)
     }
 
-    /// Whether `h` is this client (`me`, its handle) or one of its objects.
-    fn has(&self, me: u32, h: u32) -> bool {
-        h == me || self.objects.contains_key(&h)
+    /// Whether `h` is this client (its own handle) or one of its objects.
+    fn has(&self, h: u32) -> bool {
+        h == self.me || self.objects.contains_key(&h)
     }
 
     /// Removes object `h` and its edges.
     fn remove(&mut self, h: u32) -> Option<Object> {
         let o = self.objects.remove(&h)?;
-        for r in o.freed_with().filter(|&r| r != self.me) {
-            self.edges.remove(&(r, h));
+        for e in o.edges(self.me, h) {
+            self.edges.remove(&e);
         }
         Some(o)
     }
@@ -439,6 +435,13 @@ impl Object {
     /// The objects whose free frees this one: its parent and its dependencies.
     fn freed_with(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.parent).chain(self.deps.iter().copied())
+    }
+
+    /// This object's (`h`) edges in the index of client `me`: none from the client's handle.
+    fn edges(&self, me: u32, h: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.freed_with()
+            .filter(move |&r| r != me)
+            .map(move |r| (r, h))
     }
 }
 
@@ -679,10 +682,7 @@ impl ObjectTable {
             pinned,
             vid,
         };
-        let me = client.me;
-        client
-            .edges
-            .extend(object.freed_with().filter(|&r| r != me).map(|r| (r, h_new)));
+        client.edges.extend(object.edges(client.me, h_new));
         client.objects.insert(h_new, object);
         self.count += 1;
         Ok(())
@@ -722,10 +722,10 @@ impl ObjectTable {
             .clients
             .get(&h_client)
             .ok_or(ObjectError::UnknownClient(h_client))?;
-        if !c.has(h_client, h_parent) {
+        if !c.has(h_parent) {
             return Err(ObjectError::UnknownParent(h_client, h_parent));
         }
-        if h_new != 0 && c.has(h_client, h_new) {
+        if h_new != 0 && c.has(h_new) {
             return Err(ObjectError::Duplicate(h_client, h_new));
         }
         Ok(())
@@ -735,7 +735,7 @@ impl ObjectTable {
     /// objects (one lookup of the client for both).
     pub fn client_and_object(&self, h_client: u32, h_object: u32) -> (bool, bool) {
         match self.clients.get(&h_client) {
-            Some(c) => (true, c.has(h_client, h_object)),
+            Some(c) => (true, c.has(h_object)),
             None => (false, false),
         }
     }
@@ -797,28 +797,28 @@ impl ObjectTable {
                 self.vid.drop_ref(c.block);
             }
         };
-        // Everything reachable from h_object through "child of" and "depends on" edges (most
-        // frees are of a leaf: one search of the index, one removal).
-        let doomed: Freed = if client.is_leaf(h_object) {
+        // Most frees are of a leaf: one search of the index, one removal.
+        if client.is_leaf(h_object) {
             let o = client
                 .remove(h_object)
                 .ok_or(ObjectError::UnknownObject(h_client, h_object))?;
             forget(&o);
             return Ok(smallvec![h_object]);
-        } else if !client.objects.contains_key(&h_object) {
+        }
+        if !client.objects.contains_key(&h_object) {
             return Err(ObjectError::UnknownObject(h_client, h_object));
-        } else {
-            let mut seen = BTreeSet::from([h_object]);
-            let mut todo = vec![h_object];
-            while let Some(h) = todo.pop() {
-                for d in client.dependants(h) {
-                    if seen.insert(d) {
-                        todo.push(d);
-                    }
+        }
+        // Everything reachable from h_object through "child of" and "depends on" edges.
+        let mut seen = BTreeSet::from([h_object]);
+        let mut todo = vec![h_object];
+        while let Some(h) = todo.pop() {
+            for d in client.dependants(h) {
+                if seen.insert(d) {
+                    todo.push(d);
                 }
             }
-            seen.into_iter().collect()
-        };
+        }
+        let doomed: Freed = seen.into_iter().collect();
         for &h in &doomed {
             if let Some(o) = client.remove(h) {
                 forget(&o);

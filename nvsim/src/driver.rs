@@ -132,6 +132,13 @@ impl Object {
     fn freed_with(&self) -> impl Iterator<Item = u32> {
         std::iter::once(self.parent).chain(self.kind.dependency())
     }
+
+    /// This object's (`h`) edges in the index of client `me`: none from the client's handle.
+    fn edges(&self, me: u32, h: u32) -> impl Iterator<Item = (u32, u32)> {
+        self.freed_with()
+            .filter(move |&r| r != me)
+            .map(move |r| (r, h))
+    }
 }
 
 /// An RM client (`NV01_ROOT*`).
@@ -195,18 +202,19 @@ impl Client {
         }
     }
 
-    /// The class of `h` (this client's own for `me`, its handle).
-    pub(crate) fn class_of(&self, me: u32, h: u32) -> Option<u32> {
-        if h == me {
+    /// The class of `h` (this client's own for its own handle).
+    pub(crate) fn class_of(&self, h: u32) -> Option<u32> {
+        if h == self.me {
             return Some(self.class);
         }
         self.objects.get(&h).map(|o| o.class)
     }
 
-    /// The handle a new object of this client (`me`) gets: `h`, or a driver-chosen one for
-    /// 0 (`serverAllocResourceUnderLock`'s `clientGenResourceHandle`); the driver's status
-    /// when `h` cannot be used.
-    pub(crate) fn assign_handle(&mut self, me: u32, h: u32) -> Result<u32, u32> {
+    /// The handle a new object of this client gets: `h`, or a driver-chosen one for 0
+    /// (`serverAllocResourceUnderLock`'s `clientGenResourceHandle`); the driver's status when
+    /// `h` cannot be used.
+    pub(crate) fn assign_handle(&mut self, h: u32) -> Result<u32, u32> {
+        let me = self.me;
         use crate::status::{
             NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_RESOURCES,
             NV_ERR_INVALID_OBJECT_HANDLE,
@@ -238,29 +246,29 @@ impl Client {
     /// Adds object `h`.
     pub(crate) fn insert_object(&mut self, h: u32, o: Object) {
         let me = self.me;
-        self.edges
-            .extend(o.freed_with().filter(|&r| r != me).map(|r| (r, h)));
-        if let Kind::Device { gpu, .. } = o.kind {
-            self.devices |= device_bit(gpu);
-        }
+        self.edges.extend(o.edges(me, h));
+        let device = match o.kind {
+            Kind::Device { gpu, .. } => Some(gpu),
+            _ => None,
+        };
         if let Some(old) = self.objects.insert(h, o) {
             // Not reached: handles are checked unused first. The indexes stay exact anyway.
-            let now: Vec<u32> = self.objects[&h].freed_with().collect();
-            for r in old
-                .freed_with()
-                .filter(|r| !now.contains(r) && *r != self.me)
-            {
-                self.edges.remove(&(r, h));
+            let now: Vec<(u32, u32)> = self.objects[&h].edges(me, h).collect();
+            for e in old.edges(me, h).filter(|e| !now.contains(e)) {
+                self.edges.remove(&e);
             }
             self.forget_device(&old);
+        }
+        if let Some(gpu) = device {
+            self.devices |= device_bit(gpu);
         }
     }
 
     /// Removes object `h`.
     pub(crate) fn remove_object(&mut self, h: u32) -> Option<Object> {
         let o = self.objects.remove(&h)?;
-        for r in o.freed_with().filter(|&r| r != self.me) {
-            self.edges.remove(&(r, h));
+        for e in o.edges(self.me, h) {
+            self.edges.remove(&e);
         }
         self.forget_device(&o);
         Some(o)

@@ -125,7 +125,7 @@ impl State {
 
     /// The class of `h_object` in client `h_client` (the client's class for its own handle).
     pub(crate) fn class_of(&self, h_client: u32, h_object: u32) -> Option<u32> {
-        self.clients.get(&h_client)?.class_of(h_client, h_object)
+        self.clients.get(&h_client)?.class_of(h_object)
     }
 
     fn new_client_handle(&mut self) -> Option<u32> {
@@ -197,7 +197,7 @@ impl State {
         }
         // The parent's class and the new handle under one lookup of the client.
         let c = self.clients.get_mut(&a.h_client).expect("checked above");
-        let Some(parent_class) = c.class_of(a.h_client, a.h_parent) else {
+        let Some(parent_class) = c.class_of(a.h_parent) else {
             return (NV_ERR_OBJECT_NOT_FOUND, a.h_new);
         };
         let parent_ok = match a.class {
@@ -222,7 +222,7 @@ impl State {
         if !parent_ok {
             return (NV_ERR_INVALID_OBJECT_PARENT, a.h_new);
         }
-        let h_new = match c.assign_handle(a.h_client, a.h_new) {
+        let h_new = match c.assign_handle(a.h_new) {
             Ok(h) => h,
             Err(s) => return (s, a.h_new),
         };
@@ -263,7 +263,7 @@ impl State {
         self.clients
             .get_mut(&h_client)
             .ok_or(NV_ERR_INVALID_CLIENT)?
-            .assign_handle(h_client, h)
+            .assign_handle(h)
     }
 
     /// The GPU an object (device, subdevice, memory, VA space) belongs to.
