@@ -231,8 +231,7 @@ pub struct Proxy {
     pub(crate) abi: DriverAbi,
     /// `abi`'s controls and classes by number, hashed: the request path looks one up per
     /// control or allocation, where a B-tree search of a version's ~200 controls costs ~90
-    /// instructions (callgrind).
-    /// Built from `abi` and never changed: a tenant's number only probes the table's own keys
+    /// instructions (callgrind). Built from `abi` and never changed: a tenant's number only probes the table's own keys
     /// (nothing to flood, so [`WordHash`] serves).
     pub(crate) controls: HashMap<u32, ControlSpec, WordHash>,
     pub(crate) classes: HashMap<u32, ClassSpec, WordHash>,
