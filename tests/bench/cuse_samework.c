@@ -210,18 +210,18 @@ static int do_alloc(pid_t tid, struct nvos64 *top)
     return 0;
 }
 
-static long spin_ns;
+static long spin_ns, spin_after_ns;
 
-/* Busy work of spin_ns nanoseconds on the serving thread. */
-static void spin(void)
+/* Busy work of ns nanoseconds on the serving thread. */
+static void spin(long ns)
 {
-    if (spin_ns <= 0)
+    if (ns <= 0)
         return;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
         clock_gettime(CLOCK_MONOTONIC, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < spin_ns);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < ns);
 }
 
 static void sw_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_info *fi,
@@ -265,11 +265,12 @@ static void sw_ioctl(fuse_req_t req, int cmd, void *arg, struct fuse_file_info *
         top.free.status = NV_OK;
         e = 0;
     }
-    spin();
+    spin(spin_ns);
     if (e)
         fuse_reply_err(req, e);
     else
         fuse_reply_ioctl(req, 0, &top, len);
+    spin(spin_after_ns);
 }
 
 static const struct cuse_lowlevel_ops sw_ops = {
@@ -289,8 +290,11 @@ int main(int argc, char **argv)
             max_threads = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--spin-ns") && i + 1 < argc) {
             spin_ns = strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--spin-after-ns") && i + 1 < argc) {
+            spin_after_ns = strtol(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: %s [--name DEVNAME] [--max-threads N] [--spin-ns N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--name DEVNAME] [--max-threads N] [--spin-ns N] [--spin-after-ns N]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -5,7 +5,8 @@
 #
 #   1. syscalls per ioctl, one client and 8 concurrent clients (strace -f -c, the daemon and the
 #      client together; difference of two run lengths for one client, per measured ioctl for 8),
-#      for nvproxy --memory process-vm (simple-control) and for the same-work floor;
+#      for nvproxy --memory process-vm (--kind, one client; simple-control at T clients) and
+#      for the same-work floor;
 #   2. lock sites: every futex call the daemon makes with 8 concurrent clients, with its user
 #      stack (strace -f -k -e trace=futex), folded to the first frames of our own code below
 #      the std lock/condvar functions, counted;
@@ -27,7 +28,8 @@
 #   --out DIR    where the raw outputs go (default target/bench/diagnose); a summary is printed
 #   --ops N      ioctls per single-client run (default 2000)
 #   --threads T  the concurrent clients of parts 1-3 and 5 (default 8)
-#   --kind K     the nv-bench kind of parts 4 and 5 (default simple-control; nested-control,
+#   --kind K     the nv-bench kind of parts 4, 5 and 1's single client (default simple-control;
+#                nested-control,
 #                rm-alloc)
 #   --only LIST  run only these parts (--skip-perf: parts 1 and 2). Profiles of one client are
 #                clearer with --smp 1 (no idle vCPU, no cross-vCPU hand-offs).
@@ -83,20 +85,23 @@ if ((GUEST)); then
 
   if part 1; then
   echo "### 1. syscalls per ioctl"
-  # One client: nv-bench makes 2N calls (count pass + one batch); N+1 vs 1.
+  # One client: nv-bench makes 2N calls (count pass + one batch), twice that for rm-alloc (an
+  # alloc and a free per call); N+1 vs 1.
+  per=1
+  [[ $KIND == rm-alloc ]] && per=2
   for n in 1 $((OPS + 1)); do
     strace -f -c -o "$OUTDIR/s1.$n" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
-      "$BIN/nv-bench" simple-control --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
+      "$BIN/nv-bench" "$KIND" --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
   done
-  diff_report "nvproxy process-vm simple-control, 1 client (daemon + client)" "$OUTDIR/s1.1" "$OUTDIR/s1.$((OPS + 1))" $((2 * OPS))
+  diff_report "nvproxy process-vm $KIND, 1 client (daemon + client)" "$OUTDIR/s1.1" "$OUTDIR/s1.$((OPS + 1))" $((2 * OPS * per))
   for n in 1 $((OPS + 1)); do
     strace -f -c -o "$OUTDIR/w1.$n" -p "$sw" 2>/dev/null &
     st=$!
     sleep 1
-    "$BIN/nv-bench" samework-simple-control --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
+    "$BIN/nv-bench" "samework-$KIND" --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
     kill -INT "$st"; wait "$st" 2>/dev/null || true
   done
-  diff_report "same-work floor simple-control, 1 client (the server)" "$OUTDIR/w1.1" "$OUTDIR/w1.$((OPS + 1))" $((2 * OPS))
+  diff_report "same-work floor $KIND, 1 client (the server)" "$OUTDIR/w1.1" "$OUTDIR/w1.$((OPS + 1))" $((2 * OPS * per))
   # T clients: a 1-round sweep of the proxy only; per ioctl = counts / (ops/s × seconds) is
   # skewed by strace, so count the ioctls themselves: every client ioctl is one line of
   # the `ioctl` row (the daemon makes none per request with nvsim).
