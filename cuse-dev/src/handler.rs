@@ -125,6 +125,17 @@ impl Request {
         ClientWaits::new(self.watchdog.clone(), Arc::clone(&self.interrupt))
     }
 
+    /// What answers this request's ioctl before its handler returns ([`EarlyAnswer`]);
+    /// `out_size` is the ioctl's (`Ioctl::out_size`).
+    pub fn early_answer(&self, out_size: u32) -> EarlyAnswer {
+        EarlyAnswer {
+            unique: self.unique,
+            out_size,
+            interrupt: Arc::clone(&self.interrupt),
+            watchdog: self.watchdog.clone(),
+        }
+    }
+
     /// The kernel's request id.
     pub fn unique(&self) -> u64 {
         self.unique
@@ -178,6 +189,56 @@ impl fmt::Debug for Request {
             .field("gid", &self.gid)
             .field("interrupted", &self.is_interrupted())
             .finish()
+    }
+}
+
+/// Answers one ioctl before its handler returns ([`Request::early_answer`]): the handler
+/// sends the final answer as soon as it is known and finishes its bookkeeping while the
+/// client goes on. The request's answer flag decides, as between the handler and the
+/// client-wait watchdog: whoever claims it first answers, so the session sends nothing once an
+/// early answer went out (and an early answer goes nowhere once the watchdog answered).
+pub struct EarlyAnswer {
+    unique: u64,
+    out_size: u32,
+    interrupt: Arc<InterruptFlag>,
+    watchdog: Option<Arc<Watchdog>>,
+}
+
+impl fmt::Debug for EarlyAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EarlyAnswer")
+            .field("unique", &self.unique)
+            .field("out_size", &self.out_size)
+            .field("in_session", &self.watchdog.is_some())
+            .finish()
+    }
+}
+
+impl EarlyAnswer {
+    /// Sends the ioctl's final answer: `result` and `out` (the data the kernel copies back to
+    /// the caller). True when it was sent (or the channel refused it: the client is gone);
+    /// false when nothing was sent and the handler's return answers as usual: a request of no
+    /// session ([`Request::detached`]), an answer the kernel would refuse (a negative result,
+    /// more data than `out_size`), or a request already answered.
+    pub fn ioctl(&self, result: i32, out: &[u8]) -> bool {
+        let Some((chan, key)) = self.watchdog.as_deref().and_then(Watchdog::channel) else {
+            return false;
+        };
+        if result < 0 || u32::try_from(out.len()).map_or(true, |n| n > self.out_size) {
+            return false;
+        }
+        if !self.interrupt.take_answer() {
+            return false;
+        }
+        let hdr = fuse_ioctl_out {
+            result,
+            flags: 0,
+            in_iovs: 0,
+            out_iovs: 0,
+        };
+        let body = ReplyBody::Ioctl(hdr, ReplyData::from_slice(out));
+        crate::reply::send_logged(chan, key, self.unique, Ok(&body));
+        true
     }
 }
 

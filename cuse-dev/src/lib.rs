@@ -137,7 +137,8 @@ pub mod wire;
 pub use errno::Errno;
 pub use error::{CuseError, HandlerReplyError};
 pub use handler::{
-    Handler, IoVec, Ioctl, IoctlReply, Opened, PollHandle, ReplyData, Request, RetryRound,
+    EarlyAnswer, Handler, IoVec, Ioctl, IoctlReply, Opened, PollHandle, ReplyData, Request,
+    RetryRound,
 };
 pub use session::{
     DeviceConfig, InitInfo, MAX_DEV_MAJOR, MAX_DEV_MINOR, MAX_IO_SIZE, PendingRetry, Session,

@@ -1433,7 +1433,7 @@ impl Shared {
                 result.as_ref().map_err(|e| *e),
             );
         } else {
-            debug!("already answered by the client-wait watchdog; handler's reply dropped");
+            debug!("already answered (early by the handler, or by the client-wait watchdog)");
         }
         self.inflight().remove(&req.unique);
         // This thread's next request reuses the flag if nothing holds it by then (the slot's

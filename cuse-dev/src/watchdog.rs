@@ -75,6 +75,11 @@ pub(crate) struct Watchdog {
 pub type Answer = dyn Fn(Errno) + Send + Sync;
 
 impl Watchdog {
+    /// Where its session's answers go, with the log key: `None` for a standalone watchdog.
+    pub(crate) fn channel(&self) -> Option<(&File, &str)> {
+        self.chan.as_deref().map(|c| (c, self.log_key.as_str()))
+    }
+
     /// A session's watchdog: it looks at the requests `scan` yields.
     pub(crate) fn new(
         chan: Option<Arc<File>>,

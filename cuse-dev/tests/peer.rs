@@ -23,6 +23,17 @@ fn cfg() -> DeviceConfig {
     DeviceConfig::new("nvproxy-test/peer")
 }
 
+/// A session with restricted ioctls (the kernel copies `_IOC_SIZE` itself).
+fn restricted(dev: &Arc<TestDevice>) -> Harness {
+    Harness::started(
+        DeviceConfig {
+            unrestricted_ioctl: false,
+            ..cfg()
+        },
+        dev.clone(),
+    )
+}
+
 #[test]
 fn init_reply_carries_name_numbers_and_flags() {
     let dev = TestDevice::new();
@@ -132,13 +143,7 @@ fn open_read_write_release() {
 #[test]
 fn restricted_ioctls() {
     let dev = TestDevice::new();
-    let h = Harness::started(
-        DeviceConfig {
-            unrestricted_ioctl: false,
-            ..cfg()
-        },
-        dev.clone(),
-    );
+    let h = restricted(&dev);
     let fh = h.peer.open();
     let mem = Memory::default();
     mem.write(0x1000, &41i32.to_ne_bytes());
@@ -158,6 +163,49 @@ fn restricted_ioctls() {
     assert_eq!(
         h.peer.ioctl(fh, 0x5401, 0, false, &mem).result,
         Err(libc::ENOTTY)
+    );
+    h.finish();
+}
+
+/// A handler's early answer reaches the client while the handler still runs, and the
+/// session sends nothing more when it returns (`Harness::finish` checks every request was
+/// answered once); an early answer the kernel would refuse is not sent, and the handler's
+/// return answers.
+#[test]
+fn an_early_answer_goes_out_before_the_handler_returns_and_only_once() {
+    let dev = TestDevice::new();
+    let h = restricted(&dev);
+    let fh = h.peer.open();
+    *dev.register.lock().unwrap() = 41;
+    let (u, rx) = h.peer.start_ioctl(fh, 0, EARLY, 10_000, &[], 4);
+    let r = common::wait(&rx, u);
+    assert_eq!(r.errno(), 0);
+    let out: cuse_dev::wire::fuse_ioctl_out = r.parse();
+    assert_eq!(out.result, 5);
+    let at = size_of::<cuse_dev::wire::fuse_ioctl_out>();
+    assert_eq!(r.body[at..], 41i32.to_ne_bytes());
+    assert_eq!(
+        dev.early_returned.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "answered while the handler still runs"
+    );
+    dev.early_gate
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    common::eventually("the EARLY handler returned", || {
+        dev.early_returned.load(std::sync::atomic::Ordering::SeqCst) == 1
+    });
+
+    let (u, rx) = h.peer.start_ioctl(fh, 0, EARLY_TOO_LONG, 0, &[], 4);
+    let r = common::wait(&rx, u);
+    assert_eq!(r.errno(), 0);
+    assert_eq!(r.parse::<cuse_dev::wire::fuse_ioctl_out>().result, 6);
+    assert_eq!(*dev.early_sent.lock().unwrap(), [true, false]);
+    // A request after both is served as usual (the serving threads went back to reading).
+    assert_eq!(
+        h.peer
+            .ioctl(fh, GET, 0x2000, false, &common::Memory::default())
+            .result,
+        Ok(0)
     );
     h.finish();
 }

@@ -237,59 +237,72 @@ impl Req<'_> {
                 self.note.reason = Some("the instance's interleave level was refused");
             }
         }
-        if out.status == NV_OK {
-            let mut h = out.hObjectNew;
-            if root {
-                let name = self.px.name_new_client(h);
-                if name != h {
-                    plan.set32(None, offset_of!(NVOS64_PARAMETERS, hObjectNew), name);
-                    h = name;
-                }
-            }
-            rec.set_out(pbuf.map(|p| plan.buf(Some(p))));
-            rec.rights = rights;
-            let mut t = self.px.objects();
-            let r = match record {
-                Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
-                Record::Object { deps, fds } => {
-                    // The client reads back its own fd values and client handles (the plan
-                    // restores what the proxy rewrote): record the params as it sees them.
-                    if let (Some(g), Some(o)) = rec.params_and_out_mut() {
-                        let fields = fds.iter().map(|f| (f.offset, 8)).chain(
-                            crate::replay::client_fields(eff)
-                                .iter()
-                                .map(|&off| (off, 4)),
-                        );
-                        for (off, len) in fields {
-                            if let (Some(d), Some(s)) =
-                                (o.get_mut(off..off + len), g.get(off..off + len))
-                            {
-                                d.copy_from_slice(s);
-                            }
-                        }
-                    }
-                    rec.fds = fds;
-                    let deps: Vec<u32> = deps
-                        .into_iter()
-                        .filter(|&d| t.contains(h_root, d))
-                        .collect();
-                    let charge = vid.and_then(|(gpu, size)| {
-                        let back = rec.out().map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
-                        let bytes = crate::vid_books::pages(size.max(back));
-                        gpu.map(|g| t.new_vid_charge(g, bytes))
-                    });
-                    t.add_vid_object(h_root, h_parent, h, eff, &deps, Origin::alloc(rec), charge)
-                }
-            };
-            debug!(?r, h, class = eff, "alloc recorded");
-        }
-        drop(guard);
         let convert = move |t: NestedData| match NVOS64_PARAMETERS::read_from_bytes(&t) {
             Ok(p) if nvos21 => NestedData::from_slice(nvos64_to_21(&p).as_bytes()),
             _ => t,
         };
         const STATUS: usize = offset_of!(NVOS64_PARAMETERS, status);
-        Ok(self.finish_with(addr, &mut plan, Some(STATUS), ret, convert)?)
+        if out.status != NV_OK {
+            drop(guard);
+            return Ok(self.finish_with(addr, &mut plan, Some(STATUS), ret, convert)?);
+        }
+        let mut h = out.hObjectNew;
+        if root {
+            let name = self.px.name_new_client(h);
+            if name != h {
+                plan.set32(None, offset_of!(NVOS64_PARAMETERS, hObjectNew), name);
+                h = name;
+            }
+        }
+        rec.set_out(pbuf.map(|p| plan.buf(Some(p))));
+        rec.rights = rights;
+        // An object (not a client, whose name the books may change) is answered before it is
+        // recorded, with the table locked from before the answer to after the record: the
+        // client goes on meanwhile, and whatever it sends next finds the object recorded.
+        let early = (!root).then(|| self.finish_with(addr, &mut plan, Some(STATUS), ret, convert));
+        let mut t = self.px.objects();
+        if let Some(Ok(r)) = early {
+            self.mem.answer_now(r);
+        }
+        let r = match record {
+            Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
+            Record::Object { deps, fds } => {
+                // The client reads back its own fd values and client handles (the plan
+                // restores what the proxy rewrote): record the params as it sees them.
+                if let (Some(g), Some(o)) = rec.params_and_out_mut() {
+                    let fields = fds.iter().map(|f| (f.offset, 8)).chain(
+                        crate::replay::client_fields(eff)
+                            .iter()
+                            .map(|&off| (off, 4)),
+                    );
+                    for (off, len) in fields {
+                        if let (Some(d), Some(s)) =
+                            (o.get_mut(off..off + len), g.get(off..off + len))
+                        {
+                            d.copy_from_slice(s);
+                        }
+                    }
+                }
+                rec.fds = fds;
+                let deps: Vec<u32> = deps
+                    .into_iter()
+                    .filter(|&d| t.contains(h_root, d))
+                    .collect();
+                let charge = vid.and_then(|(gpu, size)| {
+                    let back = rec.out().map_or(0, |o| rd64(o, crate::vidmem::MEM_SIZE));
+                    let bytes = crate::vid_books::pages(size.max(back));
+                    gpu.map(|g| t.new_vid_charge(g, bytes))
+                });
+                t.add_vid_object(h_root, h_parent, h, eff, &deps, Origin::alloc(rec), charge)
+            }
+        };
+        drop(t);
+        debug!(?r, h, class = eff, "alloc recorded");
+        drop(guard);
+        match early {
+            Some(done) => Ok(done?),
+            None => Ok(self.finish_with(addr, &mut plan, Some(STATUS), ret, convert)?),
+        }
     }
 
     /// Class-specific checks and translation; returns the dependencies to record.

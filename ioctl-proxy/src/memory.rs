@@ -47,6 +47,18 @@ pub trait ClientMemory {
         Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
+    /// Answers the call now with return value `ret`, its writes made (the buffered ones
+    /// first), when the transport can: the client goes on while the caller finishes
+    /// bookkeeping that does not change the answer. After `true` the answer is final: further
+    /// writes reach nothing the client sees as this call's result, and the transport sends no
+    /// second answer. `false`: nothing was answered (the transport cannot, or a write faulted;
+    /// the fault is reported by [`ClientMemory::flush`] as usual) and the call's return
+    /// answers. Default: `false`.
+    fn answer_now(&mut self, ret: i32) -> bool {
+        let _ = ret;
+        false
+    }
+
     /// Makes the writes a transport buffered (so that one ioctl's write-backs cost one
     /// syscall). Called after the last write of a request; a write that faults is reported
     /// here. Default: nothing is buffered.

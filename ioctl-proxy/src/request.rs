@@ -590,17 +590,33 @@ impl<'a> Req<'a> {
             let mut plan = Plan::new(nv_iowr(NV_ESC_RM_FREE, size_of::<P>()), p.as_bytes());
             let _g = r.px.rm_lock();
             let ret = r.exec(&mut plan)?;
-            if plan.get::<P>(None).status == NV_OK {
-                let freed = r.px.objects().free(h_root, h_old);
-                if let Ok(f) = &freed {
-                    r.px.forget_dma_mappings(h_root, f);
-                    if h_old == h_root {
-                        r.px.unmap_client(h_root);
-                    }
-                }
-                debug!(?freed, "freed");
+            if plan.get::<P>(None).status != NV_OK {
+                return Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?);
             }
-            Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)
+            // An object (a client's free stays answered after its books) is answered before
+            // the books forget it, with the table locked from before the answer to after: the
+            // client goes on meanwhile, and whatever it sends next finds the object gone. The
+            // DMA mappings of what went are forgotten under the RM lock, which any new object
+            // under the same handle must take first.
+            let client = h_old == h_root;
+            let early = (!client).then(|| r.finish(addr, &mut plan, Some(STATUS), ret));
+            let mut t = r.px.objects();
+            if let Some(Ok(ret)) = early {
+                r.mem.answer_now(ret);
+            }
+            let freed = t.free(h_root, h_old);
+            drop(t);
+            if let Ok(f) = &freed {
+                r.px.forget_dma_mappings(h_root, f);
+                if client {
+                    r.px.unmap_client(h_root);
+                }
+            }
+            debug!(?freed, "freed");
+            match early {
+                Some(done) => Ok(done?),
+                None => Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?),
+            }
         })
     }
 

@@ -102,10 +102,15 @@ pub fn ioctl<S: NodeService + ?Sized>(
         open,
         cmd,
         arg,
-        mem,
+        mem: &mut *mem,
         fds,
     };
     let res = svc.dispatch(file, call, &mut note);
+    // The answer is final: the client goes on while the books are kept (and whatever the
+    // transport does after the call). A handler may have answered earlier still.
+    if let Ok(ret) = res {
+        mem.answer_now(ret);
+    }
     if !matches!(res, Err(ProxyError::Pending)) {
         px.account(caller, &node, note, &res, start);
     }

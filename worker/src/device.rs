@@ -166,7 +166,15 @@ impl NodeDevice {
         let tid = caller.tid;
         // On a restricted node the kernel copied the top-level params in (`in_data`) and
         // copies the reply's data back: VmMemory's window.
-        let mut mem = VmMemory::for_ioctl(tid, io.arg, io.in_data, io.out_size, req.client_waits());
+        let early = Some(req.early_answer(io.out_size));
+        let mut mem = VmMemory::for_ioctl(
+            tid,
+            io.arg,
+            io.in_data,
+            io.out_size,
+            req.client_waits(),
+            early,
+        );
         let lookup = |fd: i32| self.resolve_fd(tid, fd);
         let result = self
             .backend

@@ -12,7 +12,7 @@
 //! most one ioctl in flight, and the first round of every unrestricted ioctl arrives with no data,
 //! which starts a fresh plan.
 
-use cuse_dev::{ClientWaits, ReplyData};
+use cuse_dev::{ClientWaits, EarlyAnswer, ReplyData};
 use ioctl_proxy::{ClientMemory, MemError};
 use smallvec::SmallVec;
 
@@ -44,6 +44,12 @@ pub struct VmMemory {
     /// (address, bytes) of the writes not made yet, in order.
     pending: Pending,
     window: Option<Window>,
+    /// How [`ClientMemory::answer_now`] answers (a CUSE request's early answer), if it can.
+    early: Option<EarlyAnswer>,
+    /// The call was answered early: later writes are refused.
+    answered: bool,
+    /// Buffered writes that faulted while answering early, for [`VmMemory::finish`] to report.
+    faulted: bool,
 }
 
 /// Buffered writes: an ioctl makes a few small ones (nested params, outputs), kept inline so
@@ -104,6 +110,9 @@ impl VmMemory {
             waits,
             pending: SmallVec::new(),
             window: None,
+            early: None,
+            answered: false,
+            faulted: false,
         }
     }
 
@@ -111,12 +120,14 @@ impl VmMemory {
     /// restricted ioctl (`in_data`) as the window when they are also what it copies back
     /// (`out_size` equal: an `_IOWR` command). Otherwise no window: everything through the
     /// syscalls, as [`VmMemory::new`].
+    /// `early`: how to answer the request before the handler returns (`answer_now`).
     pub fn for_ioctl(
         tid: u32,
         arg: u64,
         in_data: &[u8],
         out_size: u32,
         waits: ClientWaits,
+        early: Option<EarlyAnswer>,
     ) -> Self {
         // Built in place (a `new` then a change would copy the struct's inline write list).
         let window =
@@ -132,6 +143,9 @@ impl VmMemory {
             waits,
             pending: SmallVec::new(),
             window,
+            early,
+            answered: false,
+            faulted: false,
         }
     }
 
@@ -142,6 +156,10 @@ impl VmMemory {
         // Most calls find nothing buffered (before each read, after the request's flush):
         // inline, they cost a test, not a call.
         if self.pending.is_empty() {
+            if self.faulted {
+                self.faulted = false;
+                return Err(MemError::Fault);
+            }
             return Ok(());
         }
         self.write_pending()
@@ -306,6 +324,12 @@ impl ClientMemory for VmMemory {
         if data.is_empty() {
             return Ok(());
         }
+        if self.answered {
+            // The client went on with the answer: nothing of this call may change its memory
+            // any more (a bug in the caller, not the client's doing).
+            debug_assert!(false, "a client write after the early answer");
+            return Err(MemError::Fault);
+        }
         if let Some(w) = &mut self.window {
             // The reply is copied back last, so it must carry every write to the window's
             // bytes; a write only partly inside goes out through the syscall too.
@@ -321,6 +345,29 @@ impl ClientMemory for VmMemory {
 
     fn flush(&mut self) -> Result<(), MemError> {
         self.finish()
+    }
+
+    /// The buffered writes, then the reply with the window's bytes, sent now.
+    fn answer_now(&mut self, ret: i32) -> bool {
+        if self.early.is_none() {
+            return false;
+        }
+        if !self.pending.is_empty() && self.write_pending().is_err() {
+            // Reported by `finish`, as without an early answer (the driver's EFAULT).
+            self.faulted = true;
+            return false;
+        }
+        let data: &[u8] = match &self.window {
+            Some(w) if w.dirty => &w.bytes,
+            _ => &[],
+        };
+        if !self.early.as_ref().is_some_and(|e| e.ioctl(ret, data)) {
+            return false;
+        }
+        self.early = None;
+        self.window = None;
+        self.answered = true;
+        true
     }
 }
 
@@ -659,6 +706,7 @@ mod tests {
             &[1, 2, 3, 4],
             4,
             ClientWaits::unbounded(),
+            None,
         );
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(m.read(10, 2).unwrap(), vec![3, 4]);
@@ -680,6 +728,7 @@ mod tests {
             &[1, 2, 3, 4],
             4,
             ClientWaits::unbounded(),
+            None,
         );
         assert_eq!(m.read(8, 4).unwrap(), vec![1, 2, 3, 4]);
         assert!(m.reply_data().is_empty());
@@ -691,8 +740,38 @@ mod tests {
             &[1, 2, 3, 4],
             0,
             ClientWaits::unbounded(),
+            None,
         );
         assert_eq!(m.read(8, 4), Err(MemError::Fault));
+    }
+
+    /// An early answer that cannot go out (a request of no session, or none to answer with)
+    /// leaves everything to the call's return: the buffered writes are made (as they must be
+    /// before any answer) and the reply still carries the window.
+    #[test]
+    fn test_vm_answer_now_without_a_session_answers_nothing_and_keeps_the_reply() {
+        let tid = std::process::id();
+        let mut buf = vec![0u8; 32];
+        let base = buf.as_mut_ptr() as u64;
+        let req = cuse_dev::Request::detached(1, tid, 0, 0);
+        let early = Some(req.early_answer(8));
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded(), early);
+        m.write(base + 20, &[3; 4]).unwrap();
+        m.write(base + 8, &[6; 2]).unwrap();
+        assert!(!m.answer_now(0));
+        assert_eq!(
+            std::hint::black_box(&buf)[20..24],
+            [3; 4],
+            "made before answering"
+        );
+        m.write(base + 10, &[7; 2]).unwrap();
+        m.finish().unwrap();
+        assert_eq!(m.reply_data().as_slice(), [6, 6, 7, 7, 5, 5, 5, 5]);
+
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded(), None);
+        m.write(base + 8, &[6; 2]).unwrap();
+        assert!(!m.answer_now(0));
+        assert_eq!(m.reply_data().as_slice(), [6, 6, 5, 5, 5, 5, 5, 5]);
     }
 
     #[test]
@@ -701,7 +780,7 @@ mod tests {
         let mut buf = vec![0u8; 32];
         let base = buf.as_mut_ptr() as u64;
         // The window is buf[8..16] as the kernel copied it.
-        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded());
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded(), None);
         // A nested write overlapping the window's start, then the top struct.
         m.write(base + 4, &[1; 8]).unwrap();
         m.write(base + 8, &[2, 2]).unwrap();
@@ -713,7 +792,7 @@ mod tests {
 
         // Success: the nested write goes through the syscall, the window through the reply,
         // which carries the nested write's overlapping bytes too.
-        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded());
+        let mut m = VmMemory::for_ioctl(tid, base + 8, &[5; 8], 8, ClientWaits::unbounded(), None);
         m.write(base + 20, &[3; 4]).unwrap();
         m.write(base + 12, &[4; 8]).unwrap();
         m.finish().unwrap();

@@ -53,6 +53,14 @@ pub const CLIENT_WAIT: u32 = ioc(0, 16, 0);
 /// Size of `Xform { in_ptr: u64, out_ptr: u64, len: u32, pad: u32 }`.
 pub const XFORM_SIZE: u64 = 24;
 
+/// `_IOR('T', 17, int)`: answers at once ([`cuse_dev::EarlyAnswer`]) with result 5 and the
+/// register, then waits up to `arg` ms for [`TestDevice::early_gate`] and returns 99 (an
+/// answer the session must not send: the request was answered).
+pub const EARLY: u32 = ioc(2, 17, 4);
+/// `_IOR('T', 18, int)`: an early answer with 8 bytes (more than the 4 the kernel copies
+/// back), which must not go out; then returns 6.
+pub const EARLY_TOO_LONG: u32 = ioc(2, 18, 4);
+
 #[derive(Default)]
 pub struct TestDevice {
     next_fh: AtomicU64,
@@ -65,6 +73,12 @@ pub struct TestDevice {
     pub poll_notify_seen: Mutex<Vec<bool>>,
     /// For each CLIENT_WAIT that finished: whether its wait fired.
     pub client_waits_fired: Mutex<Vec<bool>>,
+    /// Lets a waiting EARLY handler return.
+    pub early_gate: std::sync::atomic::AtomicBool,
+    /// For each EARLY / EARLY_TOO_LONG: whether its early answer was sent.
+    pub early_sent: Mutex<Vec<bool>>,
+    /// EARLY handlers that returned.
+    pub early_returned: AtomicU64,
 }
 
 impl TestDevice {
@@ -269,6 +283,27 @@ impl Handler for TestDevice {
                 } else {
                     Ok(IoctlReply::result(1))
                 }
+            }
+            EARLY => {
+                let v = *self.register.lock().unwrap();
+                let sent = req.early_answer(io.out_size).ioctl(5, &v.to_ne_bytes());
+                self.early_sent.lock().unwrap().push(sent);
+                let deadline = std::time::Instant::now() + Duration::from_millis(arg);
+                while !self.early_gate.load(Ordering::SeqCst)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                self.early_returned.fetch_add(1, Ordering::SeqCst);
+                Ok(IoctlReply::Done {
+                    result: 99,
+                    out: [0u8; 4][..].into(),
+                })
+            }
+            EARLY_TOO_LONG => {
+                let sent = req.early_answer(io.out_size).ioctl(5, &[1; 8]);
+                self.early_sent.lock().unwrap().push(sent);
+                Ok(IoctlReply::result(6))
             }
             WAIT_FAST => {
                 let before = self.calls(FAST);
