@@ -10,8 +10,8 @@
 //! A plan's copy of the params is the request's one read of the client's bytes: handlers check
 //! and read it ([`Plan::get`], [`Plan::buf`]) instead of reading the client again.
 
-pub use host_driver::NestedData;
 use host_driver::{HostCall, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf};
+pub use host_driver::{NestedData, zeroed_nested};
 use smallvec::SmallVec;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

@@ -175,7 +175,7 @@ impl<'a> Req<'a> {
     /// the whole struct back). A fault is `EFAULT`, as `copy_from_user` in `nvidia_ioctl`.
     pub(crate) fn read_top(&mut self, addr: u64, len: usize) -> Result<NestedData, ProxyError> {
         self.note_top_read(addr, len)?;
-        let mut b = NestedData::from_elem(0, len);
+        let mut b = host_driver::zeroed_nested(len);
         self.mem
             .read_for_update_into(addr, &mut b)
             .map_err(top_err)?;
@@ -225,7 +225,7 @@ impl<'a> Req<'a> {
                 );
             }
             // Read in place: a buffer of up to 64 bytes (most params) needs no allocation.
-            let mut d = NestedData::from_elem(0, len);
+            let mut d = host_driver::zeroed_nested(len);
             let r = if copy_out {
                 self.mem.read_for_update_into(addr, &mut d)
             } else {
@@ -235,7 +235,7 @@ impl<'a> Req<'a> {
             d
         } else {
             self.mem.reserve_write(addr, len).map_err(nested_err)?;
-            NestedData::from_elem(0, len)
+            host_driver::zeroed_nested(len)
         };
         Ok(Some(plan.nest(parent, off, data, copy_out.then_some(addr))))
     }

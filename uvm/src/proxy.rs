@@ -263,7 +263,7 @@ impl UvmProxy {
         // ways, `__UVM_ROUTE_CMD_STACK`/`_ALLOC` in uvm_api.h).
         // Read and declared for write-back in one go (one retry round, as the frontend); the
         // plan's copy is the one read of the client's bytes.
-        let mut top = ioctl_proxy::plan::NestedData::from_elem(0, size);
+        let mut top = ioctl_proxy::plan::zeroed_nested(size);
         mem.read_for_update_into(arg, &mut top).map_err(mem_err)?;
         // The client's params as sent, for the records of a successful call.
         let client = top.clone();
