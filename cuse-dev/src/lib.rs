@@ -27,7 +27,8 @@
 //! - [`Session`], [`SessionControl`], [`DeviceConfig`]: the channel, its reader loop and worker
 //!   pool.
 //! - [`Handler`] and the values it sees ([`Request`], [`Ioctl`]) and returns ([`Opened`],
-//!   [`IoctlReply`]); [`PollHandle`] for poll wake-ups.
+//!   [`IoctlReply`]); [`PollHandle`] for poll wake-ups; [`EarlyAnswer`] for an ioctl answered
+//!   before its handler returns (the client goes on while the handler keeps its books).
 //!
 //! # Threading
 //!
