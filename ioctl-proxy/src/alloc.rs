@@ -257,9 +257,11 @@ impl Req<'_> {
         rec.set_out(pbuf.map(|p| plan.buf(Some(p))));
         rec.rights = rights;
         // An object (not a client, whose name the books may change) is answered before it is
-        // recorded, with the table locked from before the answer to after the record: the
-        // client goes on meanwhile, and whatever it sends next finds the object recorded.
-        let early = (!root).then(|| self.finish_with(addr, &mut plan, Some(STATUS), ret, convert));
+        // recorded when the request is the instance's only one (`Proxy::alone`), with the
+        // table locked from before the answer to after the record: the client goes on
+        // meanwhile, and whatever it sends next finds the object recorded.
+        let early = (!root && self.px.alone())
+            .then(|| self.finish_with(addr, &mut plan, Some(STATUS), ret, convert));
         let mut t = self.px.objects();
         if let Some(Ok(r)) = early {
             self.mem.answer_now(r);

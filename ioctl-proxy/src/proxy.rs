@@ -392,6 +392,16 @@ impl Proxy {
         self.open_files.load(Ordering::Acquire)
     }
 
+    /// Whether the calling request is the instance's only one in flight (it entered with
+    /// [`Proxy::enter_request`]). RM_ALLOC and RM_FREE answer before they keep the object
+    /// table's books only then: that order holds the table's lock and the RM lock across the
+    /// answer, which costs nothing to a lone client and stalls every other serving thread of
+    /// the instance when the answering one is preempted (measured: RM_ALLOC+FREE at 16
+    /// clients went from 1.49x to 2.68x the same-work floor with the order unconditional).
+    pub(crate) fn alone(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) <= 1
+    }
+
     /// Enters a request (`quotas.in_flight`); the guard leaves it.
     pub fn enter_request(&self) -> Result<InFlight<'_>, ProxyError> {
         let limit = self.policy.quotas.in_flight;

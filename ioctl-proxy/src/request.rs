@@ -594,12 +594,14 @@ impl<'a> Req<'a> {
                 return Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?);
             }
             // An object (a client's free stays answered after its books) is answered before
-            // the books forget it, with the table locked from before the answer to after: the
+            // the books forget it when the request is the instance's only one
+            // (`Proxy::alone`), with the table locked from before the answer to after: the
             // client goes on meanwhile, and whatever it sends next finds the object gone. The
             // DMA mappings of what went are forgotten under the RM lock, which any new object
             // under the same handle must take first.
             let client = h_old == h_root;
-            let early = (!client).then(|| r.finish(addr, &mut plan, Some(STATUS), ret));
+            let early =
+                (!client && r.px.alone()).then(|| r.finish(addr, &mut plan, Some(STATUS), ret));
             let mut t = r.px.objects();
             if let Some(Ok(ret)) = early {
                 r.mem.answer_now(ret);

@@ -1,6 +1,7 @@
 //! Early answers (`ClientMemory::answer_now`) on `nvsim`: an RM_FREE of an object and an
-//! RM_ALLOC are answered before the object table is updated, with the table locked from before
-//! the answer to after the update. Another thread of the client that sends a request as soon as
+//! RM_ALLOC that are their instance's only request in flight are answered before the object
+//! table is updated, with the table locked from before the answer to after the update (with
+//! other requests in flight, after it, holding nothing). Another thread of the client that sends a request as soon as
 //! it has the answer waits for the update and finds the table as the answer says; nothing of
 //! the call is written after its answer, and it is answered once.
 
@@ -123,15 +124,17 @@ fn call(
 const RM_ALLOC: u32 = nv_iowr(0x2b, 48);
 const RM_FREE: u32 = nv_iowr(0x29, 16);
 
-/// The client's next request, sent from another thread the moment the call is answered: it
-/// must wait for the table (the answering thread holds it while the hook sleeps) and then
-/// find it as the answer says.
+/// The client's next request, sent from another thread the moment the call is answered. With
+/// `blocked`, it must wait for the table (the answering thread holds it while the hook sleeps)
+/// and then find it as the answer says; without, the answer came after the books and holds
+/// nothing, so it goes through while the answering thread is still in its answer.
 fn next_request_at_answer(
     px: &Arc<Proxy>,
     ctl: OpenId,
     top: Vec<u8>,
     params: Vec<u8>,
     result: &Arc<Mutex<Option<u32>>>,
+    blocked: bool,
 ) -> OnAnswer {
     let (px, result) = (Arc::clone(px), Arc::clone(result));
     Box::new(move |_| {
@@ -143,20 +146,34 @@ fn next_request_at_answer(
             *result.lock().unwrap() = Some(s);
             d.store(true, Ordering::SeqCst);
         });
-        thread::sleep(Duration::from_millis(100));
-        assert!(
-            !done.load(Ordering::SeqCst),
-            "the next request went through before the table was updated"
-        );
+        if blocked {
+            thread::sleep(Duration::from_millis(100));
+            assert!(
+                !done.load(Ordering::SeqCst),
+                "the next request went through before the table was updated"
+            );
+        } else {
+            assert!(
+                test_kit::eventually(Duration::from_secs(10), || done.load(Ordering::SeqCst)),
+                "the next request waited for an answer that holds nothing"
+            );
+        }
     })
 }
 
 /// Runs `first` (cmd, top, params), which must succeed and be answered early, once and with
 /// nothing written after; at its answer another thread allocates with `next_top` (4 zero
-/// bytes of params). Returns that allocation's status.
-fn answer_then(px: &Arc<Proxy>, ctl: OpenId, first: (u32, &[u8], &[u8]), next_top: Vec<u8>) -> u32 {
+/// bytes of params), `blocked` as in [`next_request_at_answer`]. Returns that allocation's
+/// status.
+fn answer_then(
+    px: &Arc<Proxy>,
+    ctl: OpenId,
+    first: (u32, &[u8], &[u8]),
+    next_top: Vec<u8>,
+    blocked: bool,
+) -> u32 {
     let result = Arc::new(Mutex::new(None));
-    let hook = next_request_at_answer(px, ctl, next_top, vec![0; 4], &result);
+    let hook = next_request_at_answer(px, ctl, next_top, vec![0; 4], &result, blocked);
     let (cmd, top, params) = first;
     let (s, mem) = call(px, ctl, cmd, top, params, AnsweringMem::new(Some(hook)));
     assert_eq!(s, 0);
@@ -197,13 +214,26 @@ fn test_a_request_right_after_an_early_answer_sees_the_table_as_answered() {
     // An allocation: the next request allocates a child of the new object.
     let child = alloc_top(client, H_DEVICE, H_SUBDEVICE, NV20_SUBDEVICE_0, 4);
     let device = alloc_top(client, client, H_DEVICE, NV01_DEVICE_0, 56);
-    let next = answer_then(&px, ctl, (RM_ALLOC, &device, &dev_params), child.clone());
+    let next = answer_then(
+        &px,
+        ctl,
+        (RM_ALLOC, &device, &dev_params),
+        child.clone(),
+        true,
+    );
     assert_eq!(next, 0, "the child found its parent");
     // A free of the subdevice: the next request allocates the same handle again.
     let free = free_top(client, H_DEVICE, H_SUBDEVICE);
-    let next = answer_then(&px, ctl, (RM_FREE, &free, &[]), child);
+    let next = answer_then(&px, ctl, (RM_FREE, &free, &[]), child.clone(), true);
     assert_eq!(
         next, 0,
         "the handle was free again when the next request came"
     );
+
+    // With another request of the instance in flight, the free keeps its books first and
+    // answers holding nothing (`Proxy::alone`).
+    let busy = px.enter_request().unwrap();
+    let next = answer_then(&px, ctl, (RM_FREE, &free, &[]), child, false);
+    drop(busy);
+    assert_eq!(next, 0, "the handle was free when the answer came");
 }
