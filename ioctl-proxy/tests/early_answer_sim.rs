@@ -35,6 +35,10 @@ struct AnsweringMem {
     answered: Vec<i32>,
     /// Writes made after the answer (must stay empty).
     late_writes: Vec<u64>,
+    /// Runs when the buffered writes are made (the client's memory is written).
+    on_flush: Option<Box<dyn FnMut() + Send>>,
+    /// Flushes seen before the answer.
+    flushed_before_answer: usize,
 }
 
 impl AnsweringMem {
@@ -44,6 +48,8 @@ impl AnsweringMem {
             on_answer,
             answered: Vec::new(),
             late_writes: Vec::new(),
+            on_flush: None,
+            flushed_before_answer: 0,
         }
     }
 }
@@ -66,6 +72,15 @@ impl ClientMemory for AnsweringMem {
     }
     fn read_for_update_into(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         self.inner.read_for_update_into(addr, buf)
+    }
+    fn flush(&mut self) -> Result<(), MemError> {
+        if self.answered.is_empty() {
+            self.flushed_before_answer += 1;
+            if let Some(f) = &mut self.on_flush {
+                f();
+            }
+        }
+        self.inner.flush()
     }
     fn answer_now(&mut self, ret: i32) -> bool {
         if !self.answered.is_empty() {
@@ -229,6 +244,29 @@ fn test_a_request_right_after_an_early_answer_sees_the_table_as_answered() {
         next, 0,
         "the handle was free again when the next request came"
     );
+
+    // The client's memory is written before the answer and without the table locked: a
+    // request that needs the table (a free of an unknown object) goes through meanwhile.
+    let (px2, free2) = (Arc::clone(&px), free_top(client, H_DEVICE, 0xdead_0001));
+    let mut mem = AnsweringMem::new(None);
+    mem.on_flush = Some(Box::new(move || {
+        let (px, top) = (Arc::clone(&px2), free2.clone());
+        let t =
+            thread::spawn(move || call(&px, ctl, RM_FREE, &top, &[], AnsweringMem::new(None)).0);
+        assert!(
+            test_kit::eventually(Duration::from_secs(10), || t.is_finished()),
+            "the table was locked while the client's memory was written"
+        );
+        assert_eq!(t.join().unwrap(), 0);
+    }));
+    let (s, mem) = call(&px, ctl, RM_FREE, &free, &[], mem);
+    assert_eq!(s, 0);
+    assert_eq!(
+        (mem.flushed_before_answer, mem.answered.as_slice()),
+        (1, &[0][..])
+    );
+    let (s, _) = call(&px, ctl, RM_ALLOC, &child, &[0; 4], AnsweringMem::new(None));
+    assert_eq!(s, 0);
 
     // With another request of the instance in flight, the free keeps its books first and
     // answers holding nothing (`Proxy::alone`).
