@@ -6,7 +6,7 @@
 //! Encoding is `prometheus-client`'s (text format); the numbers come from the workers at each
 //! scrape through a [`Collector`], so the supervisor keeps no copy that could go stale.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -214,7 +214,8 @@ pub const HTTP_MIN_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// accept error (`EMFILE`, `ENFILE`, ...) is logged and retried after a pause, never fatal; a
 /// serving thread that panics is replaced by its loop.
 pub struct HttpServer {
-    stop: Arc<AtomicBool>,
+    /// The accept thread's stop pipe (write end): dropped, it ends the thread's wait.
+    stop: Option<OwnedFd>,
     addr: std::net::SocketAddr,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -251,7 +252,8 @@ impl HttpServer {
             .with_context(|| format!("[daemon] metrics_listen = {addr:?}"))?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop_r, stop_w) = nvproxy_worker::listener::stop_pipe()
+            .context("a stop pipe for the metrics listener")?;
         let rendered = Arc::new(Rendered {
             sample: Box::new(sample),
             last: Mutex::new(None),
@@ -268,15 +270,14 @@ impl HttpServer {
                     .context("starting the metrics threads")?,
             );
         }
-        let s = stop.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("metrics-accept".into())
-                .spawn(move || accept_loop(&listener, &tx, &s))
+                .spawn(move || accept_loop(&listener, &tx, &stop_r))
                 .context("starting the metrics listener")?,
         );
         Ok(HttpServer {
-            stop,
+            stop: Some(stop_w),
             addr: local,
             threads,
         })
@@ -290,8 +291,8 @@ impl HttpServer {
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // The accept thread ends within its poll period and drops the queue's sender; the
+        drop(self.stop.take());
+        // The accept thread ends at once and drops the queue's sender; the
         // serving threads end with it (each connection within HTTP_CONNECTION_TIME).
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -303,14 +304,14 @@ impl Drop for HttpServer {
 fn accept_loop(
     listener: &std::net::TcpListener,
     queue: &std::sync::mpsc::SyncSender<(std::net::TcpStream, Instant)>,
-    stop: &AtomicBool,
+    stop: &OwnedFd,
 ) {
     use nvproxy_worker::listener::{self, Failure, Stop};
     use std::ops::ControlFlow;
     use std::os::fd::AsFd;
     let mut last_warning: Option<Instant> = None;
     let mut refused = 0u64;
-    let stop = Stop::Flag(stop, Duration::from_millis(200));
+    let stop = Stop::Pipe(stop.as_fd());
     listener::accept_loop(listener.as_fd(), stop, |turn| {
         match turn {
             Ok(conn) => {

@@ -7,8 +7,6 @@
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -18,8 +16,6 @@ pub enum Stop<'a> {
     /// When this fd is readable or hangs up (the read end of a pipe whose write end the owner
     /// drops): at once, even while no connection comes.
     Pipe(BorrowedFd<'a>),
-    /// When the flag is set; seen within the period.
-    Flag(&'a AtomicBool, Duration),
     /// Never: the loop lasts as long as the process.
     Never,
 }
@@ -40,6 +36,14 @@ impl std::fmt::Display for Failure {
             Failure::Accept(e) => e.fmt(f),
         }
     }
+}
+
+/// A stop pipe, `(read end, write end)`, both close-on-exec: the loop polls the read end
+/// ([`Stop::Pipe`]); dropping the write end stops it at once. No loop wakes on a timer: an idle
+/// daemon stays asleep, and no periodic wake-up disturbs how the scheduler places a client and
+/// the thread serving it.
+pub fn stop_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
 }
 
 /// `accept4(listener, SOCK_CLOEXEC)`: the accepted connection (blocking, close-on-exec).
@@ -67,13 +71,6 @@ pub fn accept_loop(
                     return;
                 }
                 polled
-            }
-            Stop::Flag(flag, period) => {
-                if flag.load(Ordering::SeqCst) {
-                    return;
-                }
-                let timeout = PollTimeout::try_from(period).unwrap_or(PollTimeout::MAX);
-                poll(&mut [PollFd::new(listener, PollFlags::POLLIN)], timeout)
             }
             Stop::Never => poll(
                 &mut [PollFd::new(listener, PollFlags::POLLIN)],
@@ -120,16 +117,32 @@ mod tests {
             }
         });
         assert_eq!(n, 2);
-        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (r, w) = stop_pipe().unwrap();
         drop(w);
         accept_loop(listener.as_fd(), Stop::Pipe(r.as_fd()), |_| {
             panic!("nothing to accept")
         });
-        let stop = AtomicBool::new(true);
-        accept_loop(
-            listener.as_fd(),
-            Stop::Flag(&stop, Duration::from_millis(10)),
-            |_| panic!("stopped before"),
-        );
+    }
+
+    #[test]
+    fn test_a_waiting_loop_ends_when_the_stop_pipe_is_dropped() {
+        let dir = test_kit::TestDir::new("listener-stop");
+        let listener = UnixListener::bind(dir.path().join("s")).unwrap();
+        let (r, w) = stop_pipe().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiting = std::thread::spawn(move || {
+            accept_loop(listener.as_fd(), Stop::Pipe(r.as_fd()), |_| {
+                panic!("nothing to accept")
+            });
+            done_tx.send(()).unwrap();
+        });
+        // Still waiting: nothing wakes it on a timer.
+        let timeout = std::time::Duration::from_millis(200);
+        assert!(done_rx.recv_timeout(timeout).is_err());
+        drop(w);
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the loop ended when the write end was dropped");
+        waiting.join().unwrap();
     }
 }

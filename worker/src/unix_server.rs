@@ -1,13 +1,12 @@
 //! A unix-socket server thread: the supervisor's control socket (`api.rs`) and each worker's
-//! stats socket (`worker.rs`). The listener is polled ([`crate::listener`]), so dropping the
-//! server stops its thread within 50 ms; connections are answered one at a time by the handler.
+//! stats socket (`worker.rs`). The thread waits on the listener and a stop pipe
+//! ([`crate::listener`]), never on a timer: dropping the server stops it at once (after the
+//! connection it is answering); connections are answered one at a time by the handler.
 
 use std::ops::ControlFlow;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,7 +17,8 @@ use crate::listener::{self, Stop};
 /// A socket served by a thread; dropping it stops the thread and removes the socket.
 pub struct UnixServer {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
+    /// The stop pipe's write end: dropped, it ends the thread's wait.
+    stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
     remove_on_drop: bool,
 }
@@ -51,13 +51,13 @@ impl UnixServer {
         handle: impl Fn(UnixStream) + Send + 'static,
     ) -> Result<Self> {
         listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (stop_r, stop_w) =
+            listener::stop_pipe().with_context(|| format!("a stop pipe for {name}"))?;
         let tag = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
-                let stop = Stop::Flag(&flag, Duration::from_millis(50));
+                let stop = Stop::Pipe(stop_r.as_fd());
                 listener::accept_loop(listener.as_fd(), stop, |turn| {
                     match turn {
                         Ok(conn) => {
@@ -76,7 +76,7 @@ impl UnixServer {
             .with_context(|| format!("starting the {name} thread"))?;
         Ok(Self {
             path: path.to_owned(),
-            stop,
+            stop: Some(stop_w),
             thread: Some(thread),
             remove_on_drop,
         })
@@ -85,12 +85,69 @@ impl UnixServer {
 
 impl Drop for UnixServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         if self.remove_on_drop {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// The voluntary context switches of this process's thread named `comm`.
+    fn switches_of(comm: &str) -> u64 {
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = task.unwrap().path();
+            let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if name.trim_end() != comm {
+                continue;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).unwrap();
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+                .unwrap();
+            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        }
+        panic!("no thread named {comm}");
+    }
+
+    #[test]
+    fn an_idle_server_sleeps_serves_and_stops_at_once_when_dropped() {
+        let dir = test_kit::TestDir::new("unix-server");
+        let path = dir.path().join("s");
+        let server = UnixServer::start(
+            &path,
+            "us-idle-test",
+            |_| Ok(()),
+            |mut conn| {
+                let _ = conn.write_all(b"hi");
+            },
+        )
+        .unwrap();
+        let mut got = String::new();
+        UnixStream::connect(&path)
+            .unwrap()
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, "hi");
+        // Idle: the thread waits on the listener and the stop pipe, not on a timer (a 50 ms
+        // poll period would wake it ~10 times here).
+        let before = switches_of("us-idle-test");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            switches_of("us-idle-test") - before <= 1,
+            "an idle server woke"
+        );
+        let t0 = std::time::Instant::now();
+        drop(server);
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert!(!path.exists(), "the socket is removed");
     }
 }
