@@ -1004,8 +1004,9 @@ struct RunState {
     /// stays in `process_vm_readv` until the client's page fault resolves, but the call is
     /// over for its client and for a suspension.
     abandoned: usize,
-    /// The client waits of the running calls, by channel: a suspension past its grace
-    /// interrupts them.
+    /// The client waits of each channel's thread (registered for the channel's life, not
+    /// per call): a suspension past its grace interrupts them; a thread that is between
+    /// calls makes new ones before its next call (the epoch changed).
     waits: HashMap<u64, ClientWaits>,
     /// A suspension is past its grace: calls started now wait at most
     /// [`SUSPEND_CLIENT_WAIT`] on their client's memory.
@@ -1041,19 +1042,25 @@ impl Runs {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A channel thread is about to read a call: counted running, or false while suspended.
-    fn begin(&self) -> bool {
+    /// A channel thread read a call: counted running, with the state's `(hurry, epoch)`, or
+    /// `None` while suspended.
+    fn begin(&self) -> Option<(bool, u64)> {
         let mut st = self.lock();
         if st.suspended {
-            return false;
+            return None;
         }
         st.running += 1;
-        true
+        Some((st.hurry, st.epoch))
     }
 
-    fn end(&self) {
+    /// A call ended (answered): no longer running; `abandoned` when the watchdog had
+    /// answered it (counted in `abandoned` by [`answering_waits`], under this lock).
+    fn end(&self, abandoned: bool) {
         let mut st = self.lock();
         st.running = st.running.saturating_sub(1);
+        if abandoned {
+            st.abandoned = st.abandoned.saturating_sub(1);
+        }
     }
 
     /// Whether no call is running (calls the watchdog answered are not).
@@ -1097,39 +1104,74 @@ impl Runs {
     }
 }
 
-/// The channel of the call a thread runs, shared with its client-wait watchdog: whoever takes
-/// it out answers the call (the thread with the call's outcome, or the watchdog with `EFAULT`
-/// when the call's wait on its client's memory passed its deadline).
-type ReplySlot = Arc<Mutex<Option<Arc<OwnedFd>>>>;
+/// Who answers the call a channel's thread runs: the thread with the call's outcome, or its
+/// client-wait watchdog with `EFAULT` when the call's wait on its client's memory passed its
+/// deadline. One atomic word, claimed once per call by a compare-and-swap (no lock, no
+/// reference count on the hot path).
+#[derive(Default)]
+struct ReplyClaim(std::sync::atomic::AtomicU8);
 
-/// Client waits that answer the call in `slot` with `EFAULT` when they fire (the deadline's
-/// answer, also when a suspension brings it forward), counting it abandoned. The channel is
-/// then shut down: its thread stays parked until the page resolves, so the client's next call
-/// fails to send and attaches a new channel.
+impl ReplyClaim {
+    /// No call: nothing to answer.
+    const IDLE: u8 = 0;
+    /// A call runs; whoever moves it on answers it.
+    const CALL: u8 = 1;
+    /// The watchdog answered the running call.
+    const TAKEN: u8 = 2;
+
+    /// A call starts on the channel.
+    fn open(&self) {
+        self.0.store(Self::CALL, Ordering::Release);
+    }
+
+    /// The thread's claim when its call returns: true when it answers (else the watchdog did).
+    fn close(&self) -> bool {
+        self.0
+            .compare_exchange(Self::CALL, Self::IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The watchdog's claim: true when it answers the running call.
+    fn take(&self) -> bool {
+        self.0
+            .compare_exchange(Self::CALL, Self::TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// Client waits that answer the call running on channel `chan` with `EFAULT` when they fire
+/// (the deadline's answer, also when a suspension brings it forward), counting it abandoned.
+/// The channel is then shut down: its thread stays parked until the page resolves, so the
+/// client's next call fails to send and attaches a new channel.
 fn answering_waits(
     shared: &Arc<Shared>,
     id: u64,
-    slot: &ReplySlot,
+    chan: &Arc<OwnedFd>,
+    claim: &Arc<ReplyClaim>,
     timeout: Duration,
 ) -> ClientWaits {
-    let slot = slot.clone();
+    let (chan, claim) = (chan.clone(), claim.clone());
     let weak = Arc::downgrade(shared);
     ClientWaits::standalone_answering(
         &shared.instance,
         timeout,
         Box::new(move |_| {
-            let mut reply = slot.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(fd) = reply.take() {
-                send_reply(fd.as_fd(), &CallReply::error(libc::EFAULT), None);
-                let _ = socket::shutdown(fd.as_raw_fd(), socket::Shutdown::Both);
-                if let Some(s) = weak.upgrade() {
-                    let mut st = s.runs.lock();
-                    st.abandoned += 1;
-                    if let Some(c) = st.channels.get_mut(&id) {
-                        c.parked = true;
-                    }
+            // Claimed and counted under the instance's lock: a thread that finds its call
+            // taken (`ReplyClaim::close` false) un-counts it under the same lock, so after.
+            let shared = weak.upgrade();
+            let mut st = shared.as_ref().map(|s| s.runs.lock());
+            if !claim.take() {
+                return;
+            }
+            if let Some(st) = st.as_mut() {
+                st.abandoned += 1;
+                if let Some(c) = st.channels.get_mut(&id) {
+                    c.parked = true;
                 }
             }
+            drop(st);
+            send_reply(chan.as_fd(), &CallReply::error(libc::EFAULT), None);
+            let _ = socket::shutdown(chan.as_raw_fd(), socket::Shutdown::Both);
         }),
     )
 }
@@ -1148,9 +1190,18 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
     else {
         return;
     };
-    let slot: ReplySlot = Arc::default();
-    let mut waits = answering_waits(shared, id, &slot, CLIENT_WAIT);
-    let mut epoch = 0;
+    let claim: Arc<ReplyClaim> = Arc::default();
+    let (mut waits, mut epoch) = {
+        let mut st = shared.runs.lock();
+        let timeout = if st.hurry {
+            SUSPEND_CLIENT_WAIT
+        } else {
+            CLIENT_WAIT
+        };
+        let waits = answering_waits(shared, id, &chan, &claim, timeout);
+        st.waits.insert(id, waits.clone());
+        (waits, st.epoch)
+    };
     loop {
         // A blocking read: a suspension wakes it by shutting the channel's reading side.
         let mut buf = [0u8; CallRequest::SIZE + 1];
@@ -1167,9 +1218,10 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
             Ok(Received::Closed) | Err(_) => break,
         };
         // Counted running unless a suspension began (checked under the same lock).
-        let (len, truncated, pid, fds) = match message {
-            Some(m) if shared.runs.begin() => m,
-            message => {
+        let began = message.as_ref().and_then(|_| shared.runs.begin());
+        let ((len, truncated, pid, fds), (hurry, now)) = match (message, began) {
+            (Some(m), Some(b)) => (m, b),
+            (message, _) => {
                 let st = shared.runs.lock();
                 let shut = st.channels.get(&id).is_none_or(|c| c.shut);
                 if st.suspended {
@@ -1183,6 +1235,7 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
                     // answered here, before the suspension may end (it waits for `exited`).
                     retire_channel(&chan);
                     let mut st = shared.runs.lock();
+                    st.waits.remove(&id);
                     if st.suspended {
                         if let Some(c) = st.channels.get_mut(&id) {
                             c.exited = true;
@@ -1203,7 +1256,7 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
             }
         };
         if shared.stopping.load(Ordering::Relaxed) {
-            shared.runs.end();
+            shared.runs.end(false);
             break;
         }
         if !fds.is_empty() {
@@ -1213,10 +1266,10 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
         drop(fds);
         if !open.calls().begin() {
             send_reply(chan.as_fd(), &CallReply::error(libc::EBADF), None);
-            shared.runs.end();
+            shared.runs.end(false);
             continue;
         }
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(chan.clone());
+        claim.open();
         let (reply, host_fd) = match (&admin, pid, truncated) {
             (Err(e), _, _) => (CallReply::error(e.raw()), None),
             (_, None | Some(0), _) => (CallReply::error(libc::ESRCH), None),
@@ -1224,37 +1277,33 @@ fn serve_channel(shared: &Arc<Shared>, id: u64, owner: Owner) {
             (Ok(()), Some(pid), false) => match CallRequest::decode(&buf[..len]) {
                 None => (CallReply::error(libc::EINVAL), None),
                 Some(req) => {
-                    let (hurry, now) = {
-                        let mut st = shared.runs.lock();
-                        st.waits.insert(id, waits.clone());
-                        (st.hurry, st.epoch)
-                    };
                     if waits.fired() || now != epoch {
+                        // Fired waits stay fired; a suspension's hurry (or its end) changes
+                        // the deadline of calls started from now on.
                         epoch = now;
                         let timeout = if hurry {
                             SUSPEND_CLIENT_WAIT
                         } else {
                             CLIENT_WAIT
                         };
-                        waits = answering_waits(shared, id, &slot, timeout);
+                        waits = answering_waits(shared, id, &chan, &claim, timeout);
                         shared.runs.lock().waits.insert(id, waits.clone());
                     }
-                    let r = call(shared, &open, &owner, pid, &req, &waits);
-                    shared.runs.lock().waits.remove(&id);
-                    r
+                    call(shared, &open, &owner, pid, &req, &waits)
                 }
             },
         };
-        let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match answer {
-            Some(to) => send_reply(to.as_fd(), &reply, host_fd.as_ref()),
-            // The watchdog answered it (EFAULT) and counted it abandoned: it ends here.
-            None => shared.runs.lock().abandoned -= 1,
+        // The watchdog answered it (EFAULT) and counted it abandoned otherwise.
+        let answered_here = claim.close();
+        if answered_here {
+            send_reply(chan.as_fd(), &reply, host_fd.as_ref());
         }
         finish(shared, &open);
-        shared.runs.end();
+        shared.runs.end(!answered_here);
     }
-    shared.runs.lock().channels.remove(&id);
+    let mut st = shared.runs.lock();
+    st.channels.remove(&id);
+    st.waits.remove(&id);
 }
 
 /// Ends every channel after a suspension drained the calls: what a client sent meanwhile was
@@ -1601,6 +1650,25 @@ mod tests {
     }
 
     const CHECK_VERSION: u32 = 0xc048_46d2;
+
+    #[test]
+    fn test_a_call_is_answered_once_by_the_thread_or_the_watchdog() {
+        let claim = ReplyClaim::default();
+        assert!(!claim.take(), "no call runs: the watchdog answers nothing");
+        claim.open();
+        assert!(claim.close(), "the thread answers its call");
+        assert!(
+            !claim.take(),
+            "after the answer the watchdog has nothing to answer"
+        );
+        claim.open();
+        assert!(
+            claim.take(),
+            "the watchdog answers a call past its deadline"
+        );
+        assert!(!claim.take(), "once");
+        assert!(!claim.close(), "and the thread then does not");
+    }
 
     #[test]
     fn test_open_ioctl_and_release_through_the_socket() {
