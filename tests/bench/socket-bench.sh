@@ -7,7 +7,13 @@
 # process_vm_* calls, fixed answers); then the throughput of 1-16 client threads (each with
 # its own open and RM client) on each. Proxy and floor runs alternate, repetition by
 # repetition, in this one run: only ratios taken in one run mean anything on a shared host.
-# Prints a table (proxy ÷ floor: the goal is ≤ 1.25×); --out also writes it as markdown.
+# Then the same per-kind runs with every process on one CPU (taskset -c 0: the floor server,
+# the daemon, the client), and simple control with the client on another CPU than its server.
+# One client's round trip is decided by where the scheduler puts client and server: on one CPU
+# it costs a context switch, on two a wake-up of an idle CPU, which on a VM whose idle CPUs halt
+# costs tens of µs and swamps the request path; unpinned runs mix the two. The one-CPU table is
+# what the request path costs; the two-CPU row what a cross-CPU wake-up costs.
+# Prints tables (proxy ÷ floor: the goal is ≤ 1.25×); --out also writes them as markdown.
 #
 # Usage: tests/bench/socket-bench.sh [--out FILE.md] [--reps R] [--iters N] [--batches B]
 #                                    [--threads 1,2,4,8,16] [--ms D] [--short]
@@ -100,6 +106,30 @@ for rep in $(seq "$REPS"); do
   if r=$(proxy simple-control "${s[@]}"); then sed "s/^/P sweep $rep /" <<<"$r" >>"$raw"; else failed=1; fi
   if r=$(floor simple-control "${s[@]}"); then sed "s/^/F sweep $rep /" <<<"$r" >>"$raw"; else failed=1; fi
 done
+# Pinned: the running floor server moves to CPU 0 (all its threads), the proxy's processes
+# start there; the client runs on CPU 0 too (one CPU) or on CPU 1 (two CPUs, when there are).
+last_cpu=$(($(nproc) - 1))
+pin_floor() { taskset -a -p -c "$1" "$floor_pid" >/dev/null; }
+pinned() { # CLIENT_CPU WHAT KIND
+  local a=(--iters "$ITERS" --batches "$BATCHES" --warmup 200) r
+  if r=$(taskset -c 0 "$BIN/nvproxy" exec --driver sim --transport socket -- taskset -c "$1" \
+    "$BIN/nv-bench" "$3" "${a[@]}" 2>>"$tmp/err"); then echo "P $2 $rep $r" >>"$raw"; else failed=1; fi
+  if r=$(NVPROXY_DEV_SOCKET=$sock NVPROXY_DEV_GPUS=1 LD_PRELOAD=$SHIM taskset -c "$1" \
+    "$BIN/nv-bench" "samework-$3" --dev /dev/nvidiactl "${a[@]}" 2>>"$tmp/err"); then
+    echo "F $2 $rep $r" >>"$raw"
+  else failed=1; fi
+}
+if pin_floor 0; then
+  step "$REPS × (proxy, floor) per kind on one CPU; simple control across two CPUs"
+  for rep in $(seq "$REPS"); do
+    for kind in simple-control nested-control rm-alloc; do pinned 0 "cpu0:$kind" "$kind"; done
+    ((last_cpu == 0)) || pinned "$last_cpu" "split:simple-control" simple-control
+  done
+  pin_floor "0-$last_cpu" || true
+else
+  echo "$PROG: taskset could not pin the floor server; no pinned runs" >&2
+  failed=1
+fi
 ((failed == 0)) || { echo "$PROG: some runs failed:" >&2; tail -20 "$tmp/err" >&2; }
 
 THREADS=$THREADS python3 - "$raw" "$OUT" "$(uname -r)" "$(nproc)" <<'PY'
@@ -127,6 +157,14 @@ lines = [f"Socket transport, natively (kernel {kernel}, {cpus} CPUs); medians ov
 for k, n in names.items():
     p = us.get(k, {})
     lines.append(f"| {n} | {med(p, 'P')} | {med(p, 'F')} | {summary(p, lambda x: x['P'] / x['F'])} |")
+lines += ["", "Pinned: every process on CPU 0 (what the request path costs), and simple control with",
+          "the client on another CPU than its server (what a cross-CPU wake-up costs).", "",
+          "| kind, placement | proxy µs/ioctl | floor µs/ioctl | proxy ÷ floor |", "|---|---|---|---|"]
+for k, n in list(names.items()) + [("split", "simple control")]:
+    what, where = (f"cpu0:{k}", "one CPU") if k != "split" else ("split:simple-control", "two CPUs")
+    p = us.get(what, {})
+    if p or k != "split":
+        lines.append(f"| {n}, {where} | {med(p, 'P')} | {med(p, 'F')} | {summary(p, lambda x: x['P'] / x['F'])} |")
 lines += ["", "| clients | proxy ioctls/s | floor ioctls/s | floor ÷ proxy |", "|---|---|---|---|"]
 for t in [int(x) for x in os.environ["THREADS"].split(",")]:
     p = ops.get(t, {})
