@@ -194,12 +194,12 @@ struct Open {
     /// `O_ACCMODE` of the caller's open flags.
     access: i32,
     conn: OwnedFd,
-    calls: Mutex<Calls>,
+    calls: Calls,
 }
 
 impl Open {
-    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    fn calls(&self) -> &Calls {
+        &self.calls
     }
 }
 
@@ -460,7 +460,7 @@ impl DevSocket {
                 cookie: o.cookie,
                 access: o.access,
                 conn: o.conn,
-                calls: Mutex::new(Calls::default()),
+                calls: Calls::default(),
             });
             shared.lock_table().by_cookie.insert(o.cookie, open.clone());
             adopted.push(open);
@@ -640,7 +640,7 @@ fn open(shared: &Arc<Shared>, req: &OpenRequest, pid: u32) -> Result<OwnedFd, Er
         cookie,
         access: req.flags & libc::O_ACCMODE,
         conn: ours,
-        calls: Mutex::new(Calls::default()),
+        calls: Calls::default(),
     });
     shared.lock_table().by_cookie.insert(cookie, open.clone());
     if !spawn_open_thread(shared, open.clone()) {
@@ -955,31 +955,30 @@ fn release(shared: &Shared, open: &Open) {
     }
 }
 
-/// Calls in flight on one open, and whether its last client reference is gone.
+/// Calls in flight on one open, and whether its last client reference is gone: one atomic
+/// word (the count, and [`Calls::CLOSED`]), so exactly one of [`Calls::close`] and the last
+/// [`Calls::end`] sees the open's end, without a lock on the hot path.
 #[derive(Default)]
-struct Calls {
-    in_flight: usize,
-    closed: bool,
-}
+struct Calls(std::sync::atomic::AtomicUsize);
 
 impl Calls {
+    const CLOSED: usize = 1 << (usize::BITS - 1);
+
     /// A call starts: false when the open is released already (nothing may reach it).
-    fn begin(&mut self) -> bool {
-        if self.closed && self.in_flight == 0 {
-            return false;
-        }
-        self.in_flight += 1;
-        true
+    fn begin(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v != Self::CLOSED).then_some(v + 1)
+            })
+            .is_ok()
     }
     /// A call ended: whether the open is to be released now.
-    fn end(&mut self) -> bool {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.closed && self.in_flight == 0
+    fn end(&self) -> bool {
+        self.0.fetch_sub(1, Ordering::AcqRel) == Self::CLOSED | 1
     }
     /// The connection reached EOF: whether the open is to be released now.
-    fn close(&mut self) -> bool {
-        self.closed = true;
-        self.in_flight == 0
+    fn close(&self) -> bool {
+        self.0.fetch_or(Self::CLOSED, Ordering::AcqRel) == 0
     }
 }
 
@@ -1650,6 +1649,24 @@ mod tests {
     }
 
     const CHECK_VERSION: u32 = 0xc048_46d2;
+
+    #[test]
+    fn test_an_open_ends_once_at_its_close_or_its_last_call() {
+        let calls = Calls::default();
+        assert!(calls.begin() && calls.begin());
+        assert!(!calls.end());
+        assert!(!calls.close(), "a call still runs");
+        assert!(
+            calls.begin(),
+            "a call the closed open's thread read still runs"
+        );
+        assert!(!calls.end());
+        assert!(calls.end(), "the last call ends the open");
+        assert!(!calls.begin(), "nothing reaches a released open");
+        let idle = Calls::default();
+        assert!(idle.close(), "no call runs: the close ends it");
+        assert!(!idle.begin());
+    }
 
     #[test]
     fn test_a_call_is_answered_once_by_the_thread_or_the_watchdog() {
