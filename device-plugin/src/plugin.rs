@@ -261,28 +261,20 @@ impl Drop for Owned {
     }
 }
 
-/// Resolves when process `pid` exits; `false` at once when it cannot be watched (no pidfd:
-/// another pid namespace, an old kernel, gone already).
+/// A pidfd of process `pid`, registered with the runtime (call it inside one): it turns
+/// readable once the process exits. Opened at once, when the pid is learned, so that a process
+/// that exits later is seen whenever it does. `None` when it cannot be watched (another pid
+/// namespace, an old kernel, gone already).
 #[allow(unsafe_code)] // tokio's AsyncFd registration
-async fn exit_of(pid: u32) -> bool {
-    let Some(pid) = libc::pid_t::try_from(pid)
+fn pidfd_of(pid: u32) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    let pid = libc::pid_t::try_from(pid)
         .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
-        return false;
-    };
+        .and_then(rustix::process::Pid::from_raw)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
     // SAFETY: the AsyncFd owns `fd` (an OwnedFd, whose as_raw_fd is always that open
     // descriptor) until it is dropped.
-    let Ok(afd) = (unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    }) else {
-        return false;
-    };
-    // A pidfd is readable once its process has exited.
-    afd.readable().await.is_ok()
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .ok()
 }
 
 struct Shared {
@@ -401,8 +393,10 @@ impl Shared {
     /// Marks instance `name` down when its worker `pid` exits.
     fn watch_worker(self: &Arc<Self>, name: &str, pid: u32) -> tokio::task::JoinHandle<()> {
         let (me, name) = (Arc::downgrade(self), name.to_owned());
+        let pidfd = pidfd_of(pid);
         tokio::spawn(async move {
-            if !exit_of(pid).await {
+            let Some(pidfd) = pidfd else { return };
+            if pidfd.readable().await.is_err() {
                 return;
             }
             let Some(me) = me.upgrade() else { return };
@@ -514,7 +508,17 @@ impl Shared {
         }
     }
 
-    async fn allocate(&self, req: AllocateRequest) -> Result<AllocateResponse, Status> {
+    async fn allocate(self: &Arc<Self>, req: AllocateRequest) -> Result<AllocateResponse, Status> {
+        let r = self.allocate_instances(req).await;
+        // Either way the daemon is asked again: after a failure, health may have changed (the
+        // daemon went away); after a success, the new instances' workers are watched from now
+        // (their pids), so one killed before the next poll, and restarted by the daemon
+        // before it, still shows Unhealthy.
+        self.poll().await;
+        r
+    }
+
+    async fn allocate_instances(&self, req: AllocateRequest) -> Result<AllocateResponse, Status> {
         let _ops = self.ops.lock().await;
         let shares = self.cfg.shares;
         let (wanted, kind) = {
@@ -756,12 +760,7 @@ impl DevicePlugin for Service {
         &self,
         req: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
-        let r = self.0.allocate(req.into_inner()).await;
-        // A failure may have changed health (the daemon went away): tell the kubelet.
-        if r.is_err() {
-            self.0.poll().await;
-        }
-        r.map(Response::new)
+        self.0.allocate(req.into_inner()).await.map(Response::new)
     }
 
     async fn pre_start_container(
@@ -979,6 +978,8 @@ mod tests {
         no_overcommit: std::sync::atomic::AtomicBool,
         /// The quota of each instance created, by name.
         quotas: std::sync::Mutex<BTreeMap<String, Option<u64>>>,
+        /// The worker pid the next created instance reports (0: none).
+        next_pid: std::sync::atomic::AtomicU32,
     }
 
     impl Backend for Fake {
@@ -1001,7 +1002,7 @@ mod tests {
             self.instances.lock().unwrap().push(Instance {
                 name: name.into(),
                 gpus: gpus.to_vec(),
-                pid: 0,
+                pid: self.next_pid.swap(0, std::sync::atomic::Ordering::SeqCst),
                 up: true,
             });
             Ok(())
@@ -1128,6 +1129,30 @@ mod tests {
             inst.iter()
                 .all(|i| i.name != names[1]["nvproxy.dev/gpu=".len()..])
         );
+    }
+
+    #[tokio::test]
+    async fn test_a_worker_killed_before_the_next_poll_is_unhealthy() {
+        let fake = Arc::new(Fake::default());
+        *fake.gpus.lock().unwrap() = vec![gpu(0)];
+        // The daemon is asked only at allocation here (no poll loop runs).
+        let s = shared(fake.clone());
+        s.poll().await;
+        let mut worker = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        fake.next_pid
+            .store(worker.id(), std::sync::atomic::Ordering::SeqCst);
+        s.allocate(alloc(&[&["GPU-0"]])).await.unwrap();
+        let mut devices = s.devices.subscribe();
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+        let unhealthy = |d: &Vec<Device>| d.iter().any(|d| d.health == v1beta1::UNHEALTHY);
+        tokio::time::timeout(Duration::from_secs(10), devices.wait_for(unhealthy))
+            .await
+            .expect("the killed worker's device turns Unhealthy without a poll")
+            .unwrap();
     }
 
     fn share_cfg(per_gpu: u32, gib: u64) -> Config {
