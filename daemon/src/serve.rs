@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nvsim::SimDriver;
 
 use nvproxy_config::{DriverKind, InstanceConfig, MemoryTransport, Mode};
@@ -534,10 +535,31 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         tracing::warn!(error = %e, "sd_notify failed");
     }
     let mut watchdog = sys::Watchdog::from_env();
+    let mut signals =
+        sys::TerminationSignals::new().context("a signalfd for SIGINT, SIGTERM and SIGHUP")?;
     let sig = loop {
-        match sys::poll_termination(std::time::Duration::from_millis(200))
-            .context("waiting for a signal")?
-        {
+        // Wakes for a signal, a worker's exit, a change of the workers to watch, or the
+        // watchdog's next ping: never on a timer of its own.
+        sup.take_changes();
+        let exits = sup.exit_fds();
+        let timeout = match watchdog.until_due() {
+            None => PollTimeout::NONE,
+            // Rounded up: a timeout of 0 would spin until the ping is due.
+            Some(d) => {
+                PollTimeout::try_from(d.as_micros().div_ceil(1000)).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds: Vec<PollFd<'_>> = [signals.as_fd(), sup.changes_fd()]
+            .into_iter()
+            .chain(exits.iter().map(std::os::fd::AsFd::as_fd))
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e).context("waiting for a signal or a worker's exit"),
+        }
+        drop(fds);
+        match signals.take().context("reading a signal")? {
             // `systemctl reload`: every worker is replaced live by the binary on disk now
             // (`upgrade.rs`), one instance after another, while this loop watches on.
             Some(nix::sys::signal::Signal::SIGHUP) => {

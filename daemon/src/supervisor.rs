@@ -3,7 +3,9 @@
 //!
 //! - **Start.** A worker is `nvproxy worker` (this binary) in its own process group, its spec
 //!   on stdin; it is up when it prints `READY <pid>` (within [`START_TIMEOUT`]). The
-//!   supervisor holds a pidfd for each worker and polls them.
+//!   supervisor holds a pidfd for each worker; the serve loop waits on them (with the
+//!   termination signals, a pipe that says the set changed, and the systemd watchdog's next
+//!   ping as its only timeout), so a worker's exit is seen at once and an idle daemon sleeps.
 //! - **Crash.** A worker that exits unasked is reported (exit status or signal) and, with
 //!   `restart = "on-failure"` (the default), started again, at most [`MAX_RESTARTS`] times in
 //!   [`RESTART_WINDOW`]; after that, or with `restart = "no"`, the instance is `failed`.
@@ -27,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -174,6 +176,10 @@ pub struct Supervisor {
     restarts_total: Mutex<BTreeMap<String, u64>>,
     /// One CDI spec write at a time.
     cdi_lock: Mutex<()>,
+    /// A pipe (read end, write end; non-blocking) that says the workers to watch changed: a
+    /// worker started, an upgrade began or ended. The serve loop waits on it and on the
+    /// workers' pidfds ([`Supervisor::exit_fds`]), never on a timer.
+    changed: (OwnedFd, OwnedFd),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -198,7 +204,38 @@ impl Supervisor {
             creating: Mutex::new(()),
             restarts_total: Mutex::new(BTreeMap::new()),
             cdi_lock: Mutex::new(()),
+            changed: nix::unistd::pipe2(
+                nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK,
+            )
+            .context("a pipe for the serve loop")?,
         }))
+    }
+
+    /// Wakes the serve loop: the set of pidfds to watch changed.
+    fn changed(&self) {
+        // A full pipe already says so.
+        let _ = nix::unistd::write(&self.changed.1, &[1]);
+    }
+
+    /// Readable when the set of workers to watch changed since [`Supervisor::take_changes`].
+    pub fn changes_fd(&self) -> BorrowedFd<'_> {
+        self.changed.0.as_fd()
+    }
+
+    /// Empties [`Supervisor::changes_fd`] (before the loop collects [`Supervisor::exit_fds`]).
+    pub fn take_changes(&self) {
+        let mut buf = [0u8; 64];
+        while matches!(nix::unistd::read(self.changed.0.as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
+    }
+
+    /// Duplicates of the pidfds [`Supervisor::check`] looks at (readable once their worker
+    /// exits): every watched worker but one being upgraded.
+    pub fn exit_fds(&self) -> Vec<OwnedFd> {
+        lock(&self.entries)
+            .values()
+            .filter(|e| !e.upgrading)
+            .filter_map(|e| e.pidfd.as_ref()?.try_clone().ok())
+            .collect()
     }
 
     /// The user a new worker of `spec` runs as: its instance's `user`, else the lowest uid of
@@ -250,6 +287,7 @@ impl Supervisor {
                 }
             };
             tracing::info!(instance = %name, pid = st.pid, "worker re-adopted");
+            self.changed();
             lock(&self.entries).insert(
                 name.clone(),
                 Entry {
@@ -309,6 +347,7 @@ impl Supervisor {
                 upgrading: false,
             },
         );
+        self.changed();
         Ok(pid)
     }
 
@@ -700,6 +739,7 @@ impl Supervisor {
                     entry.child = true;
                     entry.state = State::Running;
                 }
+                self.changed();
             }
             Err(e) => {
                 tracing::error!(instance = %name, error = %format!("{e:#}"), "restart failed");
@@ -733,10 +773,13 @@ impl Supervisor {
             entry.upgrading = true;
             (entry.spec.clone(), entry.pid, fd, entry.child)
         };
+        // The old worker's exit is the upgrade's, not one to restart: out of the watched set.
+        self.changed();
         let done = |e: &mut BTreeMap<String, Entry>| {
             if let Some(entry) = e.get_mut(name) {
                 entry.upgrading = false;
             }
+            self.changed();
         };
         let spawned = self.spawn(&WorkerSpec {
             take_over: true,
@@ -769,6 +812,8 @@ impl Supervisor {
             entry.exit = None;
             entry.upgrading = false;
         }
+        drop(e);
+        self.changed();
         tracing::info!(instance = %name, old = old_pid, new = pid, "worker upgraded live");
         Ok((old_pid, pid))
     }

@@ -14,7 +14,8 @@
 //!   in the metrics, and one plain error line for a failed `instance create`;
 //! - one serve per run directory: a second one refuses to start and leaves the first one's
 //!   workers alone; a supervisor restarted after its predecessor died adopts them (issue 21,
-//!   item 1).
+//!   item 1);
+//! - an idle supervisor sleeps (no timer in its loop) and restarts a killed worker.
 //!
 //! Needs root (namespaces, `process_vm_readv`, `pidfd_getfd`), `unshare`/`nsenter`/`setpriv`
 //! (util-linux) and the binaries (`cargo build -p daemon -p preload`).
@@ -713,4 +714,60 @@ fn test_socket_instances_are_first_class() {
             assert!(!e.contains(debug), "{what}: {e}");
         }
     }
+}
+
+/// The voluntary context switches of thread `tid` of process `pid`.
+fn switches(pid: u32, tid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .expect("the thread's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+/// The supervisor's loop waits on signals, the workers' pidfds and a change pipe, not on a
+/// timer: idle, its main thread sleeps; a killed worker is seen and restarted at once.
+#[test]
+fn test_an_idle_supervisor_sleeps_and_restarts_a_killed_worker() {
+    if !runnable() {
+        return;
+    }
+    let config = "driver = \"sim\"\n[sim]\ngpus = 1\n\
+         [[instance]]\nname = \"idle\"\ngpus = [0]\ntransport = \"socket\"\n";
+    let s = Served::start("idle", config, "");
+    assert_eq!(s.ready, "READY idle");
+    let worker_pid = || {
+        std::fs::read_to_string(s.path("/run/nvproxy/idle/worker.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["pid"].as_u64())
+    };
+    let first = worker_pid().expect("the worker's state file");
+    // Idle: a 200 ms period would wake the loop ~10 times in 2 s.
+    let before = switches(s.pid(), s.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = switches(s.pid(), s.pid()) - before;
+    assert!(
+        woke <= 2,
+        "the idle supervisor's loop woke {woke} times in 2 s"
+    );
+    // SAFETY: SIGKILL to the worker this test's serve started.
+    unsafe { libc::kill(libc::pid_t::try_from(first).expect("a pid"), libc::SIGKILL) };
+    let started = Instant::now();
+    let restarted = loop {
+        match worker_pid() {
+            Some(p) if p != first => break Some(p),
+            _ if started.elapsed() > Duration::from_secs(30) => break None,
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    assert!(restarted.is_some(), "the killed worker was not restarted");
+    let list = s.nvproxy(&["instance", "list"]);
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("running"),
+        "{}",
+        text(&list)
+    );
 }

@@ -378,31 +378,39 @@ pub fn wait_for_termination() -> io::Result<nix::sys::signal::Signal> {
     set.wait().map_err(io::Error::from)
 }
 
-/// Waits up to `timeout` for SIGINT, SIGTERM or SIGHUP (blocked beforehand): the signal, or
-/// `None` when the time passed.
-pub fn poll_termination(
-    timeout: std::time::Duration,
-) -> io::Result<Option<nix::sys::signal::Signal>> {
-    let mut set = nix::sys::signal::SigSet::empty();
-    set.add(nix::sys::signal::Signal::SIGINT);
-    set.add(nix::sys::signal::Signal::SIGTERM);
-    set.add(nix::sys::signal::Signal::SIGHUP);
-    let ts = libc::timespec {
-        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: sigtimedwait reads `set` and `ts` (ours) and writes no siginfo (NULL).
-    let r = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EAGAIN | libc::EINTR) => Ok(None),
-            _ => Err(e),
-        };
+/// SIGINT, SIGTERM and SIGHUP (blocked beforehand, [`block_termination_signals`]) as a
+/// readable fd (`signalfd`), for a loop that waits on other fds too.
+pub struct TerminationSignals(nix::sys::signalfd::SignalFd);
+
+impl TerminationSignals {
+    pub fn new() -> io::Result<Self> {
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGINT);
+        set.add(nix::sys::signal::Signal::SIGTERM);
+        set.add(nix::sys::signal::Signal::SIGHUP);
+        SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map(Self)
+            .map_err(io::Error::from)
     }
-    nix::sys::signal::Signal::try_from(r)
-        .map(Some)
-        .map_err(io::Error::from)
+
+    /// Readable while one of the signals is pending.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.0)
+    }
+
+    /// One pending signal (the next call gives the next), or `None`.
+    pub fn take(&mut self) -> io::Result<Option<nix::sys::signal::Signal>> {
+        match self.0.read_signal() {
+            Ok(Some(info)) => i32::try_from(info.ssi_signo)
+                .ok()
+                .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)),
+            Ok(None) | Err(nix::errno::Errno::EINTR) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// `sd_notify` with one fd attached (`FDSTORE=1`: systemd keeps it for the next start of the
@@ -515,6 +523,11 @@ impl Watchdog {
         }
     }
 
+    /// How long until [`Watchdog::ping`] is due; `None` without a watchdog.
+    pub fn until_due(&self) -> Option<std::time::Duration> {
+        self.every.map(|e| e.saturating_sub(self.last.elapsed()))
+    }
+
     /// Sends `WATCHDOG=1` if half the interval has passed since the last one.
     pub fn ping(&mut self) {
         let Some(every) = self.every else { return };
@@ -553,6 +566,24 @@ pub fn socket_cookie(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_the_watchdogs_next_ping_is_the_loops_only_timeout() {
+        let every = std::time::Duration::from_secs(90);
+        let mut w = Watchdog {
+            every: Some(every),
+            last: std::time::Instant::now(),
+        };
+        let due = w.until_due().expect("a watchdog");
+        assert!(due <= every && due > every / 2, "{due:?}");
+        w.last -= every * 2;
+        assert_eq!(w.until_due(), Some(std::time::Duration::ZERO), "overdue");
+        let none = Watchdog {
+            every: None,
+            last: std::time::Instant::now(),
+        };
+        assert_eq!(none.until_due(), None, "no watchdog: no timeout");
+    }
 
     #[test]
     fn test_watchdog_interval_follows_systemds_variables() {
