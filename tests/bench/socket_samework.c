@@ -45,6 +45,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC(a, b, c, d) ((uint32_t)(a) << 24 | (uint32_t)(b) << 16 | (uint32_t)(c) << 8 | (uint32_t)(d))
@@ -212,6 +213,20 @@ static int spawn(int s);
  * 2) a frame is an attach with the channel attached: answered on it, then a thread serves the
  * channel. A call on a channel is answered on it; a call with a reply socket attached
  * (protocol 1) is answered on that socket. */
+/* --spin-ns N: busy work before each call's answer (a diagnostic: a server that costs more CPU
+ * per call, without more syscalls). */
+static long spin_ns;
+
+static void spin(void) {
+    if (spin_ns <= 0)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < spin_ns);
+}
+
 static void *serve_calls(void *arg) {
     int s = (int)(intptr_t)arg;
     for (;;) {
@@ -240,6 +255,7 @@ static void *serve_calls(void *arg) {
         } else {
             cur_pid = pid;
             r.err = serve_ioctl(q.cmd, q.arg);
+            spin();
         }
         if (reply_fd >= 0) { /* version 1: the answer goes on the reply socket */
             send_fd(reply_fd, &r, sizeof r, -1, MSG_DONTWAIT);
@@ -306,8 +322,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--socket") && i + 1 < argc)
             path = argv[++i];
+        else if (!strcmp(argv[i], "--spin-ns") && i + 1 < argc)
+            spin_ns = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: socket_samework --socket PATH\n");
+            fprintf(stderr, "usage: socket_samework --socket PATH [--spin-ns N]\n");
             return 2;
         }
     }
