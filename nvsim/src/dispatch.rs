@@ -31,7 +31,9 @@ impl SimDriver {
                 .values()
                 .filter(|b| !b.regs)
                 .map(|b| b.bytes)
-                .sum(),
+                // Saturating: the blocks' sizes are tenant-chosen and may sum past u64 (a
+                // fuzz input did; debug builds then panicked here).
+                .fold(0u64, u64::saturating_add),
             attached_gpus: (0..self.config.gpus.len())
                 .filter(|&g| self.gpu_attached(&st, g))
                 .count(),
