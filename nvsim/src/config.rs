@@ -173,7 +173,14 @@ pub struct SimConfig {
     /// same client handle; a simulated driver per worker process starts each at its own place
     /// so that its handles are not another instance's ([`SimConfig::with_client_index_base`]).
     pub client_index_base: u32,
+    /// The simulated host's memory in bytes: what the driver's system-memory allocations
+    /// (`NV01_MEMORY_SYSTEM`, pages the kernel gives `osAllocPages`) may take together before
+    /// it answers `NV_ERR_NO_MEMORY`, as a host out of pages does ([`DEFAULT_HOST_MEMORY`]).
+    pub host_memory_bytes: u64,
 }
+
+/// The default simulated host memory: 256 GiB, a plausible GPU server's.
+pub const DEFAULT_HOST_MEMORY: u64 = 256 << 30;
 
 /// The default simulated driver version.
 pub const DEFAULT_VERSION: DriverVersion = DriverVersion::new(535, 261, Some(3));
@@ -185,6 +192,7 @@ impl SimConfig {
             version: DEFAULT_VERSION,
             gpus: (0u32..).take(n).map(SimGpu::h100).collect(),
             client_index_base: 0,
+            host_memory_bytes: DEFAULT_HOST_MEMORY,
         }
     }
 

@@ -339,6 +339,10 @@ pub(crate) struct MemBlock {
     /// node like video memory, but not memory (neither counted against the GPU nor in
     /// `allocated_memory`).
     pub regs: bool,
+    /// System memory the driver took from the host's pages (`NV01_MEMORY_SYSTEM`): counts
+    /// against `SimConfig::host_memory_bytes`. An OS descriptor's block is the client's own
+    /// pages and does not.
+    pub host_pages: bool,
     /// Objects referencing it.
     pub refs: u32,
 }
@@ -354,6 +358,9 @@ pub(crate) struct State {
     pub next_os_event: u64,
     pub blocks: BTreeMap<u64, MemBlock>,
     pub next_block: u64,
+    /// Bytes of the host's memory the driver's system-memory blocks hold
+    /// ([`MemBlock::host_pages`]; bounded by `SimConfig::host_memory_bytes`).
+    pub host_pages_bytes: u64,
     /// GPU VA spaces by id (`vaspace.rs`); ids come from `next_block`.
     pub vaspaces: BTreeMap<u64, crate::vaspace::VaSpace>,
     pub gpus: Vec<GpuState>,

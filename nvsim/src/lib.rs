@@ -133,12 +133,13 @@ pub mod procfs;
 pub mod rm;
 pub mod status;
 pub mod sysfs;
+mod sysmem;
 mod uvm;
 mod uvm_state;
 mod vaspace;
 mod vidheap;
 
-pub use config::{DEFAULT_VERSION, SimConfig, SimError, SimGpu};
+pub use config::{DEFAULT_HOST_MEMORY, DEFAULT_VERSION, SimConfig, SimError, SimGpu};
 pub use dispatch::SimFile;
 pub use driver::{SimDriver, SimStats};
 pub use gpfifo::ChannelStatus;

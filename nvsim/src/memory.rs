@@ -573,6 +573,7 @@ impl State {
                 bytes,
                 video: false,
                 regs: false,
+                host_pages: false,
                 refs: 1,
             },
         );

@@ -383,21 +383,24 @@ impl State {
                 if mp.size == 0 {
                     return Err(NV_ERR_INVALID_ARGUMENT);
                 }
-                let bytes = mp
-                    .size
-                    .checked_add(0xfff)
-                    .map(|s| s & !0xfff)
-                    .ok_or(NV_ERR_NO_MEMORY)?;
                 let video = a.class == NV01_MEMORY_LOCAL_USER;
                 let id = self.next_block;
                 // vidmemConstruct: pages from the GPU's books, or the allocator's
-                // NV_ERR_NO_MEMORY (fb.rs).
-                let placed = if video {
+                // NV_ERR_NO_MEMORY (fb.rs); sysmemConstruct: the host's pages (sysmem.rs).
+                let (bytes, attr, offset) = if video {
+                    let bytes = mp
+                        .size
+                        .checked_next_multiple_of(crate::fb::FB_PAGE)
+                        .ok_or(NV_ERR_NO_MEMORY)?;
                     let total = drv.config.gpus[gpu].memory_bytes;
                     let p = self.gpus[gpu].fb.alloc(total, bytes, id, mp.attr);
-                    Some(p.ok_or(NV_ERR_NO_MEMORY)?)
+                    let p = p.ok_or(NV_ERR_NO_MEMORY)?;
+                    (bytes, p.attr, p.offset)
                 } else {
-                    None
+                    let total = drv.config.host_memory_bytes;
+                    let o = crate::sysmem::obtain(mp.size, mp.attr, self.host_pages_bytes, total)?;
+                    self.host_pages_bytes += o.bytes;
+                    (o.bytes, o.attr, mp.offset)
                 };
                 self.next_block += 1;
                 self.blocks.insert(
@@ -407,6 +410,7 @@ impl State {
                         bytes,
                         video,
                         regs: false,
+                        host_pages: !video,
                         refs: 1,
                     },
                 );
@@ -415,12 +419,8 @@ impl State {
                     let mut out = mp;
                     out.size = bytes;
                     out.limit = bytes - 1;
-                    if let Some(p) = placed {
-                        out.offset = p.offset;
-                        out.attr = p.attr;
-                    } else {
-                        out.offset = 0;
-                    }
+                    out.offset = offset;
+                    out.attr = attr;
                     crate::buf::write(p, 0, &out);
                 }
                 Ok(Kind::Memory { block: id })
@@ -453,6 +453,7 @@ impl State {
                         bytes: USERMODE_BYTES,
                         video: false,
                         regs: true,
+                        host_pages: false,
                         refs: 1,
                     },
                 );
@@ -577,6 +578,9 @@ impl State {
                 if gone {
                     let b = self.blocks.remove(&block).expect("present");
                     self.mem.block_freed(block);
+                    if b.host_pages {
+                        self.host_pages_bytes -= b.bytes;
+                    }
                     if b.video {
                         self.gpus[b.gpu].fb.release(block);
                     }

@@ -2,6 +2,8 @@
 //! what is free fail as on a full GPU (`NV_ERR_NO_MEMORY`), contiguity as the driver's PMA
 //! path asks it, placement inside the memory, and the FB info controls (both layouts) answer
 //! from the books; frees, dups, a freed client and a closed file give the memory back.
+//! System memory draws on the simulated host's pages (`nvsim/src/sysmem.rs`) with the
+//! driver's size checks.
 
 mod common;
 
@@ -13,6 +15,8 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const NV_OK: u32 = 0;
 const NV_ERR_NO_MEMORY: u32 = 0x51;
+const NV_ERR_INVALID_ARGUMENT: u32 = 0x1f;
+const NV_ERR_INSUFFICIENT_RESOURCES: u32 = 0x1a;
 const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
 const NV01_MEMORY_SYSTEM: u32 = 0x3e;
 const GIB: u64 = 1 << 30;
@@ -310,4 +314,51 @@ fn dup(
     p.hClientSrc = h_src_client;
     p.hObjectSrc = h_src;
     esc(f, nvproxy_abi::ioctl::NV_ESC_RM_DUP_OBJECT, &p).1
+}
+
+#[test]
+fn test_system_memory_draws_on_the_hosts_pages_with_the_drivers_size_checks() {
+    let d = nvsim::SimDriver::new(nvsim::SimConfig {
+        host_memory_bytes: 8 * GIB,
+        ..nvsim::SimConfig::default_gpus(1)
+    });
+    let s = stack(&d, 0);
+    let sys = |h, size, attr| mem(&s, h, NV01_MEMORY_SYSTEM, size, attr);
+    // The driver reports the physicality it obtained: contiguous only when asked.
+    let (st, _, attr) = sys(0x100, 6 * GIB, PHYS_DEFAULT);
+    assert_eq!((st, attr & PHYS_MASK), (NV_OK, PHYS_NONCONTIGUOUS));
+    let before = (d.allocated_memory(), d.stats().live_objects);
+    // The host's pages run out; video memory is another pool.
+    assert_eq!(sys(0x101, 2 * GIB + 1, PHYS_DEFAULT).0, NV_ERR_NO_MEMORY);
+    assert_eq!(vid(&s, 0x101, 10 * GIB, 0).0, NV_OK);
+    assert_eq!(free(&s.ctl, s.client, 0x101), NV_OK);
+    // memdescCreate: a size that wraps when rounded to the page; a noncontiguous
+    // descriptor of 4 GiB or more (past ~2 TiB); nv_alloc_contig_pages past 4 MiB.
+    assert_eq!(
+        sys(0x101, u64::MAX, PHYS_DEFAULT).0,
+        NV_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(
+        sys(0x101, 4096 << 30, PHYS_DEFAULT).0,
+        NV_ERR_INSUFFICIENT_RESOURCES
+    );
+    assert_eq!(
+        sys(0x101, (4 << 20) + 1, PHYS_CONTIGUOUS).0,
+        NV_ERR_NO_MEMORY
+    );
+    // A refused allocation holds nothing.
+    assert_eq!((d.allocated_memory(), d.stats().live_objects), before);
+    let (st, _, attr) = sys(0x101, 4 << 20, PHYS_CONTIGUOUS);
+    assert_eq!((st, attr & PHYS_MASK), (NV_OK, PHYS_CONTIGUOUS));
+    assert_eq!(sys(0x102, 2 * GIB - (4 << 20), PHYS_DEFAULT).0, NV_OK);
+    assert_eq!(sys(0x103, 1, PHYS_DEFAULT).0, NV_ERR_NO_MEMORY);
+    // A free gives the pages back; a dup holds the block, not more pages.
+    assert_eq!(
+        dup(&s.ctl, s.client, s.device, 0x104, s.client, 0x100).status,
+        NV_OK
+    );
+    assert_eq!(free(&s.ctl, s.client, 0x100), NV_OK);
+    assert_eq!(sys(0x103, 1, PHYS_DEFAULT).0, NV_ERR_NO_MEMORY);
+    assert_eq!(free(&s.ctl, s.client, 0x104), NV_OK);
+    assert_eq!(sys(0x103, 6 * GIB, PHYS_DEFAULT).0, NV_OK);
 }
