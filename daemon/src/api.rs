@@ -384,6 +384,10 @@ pub enum InstanceCommand {
         /// default: no quota.
         #[arg(long, value_name = "SIZE")]
         gpu_memory: Option<nvproxy_config::ByteSize>,
+        /// System memory the driver may allocate for it (pinned host pages no memory cgroup
+        /// sees; e.g. 32GiB); default: no quota.
+        #[arg(long, value_name = "SIZE")]
+        system_memory: Option<nvproxy_config::ByteSize>,
         /// Scheduling priority of its channel groups: low, medium (the driver's default) or
         /// high.
         #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
@@ -452,6 +456,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
             user,
             transport,
             gpu_memory,
+            system_memory,
             priority,
             socket,
         } => {
@@ -476,6 +481,7 @@ pub fn run(cmd: &InstanceCommand) -> Result<()> {
                 max_in_flight: None,
                 max_os_descriptor_bytes: None,
                 gpu_memory: *gpu_memory,
+                system_memory: *system_memory,
                 priority: *priority,
                 restart: RestartPolicy::OnFailure,
                 user: user.clone(),

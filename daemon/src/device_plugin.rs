@@ -148,6 +148,7 @@ impl device_plugin::Backend for ApiBackend {
             max_in_flight: None,
             max_os_descriptor_bytes: None,
             gpu_memory: gpu_memory.map(nvproxy_config::ByteSize),
+            system_memory: None,
             priority: ioctl_proxy::Priority::default(),
             restart: RestartPolicy::OnFailure,
             user: None,

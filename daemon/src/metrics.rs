@@ -124,6 +124,30 @@ impl Collector for Sampled {
                 }
             }
         }
+        for (name, help, quota) in [
+            (
+                "nvproxy_system_memory_used_bytes",
+                "System memory the driver holds for the instance's objects",
+                false,
+            ),
+            (
+                "nvproxy_system_memory_quota_bytes",
+                "The instance's system memory quota (only instances with one)",
+                true,
+            ),
+        ] {
+            let mut e = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (i, s) in &with_stats {
+                let v = if quota {
+                    s.system_memory_quota
+                } else {
+                    Some(s.system_memory)
+                };
+                let Some(v) = v else { continue };
+                ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+                    .encode(e.encode_family(&instance_label(&i.name))?)?;
+            }
+        }
         {
             let mut e = encoder.encode_descriptor(
                 "nvproxy_ioctls",
@@ -497,6 +521,8 @@ mod tests {
                         used: 8 << 30,
                         quota: Some(10 << 30),
                     }],
+                    system_memory: 3 << 30,
+                    system_memory_quota: Some(32 << 30),
                 }),
             },
             InstanceSample {
@@ -520,6 +546,8 @@ mod tests {
             "nvproxy_objects{instance=\"job42\"} 9",
             "nvproxy_gpu_memory_used_bytes{instance=\"job42\",gpu=\"1\"} 8589934592",
             "nvproxy_gpu_memory_quota_bytes{instance=\"job42\",gpu=\"1\"} 10737418240",
+            "nvproxy_system_memory_used_bytes{instance=\"job42\"} 3221225472",
+            "nvproxy_system_memory_quota_bytes{instance=\"job42\"} 34359738368",
             "nvproxy_ioctls_total{instance=\"job42\",kind=\"control\",name=\"NV2080_CTRL_CMD_GPU_GET_INFO_V2\",decision=\"allowed\"} 12",
             "nvproxy_ioctl_duration_seconds_count{instance=\"job42\"} 3",
             "nvproxy_ioctl_duration_seconds_bucket{le=\"0.00001\",instance=\"job42\"} 1",

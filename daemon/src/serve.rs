@@ -39,6 +39,11 @@ pub struct ExecArgs {
     /// allocations fail as on a full GPU. Default: no quota.
     #[arg(long, value_name = "SIZE")]
     pub gpu_memory: Option<nvproxy_config::ByteSize>,
+    /// System memory the driver may allocate for the instance (pinned host pages no memory
+    /// cgroup sees; e.g. 32GiB); past it allocations fail as on a host out of pages. Default:
+    /// no quota.
+    #[arg(long, value_name = "SIZE")]
+    pub system_memory: Option<nvproxy_config::ByteSize>,
     /// Scheduling priority of the instance's channel groups: low, medium (the driver's
     /// default) or high.
     #[arg(long, value_name = "LEVEL", default_value_t = ioctl_proxy::Priority::Medium)]
@@ -185,6 +190,7 @@ pub fn exec(args: &ExecArgs) -> Result<ExitCode> {
         max_in_flight: None,
         max_os_descriptor_bytes: None,
         gpu_memory: args.gpu_memory,
+        system_memory: args.system_memory,
         priority: args.priority,
         restart: nvproxy_config::RestartPolicy::No,
         user: None,

@@ -337,6 +337,7 @@ pub fn run_input(target: Target, input: &Input) -> Report {
             in_flight: 256,
             os_descriptor_bytes: 8 << 20,
             gpu_memory: Some(64 << 20),
+            system_memory: Some(64 << 20),
         };
     }
     pa.uvm_mmap = !cfg.uvm_mmap_off();
@@ -417,6 +418,11 @@ pub fn run_input(target: Target, input: &Input) -> Report {
         assert!(
             t.proxy.gpu_memory_used().iter().all(|&(_, u)| u == 0),
             "instance {name}: video memory counted after every open was closed"
+        );
+        assert_eq!(
+            t.proxy.system_memory_used(),
+            0,
+            "instance {name}: system memory counted after every open was closed"
         );
     }
     let st = sim.stats();
@@ -713,6 +719,10 @@ impl World {
                     "A holds {used} bytes on GPU {gpu}, past its quota {q}"
                 );
             }
+        }
+        if let Some(q) = a.proxy.policy().quotas.system_memory {
+            let used = a.proxy.system_memory_used();
+            assert!(used <= q, "A holds {used} bytes of system memory, past its quota {q}");
         }
         let driver_clients: HashSet<u32> = self.sim.client_handles().into_iter().collect();
         for &h in &a.clients {

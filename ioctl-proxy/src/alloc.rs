@@ -201,10 +201,16 @@ impl Req<'_> {
                 "fabric memory cannot be counted against a GPU memory quota",
             );
         }
-        // Video memory (vidmem.rs): the GPU and size, admitted under the RM lock below.
-        let vid = (eff == NV01_MEMORY_LOCAL_USER).then(|| {
+        // Video memory on the device's GPU, system memory in the host's pool (vidmem.rs): the
+        // pool and size, admitted under the RM lock below.
+        let pool = match eff {
+            NV01_MEMORY_LOCAL_USER => Some(self.vid_gpu(h_root, h_parent)),
+            NV01_MEMORY_SYSTEM => Some(Some(crate::vidmem::HOST_POOL)),
+            _ => None,
+        };
+        let vid = pool.map(|pool| {
             let size = pbuf.map_or(0, |p| rd64(plan.buf(Some(p)), crate::vidmem::MEM_SIZE));
-            (self.vid_gpu(h_root, h_parent), size)
+            (pool, size)
         });
         let guard = self.px.rm_lock();
         if let Some((gpu, size)) = vid {

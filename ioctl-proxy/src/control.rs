@@ -484,17 +484,21 @@ impl Req<'_> {
                 type P = NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS;
                 let h_device = rd32(plan.buf(pb), offset_of!(P, hDevice));
                 self.need_object(h_client, h_device, NV_ERR_OBJECT_NOT_FOUND)?;
-                if self.px.policy.quotas.gpu_memory.is_some() {
+                let quotas = &self.px.policy.quotas;
+                if quotas.gpu_memory.is_some() || quotas.system_memory.is_some() {
                     let q = plan.get::<P>(pb);
                     let n = usize::from(q.numObjects).min(q.objects.len());
-                    let t = self.px.objects();
-                    if q.objects[..n]
-                        .iter()
-                        .any(|&h| t.vid_of(h_client, h).is_some())
-                    {
+                    let counted = {
+                        let t = self.px.objects();
+                        q.objects[..n]
+                            .iter()
+                            .filter_map(|&h| t.vid_of(h_client, h))
+                            .any(|c| self.pool_quota(c.gpu).is_some())
+                    };
+                    if counted {
                         return deny(
                             NV_ERR_NOT_SUPPORTED,
-                            "exporting several objects of counted video memory under a quota",
+                            "exporting several objects of memory counted under a quota",
                         );
                     }
                 }

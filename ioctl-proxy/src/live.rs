@@ -106,6 +106,9 @@ pub struct LivePolicy {
     /// `Quotas::gpu_memory` (absent: no quota).
     #[serde(default)]
     pub gpu_memory: Option<u64>,
+    /// `Quotas::system_memory` (absent: no quota, all an older worker had).
+    #[serde(default)]
+    pub system_memory: Option<u64>,
     /// The interleave level of the instance's channel groups (absent in an older worker's
     /// state: medium, all there was).
     #[serde(default)]
@@ -130,6 +133,7 @@ impl LivePolicy {
             quotas: [p.quotas.open_files, p.quotas.objects, p.quotas.in_flight],
             os_descriptor_bytes: Some(p.quotas.os_descriptor_bytes),
             gpu_memory: p.quotas.gpu_memory,
+            system_memory: p.quotas.system_memory,
             priority: p.priority,
         }
     }
@@ -161,6 +165,7 @@ impl LivePolicy {
                 .os_descriptor_bytes
                 .unwrap_or(crate::policy::Quotas::default().os_descriptor_bytes),
             gpu_memory: self.gpu_memory,
+            system_memory: self.system_memory,
         };
         p.priority = self.priority;
         Ok(p)

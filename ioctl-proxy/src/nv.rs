@@ -9,6 +9,8 @@ use nvproxy_abi::structs::NVOS32_PARAMETERS;
 pub use nvproxy_abi::class::*;
 pub use nvproxy_abi::status::*;
 
+/// `NVOS02_FLAGS_LOCATION_PCI` (field 11:8).
+pub const NVOS02_FLAGS_LOCATION_PCI: u32 = 0;
 /// `NVOS02_FLAGS_ALLOC_NONE` (field 17:16).
 pub const NVOS02_FLAGS_ALLOC_NONE: u32 = 1;
 /// `NVOS02_FLAGS_MAPPING_NO_MAP` (field 31:30).

@@ -291,7 +291,10 @@ pub struct InstancePolicy {
 ///   `kernel-open/nvidia/os-mlock.c`, then `os_lookup_user_io_memory` for memory that is no
 ///   I/O mapping), without reaching it;
 /// - `gpu_memory`: video memory per GPU (`vidmem.rs`); past it the allocation gets
-///   `NV_ERR_NO_MEMORY`, the driver's answer for a full GPU, without reaching it.
+///   `NV_ERR_NO_MEMORY`, the driver's answer for a full GPU, without reaching it;
+/// - `system_memory`: system memory the driver allocates for the instance (`vidmem.rs`: RM
+///   takes these pages from the kernel unaccounted, so no memory cgroup of the tenant's bounds
+///   them); past it `NV_ERR_NO_MEMORY`, the driver's answer when the host has no pages left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     /// Open files of the instance's nodes.
@@ -305,6 +308,9 @@ pub struct Quotas {
     /// Bytes of video memory the instance's objects hold at once on each of its GPUs
     /// (`vidmem.rs`); `None`: no quota.
     pub gpu_memory: Option<u64>,
+    /// Bytes of system memory the instance's objects hold at once (`vidmem.rs`); `None`: no
+    /// quota.
+    pub system_memory: Option<u64>,
 }
 
 impl Default for Quotas {
@@ -315,6 +321,7 @@ impl Default for Quotas {
             in_flight: 256,
             os_descriptor_bytes: 4 << 30,
             gpu_memory: None,
+            system_memory: None,
         }
     }
 }

@@ -499,6 +499,12 @@ impl Proxy {
             .collect()
     }
 
+    /// The bytes of system memory the instance's objects hold (`vidmem.rs`). The quota is
+    /// `policy().quotas.system_memory`.
+    pub fn system_memory_used(&self) -> u64 {
+        lock(&self.objects).vid_used(crate::vidmem::HOST_POOL)
+    }
+
     /// Before a UVM mapping of `h_memory` of `h_client` by the UVM open `open`: whether the
     /// open may hold one more block ([`crate::objects::MAX_HOLDS_PER_OPEN`]).
     pub fn vid_hold_room(&self, open: OpenId) -> bool {

@@ -493,26 +493,36 @@ impl Proxy {
                 ),
             ));
         }
-        // And its GPU memory quota: what the objects held when saved (each block once) must fit
-        // the quota it is restored under.
-        if let Some(quota) = q.gpu_memory {
+        // And its memory quotas: what the objects held when saved (each block once), per GPU
+        // and in the host's pool, must fit the quotas it is restored under.
+        if q.gpu_memory.is_some() || q.system_memory.is_some() {
             let mut blocks = BTreeMap::new();
             for o in ckpt.clients.iter().flat_map(|c| &c.objects) {
                 if let Some(v) = o.vid {
                     blocks.insert(v.block, (v.gpu, v.bytes));
                 }
             }
-            let mut per_gpu: BTreeMap<u32, u64> = BTreeMap::new();
-            for (gpu, bytes) in blocks.into_values() {
-                let e = per_gpu.entry(gpu).or_default();
+            let mut per_pool: BTreeMap<u32, u64> = BTreeMap::new();
+            for (pool, bytes) in blocks.into_values() {
+                let e = per_pool.entry(pool).or_default();
                 *e = e.saturating_add(bytes);
             }
-            if let Some((gpu, bytes)) = per_gpu.into_iter().find(|&(_, b)| b > quota) {
+            for (pool, bytes) in per_pool {
+                let host = pool == crate::vidmem::HOST_POOL;
+                let quota = if host { q.system_memory } else { q.gpu_memory };
+                let Some(quota) = quota.filter(|&quota| bytes > quota) else {
+                    continue;
+                };
+                let what = if host {
+                    "system memory".to_owned()
+                } else {
+                    format!("video memory on GPU id {pool:#x}")
+                };
                 return Err(replay_err(
                     "the checkpoint",
                     format!(
-                        "its objects hold {bytes} bytes of video memory on GPU id {gpu:#x}, more \
-                         than the instance's quota of {quota}"
+                        "its objects hold {bytes} bytes of {what}, more than the instance's \
+                         quota of {quota}"
                     ),
                 ));
             }

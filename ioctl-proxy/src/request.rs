@@ -735,17 +735,20 @@ impl<'a> Req<'a> {
             let at = NVOS32_ALLOC_SIZE_ADDRESS;
             let ptr = rd64(plan.buf(None), at);
             r.nested(&mut plan, None, at, ptr, 8, Dir::InOut)?;
-            // Video memory (vidmem.rs): ALLOC_SIZE of location VIDMEM, not virtual.
+            // Counted memory (vidmem.rs): ALLOC_SIZE of location VIDMEM, not virtual, on the
+            // device's GPU; of another location, not virtual, in the host's pool.
             let (flags, attr, attr2) = (
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_FLAGS),
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR),
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR2),
             );
-            let vid =
-                (vid_heap_class(flags, attr, attr2, 0).0 == NV01_MEMORY_LOCAL_USER).then(|| {
-                    let size = rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE);
-                    (r.vid_gpu(h_root, h_parent), size)
-                });
+            let asked = vid_heap_class(flags, attr, attr2, 0).0;
+            let pool = match asked {
+                NV01_MEMORY_LOCAL_USER => Some(r.vid_gpu(h_root, h_parent)),
+                NV01_MEMORY_SYSTEM => Some(Some(crate::vidmem::HOST_POOL)),
+                _ => None,
+            };
+            let vid = pool.map(|pool| (pool, rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE)));
             let _g = r.px.rm_lock();
             if let Some((gpu, size)) = vid {
                 r.vid_admit(gpu, size)?;
@@ -763,13 +766,11 @@ impl<'a> Req<'a> {
                     .into_iter()
                     .filter(|&d| t.contains(h_root, d))
                     .collect();
-                let charge =
-                    vid.filter(|_| class == NV01_MEMORY_LOCAL_USER)
-                        .and_then(|(gpu, size)| {
-                            let back = rd64(out, NVOS32_ALLOC_SIZE_SIZE);
-                            let bytes = crate::vid_books::pages(size.max(back));
-                            gpu.map(|g| t.new_vid_charge(g, bytes))
-                        });
+                let charge = vid.filter(|_| class == asked).and_then(|(gpu, size)| {
+                    let back = rd64(out, NVOS32_ALLOC_SIZE_SIZE);
+                    let bytes = crate::vid_books::pages(size.max(back));
+                    gpu.map(|g| t.new_vid_charge(g, bytes))
+                });
                 let origin = Origin::Unreplayable("not recorded".into());
                 let added =
                     t.add_vid_object(h_root, h_parent, h_memory, class, &deps, origin, charge);
@@ -954,7 +955,17 @@ impl<'a> Req<'a> {
                 p.as_bytes(),
             );
             plan.rewrite32(None, offset_of!(P, fd), fd_field::to_u32(host_fd));
+            // System memory in the host's pool (vidmem.rs): `limit + 1` bytes of what
+            // `_rmAllocMemorySystem` allocates (location PCI, not ALLOC_NONE: the rest is its
+            // NV_ERR_INVALID_FLAGS; a limit of all ones, size 0, is the driver's to refuse).
+            let sys = (class == NV01_MEMORY_SYSTEM
+                && (flags >> 8) & 0xf == NVOS02_FLAGS_LOCATION_PCI
+                && (flags >> 16) & 3 != NVOS02_FLAGS_ALLOC_NONE)
+                .then(|| q.limit.wrapping_add(1));
             let _g = r.px.rm_lock();
+            if let Some(size) = sys {
+                r.vid_admit(Some(crate::vidmem::HOST_POOL), size)?;
+            }
             let ret = r.exec(&mut plan);
             let ok = rd32(plan.buf(None), STATUS) == NV_OK;
             if let Some(t) = target {
@@ -968,9 +979,17 @@ impl<'a> Req<'a> {
                 );
             }
             if ok {
-                let added =
-                    r.px.objects()
-                        .add_object(h_root, h_parent, h_new, class, &[]);
+                let mut t = r.px.objects();
+                let charge = sys.map(|size| {
+                    let limit = rd64(
+                        plan.buf(None),
+                        offset_of!(P, params) + offset_of!(NVOS02_PARAMETERS, limit),
+                    );
+                    let bytes = crate::vid_books::pages(size.max(limit.wrapping_add(1)));
+                    t.new_vid_charge(crate::vidmem::HOST_POOL, bytes)
+                });
+                let origin = Origin::Unreplayable("not recorded".into());
+                let added = t.add_vid_object(h_root, h_parent, h_new, class, &[], origin, charge);
                 debug!(?added, h_new, "alloc memory recorded");
             }
             Ok(r.finish(addr, &mut plan, Some(STATUS), ret)?)

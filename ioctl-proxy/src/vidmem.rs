@@ -1,4 +1,5 @@
-//! Per-instance GPU memory quotas (`Quotas::gpu_memory`, per GPU of the instance).
+//! Per-instance memory quotas: video memory per GPU (`Quotas::gpu_memory`) and the system
+//! memory the driver allocates for the instance (`Quotas::system_memory`).
 //!
 //! # What is counted
 //!
@@ -9,29 +10,45 @@
 //! - `NV_ESC_RM_VID_HEAP_CONTROL` `ALLOC_SIZE` with location `VIDMEM` and not virtual
 //!   (`rmapi_deprecated_vidheapctrl.c` turns it into the same `RM_ALLOC`).
 //!
-//! Each counted allocation is one *block* ([`crate::objects::VidCharge`]); a dup of it
-//! (`NV_ESC_RM_DUP_OBJECT`), an object exported to an fd (`OS_UNIX_EXPORT_OBJECT_TO_FD`: the
-//! driver keeps the memory in its export client until the fd's file is released) and an object
-//! imported from that fd name the same block, which stays counted until the last of them goes.
-//! Every teardown path of the object table (free, a freed client or parent, a released file,
-//! a removed instance) drops the references, so the memory is given back with the object.
+//! And the allocations of system memory, counted in one pool for the host ([`HOST_POOL`]),
+//! whatever GPU they are made under:
+//! - `NV_ESC_RM_ALLOC` of `NV01_MEMORY_SYSTEM` (`sysmemConstruct`, `system_mem.c`): the size
+//!   in `NV_MEMORY_ALLOCATION_PARAMS`;
+//! - `NV_ESC_RM_VID_HEAP_CONTROL` `ALLOC_SIZE` of another location, not virtual (the same
+//!   `RM_ALLOC` of `NV01_MEMORY_SYSTEM`);
+//! - `NV_ESC_RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM` (`_rmAllocMemorySystem`): `limit + 1`.
 //!
-//! Not counted: system memory and OS descriptors, virtual memory, `RM_ALLOC_MEMORY` of
-//! `NV01_MEMORY_LOCAL_USER` (a system-memory placeholder for a non-root client,
-//! `_rmAllocMemoryLocalUser`; its `limit`, the heap size, is answered as the quota), UVM managed
-//! memory (evictable; UVM's own allocations are system memory), and what RM allocates for
-//! itself (channel instance blocks, GR context buffers, page tables: their sizes are not in the
-//! request). Refused in an instance with a quota because their backing cannot be counted from
-//! the request: `NV_MEMORY_FABRIC` (`NV_ERR_INVALID_CLASS`, as a class the driver lacks) and
-//! `OS_UNIX_EXPORT_OBJECTS_TO_FD` of counted memory (`NV_ERR_NOT_SUPPORTED`).
+//! RM takes these pages from the kernel itself (`nv_alloc_system_pages` /
+//! `nv_alloc_contig_pages`, `kernel-open/nvidia/nv-vm.c`, without `__GFP_ACCOUNT`): no memory
+//! cgroup, the container's or the worker's, sees them, so without a quota a tenant can take
+//! the host's memory. OS descriptors are the tenant's own pages and have their own bound
+//! (`Quotas::os_descriptor_bytes`); from kernel 5.14 UVM charges its pages to a memory cgroup
+//! (`kernel-open/nvidia-uvm/uvm_linux.h`).
 //!
-//! Past the quota an allocation gets `NV_ERR_NO_MEMORY` without reaching the driver, the
+//! Each counted allocation is one *block* ([`crate::objects::VidCharge`], its pool the GPU id
+//! or [`HOST_POOL`]); a dup of it (`NV_ESC_RM_DUP_OBJECT`), an object exported to an fd
+//! (`OS_UNIX_EXPORT_OBJECT_TO_FD`: the driver keeps the memory in its export client until the
+//! fd's file is released), an object imported from that fd and a UVM mapping name the same
+//! block, which stays counted until the last of them goes. Every teardown path of the object
+//! table (free, a freed client or parent, a released file, a removed instance) drops the
+//! references, so the memory is given back with the object.
+//!
+//! Not counted: OS descriptors, virtual memory, `RM_ALLOC_MEMORY` of `NV01_MEMORY_LOCAL_USER`
+//! (a system-memory placeholder for a non-root client, `_rmAllocMemoryLocalUser`; its `limit`,
+//! the heap size, is answered as the quota), UVM managed memory (evictable) and UVM's own
+//! allocations, and what RM allocates for itself (channel instance blocks, GR context buffers,
+//! page tables: their sizes are not in the request). Refused in an instance with a quota
+//! because their backing cannot be counted from the request: `NV_MEMORY_FABRIC` under a GPU
+//! memory quota (`NV_ERR_INVALID_CLASS`, as a class the driver lacks) and
+//! `OS_UNIX_EXPORT_OBJECTS_TO_FD` of memory counted under a quota (`NV_ERR_NOT_SUPPORTED`).
+//!
+//! Past a quota an allocation gets `NV_ERR_NO_MEMORY` without reaching the driver, the
 //! driver's answer for a full GPU (`pmaAllocatePages` failing in `vidmemPmaAlloc`,
-//! `video_mem.c`; nvsim's books answer the same), so `cuMemAlloc` returns
-//! `CUDA_ERROR_OUT_OF_MEMORY`. The
-//! check is made under the RM mutation lock, so two threads cannot both take the last room. A
-//! request is admitted by its size rounded up to 4 KiB and counted by the larger of that and
-//! the size the driver reports back.
+//! `video_mem.c`; nvsim's books answer the same) and for a host without pages, so
+//! `cuMemAlloc` and `cuMemHostAlloc` return `CUDA_ERROR_OUT_OF_MEMORY`. The check is made
+//! under the RM mutation lock, so two threads cannot both take the last room. A request is
+//! admitted by its size rounded up to 4 KiB and counted by the larger of that and the size the
+//! driver reports back.
 //!
 //! # What the tenant sees
 //!
@@ -52,6 +69,11 @@ use crate::objects::Origin;
 use crate::plan::{Plan, rd32, rd64, wr32};
 use crate::request::Req;
 use crate::vid_books::pages;
+
+/// The pool of system memory in a [`crate::objects::VidCharge`], where a GPU's is its id (RM
+/// GPU ids are made of the PCI domain, bus and device, whose device is at most `0x1f`, so none
+/// is this).
+pub const HOST_POOL: u32 = u32::MAX;
 
 /// `NV_MEMORY_ALLOCATION_PARAMS.size`.
 pub(crate) const MEM_SIZE: usize = offset_of!(NV_MEMORY_ALLOCATION_PARAMS, size);
@@ -106,18 +128,43 @@ impl Req<'_> {
         device_instance.and_then(|d| self.px.device_gpu(d)).or(only)
     }
 
-    /// Whether `bytes` more on `gpu` fit the instance's quota; call under the RM lock.
-    pub(crate) fn vid_admit(&self, gpu: Option<u32>, bytes: u64) -> Result<(), Stop> {
-        let Some(quota) = self.px.policy.quotas.gpu_memory else {
+    /// The quota of `pool` (a GPU id or [`HOST_POOL`]), if any.
+    pub(crate) fn pool_quota(&self, pool: u32) -> Option<u64> {
+        let q = &self.px.policy.quotas;
+        if pool == HOST_POOL {
+            q.system_memory
+        } else {
+            q.gpu_memory
+        }
+    }
+
+    /// Whether `bytes` more in `pool` (a GPU id, unknown: `None`, or [`HOST_POOL`]) fit the
+    /// instance's quota; call under the RM lock.
+    pub(crate) fn vid_admit(&self, pool: Option<u32>, bytes: u64) -> Result<(), Stop> {
+        let quota = match pool {
+            Some(p) => self.pool_quota(p),
+            None => self.px.policy.quotas.gpu_memory,
+        };
+        let Some(quota) = quota else {
             return Ok(());
         };
-        let Some(gpu) = gpu else {
+        let Some(pool) = pool else {
             return deny(NV_ERR_NO_MEMORY, "the allocation's GPU is unknown");
         };
-        if self.px.objects().vid_used(gpu).saturating_add(pages(bytes)) > quota {
+        if self
+            .px
+            .objects()
+            .vid_used(pool)
+            .saturating_add(pages(bytes))
+            > quota
+        {
             return deny(
                 NV_ERR_NO_MEMORY,
-                "the instance's GPU memory quota is reached",
+                if pool == HOST_POOL {
+                    "the instance's system memory quota is reached"
+                } else {
+                    "the instance's GPU memory quota is reached"
+                },
             );
         }
         Ok(())

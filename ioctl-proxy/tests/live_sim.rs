@@ -380,6 +380,7 @@ fn test_the_served_policy_travels_whole() {
     p.uvm_mmap = false;
     p.quotas.objects = 77;
     p.quotas.gpu_memory = Some(10 << 30);
+    p.quotas.system_memory = Some(3 << 30);
     p.priority = Priority::Low;
     let live = ioctl_proxy::live::LivePolicy::of(&p);
     let text = serde_json::to_string(&live).unwrap();

@@ -1,22 +1,33 @@
-//! GPU memory quotas through the proxy on `nvsim` (`vidmem.rs`): two instances on one GPU with
-//! 10 GiB each; allocations past an instance's quota get `NV_ERR_NO_MEMORY` without reaching
-//! the driver; frees, closed files and dups/exports behave as the driver's references do; the
-//! FB info controls show the quota and the instance's own use.
+//! GPU and system memory quotas through the proxy on `nvsim` (`vidmem.rs`): two instances on
+//! one GPU with 10 GiB each; allocations past an instance's quota get `NV_ERR_NO_MEMORY`
+//! without reaching the driver; frees, closed files and dups/exports behave as the driver's
+//! references do; the FB info controls show the quota and the instance's own use. System
+//! memory (`Quotas::system_memory`: pages the driver takes from the host unaccounted) counts
+//! in one host pool from every path that allocates it, apart from video memory; a checkpoint
+//! holding more than the quota it is restored under is refused.
 
 mod common;
 
 use common::*;
 use ioctl_proxy::*;
-use nvproxy_abi::ioctl::{NV_ESC_RM_VID_HEAP_CONTROL, nv_iowr};
+use nvproxy_abi::ioctl::{NV_ESC_RM_ALLOC_MEMORY, NV_ESC_RM_VID_HEAP_CONTROL, nv_iowr};
 use nvproxy_abi::status::*;
-use nvproxy_abi::structs::NVOS32_PARAMETERS;
-use nvsim::{SimConfig, SimDriver};
+use nvproxy_abi::structs::{NVOS32_PARAMETERS, nv_ioctl_nvos02_parameters_with_fd};
+use nvsim::{SimConfig, SimDriver, SimStats};
 use std::sync::Arc;
 use zerocopy::{FromZeros, IntoBytes};
 
 const GIB: u64 = 1 << 30;
 const QUOTA: u64 = 10 * GIB;
+const SYS_QUOTA: u64 = 4 * GIB;
 const LOCAL_USER: u32 = 0x40;
+const SYSTEM: u32 = 0x3e;
+/// `NVOS32_ATTR_LOCATION_PCI` (26:25).
+const ATTR_PCI: u32 = 1 << 25;
+/// `NVOS02_FLAGS_MAPPING_NO_MAP` (31:30); location PCI, contiguous (0).
+const OS02_NO_MAP: u32 = 1 << 30;
+/// `NVOS02_FLAGS_ALLOC_NONE` (17:16).
+const OS02_ALLOC_NONE: u32 = 1 << 16;
 /// `NV_MEMORY_ALLOCATION_PARAMS` of the default version (535): `size` at 64.
 const MEM_PARAMS: usize = 120;
 const SIZE_AT: usize = 64;
@@ -30,14 +41,26 @@ const HEAP_FREE: u32 = 0x16;
 struct Inst {
     t: SimTenant,
     ctl: OpenId,
+    gpu: OpenId,
     client: u32,
     device: u32,
     subdevice: u32,
 }
 
 fn instance(sim: &Arc<SimDriver>, name: &str, quota: Option<u64>) -> Inst {
+    instance_with(sim, name, quota, None)
+}
+
+/// An instance with a GPU memory quota `gpu_quota` and a system memory quota `system`.
+fn instance_with(
+    sim: &Arc<SimDriver>,
+    name: &str,
+    gpu_quota: Option<u64>,
+    system: Option<u64>,
+) -> Inst {
     let mut policy = InstancePolicy::new(name, nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]);
-    policy.quotas.gpu_memory = quota;
+    policy.quotas.gpu_memory = gpu_quota;
+    policy.quotas.system_memory = system;
     let mut t = SimTenant::from_proxy(Proxy::for_host(policy, sim.clone()).unwrap());
     let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
     let gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
@@ -66,6 +89,7 @@ fn instance(sim: &Arc<SimDriver>, name: &str, quota: Option<u64>) -> Inst {
     Inst {
         t,
         ctl,
+        gpu,
         client,
         device,
         subdevice,
@@ -74,13 +98,18 @@ fn instance(sim: &Arc<SimDriver>, name: &str, quota: Option<u64>) -> Inst {
 
 impl Inst {
     fn vid(&mut self, h: u32, bytes: u64) -> u32 {
+        self.mem(h, LOCAL_USER, bytes)
+    }
+
+    /// `RM_ALLOC` of memory class `class`, `bytes`, as `h`.
+    fn mem(&mut self, h: u32, class: u32, bytes: u64) -> u32 {
         let mut p = vec![0u8; MEM_PARAMS];
         wr64(&mut p, SIZE_AT, bytes);
         let mut top = vec![0u8; 48];
         wr32(&mut top, 0, self.client);
         wr32(&mut top, 4, self.device);
         wr32(&mut top, 8, h);
-        wr32(&mut top, 12, LOCAL_USER);
+        wr32(&mut top, 12, class);
         self.t.mem.map(SIM_PARAMS, &p);
         wr64(&mut top, 16, SIM_PARAMS);
         wr32(&mut top, 32, u32::try_from(p.len()).unwrap());
@@ -122,6 +151,11 @@ impl Inst {
     }
 
     fn vid_heap(&mut self, h: u32, bytes: u64) -> u32 {
+        self.vid_heap_at(h, bytes, 0)
+    }
+
+    /// `VID_HEAP_CONTROL` `ALLOC_SIZE` of `bytes` with `attr` (location VIDMEM: 0).
+    fn vid_heap_at(&mut self, h: u32, bytes: u64, attr: u32) -> u32 {
         let mut p = NVOS32_PARAMETERS::new_zeroed();
         p.hRoot = self.client;
         p.hObjectParent = self.device;
@@ -129,6 +163,7 @@ impl Inst {
         let mut b = p.as_bytes().to_vec();
         wr32(&mut b, 44, h); // AllocSize.hMemory
         wr32(&mut b, 52, 0x4000); // flags: MEMORY_HANDLE_PROVIDED
+        wr32(&mut b, 56, attr); // AllocSize.attr
         wr64(&mut b, 88, bytes); // AllocSize.size
         let (r, out) = self
             .t
@@ -151,8 +186,30 @@ impl Inst {
             .collect()
     }
 
+    /// `RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM`, `bytes` (`limit + 1`), on the GPU node
+    /// (the escape is `NV_ACTUAL_DEVICE_ONLY`).
+    fn alloc_memory(&mut self, h: u32, bytes: u64, flags: u32) -> u32 {
+        type P = nv_ioctl_nvos02_parameters_with_fd;
+        let mut p = P::new_zeroed();
+        p.params.hRoot = self.client;
+        p.params.hObjectParent = self.device;
+        p.params.hObjectNew = h;
+        p.params.hClass = SYSTEM;
+        p.params.flags = flags;
+        p.params.limit = bytes - 1;
+        p.fd = -1;
+        let cmd = nv_iowr(NV_ESC_RM_ALLOC_MEMORY, size_of::<P>());
+        let (r, out) = self.t.ioctl(self.gpu, cmd, p.as_bytes());
+        assert_eq!(r, 0);
+        rd32(&out, std::mem::offset_of!(P, params.status))
+    }
+
     fn used(&self) -> u64 {
         self.t.proxy.gpu_memory_used()[0].1
+    }
+
+    fn sys_used(&self) -> u64 {
+        self.t.proxy.system_memory_used()
     }
 }
 
@@ -258,4 +315,126 @@ fn test_an_instance_without_a_quota_is_not_limited_but_counted() {
     assert_eq!(a.vid(0x100, 40 * GIB), NV_OK);
     assert_eq!(a.used(), 40 * GIB);
     assert_eq!(a.fb(&[TOTAL_RAM_SIZE]), vec![80 * GIB]);
+}
+
+#[test]
+fn test_rm_alloc_of_system_memory_counts_and_stops_at_the_quota() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    assert_eq!(a.sys_used(), 3 * GIB);
+    let before = (sim.allocated_memory(), sim.stats().live_objects);
+    assert_eq!(a.mem(0x101, SYSTEM, GIB + 1), NV_ERR_NO_MEMORY);
+    assert_eq!(
+        (sim.allocated_memory(), sim.stats().live_objects),
+        before,
+        "refused before the driver"
+    );
+    // Admitted by pages: what is left fits exactly.
+    assert_eq!(a.mem(0x101, SYSTEM, GIB - 4095), NV_OK);
+    assert_eq!(a.sys_used(), SYS_QUOTA);
+    // Video memory is another pool (no GPU memory quota here).
+    assert_eq!(a.vid(0x102, 20 * GIB), NV_OK);
+    assert_eq!(a.sys_used(), SYS_QUOTA);
+    assert_eq!(a.free(0x100), NV_OK);
+    assert_eq!(a.sys_used(), GIB);
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+}
+
+#[test]
+fn test_every_system_memory_path_counts_in_one_pool() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    assert_eq!(a.vid_heap_at(0x200, GIB, ATTR_PCI), NV_OK);
+    assert_eq!(a.sys_used(), GIB);
+    assert_eq!(a.alloc_memory(0x201, 2 * GIB, OS02_NO_MAP), NV_OK);
+    assert_eq!(a.sys_used(), 3 * GIB);
+    assert_eq!(a.vid_heap_at(0x202, GIB + 1, ATTR_PCI), NV_ERR_NO_MEMORY);
+    assert_eq!(
+        a.alloc_memory(0x202, GIB + 4096, OS02_NO_MAP),
+        NV_ERR_NO_MEMORY
+    );
+    assert_eq!(a.mem(0x202, SYSTEM, GIB + 1), NV_ERR_NO_MEMORY);
+    // What the driver refuses without allocating (ALLOC_NONE: NV_ERR_INVALID_FLAGS) is not
+    // held against the quota.
+    assert_eq!(
+        a.alloc_memory(0x203, 8 * GIB, OS02_NO_MAP | OS02_ALLOC_NONE),
+        NV_ERR_INVALID_FLAGS
+    );
+    assert_eq!(a.sys_used(), 3 * GIB);
+    assert_eq!(a.free(0x201), NV_OK);
+    assert_eq!(a.free(0x200), NV_OK);
+    assert_eq!(a.sys_used(), 0);
+    assert_eq!(a.alloc_memory(0x201, SYS_QUOTA, OS02_NO_MAP), NV_OK);
+}
+
+#[test]
+fn test_bypass_a_dup_of_system_memory_then_free_of_the_original_keeps_it_counted() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    assert_eq!(a.dup(0x300, 0x100), NV_OK);
+    assert_eq!(a.sys_used(), 3 * GIB, "a dup shares the block");
+    assert_eq!(a.free(0x100), NV_OK);
+    assert_eq!(a.sys_used(), 3 * GIB, "the dup still holds the memory");
+    assert_eq!(a.mem(0x101, SYSTEM, 2 * GIB), NV_ERR_NO_MEMORY);
+    assert_eq!(a.free(0x300), NV_OK);
+    assert_eq!(a.sys_used(), 0);
+}
+
+#[test]
+fn test_a_closed_file_gives_the_system_memory_back() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    a.t.proxy.release(a.ctl);
+    assert_eq!(a.sys_used(), 0);
+    a.t.proxy.release_all();
+    assert_eq!(sim.stats(), SimStats::default());
+}
+
+#[test]
+fn test_quotas_of_both_pools_hold_apart() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", Some(2 * GIB), Some(SYS_QUOTA));
+    assert_eq!(a.mem(0x100, LOCAL_USER, 2 * GIB), NV_OK);
+    assert_eq!(a.mem(0x101, LOCAL_USER, 4096), NV_ERR_NO_MEMORY);
+    assert_eq!(a.mem(0x102, SYSTEM, SYS_QUOTA), NV_OK);
+    assert_eq!(a.mem(0x103, SYSTEM, 4096), NV_ERR_NO_MEMORY);
+    assert_eq!(a.t.proxy.gpu_memory_used()[0].1, 2 * GIB);
+    assert_eq!(a.sys_used(), SYS_QUOTA);
+}
+
+#[test]
+fn test_system_memory_without_a_quota_is_not_limited_but_counted() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, None);
+    assert_eq!(a.mem(0x100, SYSTEM, 40 * GIB), NV_OK);
+    assert_eq!(a.sys_used(), 40 * GIB);
+}
+
+/// A restore holds to the system memory quota as allocations do: a checkpoint whose objects
+/// hold more than the quota it is restored under is refused before the driver is asked.
+#[test]
+fn test_restore_past_the_system_memory_quota_is_refused() {
+    let old = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&old, "a", None, None);
+    assert_eq!(a.mem(0x100, SYSTEM, 2 * GIB), NV_OK);
+    let ckpt = a.t.proxy.checkpoint().unwrap();
+    a.t.proxy.release_all();
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let policy = |q| {
+        let mut p = InstancePolicy::new("a", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]);
+        p.quotas.system_memory = q;
+        p
+    };
+    let err = Proxy::restore(&ckpt, policy(Some(GIB)), new.clone(), &[]).unwrap_err();
+    assert!(err.to_string().contains("system memory"), "{err}");
+    assert_eq!(
+        new.stats(),
+        SimStats::default(),
+        "nothing reached the driver"
+    );
+    let restored = Proxy::restore(&ckpt, policy(Some(SYS_QUOTA)), new.clone(), &[]).unwrap();
+    assert_eq!(restored.proxy.system_memory_used(), 2 * GIB);
 }

@@ -36,6 +36,9 @@
 //!                                # NV_ERR_INVALID_ADDRESS, the driver's "cannot pin")
 //! gpu_memory = "10GiB"          # video memory per GPU of the instance (absent: no quota);
 //!                                # past it allocations fail as on a full GPU (NV_ERR_NO_MEMORY)
+//! system_memory = "32GiB"       # system memory the driver allocates for the instance (its
+//!                                # pages no memory cgroup sees; absent: no quota); past it
+//!                                # NV_ERR_NO_MEMORY, the driver's answer for a host out of pages
 //! priority = "medium"           # interleave level of its channel groups: low, medium, high
 //! transport = "auto"            # default: "cuse" where /dev/cuse can be opened, else
 //!                                # "socket": no device nodes, the shim forwards /dev/nvidia*
@@ -380,6 +383,11 @@ pub struct InstanceConfig {
     /// full GPU. Absent: no quota.
     #[serde(default)]
     pub gpu_memory: Option<ByteSize>,
+    /// System memory the driver may allocate for the instance (`NV01_MEMORY_SYSTEM`, pinned
+    /// host pages no memory cgroup accounts for), same units; past it allocations get
+    /// `NV_ERR_NO_MEMORY`, the driver's answer for a host out of pages. Absent: no quota.
+    #[serde(default)]
+    pub system_memory: Option<ByteSize>,
     /// The interleave level of the instance's channel groups: `low`, `medium` (default, the
     /// driver's own) or `high`; the tenant cannot change it (`ioctl_proxy::schedule`).
     #[serde(default)]
@@ -433,6 +441,7 @@ impl InstanceConfig {
                 .max_os_descriptor_bytes
                 .unwrap_or(d.os_descriptor_bytes),
             gpu_memory: self.gpu_memory.map(|b| b.0),
+            system_memory: self.system_memory.map(|b| b.0),
         }
     }
 }
@@ -1016,7 +1025,15 @@ mod tests {
         assert_eq!(q("\"8GB\"").unwrap(), Some(8_000_000_000));
         assert_eq!(q("4096").unwrap(), Some(4096));
         let none = parse("driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\n");
-        assert_eq!(none.unwrap().instances[0].quotas().gpu_memory, None);
+        let none = none.unwrap().instances[0].quotas();
+        assert_eq!((none.gpu_memory, none.system_memory), (None, None));
+        let sys = parse(
+            "driver = \"sim\"\n[[instance]]\nname = \"a\"\ngpus = [0]\nsystem_memory = \"32GiB\"\n",
+        );
+        assert_eq!(
+            sys.unwrap().instances[0].quotas().system_memory,
+            Some(32 << 30)
+        );
         for bad in [
             "\"10 parsecs\"",
             "\"GiB\"",

@@ -308,6 +308,8 @@ fn answer_stats(
                 quota: proxy.policy().quotas.gpu_memory,
             })
             .collect(),
+        system_memory: proxy.system_memory_used(),
+        system_memory_quota: proxy.policy().quotas.system_memory,
         ioctls: proxy
             .counts()
             .snapshot()

@@ -99,6 +99,13 @@ pub struct WorkerStats {
     /// Video memory the instance holds, per GPU (`ioctl_proxy` `vidmem.rs`).
     #[serde(default)]
     pub gpu_memory: Vec<GpuMemoryStat>,
+    /// System memory the instance's objects hold (`ioctl_proxy` `vidmem.rs`; absent from an
+    /// older worker: 0).
+    #[serde(default)]
+    pub system_memory: u64,
+    /// The instance's system memory quota (`None`: no quota).
+    #[serde(default)]
+    pub system_memory_quota: Option<u64>,
 }
 
 /// One GPU's video memory of an instance, as the stats socket carries it.
