@@ -283,11 +283,12 @@ pub(crate) struct Object {
     pub(crate) origin: Origin,
     /// Bytes of the tenant's memory the object pins (OS-descriptor memory), else 0.
     pub(crate) pinned: u64,
-    /// The video memory the object holds ([`VidCharge`]), shared with its dups and imports.
+    /// The counted memory the object holds ([`VidCharge`]), shared with its dups and imports.
     pub(crate) vid: Option<VidCharge>,
 }
 
-/// Video memory an object holds on the tenant's behalf: one driver memory block on one GPU.
+/// Counted memory an object holds on the tenant's behalf: one driver memory block, of video
+/// memory on one GPU or of the host's system memory (`vidmem.rs`).
 /// A dup or an import of the object names the same block; the block's bytes count once, for as
 /// long as any object or export hold names it (the driver frees the memory with its last
 /// reference).
@@ -295,7 +296,8 @@ pub(crate) struct Object {
 pub struct VidCharge {
     /// The block: a number unique in the table.
     pub block: u64,
-    /// The driver's GPU id (`nv_ioctl_card_info_t.gpu_id`).
+    /// The pool: the driver's GPU id (`nv_ioctl_card_info_t.gpu_id`) for video memory, or the
+    /// host's (`vidmem::HOST_POOL`) for system memory.
     pub gpu: u32,
     /// Bytes counted.
     pub bytes: u64,
@@ -305,13 +307,13 @@ pub struct VidCharge {
 /// few objects (`NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD` takes up to 512 per call).
 pub const MAX_HOLDS_PER_OPEN: usize = 4096;
 
-/// The video memory books of a table: the blocks its objects and export holds name and what
-/// they add up to per GPU.
+/// The memory books of a table: the blocks its objects and export holds name and what they add
+/// up to per pool (a GPU's video memory, the host's system memory).
 #[derive(Debug, Default, Clone)]
 struct VidBooks {
     /// block → (charge, references).
     blocks: HashMap<u64, (VidCharge, u32)>,
-    /// GPU id → bytes held.
+    /// Pool (GPU id or `vidmem::HOST_POOL`) → bytes held.
     used: BTreeMap<u32, u64>,
     /// The next block number.
     next: u64,
@@ -884,7 +886,8 @@ impl ObjectTable {
         }
     }
 
-    /// Bytes of video memory the table's objects and export holds hold on GPU `gpu_id`.
+    /// Bytes the table's objects and export holds hold in pool `gpu_id` (a GPU's video memory,
+    /// or the host's system memory for `vidmem::HOST_POOL`).
     pub fn vid_used(&self, gpu_id: u32) -> u64 {
         self.vid.used.get(&gpu_id).copied().unwrap_or(0)
     }
