@@ -45,6 +45,11 @@ pub struct DevicePluginArgs {
     /// The video memory quota of each share's instance (e.g. 10GiB; needs --shares-per-gpu).
     #[arg(long, value_name = "SIZE", requires = "shares_per_gpu")]
     pub share_gpu_memory: Option<nvproxy_config::ByteSize>,
+    /// The system memory quota of every instance the plugin creates (e.g. 16GiB): the pinned
+    /// host memory the driver allocates for a pod, which its memory limit does not count.
+    /// Default: no quota.
+    #[arg(long, value_name = "SIZE")]
+    pub system_memory: Option<nvproxy_config::ByteSize>,
 }
 
 /// `250ms`, `2s`, `1m`.
@@ -73,6 +78,8 @@ struct ApiBackend {
     socket: PathBuf,
     caps: Vec<String>,
     transport: Transport,
+    /// `--system-memory`.
+    system_memory: Option<nvproxy_config::ByteSize>,
 }
 
 impl ApiBackend {
@@ -148,7 +155,7 @@ impl device_plugin::Backend for ApiBackend {
             max_in_flight: None,
             max_os_descriptor_bytes: None,
             gpu_memory: gpu_memory.map(nvproxy_config::ByteSize),
-            system_memory: None,
+            system_memory: self.system_memory,
             priority: ioctl_proxy::Priority::default(),
             restart: RestartPolicy::OnFailure,
             user: None,
@@ -195,6 +202,7 @@ pub fn run(args: &DevicePluginArgs) -> Result<()> {
         socket: args.socket.path(),
         caps: args.caps.clone(),
         transport: args.transport,
+        system_memory: args.system_memory,
     };
     match device_plugin::Backend::node(&backend) {
         Ok(n) if n.gpus.is_empty() => tracing::warn!("the daemon reports no GPUs"),

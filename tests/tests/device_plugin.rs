@@ -176,6 +176,21 @@ impl Served {
         .await
     }
 
+    /// The system memory quota of instance `name`, once its worker reports.
+    async fn system_quota(&self, name: &str) -> Option<u64> {
+        until(&format!("{name}'s stats"), || {
+            let a = self.api(r#"{"op":"list"}"#);
+            let i = a["instances"]
+                .as_array()?
+                .iter()
+                .find(|i| i["name"] == name)?
+                .clone();
+            let s = i["stats"].as_object()?.clone();
+            Some(s.get("system_memory_quota").and_then(|q| q.as_u64()))
+        })
+        .await
+    }
+
     fn instance(&self, name: &str) -> Option<(Vec<u64>, u64)> {
         self.instances()
             .into_iter()
@@ -698,7 +713,14 @@ async fn test_gpu_shares_against_a_kubelet_harness() {
         tonic::transport::Server::builder()
             .serve_with_incoming(PodResourcesListerServer::new(pods.clone()), pr_incoming),
     );
-    const SHARES: [&str; 4] = ["--shares-per-gpu", "3", "--share-gpu-memory", "10GiB"];
+    const SHARES: [&str; 6] = [
+        "--shares-per-gpu",
+        "3",
+        "--share-gpu-memory",
+        "10GiB",
+        "--system-memory",
+        "8GiB",
+    ];
     tokio::time::timeout(Duration::from_secs(300), async {
         // 3 x 30 GiB on an 80 GiB GPU without overcommit: refused, saying why.
         let mut bad = start_plugin_with(
@@ -776,6 +798,7 @@ async fn test_gpu_shares_against_a_kubelet_harness() {
         for n in [&a, &b] {
             assert_eq!(served.instance(n).map(|(g, _)| g), Some(vec![2]));
             assert_eq!(served.quotas(n).await, [Some(10 << 30)], "{n}");
+            assert_eq!(served.system_quota(n).await, Some(8 << 30), "{n}");
         }
         let out = served.run(&b, &[NVFE, "init", "--expect-gpus", "1"]);
         assert!(out.status.success(), "the share's instance serves: {out:?}");
