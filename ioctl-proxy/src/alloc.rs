@@ -205,7 +205,7 @@ impl Req<'_> {
         // pool and size, admitted under the RM lock below.
         let pool = match eff {
             NV01_MEMORY_LOCAL_USER => Some(self.vid_gpu(h_root, h_parent)),
-            NV01_MEMORY_SYSTEM => Some(Some(crate::vidmem::HOST_POOL)),
+            NV01_MEMORY_SYSTEM => Some(Some(crate::objects::HOST_POOL)),
             _ => None,
         };
         let vid = pool.map(|pool| {

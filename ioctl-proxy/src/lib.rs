@@ -61,7 +61,7 @@ pub use host_driver::{
     HandedFile, HostCall, HostDriver, HostFile, NESTED_PTR_PLACEHOLDER, NestedBuf, NodeKind,
 };
 pub use memory::{ClientMemory, MemError};
-pub use objects::{ObjectError, ObjectTable, OwnerId, VidCharge};
+pub use objects::{HOST_POOL, ObjectError, ObjectTable, OwnerId, VidCharge};
 pub use osdesc::{MAX_OS_DESCRIPTOR_BYTES, MAX_OS_DESCRIPTORS};
 pub use plan::{Buf, Outputs, Params, Plan};
 pub use policy::{InstancePolicy, Mode, Quotas, Verdict};

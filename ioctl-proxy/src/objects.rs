@@ -287,6 +287,10 @@ pub(crate) struct Object {
     pub(crate) vid: Option<VidCharge>,
 }
 
+/// The pool of system memory in a [`VidCharge`], where a GPU's is its id (RM GPU ids are made of
+/// the PCI domain, bus and device, whose device is at most `0x1f`, so none is this).
+pub const HOST_POOL: u32 = u32::MAX;
+
 /// Counted memory an object holds on the tenant's behalf: one driver memory block, of video
 /// memory on one GPU or of the host's system memory (`vidmem.rs`).
 /// A dup or an import of the object names the same block; the block's bytes count once, for as
@@ -297,7 +301,7 @@ pub struct VidCharge {
     /// The block: a number unique in the table.
     pub block: u64,
     /// The pool: the driver's GPU id (`nv_ioctl_card_info_t.gpu_id`) for video memory, or the
-    /// host's (`vidmem::HOST_POOL`) for system memory.
+    /// host's ([`HOST_POOL`]) for system memory.
     pub gpu: u32,
     /// Bytes counted.
     pub bytes: u64,
@@ -313,7 +317,7 @@ pub const MAX_HOLDS_PER_OPEN: usize = 4096;
 struct VidBooks {
     /// block → (charge, references).
     blocks: HashMap<u64, (VidCharge, u32)>,
-    /// Pool (GPU id or `vidmem::HOST_POOL`) → bytes held.
+    /// Pool (GPU id or [`HOST_POOL`]) → bytes held.
     used: BTreeMap<u32, u64>,
     /// The next block number.
     next: u64,
@@ -887,7 +891,7 @@ impl ObjectTable {
     }
 
     /// Bytes the table's objects and export holds hold in pool `gpu_id` (a GPU's video memory,
-    /// or the host's system memory for `vidmem::HOST_POOL`).
+    /// or the host's system memory for [`HOST_POOL`]).
     pub fn vid_used(&self, gpu_id: u32) -> u64 {
         self.vid.used.get(&gpu_id).copied().unwrap_or(0)
     }

@@ -502,7 +502,7 @@ impl Proxy {
     /// The bytes of system memory the instance's objects hold (`vidmem.rs`). The quota is
     /// `policy().quotas.system_memory`.
     pub fn system_memory_used(&self) -> u64 {
-        lock(&self.objects).vid_used(crate::vidmem::HOST_POOL)
+        lock(&self.objects).vid_used(crate::objects::HOST_POOL)
     }
 
     /// Before a UVM mapping of `h_memory` of `h_client` by the UVM open `open`: whether the

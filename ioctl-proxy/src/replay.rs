@@ -508,7 +508,7 @@ impl Proxy {
                 *e = e.saturating_add(bytes);
             }
             for (pool, bytes) in per_pool {
-                let host = pool == crate::vidmem::HOST_POOL;
+                let host = pool == crate::objects::HOST_POOL;
                 let quota = if host { q.system_memory } else { q.gpu_memory };
                 let Some(quota) = quota.filter(|&quota| bytes > quota) else {
                     continue;

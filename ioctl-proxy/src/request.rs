@@ -745,7 +745,7 @@ impl<'a> Req<'a> {
             let asked = vid_heap_class(flags, attr, attr2, 0).0;
             let pool = match asked {
                 NV01_MEMORY_LOCAL_USER => Some(r.vid_gpu(h_root, h_parent)),
-                NV01_MEMORY_SYSTEM => Some(Some(crate::vidmem::HOST_POOL)),
+                NV01_MEMORY_SYSTEM => Some(Some(crate::objects::HOST_POOL)),
                 _ => None,
             };
             let vid = pool.map(|pool| (pool, rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE)));
@@ -964,7 +964,7 @@ impl<'a> Req<'a> {
                 .then(|| q.limit.wrapping_add(1));
             let _g = r.px.rm_lock();
             if let Some(size) = sys {
-                r.vid_admit(Some(crate::vidmem::HOST_POOL), size)?;
+                r.vid_admit(Some(crate::objects::HOST_POOL), size)?;
             }
             let ret = r.exec(&mut plan);
             let ok = rd32(plan.buf(None), STATUS) == NV_OK;
@@ -986,7 +986,7 @@ impl<'a> Req<'a> {
                         offset_of!(P, params) + offset_of!(NVOS02_PARAMETERS, limit),
                     );
                     let bytes = crate::vid_books::pages(size.max(limit.wrapping_add(1)));
-                    t.new_vid_charge(crate::vidmem::HOST_POOL, bytes)
+                    t.new_vid_charge(crate::objects::HOST_POOL, bytes)
                 });
                 let origin = Origin::Unreplayable("not recorded".into());
                 let added = t.add_vid_object(h_root, h_parent, h_new, class, &[], origin, charge);

@@ -70,10 +70,7 @@ use crate::plan::{Plan, rd32, rd64, wr32};
 use crate::request::Req;
 use crate::vid_books::pages;
 
-/// The pool of system memory in a [`crate::objects::VidCharge`], where a GPU's is its id (RM
-/// GPU ids are made of the PCI domain, bus and device, whose device is at most `0x1f`, so none
-/// is this).
-pub const HOST_POOL: u32 = u32::MAX;
+pub(crate) use crate::objects::HOST_POOL;
 
 /// `NV_MEMORY_ALLOCATION_PARAMS.size`.
 pub(crate) const MEM_SIZE: usize = offset_of!(NV_MEMORY_ALLOCATION_PARAMS, size);
