@@ -548,7 +548,7 @@ pub fn metrics(socket: &SocketArg) -> Result<()> {
 
 /// `nvproxy instance list` as a table.
 pub fn table(instances: &[InstanceInfo]) -> String {
-    let rows: Vec<[String; 11]> = instances
+    let rows: Vec<[String; 12]> = instances
         .iter()
         .map(|i| {
             let (files, objects) = i.stats.as_ref().map_or(("-".into(), "-".into()), |s| {
@@ -568,6 +568,10 @@ pub fn table(instances: &[InstanceInfo]) -> String {
                         .collect::<Vec<_>>()
                         .join(",")
                 });
+            let system = i.stats.as_ref().map_or("-".into(), |s| {
+                let quota = s.system_memory_quota.map_or("-".into(), gib);
+                format!("{}/{quota}", gib(s.system_memory))
+            });
             [
                 i.name.clone(),
                 if i.pid == 0 {
@@ -595,11 +599,12 @@ pub fn table(instances: &[InstanceInfo]) -> String {
                 files,
                 objects,
                 memory,
+                system,
                 i.state.clone(),
             ]
         })
         .collect();
-    let mut widths = [4, 3, 4, 4, 4, 8, 9, 5, 7, 10, 5];
+    let mut widths = [4, 3, 4, 4, 4, 8, 9, 5, 7, 10, 13, 5];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.len());
@@ -628,6 +633,7 @@ pub fn table(instances: &[InstanceInfo]) -> String {
             "FILES",
             "OBJECTS",
             "GPU MEMORY",
+            "SYSTEM MEMORY",
             "STATE",
         ]
         .map(String::from),
@@ -741,13 +747,15 @@ mod tests {
                         quota: Some(10 << 30),
                     },
                 ],
+                system_memory: 3 << 30,
+                system_memory_quota: Some(32 << 30),
                 ..Default::default()
             }),
         }]);
         assert_eq!(
             t,
-            "NAME   PID  GPUS  CAPS     MODE     PRIORITY  TRANSPORT  FILES  OBJECTS  GPU MEMORY                     STATE\n\
-             job42  77   0,1   compute  enforce  low       socket     3      12       8.0GiB/10.0GiB,0.0GiB/10.0GiB  running\n"
+            "NAME   PID  GPUS  CAPS     MODE     PRIORITY  TRANSPORT  FILES  OBJECTS  GPU MEMORY                     SYSTEM MEMORY   STATE\n\
+             job42  77   0,1   compute  enforce  low       socket     3      12       8.0GiB/10.0GiB,0.0GiB/10.0GiB  3.0GiB/32.0GiB  running\n"
         );
     }
 
