@@ -732,7 +732,16 @@ impl Proxy {
             let objects = c
                 .objects
                 .iter()
-                .map(|o| (o.handle, o.object(rebase(o.class, &o.origin))))
+                .map(|o| {
+                    let mut object = o.object(rebase(o.class, &o.origin));
+                    // The memory it holds counts on the GPU it now lives on.
+                    if let Some(c) = object.vid.as_mut()
+                        && c.gpu != crate::objects::HOST_POOL
+                    {
+                        c.gpu = gpu_ids.get(&c.gpu).copied().unwrap_or(c.gpu);
+                    }
+                    (o.handle, object)
+                })
                 .collect();
             clients.insert(
                 c.handle,

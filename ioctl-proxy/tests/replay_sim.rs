@@ -614,3 +614,24 @@ fn test_restore_past_the_gpu_memory_quota_is_refused() {
     let restored = Proxy::restore(&ckpt, enough, new.clone(), &[]).unwrap();
     assert_eq!(restored.proxy.gpu_memory_used()[0].1, 2 << 20);
 }
+
+/// A restore onto another GPU (a remap rule) counts the restored video memory on that GPU: the
+/// saved charges name the old GPU's id, and a charge left under it would leave the new GPU's
+/// quota free for as much again while the restored objects hold their memory.
+#[test]
+fn test_a_remapped_restore_counts_the_memory_on_the_new_gpu() {
+    let sim = SimDriver::new(SimConfig::default_gpus(2));
+    let mut alpha = SimTenant::new(&sim, "alpha", vec![1]);
+    let _tree = build(&mut alpha, &sim, &[1]);
+    let before = alpha.proxy.gpu_memory_used();
+    assert_eq!(before, [(1, 2 << 20)], "the tree's memory on GPU 1");
+    let ckpt = alpha.proxy.checkpoint().unwrap();
+    alpha.proxy.release_all();
+    drop(alpha);
+    let mut beta = policy(vec![0]);
+    beta.quotas.gpu_memory = Some(10 << 30);
+    let restored = Proxy::restore(&ckpt, beta, sim.clone(), &["1=0".parse().unwrap()]).unwrap();
+    assert_eq!(restored.proxy.gpu_memory_used(), [(0, 2 << 20)]);
+    restored.proxy.release_all();
+    assert_eq!(sim.stats(), SimStats::default());
+}
