@@ -31,9 +31,19 @@ pub(crate) const FB_PAGE: u64 = 4096;
 const ATTR_PHYSICALITY_SHIFT: u32 = 27;
 const ATTR_PHYSICALITY_MASK: u32 = 3 << ATTR_PHYSICALITY_SHIFT;
 /// `NVOS32_ATTR_PHYSICALITY_NONCONTIGUOUS`, `_CONTIGUOUS`, `_ALLOW_NONCONTIGUOUS`.
-const PHYSICALITY_NONCONTIGUOUS: u32 = 1;
-const PHYSICALITY_CONTIGUOUS: u32 = 2;
+pub(crate) const PHYSICALITY_NONCONTIGUOUS: u32 = 1;
+pub(crate) const PHYSICALITY_CONTIGUOUS: u32 = 2;
 const PHYSICALITY_ALLOW_NONCONTIGUOUS: u32 = 3;
+
+/// `attr`'s `NVOS32_ATTR_PHYSICALITY`.
+pub(crate) fn physicality(attr: u32) -> u32 {
+    (attr & ATTR_PHYSICALITY_MASK) >> ATTR_PHYSICALITY_SHIFT
+}
+
+/// `attr` with its physicality set to `p` (what the driver reports back as obtained).
+pub(crate) fn with_physicality(attr: u32, p: u32) -> u32 {
+    (attr & !ATTR_PHYSICALITY_MASK) | (p << ATTR_PHYSICALITY_SHIFT)
+}
 
 /// Where an allocation landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +119,8 @@ impl FbBooks {
         attr: u32,
     ) -> Option<Placed> {
         debug_assert!(bytes > 0 && bytes.is_multiple_of(FB_PAGE));
-        let physicality = (attr & ATTR_PHYSICALITY_MASK) >> ATTR_PHYSICALITY_SHIFT;
-        let with = |p: u32| (attr & !ATTR_PHYSICALITY_MASK) | (p << ATTR_PHYSICALITY_SHIFT);
+        let physicality = physicality(attr);
+        let with = |p: u32| with_physicality(attr, p);
         let fit = self.gaps(total).find(|&(_, len)| len >= bytes);
         if physicality != PHYSICALITY_NONCONTIGUOUS
             && let Some((start, _)) = fit

@@ -25,18 +25,15 @@
 //! other users, no large-page retries), and the descriptor's own size is left out of its
 //! limit (a few hundred bytes: the limit moves by some tens of pages).
 
+use crate::fb::{
+    FB_PAGE as PAGE, PHYSICALITY_CONTIGUOUS, PHYSICALITY_NONCONTIGUOUS, physicality,
+    with_physicality,
+};
 use crate::status::{NV_ERR_INSUFFICIENT_RESOURCES, NV_ERR_INVALID_ARGUMENT, NV_ERR_NO_MEMORY};
 
-/// The OS page.
-const PAGE: u64 = 4096;
-/// `NVOS32_ATTR_PHYSICALITY` (bits 28:27 of `attr`) and its `_NONCONTIGUOUS`/`_CONTIGUOUS`.
-const PHYSICALITY_SHIFT: u32 = 27;
-const PHYSICALITY_MASK: u32 = 3 << PHYSICALITY_SHIFT;
-const PHYSICALITY_NONCONTIGUOUS: u32 = 1;
-const PHYSICALITY_CONTIGUOUS: u32 = 2;
 /// The largest contiguous block the kernel's buddy allocator gives (x86-64
 /// `MAX_PAGE_ORDER` 10).
-pub(crate) const MAX_CONTIGUOUS: u64 = PAGE << 10;
+const MAX_CONTIGUOUS: u64 = PAGE << 10;
 /// Pages a noncontiguous descriptor may list: `8 * pages` under 4 GiB.
 const MAX_DESCRIPTOR_PAGES: u64 = 0xffff_ffff / 8;
 
@@ -53,7 +50,7 @@ pub(crate) fn obtain(size: u64, attr: u32, held: u64, total: u64) -> Result<Obta
     let bytes = size
         .checked_next_multiple_of(PAGE)
         .ok_or(NV_ERR_INVALID_ARGUMENT)?;
-    let contiguous = (attr & PHYSICALITY_MASK) >> PHYSICALITY_SHIFT == PHYSICALITY_CONTIGUOUS;
+    let contiguous = physicality(attr) == PHYSICALITY_CONTIGUOUS;
     if !contiguous && bytes / PAGE > MAX_DESCRIPTOR_PAGES {
         return Err(NV_ERR_INSUFFICIENT_RESOURCES);
     }
@@ -63,14 +60,14 @@ pub(crate) fn obtain(size: u64, attr: u32, held: u64, total: u64) -> Result<Obta
     if held.checked_add(bytes).is_none_or(|t| t > total) {
         return Err(NV_ERR_NO_MEMORY);
     }
-    let physicality = if contiguous {
+    let obtained = if contiguous {
         PHYSICALITY_CONTIGUOUS
     } else {
         PHYSICALITY_NONCONTIGUOUS
     };
     Ok(Obtained {
         bytes,
-        attr: (attr & !PHYSICALITY_MASK) | (physicality << PHYSICALITY_SHIFT),
+        attr: with_physicality(attr, obtained),
     })
 }
 
@@ -79,8 +76,8 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
-    const CONTIG: u32 = PHYSICALITY_CONTIGUOUS << PHYSICALITY_SHIFT;
-    const NONCONTIG: u32 = PHYSICALITY_NONCONTIGUOUS << PHYSICALITY_SHIFT;
+    const CONTIG: u32 = PHYSICALITY_CONTIGUOUS << 27;
+    const NONCONTIG: u32 = PHYSICALITY_NONCONTIGUOUS << 27;
 
     #[test]
     fn rounds_to_pages_and_reports_the_physicality() {
@@ -93,7 +90,7 @@ mod tests {
         );
         // Other attr bits are kept; `_ALLOW_NONCONTIGUOUS` (3) is noncontiguous here.
         assert_eq!(
-            obtain(PAGE + 1, (3 << PHYSICALITY_SHIFT) | 0x10, 0, GIB),
+            obtain(PAGE + 1, (3 << 27) | 0x10, 0, GIB),
             Ok(Obtained {
                 bytes: 2 * PAGE,
                 attr: NONCONTIG | 0x10

@@ -161,34 +161,29 @@ impl Served {
             .collect()
     }
 
-    /// The quota on each GPU of instance `name`, once its worker reports (`None`: no quota).
-    async fn quotas(&self, name: &str) -> Vec<Option<u64>> {
+    /// The worker's stats of instance `name`, once it reports.
+    async fn stats(&self, name: &str) -> serde_json::Value {
         until(&format!("{name}'s stats"), || {
             let a = self.api(r#"{"op":"list"}"#);
             let i = a["instances"]
                 .as_array()?
                 .iter()
-                .find(|i| i["name"] == name)?
-                .clone();
-            let m = i["stats"]["gpu_memory"].as_array()?.clone();
-            Some(m.iter().map(|g| g["quota"].as_u64()).collect())
+                .find(|i| i["name"] == name)?;
+            i["stats"].is_object().then(|| i["stats"].clone())
         })
         .await
     }
 
-    /// The system memory quota of instance `name`, once its worker reports.
+    /// The quota on each GPU of instance `name` (`None`: no quota).
+    async fn quotas(&self, name: &str) -> Vec<Option<u64>> {
+        let s = self.stats(name).await;
+        let m = s["gpu_memory"].as_array().cloned().unwrap_or_default();
+        m.iter().map(|g| g["quota"].as_u64()).collect()
+    }
+
+    /// The system memory quota of instance `name` (`None`: no quota).
     async fn system_quota(&self, name: &str) -> Option<u64> {
-        until(&format!("{name}'s stats"), || {
-            let a = self.api(r#"{"op":"list"}"#);
-            let i = a["instances"]
-                .as_array()?
-                .iter()
-                .find(|i| i["name"] == name)?
-                .clone();
-            let s = i["stats"].as_object()?.clone();
-            Some(s.get("system_memory_quota").and_then(|q| q.as_u64()))
-        })
-        .await
+        self.stats(name).await["system_memory_quota"].as_u64()
     }
 
     fn instance(&self, name: &str) -> Option<(Vec<u64>, u64)> {
