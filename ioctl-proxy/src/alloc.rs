@@ -205,7 +205,9 @@ impl Req<'_> {
         // pool and size, admitted under the RM lock below.
         let pool = match eff {
             NV01_MEMORY_LOCAL_USER => Some(self.vid_gpu(h_root, h_parent)),
-            NV01_MEMORY_SYSTEM => Some(Some(crate::objects::HOST_POOL)),
+            // EGM is host memory: "for self-hosted platforms which support EGM, EGM pool is
+            // the same as sysmem pool" (egmmemValidateParams, egm_mem.c).
+            NV01_MEMORY_SYSTEM | NV_MEMORY_EXTENDED_USER => Some(Some(crate::objects::HOST_POOL)),
             _ => None,
         };
         let vid = pool.map(|pool| {

@@ -736,16 +736,19 @@ impl<'a> Req<'a> {
             let ptr = rd64(plan.buf(None), at);
             r.nested(&mut plan, None, at, ptr, 8, Dir::InOut)?;
             // Counted memory (vidmem.rs): ALLOC_SIZE of location VIDMEM, not virtual, on the
-            // device's GPU; of another location, not virtual, in the host's pool.
+            // device's GPU; of another location or EGM, not virtual, in the host's pool.
             let (flags, attr, attr2) = (
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_FLAGS),
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR),
                 rd32(plan.buf(None), NVOS32_ALLOC_SIZE_ATTR2),
             );
-            let asked = vid_heap_class(flags, attr, attr2, 0).0;
+            let egm = r.px.abi.vid_heap_egm;
+            let asked = vid_heap_class(flags, attr, attr2, 0, egm).0;
             let pool = match asked {
                 NV01_MEMORY_LOCAL_USER => Some(r.vid_gpu(h_root, h_parent)),
-                NV01_MEMORY_SYSTEM => Some(Some(crate::objects::HOST_POOL)),
+                NV01_MEMORY_SYSTEM | NV_MEMORY_EXTENDED_USER => {
+                    Some(Some(crate::objects::HOST_POOL))
+                }
                 _ => None,
             };
             let vid = pool.map(|pool| (pool, rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE)));
@@ -760,7 +763,7 @@ impl<'a> Req<'a> {
                 let flags = rd32(out, NVOS32_ALLOC_SIZE_FLAGS);
                 let attr = rd32(out, NVOS32_ALLOC_SIZE_ATTR);
                 let attr2 = rd32(out, NVOS32_ALLOC_SIZE_ATTR2);
-                let (class, deps) = vid_heap_class(flags, attr, attr2, h_vaspace);
+                let (class, deps) = vid_heap_class(flags, attr, attr2, h_vaspace, egm);
                 let mut t = r.px.objects();
                 let deps: Vec<u32> = deps
                     .into_iter()
@@ -998,8 +1001,11 @@ impl<'a> Req<'a> {
 }
 
 /// The class a `VID_HEAP_CONTROL` allocation is recorded under, and its dependencies (as
-/// gVisor's `rmVidHeapControlAllocSize`).
-fn vid_heap_class(flags: u32, attr: u32, attr2: u32, h_vaspace: u32) -> (u32, Vec<u32>) {
+/// gVisor's `rmVidHeapControlAllocSize`). `egm`: whether the version honours
+/// `NVOS32_ATTR2_USE_EGM` ([`nvproxy_abi::DriverAbi::vid_heap_egm`]); before 550 the bit is
+/// unused and the driver allocates by location, so it must not turn the allocation into an
+/// uncounted class.
+fn vid_heap_class(flags: u32, attr: u32, attr2: u32, h_vaspace: u32, egm: bool) -> (u32, Vec<u32>) {
     if flags & NVOS32_ALLOC_FLAGS_VIRTUAL != 0 {
         let deps = if h_vaspace != 0 {
             vec![h_vaspace]
@@ -1008,7 +1014,7 @@ fn vid_heap_class(flags: u32, attr: u32, attr2: u32, h_vaspace: u32) -> (u32, Ve
         };
         return (NV50_MEMORY_VIRTUAL, deps);
     }
-    if attr2 & NVOS32_ATTR2_USE_EGM != 0 {
+    if egm && attr2 & NVOS32_ATTR2_USE_EGM != 0 {
         return (NV_MEMORY_EXTENDED_USER, Vec::new());
     }
     if (attr >> 25) & 3 == NVOS32_ATTR_LOCATION_VIDMEM {

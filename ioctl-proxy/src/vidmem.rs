@@ -15,7 +15,10 @@
 //! - `NV_ESC_RM_ALLOC` of `NV01_MEMORY_SYSTEM` (`sysmemConstruct`, `system_mem.c`): the size
 //!   in `NV_MEMORY_ALLOCATION_PARAMS`;
 //! - `NV_ESC_RM_VID_HEAP_CONTROL` `ALLOC_SIZE` of another location, not virtual (the same
-//!   `RM_ALLOC` of `NV01_MEMORY_SYSTEM`);
+//!   `RM_ALLOC` of `NV01_MEMORY_SYSTEM`), or from 550 with `NVOS32_ATTR2_USE_EGM` (an `RM_ALLOC`
+//!   of `NV_MEMORY_EXTENDED_USER`: EGM, host memory on self-hosted systems, "the same as sysmem
+//!   pool", `egmmemValidateParams` in `egm_mem.c`; before 550 the bit is unused, so only a
+//!   version whose table says so, [`nvproxy_abi::DriverAbi::vid_heap_egm`], reads it);
 //! - `NV_ESC_RM_ALLOC_MEMORY` of `NV01_MEMORY_SYSTEM` (`_rmAllocMemorySystem`): `limit + 1`.
 //!
 //! RM takes these pages from the kernel itself (`nv_alloc_system_pages` /

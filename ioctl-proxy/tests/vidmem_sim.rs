@@ -22,6 +22,10 @@ const QUOTA: u64 = 10 * GIB;
 const SYS_QUOTA: u64 = 4 * GIB;
 const LOCAL_USER: u32 = 0x40;
 const SYSTEM: u32 = 0x3e;
+/// `NV_MEMORY_EXTENDED_USER` (EGM).
+const EGM: u32 = 0x42;
+/// `NVOS32_ATTR2_USE_EGM` (24).
+const ATTR2_USE_EGM: u32 = 1 << 24;
 /// `NVOS32_ATTR_LOCATION_PCI` (26:25).
 const ATTR_PCI: u32 = 1 << 25;
 /// `NVOS02_FLAGS_MAPPING_NO_MAP` (31:30); location PCI, contiguous (0).
@@ -156,6 +160,11 @@ impl Inst {
 
     /// `VID_HEAP_CONTROL` `ALLOC_SIZE` of `bytes` with `attr` (location VIDMEM: 0).
     fn vid_heap_at(&mut self, h: u32, bytes: u64, attr: u32) -> u32 {
+        self.vid_heap_at2(h, bytes, attr, 0)
+    }
+
+    /// The same with `attr2`.
+    fn vid_heap_at2(&mut self, h: u32, bytes: u64, attr: u32, attr2: u32) -> u32 {
         let mut p = NVOS32_PARAMETERS::new_zeroed();
         p.hRoot = self.client;
         p.hObjectParent = self.device;
@@ -164,6 +173,7 @@ impl Inst {
         wr32(&mut b, 44, h); // AllocSize.hMemory
         wr32(&mut b, 52, 0x4000); // flags: MEMORY_HANDLE_PROVIDED
         wr32(&mut b, 56, attr); // AllocSize.attr
+        wr32(&mut b, 144, attr2); // AllocSize.attr2
         wr64(&mut b, 88, bytes); // AllocSize.size
         let (r, out) = self
             .t
@@ -366,6 +376,52 @@ fn test_every_system_memory_path_counts_in_one_pool() {
     assert_eq!(a.free(0x200), NV_OK);
     assert_eq!(a.sys_used(), 0);
     assert_eq!(a.alloc_memory(0x201, SYS_QUOTA, OS02_NO_MAP), NV_OK);
+}
+
+/// EGM (`VID_HEAP_CONTROL` with `NVOS32_ATTR2_USE_EGM`, which from 550 allocates
+/// `NV_MEMORY_EXTENDED_USER`) is host memory the driver carves for the GPU on self-hosted
+/// systems ("EGM pool is the same as sysmem pool", `egmmemValidateParams`, `egm_mem.c`): it
+/// counts in the host pool, so a tenant cannot take host memory past its quota by asking for
+/// it as EGM. nvsim's GPUs have no local EGM and answer `NV_ERR_INVALID_ARGUMENT`, as the
+/// driver does: nothing stays counted. `RM_ALLOC` of the class is in no version's table.
+#[test]
+fn test_bypass_egm_counts_against_the_system_memory_quota() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1).with_version("580.142".parse().unwrap()));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    assert_eq!(a.vid_heap_at(0x100, 3 * GIB, ATTR_PCI), NV_OK);
+    // The proxy's answer; the driver's would be NV_ERR_INVALID_ARGUMENT.
+    assert_eq!(
+        a.vid_heap_at2(0x101, GIB + 1, 0, ATTR2_USE_EGM),
+        NV_ERR_NO_MEMORY
+    );
+    assert_eq!(
+        a.vid_heap_at2(0x101, GIB, 0, ATTR2_USE_EGM),
+        NV_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(a.sys_used(), 3 * GIB);
+    let (c, d, ctl) = (a.client, a.device, a.ctl);
+    let (s, _) = a.t.alloc(ctl, c, d, EGM, &[0; 128]);
+    assert_eq!(s, NV_ERR_INVALID_CLASS);
+}
+
+/// Before 550 attr2 bit 24 means nothing to the driver, which allocates by location: the bit
+/// must not make video memory look like uncounted EGM.
+#[test]
+fn test_bypass_attr2_bit_24_before_550_is_counted_by_its_location() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", Some(QUOTA), Some(SYS_QUOTA));
+    assert_eq!(
+        a.vid_heap_at2(0x100, QUOTA + 1, 0, ATTR2_USE_EGM),
+        NV_ERR_NO_MEMORY
+    );
+    assert_eq!(a.vid_heap_at2(0x100, 2 * GIB, 0, ATTR2_USE_EGM), NV_OK);
+    assert_eq!(a.used(), 2 * GIB);
+    assert_eq!(
+        a.vid_heap_at2(0x101, SYS_QUOTA + 1, ATTR_PCI, ATTR2_USE_EGM),
+        NV_ERR_NO_MEMORY
+    );
+    assert_eq!(a.vid_heap_at2(0x101, GIB, ATTR_PCI, ATTR2_USE_EGM), NV_OK);
+    assert_eq!(a.sys_used(), GIB);
 }
 
 #[test]

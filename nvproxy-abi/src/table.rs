@@ -134,6 +134,11 @@ pub struct DriverAbi {
     pub classes: BTreeMap<u32, ClassSpec>,
     /// The legacy GSS control categories the version's headers define ([`crate::legacy`]).
     pub legacy_categories: Vec<&'static crate::LegacyCategory>,
+    /// Whether `NV_ESC_RM_VID_HEAP_CONTROL`'s `ALLOC_SIZE` honours `NVOS32_ATTR2_USE_EGM`
+    /// (attr2 bit 24) and allocates EGM, `NV_MEMORY_EXTENDED_USER`: from 550
+    /// (`_rmVidHeapControlAllocCommon`, `rmapi_deprecated_vidheapctrl.c`). Before it the bit
+    /// is unused, and the location alone decides between video and system memory.
+    pub vid_heap_egm: bool,
 }
 
 // Builder helpers used by the version tree. They are called only on our own static data, and

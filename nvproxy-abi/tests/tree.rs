@@ -333,3 +333,22 @@ fn test_versions_rendering_fits_a_wide_terminal() {
         .unwrap();
     assert!(longest <= 150, "{longest}\n{out}");
 }
+
+/// `VID_HEAP_CONTROL` reads `NVOS32_ATTR2_USE_EGM` from 550: `_rmVidHeapControlAllocCommon`
+/// (`src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c`) has no EGM branch at
+/// 545.29.06 and allocates `NV_MEMORY_EXTENDED_USER` for it at 550.40.07.
+#[test]
+fn test_vid_heap_egm_from_550() {
+    for (v, egm) in [
+        ("545.29.06", false),
+        ("550.40.07", true),
+        ("580.65.06", true),
+    ] {
+        let node = nvproxy_abi::find(&v.parse().unwrap()).unwrap();
+        assert_eq!(node.tables().vid_heap_egm, egm, "{v}");
+    }
+    assert!(
+        !nvproxy_abi::nodes()[0].tables().vid_heap_egm,
+        "the 535 root"
+    );
+}

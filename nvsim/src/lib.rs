@@ -105,7 +105,8 @@
 //! classes other than clients, device, subdevice,
 //! OS events, `NV01_MEMORY_SYSTEM`, `NV01_MEMORY_LOCAL_USER`, `FERMI_VASPACE_A`,
 //! `NV50_MEMORY_VIRTUAL`, `HOPPER_USERMODE_A`, `NV_CONFIDENTIAL_COMPUTE` and the channel classes
-//! above (`NV_ERR_INVALID_CLASS`); controls other than those in [`control::cmd`]
+//! above (`NV_ERR_INVALID_CLASS`; EGM, `NV_MEMORY_EXTENDED_USER`, gets `NV_ERR_INVALID_ARGUMENT`
+//! as on a GPU without local EGM); controls other than those in [`control::cmd`]
 //! (`NV_ERR_NOT_SUPPORTED`); NUMA, I2C, registry and event-data escapes (`EINVAL`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -68,9 +68,10 @@ fn class_params(drv: &SimDriver, class: u32) -> Option<(usize, bool)> {
         | NV01_EVENT_KERNEL_CALLBACK_EX => (table(NV01_EVENT_OS_EVENT, 24), true),
         NV01_DEVICE_0 => (table(class, 56), false),
         NV20_SUBDEVICE_0 => (table(class, 4), false),
-        NV01_MEMORY_SYSTEM | NV01_MEMORY_LOCAL_USER | NV50_MEMORY_VIRTUAL => {
-            (table(class, 120), true)
-        }
+        NV01_MEMORY_SYSTEM
+        | NV01_MEMORY_LOCAL_USER
+        | NV_MEMORY_EXTENDED_USER
+        | NV50_MEMORY_VIRTUAL => (table(class, 120), true),
         FERMI_VASPACE_A => (table(class, 48), true),
         // RS_OPTIONAL(NV_HOPPER_USERMODE_A_PARAMS)
         HOPPER_USERMODE_A => (table(class, 2), false),
@@ -205,9 +206,10 @@ impl State {
             NV20_SUBDEVICE_0 | NV01_MEMORY_SYSTEM => parent_class == NV01_DEVICE_0,
             HOPPER_USERMODE_A => parent_class == NV20_SUBDEVICE_0,
             NV_CONFIDENTIAL_COMPUTE => is_root_class(parent_class),
-            NV01_MEMORY_LOCAL_USER | FERMI_VASPACE_A | NV50_MEMORY_VIRTUAL => {
-                matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0)
-            }
+            NV01_MEMORY_LOCAL_USER
+            | NV_MEMORY_EXTENDED_USER
+            | FERMI_VASPACE_A
+            | NV50_MEMORY_VIRTUAL => matches!(parent_class, NV01_DEVICE_0 | NV20_SUBDEVICE_0),
             KEPLER_CHANNEL_GROUP_A => parent_class == NV01_DEVICE_0,
             FERMI_CONTEXT_SHARE_A => parent_class == KEPLER_CHANNEL_GROUP_A,
             crate::channel::HOPPER_CHANNEL_GPFIFO_A => {
@@ -424,6 +426,14 @@ impl State {
                     crate::buf::write(p, 0, &out);
                 }
                 Ok(Kind::Memory { block: id })
+            }
+            // egmmemConstruct → egmmemValidateParams (egm_mem.c): the simulated GPUs are not
+            // self-hosted and have no local EGM, which it answers NV_ERR_INVALID_ARGUMENT.
+            NV_MEMORY_EXTENDED_USER => {
+                let p = a.params.as_deref().ok_or(NV_ERR_INVALID_ARGUMENT)?;
+                crate::buf::read::<nvproxy_abi::structs::NV_MEMORY_ALLOCATION_PARAMS>(p, 0)
+                    .ok_or(NV_ERR_INVALID_ADDRESS)?;
+                Err(NV_ERR_INVALID_ARGUMENT)
             }
             // confComputeApiConstruct: points at the GPU manager's CC caps; nothing can fail.
             NV_CONFIDENTIAL_COMPUTE => Ok(Kind::ConfCompute),

@@ -3,7 +3,8 @@
 //!
 //! The driver keeps the old `NVOS32` heap interface as a translation onto `RM_ALLOC`:
 //! `NVOS32_FUNCTION_ALLOC_SIZE` becomes an allocation of `NV50_MEMORY_VIRTUAL`
-//! (`NVOS32_ALLOC_FLAGS_VIRTUAL`), `NV01_MEMORY_LOCAL_USER` (attr location `VIDMEM`) or
+//! (`NVOS32_ALLOC_FLAGS_VIRTUAL`), from 550 `NV_MEMORY_EXTENDED_USER` (`NVOS32_ATTR2_USE_EGM`:
+//! EGM, which the simulated GPUs lack), `NV01_MEMORY_LOCAL_USER` (attr location `VIDMEM`) or
 //! `NV01_MEMORY_SYSTEM` under `hObjectParent`, with an `NV_MEMORY_ALLOCATION_PARAMS` built from
 //! the `AllocSize` fields, whose results are copied back whatever the status. The simulator
 //! does the same onto its own `RM_ALLOC`. The other functions are not simulated
@@ -83,6 +84,9 @@ pub(crate) fn vid_heap_control(
     write_at(call, loc, 0, &p);
 }
 
+/// `NVOS32_ATTR2_USE_EGM` (bit 24, from 550; unused before).
+const ATTR2_USE_EGM: u32 = 1 << 24;
+
 /// `_nvos32FunctionAllocSize` + `_rmVidHeapControlAllocCommon`.
 fn alloc_size(drv: &SimDriver, st: &mut State, p: &mut NVOS32_PARAMETERS, os_info: i32) -> u32 {
     let mut a = AllocSize::read_from_prefix(&p.data[..])
@@ -117,6 +121,8 @@ fn alloc_size(drv: &SimDriver, st: &mut State, p: &mut NVOS32_PARAMETERS, os_inf
     // NVOS32_ATTR_LOCATION (bits 26:25) VIDMEM is 0.
     let class = if a.flags & crate::vaspace::FLAGS_VIRTUAL != 0 {
         rm::NV50_MEMORY_VIRTUAL
+    } else if drv.abi.vid_heap_egm && a.attr2 & ATTR2_USE_EGM != 0 {
+        rm::NV_MEMORY_EXTENDED_USER
     } else if (a.attr >> 25) & 3 == 0 {
         rm::NV01_MEMORY_LOCAL_USER
     } else {

@@ -11,6 +11,7 @@ use common::*;
 use nvproxy_abi::ioctl::NV_ESC_RM_VID_HEAP_CONTROL;
 use nvproxy_abi::structs::{NV_MEMORY_ALLOCATION_PARAMS, NVOS32_PARAMETERS};
 use nvsim::control::cmd;
+use nvsim::{SimConfig, SimDriver};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const NV_OK: u32 = 0;
@@ -234,6 +235,40 @@ fn test_vid_heap_alloc_size_takes_from_the_same_books() {
     assert_eq!(vid(&s, 0x302, 31 * GIB, 0).0, NV_ERR_NO_MEMORY);
     assert_eq!(free(&s.ctl, s.client, 0x300), NV_OK);
     assert_eq!(free_and_largest(&s), (TOTAL, TOTAL));
+}
+
+/// `NVOS32_ATTR2_USE_EGM` (24): from 550 `ALLOC_SIZE` allocates EGM
+/// (`NV_MEMORY_EXTENDED_USER`), which the simulated GPUs lack (`egmmemValidateParams`:
+/// `NV_ERR_INVALID_ARGUMENT`, nothing allocated); before 550 the bit is unused and the location
+/// decides. `RM_ALLOC` of the class gets the same answer.
+#[test]
+fn test_vid_heap_egm_from_550_and_the_unused_bit_before() {
+    let heap = |s: &Stack, h: u32, size: u64| {
+        let mut p = NVOS32_PARAMETERS::new_zeroed();
+        p.hRoot = s.client;
+        p.hObjectParent = s.device;
+        p.function = 2; // NVOS32_FUNCTION_ALLOC_SIZE
+        p.data[4..8].copy_from_slice(&h.to_ne_bytes());
+        p.data[12..16].copy_from_slice(&0x4000u32.to_ne_bytes()); // MEMORY_HANDLE_PROVIDED
+        p.data[48..56].copy_from_slice(&size.to_ne_bytes()); // attr 0: VIDMEM
+        p.data[104..108].copy_from_slice(&(1u32 << 24).to_ne_bytes()); // attr2: USE_EGM
+        let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
+        assert_eq!(r.unwrap(), 0);
+        out.status
+    };
+    let d = sim(1);
+    let s = stack(&d, 0);
+    assert_eq!(heap(&s, 0x300, GIB), NV_OK);
+    assert_eq!(d.stats().allocated_memory, GIB, "535: video memory");
+
+    let d = SimDriver::new(SimConfig::default_gpus(1).with_version("580.142".parse().unwrap()));
+    let s = stack(&d, 0);
+    assert_eq!(heap(&s, 0x300, GIB), NV_ERR_INVALID_ARGUMENT);
+    assert_eq!(d.stats().allocated_memory, 0, "580: EGM, refused");
+    let b = vec![0u8; 128];
+    let (r, out, _) = alloc_full(&s.ctl, s.client, s.device, 0x301, 0x42, Some(&b));
+    assert_eq!((r.unwrap(), out.status), (0, NV_ERR_INVALID_ARGUMENT));
+    assert_eq!(d.stats().live_objects, 2, "the device and subdevice only");
 }
 
 #[test]

@@ -65,11 +65,16 @@ pub use node::{AbiNode, Support};
 use crate::table::DriverAbi;
 use crate::{AbiError, DriverVersion};
 
+/// The first major version whose `VID_HEAP_CONTROL` allocates EGM
+/// ([`DriverAbi::vid_heap_egm`]; read in the driver source at 545.29.06 and 550.40.07).
+const VID_HEAP_EGM_SINCE: u16 = 550;
+
 impl AbiNode {
     /// Builds this version's four tables (the parent's, then this node's changes).
     pub fn tables(&self) -> DriverAbi {
         let mut t = (self.build)();
         t.legacy_categories = crate::legacy_categories(self.version).collect();
+        t.vid_heap_egm = self.version.major() >= VID_HEAP_EGM_SINCE;
         t
     }
 
