@@ -17,7 +17,9 @@
 //! - every RM client A's object table holds exists in the driver, and no client handle is in
 //!   both instances' tables;
 //! - A's operations leave B alone: B's client is still in the driver and B's object count
-//!   changes only through B's own (Cross) operations.
+//!   changes only through B's own (Cross) operations;
+//! - the driver holds no more video memory per GPU, nor system memory, than the two instances'
+//!   books count (what a request could take uncounted would escape a quota).
 //!
 //! After the input: every open of both instances is closed; then both object tables are
 //! empty, no open-file slot is taken, and the simulator holds nothing (`SimStats` all zero:
@@ -724,6 +726,30 @@ impl World {
             let used = a.proxy.system_memory_used();
             assert!(used <= q, "A holds {used} bytes of system memory, past its quota {q}");
         }
+        // The driver never holds more memory than the two instances count: memory that a
+        // request can take without being counted would escape a quota.
+        for g in 0..self.sim.config().gpus.len() {
+            let minor = u32::try_from(g).expect("few GPUs");
+            let counted = |t: &Tenant| {
+                t.proxy
+                    .gpu_memory_used()
+                    .into_iter()
+                    .find(|&(m, _)| m == minor)
+                    .map_or(0, |(_, used)| used)
+            };
+            let held = self.sim.allocated_video_memory(g);
+            let (ca, cb) = (counted(a), counted(b));
+            assert!(
+                held <= ca + cb,
+                "the driver holds {held} bytes of video memory on GPU {g}, the instances count {ca} + {cb}"
+            );
+        }
+        let held = self.sim.allocated_host_memory();
+        let (ca, cb) = (a.proxy.system_memory_used(), b.proxy.system_memory_used());
+        assert!(
+            held <= ca + cb,
+            "the driver holds {held} bytes of system memory, the instances count {ca} + {cb}"
+        );
         let driver_clients: HashSet<u32> = self.sim.client_handles().into_iter().collect();
         for &h in &a.clients {
             if a.proxy.has_client(h) {

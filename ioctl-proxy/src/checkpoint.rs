@@ -632,6 +632,13 @@ impl Proxy {
             opens.push(saved);
         }
         opens.sort_by_key(|o| o.id);
+        for (id, f) in self.lingering().iter() {
+            items.push(format!(
+                "open {} ({}): closed, but another open's REGISTER_FD keeps it and its clients alive in the driver, which replay does not re-create",
+                id.0,
+                f.node.dev_name()
+            ));
+        }
         {
             let d = lock(&self.dma_maps);
             for &(c, dma, mem) in d.live.keys() {

@@ -43,6 +43,10 @@ pub struct LiveOpen {
     /// More OS events than recorded.
     #[serde(default)]
     pub os_events_overflow: bool,
+    /// Closed by the tenant, kept by another open's `REGISTER_FD` (`Proxy::release`);
+    /// written only when set, so the layout stays the older workers'.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lingering: bool,
 }
 
 /// A frontend proxy's tables while it serves.
@@ -202,7 +206,13 @@ impl Proxy {
             Ok(files.len() - 1)
         };
         let mut opens = Vec::new();
-        for (&id, f) in self.opens().iter() {
+        let live_opens = self.opens();
+        let lingering = self.lingering();
+        let all = live_opens
+            .iter()
+            .map(|(&id, f)| (id, f, false))
+            .chain(lingering.iter().map(|(&id, f)| (id, f, true)));
+        for (id, f, lingers) in all {
             let rec = lock(&f.record).clone();
             let Some(saved) = SavedOpen::of(id, f.node, &rec) else {
                 continue;
@@ -219,8 +229,10 @@ impl Proxy {
                 mapping,
                 context,
                 os_events_overflow: rec.os_events_overflow,
+                lingering: lingers,
             });
         }
+        drop((lingering, live_opens));
         opens.sort_by_key(|o| o.saved.id);
         let clients = self
             .objects()
@@ -326,6 +338,7 @@ impl Proxy {
         }
         let mut opens: std::collections::HashMap<_, _, crate::hash::WordHash> =
             std::collections::HashMap::default();
+        let mut lingering = std::collections::BTreeMap::new();
         for (o, node) in live.opens.iter().zip(nodes) {
             let adopted = (|| -> Result<_, ProxyError> {
                 let host = self
@@ -346,24 +359,25 @@ impl Proxy {
                 Ok(x) => x,
                 Err(e) => {
                     // Not dropped: they are the old worker's files still.
-                    std::mem::forget(opens);
+                    std::mem::forget((opens, lingering));
                     return Err(e);
                 }
             };
             let record = o.saved.record(|id| id, o.os_events_overflow);
-            opens.insert(
-                OwnerId(o.saved.id),
-                Arc::new(OpenFile {
-                    node,
-                    host,
-                    mapping: Mutex::new(MappingSlot::from_live(mapping, o.context)),
-                    record: Mutex::new(record),
-                }),
-            );
+            let file = Arc::new(OpenFile {
+                node,
+                host,
+                mapping: Mutex::new(MappingSlot::from_live(mapping, o.context)),
+                record: Mutex::new(record),
+            });
+            match o.lingering {
+                false => opens.insert(OwnerId(o.saved.id), file),
+                true => lingering.insert(OwnerId(o.saved.id), file),
+            };
         }
-        for _ in 0..opens.len() {
+        for _ in 0..opens.len() + lingering.len() {
             if let Err(e) = self.take_open_slot() {
-                std::mem::forget(opens);
+                std::mem::forget((opens, lingering));
                 return Err(e);
             }
         }
@@ -371,13 +385,14 @@ impl Proxy {
         // without it a live upgrade would hand the tenant back the memory its exports hold.
         for &(owner, key, charge) in &live.vid_holds {
             if !table.hold_at(OwnerId(owner), key, charge) {
-                std::mem::forget(opens);
+                std::mem::forget((opens, lingering));
                 return Err(bad(format!(
                     "more than the holds an open may keep ({owner})"
                 )));
             }
         }
         *self.opens() = opens;
+        *self.lingering() = lingering;
         *self.objects() = table;
         self.bump_open_ids(live.next_open);
         lock(&self.devices).extend(live.devices);

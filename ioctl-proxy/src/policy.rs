@@ -273,7 +273,8 @@ pub struct InstancePolicy {
 /// Per-instance bounds on what a tenant can make the daemon hold (issue 9, finding 2). Each is
 /// answered to the offending tenant only, with the driver's own answer for running out:
 /// - `open_files`: opens of the instance's nodes (`/dev/nvidiactl`, `/dev/nvidia<N>`,
-///   `/dev/nvidia-uvm`), each a host file of the daemon; past it `open` fails with `ENOMEM`,
+///   `/dev/nvidia-uvm`), each a host file of the daemon (a closed control open that another
+///   open's `REGISTER_FD` keeps alive included, `Proxy::release`); past it `open` fails with `ENOMEM`,
 ///   what `nvidia_open` answers when it cannot allocate the open's state
 ///   (`nv_alloc_file_private`, `kernel-open/nvidia/nv.c`) and `uvm_open` when the va_space
 ///   cannot be created;

@@ -182,6 +182,11 @@ pub struct OpenFile {
     pub(crate) record: Mutex<OpenRecord>,
 }
 
+/// Whether one of `files` registered `ctl` as its control file (`NV_ESC_REGISTER_FD`).
+fn registered_to<'a>(ctl: OpenId, mut files: impl Iterator<Item = &'a Arc<OpenFile>>) -> bool {
+    files.any(|f| lock_record(f).registered_ctl == Some(ctl))
+}
+
 /// Most OS events recorded per open; past it the open is unreplayable (the driver has no
 /// bound of its own, the record must have one).
 pub(crate) const MAX_OS_EVENTS_PER_OPEN: usize = 1024;
@@ -239,6 +244,12 @@ pub struct Proxy {
     pub(crate) host: Arc<dyn HostDriver>,
     pub(crate) gpus: Vec<GpuInfo>,
     pub(crate) opens: Mutex<HashMap<OpenId, Arc<OpenFile>, WordHash>>,
+    /// Control opens the tenant closed while another open's `NV_ESC_REGISTER_FD` names them:
+    /// the driver holds such a file (`nv_get_file_private` keeps its reference until the
+    /// registering file is closed, `escape.c`), and with it the RM clients allocated on it, so
+    /// the books keep them too ([`Proxy::release`]). Each keeps its open-file slot. Locked
+    /// after `opens`.
+    pub(crate) lingering: Mutex<BTreeMap<OpenId, Arc<OpenFile>>>,
     pub(crate) next_open: AtomicU64,
     /// Opens of all the instance's nodes (frontend and UVM), against `quotas.open_files`.
     pub(crate) open_files: AtomicUsize,
@@ -319,6 +330,7 @@ impl Proxy {
             host,
             gpus,
             opens: Mutex::new(HashMap::default()),
+            lingering: Mutex::default(),
             next_open: AtomicU64::new(1),
             open_files: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -474,8 +486,49 @@ impl Proxy {
     /// table (the host file's close frees them in the driver, as `RmFreeUnusedClients` does)
     /// and drops the host file and the open's mapping file, if any (mappings the tenant made
     /// keep their own reference). Returns the freed client handles.
+    ///
+    /// A control open that another open's `NV_ESC_REGISTER_FD` names outlives the tenant's
+    /// close as the driver's file does: it *lingers*, clients, memory and slot counted, until
+    /// the last open registered to it is released, and goes with that one. Else closing the
+    /// control file before the GPU file (as every process exit may) would drop from the books
+    /// memory the driver still holds, and a tenant could hold past its quotas that way.
     pub fn release(&self, open: OpenId) -> Vec<u32> {
-        let file = lock(&self.opens).remove(&open);
+        let file = {
+            let mut opens = lock(&self.opens);
+            let file = opens.remove(&open);
+            if let Some(f) = &file {
+                let mut lingering = lock(&self.lingering);
+                if registered_to(open, opens.values().chain(lingering.values())) {
+                    debug!(instance = %self.policy.name, open = open.0, "release: lingers, registered by another open");
+                    lingering.insert(open, Arc::clone(f));
+                    return Vec::new();
+                }
+            }
+            file
+        };
+        let mut next = file.as_ref().and_then(|f| lock_record(f).registered_ctl);
+        let mut freed = self.release_now(open, file);
+        // The control file its REGISTER_FD held goes when no other open holds it (chains are
+        // at most two links long: the driver refuses a link to a file that has one).
+        while let Some(ctl) = next {
+            let file = {
+                let opens = lock(&self.opens);
+                let mut lingering = lock(&self.lingering);
+                if !lingering.contains_key(&ctl)
+                    || registered_to(ctl, opens.values().chain(lingering.values()))
+                {
+                    break;
+                }
+                lingering.remove(&ctl)
+            };
+            next = file.as_ref().and_then(|f| lock_record(f).registered_ctl);
+            freed.extend(self.release_now(ctl, file));
+        }
+        freed
+    }
+
+    /// [`Proxy::release`] of one open, now.
+    fn release_now(&self, open: OpenId, file: Option<Arc<OpenFile>>) -> Vec<u32> {
         if file.is_some() {
             self.release_open_slot();
         }
@@ -487,6 +540,11 @@ impl Proxy {
         debug!(instance = %self.policy.name, open = open.0, clients = ?freed, "release");
         drop(file);
         freed
+    }
+
+    /// Control opens the tenant closed that the driver still holds (see [`Proxy::release`]).
+    pub fn lingering_opens(&self) -> usize {
+        lock(&self.lingering).len()
     }
 
     /// Per GPU of the instance (host minor, in the instance's order): the bytes of video memory
@@ -540,6 +598,12 @@ impl Proxy {
         for &id in &ids {
             self.release(id);
         }
+        // Every holder is gone, so nothing lingers; should a link have escaped the books,
+        // the driver's files go with the instance all the same.
+        let left = std::mem::take(&mut *self.lingering());
+        for (id, f) in left {
+            self.release_now(id, Some(f));
+        }
         ids.len()
     }
 
@@ -580,6 +644,10 @@ impl Proxy {
     /// Number of RM clients plus objects the instance holds.
     pub fn object_count(&self) -> usize {
         lock(&self.objects).len()
+    }
+
+    pub(crate) fn lingering(&self) -> MutexGuard<'_, BTreeMap<OpenId, Arc<OpenFile>>> {
+        lock(&self.lingering)
     }
 
     pub(crate) fn file(&self, open: OpenId) -> Option<Arc<OpenFile>> {

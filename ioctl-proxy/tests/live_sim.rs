@@ -331,6 +331,14 @@ fn test_a_driver_in_this_process_cannot_hand_over() {
     assert!(e.contains("[sim] process = true"), "{e}");
 }
 
+/// The bytes of video memory `p` counts on GPU `minor`.
+fn video_used(p: &Proxy, minor: u32) -> u64 {
+    p.gpu_memory_used()
+        .iter()
+        .find(|g| g.0 == minor)
+        .map_or(0, |g| g.1)
+}
+
 /// The video memory an export or a UVM external mapping keeps counted (a hold of an open, not
 /// an object) comes along: before, the new worker forgot it and the tenant got it back.
 #[test]
@@ -338,12 +346,7 @@ fn test_the_files_holds_of_video_memory_come_along() {
     let (_sim, driver, t, tree) = setup();
     let (mut live, files) = t.proxy.export_live().unwrap();
     let (gpu, minor) = (t.proxy.gpus()[0].gpu_id, t.proxy.gpus()[0].minor);
-    let used = |p: &Proxy| {
-        p.gpu_memory_used()
-            .iter()
-            .find(|g| g.0 == minor)
-            .map_or(0, |g| g.1)
-    };
+    let used = |p: &Proxy| video_used(p, minor);
     let before = used(&t.proxy);
     assert!(
         before >= 2 << 20,
@@ -365,9 +368,56 @@ fn test_the_files_holds_of_video_memory_come_along() {
     // And it goes with the file that held it.
     let (again, _) = new.export_live().unwrap();
     assert_eq!(again.vid_holds, [(tree.ctl.0, 0, charge)]);
+    // The GPU open registered the control open (REGISTER_FD): the control file goes with it.
     new.release(tree.ctl);
-    assert!(used(&new) <= before, "{}", used(&new));
+    assert_eq!(
+        used(&new),
+        before + (4 << 20),
+        "the driver still holds the file"
+    );
     new.release(tree.gpu);
+    assert_eq!(used(&new), 0);
+}
+
+/// A control open the tenant closed while the GPU open that registered it lives on lingers
+/// (the driver keeps its file, its clients and their memory): a live upgrade carries it, and
+/// the new worker releases it with the GPU open.
+#[test]
+fn test_a_lingering_control_open_comes_along() {
+    let (sim, driver, t, tree) = setup();
+    let minor = t.proxy.gpus()[0].minor;
+    let used = |p: &Proxy| video_used(p, minor);
+    let before = used(&t.proxy);
+    let objects = t.proxy.object_count();
+    assert!(before > 0 && objects > 0);
+    t.proxy.release(tree.ctl);
+    assert_eq!((t.proxy.lingering_opens(), used(&t.proxy)), (1, before));
+    let (live, files) = t.proxy.export_live().unwrap();
+    assert_eq!(
+        live.opens
+            .iter()
+            .filter(|o| o.lingering)
+            .map(|o| o.saved.id)
+            .collect::<Vec<_>>(),
+        [tree.ctl.0]
+    );
+    let live: LiveProxy = serde_json::from_str(&serde_json::to_string(&live).unwrap()).unwrap();
+    let new = proxy(&driver);
+    let mut files: Vec<Option<HandedFile>> = files.into_iter().map(Some).collect();
+    new.adopt_live(live, &mut files).unwrap();
+    drop(t.proxy);
+    driver.transit.files.lock().unwrap().clear();
+    assert_eq!(
+        (new.lingering_opens(), used(&new), new.object_count()),
+        (1, before, objects)
+    );
+    new.release(tree.gpu);
+    assert_eq!(
+        (new.lingering_opens(), used(&new), new.object_count()),
+        (0, 0, 0)
+    );
+    drop(new);
+    assert_eq!(sim.stats().live_clients, 0);
 }
 
 #[test]

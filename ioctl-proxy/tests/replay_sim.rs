@@ -292,6 +292,32 @@ fn test_restore_onto_heterogeneous_hardware_is_refused_with_the_reason() {
     assert_eq!(new.stats(), SimStats::default());
 }
 
+/// A control open the tenant closed while a GPU open that registered it lives on lingers in
+/// the driver with its clients (`Proxy::release`); replay cannot re-create a file without an
+/// fd, so a save refuses, naming it, until the GPU open goes too.
+#[test]
+fn test_save_with_a_lingering_control_open_fails_naming_it() {
+    let (sim, t, tree) = tenant_with_tree(1);
+    t.proxy.release(tree.ctl);
+    assert_eq!(t.proxy.lingering_opens(), 1, "GPU open registered it");
+    let err = t.proxy.checkpoint().unwrap_err();
+    let CheckpointError::Unreplayable { items, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(
+        items
+            .iter()
+            .any(|i| i.contains(&format!("open {}", tree.ctl.0)) && i.contains("REGISTER_FD")),
+        "{items:?}"
+    );
+    for &g in &tree.gpus {
+        t.proxy.release(g);
+    }
+    assert_eq!(t.proxy.lingering_opens(), 0);
+    assert_eq!(sim.stats(), SimStats::default());
+    assert!(t.proxy.checkpoint().is_ok());
+}
+
 #[test]
 fn test_save_with_a_channel_group_fails_naming_it() {
     let (sim, mut t, tree) = tenant_with_tree(1);

@@ -255,6 +255,9 @@ fn test_two_instances_each_get_their_quota() {
 fn test_a_closed_file_gives_the_memory_back() {
     let (_sim, mut a, _b) = two();
     assert_eq!(a.vid(0x100, 10 * GIB), NV_OK);
+    // The GPU file registered the control file: the two go together.
+    a.t.proxy.release(a.gpu);
+    assert_eq!(a.used(), 10 * GIB);
     a.t.proxy.release(a.ctl);
     assert_eq!(a.used(), 0);
     let mut a2 = instance(&_sim, "a2", Some(QUOTA));
@@ -438,11 +441,48 @@ fn test_bypass_a_dup_of_system_memory_then_free_of_the_original_keeps_it_counted
     assert_eq!(a.sys_used(), 0);
 }
 
+/// The GPU file registered the control file (`NV_ESC_REGISTER_FD`), so the driver keeps the
+/// control file, its clients and their memory after the tenant closes it, until the GPU file
+/// goes (`escape.c`: the link holds the file's reference): the memory stays counted until
+/// then. Before, a tenant could close and reopen control files to hold memory past its quota.
+#[test]
+fn test_bypass_a_registered_control_file_keeps_its_memory_counted_after_its_close() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", Some(QUOTA), Some(SYS_QUOTA));
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    assert_eq!(a.vid(0x101, 8 * GIB), NV_OK);
+    a.t.proxy.release(a.ctl);
+    assert_eq!(a.t.proxy.lingering_opens(), 1);
+    assert_eq!(
+        sim.allocated_host_memory(),
+        3 * GIB,
+        "the driver keeps the file"
+    );
+    assert_eq!((a.sys_used(), a.used()), (3 * GIB, 8 * GIB));
+    // A new control file cannot take what the old one still holds.
+    let ctl = a.t.proxy.open(FrontendNode::Ctl).unwrap();
+    let (s, client) = a.t.alloc(ctl, 0, 0, 0x41, &[]);
+    assert_eq!(s, NV_OK);
+    let (s, device) = a.t.alloc(ctl, client, client, 0x80, &[0; 56]);
+    assert_eq!(s, NV_OK);
+    (a.ctl, a.client, a.device) = (ctl, client, device);
+    assert_eq!(a.mem(0x200, SYSTEM, GIB + 1), NV_ERR_NO_MEMORY);
+    assert_eq!(a.vid(0x201, 2 * GIB + 1), NV_ERR_NO_MEMORY);
+    // The GPU file's release takes the old control file with it.
+    a.t.proxy.release(a.gpu);
+    assert_eq!(a.t.proxy.lingering_opens(), 0);
+    assert_eq!((a.sys_used(), a.used()), (0, 0));
+    assert_eq!(sim.allocated_host_memory(), 0);
+    a.t.proxy.release_all();
+    assert_eq!(sim.stats(), SimStats::default());
+}
+
 #[test]
 fn test_a_closed_file_gives_the_system_memory_back() {
     let sim = SimDriver::new(SimConfig::default_gpus(1));
     let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
     assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    a.t.proxy.release(a.gpu);
     a.t.proxy.release(a.ctl);
     assert_eq!(a.sys_used(), 0);
     a.t.proxy.release_all();

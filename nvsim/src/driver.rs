@@ -538,6 +538,12 @@ impl SimDriver {
         self.stats().allocated_memory
     }
 
+    /// Bytes of the host's memory the driver's system-memory blocks hold (bounded by
+    /// `SimConfig::host_memory_bytes`).
+    pub fn allocated_host_memory(&self) -> u64 {
+        self.lock().host_pages_bytes
+    }
+
     /// Bytes of video memory allocated on GPU `index` (config order).
     pub fn allocated_video_memory(&self, index: usize) -> u64 {
         self.lock().gpus.get(index).map_or(0, |g| g.fb.used())
