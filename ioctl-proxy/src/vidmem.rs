@@ -34,7 +34,9 @@
 //! fd's file is released), an object imported from that fd and a UVM mapping name the same
 //! block, which stays counted until the last of them goes. Every teardown path of the object
 //! table (free, a freed client or parent, a released file, a removed instance) drops the
-//! references, so the memory is given back with the object.
+//! references, so the memory is given back with the object; a control file another file
+//! registered (`NV_ESC_REGISTER_FD`) is released with the last of those, as in the driver
+//! (`Proxy::release`).
 //!
 //! Not counted: OS descriptors, virtual memory, `RM_ALLOC_MEMORY` of `NV01_MEMORY_LOCAL_USER`
 //! (a system-memory placeholder for a non-root client, `_rmAllocMemoryLocalUser`; its `limit`,
