@@ -300,6 +300,8 @@ impl SavedOpen {
     ) -> OpenRecord {
         OpenRecord {
             registered_ctl: self.registered_ctl.map(OwnerId),
+            // Proxy::recount_holders sets it once every open is in place.
+            holders: 0,
             attached: self
                 .attached
                 .as_ref()

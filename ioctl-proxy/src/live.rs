@@ -393,6 +393,7 @@ impl Proxy {
         }
         *self.opens() = opens;
         *self.lingering() = lingering;
+        self.recount_holders();
         *self.objects() = table;
         self.bump_open_ids(live.next_open);
         lock(&self.devices).extend(live.devices);

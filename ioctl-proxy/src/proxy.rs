@@ -182,11 +182,6 @@ pub struct OpenFile {
     pub(crate) record: Mutex<OpenRecord>,
 }
 
-/// Whether one of `files` registered `ctl` as its control file (`NV_ESC_REGISTER_FD`).
-fn registered_to<'a>(ctl: OpenId, mut files: impl Iterator<Item = &'a Arc<OpenFile>>) -> bool {
-    files.any(|f| lock_record(f).registered_ctl == Some(ctl))
-}
-
 /// Most OS events recorded per open; past it the open is unreplayable (the driver has no
 /// bound of its own, the record must have one).
 pub(crate) const MAX_OS_EVENTS_PER_OPEN: usize = 1024;
@@ -196,6 +191,9 @@ pub(crate) const MAX_OS_EVENTS_PER_OPEN: usize = 1024;
 pub(crate) struct OpenRecord {
     /// The control open this open was registered to with `NV_ESC_REGISTER_FD`.
     pub(crate) registered_ctl: Option<OpenId>,
+    /// How many opens registered this one and are not released yet (`Proxy::release`: while
+    /// any are, its release only makes it linger). Not saved: rebuilt from `registered_ctl`.
+    pub(crate) holders: u32,
     /// GPU ids attached with `NV_ESC_ATTACH_GPUS_TO_FD` (host ids, zeros dropped).
     pub(crate) attached: Option<Vec<u32>>,
     /// OS events registered on this open: (hClient, hDevice, the open the fd named).
@@ -496,35 +494,80 @@ impl Proxy {
         let file = {
             let mut opens = lock(&self.opens);
             let file = opens.remove(&open);
-            if let Some(f) = &file {
-                let mut lingering = lock(&self.lingering);
-                if registered_to(open, opens.values().chain(lingering.values())) {
-                    debug!(instance = %self.policy.name, open = open.0, "release: lingers, registered by another open");
-                    lingering.insert(open, Arc::clone(f));
-                    return Vec::new();
-                }
+            if let Some(f) = &file
+                && lock_record(f).holders > 0
+            {
+                debug!(instance = %self.policy.name, open = open.0, "release: lingers, registered by another open");
+                lock(&self.lingering).insert(open, Arc::clone(f));
+                return Vec::new();
             }
             file
         };
-        let mut next = file.as_ref().and_then(|f| lock_record(f).registered_ctl);
+        let next = file.as_ref().and_then(|f| lock_record(f).registered_ctl);
         let mut freed = self.release_now(open, file);
-        // The control file its REGISTER_FD held goes when no other open holds it (chains are
-        // at most two links long: the driver refuses a link to a file that has one).
+        if let Some(ctl) = next {
+            freed.extend(self.unhold_ctl(ctl));
+        }
+        freed
+    }
+
+    /// Counts a registration (`NV_ESC_REGISTER_FD`) of the control open `ctl`, before the
+    /// call, so that a close of `ctl` racing it lingers. False if `ctl` is no longer open.
+    pub(crate) fn hold_ctl(&self, ctl: OpenId) -> bool {
+        match lock(&self.opens).get(&ctl) {
+            Some(f) => {
+                lock_record(f).holders += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops one registration of `ctl` (the registering open was released, or the call
+    /// failed): a lingering `ctl` without holders is released now, and with it the control
+    /// open it registered itself, if that one lingers too (chains are at most two links long:
+    /// the driver refuses a link to a file that has one). Returns the freed client handles.
+    pub(crate) fn unhold_ctl(&self, ctl: OpenId) -> Vec<u32> {
+        let mut freed = Vec::new();
+        let mut next = Some(ctl);
         while let Some(ctl) = next {
             let file = {
                 let opens = lock(&self.opens);
                 let mut lingering = lock(&self.lingering);
-                if !lingering.contains_key(&ctl)
-                    || registered_to(ctl, opens.values().chain(lingering.values()))
-                {
+                let Some(f) = opens.get(&ctl).or_else(|| lingering.get(&ctl)) else {
+                    break;
+                };
+                let mut rec = lock_record(f);
+                rec.holders = rec.holders.saturating_sub(1);
+                if rec.holders > 0 || !lingering.contains_key(&ctl) {
                     break;
                 }
+                drop(rec);
                 lingering.remove(&ctl)
             };
             next = file.as_ref().and_then(|f| lock_record(f).registered_ctl);
             freed.extend(self.release_now(ctl, file));
         }
         freed
+    }
+
+    /// Sets every open's holder count from the registrations recorded in the opens (after a
+    /// restore or a live upgrade built them).
+    pub(crate) fn recount_holders(&self) {
+        let opens = lock(&self.opens);
+        let lingering = lock(&self.lingering);
+        let all = || opens.iter().chain(lingering.iter());
+        for (_, f) in all() {
+            lock_record(f).holders = 0;
+        }
+        let targets: Vec<OpenId> = all()
+            .filter_map(|(_, f)| lock_record(f).registered_ctl)
+            .collect();
+        for ctl in targets {
+            if let Some(f) = opens.get(&ctl).or_else(|| lingering.get(&ctl)) {
+                lock_record(f).holders += 1;
+            }
+        }
     }
 
     /// [`Proxy::release`] of one open, now.

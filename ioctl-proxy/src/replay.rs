@@ -784,6 +784,7 @@ impl Proxy {
                 proxy.open_files.fetch_add(1, Ordering::AcqRel);
             }
         }
+        proxy.recount_holders();
         info!(
             instance = %proxy.policy.name,
             opens = ckpt.opens.len(),

@@ -531,10 +531,18 @@ impl<'a> Req<'a> {
             offset_of!(nv_ioctl_register_fd_t, ctl_fd),
             fd_field::to_u32(host),
         );
-        let ret = self.exec(&mut plan)?;
-        if ret == 0 {
-            crate::proxy::lock_record(&self.file).registered_ctl = Some(ctl);
+        // The link keeps the control file in the driver until this file goes; counted before
+        // the call, so a close of the control file racing it keeps its books (`Proxy::release`).
+        let held = self.px.hold_ctl(ctl);
+        let ret = self.exec(&mut plan);
+        match ret {
+            Ok(0) if held => crate::proxy::lock_record(&self.file).registered_ctl = Some(ctl),
+            _ if held => {
+                self.px.unhold_ctl(ctl);
+            }
+            _ => {}
         }
+        let ret = ret?;
         self.finish(addr, &mut plan, None, ret)
     }
 

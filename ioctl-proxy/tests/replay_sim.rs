@@ -318,6 +318,27 @@ fn test_save_with_a_lingering_control_open_fails_naming_it() {
     assert!(t.proxy.checkpoint().is_ok());
 }
 
+/// The registrations a restore replays hold their control open as before the save: closed
+/// first, it lingers until the GPU opens go.
+#[test]
+fn test_a_restored_registration_keeps_its_control_open() {
+    let (old, t, tree) = tenant_with_tree(1);
+    let new = SimDriver::new(SimConfig::default_gpus(1));
+    let (t, _) = save_and_restore(t, &old, &new, &[]);
+    let objects = t.proxy.object_count();
+    t.proxy.release(tree.ctl);
+    assert_eq!(
+        (t.proxy.lingering_opens(), t.proxy.object_count()),
+        (1, objects)
+    );
+    assert_eq!(new.live_clients(), 1, "the driver keeps the file");
+    for &g in &tree.gpus {
+        t.proxy.release(g);
+    }
+    assert_eq!((t.proxy.lingering_opens(), t.proxy.object_count()), (0, 0));
+    assert_eq!(new.stats(), SimStats::default());
+}
+
 #[test]
 fn test_save_with_a_channel_group_fails_naming_it() {
     let (sim, mut t, tree) = tenant_with_tree(1);

@@ -477,6 +477,34 @@ fn test_bypass_a_registered_control_file_keeps_its_memory_counted_after_its_clos
     assert_eq!(sim.stats(), SimStats::default());
 }
 
+/// A registration the driver refuses (the GPU file has its control file already) holds
+/// nothing: the other control file goes at its close.
+#[test]
+fn test_a_refused_registration_holds_nothing() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    let ctl = a.t.proxy.open(FrontendNode::Ctl).unwrap();
+    let (s, client) = a.t.alloc(ctl, 0, 0, 0x41, &[]);
+    assert_eq!(s, NV_OK);
+    a.t.fds.add(4, ctl);
+    a.t.mem.map(SIM_TOP, &4i32.to_ne_bytes());
+    a.t.mem.begin_request();
+    let t = &mut a.t;
+    let r = t.proxy.ioctl(
+        a.gpu,
+        &CALLER,
+        nv_iowr(0xc9, 4),
+        SIM_TOP,
+        &mut t.mem,
+        &t.fds,
+    );
+    assert!(r.is_err(), "a second REGISTER_FD of the GPU file: {r:?}");
+    let objects = a.t.proxy.object_count();
+    assert_eq!(a.t.proxy.release(ctl), [client]);
+    assert_eq!(a.t.proxy.lingering_opens(), 0);
+    assert_eq!(a.t.proxy.object_count(), objects - 1);
+}
+
 #[test]
 fn test_a_closed_file_gives_the_system_memory_back() {
     let sim = SimDriver::new(SimConfig::default_gpus(1));
