@@ -270,12 +270,21 @@ impl Req<'_> {
         // meanwhile, and whatever it sends next finds the object recorded.
         let early = (!root && self.px.alone())
             .then(|| self.finish_with(addr, &mut plan, Some(STATUS), ret, convert));
+        // A client belongs to the file the driver files it under: the control file this open
+        // registered (`NV_ESC_REGISTER_FD`), if any, else this open (`escape.c`:
+        // `clientOSInfo = nvfp->ctl_nvfp`, else `nvfp`). It lives until that file goes.
+        let owner = match record {
+            Record::Client => crate::proxy::lock_record(&self.file)
+                .registered_ctl
+                .unwrap_or(self.open),
+            Record::Object { .. } => self.open,
+        };
         let mut t = self.px.objects();
         if let Some(Ok(r)) = early {
             self.mem.answer_now(r);
         }
         let r = match record {
-            Record::Client => t.add_client_with(self.open, h, eff, Origin::alloc(rec)),
+            Record::Client => t.add_client_with(owner, h, eff, Origin::alloc(rec)),
             Record::Object { deps, fds } => {
                 // The client reads back its own fd values and client handles (the plan
                 // restores what the proxy rewrote): record the params as it sees them.

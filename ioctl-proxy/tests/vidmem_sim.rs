@@ -477,6 +477,37 @@ fn test_bypass_a_registered_control_file_keeps_its_memory_counted_after_its_clos
     assert_eq!(sim.stats(), SimStats::default());
 }
 
+/// A client allocated through a file that registered a control file belongs to that control
+/// file in the driver (`escape.c`: `clientOSInfo = nvfp->ctl_nvfp`), so closing the first
+/// file leaves the client and its memory alive: they stay counted until the control file
+/// goes. Before, they left the books with the first file (found by the fuzzer).
+#[test]
+fn test_bypass_a_client_made_through_a_registered_file_lives_with_the_control_file() {
+    let sim = SimDriver::new(SimConfig::default_gpus(1));
+    let mut a = instance_with(&sim, "a", None, Some(SYS_QUOTA));
+    let ctl = a.ctl;
+    let x = a.t.proxy.open(FrontendNode::Ctl).unwrap();
+    a.t.fds.add(5, ctl);
+    let (r, _) = a.t.ioctl(x, nv_iowr(0xc9, 4), &5i32.to_ne_bytes());
+    assert_eq!(r, 0, "REGISTER_FD of the second control file");
+    let (s, client) = a.t.alloc(x, 0, 0, 0x41, &[]);
+    assert_eq!(s, NV_OK);
+    let (s, device) = a.t.alloc(x, client, client, 0x80, &[0; 56]);
+    assert_eq!(s, NV_OK);
+    (a.ctl, a.client, a.device) = (x, client, device);
+    assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
+    a.t.proxy.release(x);
+    assert_eq!(
+        sim.allocated_host_memory(),
+        3 * GIB,
+        "filed under the control file"
+    );
+    assert_eq!(a.sys_used(), 3 * GIB);
+    a.t.proxy.release(a.gpu);
+    a.t.proxy.release(ctl);
+    assert_eq!((a.sys_used(), sim.allocated_host_memory()), (0, 0));
+}
+
 /// A registration the driver refuses (the GPU file has its control file already) holds
 /// nothing: the other control file goes at its close.
 #[test]
