@@ -107,11 +107,14 @@ impl Req<'_> {
                 };
                 match t.origin_of(at.0, dev) {
                     Some(Origin::Alloc(rec)) => {
-                        device_instance = rec.params().and_then(|p| {
-                            NV0080_ALLOC_PARAMETERS::read_from_prefix(p)
+                        // deviceConstruct (device.c): without params the instance is the
+                        // class less NV01_DEVICE_0, i.e. 0.
+                        device_instance = match rec.params() {
+                            None => Some(0),
+                            Some(p) => NV0080_ALLOC_PARAMETERS::read_from_prefix(p)
                                 .ok()
-                                .map(|(q, _)| q.deviceId)
-                        });
+                                .map(|(q, _)| q.deviceId),
+                        };
                         break;
                     }
                     Some(Origin::Dup {

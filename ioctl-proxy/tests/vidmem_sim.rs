@@ -508,6 +508,32 @@ fn test_bypass_a_client_made_through_a_registered_file_lives_with_the_control_fi
     assert_eq!((a.sys_used(), sim.allocated_host_memory()), (0, 0));
 }
 
+/// A device allocated without params is device instance 0 (`deviceConstruct`: the class
+/// less `NV01_DEVICE_0`): memory under it counts on that GPU, in an instance of two GPUs too,
+/// where before it was refused under a quota as of an unknown GPU and uncounted without one
+/// (found by the fuzzer).
+#[test]
+fn test_memory_under_a_device_allocated_without_params_counts_on_gpu_0() {
+    let sim = SimDriver::new(SimConfig::default_gpus(2));
+    let mut policy = InstancePolicy::new("two", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0, 1]);
+    policy.quotas.gpu_memory = Some(QUOTA);
+    let mut t = SimTenant::from_proxy(Proxy::for_host(policy, sim.clone()).unwrap());
+    let ctl = t.proxy.open(FrontendNode::Ctl).unwrap();
+    // An open GPU node attaches the GPU (nvidia_open).
+    let _gpu = t.proxy.open(FrontendNode::Gpu(0)).unwrap();
+    let (s, client) = t.alloc(ctl, 0, 0, 0x41, &[]);
+    assert_eq!(s, NV_OK);
+    let (s, device) = t.alloc(ctl, client, client, 0x80, &[]);
+    assert_eq!(s, NV_OK, "device 0 from no params");
+    let mut p = vec![0u8; MEM_PARAMS];
+    wr64(&mut p, SIZE_AT, 2 * GIB);
+    let (s, _) = t.alloc(ctl, client, device, LOCAL_USER, &p);
+    assert_eq!(s, NV_OK);
+    let used = t.proxy.gpu_memory_used();
+    assert_eq!(used, [(0, 2 * GIB), (1, 0)]);
+    assert_eq!(sim.allocated_video_memory(0), 2 * GIB);
+}
+
 /// A registration the driver refuses (the GPU file has its control file already) holds
 /// nothing: the other control file goes at its close.
 #[test]
