@@ -494,12 +494,15 @@ impl Proxy {
         let file = {
             let mut opens = lock(&self.opens);
             let file = opens.remove(&open);
-            if let Some(f) = &file
-                && lock_record(f).holders > 0
-            {
-                debug!(instance = %self.policy.name, open = open.0, "release: lingers, registered by another open");
-                lock(&self.lingering).insert(open, Arc::clone(f));
-                return Vec::new();
+            match &file {
+                Some(f) if lock_record(f).holders > 0 => {
+                    debug!(instance = %self.policy.name, open = open.0, "release: lingers, registered by another open");
+                    lock(&self.lingering).insert(open, Arc::clone(f));
+                    return Vec::new();
+                }
+                // Released twice: it goes with its holders, not now.
+                None if lock(&self.lingering).contains_key(&open) => return Vec::new(),
+                _ => {}
             }
             file
         };
