@@ -515,9 +515,12 @@ impl Proxy {
     }
 
     /// Counts a registration (`NV_ESC_REGISTER_FD`) of the control open `ctl`, before the
-    /// call, so that a close of `ctl` racing it lingers. False if `ctl` is no longer open.
+    /// call, so that a close of `ctl` racing it lingers (a close that came first left it
+    /// lingering or gone). False if `ctl` is gone.
     pub(crate) fn hold_ctl(&self, ctl: OpenId) -> bool {
-        match lock(&self.opens).get(&ctl) {
+        let opens = lock(&self.opens);
+        let lingering = lock(&self.lingering);
+        match opens.get(&ctl).or_else(|| lingering.get(&ctl)) {
             Some(f) => {
                 lock_record(f).holders += 1;
                 true
