@@ -18,8 +18,9 @@
 //!   both instances' tables;
 //! - A's operations leave B alone: B's client is still in the driver and B's object count
 //!   changes only through B's own (Cross) operations;
-//! - the driver holds no more video memory per GPU, nor system memory, than the two instances'
-//!   books count (what a request could take uncounted would escape a quota).
+//! - the driver holds no more video memory per GPU, nor system memory, nor RM clients and
+//!   objects, than the two instances' books count (what a request could take uncounted would
+//!   escape a quota).
 //!
 //! After the input: every open of both instances is closed; then both object tables are
 //! empty, no open-file slot is taken, and the simulator holds nothing (`SimStats` all zero:
@@ -749,6 +750,15 @@ impl World {
         assert!(
             held <= ca + cb,
             "the driver holds {held} bytes of system memory, the instances count {ca} + {cb}"
+        );
+        // Nor more RM clients and objects: what the books miss escapes the object quota.
+        let st = self.sim.stats();
+        let (na, nb) = (a.proxy.object_count(), b.proxy.object_count());
+        assert!(
+            st.live_clients + st.live_objects <= na + nb,
+            "the driver holds {} clients and {} objects, the instances count {na} + {nb}",
+            st.live_clients,
+            st.live_objects
         );
         let driver_clients: HashSet<u32> = self.sim.client_handles().into_iter().collect();
         for &h in &a.clients {

@@ -453,7 +453,10 @@ fn test_bypass_a_registered_control_file_keeps_its_memory_counted_after_its_clos
     assert_eq!(a.vid(0x101, 8 * GIB), NV_OK);
     a.t.proxy.release(a.ctl);
     assert_eq!(a.t.proxy.lingering_opens(), 1);
-    assert!(a.t.proxy.release(a.ctl).is_empty(), "a second release changes nothing");
+    assert!(
+        a.t.proxy.release(a.ctl).is_empty(),
+        "a second release changes nothing"
+    );
     assert_eq!(
         sim.allocated_host_memory(),
         3 * GIB,
