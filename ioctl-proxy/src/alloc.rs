@@ -86,7 +86,14 @@ pub(crate) fn class_handled(class: u32, t: Translation) -> bool {
 /// What to record after a successful allocation.
 enum Record {
     Client,
-    Object { deps: Vec<u32>, fds: Vec<FdUse> },
+    Object {
+        deps: Vec<u32>,
+        fds: Vec<FdUse>,
+        /// An event whose `hParentClient` is not its client: the driver allocates it under
+        /// the client instead of `hParent` (`rmapiFixupAllocParams`, rmapi_specific.c), so
+        /// freeing its source resource leaves it alive.
+        under_client: bool,
+    },
 }
 
 impl Req<'_> {
@@ -285,7 +292,11 @@ impl Req<'_> {
         }
         let r = match record {
             Record::Client => t.add_client_with(owner, h, eff, Origin::alloc(rec)),
-            Record::Object { deps, fds } => {
+            Record::Object {
+                deps,
+                fds,
+                under_client,
+            } => {
                 // The client reads back its own fd values and client handles (the plan
                 // restores what the proxy rewrote): record the params as it sees them.
                 if let (Some(g), Some(o)) = rec.params_and_out_mut() {
@@ -312,7 +323,19 @@ impl Req<'_> {
                     let bytes = crate::vid_books::pages(size.max(back));
                     gpu.map(|g| t.new_vid_charge(g, bytes))
                 });
-                t.add_vid_object(h_root, h_parent, h, eff, &deps, Origin::alloc(rec), charge)
+                let (parent, origin) = match under_client {
+                    false => (h_parent, Origin::alloc(rec)),
+                    // Replay allocates under the parent it records; this one's source is not
+                    // its parent.
+                    true => (
+                        h_root,
+                        Origin::Unreplayable(
+                            "an OS event whose hParentClient is not its client (the driver files it under the client)"
+                                .into(),
+                        ),
+                    ),
+                };
+                t.add_vid_object(h_root, parent, h, eff, &deps, origin, charge)
             }
         };
         drop(t);
@@ -337,16 +360,19 @@ impl Req<'_> {
             return Ok(Record::Object {
                 deps: Vec::new(),
                 fds: Vec::new(),
+                under_client: false,
             });
         };
         let pb = Some(p);
         let mut deps = Vec::new();
         let mut fds = Vec::new();
+        let mut under_client = false;
         match class {
             NV01_EVENT_OS_EVENT => {
                 // data: the fd registered with NV_ESC_ALLOC_OS_EVENT.
                 type P = NV0005_ALLOC_PARAMETERS;
                 let q = plan.get::<P>(pb);
+                under_client = q.hParentClient != h_root;
                 if q.hParentClient != 0 {
                     self.need_client(q.hParentClient)?;
                     let host = self.px.host_client(q.hParentClient);
@@ -456,7 +482,11 @@ impl Req<'_> {
             _ => {}
         }
         deps.retain(|&d| d != 0);
-        Ok(Record::Object { deps, fds })
+        Ok(Record::Object {
+            deps,
+            fds,
+            under_client,
+        })
     }
 }
 

@@ -292,6 +292,47 @@ fn test_restore_onto_heterogeneous_hardware_is_refused_with_the_reason() {
     assert_eq!(new.stats(), SimStats::default());
 }
 
+/// An OS event whose `hParentClient` is not its client is allocated under the client, not
+/// under the resource it names (`rmapiFixupAllocParams`): freeing that resource leaves it in
+/// the driver, and so in the books (before, the books dropped it with the resource, and a
+/// tenant could hold events past its object quota). Replay records events under their
+/// resource, so a save refuses this one, naming it.
+#[test]
+fn test_an_event_of_another_parent_client_lives_under_its_client() {
+    let (sim, mut t, tree) = tenant_with_tree(1);
+    let counted = |t: &SimTenant| t.proxy.object_count();
+    let held = |sim: &SimDriver| {
+        let st = sim.stats();
+        st.live_clients + st.live_objects
+    };
+    let mut ep = vec![0u8; 24];
+    // hParentClient 0: "the allocating client" for the notification, yet not the client.
+    wr32(&mut ep, 8, EVENT_OS);
+    wr32(&mut ep, 12, 2);
+    wr64(&mut ep, 16, CTL_FD as u64);
+    let (s, event) = t.alloc(tree.ctl, tree.client, tree.devices[0].1, 0x05, &ep);
+    assert_eq!(s, 0, "event object");
+    assert_eq!(counted(&t), held(&sim));
+    let err = t.proxy.checkpoint().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{event:#x}")) && err.contains("hParentClient"),
+        "{err}"
+    );
+    let mut free = vec![0u8; 16];
+    wr32(&mut free, 0, tree.client);
+    wr32(&mut free, 4, tree.devices[0].0);
+    wr32(&mut free, 8, tree.devices[0].1);
+    let (_, out) = t.ioctl(tree.ctl, nv_iowr(0x29, 16), &free);
+    assert_eq!(rd32(&out, 12), 0, "free of the subdevice");
+    assert_eq!(counted(&t), held(&sim), "the event outlives its resource");
+    assert!(t.proxy.owns_object(tree.client, event));
+    wr32(&mut free, 4, tree.client);
+    wr32(&mut free, 8, event);
+    let (_, out) = t.ioctl(tree.ctl, nv_iowr(0x29, 16), &free);
+    assert_eq!(rd32(&out, 12), 0, "free of the event under the client");
+    assert_eq!(counted(&t), held(&sim));
+}
+
 /// A control open the tenant closed while a GPU open that registered it lives on lingers in
 /// the driver with its clients (`Proxy::release`); replay cannot re-create a file without an
 /// fd, so a save refuses, naming it, until the GPU open goes too.
