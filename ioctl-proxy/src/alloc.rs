@@ -210,13 +210,7 @@ impl Req<'_> {
         }
         // Video memory on the device's GPU, system memory in the host's pool (vidmem.rs): the
         // pool and size, admitted under the RM lock below.
-        let pool = match eff {
-            NV01_MEMORY_LOCAL_USER => Some(self.vid_gpu(h_root, h_parent)),
-            // EGM is host memory: "for self-hosted platforms which support EGM, EGM pool is
-            // the same as sysmem pool" (egmmemValidateParams, egm_mem.c).
-            NV01_MEMORY_SYSTEM | NV_MEMORY_EXTENDED_USER => Some(Some(crate::objects::HOST_POOL)),
-            _ => None,
-        };
+        let pool = self.memory_pool(eff, h_root, h_parent);
         let vid = pool.map(|pool| {
             let size = pbuf.map_or(0, |p| rd64(plan.buf(Some(p)), crate::vidmem::MEM_SIZE));
             (pool, size)

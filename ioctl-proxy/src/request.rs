@@ -752,13 +752,7 @@ impl<'a> Req<'a> {
             );
             let egm = r.px.abi.vid_heap_egm;
             let asked = vid_heap_class(flags, attr, attr2, 0, egm).0;
-            let pool = match asked {
-                NV01_MEMORY_LOCAL_USER => Some(r.vid_gpu(h_root, h_parent)),
-                NV01_MEMORY_SYSTEM | NV_MEMORY_EXTENDED_USER => {
-                    Some(Some(crate::objects::HOST_POOL))
-                }
-                _ => None,
-            };
+            let pool = r.memory_pool(asked, h_root, h_parent);
             let vid = pool.map(|pool| (pool, rd64(plan.buf(None), NVOS32_ALLOC_SIZE_SIZE)));
             let _g = r.px.rm_lock();
             if let Some((gpu, size)) = vid {

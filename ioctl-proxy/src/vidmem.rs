@@ -92,6 +92,24 @@ const SIZE_INDICES: [u32; 5] = [0x07, 0x08, 0x09, 0x0a, 0x20];
 const FREE_INDICES: [u32; 2] = [0x12, 0x16];
 
 impl Req<'_> {
+    /// The pool an allocation of memory class `class` under `h_parent` counts in (module
+    /// docs): `Some(gpu)` for video memory (`Some(None)` when the device's GPU is unknown),
+    /// the host's for system memory and EGM ("for self-hosted platforms which support EGM,
+    /// EGM pool is the same as sysmem pool", `egmmemValidateParams`, egm_mem.c); `None` for a
+    /// class that is not counted.
+    pub(crate) fn memory_pool(
+        &self,
+        class: u32,
+        h_client: u32,
+        h_parent: u32,
+    ) -> Option<Option<u32>> {
+        match class {
+            NV01_MEMORY_LOCAL_USER => Some(self.vid_gpu(h_client, h_parent)),
+            NV01_MEMORY_SYSTEM | NV_MEMORY_EXTENDED_USER => Some(Some(HOST_POOL)),
+            _ => None,
+        }
+    }
+
     /// The driver GPU id of the device `h_object` of `h_client` lies under (the device's
     /// `deviceId`, learned as the allocation of the device checked it), or for an instance of
     /// one GPU that GPU.

@@ -121,6 +121,16 @@ impl Inst {
         rd32(&out, 40)
     }
 
+    /// Allocates a client and a device through `ctl` and makes them (and `ctl`) the ones the
+    /// other helpers use.
+    fn use_new_client_on(&mut self, ctl: OpenId) {
+        let (s, client) = self.t.alloc(ctl, 0, 0, 0x41, &[]);
+        assert_eq!(s, NV_OK);
+        let (s, device) = self.t.alloc(ctl, client, client, 0x80, &[0; 56]);
+        assert_eq!(s, NV_OK);
+        (self.ctl, self.client, self.device) = (ctl, client, device);
+    }
+
     fn free(&mut self, h: u32) -> u32 {
         let mut fp = vec![0u8; 16];
         wr32(&mut fp, 0, self.client);
@@ -465,11 +475,7 @@ fn test_bypass_a_registered_control_file_keeps_its_memory_counted_after_its_clos
     assert_eq!((a.sys_used(), a.used()), (3 * GIB, 8 * GIB));
     // A new control file cannot take what the old one still holds.
     let ctl = a.t.proxy.open(FrontendNode::Ctl).unwrap();
-    let (s, client) = a.t.alloc(ctl, 0, 0, 0x41, &[]);
-    assert_eq!(s, NV_OK);
-    let (s, device) = a.t.alloc(ctl, client, client, 0x80, &[0; 56]);
-    assert_eq!(s, NV_OK);
-    (a.ctl, a.client, a.device) = (ctl, client, device);
+    a.use_new_client_on(ctl);
     assert_eq!(a.mem(0x200, SYSTEM, GIB + 1), NV_ERR_NO_MEMORY);
     assert_eq!(a.vid(0x201, 2 * GIB + 1), NV_ERR_NO_MEMORY);
     // The GPU file's release takes the old control file with it.
@@ -494,11 +500,7 @@ fn test_bypass_a_client_made_through_a_registered_file_lives_with_the_control_fi
     a.t.fds.add(5, ctl);
     let (r, _) = a.t.ioctl(x, nv_iowr(0xc9, 4), &5i32.to_ne_bytes());
     assert_eq!(r, 0, "REGISTER_FD of the second control file");
-    let (s, client) = a.t.alloc(x, 0, 0, 0x41, &[]);
-    assert_eq!(s, NV_OK);
-    let (s, device) = a.t.alloc(x, client, client, 0x80, &[0; 56]);
-    assert_eq!(s, NV_OK);
-    (a.ctl, a.client, a.device) = (x, client, device);
+    a.use_new_client_on(x);
     assert_eq!(a.mem(0x100, SYSTEM, 3 * GIB), NV_OK);
     a.t.proxy.release(x);
     assert_eq!(

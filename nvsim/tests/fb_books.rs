@@ -62,6 +62,22 @@ fn vid(s: &Stack, h: u32, size: u64, attr: u32) -> (u32, u64, u32) {
     mem(s, h, NV01_MEMORY_LOCAL_USER, size, attr)
 }
 
+/// `VID_HEAP_CONTROL` `ALLOC_SIZE` of `size` bytes of video memory (attr 0) as `h`, with
+/// `attr2`; the status.
+fn vid_heap(s: &Stack, h: u32, size: u64, attr2: u32) -> u32 {
+    let mut p = NVOS32_PARAMETERS::new_zeroed();
+    p.hRoot = s.client;
+    p.hObjectParent = s.device;
+    p.function = 2; // NVOS32_FUNCTION_ALLOC_SIZE
+    p.data[4..8].copy_from_slice(&h.to_ne_bytes());
+    p.data[12..16].copy_from_slice(&0x4000u32.to_ne_bytes()); // MEMORY_HANDLE_PROVIDED
+    p.data[48..56].copy_from_slice(&size.to_ne_bytes()); // attr 0: VIDMEM
+    p.data[104..108].copy_from_slice(&attr2.to_ne_bytes());
+    let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
+    assert_eq!(r.unwrap(), 0);
+    out.status
+}
+
 /// `FB_GET_INFO_V2` of `indices` on the stack's subdevice.
 fn fb_info_v2(s: &Stack, indices: &[u32]) -> Vec<u32> {
     let mut p = vec![0u8; 4 + 8 * 0x36];
@@ -217,18 +233,7 @@ fn test_offsets_stay_inside_the_memory_after_churn() {
 fn test_vid_heap_alloc_size_takes_from_the_same_books() {
     let d = sim(1);
     let s = stack(&d, 0);
-    let heap = |h: u32, size: u64| {
-        let mut p = NVOS32_PARAMETERS::new_zeroed();
-        p.hRoot = s.client;
-        p.hObjectParent = s.device;
-        p.function = 2; // NVOS32_FUNCTION_ALLOC_SIZE
-        p.data[4..8].copy_from_slice(&h.to_ne_bytes());
-        p.data[12..16].copy_from_slice(&0x4000u32.to_ne_bytes()); // MEMORY_HANDLE_PROVIDED
-        p.data[48..56].copy_from_slice(&size.to_ne_bytes()); // attr 0: VIDMEM
-        let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
-        assert_eq!(r.unwrap(), 0);
-        out.status
-    };
+    let heap = |h: u32, size: u64| vid_heap(&s, h, size, 0);
     assert_eq!(heap(0x300, 50 * GIB), NV_OK);
     assert_eq!(free_and_largest(&s), (30 * GIB, 30 * GIB));
     assert_eq!(heap(0x301, 31 * GIB), NV_ERR_NO_MEMORY);
@@ -243,19 +248,8 @@ fn test_vid_heap_alloc_size_takes_from_the_same_books() {
 /// decides. `RM_ALLOC` of the class gets the same answer.
 #[test]
 fn test_vid_heap_egm_from_550_and_the_unused_bit_before() {
-    let heap = |s: &Stack, h: u32, size: u64| {
-        let mut p = NVOS32_PARAMETERS::new_zeroed();
-        p.hRoot = s.client;
-        p.hObjectParent = s.device;
-        p.function = 2; // NVOS32_FUNCTION_ALLOC_SIZE
-        p.data[4..8].copy_from_slice(&h.to_ne_bytes());
-        p.data[12..16].copy_from_slice(&0x4000u32.to_ne_bytes()); // MEMORY_HANDLE_PROVIDED
-        p.data[48..56].copy_from_slice(&size.to_ne_bytes()); // attr 0: VIDMEM
-        p.data[104..108].copy_from_slice(&(1u32 << 24).to_ne_bytes()); // attr2: USE_EGM
-        let (r, out) = esc(&s.ctl, NV_ESC_RM_VID_HEAP_CONTROL, &p);
-        assert_eq!(r.unwrap(), 0);
-        out.status
-    };
+    // attr2 bit 24: NVOS32_ATTR2_USE_EGM from 550.
+    let heap = |s: &Stack, h: u32, size: u64| vid_heap(s, h, size, 1 << 24);
     let d = sim(1);
     let s = stack(&d, 0);
     assert_eq!(heap(&s, 0x300, GIB), NV_OK);
