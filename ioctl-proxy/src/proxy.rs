@@ -883,6 +883,28 @@ impl Proxy {
 mod tests {
     use super::*;
 
+    /// A registration that counts itself after the tenant closed its control file (the close
+    /// came between the fd's translation and the count) still holds the lingering file: it
+    /// goes with the last holder, not with the first.
+    #[test]
+    fn test_a_registration_counted_after_the_close_holds_the_lingering_file() {
+        let sim = nvsim::SimDriver::new(nvsim::SimConfig::default_gpus(1));
+        let px = Proxy::for_host(
+            InstancePolicy::new("t", nvproxy_abi::Caps::COMPUTE_UTILITY, vec![0]),
+            sim,
+        )
+        .unwrap();
+        let ctl = px.open(Node::Ctl).unwrap();
+        assert!(px.hold_ctl(ctl), "one registration before the close");
+        px.release(ctl);
+        assert_eq!((px.lingering_opens(), px.open_files()), (1, 1));
+        assert!(px.hold_ctl(ctl), "a racing registration finds it lingering");
+        px.unhold_ctl(ctl);
+        assert_eq!(px.lingering_opens(), 1, "the second holder keeps it");
+        px.unhold_ctl(ctl);
+        assert_eq!((px.lingering_opens(), px.open_files()), (0, 0));
+    }
+
     /// A free forgets the DMA mappings of what it freed, in its own client only: another
     /// client's mappings of objects with the same handles stay, and a client's free forgets
     /// all of its own.
