@@ -23,6 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=concurrency
 
 OUT='' THREADS=1,2,4,8,16 MS=300 ROUNDS=15 SMP=2 KIND=simple-control GUEST=0
@@ -50,6 +51,7 @@ case $KIND in simple-control|nested-control|rm-alloc) ;; *) echo "$PROG: unknown
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 SAMEWORK=$TARGET/bench/cuse_samework
 MAXT=$(tr ',' '\n' <<<"$THREADS" | sort -n | tail -1)
 
@@ -74,7 +76,7 @@ if [[ $GUEST == 1 ]]; then
     exit 0
   fi
   status=0
-  "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+  "$NVPROXY" exec --driver sim --memory process-vm -- \
     "$BIN/nv-bench" "$KIND" --threads "$THREADS" --ms "$MS" --rounds "$ROUNDS" \
     --pair-samework /dev/nvbench-samework || status=$?
   ((status == 0)) || echo "FAIL nvproxy exec nv-bench --threads: exit status $status"
@@ -98,7 +100,7 @@ step "gcc cuse_samework.c"
 gcc -O2 -Wall -Wextra -o "$SAMEWORK" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
 step "cargo build --release nv-bench nvproxy"
 not_measured=()
-if ! cargo build --release -q -p tests --bin nv-bench || ! cargo build --release -q -p daemon --bin nvproxy; then
+if ! cargo build --release -q -p tests --bin nv-bench || ! build_nvproxy --vm; then
   echo "$PROG: the build failed; nothing measured" >&2
   exit 1
 fi

@@ -38,6 +38,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=diagnose
 OUTDIR='' SMP=2 OPS=2000 T=8 ONLY=1,2,3 GUEST=0 KIND=simple-control
 while (($#)); do
@@ -57,6 +58,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 SAMEWORK=$TARGET/bench/cuse_samework
 OUTDIR=${OUTDIR:-$TARGET/bench/diagnose}
 [[ $OUTDIR == /* ]] || OUTDIR=$PWD/$OUTDIR
@@ -70,7 +72,7 @@ if ((GUEST)); then
   "$SAMEWORK" --name nvbench-samework --max-threads 64 >"$OUTDIR/sw.out" 2>&1 &
   sw=$!
   for _ in $(seq 300); do grep -q '^READY' "$OUTDIR/sw.out" && break; sleep 0.1; done
-  exec_nv() { "$BIN/nvproxy" exec --driver sim --memory process-vm -- "$@"; }
+  exec_nv() { "$NVPROXY" exec --driver sim --memory process-vm -- "$@"; }
   calls() { awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$1"; }
   diff_report() { # LABEL FILE_SMALL FILE_BIG OPS
     echo "== $1"
@@ -90,7 +92,7 @@ if ((GUEST)); then
   per=1
   [[ $KIND == rm-alloc ]] && per=2
   for n in 1 $((OPS + 1)); do
-    strace -f -c -o "$OUTDIR/s1.$n" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+    strace -f -c -o "$OUTDIR/s1.$n" "$NVPROXY" exec --driver sim --memory process-vm -- \
       "$BIN/nv-bench" "$KIND" --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
   done
   diff_report "nvproxy process-vm $KIND, 1 client (daemon + client)" "$OUTDIR/s1.1" "$OUTDIR/s1.$((OPS + 1))" $((2 * OPS * per))
@@ -105,7 +107,7 @@ if ((GUEST)); then
   # T clients: a 1-round sweep of the proxy only; per ioctl = counts / (ops/s × seconds) is
   # skewed by strace, so count the ioctls themselves: every client ioctl is one line of
   # the `ioctl` row (the daemon makes none per request with nvsim).
-  strace -f -c -o "$OUTDIR/sT" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+  strace -f -c -o "$OUTDIR/sT" "$NVPROXY" exec --driver sim --memory process-vm -- \
     "$BIN/nv-bench" simple-control --threads "$T" --ms 3000 --rounds 1 >"$OUTDIR/sT.out" 2>&1 || true
   n_ioctl=$(calls "$OUTDIR/sT" | awk '$1 == "ioctl" { print $2 }')
   per_report "nvproxy process-vm simple-control, $T clients, per client ioctl ($n_ioctl ioctls)" "$OUTDIR/sT" "${n_ioctl:-1}"
@@ -121,7 +123,7 @@ if ((GUEST)); then
 
   if part 2; then
   echo "### 2. futex calls of the daemon with $T clients, by the first frame of our code"
-  strace -f -qq -k -e trace=futex -o "$OUTDIR/futex.txt" "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+  strace -f -qq -k -e trace=futex -o "$OUTDIR/futex.txt" "$NVPROXY" exec --driver sim --memory process-vm -- \
     "$BIN/nv-bench" simple-control --threads "$T" --ms 8000 --rounds 1 >"$OUTDIR/futex.out" 2>&1 || true
   echo "  (under strace: $(grep -m1 '^SCALE ' "$OUTDIR/futex.out" || true))"
   # Every stack block (" > binary(symbol+0x..) [0x..]" lines after a futex line) of the daemon
@@ -161,10 +163,10 @@ if ((GUEST)); then
       echo "== $name: top symbols"
       perf report -q -i "$OUTDIR/$name.data" --sort comm,sym --stdio 2>/dev/null | head -45
     }
-    prof proxy1 "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+    prof proxy1 "$NVPROXY" exec --driver sim --memory process-vm -- \
       "$BIN/nv-bench" simple-control --iters "$OPS" --batches 1 --warmup 10
     prof floor1 "$BIN/nv-bench" samework-simple-control --iters "$OPS" --batches 1 --warmup 10
-    prof proxyT "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+    prof proxyT "$NVPROXY" exec --driver sim --memory process-vm -- \
       "$BIN/nv-bench" simple-control --threads "$T" --ms 3000 --rounds 1
     prof floorT "$BIN/nv-bench" samework-simple-control --threads "$T" --ms 3000 --rounds 1
     grep -h '^RESULT\|^SCALE ' "$OUTDIR"/proxy1.out "$OUTDIR"/floor1.out "$OUTDIR"/proxyT.out "$OUTDIR"/floorT.out || true
@@ -173,7 +175,7 @@ if ((GUEST)); then
     # System-wide (-a) on both sides: per-task events would put perf's own work into the
     # context switches of the profiled tasks only, and differently on the two sides.
     perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-proxy.data" -- \
-      "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+      "$NVPROXY" exec --driver sim --memory process-vm -- \
       "$BIN/nv-bench" "$KIND" --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-proxy.out" 2>&1 || true
     perf record -q -a -F 1500 --call-graph dwarf,8192 -o "$OUTDIR/stacks-floor.data" -- \
       "$BIN/nv-bench" samework-"$KIND" --iters "$OPS" --batches 1 --warmup 10 >"$OUTDIR/stacks-floor.out" 2>&1 || true
@@ -185,7 +187,7 @@ if ((GUEST)); then
     # figures apart from the proxy's own (its line "nvproxy", and the idle vCPU meanwhile).
     for side in proxy floor; do
       if [[ $side == proxy ]]; then
-        run=("$BIN/nvproxy" exec --driver sim --memory process-vm -- "$BIN/nv-bench" "$KIND") server=cuse-worker
+        run=("$NVPROXY" exec --driver sim --memory process-vm -- "$BIN/nv-bench" "$KIND") server=cuse-worker
       else
         run=("$BIN/nv-bench" samework-"$KIND" --dev /dev/nvbench-samework) server=cuse_samework
       fi
@@ -230,7 +232,7 @@ mkdir -p "$TARGET/bench" "$OUTDIR"
 # shellcheck disable=SC2046
 gcc -O2 -Wall -Wextra -o "$SAMEWORK" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
 cargo build --release -q -p tests --bin nv-bench
-cargo build --release -q -p daemon --bin nvproxy
+build_nvproxy --vm
 rw=()
 [[ $OUTDIR == "$ROOT"/* ]] || rw=(--rw "$OUTDIR")
 tests/vm/cuse-vm --smp "$SMP" --mem 2G --timeout 3000 "${rw[@]}" -- bash "$ROOT/tests/bench/diagnose.sh" --guest \

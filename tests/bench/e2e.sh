@@ -20,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=e2e
 RUNS=5 V=535.261.03 OUT='' VM=1 GUEST=''
 FREQ=4000 # perf samples per second: natively; the VM uses 1000 (TCG)
@@ -43,6 +44,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 LIB=$TARGET/nvidia-userspace/$V/lib
 DIR=$TARGET/bench/e2e
 step() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -52,7 +54,7 @@ measure() { # TRANSPORT
   local t=$1 scratch i
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/nvproxy-e2e.XXXXXX")
   run_probe() {
-    "$@" "$BIN/nvproxy" --run-dir "$scratch/run" exec --driver sim --transport "$t" \
+    "$@" "$NVPROXY" --run-dir "$scratch/run" exec --driver sim --transport "$t" \
       --sim-driver-version "$V" -- env LD_LIBRARY_PATH="$LIB" "$BIN/cuda-probe" init ctx
   }
   for i in $(seq "$RUNS"); do
@@ -89,7 +91,7 @@ command -v perf >/dev/null || ((!PROFILES)) || apt-get install -y -qq linux-perf
 [[ -d $LIB ]] || tests/nvidia-userspace/fetch.sh "$V"
 export CARGO_TARGET_DIR=$TARGET
 step "cargo build --release nvproxy, the shim, cuda-probe"
-if ! cargo build --release -q -p daemon --bin nvproxy || ! cargo build --release -q -p preload ||
+if ! build_nvproxy $( ((VM)) && echo --vm) || ! cargo build --release -q -p preload ||
    ! cargo build --release -q -p tests --bin cuda-probe; then
   echo "$PROG: the build failed; nothing measured" >&2
   exit 1

@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 ITERS=200 BATCHES=3 REPS=5 OUT= GUEST=0
 while (($#)); do
   case $1 in
@@ -32,11 +33,12 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 
 if ((GUEST)); then
   echo "KERNEL $(uname -r)"
   for mem in process-vm retry; do
-    line=$("$BIN/nvproxy" exec --driver sim --check-leaks --memory "$mem" -- \
+    line=$("$NVPROXY" exec --driver sim --check-leaks --memory "$mem" -- \
       "$BIN/mmap-bench" --iters "$ITERS" --batches "$BATCHES" --reps "$REPS" | tail -n 1) || true
     echo "RESULT $mem $line"
   done
@@ -44,7 +46,7 @@ if ((GUEST)); then
 fi
 
 echo "mmap-bench: building (release)" >&2
-cargo build --release -q -p daemon --bin nvproxy
+build_nvproxy --vm
 cargo build --release -q -p preload
 cargo build --release -q -p tests --bin mmap-bench
 rw=()

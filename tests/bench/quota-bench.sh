@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=quota-bench
 
 OUT='' REPS=7 ITERS=2000 BATCHES=5
@@ -37,10 +38,11 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 step() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 export CARGO_TARGET_DIR=$TARGET
 step "cargo build --release nv-bench nvproxy preload"
-if ! cargo build --release -q -p tests --bin nv-bench || ! cargo build --release -q -p daemon --bin nvproxy ||
+if ! cargo build --release -q -p tests --bin nv-bench || ! build_nvproxy ||
    ! cargo build --release -q -p preload; then
   echo "$PROG: the build failed; nothing measured" >&2
   exit 1
@@ -50,7 +52,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 raw=$tmp/raw
 run() {
-  "$BIN/nvproxy" exec --driver sim --transport socket "$@" -- "$BIN/nv-bench" vidmem-alloc \
+  "$NVPROXY" exec --driver sim --transport socket "$@" -- "$BIN/nv-bench" vidmem-alloc \
     --iters "$ITERS" --batches "$BATCHES" --warmup 200 2>>"$tmp/err"
 }
 failed=0

@@ -32,6 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=run-bench
 
 OUT='' REPS=5 ITERS=100 BATCHES=5 SMP=2 PROXY=1 GUEST=0
@@ -56,6 +57,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 FLOOR=$TARGET/bench/cuse_floor
 SAMEWORK=$TARGET/bench/cuse_samework
 FLOOR_MAX=8  # FLOOR_MAX_ROUNDS in cuse_floor.c
@@ -155,7 +157,7 @@ if [[ $GUEST == 1 ]]; then
           [[ $mem == retry ]] && need=${RETRY_NEED[$kind]}
           [[ $mem == process-vm ]] && sw=("${pair_sw[@]}")
           # nvproxy's log goes to stderr (shown live); nv-bench's RESULT line to stdout.
-          bench "r$rep:$mem:$kind" "$BIN/nvproxy" exec --driver sim --memory "$mem" -- \
+          bench "r$rep:$mem:$kind" "$NVPROXY" exec --driver sim --memory "$mem" -- \
             "$BIN/nv-bench" "$kind" --iters "$ITERS" --batches "$BATCHES" "${pair[@]}" --need "$need" \
             "${sw[@]}"
         done
@@ -190,10 +192,10 @@ cargo build --release -q -p tests --bin nv-bench --bin cuse-example
 not_measured=()
 if ((PROXY)); then
   step "cargo build --release nvproxy"
-  if ! cargo build --release -q -p daemon --bin nvproxy; then
+  if ! build_nvproxy --vm; then
     not_measured+=("the proxied kinds: the daemon did not build")
     PROXY=0
-  elif ! "$BIN/nvproxy" exec --help >/dev/null 2>&1; then
+  elif ! "$NVPROXY" exec --help >/dev/null 2>&1; then
     not_measured+=("the proxied kinds: this nvproxy has no 'exec' subcommand yet")
     PROXY=0
   fi

@@ -26,6 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 PROG=socket-bench
 
 OUT='' REPS=7 ITERS=2000 BATCHES=5 THREADS=1,2,4,8,16 MS=300
@@ -51,6 +52,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 FLOOR=$TARGET/bench/socket_samework
 step() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 
@@ -59,7 +61,7 @@ mkdir -p "$TARGET/bench"
 step "gcc socket_samework.c"
 gcc -O2 -Wall -Wextra -pthread -o "$FLOOR" tests/bench/socket_samework.c
 step "cargo build --release nv-bench nvproxy preload"
-if ! cargo build --release -q -p tests --bin nv-bench || ! cargo build --release -q -p daemon --bin nvproxy ||
+if ! cargo build --release -q -p tests --bin nv-bench || ! build_nvproxy ||
    ! cargo build --release -q -p preload; then
   echo "$PROG: the build failed; nothing measured" >&2
   exit 1
@@ -86,7 +88,7 @@ done
 grep -q '^READY' "$tmp/floor.out" || { echo "$PROG: the floor did not start: $(cat "$tmp/floor.err")" >&2; exit 1; }
 
 raw=$tmp/raw
-proxy() { "$BIN/nvproxy" exec --driver sim --transport socket -- "$BIN/nv-bench" "$@" 2>>"$tmp/err"; }
+proxy() { "$NVPROXY" exec --driver sim --transport socket -- "$BIN/nv-bench" "$@" 2>>"$tmp/err"; }
 floor() {
   NVPROXY_DEV_SOCKET=$sock NVPROXY_DEV_GPUS=1 LD_PRELOAD=$SHIM "$BIN/nv-bench" "samework-$1" \
     --dev /dev/nvidiactl "${@:2}" 2>>"$tmp/err"
@@ -112,7 +114,7 @@ last_cpu=$(($(nproc) - 1))
 pin_floor() { taskset -a -p -c "$1" "$floor_pid" >/dev/null; }
 pinned() { # CLIENT_CPU WHAT KIND
   local a=(--iters "$ITERS" --batches "$BATCHES" --warmup 200) r
-  if r=$(taskset -c 0 "$BIN/nvproxy" exec --driver sim --transport socket -- taskset -c "$1" \
+  if r=$(taskset -c 0 "$NVPROXY" exec --driver sim --transport socket -- taskset -c "$1" \
     "$BIN/nv-bench" "$3" "${a[@]}" 2>>"$tmp/err"); then echo "P $2 $rep $r" >>"$raw"; else failed=1; fi
   if r=$(NVPROXY_DEV_SOCKET=$sock NVPROXY_DEV_GPUS=1 LD_PRELOAD=$SHIM taskset -c "$1" \
     "$BIN/nv-bench" "samework-$3" --dev /dev/nvidiactl "${a[@]}" 2>>"$tmp/err"); then

@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd -P)
+source tests/bench/build-nvproxy.sh
 N=200 GUEST=0 DETAIL_ONLY=0
 while (($#)); do
   case $1 in
@@ -32,6 +33,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/release
+NVPROXY=${NVPROXY:-$BIN/nvproxy} # build_nvproxy sets it (tests/bench/build-nvproxy.sh)
 FLOOR=$TARGET/bench/cuse_floor
 SAMEWORK=$TARGET/bench/cuse_samework
 KINDS=(simple-control nested-control rm-alloc)
@@ -89,7 +91,7 @@ if ((GUEST)); then
     [[ $kind == rm-alloc ]] && per=4 # nv-bench runs each call twice; an alloc+free pair is 2
     for n in 1 $((N + 1)); do
       strace -f -qq -e trace=process_vm_readv,process_vm_writev -e signal=none -o "$tmp/v.$n" \
-        "$BIN/nvproxy" exec --driver sim --memory process-vm -- \
+        "$NVPROXY" exec --driver sim --memory process-vm -- \
         "$BIN/nv-bench" "$kind" --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
     done
     vmreport "nvproxy --memory process-vm, $kind (the daemon)" "$tmp/v.1" "$tmp/v.$((N + 1))" $((per * N))
@@ -121,7 +123,7 @@ if ((GUEST)); then
   for mem in process-vm retry; do
     for kind in "${KINDS[@]}"; do
       for n in 1 $((N + 1)); do
-        strace -f -c -o "$tmp/p.$n" "$BIN/nvproxy" exec --driver sim --memory "$mem" -- \
+        strace -f -c -o "$tmp/p.$n" "$NVPROXY" exec --driver sim --memory "$mem" -- \
           "$BIN/nv-bench" "$kind" --iters "$n" --batches 1 --warmup 0 >/dev/null 2>&1
       done
       per=2
@@ -141,7 +143,7 @@ gcc -O2 -Wall -Wextra -o "$FLOOR" tests/bench/cuse_floor.c $(pkg-config --cflags
 # shellcheck disable=SC2046
 gcc -O2 -Wall -Wextra -o "$SAMEWORK" tests/bench/cuse_samework.c $(pkg-config --cflags --libs fuse3)
 cargo build --release -q -p tests --bin nv-bench --bin cuse-example
-cargo build --release -q -p daemon --bin nvproxy
+build_nvproxy --vm
 detail=()
 ((DETAIL_ONLY)) && detail=(--detail-only)
 tests/vm/cuse-vm --timeout 1800 -- bash "$ROOT/tests/bench/syscalls.sh" --guest --n "$N" "${detail[@]}"
