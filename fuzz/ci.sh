@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # CI step for the fuzz targets (called by .ci/run after ./test.sh; runs anywhere cargo does):
+#  0. `cargo fmt --check` and `cargo clippy -D warnings` of this crate (outside the workspace,
+#     so test.sh's do not reach it);
 #  1. `cargo test`: the committed seed corpus is the generated one, the seeds reach deep into
 #     the request path, and every seed, fixed regression input and a few hundred mutations of
 #     the seeds hold the invariants (src/harness.rs);
@@ -18,6 +20,9 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "=== fuzz: installing cargo-fuzz" >&2
     cargo install --locked cargo-fuzz
 fi
+echo "=== fuzz: format and lints" >&2
+cargo fmt --check
+cargo clippy --locked --quiet --all-targets -- -D warnings
 export RUSTC_BOOTSTRAP=1
 
 echo "=== fuzz: corpus and harness tests" >&2

@@ -188,10 +188,11 @@ fn rd32(b: &[u8], off: usize) -> u32 {
 }
 
 fn put(buf: &mut [u8], off: usize, v: &[u8]) {
-    if let Some(end) = off.checked_add(v.len()) {
-        if end <= buf.len() {
-            buf[off..end].copy_from_slice(v);
-        }
+    if let Some(dst) = off
+        .checked_add(v.len())
+        .and_then(|end| buf.get_mut(off..end))
+    {
+        dst.copy_from_slice(v);
     }
 }
 
@@ -725,7 +726,10 @@ impl World {
         }
         if let Some(q) = a.proxy.policy().quotas.system_memory {
             let used = a.proxy.system_memory_used();
-            assert!(used <= q, "A holds {used} bytes of system memory, past its quota {q}");
+            assert!(
+                used <= q,
+                "A holds {used} bytes of system memory, past its quota {q}"
+            );
         }
         // The driver never holds more memory than the two instances count: memory that a
         // request can take without being counted would escape a quota.
@@ -1138,7 +1142,7 @@ impl World {
                 for i in 0..count {
                     let num = base.wrapping_add(i as u32);
                     let mut lay = Layout::new(t.retry);
-                    let (cmd, top) = if kind % 4 == 0 {
+                    let (cmd, top) = if kind.is_multiple_of(4) {
                         let mut top = vec![0u8; 32];
                         put(&mut top, 0, &client.to_ne_bytes());
                         put(&mut top, 4, &client.to_ne_bytes());
@@ -1230,14 +1234,14 @@ pub fn start_shmem_watchdog(limit_mb: u64) {
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(std::time::Duration::from_millis(5));
-                if let Some(now) = shmem_kb() {
-                    if now.saturating_sub(base) > limit_mb * 1024 {
-                        eprintln!(
-                            "==shmem watchdog: Shmem grew from {base} kB to {now} kB during \
-                             this input; aborting"
-                        );
-                        std::process::abort();
-                    }
+                if let Some(now) = shmem_kb()
+                    && now.saturating_sub(base) > limit_mb * 1024
+                {
+                    eprintln!(
+                        "==shmem watchdog: Shmem grew from {base} kB to {now} kB during this \
+                         input; aborting"
+                    );
+                    std::process::abort();
                 }
             }
         });
