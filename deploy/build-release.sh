@@ -86,7 +86,7 @@ if [[ -s $counts && ${old_hash:-} == "$hash" && ${old_userspace:-} == "$USERSPAC
       ${old_vm:-0} -ge $VM ]]; then
   step "training skipped: the instrumented binary is unchanged since $counts"
 else
-  step "cargo build --release the training clients (cuda-probe, nvfe-client) and the shim"
+  step "cargo build --release the training clients (cuda-probe, nvfe-client)"
   cargo build --release -q -p tests --bin cuda-probe --bin nvfe-client
   lib=$(tests/nvidia-userspace/fetch.sh "$USERSPACE" | sed -n 's/^NVIDIA_LIB_DIR=//p')
   [[ -n $lib && -e $lib/libcuda.so.1 ]] || die "no libcuda $USERSPACE (tests/nvidia-userspace/fetch.sh)"
@@ -113,7 +113,7 @@ nv bash -c '
     env LD_LIBRARY_PATH="$lib" "$TARGET/release/cuda-probe" init ctx mem alloc-loop --loops 50 \\
       >/dev/null &
   done
-  wait'
+  for p in \$(jobs -p); do wait "\$p" || exit 1; done'
 nv "$TARGET/release/nvfe-client" init >/dev/null
 rm -rf "\$run"
 EOF
