@@ -9,8 +9,10 @@
 #      works, else the socket transport), and with --vm the same in the VM on CUSE
 #      (tests/vm/cuse-vm, 2 vCPUs); every nvproxy process writes its counts at exit;
 #   3. the release build again with `-Cprofile-use` of the merged counts (target dir pgo/).
-# The training is the proxy's path as CUDA drives it, not the benchmarks' requests. Training is
-# skipped while the instrumented binary is unchanged (a stamp beside the counts).
+# The training is the proxy's path as CUDA drives it, not the benchmarks' requests. Steps 1 and
+# 2 are skipped while their inputs are unchanged: a stamp beside the counts keys them by the
+# sources (every file git tracks or would track, Markdown and fuzz/ aside, by content, not by
+# path, so a clone elsewhere reuses them), rustc's version, RUSTFLAGS and the libcuda version.
 #
 # Usage: deploy/build-release.sh [--vm] [--no-pgo] [--quiet]
 #   --vm      also train CUSE in the VM (a host without CUSE; needs what tests/vm/cuse-vm needs)
@@ -38,6 +40,9 @@ while (($#)); do
 done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
+# Resolved (CI's target/ is a link into a cache kept between clones): the flags below carry
+# the counts' path, and a path that differs per clone would rebuild for nothing.
+mkdir -p "$TARGET" && TARGET=$(cd "$TARGET" && pwd -P)
 step() { ((QUIET)) || printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
 
@@ -71,21 +76,39 @@ counts=$PGO_DIR/nvproxy.profdata
 
 step "cargo build --release -p preload (the shim, beside both builds of nvproxy)"
 cargo build --release -q -p preload
-step "cargo build --release -p daemon, instrumented (-Cprofile-generate, $INSTR)"
-RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$INSTR/profraw-default" \
-  cargo build --release -q -p daemon --bin nvproxy --target-dir "$INSTR"
-ln -sf "$TARGET/release/libnvproxy_preload.so" "$INSTR/release/libnvproxy_preload.so"
+# What the counts depend on, for the stamp "KEY VM": the sources by content (outside a git
+# checkout, the instrumented binary itself), the compiler, its flags and the training's libcuda.
+inputs_key() {
+  {
+    rustc -vV
+    echo "RUSTFLAGS=${RUSTFLAGS:-} userspace=$USERSPACE"
+    if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+      (cd "$ROOT" && git ls-files -z -co --exclude-standard -- . ':(exclude)*.md' ':(exclude)fuzz' |
+        xargs -0 -r sha256sum -- 2>/dev/null) || true
+    else
+      instrumented_build >&2
+      sha256sum "$INSTR/release/nvproxy" | cut -d' ' -f1
+    fi
+  } | sha256sum | cut -d' ' -f1
+}
+instrumented_build() {
+  step "cargo build --release -p daemon, instrumented (-Cprofile-generate, $INSTR)"
+  # The build's own instrumented programs (build scripts, proc macros) write their counts there.
+  RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$INSTR/profraw-default" \
+    cargo build --release -q -p daemon --bin nvproxy --target-dir "$INSTR"
+  ln -sf "$TARGET/release/libnvproxy_preload.so" "$INSTR/release/libnvproxy_preload.so"
+}
 if ((VM)) && [[ -c /dev/cuse ]]; then
   step "this host has /dev/cuse: the native training covers CUSE, no VM"
   VM=0
 fi
-hash=$(sha256sum "$INSTR/release/nvproxy" | cut -d' ' -f1)
-# The stamp: "HASH USERSPACE VM"; counts taken with the VM serve a request without it too.
-read -r old_hash old_userspace old_vm _ 2>/dev/null <"$PGO_DIR/stamp" || true
-if [[ -s $counts && ${old_hash:-} == "$hash" && ${old_userspace:-} == "$USERSPACE" &&
-      ${old_vm:-0} -ge $VM ]]; then
-  step "training skipped: the instrumented binary is unchanged since $counts"
+key=$(inputs_key)
+# Counts taken with the VM serve a request without it too.
+read -r old_key old_vm _ 2>/dev/null <"$PGO_DIR/stamp" || true
+if [[ -s $counts && ${old_key:-} == "$key" && ${old_vm:-0} -ge $VM ]]; then
+  step "instrumented build and training skipped: their inputs are unchanged since $counts"
 else
+  instrumented_build
   step "cargo build --release the training clients (cuda-probe, nvfe-client)"
   cargo build --release -q -p tests --bin cuda-probe --bin nvfe-client
   lib=$(tests/nvidia-userspace/fetch.sh "$USERSPACE" | sed -n 's/^NVIDIA_LIB_DIR=//p')
@@ -131,7 +154,7 @@ EOF
   ((n > 0)) || die "the training wrote no counts"
   find "$raw" -name '*.profraw' -print0 | xargs -0 "$profdata" merge -o "$counts.new"
   mv "$counts.new" "$counts"
-  echo "$hash $USERSPACE $VM" >"$PGO_DIR/stamp"
+  echo "$key $VM" >"$PGO_DIR/stamp"
   step "merged $n processes' counts into $counts"
 fi
 
