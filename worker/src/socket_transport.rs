@@ -946,13 +946,15 @@ fn finish(shared: &Shared, open: &Arc<Open>) {
 fn release(shared: &Shared, open: &Open) {
     shared.lock_table().by_cookie.remove(&open.cookie);
     tracing::debug!(instance = %shared.instance, node = %open.node, open = open.id, "released (last client reference gone)");
-    open.backend.release(open.id);
-    // Its channels end (their threads read EOF and go).
+    // Its channels end first (their threads read EOF and go), so that once the backend's open
+    // is gone no channel of it takes another call: a client sees its channel closed, not an
+    // EBADF answer from a channel still open.
     for c in shared.runs.lock().channels.values() {
         if c.open.cookie == open.cookie {
             let _ = socket::shutdown(c.fd.as_raw_fd(), socket::Shutdown::Both);
         }
     }
+    open.backend.release(open.id);
 }
 
 /// Calls in flight on one open, and whether its last client reference is gone: one atomic
